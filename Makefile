@@ -1,0 +1,36 @@
+# Two commands do all set-up on a fresh machine: `make run` and `make test`.
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+
+# Test environment measured in ../shared/CPU-STACK.md.
+export OMP_NUM_THREADS ?= 1
+export TRITON_INTERPRET ?= 1
+export HF_HUB_OFFLINE ?= 1
+export MPLBACKEND ?= Agg
+
+.PHONY: install run test lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch==2.13.0 resolves to the CPU build on this machine's disk; pin it before anything else
+	# so no dependency pulls a multi-GB CUDA build. On a GPU machine, preinstall your CUDA torch.
+	$(PY) -m pip install -q torch==2.13.0 triton==3.7.1
+	$(PY) -m pip install -q -e '.[real,dev]'
+	touch $@
+
+run: $(STAMP)
+	$(VENV)/bin/tlt demo
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q -n 2
+
+bench: $(STAMP)
+	$(VENV)/bin/tlt sim bench
+
+clean:
+	rm -rf $(VENV) reports/demo results .pytest_cache

@@ -1,0 +1,28 @@
+"""One exception type for bad user input.
+
+Every reader, validator and config loader raises :class:`InputError` with a message that names the
+file, row and field. The CLI turns it into one line on stderr and exit code 2, so users never see a
+traceback for a malformed file and nothing is written.
+"""
+
+from __future__ import annotations
+
+
+class InputError(ValueError):
+    """Bad user input: a malformed file, an unknown name, an impossible configuration."""
+
+    def __init__(self, message: str, *, path: object | None = None, row: int | None = None,
+                 field: str | None = None) -> None:
+        where = []
+        if path is not None:
+            where.append(str(path))
+        if row is not None:
+            where.append(f"row {row}")
+        if field is not None:
+            where.append(f"field '{field}'")
+        prefix = ": ".join([", ".join(where)]) if where else ""
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+        self.path, self.row, self.field = path, row, field
+
+
+EXIT_INPUT_ERROR = 2
