@@ -22,10 +22,10 @@ app = typer.Typer(
 
 
 def _mount() -> None:
+    from tltreal.cli import app as real_app
     from tltsim.cli.demo import demo
     from tltsim.cli.sim import app as sim_app
     from tltsim.cli.trace import app as trace_app
-    from tltreal.cli import app as real_app
 
     app.add_typer(trace_app, name="trace")
     app.add_typer(sim_app, name="sim")

@@ -1,0 +1,32 @@
+"""The trace layer: read, validate and catalogue response-length traces; build RL-step workloads."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import pandas as pd
+
+from tltsim.traces.catalog import CatalogEntry, catalog, resolve, search_path
+from tltsim.traces.profiles import PROFILES
+from tltsim.traces.readers import read_trace
+from tltsim.traces.schema import TRACE_COLUMNS
+from tltsim.traces.stats import trace_stats
+from tltsim.traces.workload import StepWorkload, build_workload
+
+
+def load_trace(name_or_path: str | os.PathLike, mapping: Mapping[str, str] | None = None, *,
+               seed: int = 0) -> pd.DataFrame:
+    """A validated trace in the canonical schema, by path, catalog name or search-path file name.
+
+    Parametric profiles (e.g. ``intern_s1_math``) are generated: 512 groups x 8 samples, cap
+    32,768, seeded.
+    """
+    found = resolve(name_or_path)
+    if isinstance(found, CatalogEntry):
+        return PROFILES[found.name].sample(512, 8, seed=seed)
+    return read_trace(found, mapping)
+
+
+__all__ = ["TRACE_COLUMNS", "StepWorkload", "build_workload", "catalog", "load_trace", "read_trace",
+           "search_path", "trace_stats"]
