@@ -1,0 +1,152 @@
+"""BEG-MAB: TLT's Bucketed Epsilon-Greedy Multi-Armed-Bandit tuner of the draft-tree shape.
+
+Why buckets: the best tree shape depends mostly on batch size. At batch 1 the target forward is
+memory-bound and verifying 48 tree nodes costs about as much as verifying 8, so a big verify budget
+is free accept length; at batch 32 verify work is compute-bound and a big budget is pure cost. TLT
+therefore splits batch sizes into buckets ``[1,2)``, ``[2,5)``, ``[5,21)``, ``[21,inf)`` (thresholds
+``[1, 2, 5, 21]``) and gives bucket *i* only the arms with the *i*-th largest verify budget. Within a
+bucket, arms that share that budget (e.g. different depths) compete with epsilon-greedy.
+
+Rules (DESIGN §1, parameters from the paper's code):
+
+* An arm's reward is one iteration's throughput, accept length x batch size / step time
+  (:attr:`~tltsim.policy.base.Outcome.throughput`), kept in a sliding window (300 by default).
+* ``decide()``: every untried arm of the bucket first, in the order the arms were given; then with
+  probability ``1 - eps`` the arm with the largest window *median* (ties go to the earlier arm), else
+  an arm drawn uniformly from the bucket (the greedy arm included). ``eps = 0.1``; the RNG is seeded.
+* Budget-to-bucket mapping: distinct verify budgets sorted from largest to smallest; bucket *i* gets
+  budget *i*. With fewer budgets than buckets the remaining buckets reuse the smallest budget; with
+  more budgets than buckets the last bucket gets all the remaining (smaller) budgets.
+
+Windows are kept per (bucket, arm). With the default arms every arm lives in exactly one bucket, so
+this is TLT's per-arm window; when a budget is reused by several buckets it keeps rewards measured at
+very different batch sizes (throughput scales with batch) from polluting each other.
+
+A new rollout step (``reset()``) keeps the learned windows: the tuner belongs to the engine and
+persists across RL steps in TLT, and the sliding window is what lets it follow the drafter as it
+is retrained. ``clear()`` forgets everything (and re-seeds), for a fresh tuner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import pairwise
+from random import Random
+
+from tltsim.errors import InputError
+from tltsim.policy.base import BatchView, Outcome, SDConfig
+from tltsim.policy.reward_window import RewardWindow
+from tltsim.policy.tree_shape import tree_config
+
+DEFAULT_ARMS: tuple[SDConfig, ...] = (  # TLT's published arms (DESIGN §1)
+    tree_config(8, 4, 48),
+    tree_config(8, 4, 32),
+    tree_config(8, 4, 16),
+    tree_config(8, 4, 8),
+)
+DEFAULT_THRESHOLDS: tuple[int, ...] = (1, 2, 5, 21)
+DEFAULT_EPS = 0.1
+DEFAULT_WINDOW = 300
+
+
+def validate_arms(arms: Sequence[SDConfig]) -> tuple[SDConfig, ...]:
+    """Arms as a tuple; at least one, no duplicates (a duplicate would get two windows)."""
+    arms = tuple(arms)
+    if not arms:
+        raise InputError("a bandit needs at least one arm")
+    if len(set(arms)) != len(arms):
+        raise InputError(f"duplicate bandit arms in {[a.name for a in arms]}")
+    return arms
+
+
+def validate_eps(eps: float) -> float:
+    if not 0.0 <= eps <= 1.0:
+        raise InputError(f"epsilon must be in [0, 1], got {eps}")
+    return float(eps)
+
+
+def bucket_arms(arms: Sequence[SDConfig], n_buckets: int) -> list[tuple[SDConfig, ...]]:
+    """Arms of each batch-size bucket: bucket *i* gets the arms with the *i*-th largest verify
+    budget (see the module docstring for fewer/more budgets than buckets). Arm order is kept."""
+    budgets = sorted({a.verify_tokens for a in arms}, reverse=True)
+    groups: list[tuple[SDConfig, ...]] = []
+    for i in range(n_buckets):
+        if i < n_buckets - 1:
+            wanted = {budgets[min(i, len(budgets) - 1)]}
+        else:
+            wanted = set(budgets[min(i, len(budgets) - 1):])
+        groups.append(tuple(a for a in arms if a.verify_tokens in wanted))
+    return groups
+
+
+class BucketedEpsilonGreedy:
+    """BEG-MAB. See the module docstring for the exact rules."""
+
+    per_iteration = True
+
+    def __init__(self, arms: Sequence[SDConfig] = DEFAULT_ARMS,
+                 thresholds: Sequence[int] = DEFAULT_THRESHOLDS, eps: float = DEFAULT_EPS,
+                 window: int = DEFAULT_WINDOW, seed: int = 0, name: str = "beg-mab") -> None:
+        self.arms = validate_arms(arms)
+        self.thresholds = tuple(int(t) for t in thresholds)
+        if not self.thresholds or any(b <= a for a, b in pairwise(self.thresholds)):
+            raise InputError(f"bucket thresholds must be a strictly increasing list, got {list(thresholds)}")
+        if self.thresholds[0] < 0:
+            raise InputError(f"bucket thresholds must be >= 0, got {list(thresholds)}")
+        self.eps = validate_eps(eps)
+        if window < 1:
+            raise InputError(f"reward window must be >= 1, got {window}")
+        self.window = window
+        self.seed = seed
+        self.name = name
+        self.buckets = bucket_arms(self.arms, len(self.thresholds))
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget every reward and re-seed the RNG: a brand-new tuner."""
+        self._rng = Random(self.seed)
+        self._windows = [{a: RewardWindow(self.window) for a in group} for group in self.buckets]
+
+    def bucket_of(self, batch_size: int) -> int:
+        """Index of the bucket holding ``batch_size``; sizes below the first threshold use bucket 0."""
+        i = 0
+        for j, t in enumerate(self.thresholds):
+            if batch_size >= t:
+                i = j
+            else:
+                break
+        return i
+
+    def rewards(self, batch_size: int, arm: SDConfig) -> list[float]:
+        """The windowed rewards of ``arm`` in the bucket of ``batch_size`` (oldest first)."""
+        window = self._windows[self.bucket_of(batch_size)].get(arm)
+        return window.values() if window is not None else []
+
+    def decide(self, view: BatchView) -> SDConfig:
+        b = self.bucket_of(view.batch_size)
+        group, windows = self.buckets[b], self._windows[b]
+        for arm in group:
+            if len(windows[arm]) == 0:
+                return arm
+        if len(group) == 1:
+            return group[0]
+        if self._rng.random() < self.eps:
+            return group[self._rng.randrange(len(group))]
+        return max(group, key=lambda a: windows[a].median())  # max keeps the first of equal keys
+
+    def observe(self, outcome: Outcome) -> None:
+        """Record the outcome's throughput for its arm in its batch-size bucket. Outcomes of configs
+        that are not arms of that bucket (not this tuner's decision) and empty or zero-time
+        iterations are ignored."""
+        if outcome.batch_size <= 0 or outcome.elapsed_s <= 0:
+            return
+        window = self._windows[self.bucket_of(outcome.batch_size)].get(outcome.config)
+        if window is not None:
+            window.add(outcome.throughput)
+
+    def reset(self) -> None:
+        """New rollout step: nothing per-rollout to clear; learned windows persist (module doc)."""
+        return None
+
+
+BegMab = BucketedEpsilonGreedy
