@@ -32,6 +32,12 @@ _TRUE = {"1", "1.0", "true", "True", "TRUE", "yes"}
 _FALSE = {"0", "0.0", "false", "False", "FALSE", "no", ""}
 
 
+def _show(value: object) -> str:
+    """A cell value quoted for a one-line message (newlines escaped, long text cut)."""
+    text = repr(str(value))
+    return text if len(text) <= 40 else text[:37] + "...'"
+
+
 def _int_column(df: pd.DataFrame, col: str, path: Path, *, minimum: int, nullable: bool) -> pd.Series:
     """Parse a column of integers, rejecting text, fractions and values below ``minimum``."""
     raw = df[col]
@@ -40,7 +46,7 @@ def _int_column(df: pd.DataFrame, col: str, path: Path, *, minimum: int, nullabl
     bad = (~blank & num.isna()) | (num.notna() & (np.floor(num) != num)) | np.isinf(num.fillna(0))
     if bad.any():
         i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise InputError(f"'{raw.iloc[i]}' is not an integer", path=path, row=i + 1, field=col)
+        raise InputError(f"{_show(raw.iloc[i])} is not an integer", path=path, row=i + 1, field=col)
     if blank.any() and not nullable:
         i = int(np.flatnonzero(blank.to_numpy())[0])
         raise InputError("value is missing", path=path, row=i + 1, field=col)
@@ -56,7 +62,7 @@ def _bool_column(df: pd.DataFrame, col: str, path: Path) -> pd.Series:
     bad = ~text.isin(_TRUE | _FALSE)
     if bad.any():
         i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise InputError(f"'{text.iloc[i]}' is not a boolean (0/1/true/false)", path=path, row=i + 1,
+        raise InputError(f"{_show(text.iloc[i])} is not a boolean (0/1/true/false)", path=path, row=i + 1,
                          field=col)
     return text.isin(_TRUE)
 
@@ -69,7 +75,7 @@ def _check_units(df: pd.DataFrame, path: Path) -> None:
     bad = units != "tokens"
     if bad.any():
         i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise InputError(f"unit '{units.iloc[i]}' is not 'tokens'", path=path, row=i + 1, field="length_unit")
+        raise InputError(f"unit {_show(units.iloc[i])} is not 'tokens'", path=path, row=i + 1, field="length_unit")
 
 
 def normalize(df: pd.DataFrame, path: str | Path, *, source: str | None = None) -> pd.DataFrame:
@@ -129,6 +135,6 @@ def _check_duplicates(df: pd.DataFrame, path: Path) -> None:
         rows = np.flatnonzero(dup.to_numpy())[:2] + 1
         r = df.iloc[rows[0] - 1]
         raise InputError(
-            f"duplicate key (source, step, prompt_id, sample_idx) = ({r['source']}, {r['step']}, "
-            f"{r['prompt_id']}, {r['sample_idx']}) also at row {rows[1]}",
+            f"duplicate key (source, step, prompt_id, sample_idx) = ({_show(r['source'])}, {r['step']}, "
+            f"{_show(r['prompt_id'])}, {r['sample_idx']}) also at row {rows[1]}",
             path=path, row=int(rows[0]), field="sample_idx")

@@ -81,13 +81,14 @@ def build_workload(df: pd.DataFrame, *, steps: Sequence[int] | None = None, num_
     rng = np.random.default_rng(seed)
     df = _take_samples(df, samples_per_prompt)
     trace_steps = sorted(df["step"].unique())
+    per_step = len(trace_steps) > 1 or steps is not None
     if steps is not None:
         unknown = sorted(set(steps) - set(trace_steps))
         if unknown:
             raise InputError(f"steps {unknown} not in trace (has {trace_steps})", field="steps")
         df = df[df["step"].isin(steps)]
         trace_steps = sorted(set(steps))
-    if len(trace_steps) > 1 or prompts_per_step is None:
+    if per_step or prompts_per_step is None:
         out = []
         for s in trace_steps:
             part = df[df["step"] == s]

@@ -1,0 +1,50 @@
+"""Shared test helpers. Tests run CPU-only; see Makefile for the environment."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``tlt`` in a subprocess (so exit codes and stderr are the user's)."""
+    full_env = {**os.environ, "MPLBACKEND": "Agg", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "tltsim.cli", *args], capture_output=True, text=True,
+                          cwd=cwd or REPO, env=full_env, timeout=600)
+
+
+def invoke_cli(*args: str) -> subprocess.CompletedProcess:
+    """Run ``tlt`` in this process (fast): same entry point, exit code, stdout and stderr."""
+    from tltsim.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    old_argv = sys.argv
+    sys.argv = ["tlt", *args]
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = old_argv
+    return subprocess.CompletedProcess(["tlt", *args], code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture
+def cli():
+    """In-process CLI runner; use ``run_cli`` where a real subprocess matters."""
+    return invoke_cli
+
+
+def needs_shared_traces() -> pytest.MarkDecorator:
+    return pytest.mark.skipif(not (SHARED / "traces").is_dir(), reason="../shared/traces not beside the repo")

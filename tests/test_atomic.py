@@ -1,0 +1,37 @@
+"""Atomic writes leave either the old file or the complete new one, never a partial file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tltsim.atomic import atomic_dir, write_text, write_with
+
+
+def test_failed_writer_leaves_old_file_and_no_temp(tmp_path: Path) -> None:
+    target = tmp_path / "r.csv"
+    write_text(target, "old")
+
+    def broken(p: Path) -> None:
+        p.write_text("half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        write_with(target, broken)
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.csv"]
+
+
+def test_atomic_dir_swaps_whole_folder(tmp_path: Path) -> None:
+    out = tmp_path / "res"
+    with atomic_dir(out) as d:
+        (d / "a").write_text("1")
+    with pytest.raises(ValueError), atomic_dir(out) as d:
+        (d / "b").write_text("2")
+        raise ValueError("bad input")
+    assert [p.name for p in out.iterdir()] == ["a"]
+    with atomic_dir(out) as d:
+        (d / "c").write_text("3")
+    assert [p.name for p in out.iterdir()] == ["c"]
+    assert [p.name for p in tmp_path.iterdir()] == ["res"]

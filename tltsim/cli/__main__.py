@@ -1,0 +1,5 @@
+"""`python -m tltsim.cli` = `tlt`."""
+
+from tltsim.cli import main
+
+main()
