@@ -1,0 +1,73 @@
+"""Oracle: with tiny known models it picks no SD when drafts are useless and deep trees when they pay."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tltsim.policy.base import NO_SD, BatchView, SDConfig
+from tltsim.policy.beg_mab import DEFAULT_ARMS
+from tltsim.policy.oracle import Oracle
+
+
+class ChainAcceptance:
+    """Per-position acceptance ``alpha`` along the depth, (1 - a^(d+1)) / (1 - a), of which a tree
+    realises the draft part more fully the more nodes it verifies (saturating in verify_tokens)."""
+
+    def __init__(self, alpha: float) -> None:
+        self.alpha = alpha
+
+    def expected_accept_length(self, config: SDConfig) -> float:
+        if not config.enabled:
+            return 1.0
+        a = self.alpha
+        chain = float(config.depth + 1) if a >= 1 else (1 - a ** (config.depth + 1)) / (1 - a)
+        return 1.0 + (chain - 1.0) * (1.0 - math.exp(-config.verify_tokens / 16))
+
+
+class LinearCost:
+    """Memory-bound toy: a forward costs 10 ms plus a bit per verified token and per context token."""
+
+    def __init__(self) -> None:
+        self.seen: list[np.ndarray] = []
+
+    def decode_time(self, ctx: np.ndarray) -> float:
+        self.seen.append(ctx)
+        return 0.010 + 1e-8 * float(ctx.sum())
+
+    def sd_time(self, ctx: np.ndarray, config: SDConfig) -> float:
+        self.seen.append(ctx)
+        return self.decode_time(ctx) + 0.001 * config.depth + 2e-5 * config.verify_tokens * len(ctx)
+
+
+def test_no_sd_when_drafts_are_never_accepted() -> None:
+    oracle = Oracle(ChainAcceptance(0.0), LinearCost())
+    assert oracle.decide(BatchView(4, context_lens=(100, 200, 300, 400))) == NO_SD
+
+
+def test_deep_config_when_acceptance_is_high() -> None:
+    oracle = Oracle(ChainAcceptance(0.95), LinearCost())
+    choice = oracle.decide(BatchView(1, context_lens=(1000,)))
+    assert choice.enabled and choice.depth == 8
+    # at batch 1 the verify budget is almost free, so the biggest budget wins
+    assert choice == DEFAULT_ARMS[0]
+
+
+def test_verify_cost_pushes_large_batches_to_small_budgets() -> None:
+    oracle = Oracle(ChainAcceptance(0.95), LinearCost())
+    small = oracle.decide(BatchView(1, context_lens=(1000,)))
+    large = oracle.decide(BatchView(64, context_lens=(1000,) * 64))
+    assert large.enabled and large.verify_tokens < small.verify_tokens
+
+
+def test_passes_per_request_int64_contexts() -> None:
+    cost = LinearCost()
+    Oracle(ChainAcceptance(0.5), cost).decide(BatchView(3, context_lens=(5, 7, 11)))
+    assert all(c.dtype == np.int64 and c.tolist() == [5, 7, 11] for c in cost.seen)
+
+
+def test_missing_contexts_do_not_crash() -> None:
+    oracle = Oracle(ChainAcceptance(0.9), LinearCost())
+    assert oracle.decide(BatchView(2)).enabled
+    assert oracle.decide(BatchView(0)) == NO_SD

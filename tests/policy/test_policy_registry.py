@@ -1,0 +1,85 @@
+"""Spec strings build the right policies; every bad spec is one InputError naming it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tltsim.errors import InputError
+from tltsim.policy.bandits import UCB1, EpsilonGreedy
+from tltsim.policy.base import NoSD, SDConfig, SDPolicy, Static
+from tltsim.policy.beg_mab import BucketedEpsilonGreedy
+from tltsim.policy.elastic import Elastic
+from tltsim.policy.oracle import Oracle
+from tltsim.policy.registry import POLICY_NAMES, make_policy
+from tltsim.policy.sglang_ema import SglangEma
+from tltsim.policy.vllm_table import VllmTable
+
+
+class FlatAcceptance:
+    def expected_accept_length(self, config: SDConfig) -> float:
+        return 1.0 + 0.5 * config.depth
+
+
+class FlatCost:
+    def decode_time(self, ctx: np.ndarray) -> float:
+        return 0.01
+
+    def sd_time(self, ctx: np.ndarray, config: SDConfig) -> float:
+        return 0.02
+
+
+MODELS = {"accept_model": FlatAcceptance(), "cost_model": FlatCost()}
+
+
+@pytest.mark.parametrize(("spec", "kind"), [
+    ("no-sd", NoSD), ("static", Static), ("static:8_4_16", Static), ("beg-mab", BucketedEpsilonGreedy),
+    ("eps-greedy", EpsilonGreedy), ("ucb1", UCB1), ("vllm-table", VllmTable), ("sglang-ema", SglangEma),
+    ("oracle", Oracle), ("elastic+beg-mab", Elastic), ("elastic+static:8_4_16", Elastic),
+    ("elastic:16:5+beg-mab", Elastic), ("elastic+oracle", Elastic),
+])
+def test_each_spec_builds_its_policy(spec: str, kind: type) -> None:
+    policy = make_policy(spec, seed=3, **MODELS)
+    assert isinstance(policy, kind)
+    assert isinstance(policy, SDPolicy)
+    assert policy.name == spec
+
+
+def test_every_base_name_builds() -> None:
+    for name in POLICY_NAMES:
+        assert make_policy(name, **MODELS).name == name
+
+
+def test_arguments_reach_the_policy() -> None:
+    elastic = make_policy("elastic:16:5+beg-mab:eps=0.05:window=100:thresholds=1,8", seed=9)
+    assert isinstance(elastic, Elastic) and (elastic.threshold, elastic.consecutive) == (16, 5)
+    inner = elastic.inner
+    assert isinstance(inner, BucketedEpsilonGreedy)
+    assert (inner.eps, inner.window, inner.thresholds, inner.seed) == (0.05, 100, (1, 8), 9)
+    static = make_policy("static:8_4_16")
+    assert isinstance(static, Static) and static.config == SDConfig(8, 4, 16)
+    assert make_policy("static:8_4_48").config.verify_tokens == 48  # TLT's widest arm
+    table = make_policy("vllm-table:2=8_4_16,8=3,above=1")
+    assert isinstance(table, VllmTable)
+    assert table.table == ((2, SDConfig(8, 4, 16)), (8, SDConfig.chain(3)))
+    assert table.above == SDConfig.chain(1)
+    ema = make_policy("sglang-ema:depths=1,2:ranges=1,32:prior=0.5")
+    assert isinstance(ema, SglangEma) and ema.depths == (1, 2) and ema.prior_accept_rate == 0.5
+    ucb = make_policy("ucb1:c=0.5:arms=8_4_32,8_4_8")
+    assert isinstance(ucb, UCB1) and ucb.c == 0.5 and len(ucb.arms) == 2
+
+
+@pytest.mark.parametrize("spec", [
+    "", "  ", "bogus", "elastic", "elastic+", "+no-sd", "no-sd+beg-mab", "elastic+elastic+no-sd",
+    "elastic:x+beg-mab", "elastic:0+beg-mab", "elastic:1:2:3+no-sd", "static:8x4", "static:1_1_5",
+    "static:8_4_16:8_4_8", "no-sd:1", "beg-mab:eps", "beg-mab:eps=1.5", "beg-mab:foo=1",
+    "beg-mab:window=0", "beg-mab:arms=8_4_16,8_4_16", "ucb1:c=-1", "vllm-table:4", "vllm-table:x=3",
+    "vllm-table:8=2,4=3", "sglang-ema:depths=", "sglang-ema:smoothing=0", "oracle", "elastic+oracle",
+])
+def test_bad_specs_are_input_errors(spec: str) -> None:
+    with pytest.raises(InputError) as err:
+        make_policy(spec)
+    message = str(err.value)
+    assert "beg-mab" in message and "elastic" in message  # lists the valid names
+    if spec.strip():
+        assert spec.strip() in message
