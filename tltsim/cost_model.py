@@ -1,17 +1,31 @@
 """Cost model: how long one engine iteration takes.
 
-This module defines the interface the rollout simulator uses; implementations (analytic roofline,
-calibrated tables, replay) live beside it. All times are seconds on one rollout instance (a
-tensor-parallel group). Context lengths are *per request* numpy int arrays, never a batch mean:
-with long tails the mean mis-states KV traffic and attention work.
+``CostModel`` is the interface the rollout simulator uses. All times are seconds on one rollout
+instance (a tensor-parallel group). Context lengths are *per request* numpy int arrays, never a
+batch mean: with long tails the mean mis-states KV traffic and attention work.
+
+Implementations:
+
+- :class:`RooflineCostModel` — analytic, from a :class:`~tltsim.model_shape.ModelShape` and a
+  :class:`~tltsim.hardware.GPUSpec`. Each forward pass is split into kernel groups (decoder matmuls,
+  attention, LM head); each group costs ``max(FLOPs / effective FLOP/s, bytes / effective bytes/s)``,
+  groups add up, plus tensor-parallel collectives and a fixed per-iteration overhead.
+- :class:`TableCostModel` — the calibrated extension point: interpolates a tidy CSV of measured
+  iteration times (written by tltreal's profiler).
 """
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from tltsim.errors import InputError
+from tltsim.hardware import GPUSpec
+from tltsim.model_shape import BF16_BYTES, ModelShape
 from tltsim.policy.base import SDConfig
 
 
@@ -38,3 +52,275 @@ class CostModel(Protocol):
         """One speculative iteration: ``config.depth`` drafter steps plus one target verify
         forward over ``config.verify_tokens`` (+1 root) tokens per request."""
         ...
+
+
+# ---- CUDA-graph batch padding ---------------------------------------------------------------------
+# Engines capture decode CUDA graphs for a fixed list of batch sizes and pad a running batch up to
+# the next captured size (vLLM's default capture list is 1, 2, 4 and multiples of 8 up to 512;
+# SGLang's is similar). Above the largest size the engine runs eagerly, unpadded.
+CUDA_GRAPH_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, *range(16, 513, 8))
+
+
+def padded_batch(batch_size: int, buckets: Sequence[int] = CUDA_GRAPH_BATCH_SIZES) -> int:
+    """The captured CUDA-graph batch size a running batch of ``batch_size`` is padded to."""
+    if batch_size <= 0:
+        return 0
+    i = bisect.bisect_left(buckets, batch_size)
+    return buckets[i] if i < len(buckets) else batch_size
+
+
+# ---- defaults (documented, not fitted unless said so) ---------------------------------------------
+DEFAULT_ITERATION_OVERHEAD_S = 3e-4  # scheduler + sampling + graph launch per engine iteration
+DEFAULT_DRAFT_STEP_OVERHEAD_S = 1e-4  # per draft step: top-k over the vocab, tree bookkeeping
+DEFAULT_SD_OVERHEAD_S = 3e-4  # per SD iteration: tree mask, rejection sampling, KV compaction
+DEFAULT_KV_BLOCK_SIZE = 16  # vLLM's default paged-KV block size, in tokens
+MAX_WEIGHT_MEMORY_FRACTION = 0.9  # weights must leave room for activations and some KV
+
+
+@dataclass(frozen=True)
+class _ForwardCosts:
+    """Per-forward constants of one model on one TP group, in seconds (precomputed once)."""
+
+    layers: int
+    weight_s: float  # read all decoder weights (per GPU)
+    matmul_s_per_token: float  # decoder matmul compute per token (per GPU)
+    lm_head_weight_s: float
+    lm_head_s_per_token: float
+    kv_read_s_per_token: float  # KV bytes of one cached token (per GPU) / bandwidth
+    attention_s_per_position: float  # attention FLOPs of one (query, key) pair / FLOP/s
+    allreduce_s_per_token: float  # ring all-reduce bandwidth term of one token's hidden state
+    logits_gather_s_per_token: float  # all-gather of one token's vocab-parallel logits
+    collective_latency_s: float  # latency of one collective (0 when tp == 1)
+
+    @classmethod
+    def build(cls, shape: ModelShape, gpu: GPUSpec, tp: int) -> _ForwardCosts:
+        flops, bw = gpu.effective_flops, gpu.effective_bandwidth
+        kv_heads_per_gpu = -(-shape.num_key_value_heads // tp)  # replicated when kv heads < tp
+        kv_bytes = 2 * shape.num_hidden_layers * kv_heads_per_gpu * shape.head_dim * BF16_BYTES
+        ring = 2 * (tp - 1) / tp
+        link = gpu.interconnect_bytes_per_s
+        if tp > 1 and not link:
+            raise InputError("tensor parallelism needs an interconnect bandwidth",
+                             path=f"gpu {gpu.name}", field="interconnect_bytes_per_s")
+        decoder_bytes = (shape.decoder_params * BF16_BYTES) / tp
+        return cls(
+            layers=shape.num_hidden_layers,
+            weight_s=decoder_bytes / bw,
+            matmul_s_per_token=shape.decoder_matmul_flops_per_token / tp / flops,
+            lm_head_weight_s=shape.lm_head_params * BF16_BYTES / tp / bw,
+            lm_head_s_per_token=shape.lm_head_flops_per_token / tp / flops,
+            kv_read_s_per_token=kv_bytes / bw,
+            attention_s_per_position=shape.attention_flops_per_position / tp / flops,
+            allreduce_s_per_token=ring * shape.hidden_size * BF16_BYTES / link if tp > 1 else 0.0,
+            logits_gather_s_per_token=(tp - 1) / tp * shape.vocab_size * BF16_BYTES / link if tp > 1 else 0.0,
+            collective_latency_s=gpu.allreduce_latency_s if tp > 1 else 0.0,
+        )
+
+    def fixed_time(self, rows: int, logit_rows: int) -> float:
+        """Everything but attention for a forward over ``rows`` (padded) tokens with
+        ``logit_rows`` of them going through the LM head: weight-bound vs compute-bound decoder
+        matmuls, the LM head, and 2 all-reduces per layer + 1 logits gather under TP."""
+        if rows == 0:
+            return 0.0
+        matmul = max(self.weight_s, rows * self.matmul_s_per_token)
+        comm = 2 * self.layers * (self.collective_latency_s + rows * self.allreduce_s_per_token)
+        if logit_rows == 0:  # hidden states only (drafter prefill)
+            return matmul + comm
+        lm_head = max(self.lm_head_weight_s, logit_rows * self.lm_head_s_per_token)
+        gather = self.collective_latency_s + logit_rows * self.logits_gather_s_per_token
+        return matmul + lm_head + comm + gather
+
+    def attention_time(self, kv_tokens_read: float, query_positions: float) -> float:
+        """One attention group: KV streamed from HBM vs QK^T/PV compute, whichever binds."""
+        return max(kv_tokens_read * self.kv_read_s_per_token, query_positions * self.attention_s_per_position)
+
+
+def _as_lengths(values: np.ndarray | Sequence[int], what: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.int64).reshape(-1)
+    if arr.size and arr.min() < 0:
+        raise InputError(f"{what} must be non-negative", field=what)
+    return arr
+
+
+@dataclass(frozen=True)
+class RooflineCostModel:
+    """Analytic iteration costs of ``model`` on a tensor-parallel group of ``tp`` x ``gpu``.
+
+    Decode of ``B`` requests: decoder matmuls over the CUDA-graph-padded batch (weights read once,
+    split over tp), attention reading each request's own KV (rounded up to ``kv_block_size`` pages:
+    a paged cache streams whole blocks), the LM head, TP collectives, and ``iteration_overhead_s``.
+    An SD iteration adds ``depth`` drafter steps (``drafter``: by default the target's one-layer
+    EAGLE drafter) over ``topk`` tokens per request, and one target verify forward over
+    ``verify_tokens + 1`` tokens per request.
+    """
+
+    model: ModelShape
+    gpu: GPUSpec
+    tp: int = 1
+    drafter: ModelShape | None = None
+    iteration_overhead_s: float = DEFAULT_ITERATION_OVERHEAD_S
+    draft_step_overhead_s: float = DEFAULT_DRAFT_STEP_OVERHEAD_S
+    sd_overhead_s: float = DEFAULT_SD_OVERHEAD_S
+    kv_block_size: int = DEFAULT_KV_BLOCK_SIZE
+    graph_batch_sizes: tuple[int, ...] = CUDA_GRAPH_BATCH_SIZES
+    _target: _ForwardCosts = field(init=False, repr=False, compare=False)
+    _draft: _ForwardCosts = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.gpu.analytic:
+            raise InputError("the roofline needs analytic peaks; this GPU is known only through measured "
+                             "tables (use TableCostModel)", path=f"gpu {self.gpu.name}", field="gpu")
+        if self.tp < 1 or self.model.num_attention_heads % self.tp:
+            raise InputError(f"tp={self.tp} must be >= 1 and divide num_attention_heads "
+                             f"({self.model.num_attention_heads}) of {self.model.name}", field="tp")
+        if self.kv_block_size < 1:
+            raise InputError(f"must be >= 1, got {self.kv_block_size}", field="kv_block_size")
+        for name in ("iteration_overhead_s", "draft_step_overhead_s", "sd_overhead_s"):
+            if getattr(self, name) < 0:
+                raise InputError("must be non-negative", field=name)
+        per_gpu = self.model.weight_bytes / self.tp
+        if per_gpu > MAX_WEIGHT_MEMORY_FRACTION * self.gpu.memory_bytes:
+            raise InputError(
+                f"{self.model.name} needs {per_gpu / 1e9:.1f} GB of weights per GPU at tp={self.tp}, "
+                f"more than {MAX_WEIGHT_MEMORY_FRACTION:.0%} of {self.gpu.name}'s "
+                f"{self.gpu.memory_bytes / 1e9:.0f} GB; raise tp", field="tp")
+        drafter = self.drafter if self.drafter is not None else self.model.drafter()
+        object.__setattr__(self, "drafter", drafter)
+        object.__setattr__(self, "_target", _ForwardCosts.build(self.model, self.gpu, self.tp))
+        object.__setattr__(self, "_draft", _ForwardCosts.build(drafter, self.gpu, self.tp))
+
+    # ---- helpers ------------------------------------------------------------------------------
+    def padded(self, batch_size: int) -> int:
+        """CUDA-graph batch size for a decode / SD batch of ``batch_size``."""
+        return padded_batch(batch_size, self.graph_batch_sizes)
+
+    def _paged(self, lengths: np.ndarray) -> np.ndarray:
+        b = self.kv_block_size
+        return (lengths + (b - 1)) // b * b
+
+    def kv_capacity_tokens(self, memory_fraction: float = MAX_WEIGHT_MEMORY_FRACTION) -> int:
+        """Tokens of KV cache the TP group holds next to the weights (admission-control limit)."""
+        free = memory_fraction * self.gpu.memory_bytes * self.tp - self.model.weight_bytes
+        return max(0, int(free // self.model.kv_bytes_per_token))
+
+    # ---- CostModel ----------------------------------------------------------------------------
+    def decode_time(self, context_lens: np.ndarray) -> float:
+        ctx = _as_lengths(context_lens, "context_lens")
+        b = ctx.size
+        if b == 0:
+            return 0.0
+        t = self._target
+        rows = self.padded(b)
+        kv_read = int(self._paged(ctx).sum()) + b  # cached pages + the new token's K/V
+        positions = int(ctx.sum()) + b  # each new token attends to its context and itself
+        return t.fixed_time(rows, rows) + t.attention_time(kv_read, positions) + self.iteration_overhead_s
+
+    def decode_span_time(self, context_lens: np.ndarray, n_iters: int) -> float:
+        ctx = _as_lengths(context_lens, "context_lens")
+        b, n = ctx.size, int(n_iters)
+        if b == 0 or n <= 0:
+            return 0.0
+        t = self._target
+        rows = self.padded(b)
+        per_iter = t.fixed_time(rows, rows) + self.iteration_overhead_s
+        kv_per_block_pos = t.kv_read_s_per_token
+        if t.attention_s_per_position <= kv_per_block_pos:
+            # Memory-bound for every request at every step (paged KV >= positions): closed form.
+            kv_read = int(self._paged_prefix(ctx + n - 1).sum() - self._paged_prefix(ctx - 1).sum()) + n * b
+            attention = kv_read * kv_per_block_pos
+        else:
+            j = np.arange(n, dtype=np.int64)
+            kv_read = self._paged_sum_over_steps(ctx, j) + b
+            positions = int(ctx.sum()) + b + b * j
+            attention = float(np.maximum(kv_read * kv_per_block_pos,
+                                         positions * t.attention_s_per_position).sum())
+        return n * per_iter + attention
+
+    def _paged_prefix(self, m: np.ndarray) -> np.ndarray:
+        """sum_{x=1..m} paged(x) per element (0 for m <= 0), exact in integers."""
+        b = self.kv_block_size
+        m = np.maximum(m, 0)
+        q, r = m // b, m % b
+        return b * b * q * (q + 1) // 2 + r * b * (q + 1)
+
+    def _paged_sum_over_steps(self, ctx: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """sum_i paged(ctx_i + j) for every j in ``steps``: the padding term is periodic in j
+        with period ``kv_block_size``, so one small residue histogram gives all of them."""
+        b = self.kv_block_size
+        hist = np.bincount(ctx % b, minlength=b)
+        r = np.arange(b)
+        pad = ((-(r[:, None] + r[None, :])) % b * hist[:, None]).sum(axis=0)  # pad[s] for j % b == s
+        return int(ctx.sum()) + ctx.size * steps + pad[steps % b]
+
+    def verify_time(self, context_lens: np.ndarray, verify_tokens: int) -> float:
+        """One target forward over ``verify_tokens + 1`` tree tokens per request (no overheads)."""
+        ctx = _as_lengths(context_lens, "context_lens")
+        if ctx.size == 0:
+            return 0.0
+        return self._verify(ctx.size, int(self._paged(ctx).sum()), int(ctx.sum()), verify_tokens)
+
+    def draft_step_time(self, context_lens: np.ndarray, topk: int, step: int = 0) -> float:
+        """One drafter forward over ``topk`` candidate tokens per request at draft depth ``step``
+        (its own one-layer KV over the context plus the draft so far), without overheads."""
+        ctx = _as_lengths(context_lens, "context_lens")
+        if ctx.size == 0:
+            return 0.0
+        return self._drafting(ctx.size, int(self._paged(ctx).sum()), int(ctx.sum()), topk, step, step + 1)
+
+    def _verify(self, b: int, paged_sum: int, ctx_sum: int, verify_tokens: int) -> float:
+        tokens = verify_tokens + 1
+        rows = self.padded(b) * tokens
+        kv_read = paged_sum + b * tokens
+        positions = tokens * (ctx_sum + b * tokens)  # tree tokens see the context and the tree
+        return self._target.fixed_time(rows, rows) + self._target.attention_time(kv_read, positions)
+
+    def _drafting(self, b: int, paged_sum: int, ctx_sum: int, topk: int, first: int, stop: int) -> float:
+        """Draft steps ``first..stop-1``; step s reads the context plus s+1 draft levels of KV."""
+        d = self._draft
+        rows = self.padded(b) * topk
+        total = (stop - first) * d.fixed_time(rows, rows)
+        for step in range(first, stop):
+            drafted = b * (step + 1)
+            total += d.attention_time(paged_sum + topk * drafted, topk * (ctx_sum + drafted))
+        return total
+
+    def sd_time(self, context_lens: np.ndarray, config: SDConfig) -> float:
+        if not config.enabled:
+            return self.decode_time(context_lens)
+        ctx = _as_lengths(context_lens, "context_lens")
+        b = ctx.size
+        if b == 0:
+            return 0.0
+        paged_sum, ctx_sum = int(self._paged(ctx).sum()), int(ctx.sum())
+        drafting = self._drafting(b, paged_sum, ctx_sum, config.topk, 0, config.depth)
+        return (drafting + config.depth * self.draft_step_overhead_s
+                + self._verify(b, paged_sum, ctx_sum, config.verify_tokens)
+                + self.sd_overhead_s + self.iteration_overhead_s)
+
+    def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
+        new = _as_lengths(new_tokens, "new_tokens")
+        cached = _as_lengths(cached_tokens, "cached_tokens")
+        if new.shape != cached.shape:
+            raise InputError(f"new_tokens ({new.size}) and cached_tokens ({cached.size}) differ in length",
+                             field="cached_tokens")
+        rows = int(new.sum())
+        if rows == 0:
+            return 0.0
+        t = self._target
+        live = int((new > 0).sum())  # one logits row per request (its last prompt token)
+        kv_read = int(self._paged(cached[new > 0]).sum()) + rows
+        positions = int((new * cached).sum() + (new * (new + 1) // 2).sum())  # causal
+        return t.fixed_time(rows, live) + t.attention_time(kv_read, positions) + self.iteration_overhead_s
+
+    def drafter_prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
+        """Prefill of the drafter's own KV (SD switch-on re-prefills prompt + generated tokens
+        through the drafter too); no LM head (hidden states only)."""
+        new = _as_lengths(new_tokens, "new_tokens")
+        cached = _as_lengths(cached_tokens, "cached_tokens")
+        rows = int(new.sum())
+        if rows == 0:
+            return 0.0
+        d = self._draft
+        kv_read = int(self._paged(cached[new > 0]).sum()) + rows
+        positions = int((new * cached).sum() + (new * (new + 1) // 2).sum())
+        return d.fixed_time(rows, 0) + d.attention_time(kv_read, positions) + self.iteration_overhead_s

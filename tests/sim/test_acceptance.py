@@ -1,0 +1,108 @@
+"""Acceptance model: chain formula, the paper-fitted tree preset, sampling, presets."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tltsim.acceptance import (
+    PAPER_QWEN32B_TP4_PARAMS,
+    PAPER_TOPK,
+    AcceptanceModel,
+    ChainAcceptance,
+    TreeAcceptance,
+    fit_tree_acceptance,
+    get_acceptance,
+    load_depth_verify_table,
+    paper_qwen32b_tp4,
+)
+from tltsim.errors import InputError
+from tltsim.policy.base import NO_SD, SDConfig
+
+PAPER = Path(__file__).resolve().parents[2].parent / "shared" / "paper"
+
+
+def paper_rows():
+    path = PAPER / "sd_depth_verify_bs1.csv"
+    if not path.exists():
+        pytest.skip(f"paper table not found at {path}")
+    return load_depth_verify_table(path)
+
+
+def test_protocol_and_no_sd():
+    for model in (paper_qwen32b_tp4(), ChainAcceptance((0.7,))):
+        assert isinstance(model, AcceptanceModel)
+        assert model.expected_accept_length(NO_SD) == 1.0
+        assert (model.sample_accept_lengths(NO_SD, 5, np.random.default_rng(0)) == 1).all()
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 0.8, 0.95])
+@pytest.mark.parametrize("k", [1, 4, 8])
+def test_chain_matches_closed_formula(alpha, k):
+    expected = k + 1 if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+    assert ChainAcceptance((alpha,)).expected_accept_length(SDConfig.chain(k)) == pytest.approx(expected)
+
+
+def test_chain_alpha_to_one_approaches_depth_plus_one():
+    lengths = [ChainAcceptance((a,)).expected_accept_length(SDConfig.chain(6)) for a in (0.9, 0.99, 0.999, 1.0)]
+    assert lengths == sorted(lengths)
+    assert lengths[-1] == pytest.approx(7.0)
+    assert 7.0 - lengths[-2] < 0.03
+
+
+def test_chain_per_position_alphas():
+    model = ChainAcceptance((0.9, 0.5))  # later positions reuse 0.5
+    assert model.expected_accept_length(SDConfig.chain(3)) == pytest.approx(1 + 0.9 + 0.45 + 0.225)
+
+
+def test_paper_preset_within_5_percent_of_every_row():
+    model = paper_qwen32b_tp4()
+    for depth, verify, measured in paper_rows():
+        predicted = model.expected_accept_length((depth, PAPER_TOPK, verify))
+        assert predicted == pytest.approx(measured, rel=0.05), (depth, verify)
+
+
+def test_refit_reproduces_stored_constants():
+    fit = fit_tree_acceptance(paper_rows())
+    assert fit.max_rel_error < 0.05
+    assert fit.model.params == pytest.approx(PAPER_QWEN32B_TP4_PARAMS, rel=1e-3)
+
+
+def test_tree_monotone_in_depth_verify_and_quality():
+    model = paper_qwen32b_tp4()
+    e = model.expected_accept_length
+    assert e(SDConfig(8, 8, 16)) < e(SDConfig(8, 8, 32)) < e(SDConfig(8, 8, 64))
+    assert e(SDConfig(4, 8, 32)) < e(SDConfig(8, 8, 32)) <= 9
+    assert e(SDConfig(8, 4, 32)) >= e(SDConfig.chain(8))  # branching helps
+    stale = model.with_quality(0.8)
+    assert 1 < stale.expected_accept_length(SDConfig(8, 4, 32)) < e(SDConfig(8, 4, 32))
+
+
+@pytest.mark.parametrize("model", [paper_qwen32b_tp4(), ChainAcceptance((0.8,)), paper_qwen32b_tp4(0.7)])
+@pytest.mark.parametrize("config", [SDConfig(8, 4, 32), SDConfig(3, 2, 5), SDConfig.chain(5)])
+def test_sampled_mean_converges_to_expectation(model, config):
+    samples = model.sample_accept_lengths(config, 200_000, np.random.default_rng(7))
+    assert samples.dtype.kind == "i"
+    assert samples.min() >= 1 and samples.max() <= config.depth + 1
+    probs = model.accept_length_probs(config)
+    std = np.sqrt((probs * (np.arange(1, probs.size + 1) - model.expected_accept_length(config)) ** 2).sum())
+    assert abs(samples.mean() - model.expected_accept_length(config)) < 5 * std / np.sqrt(samples.size)
+
+
+def test_sampling_is_deterministic_given_seed():
+    m = paper_qwen32b_tp4()
+    a = m.sample_accept_lengths(SDConfig(8, 4, 32), 100, np.random.default_rng(3))
+    b = m.sample_accept_lengths(SDConfig(8, 4, 32), 100, np.random.default_rng(3))
+    assert (a == b).all()
+
+
+def test_presets_and_errors():
+    assert get_acceptance("paper-qwen32b").params == paper_qwen32b_tp4().params
+    assert get_acceptance("CHAIN-0.8").alphas == (0.8,)
+    for bad in ("chain-1.5", "chain-x", "eagle"):
+        with pytest.raises(InputError, match="unknown acceptance model"):
+            get_acceptance(bad)
+    with pytest.raises(InputError, match="quality"):
+        ChainAcceptance((0.9,), quality=1.2)
+    with pytest.raises(InputError, match="coverage"):
+        TreeAcceptance(1.5, 0.1, 0.0)
