@@ -69,14 +69,10 @@ def bucket_arms(arms: Sequence[SDConfig], n_buckets: int) -> list[tuple[SDConfig
     """Arms of each batch-size bucket: bucket *i* gets the arms with the *i*-th largest verify
     budget (see the module docstring for fewer/more budgets than buckets). Arm order is kept."""
     budgets = sorted({a.verify_tokens for a in arms}, reverse=True)
-    groups: list[tuple[SDConfig, ...]] = []
-    for i in range(n_buckets):
-        if i < n_buckets - 1:
-            wanted = {budgets[min(i, len(budgets) - 1)]}
-        else:
-            wanted = set(budgets[min(i, len(budgets) - 1):])
-        groups.append(tuple(a for a in arms if a.verify_tokens in wanted))
-    return groups
+    last = len(budgets) - 1
+    wanted = [{budgets[min(i, last)]} for i in range(n_buckets - 1)]
+    wanted.append(set(budgets[min(n_buckets - 1, last):]))  # the last bucket takes every leftover budget
+    return [tuple(a for a in arms if a.verify_tokens in w) for w in wanted]
 
 
 class BucketedEpsilonGreedy:

@@ -8,6 +8,7 @@ re-prefill); wrap it in ``Elastic`` to study that.
 Duck-typed: ``accept_model`` needs ``expected_accept_length(config)`` and ``cost_model`` needs
 ``sd_time(ctx, config)`` and ``decode_time(ctx)`` (see :mod:`tltsim.acceptance`,
 :mod:`tltsim.cost_model`). Per-request context lengths are passed on as an int64 array, never a mean.
+The constructor does not touch the models (scenario validation builds policies with placeholders).
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ Approximations, stated plainly:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from itertools import pairwise
 
 from tltsim.errors import InputError
@@ -53,9 +54,13 @@ def chain_tokens(rate: float, depth: int) -> float:
     return (1.0 - rate ** (depth + 1)) / (1.0 - rate)
 
 
+@lru_cache(maxsize=8192)
 def implied_rate(accept_length: float, depth: int) -> float:
     """The per-position acceptance rate at which a ``depth`` chain emits ``accept_length`` tokens on
-    average (bisection on the monotone :func:`chain_tokens`), clipped to ``[0, 0.999]``."""
+    average (bisection on the monotone :func:`chain_tokens`), clipped to ``[0, 0.999]``.
+
+    Cached: accept lengths are ratios of small integers (tokens / batch), so they repeat, and the
+    simulator observes every iteration."""
     if depth <= 0 or accept_length <= 1.0:
         return 0.0
     if accept_length >= depth + 1:
