@@ -71,3 +71,20 @@ def test_missing_contexts_do_not_crash() -> None:
     oracle = Oracle(ChainAcceptance(0.9), LinearCost())
     assert oracle.decide(BatchView(2)).enabled
     assert oracle.decide(BatchView(0)) == NO_SD
+
+
+def test_with_the_project_models_budget_shrinks_as_the_batch_grows() -> None:
+    """Against the roofline cost model and the paper-fitted tree acceptance, the oracle rediscovers
+    TLT's rule: the widest verify budget at batch 1, never a wider one as the batch grows."""
+    from tltsim.acceptance import get_acceptance
+    from tltsim.cost_model import RooflineCostModel
+    from tltsim.hardware import get_gpu
+    from tltsim.model_shape import get_model
+
+    cost = RooflineCostModel(get_model("qwen2.5-32b"), get_gpu("h100"), tp=4)
+    oracle = Oracle(get_acceptance("paper-qwen32b"), cost)
+    budgets = [oracle.decide(BatchView(bs, context_lens=(8000,) * bs)).verify_tokens
+               for bs in (1, 2, 4, 8, 16, 32, 64)]
+    assert budgets[0] == 48
+    assert budgets == sorted(budgets, reverse=True) and budgets[-1] < budgets[0]
+    assert Oracle(get_acceptance("chain-0.0"), cost).decide(BatchView(4, context_lens=(8000,) * 4)) == NO_SD
