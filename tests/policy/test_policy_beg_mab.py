@@ -7,7 +7,6 @@ import pytest
 from tltsim.errors import InputError
 from tltsim.policy.base import BatchView, Outcome, SDConfig
 from tltsim.policy.beg_mab import DEFAULT_ARMS, BucketedEpsilonGreedy, bucket_arms
-from tltsim.policy.tree_shape import tree_config
 
 A48, A32, A16, A8 = DEFAULT_ARMS
 
@@ -28,14 +27,14 @@ def test_default_arms_reduce_to_tlt_table() -> None:
 
 
 def test_bucket_assignment_with_shared_and_missing_budgets() -> None:
-    a, b, c = tree_config(6, 4, 32), tree_config(8, 4, 32), tree_config(8, 4, 8)
+    a, b, c = SDConfig(6, 4, 32), SDConfig(8, 4, 32), SDConfig(8, 4, 8)
     assert bucket_arms([a, b, c], 4) == [(a, b), (c,), (c,), (c,)]
-    d, e = tree_config(8, 4, 48), SDConfig(4, 1, 4)
+    d, e = SDConfig(8, 4, 48), SDConfig(4, 1, 4)
     assert bucket_arms([d, b, c, e, SDConfig(2, 1, 2)], 3) == [(d,), (b,), (c, e, SDConfig(2, 1, 2))]
 
 
 def shared_bucket_policy(eps: float = 0.1, window: int = 300, seed: int = 0) -> BucketedEpsilonGreedy:
-    arms = [tree_config(4, 4, 16), tree_config(6, 4, 16), tree_config(8, 4, 16)]
+    arms = [SDConfig(4, 4, 16), SDConfig(6, 4, 16), SDConfig(8, 4, 16)]
     return BucketedEpsilonGreedy(arms=arms, thresholds=[1], eps=eps, window=window, seed=seed)
 
 

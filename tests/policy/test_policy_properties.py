@@ -7,9 +7,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tltsim.policy.base import NO_SD, BatchView, Outcome, SDConfig
+from tltsim.policy.base import NO_SD, BatchView, Outcome, SDConfig, max_tree_nodes
 from tltsim.policy.registry import make_policy
-from tltsim.policy.tree_shape import max_tree_nodes
 
 SPECS = ["no-sd", "static:8_4_16", "beg-mab", "eps-greedy", "ucb1", "vllm-table", "sglang-ema",
          "sglang-ema:depths=0,1,3,7", "oracle", "elastic+beg-mab", "elastic:2:1+oracle",

@@ -17,6 +17,13 @@ from typing import Protocol, runtime_checkable
 _NAME = re.compile(r"^(\d+)_(\d+)_(\d+)$")
 
 
+def max_tree_nodes(depth: int, topk: int) -> int:
+    """Draft nodes an EAGLE-2 tree offers for verification: ``topk`` after the first step, then
+    each of the ``topk`` frontier nodes expands into ``topk`` children per later step
+    (``8_4_48`` verifies 48 of 116 nodes)."""
+    return topk + (depth - 1) * topk * topk if depth > 0 else 0
+
+
 @dataclass(frozen=True, order=True)
 class SDConfig:
     """Draft-tree shape. ``depth`` drafting steps, ``topk`` children per step, ``verify_tokens``
@@ -33,10 +40,9 @@ class SDConfig:
     def __post_init__(self) -> None:
         if self.depth < 0 or self.topk < 1 or self.verify_tokens < 0:
             raise ValueError(f"invalid SDConfig {self!r}")
-        if self.depth > 0 and not (1 <= self.verify_tokens <= self.depth * self.topk):
-            raise ValueError(
-                f"SDConfig {self.name}: verify_tokens must be in [1, depth*topk={self.depth * self.topk}]"
-            )
+        if self.depth > 0 and not (1 <= self.verify_tokens <= max_tree_nodes(self.depth, self.topk)):
+            raise ValueError(f"SDConfig {self.name}: verify_tokens must be in "
+                             f"[1, {max_tree_nodes(self.depth, self.topk)}] for an EAGLE-2 tree")
 
     @property
     def enabled(self) -> bool:

@@ -36,13 +36,12 @@ from random import Random
 from tltsim.errors import InputError
 from tltsim.policy.base import BatchView, Outcome, SDConfig
 from tltsim.policy.reward_window import RewardWindow
-from tltsim.policy.tree_shape import tree_config
 
 DEFAULT_ARMS: tuple[SDConfig, ...] = (  # TLT's published arms (DESIGN §1)
-    tree_config(8, 4, 48),
-    tree_config(8, 4, 32),
-    tree_config(8, 4, 16),
-    tree_config(8, 4, 8),
+    SDConfig(8, 4, 48),
+    SDConfig(8, 4, 32),
+    SDConfig(8, 4, 16),
+    SDConfig(8, 4, 8),
 )
 DEFAULT_THRESHOLDS: tuple[int, ...] = (1, 2, 5, 21)
 DEFAULT_EPS = 0.1

@@ -40,7 +40,6 @@ from tltsim.policy.beg_mab import DEFAULT_ARMS, BucketedEpsilonGreedy
 from tltsim.policy.elastic import DEFAULT_CONSECUTIVE, DEFAULT_THRESHOLD, Elastic
 from tltsim.policy.oracle import Oracle
 from tltsim.policy.sglang_ema import SglangEma
-from tltsim.policy.tree_shape import parse_config
 from tltsim.policy.vllm_table import VllmTable
 
 POLICY_NAMES: tuple[str, ...] = (
@@ -73,7 +72,7 @@ def _float(text: str, what: str) -> float:
 
 def _config(text: str) -> SDConfig:
     try:
-        return parse_config(text)
+        return SDConfig.parse(text)
     except ValueError as exc:
         raise _SpecError(str(exc)) from None
 
