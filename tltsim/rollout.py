@@ -24,9 +24,9 @@ Each instance is one SimPy process running continuous batching:
   ``stochastic`` mode. The policy is told the :class:`Outcome`.
 * **Elastic switch.** When an elastic wrapper reports ``just_switched``, every live request is
   re-prefilled (prompt + generated so far) through target and drafter before the iteration runs,
-  in passes of ``prefill_budget * reprefill_budget_fraction`` (1/4, TLT's choice) tokens. The
-  drafter's share is ``drafter_prefill_fraction`` of the target's prefill time (one decoder layer
-  out of ``num_layers``).
+  in passes of ``prefill_budget * reprefill_budget_fraction`` (1/4, TLT's choice) tokens. Each
+  pass also runs the drafter: ``drafter_prefill_time`` where the cost model has it (the roofline
+  does), else ``drafter_prefill_fraction`` of the target's pass (fakes and tables).
 * **Idle.** An instance that has finished all its requests idles until the step's makespan.
 
 Performance. Between events (a request finishing, admissions) a policy that does not decide per
@@ -223,6 +223,7 @@ class _Instance:
         self.is_elastic, self.threshold = _elastic_state(policy)
         self.expected = engine.acceptance_mode == "expected"
         self._accept_cache: dict[SDConfig, float] = {}
+        self._cdf_cache: dict[SDConfig, np.ndarray] = {}
         self.need_admit = True
         self.finish_time = 0.0
         self.row_closed = False
@@ -258,12 +259,18 @@ class _Instance:
         self.target = np.concatenate([self.target, self.q_resp[lo:hi].astype(np.float64)])
         self.progress = np.concatenate([self.progress, np.zeros(fits)])
 
-    def _prefill_time(self, tokens: np.ndarray, cached: np.ndarray, budget: int) -> float:
-        """Sum of prefill passes of at most ``budget`` new tokens, requests packed in order."""
+    def _prefill_time(self, tokens: np.ndarray, cached: np.ndarray, budget: int,
+                      drafter: bool = False) -> float:
+        """Sum of prefill passes of at most ``budget`` new tokens, requests packed in order.
+
+        With ``drafter`` each pass also runs through the drafter: ``cost.drafter_prefill_time``
+        when the cost model has it, else ``drafter_prefill_fraction`` of the target's pass.
+        """
         total = 0.0
         passes = 0
         todo = tokens.astype(np.int64).copy()
         done = cached.astype(np.int64).copy()
+        draft_fn = getattr(self.cost, "drafter_prefill_time", None) if drafter else None
         i = 0
         n = len(todo)
         while i < n:
@@ -281,24 +288,30 @@ class _Instance:
                 if todo[i] == 0:
                     i += 1
             if new:
-                total += self.cost.prefill_time(np.asarray(new, dtype=np.int64),
-                                                np.asarray(old, dtype=np.int64))
+                new_a, old_a = np.asarray(new, dtype=np.int64), np.asarray(old, dtype=np.int64)
+                target = self.cost.prefill_time(new_a, old_a)
+                total += target
+                if draft_fn is not None:
+                    total += draft_fn(new_a, old_a)
+                elif drafter:
+                    total += target * self.eng.drafter_prefill_fraction
                 passes += 1
         self._passes = passes
         return total
 
     def _reprefill(self) -> None:
         """Elastic switch: rebuild target and drafter state of every live request (1/4 budget)."""
-        ctx = self.prompt + np.floor(self.progress + _EPS).astype(np.int64)
+        ctx = self._ctx()
         budget = max(1, int(self.eng.prefill_budget * self.eng.reprefill_budget_fraction))
-        t = self._prefill_time(ctx, np.zeros(len(ctx), dtype=np.int64), budget)
-        t *= 1.0 + self.eng.drafter_prefill_fraction
+        t = self._prefill_time(ctx, np.zeros(len(ctx), dtype=np.int64), budget, drafter=True)
         self._emit("reprefill", self.t, self.t + t, self._passes, len(ctx), NO_SD, int(ctx.sum()))
         self.t += t
 
     # ---- decode ----------------------------------------------------------------------------
     def _ctx(self) -> np.ndarray:
-        return self.prompt + np.floor(self.progress + _EPS).astype(np.int64)
+        if self.expected:
+            return self.prompt + np.floor(self.progress + _EPS).astype(np.int64)
+        return self.prompt + self.progress.astype(np.int64)  # integral progress
 
     def _accept_len(self, cfg: SDConfig) -> float:
         a = self._accept_cache.get(cfg)
@@ -308,6 +321,21 @@ class _Instance:
             a = float(self.accept.expected_accept_length(cfg))
             self._accept_cache[cfg] = a
         return a
+
+    def _sample(self, cfg: SDConfig, b: int) -> np.ndarray:
+        """``b`` accept lengths. Where the model publishes its length distribution
+        (``accept_length_probs``), sample it by inverse CDF from a per-config cache: the
+        distribution is fixed within a step and recomputing it dominated the per-iteration cost."""
+        hit = self._cdf_cache.get(cfg)
+        if hit is None:
+            probs_fn = getattr(self.accept, "accept_length_probs", None)
+            if probs_fn is None:
+                return self.accept.sample_accept_lengths(cfg, b, self.rng)  # type: ignore[union-attr]
+            cdf = np.cumsum(probs_fn(cfg))
+            hit = (cdf[:-1].copy(), float(cdf[-1]))  # inner edges: draws land in [0, depth]
+            self._cdf_cache[cfg] = hit
+        edges, total = hit
+        return np.searchsorted(edges, self.rng.random(b) * total, side="right") + 1
 
     def _constant_until_event(self, cfg: SDConfig, batch: int) -> bool:
         """True when the policy cannot change ``cfg`` before the next finish or admission."""
@@ -332,41 +360,40 @@ class _Instance:
         view = BatchView(batch_size=b, context_lens=tuple(ctx.tolist()), time=self.t,
                          iteration=self.iteration, recent_accept=self.recent_accept, instance=self.idx)
         cfg = self.policy.decide(view)
-        if self.is_elastic and getattr(self.policy, "just_switched", False):
+        if self.is_elastic and self.policy.just_switched:  # type: ignore[attr-defined]
             self._reprefill()
         remaining = self.target - self.progress
+        t0 = self.t
         if not cfg.enabled:
             if self._constant_until_event(cfg, b):
                 n = max(1, math.ceil(float(remaining.min()) - _EPS))
                 dt = self.cost.decode_span_time(ctx, n)
                 step = np.minimum(remaining, n)
-                self._emit("decode", self.t, self.t + dt, n, b, cfg, float(step.sum()))
+                self._emit("decode", t0, t0 + dt, n, b, cfg, float(step.sum()))
             else:
                 n = 1
                 dt = self.cost.decode_time(ctx)
                 step = np.minimum(remaining, 1.0)
-                self._observe(cfg, b, float(step.sum()), dt, 0, 0)
-                self._emit("decode", self.t, self.t + dt, 1, b, cfg, float(step.sum()))
+                emitted = float(step.sum())
+                self._observe(cfg, b, emitted, dt, 0, 0)
+                self._emit("decode", t0, t0 + dt, 1, b, cfg, emitted)
         else:
             n = 1
             dt = self.cost.sd_time(ctx, cfg)
-            if self.expected:
-                step = np.minimum(remaining, self._accept_len(cfg))
-            else:
-                drawn = self.accept.sample_accept_lengths(cfg, b, self.rng)  # type: ignore[union-attr]
-                step = np.minimum(remaining, drawn)
+            drawn = self._accept_len(cfg) if self.expected else self._sample(cfg, b)
+            step = np.minimum(remaining, drawn)
             emitted = float(step.sum())
             drafted = cfg.verify_tokens * b
             accepted = max(0.0, emitted - b)
             a = emitted / b
-            self.recent_accept = a if self.recent_accept is None else (
-                (1 - RECENT_ACCEPT_WEIGHT) * self.recent_accept + RECENT_ACCEPT_WEIGHT * a)
+            ra = self.recent_accept
+            self.recent_accept = a if ra is None else (1 - RECENT_ACCEPT_WEIGHT) * ra + RECENT_ACCEPT_WEIGHT * a
             self._observe(cfg, b, emitted, dt, drafted, accepted)
-            self._emit("decode", self.t, self.t + dt, 1, b, cfg, emitted, drafted, accepted)
-        self.t += dt
+            self._emit("decode", t0, t0 + dt, 1, b, cfg, emitted, drafted, accepted)
+        self.t = t0 + dt
         self.iteration += n
         self.progress += step
-        done = self.progress >= self.target - _EPS
+        done = remaining - step <= _EPS
         if done.any():
             keep = ~done
             self.kv_used -= int((self.prompt[done] + self.target[done]).sum())
