@@ -7,8 +7,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tltsim.acceptance import ChainAcceptance
-from tltsim.cost_model import CostModel, RooflineCostModel, padded_batch
+from tltsim.acceptance import ChainAcceptance, paper_qwen32b_tp4
+from tltsim.cost_model import (
+    DEFAULT_DRAFT_STEP_OVERHEAD_S,
+    DEFAULT_SD_OVERHEAD_S,
+    CostModel,
+    RooflineCostModel,
+    SDMeasurement,
+    TableCostModel,
+    fit_sd_overheads,
+    padded_batch,
+)
 from tltsim.errors import InputError
 from tltsim.hardware import get_gpu
 from tltsim.model_shape import get_model
@@ -140,3 +149,102 @@ def test_roofline_batch1_tokens_per_s_against_paper_within_2x():
         cm = roofline(gpu=get_gpu(gpu_name))
         predicted = 1.0 / cm.decode_time(np.array([1024]))
         assert measured / 2 < predicted < measured * 2, (gpu_name, predicted, measured)
+
+
+def _paper_sd_points():
+    path = PAPER / "sd_depth_verify_bs1.csv"
+    if not path.exists():
+        pytest.skip(f"paper tables not found at {PAPER}")
+    with path.open() as fh:
+        return [SDMeasurement(1, int(r["depth"]), 8, int(r["verify_tokens"]), float(r["accept_length"]),
+                              float(r["speedup"])) for r in csv.DictReader(fh)]
+
+
+def test_sd_overhead_defaults_refit_from_paper_table():
+    cm = roofline(model=get_model("Qwen2.5-32B"), tp=4)
+    step, fixed = fit_sd_overheads(cm, _paper_sd_points())
+    assert step == pytest.approx(DEFAULT_DRAFT_STEP_OVERHEAD_S, rel=0.01)
+    assert fixed == pytest.approx(DEFAULT_SD_OVERHEAD_S, rel=0.01)
+
+
+def test_batch1_sd_speedup_close_to_paper():
+    """With the fitted overheads and the paper acceptance preset, every batch-1 speedup of the
+    paper's depth x verify table is reproduced within 10 % (max error measured: 7.3 %)."""
+    cm = roofline(model=get_model("Qwen2.5-32B"), tp=4)
+    acc = paper_qwen32b_tp4()
+    ctx = np.array([1024])
+    for p in _paper_sd_points():
+        accept = acc.expected_accept_length((p.depth, p.topk, p.verify_tokens))
+        speedup = accept * cm.decode_time(ctx) / cm.sd_shape_time(ctx, p.depth, p.topk, p.verify_tokens)
+        assert speedup == pytest.approx(p.speedup, rel=0.10), p
+
+
+def test_sd_shape_time_matches_sd_time_for_valid_configs():
+    cm = roofline()
+    ctx = np.array([100, 2000, 7])
+    assert cm.sd_shape_time(ctx, 8, 4, 32) == cm.sd_time(ctx, SDConfig(8, 4, 32))
+
+
+# ---- calibrated tables ---------------------------------------------------------------------------
+def _write_table_from(cm, path, batches=(1, 4, 16), contexts=(0, 1024, 4096), verifies=(8, 32), topks=(1, 4)):
+    rows = ["kind,batch_size,context,verify_tokens,topk,seconds"]
+    for b in batches:
+        for c in contexts:
+            ctx = np.full(b, c)
+            rows.append(f"decode,{b},{c},0,,{cm.decode_time(ctx)!r}")
+            for v in verifies:
+                rows.append(f"verify,{b},{c},{v},,{cm.verify_time(ctx, v)!r}")
+            for k in topks:
+                rows.append(f"draft_step,{b},{c},0,{k},{cm.draft_step_time(ctx, k)!r}")
+        rows.append(f"sd_overhead,{b},0,0,,{cm.sd_overhead_s + cm.iteration_overhead_s!r}")
+    for n in (128, 4096):
+        rows.append(f"prefill,1,{n},0,,{cm.prefill_time(np.array([n]), np.array([0]))!r}")
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_table_reproduces_measurements_and_interpolates(tmp_path):
+    cm = roofline(model=get_model("Qwen2.5-32B"), tp=4, draft_step_overhead_s=0.0)
+    table = TableCostModel.from_csv(_write_table_from(cm, tmp_path / "costs.csv"))
+    assert isinstance(table, CostModel)
+    at_point = np.full(4, 1024)
+    assert table.decode_time(at_point) == pytest.approx(cm.decode_time(at_point), rel=1e-12)
+    between = np.full(4, 2048)
+    assert table.decode_time(at_point) < table.decode_time(between) < table.decode_time(np.full(4, 4096))
+    assert table.decode_time(np.full(4, 8192)) > table.decode_time(np.full(4, 4096))  # extrapolates
+    # sd_time at a grid point = depth x draft step + verify + overhead, as measured
+    assert table.sd_time(at_point, SDConfig(2, 4, 8)) == pytest.approx(
+        2 * cm.draft_step_time(at_point, 4) + cm.verify_time(at_point, 8) + cm.sd_overhead_s
+        + cm.iteration_overhead_s, rel=1e-9)
+    assert table.prefill_time(np.array([128]), np.array([0])) > 0
+
+
+def test_table_span_equals_sum_of_steps(tmp_path):
+    table = TableCostModel.from_csv(_write_table_from(roofline(), tmp_path / "costs.csv"))
+    ctx = np.array([10, 900, 3000, 5000, 77])
+    n = 3000  # crosses grid points and runs past the last one
+    assert table.decode_span_time(ctx, n) == pytest.approx(sum(table.decode_time(ctx + j) for j in range(n)),
+                                                           rel=1e-12)
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("kind,batch_size,context,seconds\n", "'verify_tokens'"),
+    ("kind,batch_size,context,verify_tokens,seconds\ndecode,1,0,0,abc\n", r"row 2.*'seconds'"),
+    ("kind,batch_size,context,verify_tokens,seconds\nwarp,1,0,0,1\n", "unknown kind 'warp'"),
+    ("kind,batch_size,context,verify_tokens,seconds\ndecode,1,0,0,1\ndecode,2,5,0,1\n", "full grid"),
+    ("kind,batch_size,context,verify_tokens,seconds\ndecode,1,0,0,1\ndraft_step,1,0,0,1\n", "'topk'"),
+])
+def test_malformed_tables(tmp_path, text, match):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(InputError, match=match):
+        TableCostModel.from_csv(path)
+
+
+def test_table_without_sd_rows_refuses_sd(tmp_path):
+    path = tmp_path / "decode.csv"
+    path.write_text("kind,batch_size,context,verify_tokens,seconds\ndecode,1,0,0,0.01\ndecode,1,100,0,0.02\n")
+    table = TableCostModel.from_csv(path)
+    assert table.decode_time(np.array([50])) == pytest.approx(0.015)
+    with pytest.raises(InputError, match="no draft_step rows"):
+        table.sd_time(np.array([50]), SDConfig(4, 1, 4))
