@@ -1,0 +1,261 @@
+"""The target model: a Llama / Qwen2 decoder-only transformer in plain PyTorch.
+
+RMSNorm, rotary position embeddings (HF "rotate half" layout), grouped-query attention over a slab
+KV cache, SwiGLU MLP, tied or untied LM head, optional q/k/v biases (Qwen2). Parameter names match
+Hugging Face checkpoints (``model.layers.0.self_attn.q_proj.weight`` ...) so safetensors load as is.
+
+One forward serves prefill, plain decode, draft-tree expansion and tree verification: every call
+gets per-request new tokens ``[B, T]``, their positions, and a ``[B, T, T]`` mask saying which new
+tokens each new token may see (causal for prefill, ancestor-only for a tree). Each token always sees
+its request's whole committed cache prefix.
+
+Numerical policy: the per-token computation does not depend on the other requests in the batch
+except through padding (masked keys contribute exact zeros) and BLAS blocking. In float64 the
+resulting differences are ~1e-16 relative, far below any logit margin, so greedy decoding gives the
+same tokens whatever the batch composition or number of tokens per forward; that is what the
+lossless tests run. In float32 the same code is exact only up to rounding (near-ties can flip).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from tltreal.config import ModelConfig
+from tltreal.kv_cache import KVCache
+from tltsim.errors import InputError
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        var = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(var + self.eps))
+
+
+def rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin ``[B, T, head_dim]`` for integer ``positions`` ``[B, T]`` (computed in float64)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64, device=positions.device)
+                                / head_dim))
+    freqs = positions.to(torch.float64)[..., None] * inv_freq
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` ``[B, T, heads, head_dim]``."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos[:, :, None] + rotated * sin[:, :, None]
+
+
+@dataclass
+class AttnBatch:
+    """Per-forward attention bookkeeping shared by all layers."""
+
+    slots: torch.Tensor  # [B]
+    write_index: torch.Tensor  # [B, T] cache index of each new token
+    mask: torch.Tensor  # [B, 1, T, W] True where a query may attend a cached key
+    width: int  # W: cache window read by this forward
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+
+def make_attn_batch(slots: torch.Tensor, cache_lens: torch.Tensor, new_mask: torch.Tensor,
+                    positions: torch.Tensor, cfg: ModelConfig, dtype: torch.dtype) -> AttnBatch:
+    """Key mask: the committed prefix ``[0, len)`` in full, then ``new_mask`` ``[B, T, X]`` over the
+    X scratch keys ``[len, len + X)``; the T new tokens are written at the last T of those."""
+    b, t = positions.shape
+    x = new_mask.shape[2]
+    offs = torch.arange(x - t, x, device=positions.device)
+    write_index = cache_lens[:, None] + offs
+    width = int((cache_lens + x).max())
+    keys = torch.arange(width, device=positions.device)
+    rel = keys[None, :] - cache_lens[:, None]  # [B, W]: index of the key among the scratch keys
+    prefix = (rel < 0)[:, None, :].expand(b, t, width)
+    in_new = (rel >= 0) & (rel < x)
+    gathered = torch.gather(new_mask, 2, rel.clamp(0, x - 1)[:, None, :].expand(b, t, width))
+    mask = prefix | (in_new[:, None, :] & gathered)
+    cos, sin = rope_tables(positions, cfg.head_dim, cfg.rope_theta, dtype)
+    return AttnBatch(slots, write_index, mask[:, None], width, cos, sin)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        h = cfg.hidden_size
+        self.q_proj = nn.Linear(h, self.heads * self.head_dim, bias=cfg.attention_bias)
+        self.k_proj = nn.Linear(h, self.kv_heads * self.head_dim, bias=cfg.attention_bias)
+        self.v_proj = nn.Linear(h, self.kv_heads * self.head_dim, bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, h, bias=False)
+
+    def forward(self, x: torch.Tensor, cache: KVCache, layer: int, ab: AttnBatch) -> torch.Tensor:
+        b, t, _ = x.shape
+        q = apply_rope(self.q_proj(x).view(b, t, self.heads, self.head_dim), ab.cos, ab.sin)
+        k = apply_rope(self.k_proj(x).view(b, t, self.kv_heads, self.head_dim), ab.cos, ab.sin)
+        v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim)
+        cache.write(layer, ab.slots, ab.write_index, k, v)
+        keys, values = cache.window(layer, ab.slots, ab.width)
+        group = self.heads // self.kv_heads
+        keys = keys.repeat_interleave(group, dim=1)
+        values = values.repeat_interleave(group, dim=1)
+        scores = (q.transpose(1, 2) @ keys.transpose(-1, -2)) / math.sqrt(self.head_dim)
+        probs = scores.masked_fill(~ab.mask, float("-inf")).softmax(dim=-1)
+        out = (probs @ values).transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
+        return self.o_proj(out)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, input_norm: bool = True) -> None:
+        super().__init__()
+        self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg)
+        # EAGLE's drafter layer has no input norm (its input is already a projection of normed states).
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps) if input_norm else nn.Identity()
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, cache: KVCache, layer: int, ab: AttnBatch) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cache, layer, ab)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class _Body(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class Transformer(nn.Module):
+    """Llama/Qwen2 causal LM. :meth:`forward` returns ``(logits, hidden)``; ``hidden`` is the last
+    hidden state after the final norm (what the LM head and an EAGLE drafter consume)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.model = _Body(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.embed_tokens.weight.dtype
+
+    def new_cache(self, slots: int, max_len: int) -> KVCache:
+        c = self.cfg
+        return KVCache.allocate(c.num_hidden_layers, slots, c.num_key_value_heads, max_len, c.head_dim,
+                                self.dtype, self.model.embed_tokens.weight.device)
+
+    @torch.no_grad()
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache, slots: torch.Tensor,
+                cache_lens: torch.Tensor, new_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run ``tokens`` ``[B, T]`` at ``positions`` after each slot's first ``cache_lens`` entries.
+
+        ``new_mask`` is ``[B, T, X]`` with ``X >= T``: visibility of the scratch keys
+        ``[cache_lens, cache_lens + X)``, of which the new tokens are the last T (X > T lets draft-tree
+        expansion see earlier tree levels). Keys/values are written there; the caller decides what
+        to keep by advancing its committed lengths.
+        """
+        ab = make_attn_batch(slots, cache_lens, new_mask, positions, self.cfg, self.dtype)
+        x = self.model.embed_tokens(tokens)
+        for i, layer in enumerate(self.model.layers):
+            x = layer(x, cache, i, ab)
+        hidden = self.model.norm(x)
+        return self.lm_head(hidden), hidden
+
+
+def causal_mask(b: int, t: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``[B, T, T]`` lower-triangular mask for prefill of T new tokens."""
+    return torch.ones(t, t, dtype=torch.bool, device=device).tril().expand(b, t, t).contiguous()
+
+
+def padded_causal_mask(counts: torch.Tensor, t: int) -> torch.Tensor:
+    """Causal mask for ``counts[b]`` real tokens padded to ``t``. Padding rows see only themselves
+    (so their softmax is finite) and real rows never see padding."""
+    offs = torch.arange(t, device=counts.device)
+    real = offs[None, :] < counts[:, None]
+    causal = torch.ones(t, t, dtype=torch.bool, device=counts.device).tril()
+    eye = torch.eye(t, dtype=torch.bool, device=counts.device)
+    return (causal[None] & real[:, None, :]) | eye[None]
+
+
+def init_weights(module: nn.Module, seed: int, std: float = 0.02) -> None:
+    """Deterministic random init from ``seed``: normal(0, std) weights and biases, unit norm scales."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(module.named_parameters(), key=lambda kv: kv[0]):
+            if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
+                p.fill_(1.0)
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * std)
+
+
+def random_model(cfg: ModelConfig, *, seed: int = 0, dtype: torch.dtype = torch.float32,
+                 std: float = 0.02) -> Transformer:
+    """A target with seeded random weights: real timings for any shape, reproducible outputs."""
+    model = Transformer(cfg)
+    init_weights(model, seed, std)
+    return model.to(dtype).eval()
+
+
+def load_model(cfg: ModelConfig, weights: str | Path, *, dtype: torch.dtype = torch.float32) -> Transformer:
+    """A target with weights from a safetensors file (or a folder of ``*.safetensors`` shards)."""
+    from safetensors.torch import load_file
+
+    path = Path(weights)
+    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
+    if not files or not all(f.exists() for f in files):
+        raise InputError("no safetensors weights found", path=path)
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    model = Transformer(cfg)
+    expected = set(model.state_dict())
+    if cfg.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+        expected.discard("lm_head.weight")
+    missing, unexpected = expected - set(state), set(state) - expected
+    if missing or unexpected:
+        raise InputError(f"weights do not match the config: missing {sorted(missing)[:3]}, "
+                         f"unexpected {sorted(unexpected)[:3]}", path=path)
+    for name, tensor in state.items():
+        if tuple(tensor.shape) != tuple(model.state_dict()[name].shape):
+            raise InputError(f"shape {tuple(tensor.shape)} != {tuple(model.state_dict()[name].shape)}",
+                             path=path, field=name)
+    model.load_state_dict(state, strict=False)
+    return model.to(dtype).eval()
+
+
+def save_model(model: Transformer, path: str | Path) -> None:
+    """Write HF-named weights to one safetensors file (atomically)."""
+    from safetensors.torch import save_file
+
+    from tltsim.atomic import write_with
+
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    if model.cfg.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    write_with(path, lambda tmp: save_file(state, str(tmp)))
