@@ -104,6 +104,7 @@ class _PositionalAcceptance:
 
     quality: float
     _cache: dict
+    _cdf_cache: dict
 
     def position_probs(self, depth: int, topk: int) -> np.ndarray:
         """``(depth, topk)`` array of p(d, r) as the drafter believes them (quality 1)."""
@@ -114,7 +115,7 @@ class _PositionalAcceptance:
             raise InputError(f"quality {self.quality} must be >= 0 and keep every depth's acceptance mass "
                              f"({max_row_mass:.3f} at quality 1) <= 1", field="quality")
 
-    def reach(self, config: SDConfig | tuple[int, int, int]) -> np.ndarray:
+    def reach(self, config: SDConfig | _Shape | tuple[int, int, int]) -> np.ndarray:
         """P(at least k+1 draft tokens accepted), k = 0..depth-1, quality applied."""
         shape = _shape_of(config)
         hit = self._cache.get(shape)
@@ -133,7 +134,7 @@ class _PositionalAcceptance:
         """Mean tokens emitted per request per iteration, bonus included (1.0 for no SD)."""
         return 1.0 + float(self.reach(config).sum())
 
-    def accept_length_probs(self, config: SDConfig | tuple[int, int, int]) -> np.ndarray:
+    def accept_length_probs(self, config: SDConfig | _Shape | tuple[int, int, int]) -> np.ndarray:
         """P(accept length = 1 + k), k = 0..depth."""
         return length_distribution(self.reach(config))
 
@@ -141,10 +142,14 @@ class _PositionalAcceptance:
                               rng: np.random.Generator) -> np.ndarray:
         """Sample each request's accepted path length (ints in [1, depth + 1]). Only the length of
         the accepted path matters to the engine, and its distribution is exact from the reach."""
-        probs = self.accept_length_probs(config)
-        cdf = np.cumsum(probs)
-        draws = np.searchsorted(cdf, rng.random(int(n)) * cdf[-1], side="right")
-        return 1 + np.minimum(draws, probs.size - 1).astype(np.int64)
+        shape = _shape_of(config)
+        cdf = self._cdf_cache.get(shape)
+        if cdf is None:
+            cdf = np.cumsum(self.accept_length_probs(shape))
+            cdf /= cdf[-1]
+            self._cdf_cache[shape] = cdf
+        draws = np.searchsorted(cdf, rng.random(int(n)), side="right")
+        return 1 + np.minimum(draws, cdf.size - 1)
 
 
 @dataclass(frozen=True)
@@ -157,6 +162,7 @@ class ChainAcceptance(_PositionalAcceptance):
     alphas: tuple[float, ...]
     quality: float = 1.0
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _cdf_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         alphas = tuple(float(a) for a in self.alphas)
@@ -186,6 +192,7 @@ class TreeAcceptance(_PositionalAcceptance):
     depth_power: float = 1.0
     quality: float = 1.0
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _cdf_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         checks = {"coverage": 0 < self.coverage <= 1, "rank_ratio": 0 <= self.rank_ratio < 1,
