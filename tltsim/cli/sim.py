@@ -1,7 +1,160 @@
-"""`tlt sim …`: simulate rollout steps (owned by the simulator-core work)."""
+"""`tlt sim …`: simulate one RL step's rollout under several SD policies, and benchmark the simulator.
+
+``tlt sim run`` works without a scenario file: the defaults (see ``tltsim.scenario``) are the AIME
+trace as one step, Qwen2.5-7B on 64 H100 with TP 4, ``no-sd`` vs ``elastic+beg-mab``. Flags
+override single fields; ``--set dotted.field=value`` reaches any other field. Results go to
+``results/sim/<hash of the resolved scenario>/`` unless ``--out`` says otherwise, written as one
+atomic folder: ``events.parquet``, ``summary.csv``, ``trace.json``, ``scenario.resolved.toml``.
+"""
 
 from __future__ import annotations
 
+import math
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import pandas as pd
 import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from tltsim.atomic import atomic_dir
+from tltsim.errors import InputError
+from tltsim.scenario import (
+    BASELINE_POLICY,
+    Scenario,
+    apply_override,
+    load_scenario,
+    policies_with_baseline,
+    prepare,
+    run_scenario,
+    scenario_hash,
+    scenario_toml,
+)
+from tltsim.summary import summary_table
 
 app = typer.Typer(help="Simulate RL rollout steps under speculative-decoding policies.", no_args_is_help=True)
+
+DEFAULT_RESULTS = Path("results/sim")
+
+
+class Mode(str, Enum):  # noqa: UP042 (typer needs a str Enum on py3.10)
+    expected = "expected"
+    stochastic = "stochastic"
+
+
+def build_scenario(scenario: Path | None, overrides: list[tuple[str, object, str]]) -> Scenario:
+    """The scenario file (or the defaults) with ``(dotted field, value, flag)`` overrides applied."""
+    s = load_scenario(scenario) if scenario is not None else Scenario()
+    for dotted, value, flag in overrides:
+        if value is not None:
+            s = apply_override(s, dotted, value, path=flag)
+    return s
+
+
+def _parse_sets(items: list[str]) -> list[tuple[str, object, str]]:
+    out: list[tuple[str, object, str]] = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"expected dotted.field=value, got '{item}'", path="--set")
+        out.append((key.strip(), value, "--set"))
+    return out
+
+
+def _fmt(v: float, spec: str) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def comparison_table(summary: pd.DataFrame, title: str) -> Table:
+    """Rich table comparing policies on one step."""
+    table = Table(title=title)
+    table.add_column("policy", no_wrap=True)
+    for col in ("makespan s", "speedup", "GPU idle", "accept", "SD share", "tok/s"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for r in summary.itertuples(index=False):
+        table.add_row(str(r.policy), _fmt(r.makespan_s, ".2f"), _fmt(r.speedup, ".3f") + "x",
+                      _fmt(100 * r.idle_fraction, ".1f") + "%", _fmt(r.mean_accept_length, ".2f"),
+                      _fmt(100 * r.sd_share, ".1f") + "%", _fmt(r.tokens_per_s, ",.0f"))
+    return table
+
+
+@app.command()
+def run(
+    scenario: Annotated[Path | None, typer.Option(help="Scenario TOML (defaults are used without one).")] = None,
+    trace: Annotated[str | None, typer.Option(help="Trace name or path (trace.name).")] = None,
+    step: Annotated[int | None, typer.Option(help="Trace step to simulate (trace.step).")] = None,
+    model: Annotated[str | None, typer.Option(help="Model preset or config.json (model.name).")] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU preset (cluster.gpu).")] = None,
+    gpus: Annotated[int | None, typer.Option(help="Total GPUs (cluster.gpus).")] = None,
+    tp: Annotated[int | None, typer.Option(help="Tensor-parallel size per instance (cluster.tp).")] = None,
+    policy: Annotated[list[str] | None, typer.Option(
+        help="SD policy spec, repeatable (replaces the scenario's list; no-sd is always added).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Simulation seed.")] = None,
+    acceptance: Annotated[Mode | None, typer.Option(help="Acceptance mode (acceptance.mode).")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="dotted.field=value, repeatable.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Results folder (default results/sim/<hash>).")] = None,
+) -> None:
+    """Simulate one RL step under each policy on the same workload and compare them."""
+    overrides: list[tuple[str, object, str]] = [
+        ("trace.name", trace, "--trace"), ("trace.step", step, "--step"), ("model.name", model, "--model"),
+        ("cluster.gpu", gpu, "--gpu"), ("cluster.gpus", gpus, "--gpus"), ("cluster.tp", tp, "--tp"),
+        ("policies", tuple(policy) if policy else None, "--policy"), ("seed", seed, "--seed"),
+        ("acceptance.mode", acceptance.value if acceptance else None, "--acceptance"),
+    ]
+    s = build_scenario(scenario, overrides + _parse_sets(set_ or []))
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    inputs = prepare(s)
+    w = inputs.workload
+    console.print(f"[bold]{s.trace.name}[/] step {w.step}: {w.n_requests} responses, "
+                  f"{s.n_instances} instances ({s.cluster.gpus} x {s.cluster.gpu}, TP {s.cluster.tp}), "
+                  f"{s.model.name}, acceptance {s.acceptance.preset} ({s.acceptance.mode})")
+    specs = policies_with_baseline(s.policies)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("simulating", total=len(specs))
+
+        def tick(spec: str) -> None:
+            done = specs.index(spec)
+            progress.update(task, completed=done, description=f"simulating {spec}")
+
+        results = run_scenario(s, inputs, progress=tick)
+    events = pd.concat([r.events for r in results], ignore_index=True)
+    summary = summary_table(events, gpus=s.cluster.gpus, tp=s.cluster.tp, baseline=BASELINE_POLICY)
+    dest = out if out is not None else DEFAULT_RESULTS / scenario_hash(s)
+    write_results(dest, events, summary, s)
+    console.print(comparison_table(summary, f"One RL step, {s.trace.name} step {w.step}"))
+    console.print(f"results: {dest}")
+
+
+def write_results(dest: Path, events: pd.DataFrame, summary: pd.DataFrame, s: Scenario) -> None:
+    """The results folder, built aside and swapped in atomically."""
+    from tltsim.perfetto import chrome_trace_json
+
+    with atomic_dir(dest) as tmp:
+        events.to_parquet(tmp / "events.parquet", index=False)
+        summary.to_csv(tmp / "summary.csv", index=False)
+        (tmp / "trace.json").write_text(chrome_trace_json(events), encoding="utf-8")
+        (tmp / "scenario.resolved.toml").write_text(scenario_toml(s), encoding="utf-8")
+
+
+@app.command()
+def bench(
+    repeats: Annotated[int, typer.Option(help="Timed runs; the median is reported.")] = 3,
+    profile: Annotated[bool, typer.Option(help="Also print a cProfile of one run.")] = False,
+) -> None:
+    """Time the reference simulation (AIME step, 64 H100 TP 4, elastic+beg-mab, stochastic)."""
+    from tltsim.bench import profile_bench, run_bench
+
+    if repeats < 1:
+        raise InputError(f"must be >= 1, got {repeats}", path="--repeats")
+    if profile:
+        print(profile_bench())
+    r = run_bench(repeats)
+    print(f"requests={r.requests} events={r.events} iterations={r.iterations} "
+          f"makespan_s={r.makespan_s:.3f} prepare_s={r.prepare_s:.3f}")
+    print("walls_s=" + ",".join(f"{w:.3f}" for w in r.walls))
+    print(f"events_per_s={r.events_per_s:,.0f} iterations_per_s={r.iterations_per_s:,.0f}")
+    print(f"wall_s={r.wall_s:.3f}")

@@ -1,0 +1,63 @@
+"""`tlt sim run` on a real trace step, and its bad-input path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+from typer.testing import CliRunner
+
+from tltsim.cli import app
+from tltsim.events import check_event_log
+from tltsim.scenario import load_scenario
+
+
+def test_run_on_polytrace_step_writes_results_and_elastic_beats_no_sd(tmp_path):
+    out = tmp_path / "res"
+    result = CliRunner().invoke(app, ["sim", "run", "--trace", "polytrace_rl_rollouts", "--step", "0",
+                                      "--policy", "elastic+beg-mab", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "no-sd" in result.output and "elastic+beg-mab" in result.output and "speedup" in result.output
+    assert sorted(p.name for p in out.iterdir()) == ["events.parquet", "scenario.resolved.toml",
+                                                     "summary.csv", "trace.json"]
+    summary = pd.read_csv(out / "summary.csv").set_index("policy")
+    assert summary.loc["no-sd", "speedup"] == 1.0
+    assert summary.loc["elastic+beg-mab", "speedup"] > 1.05
+    assert summary.loc["elastic+beg-mab", "makespan_s"] < summary.loc["no-sd", "makespan_s"]
+    events = pd.read_parquet(out / "events.parquet")
+    check_event_log(events)
+    assert set(events["kind"]) >= {"prefill", "decode", "reprefill", "idle"}
+    trace = json.loads((out / "trace.json").read_text())
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(spans) == len(events) and {"decode off", "reprefill"} <= {e["name"] for e in spans}
+    again = load_scenario(out / "scenario.resolved.toml")
+    assert again.trace.step == 0 and again.policies == ("no-sd", "elastic+beg-mab")
+
+
+def _tlt(*args: str, cwd) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-c", "from tltsim.cli import main; main()", *args],
+                          capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+
+
+def test_bad_scenario_exits_2_with_one_line_and_writes_nothing(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[cluster]\ngpus = 10\ntp = 4\n")
+    out = tmp_path / "never"
+    proc = _tlt("sim", "run", "--scenario", str(bad), "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cluster.gpus" in lines[0] and str(bad) in lines[0]
+    assert not out.exists() and not (tmp_path / "results").exists()
+
+
+def test_bad_flag_value_and_unknown_trace_exit_2(tmp_path):
+    proc = _tlt("sim", "run", "--tp", "8", "--out", str(tmp_path / "x"), cwd=tmp_path)
+    assert proc.returncode == 2 and "--tp" in proc.stderr and "cluster.tp" in proc.stderr
+    proc = _tlt("sim", "run", "--trace", "no_such_trace", "--out", str(tmp_path / "y"), cwd=tmp_path)
+    assert proc.returncode == 2 and "trace.name" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
