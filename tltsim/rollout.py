@@ -59,6 +59,7 @@ ACCEPTANCE_MODES = ("expected", "stochastic")
 #: Smoothing of BatchView.recent_accept (EMA weight of the newest SD iteration).
 RECENT_ACCEPT_WEIGHT = 0.2
 _EPS = 1e-9
+_sum, _min = np.add.reduce, np.minimum.reduce  # skip ndarray.sum's Python wrapper on the hot path
 
 
 class StepRequests(Protocol):
@@ -213,15 +214,19 @@ class _Instance:
         self.next_waiting = 0
         self.policy, self.cost, self.accept, self.eng, self.rng, self.log = (
             policy, cost, accept, engine, rng, log)
+        # Running requests, aligned arrays. Progress is fractional only in expected mode.
+        self.expected = engine.acceptance_mode == "expected"
+        self._gen_dtype = np.float64 if self.expected else np.int64
         self.prompt = np.zeros(0, dtype=np.int64)
-        self.target = np.zeros(0, dtype=np.float64)
-        self.progress = np.zeros(0, dtype=np.float64)
+        self.target = np.zeros(0, dtype=np.int64)  # final response length
+        self.gen = np.zeros(0, dtype=self._gen_dtype)  # tokens generated so far
+        self.rem = np.zeros(0, dtype=self._gen_dtype)  # target - gen
+        self.ctx = np.zeros(0, dtype=np.int64)  # prompt + whole tokens generated
         self.kv_used = 0
         self.t = 0.0
         self.iteration = 0
         self.recent_accept: float | None = None
         self.is_elastic, self.threshold = _elastic_state(policy)
-        self.expected = engine.acceptance_mode == "expected"
         self._accept_cache: dict[SDConfig, float] = {}
         self._cdf_cache: dict[SDConfig, np.ndarray] = {}
         self.need_admit = True
@@ -255,9 +260,12 @@ class _Instance:
         t = self._prefill_time(new_prompt, np.zeros(fits, dtype=np.int64), self.eng.prefill_budget)
         self._emit("prefill", self.t, self.t + t, self._passes, fits, NO_SD, int(new_prompt.sum()))
         self.t += t
+        new_target = self.q_resp[lo:hi]
         self.prompt = np.concatenate([self.prompt, new_prompt])
-        self.target = np.concatenate([self.target, self.q_resp[lo:hi].astype(np.float64)])
-        self.progress = np.concatenate([self.progress, np.zeros(fits)])
+        self.target = np.concatenate([self.target, new_target])
+        self.gen = np.concatenate([self.gen, np.zeros(fits, dtype=self._gen_dtype)])
+        self.rem = np.concatenate([self.rem, new_target.astype(self._gen_dtype)])
+        self.ctx = np.concatenate([self.ctx, new_prompt])
 
     def _prefill_time(self, tokens: np.ndarray, cached: np.ndarray, budget: int,
                       drafter: bool = False) -> float:
@@ -309,9 +317,7 @@ class _Instance:
 
     # ---- decode ----------------------------------------------------------------------------
     def _ctx(self) -> np.ndarray:
-        if self.expected:
-            return self.prompt + np.floor(self.progress + _EPS).astype(np.int64)
-        return self.prompt + self.progress.astype(np.int64)  # integral progress
+        return self.ctx
 
     def _accept_len(self, cfg: SDConfig) -> float:
         a = self._accept_cache.get(cfg)
@@ -330,7 +336,8 @@ class _Instance:
         if hit is None:
             probs_fn = getattr(self.accept, "accept_length_probs", None)
             if probs_fn is None:
-                return self.accept.sample_accept_lengths(cfg, b, self.rng)  # type: ignore[union-attr]
+                drawn = self.accept.sample_accept_lengths(cfg, b, self.rng)  # type: ignore[union-attr]
+                return np.asarray(drawn, dtype=np.int64)
             cdf = np.cumsum(probs_fn(cfg))
             hit = (cdf[:-1].copy(), float(cdf[-1]))  # inner edges: draws land in [0, depth]
             self._cdf_cache[cfg] = hit
@@ -362,7 +369,7 @@ class _Instance:
         cfg = self.policy.decide(view)
         if self.is_elastic and self.policy.just_switched:  # type: ignore[attr-defined]
             self._reprefill()
-        remaining = self.target - self.progress
+        remaining = self.rem
         t0 = self.t
         if not cfg.enabled:
             if self._constant_until_event(cfg, b):
@@ -373,8 +380,8 @@ class _Instance:
             else:
                 n = 1
                 dt = self.cost.decode_time(ctx)
-                step = np.minimum(remaining, 1.0)
-                emitted = float(step.sum())
+                step = np.minimum(remaining, 1)
+                emitted = float(_sum(step))
                 self._observe(cfg, b, emitted, dt, 0, 0)
                 self._emit("decode", t0, t0 + dt, 1, b, cfg, emitted)
         else:
@@ -382,7 +389,7 @@ class _Instance:
             dt = self.cost.sd_time(ctx, cfg)
             drawn = self._accept_len(cfg) if self.expected else self._sample(cfg, b)
             step = np.minimum(remaining, drawn)
-            emitted = float(step.sum())
+            emitted = float(_sum(step))
             drafted = cfg.verify_tokens * b
             accepted = max(0.0, emitted - b)
             a = emitted / b
@@ -392,13 +399,18 @@ class _Instance:
             self._emit("decode", t0, t0 + dt, 1, b, cfg, emitted, drafted, accepted)
         self.t = t0 + dt
         self.iteration += n
-        self.progress += step
-        done = remaining - step <= _EPS
-        if done.any():
+        self.gen += step
+        self.rem -= step
+        if self.expected:
+            self.ctx = self.prompt + np.floor(self.gen + _EPS).astype(np.int64)
+        else:
+            self.ctx += step
+        if _min(self.rem) <= _EPS:
+            done = self.rem <= _EPS
             keep = ~done
             self.kv_used -= int((self.prompt[done] + self.target[done]).sum())
-            self.prompt, self.target = self.prompt[keep], self.target[keep]
-            self.progress = self.progress[keep]
+            self.prompt, self.target, self.gen = self.prompt[keep], self.target[keep], self.gen[keep]
+            self.rem, self.ctx = self.rem[keep], self.ctx[keep]
             self.need_admit = True
         return True
 
