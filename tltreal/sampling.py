@@ -50,7 +50,7 @@ def target_probs(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.T
 
 def top_p_filter(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """Keep the smallest most-likely set whose mass reaches ``top_p``; renormalise."""
-    sorted_p, order = probs.sort(-1, descending=True, stable=True)
+    sorted_p, order = probs.sort(dim=-1, descending=True, stable=True)
     before = sorted_p.cumsum(-1) - sorted_p  # mass strictly before each token
     keep_sorted = before < top_p
     keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
