@@ -1,7 +1,70 @@
-"""`tlt real …`: real execution (owned by the real-engine work). Imports torch lazily."""
+"""`tlt real …`: real execution with the native engine. Imports torch lazily inside commands."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
+from tltsim.errors import InputError
+
 app = typer.Typer(help="Run the real engine (needs the `real` extra: torch, triton).", no_args_is_help=True)
+
+
+@app.callback()
+def _real() -> None:
+    """Real execution: native PyTorch/Triton engine with lossless tree speculative decoding."""
+
+
+@app.command()
+def generate(
+    config: Annotated[Path, typer.Option("--config", help="HF config.json of the target (Llama / Qwen2).")],
+    prompts: Annotated[int, typer.Option("--prompts", help="Number of random prompts.")] = 8,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="New tokens per prompt.")] = 64,
+    policy: Annotated[str, typer.Option("--policy", help="SD policy spec, e.g. no-sd, static:4_2_6, "
+                                        "elastic+beg-mab.")] = "no-sd",
+    drafter: Annotated[str, typer.Option("--drafter", help="random | oracle | none")] = "random",
+    batch: Annotated[int, typer.Option("--batch", help="Max running batch (0: all prompts).")] = 0,
+    prompt_len: Annotated[int, typer.Option("--prompt-len", help="Max prompt length (random tokens).")] = 16,
+    temperature: Annotated[float, typer.Option("--temperature", help="0 = greedy.")] = 0.0,
+    top_p: Annotated[float, typer.Option("--top-p")] = 1.0,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    dtype: Annotated[str, typer.Option("--dtype", help="float32 | float64 | bfloat16 | float16")] = "float32",
+    weights: Annotated[Path | None, typer.Option("--weights", help="safetensors file or folder (default: "
+                                                 "random weights from --seed).")] = None,
+    triton: Annotated[bool | None, typer.Option("--triton/--no-triton", help="Use the Triton kernels "
+                                                "(default: when CUDA is available).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Write the event log here (.parquet or .csv).")]
+    = None,
+) -> None:
+    """Generate with random prompts; print tokens/s, mean accept length and latency per iteration."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise InputError("the real engine needs torch: pip install 'tlt[real]'") from None
+    from tltreal import kernels
+    from tltreal.config import ModelConfig
+    from tltreal.generate import GenerateSettings, write_results
+    from tltreal.generate import generate as run_generate
+
+    cfg = ModelConfig.from_json(config)
+    settings = GenerateSettings(prompts=prompts, max_tokens=max_tokens, prompt_len=prompt_len, policy=policy,
+                                drafter=drafter, max_batch=batch, temperature=temperature, top_p=top_p,
+                                seed=seed, dtype=dtype, weights=str(weights) if weights else None)
+    settings.validate()
+    kernels.set_use_triton(triton)
+    result = run_generate(cfg, settings)
+    dec = result.decode_events
+    lat = (dec["t_end"] - dec["t_start"]) * 1e3
+    typer.echo(f"policy {policy}  drafter {drafter}  requests {prompts}  generated {result.generated_tokens} "
+               f"tokens in {result.wall_s:.3f} s")
+    typer.echo(f"tokens/s            {result.tokens_per_s:,.1f}")
+    typer.echo(f"mean accept length  {result.mean_accept_length:.3f}")
+    typer.echo(f"decode iterations   {len(dec)}  (SD on in {int((dec['depth'] > 0).sum())})")
+    if len(dec):
+        typer.echo(f"latency/iteration   mean {lat.mean():.2f} ms  p50 {lat.median():.2f} ms  "
+                   f"p99 {lat.quantile(0.99):.2f} ms")
+    if out is not None:
+        write_results(result, settings, cfg, out)
+        typer.echo(f"events -> {out}")
