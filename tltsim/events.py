@@ -70,3 +70,10 @@ def check_event_log(df: pd.DataFrame) -> None:
         raise ValueError(f"event log has unknown kinds {sorted(bad)}")
     if (df["t_end"] < df["t_start"]).any():
         raise ValueError("event log has spans ending before they start")
+
+
+def read_event_log(path) -> pd.DataFrame:
+    """Load an event log written as Parquet, back in the canonical dtypes (Parquet round-trips
+    strings as Arrow-backed types)."""
+    df = pd.read_parquet(path)
+    return df[list(EVENT_COLUMNS)].astype(EVENT_COLUMNS)

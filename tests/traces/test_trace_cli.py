@@ -44,7 +44,10 @@ def test_demo_writes_report_atomically(cli, tmp_path: Path) -> None:
     res = cli("demo", "--out", str(out))
     assert res.returncode == 0, res.stderr
     assert {"README.md", "trace_stats.csv", "length_cdf.png", "length_cdf.pdf"} <= {p.name for p in out.iterdir()}
-    assert "4,608" in (out / "README.md").read_text()
+    readme = (out / "README.md").read_text()
+    assert "4,608" in readme and "elastic+beg-mab" in readme
+    assert {"sim_summary.csv", "rollout_timeline.png", "makespan.pdf", "scenario.resolved.toml"} <= {
+        p.name for p in out.iterdir()}
     bad = cli("demo", "--trace", "nope_not_a_trace", "--out", str(tmp_path / "bad"))
     assert bad.returncode == 2 and not (tmp_path / "bad").exists()
     assert list(tmp_path.iterdir()) == [out]  # no temp folders left behind
