@@ -144,9 +144,17 @@ class _ForwardCosts:
         return max(kv_tokens_read * self.kv_read_s_per_token, query_positions * self.attention_s_per_position)
 
 
+_sum, _min = np.add.reduce, np.minimum.reduce  # skip ndarray.sum's Python wrapper on hot paths
+
+
 def _as_lengths(values: np.ndarray | Sequence[int], what: str) -> np.ndarray:
-    arr = np.asarray(values, dtype=np.int64).reshape(-1)
-    if arr.size and arr.min() < 0:
+    """Validated 1-D int64 lengths. Kept at every public entry point, but cheap for what the
+    simulator passes (already a 1-D int64 array: no copy, one C-level reduce)."""
+    if type(values) is np.ndarray and values.dtype == np.int64 and values.ndim == 1:
+        arr = values
+    else:
+        arr = np.asarray(values, dtype=np.int64).reshape(-1)
+    if arr.size and _min(arr) < 0:
         raise InputError(f"{what} must be non-negative", field=what)
     return arr
 
@@ -174,6 +182,8 @@ class RooflineCostModel:
     graph_batch_sizes: tuple[int, ...] = CUDA_GRAPH_BATCH_SIZES
     _target: _ForwardCosts = field(init=False, repr=False, compare=False)
     _draft: _ForwardCosts = field(init=False, repr=False, compare=False)
+    _sd_cache: dict = field(init=False, repr=False, compare=False)
+    _span_cache: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.gpu.analytic:
@@ -197,6 +207,8 @@ class RooflineCostModel:
         object.__setattr__(self, "drafter", drafter)
         object.__setattr__(self, "_target", _ForwardCosts.build(self.model, self.gpu, self.tp))
         object.__setattr__(self, "_draft", _ForwardCosts.build(drafter, self.gpu, self.tp))
+        object.__setattr__(self, "_sd_cache", {})
+        object.__setattr__(self, "_span_cache", {})
 
     # ---- helpers ------------------------------------------------------------------------------
     def padded(self, batch_size: int) -> int:
@@ -206,6 +218,27 @@ class RooflineCostModel:
     def _paged(self, lengths: np.ndarray) -> np.ndarray:
         b = self.kv_block_size
         return (lengths + (b - 1)) // b * b
+
+    def _sums(self, ctx: np.ndarray) -> tuple[int, int]:
+        """(sum of paged lengths, sum of lengths): the only per-request reductions an SD or decode
+        iteration needs. Three whole-array ops instead of five: sum(paged) = b * sum(ceil(x / b))."""
+        b = self.kv_block_size
+        return b * int(_sum(np.floor_divide(ctx + (b - 1), b))), int(_sum(ctx))
+
+    def _sd_constants(self, b: int, depth: int, topk: int, verify_tokens: int) -> tuple[float, ...]:
+        """Everything of an SD iteration that depends only on the batch size and the shape (the
+        padded matmul/collective terms and the attention coefficients), memoised: the simulator
+        asks for the same few (batch, shape) pairs thousands of times."""
+        key = (b, depth, topk, verify_tokens)
+        hit = self._sd_cache.get(key)
+        if hit is None:
+            d, t = self._draft, self._target
+            rows = self.padded(b) * topk
+            v_rows = self.padded(b) * (verify_tokens + 1)
+            hit = (depth * d.fixed_time(rows, rows), depth * self.draft_step_overhead_s,
+                   t.fixed_time(v_rows, v_rows))
+            self._sd_cache[key] = hit
+        return hit
 
     def kv_capacity_tokens(self, memory_fraction: float = MAX_WEIGHT_MEMORY_FRACTION) -> int:
         """Tokens of KV cache the TP group holds next to the weights (admission-control limit)."""
@@ -220,8 +253,9 @@ class RooflineCostModel:
             return 0.0
         t = self._target
         rows = self.padded(b)
-        kv_read = int(self._paged(ctx).sum()) + b  # cached pages + the new token's K/V
-        positions = int(ctx.sum()) + b  # each new token attends to its context and itself
+        paged_sum, ctx_sum = self._sums(ctx)
+        kv_read = paged_sum + b  # cached pages + the new token's K/V
+        positions = ctx_sum + b  # each new token attends to its context and itself
         return t.fixed_time(rows, rows) + t.attention_time(kv_read, positions) + self.iteration_overhead_s
 
     def decode_span_time(self, context_lens: np.ndarray, n_iters: int) -> float:
@@ -235,7 +269,7 @@ class RooflineCostModel:
         kv_per_block_pos = t.kv_read_s_per_token
         if t.attention_s_per_position <= kv_per_block_pos:
             # Memory-bound for every request at every step (paged KV >= positions): closed form.
-            kv_read = int(self._paged_prefix(ctx + n - 1).sum() - self._paged_prefix(ctx - 1).sum()) + n * b
+            kv_read = self._paged_span_sum(ctx, n) + n * b
             attention = kv_read * kv_per_block_pos
         else:
             j = np.arange(n, dtype=np.int64)
@@ -245,12 +279,20 @@ class RooflineCostModel:
                                          positions * t.attention_s_per_position).sum())
         return n * per_iter + attention
 
-    def _paged_prefix(self, m: np.ndarray) -> np.ndarray:
-        """sum_{x=1..m} paged(x) per element (0 for m <= 0), exact in integers."""
-        b = self.kv_block_size
-        m = np.maximum(m, 0)
-        q, r = m // b, m % b
-        return b * b * q * (q + 1) // 2 + r * b * (q + 1)
+    def _paged_span_sum(self, ctx: np.ndarray, n: int) -> int:
+        """sum_i sum_{j<n} paged(ctx_i + j), exact in integers. paged(x) = x + (-x mod b): the x
+        part is closed form, and the padding part depends on ctx_i only through ctx_i mod b, so a
+        residue histogram and a memoised per-(n mod b) table take three whole-array ops (the
+        per-element prefix-sum formula took ~12)."""
+        bs = self.kv_block_size
+        size = ctx.size
+        hist = np.bincount(ctx % bs, minlength=bs).tolist()
+        table = self._span_cache.get(n % bs)
+        if table is None:  # table[r] = sum_{j < n mod b} (-(r + j)) mod b
+            table = [sum(-(r + j) % bs for j in range(n % bs)) for r in range(bs)]
+            self._span_cache[n % bs] = table
+        pad = (n // bs) * (bs * (bs - 1) // 2) * size + sum(h * p for h, p in zip(hist, table, strict=True))
+        return n * int(_sum(ctx)) + size * (n * (n - 1) // 2) + pad
 
     def _paged_sum_over_steps(self, ctx: np.ndarray, steps: np.ndarray) -> np.ndarray:
         """sum_i paged(ctx_i + j) for every j in ``steps``: the padding term is periodic in j
@@ -266,7 +308,7 @@ class RooflineCostModel:
         ctx = _as_lengths(context_lens, "context_lens")
         if ctx.size == 0:
             return 0.0
-        return self._verify(ctx.size, int(self._paged(ctx).sum()), int(ctx.sum()), verify_tokens)
+        return self._verify(ctx.size, *self._sums(ctx), verify_tokens)
 
     def draft_step_time(self, context_lens: np.ndarray, topk: int, step: int = 0) -> float:
         """One drafter forward over ``topk`` candidate tokens per request at draft depth ``step``
@@ -274,7 +316,7 @@ class RooflineCostModel:
         ctx = _as_lengths(context_lens, "context_lens")
         if ctx.size == 0:
             return 0.0
-        return self._drafting(ctx.size, int(self._paged(ctx).sum()), int(ctx.sum()), topk, step, step + 1)
+        return self._drafting(ctx.size, *self._sums(ctx), topk, step, step + 1)
 
     def _verify(self, b: int, paged_sum: int, ctx_sum: int, verify_tokens: int) -> float:
         tokens = verify_tokens + 1
@@ -287,30 +329,40 @@ class RooflineCostModel:
         """Draft steps ``first..stop-1``; step s reads the context plus s+1 draft levels of KV."""
         d = self._draft
         rows = self.padded(b) * topk
-        total = (stop - first) * d.fixed_time(rows, rows)
+        return self._draft_attention((stop - first) * d.fixed_time(rows, rows), b, paged_sum, ctx_sum, topk,
+                                     first, stop)
+
+    def _draft_attention(self, total: float, b: int, paged_sum: int, ctx_sum: int, topk: int, first: int,
+                         stop: int) -> float:
+        """``total`` plus the attention of draft steps ``first..stop-1``, added in step order.
+
+        Plain Python on purpose: the loop is at most ``depth`` (~8) scalar maxima, where numpy's
+        per-call overhead would dominate, and adding in the same order keeps every sum bit-identical
+        to ``_ForwardCosts.attention_time`` called per step."""
+        d = self._draft
+        kv_s, att_s = d.kv_read_s_per_token, d.attention_s_per_position
         for step in range(first, stop):
             drafted = b * (step + 1)
-            total += d.attention_time(paged_sum + topk * drafted, topk * (ctx_sum + drafted))
+            total += max((paged_sum + topk * drafted) * kv_s, (topk * (ctx_sum + drafted)) * att_s)
         return total
 
     def sd_time(self, context_lens: np.ndarray, config: SDConfig) -> float:
+        """One SD iteration (``decode_time`` when ``config`` drafts nothing). Every EAGLE-2 tree
+        shape is a valid ``SDConfig``, so this is the only entry point."""
         if not config.enabled:
             return self.decode_time(context_lens)
-        return self.sd_shape_time(context_lens, config.depth, config.topk, config.verify_tokens)
-
-    def sd_shape_time(self, context_lens: np.ndarray, depth: int, topk: int, verify_tokens: int) -> float:
-        """``sd_time`` for a raw draft shape. EAGLE-2 trees offer topk + (depth-1)*topk^2
-        candidates, so shapes such as the paper's depth 4 / verify 128 exceed ``SDConfig``'s
-        verify <= depth*topk bound; this entry point takes them."""
         ctx = _as_lengths(context_lens, "context_lens")
         b = ctx.size
         if b == 0:
             return 0.0
-        paged_sum, ctx_sum = int(self._paged(ctx).sum()), int(ctx.sum())
-        drafting = self._drafting(b, paged_sum, ctx_sum, topk, 0, depth)
-        return (drafting + depth * self.draft_step_overhead_s
-                + self._verify(b, paged_sum, ctx_sum, verify_tokens)
-                + self.sd_overhead_s + self.iteration_overhead_s)
+        depth, topk, verify_tokens = config.depth, config.topk, config.verify_tokens
+        draft_fixed, draft_overhead, verify_fixed = self._sd_constants(b, depth, topk, verify_tokens)
+        paged_sum, ctx_sum = self._sums(ctx)
+        drafting = self._draft_attention(draft_fixed, b, paged_sum, ctx_sum, topk, 0, depth)
+        tokens = verify_tokens + 1
+        verify = verify_fixed + self._target.attention_time(paged_sum + b * tokens,
+                                                             tokens * (ctx_sum + b * tokens))
+        return drafting + draft_overhead + verify + self.sd_overhead_s + self.iteration_overhead_s
 
     def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
         new = _as_lengths(new_tokens, "new_tokens")
@@ -318,27 +370,36 @@ class RooflineCostModel:
         if new.shape != cached.shape:
             raise InputError(f"new_tokens ({new.size}) and cached_tokens ({cached.size}) differ in length",
                              field="cached_tokens")
-        rows = int(new.sum())
-        if rows == 0:
-            return 0.0
-        t = self._target
-        live = int((new > 0).sum())  # one logits row per request (its last prompt token)
-        kv_read = int(self._paged(cached[new > 0]).sum()) + rows
-        positions = int((new * cached).sum() + (new * (new + 1) // 2).sum())  # causal
-        return t.fixed_time(rows, live) + t.attention_time(kv_read, positions) + self.iteration_overhead_s
+        return self._prefill(self._target, new.tolist(), cached.tolist(), with_logits=True)
 
     def drafter_prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
         """Prefill of the drafter's own KV (SD switch-on re-prefills prompt + generated tokens
         through the drafter too); no LM head (hidden states only)."""
         new = _as_lengths(new_tokens, "new_tokens")
         cached = _as_lengths(cached_tokens, "cached_tokens")
-        rows = int(new.sum())
+        if new.shape != cached.shape:
+            raise InputError(f"new_tokens ({new.size}) and cached_tokens ({cached.size}) differ in length",
+                             field="cached_tokens")
+        return self._prefill(self._draft, new.tolist(), cached.tolist(), with_logits=False)
+
+    def _prefill(self, f: _ForwardCosts, new: list[int], cached: list[int], with_logits: bool) -> float:
+        """One prefill pass over validated Python ints. A pass holds a few chunks (prompts are
+        packed into a token budget), so scalar Python beats a dozen numpy calls; integer sums are
+        exact either way, so the result is the same."""
+        rows = sum(new)
         if rows == 0:
             return 0.0
-        d = self._draft
-        kv_read = int(self._paged(cached[new > 0]).sum()) + rows
-        positions = int((new * cached).sum() + (new * (new + 1) // 2).sum())
-        return d.fixed_time(rows, 0) + d.attention_time(kv_read, positions) + self.iteration_overhead_s
+        b = self.kv_block_size
+        live = 0  # one logits row per request (its last prompt token)
+        kv_read = rows
+        positions = 0
+        for n, c in zip(new, cached, strict=True):
+            if n > 0:
+                live += 1
+                kv_read += -(-c // b) * b
+            positions += n * c + n * (n + 1) // 2  # causal
+        fixed = f.fixed_time(rows, live) if with_logits else f.fixed_time(rows, 0)
+        return fixed + f.attention_time(kv_read, positions) + self.iteration_overhead_s
 
 
 @dataclass(frozen=True)
@@ -365,7 +426,7 @@ def fit_sd_overheads(model: RooflineCostModel, points: Sequence[SDMeasurement],
         ctx = np.full(p.batch_size, context)
         implied = p.accept_length * bare.decode_time(ctx) / p.speedup
         design.append((p.depth, 1.0))
-        gap.append(implied - bare.sd_shape_time(ctx, p.depth, p.topk, p.verify_tokens))
+        gap.append(implied - bare.sd_time(ctx, SDConfig(p.depth, p.topk, p.verify_tokens)))
         weight.append(1.0 / implied)
     w = np.array(weight)
     coef, *_ = np.linalg.lstsq(np.array(design) * w[:, None], np.array(gap) * w, rcond=None)

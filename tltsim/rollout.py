@@ -219,7 +219,7 @@ class _Instance:
         self._gen_dtype = np.float64 if self.expected else np.int64
         self.prompt = np.zeros(0, dtype=np.int64)
         self.target = np.zeros(0, dtype=np.int64)  # final response length
-        self.gen = np.zeros(0, dtype=self._gen_dtype)  # tokens generated so far
+        self.gen = np.zeros(0, dtype=self._gen_dtype)  # tokens generated so far (expected mode only)
         self.rem = np.zeros(0, dtype=self._gen_dtype)  # target - gen
         self.ctx = np.zeros(0, dtype=np.int64)  # prompt + whole tokens generated
         self.kv_used = 0
@@ -276,8 +276,8 @@ class _Instance:
         """
         total = 0.0
         passes = 0
-        todo = tokens.astype(np.int64).copy()
-        done = cached.astype(np.int64).copy()
+        todo = tokens.tolist()  # Python ints: the packing loop is scalar work, numpy scalars are slow
+        done = cached.tolist()
         draft_fn = getattr(self.cost, "drafter_prefill_time", None) if drafter else None
         i = 0
         n = len(todo)
@@ -286,10 +286,10 @@ class _Instance:
             new: list[int] = []
             old: list[int] = []
             while i < n and room > 0:
-                take = int(min(room, todo[i]))
+                take = min(room, todo[i])
                 if take > 0:
                     new.append(take)
-                    old.append(int(done[i]))
+                    old.append(done[i])
                     todo[i] -= take
                     done[i] += take
                     room -= take
@@ -339,10 +339,12 @@ class _Instance:
                 drawn = self.accept.sample_accept_lengths(cfg, b, self.rng)  # type: ignore[union-attr]
                 return np.asarray(drawn, dtype=np.int64)
             cdf = np.cumsum(probs_fn(cfg))
-            hit = (cdf[:-1].copy(), float(cdf[-1]))  # inner edges: draws land in [0, depth]
+            # Inner edges behind a -inf sentinel: a draw lands in [1, depth + 1] directly (the
+            # sentinel adds the bonus token's +1 without another whole-array op).
+            hit = (np.concatenate(([-np.inf], cdf[:-1])), float(cdf[-1]))
             self._cdf_cache[cfg] = hit
         edges, total = hit
-        return np.searchsorted(edges, self.rng.random(b) * total, side="right") + 1
+        return np.searchsorted(edges, self.rng.random(b) * total, side="right")
 
     def _constant_until_event(self, cfg: SDConfig, batch: int) -> bool:
         """True when the policy cannot change ``cfg`` before the next finish or admission."""
@@ -399,11 +401,11 @@ class _Instance:
             self._emit("decode", t0, t0 + dt, 1, b, cfg, emitted, drafted, accepted)
         self.t = t0 + dt
         self.iteration += n
-        self.gen += step
         self.rem -= step
         if self.expected:
+            self.gen += step
             self.ctx = self.prompt + np.floor(self.gen + _EPS).astype(np.int64)
-        else:
+        else:  # integer progress: ctx carries it, gen is not needed (saves an op per iteration)
             self.ctx += step
         if _min(self.rem) <= _EPS:
             done = self.rem <= _EPS

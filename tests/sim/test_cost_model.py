@@ -174,15 +174,66 @@ def test_batch1_sd_speedup_close_to_paper():
     acc = paper_qwen32b_tp4()
     ctx = np.array([1024])
     for p in _paper_sd_points():
-        accept = acc.expected_accept_length((p.depth, p.topk, p.verify_tokens))
-        speedup = accept * cm.decode_time(ctx) / cm.sd_shape_time(ctx, p.depth, p.topk, p.verify_tokens)
+        config = SDConfig(p.depth, p.topk, p.verify_tokens)  # e.g. depth 4 / verify 128: a valid EAGLE-2 tree
+        speedup = acc.expected_accept_length(config) * cm.decode_time(ctx) / cm.sd_time(ctx, config)
         assert speedup == pytest.approx(p.speedup, rel=0.10), p
 
 
-def test_sd_shape_time_matches_sd_time_for_valid_configs():
+@pytest.mark.parametrize("config", [SDConfig(8, 4, 32), SDConfig(4, 8, 128), SDConfig(3, 1, 3)])
+def test_sd_time_is_bit_identical_to_its_kernel_sum(config):
+    """sd_time memoises per-(batch, shape) constants and inlines the per-step attention; it must
+    equal, bit for bit, the plain sum of its kernels in the original order (the simulator's event
+    log is compared exactly across optimisations)."""
     cm = roofline()
-    ctx = np.array([100, 2000, 7])
-    assert cm.sd_shape_time(ctx, 8, 4, 32) == cm.sd_time(ctx, SDConfig(8, 4, 32))
+    d, t = cm._draft, cm._target
+    for ctx in (np.array([100, 2000, 7]), np.arange(1, 40) * 97, np.array([5])):
+        for _ in range(2):  # second round hits the memo
+            b, paged, total = ctx.size, int(cm._paged(ctx).sum()), int(ctx.sum())
+            rows = cm.padded(b) * config.topk
+            drafting = config.depth * d.fixed_time(rows, rows)
+            for step in range(config.depth):
+                drafted = b * (step + 1)
+                drafting += d.attention_time(paged + config.topk * drafted, config.topk * (total + drafted))
+            tokens = config.verify_tokens + 1
+            v_rows = cm.padded(b) * tokens
+            verify = t.fixed_time(v_rows, v_rows) + t.attention_time(paged + b * tokens, tokens * (total + b * tokens))
+            expected = (drafting + config.depth * cm.draft_step_overhead_s + verify + cm.sd_overhead_s
+                        + cm.iteration_overhead_s)
+            assert cm.sd_time(ctx, config) == expected
+            assert cm.sd_time(ctx.tolist(), config) == expected  # lists take the validating path
+
+
+def test_paged_span_sum_is_exact():
+    cm = roofline()
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        ctx = rng.integers(0, 3000, size=int(rng.integers(1, 60)))
+        n = int(rng.integers(1, 80))
+        brute = sum(int(cm._paged(ctx + j).sum()) for j in range(n))
+        assert cm._paged_span_sum(ctx, n) == brute
+
+
+def test_prefill_matches_array_formula():
+    """The scalar prefill path equals the per-request array formula (integers, so exactly)."""
+    cm = roofline()
+    rng = np.random.default_rng(4)
+    for _ in range(50):
+        k = int(rng.integers(1, 6))
+        new, cached = rng.integers(0, 3000, size=k), rng.integers(0, 9000, size=k)
+        rows, live = int(new.sum()), int((new > 0).sum())
+        if rows == 0:
+            continue
+        kv = int(cm._paged(cached[new > 0]).sum()) + rows
+        pos = int((new * cached).sum() + (new * (new + 1) // 2).sum())
+        t, d = cm._target, cm._draft
+        assert cm.prefill_time(new, cached) == (t.fixed_time(rows, live) + t.attention_time(kv, pos)
+                                                + cm.iteration_overhead_s)
+        assert cm.drafter_prefill_time(new, cached) == (d.fixed_time(rows, 0) + d.attention_time(kv, pos)
+                                                        + cm.iteration_overhead_s)
+    with pytest.raises(InputError):
+        cm.drafter_prefill_time(np.array([1, 2]), np.array([1]))
+    with pytest.raises(InputError):
+        cm.sd_time(np.array([-1, 5]), SDConfig(8, 4, 32))
 
 
 # ---- calibrated tables ---------------------------------------------------------------------------
