@@ -5,8 +5,8 @@ committed prefix; this moves them to ``base + 0, 1, 2, ...``. One program per (r
 copies one ``[heads, head_dim]`` row per accepted node, in increasing order: since the path's
 verify indices satisfy ``src[i] >= i``, no row is read after it has been overwritten, and each
 element is loaded and stored by the same program, so the sequential order is the only one needed.
-Works on any slab ``[L, S, H, P, D]`` of any dtype (it only copies), e.g. the target's keys and
-values and the engine's hidden-state slab viewed as ``[1, S, 1, P, H]``.
+Works on any slab ``[L, S, H, P, D]`` of any dtype (it only copies): the target's keys and
+values, or a per-slot hidden-state slab viewed as ``[1, S, 1, P, H]``.
 """
 
 from __future__ import annotations
