@@ -79,26 +79,6 @@ def length_distribution(reach: np.ndarray) -> np.ndarray:
     return np.clip(upper - lower, 0.0, None)
 
 
-@dataclass(frozen=True)
-class _Shape:
-    """Draft shape without ``SDConfig``'s verify <= depth*topk bound: EAGLE-2 trees have up to
-    topk + (depth-1)*topk^2 candidates, and the paper verifies up to 128 of them at depth 4."""
-
-    depth: int
-    topk: int
-    verify_tokens: int
-
-
-def _shape_of(config: SDConfig | _Shape | tuple[int, int, int]) -> _Shape:
-    if isinstance(config, tuple):
-        config = _Shape(*config)
-    if config.depth < 0 or config.topk < 1 or config.verify_tokens < 0:
-        raise InputError(f"invalid draft shape {config}", field="sd_config")
-    if config.depth > 0 and config.verify_tokens < 1:
-        raise InputError(f"draft shape {config} verifies no token", field="sd_config")
-    return _Shape(config.depth, config.topk, config.verify_tokens)
-
-
 class _PositionalAcceptance:
     """Shared machinery: tree reach per draft shape (cached), expectation and sampling."""
 
@@ -115,39 +95,37 @@ class _PositionalAcceptance:
             raise InputError(f"quality {self.quality} must be >= 0 and keep every depth's acceptance mass "
                              f"({max_row_mass:.3f} at quality 1) <= 1", field="quality")
 
-    def reach(self, config: SDConfig | _Shape | tuple[int, int, int]) -> np.ndarray:
-        """P(at least k+1 draft tokens accepted), k = 0..depth-1, quality applied."""
-        shape = _shape_of(config)
-        hit = self._cache.get(shape)
+    def reach(self, config: SDConfig) -> np.ndarray:
+        """P(at least k+1 draft tokens accepted), k = 0..depth-1, quality applied. ``SDConfig``
+        admits every EAGLE-2 shape (verify up to ``max_tree_nodes``), so it is the only key."""
+        hit = self._cache.get(config)
         if hit is None:
-            if shape.depth == 0:
+            if config.depth == 0:
                 hit = np.zeros(0)
             else:
-                base = eagle_tree_reach(self.position_probs(shape.depth, shape.topk), shape.depth,
-                                        shape.topk, shape.verify_tokens)
-                hit = base * self.quality ** np.arange(1, shape.depth + 1)
+                base = eagle_tree_reach(self.position_probs(config.depth, config.topk), config.depth,
+                                        config.topk, config.verify_tokens)
+                hit = base * self.quality ** np.arange(1, config.depth + 1)
             hit.setflags(write=False)
-            self._cache[shape] = hit
+            self._cache[config] = hit
         return hit
 
-    def expected_accept_length(self, config: SDConfig | tuple[int, int, int]) -> float:
+    def expected_accept_length(self, config: SDConfig) -> float:
         """Mean tokens emitted per request per iteration, bonus included (1.0 for no SD)."""
         return 1.0 + float(self.reach(config).sum())
 
-    def accept_length_probs(self, config: SDConfig | _Shape | tuple[int, int, int]) -> np.ndarray:
+    def accept_length_probs(self, config: SDConfig) -> np.ndarray:
         """P(accept length = 1 + k), k = 0..depth."""
         return length_distribution(self.reach(config))
 
-    def sample_accept_lengths(self, config: SDConfig | tuple[int, int, int], n: int,
-                              rng: np.random.Generator) -> np.ndarray:
+    def sample_accept_lengths(self, config: SDConfig, n: int, rng: np.random.Generator) -> np.ndarray:
         """Sample each request's accepted path length (ints in [1, depth + 1]). Only the length of
         the accepted path matters to the engine, and its distribution is exact from the reach."""
-        shape = _shape_of(config)
-        cdf = self._cdf_cache.get(shape)
+        cdf = self._cdf_cache.get(config)
         if cdf is None:
-            cdf = np.cumsum(self.accept_length_probs(shape))
+            cdf = np.cumsum(self.accept_length_probs(config))
             cdf /= cdf[-1]
-            self._cdf_cache[shape] = cdf
+            self._cdf_cache[config] = cdf
         draws = np.searchsorted(cdf, rng.random(int(n)), side="right")
         return 1 + np.minimum(draws, cdf.size - 1)
 
@@ -322,7 +300,7 @@ def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 
 
 def _predict(params: Sequence[float], rows: Sequence[tuple[int, int, float]], topk: int) -> np.ndarray:
     model = TreeAcceptance(*params)
-    return np.array([model.expected_accept_length((d, topk, v)) for d, v, _ in rows])
+    return np.array([model.expected_accept_length(SDConfig(d, topk, v)) for d, v, _ in rows])
 
 
 def fit_tree_acceptance(table: Iterable[tuple[int, int, float]], topk: int = PAPER_TOPK,

@@ -58,7 +58,7 @@ def test_chain_per_position_alphas():
 def test_paper_preset_within_5_percent_of_every_row():
     model = paper_qwen32b_tp4()
     for depth, verify, measured in paper_rows():
-        predicted = model.expected_accept_length((depth, PAPER_TOPK, verify))
+        predicted = model.expected_accept_length(SDConfig(depth, PAPER_TOPK, verify))
         assert predicted == pytest.approx(measured, rel=0.05), (depth, verify)
 
 

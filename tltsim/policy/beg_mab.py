@@ -29,6 +29,7 @@ is retrained. ``clear()`` forgets everything (and re-seeds), for a fresh tuner.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from itertools import pairwise
 from random import Random
@@ -104,13 +105,9 @@ class BucketedEpsilonGreedy:
 
     def bucket_of(self, batch_size: int) -> int:
         """Index of the bucket holding ``batch_size``; sizes below the first threshold use bucket 0."""
-        i = 0
-        for j, t in enumerate(self.thresholds):
-            if batch_size >= t:
-                i = j
-            else:
-                break
-        return i
+        # Thresholds strictly increase: the last one <= batch_size, found by bisection (called twice
+        # per decode iteration, once in decide and once in observe).
+        return max(bisect_right(self.thresholds, batch_size) - 1, 0)
 
     def rewards(self, batch_size: int, arm: SDConfig) -> list[float]:
         """The windowed rewards of ``arm`` in the bucket of ``batch_size`` (oldest first)."""
