@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import csv
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -291,7 +292,7 @@ class RooflineCostModel:
         if table is None:  # table[r] = sum_{j < n mod b} (-(r + j)) mod b
             table = [sum(-(r + j) % bs for j in range(n % bs)) for r in range(bs)]
             self._span_cache[n % bs] = table
-        pad = (n // bs) * (bs * (bs - 1) // 2) * size + sum(h * p for h, p in zip(hist, table, strict=True))
+        pad = (n // bs) * (bs * (bs - 1) // 2) * size + sum(map(operator.mul, hist, table))
         return n * int(_sum(ctx)) + size * (n * (n - 1) // 2) + pad
 
     def _paged_sum_over_steps(self, ctx: np.ndarray, steps: np.ndarray) -> np.ndarray:
@@ -343,7 +344,9 @@ class RooflineCostModel:
         kv_s, att_s = d.kv_read_s_per_token, d.attention_s_per_position
         for step in range(first, stop):
             drafted = b * (step + 1)
-            total += max((paged_sum + topk * drafted) * kv_s, (topk * (ctx_sum + drafted)) * att_s)
+            kv = (paged_sum + topk * drafted) * kv_s
+            att = (topk * (ctx_sum + drafted)) * att_s
+            total += att if att > kv else kv  # = max(kv, att) without the builtin call
         return total
 
     def sd_time(self, context_lens: np.ndarray, config: SDConfig) -> float:
