@@ -125,6 +125,14 @@ def _is_optional(tp: Any) -> tuple[bool, Any]:
     return False, tp
 
 
+def _parse_text(value: str, kind: type, what: str, *, path: str | None, dotted: str) -> Any:
+    """``kind(value)`` for a command-line override, or an InputError naming the field."""
+    try:
+        return kind(value.strip())
+    except ValueError:
+        raise InputError(f"must be {what}, got '{value}'", path=path, field=dotted) from None
+
+
 def _coerce(value: Any, tp: Any, *, path: str | None, dotted: str, from_text: bool) -> Any:
     """``value`` as type ``tp`` (int, float, str, optional, tuple[str, ...]) or an InputError."""
     optional, base = _is_optional(tp)
@@ -142,19 +150,13 @@ def _coerce(value: Any, tp: Any, *, path: str | None, dotted: str, from_text: bo
         raise InputError(f"must be true or false, got {value!r}", path=path, field=dotted)
     if base is int:
         if from_text and isinstance(value, str):
-            try:
-                value = int(value.strip())
-            except ValueError:
-                raise InputError(f"must be an integer, got '{value}'", path=path, field=dotted) from None
+            value = _parse_text(value, int, "an integer", path=path, dotted=dotted)
         if isinstance(value, bool) or not isinstance(value, int):
             raise InputError(f"must be an integer, got {value!r}", path=path, field=dotted)
         return value
     if base is float:
         if from_text and isinstance(value, str):
-            try:
-                value = float(value.strip())
-            except ValueError:
-                raise InputError(f"must be a number, got '{value}'", path=path, field=dotted) from None
+            value = _parse_text(value, float, "a number", path=path, dotted=dotted)
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             raise InputError(f"must be a finite number, got {value!r}", path=path, field=dotted)
         return float(value)
