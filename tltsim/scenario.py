@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from tltsim.acceptance import get_acceptance
 from tltsim.errors import InputError
 from tltsim.rollout import ACCEPTANCE_MODES, EngineConfig
 
@@ -332,13 +333,6 @@ def validate(s: Scenario, *, path: str | None = None) -> None:
 _PROBE = object()  # stands in for the models when only the spec's syntax is being checked
 
 
-def get_acceptance(preset: str) -> Any:
-    """The acceptance model called ``preset`` (``paper-qwen32b``, ``chain-<alpha>``)."""
-    from tltsim.acceptance import get_acceptance as _get
-
-    return _get(preset)
-
-
 # ---- resolved form --------------------------------------------------------------------------------
 def resolved_dict(s: Scenario) -> dict[str, Any]:
     """The scenario as nested plain data, with ``no-sd`` first among the policies."""
@@ -497,3 +491,15 @@ def run_scenario(s: Scenario, inputs: SimInputs | None = None, *, progress=None)
                                      accept=inputs.accept, policy_factory=policy_factory(spec, inputs),
                                      engine=inputs.engine, seed=s.seed, policy_name=spec))
     return results
+
+
+def compare_policies(s: Scenario, inputs: SimInputs | None = None, *, progress=None) -> tuple[Any, Any]:
+    """Run every policy of the scenario and return (one event log, the per-policy summary table with
+    speedups over ``no-sd``): what ``tlt sim run`` and ``tlt demo`` both report."""
+    import pandas as pd
+
+    from tltsim.summary import summary_table
+
+    results = run_scenario(s, inputs, progress=progress)
+    events = pd.concat([r.events for r in results], ignore_index=True)
+    return events, summary_table(events, gpus=s.cluster.gpus, tp=s.cluster.tp, baseline=BASELINE_POLICY)

@@ -29,15 +29,10 @@ def _markdown_table(df) -> str:
 
 def _simulate(scenario: Path):
     """Run the scenario's policies on one step; return (scenario, events, summary)."""
-    import pandas as pd
-
-    from tltsim.scenario import BASELINE_POLICY, load_scenario, run_scenario
-    from tltsim.summary import summary_table
+    from tltsim.scenario import compare_policies, load_scenario
 
     s = load_scenario(scenario)
-    results = run_scenario(s)
-    events = pd.concat([r.events for r in results], ignore_index=True)
-    return s, events, summary_table(events, gpus=s.cluster.gpus, tp=s.cluster.tp, baseline=BASELINE_POLICY)
+    return (s, *compare_policies(s))
 
 
 def demo(trace: Annotated[str, typer.Option(help="Trace to analyse.")] = DEFAULT_TRACE,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -24,24 +24,22 @@ from rich.table import Table
 from tltsim.atomic import atomic_dir
 from tltsim.errors import InputError
 from tltsim.scenario import (
-    BASELINE_POLICY,
     Scenario,
     apply_override,
+    compare_policies,
     load_scenario,
     policies_with_baseline,
     prepare,
-    run_scenario,
     scenario_hash,
     scenario_toml,
 )
-from tltsim.summary import summary_table
 
 app = typer.Typer(help="Simulate RL rollout steps under speculative-decoding policies.", no_args_is_help=True)
 
 DEFAULT_RESULTS = Path("results/sim")
 
 
-class Mode(str, Enum):  # noqa: UP042 (typer needs a str Enum on py3.10)
+class Mode(StrEnum):
     expected = "expected"
     stochastic = "stochastic"
 
@@ -120,9 +118,7 @@ def run(
             done = specs.index(spec)
             progress.update(task, completed=done, description=f"simulating {spec}")
 
-        results = run_scenario(s, inputs, progress=tick)
-    events = pd.concat([r.events for r in results], ignore_index=True)
-    summary = summary_table(events, gpus=s.cluster.gpus, tp=s.cluster.tp, baseline=BASELINE_POLICY)
+        events, summary = compare_policies(s, inputs, progress=tick)
     dest = out if out is not None else DEFAULT_RESULTS / scenario_hash(s)
     write_results(dest, events, summary, s)
     console.print(comparison_table(summary, f"One RL step, {s.trace.name} step {w.step}"))
