@@ -160,6 +160,16 @@ def _as_lengths(values: np.ndarray | Sequence[int], what: str) -> np.ndarray:
     return arr
 
 
+def _prefill_lengths(new_tokens: np.ndarray, cached_tokens: np.ndarray) -> tuple[list[int], list[int]]:
+    """Validated per-request (new, cached) prefill lengths as Python ints, for both prefill costs."""
+    new = _as_lengths(new_tokens, "new_tokens")
+    cached = _as_lengths(cached_tokens, "cached_tokens")
+    if new.shape != cached.shape:
+        raise InputError(f"new_tokens ({new.size}) and cached_tokens ({cached.size}) differ in length",
+                         field="cached_tokens")
+    return new.tolist(), cached.tolist()
+
+
 @dataclass(frozen=True)
 class RooflineCostModel:
     """Analytic iteration costs of ``model`` on a tensor-parallel group of ``tp`` x ``gpu``.
@@ -368,22 +378,12 @@ class RooflineCostModel:
         return drafting + draft_overhead + verify + self.sd_overhead_s + self.iteration_overhead_s
 
     def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
-        new = _as_lengths(new_tokens, "new_tokens")
-        cached = _as_lengths(cached_tokens, "cached_tokens")
-        if new.shape != cached.shape:
-            raise InputError(f"new_tokens ({new.size}) and cached_tokens ({cached.size}) differ in length",
-                             field="cached_tokens")
-        return self._prefill(self._target, new.tolist(), cached.tolist(), with_logits=True)
+        return self._prefill(self._target, *_prefill_lengths(new_tokens, cached_tokens), with_logits=True)
 
     def drafter_prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
         """Prefill of the drafter's own KV (SD switch-on re-prefills prompt + generated tokens
         through the drafter too); no LM head (hidden states only)."""
-        new = _as_lengths(new_tokens, "new_tokens")
-        cached = _as_lengths(cached_tokens, "cached_tokens")
-        if new.shape != cached.shape:
-            raise InputError(f"new_tokens ({new.size}) and cached_tokens ({cached.size}) differ in length",
-                             field="cached_tokens")
-        return self._prefill(self._draft, new.tolist(), cached.tolist(), with_logits=False)
+        return self._prefill(self._draft, *_prefill_lengths(new_tokens, cached_tokens), with_logits=False)
 
     def _prefill(self, f: _ForwardCosts, new: list[int], cached: list[int], with_logits: bool) -> float:
         """One prefill pass over validated Python ints. A pass holds a few chunks (prompts are
