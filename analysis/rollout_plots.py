@@ -10,12 +10,15 @@ from analysis.style import color_for, paper_rc
 
 
 def rollout_timeline(events: pd.DataFrame, policies: list[str] | None = None) -> plt.Figure:
-    """Running batch size per instance over time, one panel per policy; SD spans in the policy colour.
+    """Running batch size per rollout worker over time, one panel per policy; SD spans in the
+    policy colour, the switch's re-prefill (or drafter catch-up) in black.
 
-    Shows where the long tail leaves instances with tiny batches (and idle), and where a policy
-    turned speculative decoding on.
+    Shows where the long tail leaves workers with tiny batches (and idle), and where a policy
+    turned speculative decoding on. Times are on the run clock (a multi-step run shows its steps
+    one after the other).
     """
-    dec = events[events["kind"].isin(["decode", "reprefill", "prefill"])]
+    dec = events[events["kind"].isin(["decode", "switch_reprefill", "catch_up", "prefill"])
+                 & (events["phase"] == "rollout") & (events["worker"] >= 0)]
     policies = policies or list(dict.fromkeys(dec["policy"]))
     t_max = float(events["t_end"].max())
     with plt.rc_context(paper_rc()):
@@ -24,23 +27,24 @@ def rollout_timeline(events: pd.DataFrame, policies: list[str] | None = None) ->
         for ax, pol in zip(axes[:, 0], policies, strict=True):
             d = dec[dec["policy"] == pol]
             colour = color_for(pol)
-            for _, g in d.groupby("instance"):
+            for _, g in d.groupby("worker"):
                 ax.hlines(g["batch_size"], g["t_start"], g["t_end"], color="#bbbbbb", lw=0.8)
                 sd = g[g["depth"] > 0]
                 ax.hlines(sd["batch_size"], sd["t_start"], sd["t_end"], color=colour, lw=1.6)
-                rp = g[g["kind"] == "reprefill"]
+                rp = g[g["kind"].isin(["switch_reprefill", "catch_up"])]
                 ax.hlines(rp["batch_size"], rp["t_start"], rp["t_end"], color="#000000", lw=2.5)
+            start = float(d["t_start"].min()) if len(d) else 0.0
             end = float(d["t_end"].max()) if len(d) else 0.0
             ax.axvline(end, color=colour, ls="--", lw=0.8)
             ax.set_yscale("log")
             ax.set_ylabel("running batch")
-            ax.set_title(f"{pol}: makespan {end:.1f} s", loc="left")
+            ax.set_title(f"{pol}: rollout {end - start:.1f} s", loc="left")
         handles = [plt.Line2D([], [], color="#bbbbbb", lw=1, label="decode, SD off"),
-                   plt.Line2D([], [], color="#000000", lw=2.5, label="re-prefill at SD switch"),
+                   plt.Line2D([], [], color="#000000", lw=2.5, label="drafter re-prefill / catch-up"),
                    *[plt.Line2D([], [], color=color_for(p), lw=1.6, label=f"SD on ({p})")
                      for p in policies if (dec[(dec["policy"] == p)]["depth"] > 0).any()]]
         axes[0, 0].legend(handles=handles, loc="upper right", ncol=1)
-        axes[-1, 0].set_xlabel("time since rollout start (s)")
+        axes[-1, 0].set_xlabel("time since run start (s)")
         axes[-1, 0].set_xlim(0, t_max * 1.02)
         fig.tight_layout()
     return fig

@@ -1,16 +1,22 @@
 """The native engine: continuous batching, prefill/decode, policy-driven tree speculative decoding.
 
-Loop. Waiting requests are admitted into free cache slots and prefilled together (one forward, a
-``prefill`` event); then each decode iteration asks the policy for an :class:`SDConfig` for the
-current running batch, runs it, reports an :class:`Outcome` and logs one ``decode`` event in the
-simulator's event-log schema (``tltsim.events``). Finished requests leave and free their slot.
+Loop. ``run()`` is one RL step's rollout: the policy is ``reset(step)``, waiting requests are
+admitted into free cache slots and prefilled together (one forward, a ``prefill`` event that emits
+each request's first token); then each decode iteration asks the policy for a :class:`Decision` for
+the current running batch, runs it, reports an :class:`Outcome` (per-request accepted counts
+included) and logs one ``decode`` event through the event log shared with the simulator
+(:class:`tltsim.events.EventLog`). Finished requests leave and free their slot. The policy's
+``recent_accept`` view is the shared :class:`~tltsim.policy.recent_accept.RecentAccept`.
 
 A plain iteration feeds every request's last token. An SD iteration:
 1. brings the drafter up to date (pending pairs of token + target hidden state, see
-   :mod:`tltreal.drafter`); requests that lag by more than ``catch_up_limit`` pairs, or all live
-   requests when an elastic policy has ``just_switched`` SD on, are caught up first in a separate
-   ``reprefill`` forward. The engine keeps every request's target hidden states, so switching SD on
-   costs a drafter prefill over each live context, never a target re-prefill;
+   :mod:`tltreal.drafter`). When the decision has ``switch_on`` (the elastic switch), every live
+   request is brought up to date first, by the engine's switch mode: ``catch_up`` (default: the
+   engine keeps every request's target hidden states, so a drafter-only ``catch_up`` pass over
+   what the drafter missed suffices) or ``reprefill`` (TLT's mechanism, for comparison with the
+   simulator: a ``switch_reprefill`` of every live context through target and drafter). Requests
+   whose drafter lags by more than ``catch_up_limit`` pairs are caught up in a separate
+   ``catch_up`` forward;
 2. expands the draft tree (``depth``, ``topk``, ``verify_tokens``);
 3. runs one target forward over root + tree with the tree attention mask;
 4. accepts losslessly (:mod:`tltreal.verify` / :mod:`tltreal.kernels`), emits accepted tokens plus
@@ -21,14 +27,22 @@ Numerical policy: see :mod:`tltreal.model`. Run in float64 for bit-identical gre
 batch compositions and SD on/off; float32 (the benchmark default) is equal only up to rounding.
 Randomness: each request has its own ``torch.Generator`` (seeded from its ``SamplingParams``), so
 its sampled tokens do not depend on which requests share its batch.
+
+Clock: event times and the ``elapsed_s`` policies see are wall-clock seconds by default, so a learning
+policy (BEG-MAB rewards tokens per second) can decide differently on a rerun: timings vary. With
+``clock="model"`` every operation advances a modelled clock by a cost model's time for it (e.g. the
+roofline of this model on an H100), which makes event logs and bandit decisions repeatable.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -37,8 +51,13 @@ from tltreal.drafter import DraftModel, catch_up, expand_tree
 from tltreal.kv_cache import SlotPool
 from tltreal.model import Transformer, padded_causal_mask
 from tltreal.sampling import SamplingParams, draw_uniforms, sample_inverse_cdf, target_probs
-from tltsim.events import event_frame
+from tltsim.drafter_state import INITIAL_DRAFTER, DrafterState
+from tltsim.events import CLUSTER, EventLog
 from tltsim.policy.base import BatchView, Outcome, SDConfig, SDPolicy
+from tltsim.policy.recent_accept import RecentAccept
+
+SWITCH_MODES = ("catch_up", "reprefill")
+CLOCKS = ("wall", "model")
 
 
 @dataclass(frozen=True)
@@ -49,14 +68,37 @@ class EngineConfig:
     max_len: int = 1024
     max_verify: int = 64  # largest verify_tokens a policy may pick
     max_draft_nodes: int = 64  # largest (depth - 1) * topk (drafter scratch per request)
-    catch_up_limit: int = 16  # pending drafter pairs above which a request is re-prefilled apart
+    catch_up_limit: int = 16  # pending drafter pairs above which a request is caught up apart
+    switch: str = "catch_up"  # what SD switching on does (SWITCH_MODES; see module docstring)
+    switch_prefill_fraction: float = 0.25  # reprefill passes hold this share of max_prefill_tokens
+    max_prefill_tokens: int = 8192  # tokens per prefill pass of a switch re-prefill
+    clock: str = "wall"  # "wall" or "model" (module docstring)
     eos_token_id: int | None = None
     step: int = 0
-    instance: int = 0
+    worker: int = 0
+    run_id: str = ""
 
     def __post_init__(self) -> None:
         if self.max_batch < 1 or self.max_len < 2:
             raise ValueError("max_batch must be >= 1 and max_len >= 2")
+        if self.switch not in SWITCH_MODES:
+            raise ValueError(f"switch must be one of {SWITCH_MODES}, got {self.switch!r}")
+        if self.clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {CLOCKS}, got {self.clock!r}")
+        if not 0 < self.switch_prefill_fraction <= 1 or self.max_prefill_tokens < 1:
+            raise ValueError("switch_prefill_fraction must be in (0, 1] and max_prefill_tokens >= 1")
+
+
+class ModelledCosts(Protocol):
+    """What the modelled clock needs: the simulator's cost-model contract (tltsim.cost.CostModel)."""
+
+    def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float: ...
+
+    def drafter_prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float: ...
+
+    def decode_time(self, context_lens: np.ndarray) -> float: ...
+
+    def sd_time(self, context_lens: np.ndarray, config: SDConfig) -> float: ...
 
 
 @dataclass
@@ -76,6 +118,9 @@ class Request:
 
 @dataclass
 class RunResult:
+    """Outputs per request id, the event log (times relative to the run's start) and its duration
+    (wall-clock, or modelled with ``clock="model"``)."""
+
     outputs: dict[int, list[int]]
     events: pd.DataFrame
     wall_s: float
@@ -107,13 +152,21 @@ class RunResult:
 
 
 class Engine:
-    """Continuous-batching engine for one target model, an optional drafter and an SD policy."""
+    """Continuous-batching engine for one target model, an optional drafter and an SD policy.
+
+    ``costs`` is needed with ``clock="model"`` only. ``drafter_state`` is the version and quality
+    of the drafter as the policies and the event log see it."""
 
     def __init__(self, target: Transformer, policy: SDPolicy, drafter: DraftModel | None = None,
-                 config: EngineConfig | None = None) -> None:
+                 config: EngineConfig | None = None, *, costs: ModelledCosts | None = None,
+                 drafter_state: DrafterState = INITIAL_DRAFTER) -> None:
         self.target, self.policy, self.drafter = target, policy, drafter
         self.cfg = config or EngineConfig()
         c = self.cfg
+        if c.clock == "model" and costs is None:
+            raise ValueError("clock='model' needs a cost model (costs=...)")
+        self.costs = costs
+        self.drafter_state = drafter_state
         self.alloc_len = c.max_len + c.max_verify + 2
         self.cache = target.new_cache(c.max_batch, self.alloc_len)
         self.hidden = torch.zeros(c.max_batch, self.alloc_len, target.cfg.hidden_size, dtype=target.dtype,
@@ -124,11 +177,13 @@ class Engine:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.done: dict[int, Request] = {}
-        self.rows: list[dict] = []
+        self.log = EventLog(run_id=c.run_id, source="real", policy=policy.name)
+        self.log.step, self.log.drafter_version = c.step, drafter_state.version
+        self.recent = RecentAccept()
         self._next_rid = 0
         self._iteration = 0
-        self._recent_accept: deque[float] = deque(maxlen=8)
         self._t0 = 0.0
+        self._model_t = 0.0
 
     # ----------------------------------------------------------------------------------- requests
     def add_request(self, prompt: list[int], max_new_tokens: int,
@@ -150,18 +205,32 @@ class Engine:
 
     @torch.inference_mode()
     def run(self) -> RunResult:
-        """Run until every queued request has finished."""
+        """One rollout step: reset the policy for ``config.step``, run until every queued request has
+        finished, and close the step with a cluster-wide ``stage`` row."""
+        self.policy.reset(self.cfg.step)
         self._t0 = time.perf_counter()
+        self._model_t = 0.0
+        n_requests = len(self.waiting)
+        prompt_tokens = sum(len(r.prompt) for r in self.waiting)
         while self.waiting or self.running:
             self._admit()
             if self.running:
                 self._decode_iteration()
-        wall = time.perf_counter() - self._t0
+        end = self._now()
         outputs = {rid: r.output for rid, r in sorted(self.done.items())}
-        return RunResult(outputs, event_frame(self.rows), wall)
+        self.log.span(CLUSTER, "stage", 0.0, end, batch=n_requests, prefill_tokens=prompt_tokens,
+                      tokens=sum(len(v) for v in outputs.values()))
+        return RunResult(outputs, self.log.frame(), end)
 
     def _now(self) -> float:
+        if self.cfg.clock == "model":
+            return self._model_t
         return time.perf_counter() - self._t0
+
+    def _charge(self, cost: Callable[[ModelledCosts], float]) -> None:
+        """On the modelled clock, advance it by ``cost(cost model)`` (nothing to do on the wall clock)."""
+        if self.cfg.clock == "model" and self.costs is not None:
+            self._model_t += float(cost(self.costs))
 
     def _emit(self, req: Request, tokens: list[int]) -> None:
         for t in tokens:
@@ -177,15 +246,6 @@ class Engine:
             self.done[r.rid] = r
         self.running = [r for r in self.running if not r.finished]
 
-    def _log(self, kind: str, t_start: float, t_end: float, batch: int, tokens: int,
-             config: SDConfig | None = None, drafted: int = 0, accepted: int = 0) -> None:
-        cfg = config or SDConfig()
-        self.rows.append({
-            "source": "real", "policy": self.policy.name, "step": self.cfg.step, "instance": self.cfg.instance,
-            "kind": kind, "t_start": t_start, "t_end": t_end, "iterations": 1, "batch_size": batch,
-            "sd_config": cfg.name, "depth": cfg.depth, "topk": cfg.topk, "verify_tokens": cfg.verify_tokens,
-            "tokens": tokens, "drafted": drafted, "accepted": accepted,
-        })
 
     def _tensor(self, values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.hidden.device)
@@ -207,6 +267,8 @@ class Engine:
 
     def _prefill(self, reqs: list[Request]) -> None:
         t_start = self._now()
+        n = np.array([len(r.prompt) for r in reqs], dtype=np.int64)
+        self._charge(lambda c: c.prefill_time(n, np.zeros_like(n)))
         lens = self._tensor([len(r.prompt) for r in reqs])
         t = int(lens.max())
         tokens = torch.zeros(len(reqs), t, dtype=torch.long, device=lens.device)
@@ -226,7 +288,8 @@ class Engine:
         for r, tok in zip(reqs, first, strict=True):
             self._emit(r, [tok])
         self.running.extend(reqs)
-        self._log("prefill", t_start, self._now(), len(reqs), int(lens.sum()))
+        self.log.span(self.cfg.worker, "prefill", t_start, self._now(), batch=len(reqs), tokens=len(reqs),
+                      prefill_tokens=int(lens.sum()))
         self._retire()
 
     def _sample(self, reqs: list[Request], logits: torch.Tensor) -> list[int]:
@@ -239,30 +302,37 @@ class Engine:
     # ------------------------------------------------------------------------------------- decode
     def _decode_iteration(self) -> None:
         reqs = list(self.running)
-        view = BatchView(batch_size=len(reqs), context_lens=tuple(len(r.tokens) for r in reqs),
-                         time=self._now(), iteration=self._iteration,
-                         recent_accept=(sum(self._recent_accept) / len(self._recent_accept)
-                                        if self._recent_accept else None),
-                         instance=self.cfg.instance)
-        config = self.policy.decide(view)
+        ctx = tuple(len(r.tokens) for r in reqs)
+        view = BatchView(batch_size=len(reqs), context_lens=ctx, time=self._now(), iteration=self._iteration,
+                         recent_accept=self.recent.value, worker=self.cfg.worker, step=self.cfg.step,
+                         drafter=self.drafter_state)
+        decision = self.policy.decide(view)
+        config = decision.config
         if config.enabled and self.drafter is None:
             raise ValueError(f"policy '{self.policy.name}' chose {config.name} but the engine has no drafter")
         if config.enabled:
             self._check_shape(config)
-            self._catch_up_laggards(reqs, force=bool(getattr(self.policy, "just_switched", False)))
+            if decision.switch_on:
+                self._switch(reqs, config)
+            self._catch_up_laggards(reqs, self.cfg.catch_up_limit)
         t_start = self._now()
+        ctx_arr = np.asarray(ctx, dtype=np.int64)
         if config.enabled:
+            self._charge(lambda c: c.sd_time(ctx_arr, config))
             emitted, drafted, accepted = self._speculative_step(reqs, config)
         else:
-            emitted, drafted, accepted = self._plain_step(reqs), 0, 0
+            self._charge(lambda c: c.decode_time(ctx_arr))
+            emitted, drafted, accepted = self._plain_step(reqs), 0, [0] * len(reqs)
         t_end = self._now()
         self._iteration += 1
-        self._log("decode", t_start, t_end, len(reqs), emitted, config, drafted, accepted)
+        total_accepted = sum(accepted)
+        self.log.decode(self.cfg.worker, t_start, t_end, 1, len(reqs), config, emitted, drafted, total_accepted)
         if config.enabled:
-            self._recent_accept.append(emitted / len(reqs))
+            self.recent.update(emitted / len(reqs))
         self.policy.observe(Outcome(config=config, batch_size=len(reqs), emitted_tokens=emitted,
                                     elapsed_s=t_end - t_start, drafted_tokens=drafted,
-                                    accepted_tokens=accepted, time=t_end, instance=self.cfg.instance))
+                                    accepted_tokens=total_accepted, time=t_end, worker=self.cfg.worker,
+                                    accepted_per_request=tuple(float(a) for a in accepted) if config.enabled else ()))
         self._retire()
 
     def _check_shape(self, config: SDConfig) -> None:
@@ -302,22 +372,64 @@ class Engine:
                 feats[b, :n] = self.hidden[r.slot, lo: lo + n]
         return tokens, feats, self._tensor(counts)
 
-    def _catch_up_laggards(self, reqs: list[Request], force: bool) -> None:
-        """Drafter re-prefill (a ``reprefill`` event) of requests whose drafter lags far behind."""
-        limit = 1 if force else self.cfg.catch_up_limit
+    def _switch(self, reqs: list[Request], config: SDConfig) -> None:
+        """SD switches on (the elastic switch): bring every live request's drafter up to date."""
+        self.log.span(self.cfg.worker, "switch", self._now(), self._now(), batch=len(reqs), config=config)
+        if self.cfg.switch == "reprefill":
+            self._reprefill(reqs)
+        else:
+            self._catch_up_laggards(reqs, 1)
+
+    def _reprefill(self, reqs: list[Request]) -> None:
+        """TLT's switch: every live context re-prefilled through the target (KV and hidden states
+        rebuilt: the same values, recomputed) and then the drafter, in passes of at most
+        ``max_prefill_tokens * switch_prefill_fraction`` tokens."""
+        t_start = self._now()
+        budget = max(1, int(self.cfg.max_prefill_tokens * self.cfg.switch_prefill_fraction))
+        groups: list[list[Request]] = [[]]
+        for r in reqs:  # pack whole requests into passes (a request longer than the budget runs alone)
+            if groups[-1] and sum(x.cache_len for x in groups[-1]) + r.cache_len > budget:
+                groups.append([])
+            groups[-1].append(r)
+        for group in groups:
+            lens = self._tensor([r.cache_len for r in group])
+            t = int(lens.max())
+            tokens = torch.zeros(len(group), t, dtype=torch.long, device=lens.device)
+            for b, r in enumerate(group):
+                tokens[b, : r.cache_len] = self._tensor(r.tokens[: r.cache_len])
+            positions = torch.arange(t, device=lens.device).expand(len(group), t)
+            slots = self._tensor([r.slot for r in group])
+            _, hidden = self.target(tokens, positions, self.cache, slots, torch.zeros_like(lens),
+                                    padded_causal_mask(lens, t))
+            for b, r in enumerate(group):
+                self.hidden[r.slot, : r.cache_len] = hidden[b, : r.cache_len]
+                r.draft_len = 0
+        n = np.array([r.cache_len for r in reqs], dtype=np.int64)
+        self._charge(lambda c: c.prefill_time(n, np.zeros_like(n)))
+        self._catch_up_laggards(reqs, 1, kind=None)
+        self.log.span(self.cfg.worker, "switch_reprefill", t_start, self._now(), iterations=len(groups),
+                      batch=len(reqs), prefill_tokens=int(n.sum()))
+
+    def _catch_up_laggards(self, reqs: list[Request], limit: int, kind: str | None = "catch_up") -> None:
+        """Drafter-only prefill (a ``catch_up`` event unless ``kind`` is None) of the requests whose
+        drafter has more than ``limit`` pending pairs."""
         lag = [r for r in reqs if r.cache_len - r.draft_len + 1 > limit]
         if not lag:
             return
         t_start = self._now()
         tokens, feats, counts = self._pending(lag, drop_root=True)
         slots = self._tensor([r.slot for r in lag])
-        catch_up(self.drafter, self.draft_cache, slots, self._tensor([r.draft_len for r in lag]),
-                 tokens, feats, counts)
-        for r, n in zip(lag, counts.tolist(), strict=True):
-            r.draft_len += n
-        self._log("reprefill", t_start, self._now(), len(lag), int(counts.sum()))
+        draft_lens = [r.draft_len for r in lag]
+        catch_up(self.drafter, self.draft_cache, slots, self._tensor(draft_lens), tokens, feats, counts)
+        n = counts.cpu().numpy().astype(np.int64)
+        self._charge(lambda c: c.drafter_prefill_time(n, np.asarray(draft_lens, dtype=np.int64)))
+        for r, k in zip(lag, counts.tolist(), strict=True):
+            r.draft_len += k
+        if kind is not None:
+            self.log.span(self.cfg.worker, kind, t_start, self._now(), batch=len(lag), prefill_tokens=int(n.sum()))
 
-    def _speculative_step(self, reqs: list[Request], config: SDConfig) -> tuple[int, int, int]:
+    def _speculative_step(self, reqs: list[Request], config: SDConfig) -> tuple[int, int, list[int]]:
+        """One SD iteration; returns (tokens emitted, draft tokens verified, accepted per request)."""
         b = len(reqs)
         slots = self._tensor([r.slot for r in reqs])
         tokens, feats, counts = self._pending(reqs)
@@ -349,4 +461,4 @@ class Engine:
             self.hidden[r.slot, r.cache_len: r.cache_len + a + 1] = hidden[i, accepted_nodes]
             r.cache_len += a + 1
             self._emit(r, [*tree.tokens[i, accepted_nodes[1:]].tolist(), nexts[i]])
-        return sum(lengths) + b, b * tree.num_nodes, sum(lengths)
+        return sum(lengths) + b, b * tree.num_nodes, lengths

@@ -18,9 +18,14 @@ to be calibrated (= ``p``), which EAGLE-2 reports is close to true for its draft
   probability ``coverage``, shrinking with depth as drafter errors compound, and its drafter rank is
   geometric. :func:`paper_qwen32b_tp4` is fitted to the paper's depth x verify table.
 
-``quality`` (default 1) multiplies every per-position probability: a stale drafter builds the same
-tree (its own confidences are unchanged) but the target accepts less of it.
-Accept lengths count the bonus token: no SD gives exactly 1, a depth-``D`` draft at most ``D + 1``.
+The drafter the engine holds now (:class:`~tltsim.drafter_state.DrafterState`: version, quality,
+optional per-position scales) is an argument of every query: its scale multiplies every
+per-position probability. A stale drafter builds the same tree (its own confidences are unchanged)
+but the target accepts less of it. Accept lengths count the bonus token: no SD gives exactly 1, a
+depth-``D`` draft at most ``D + 1``.
+
+Sampling (:class:`AcceptSampler`) draws per-request accept lengths from the exact length
+distribution of the tree by inverse CDF; it is the one sampling path the simulator uses.
 """
 
 from __future__ import annotations
@@ -28,27 +33,54 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from tltsim.drafter_state import INITIAL_DRAFTER, DrafterState
 from tltsim.errors import InputError
 from tltsim.policy.base import SDConfig
 
 
 @runtime_checkable
 class AcceptanceModel(Protocol):
-    """Tokens emitted per request per SD iteration, bonus token included (>= 1)."""
+    """Tokens emitted per request per SD iteration, bonus token included (>= 1), for a draft shape
+    and the drafter the engine holds."""
 
-    def expected_accept_length(self, config: SDConfig) -> float:
+    def expected_accept_length(self, config: SDConfig, drafter: DrafterState = INITIAL_DRAFTER) -> float:
         """Expected accept length for this draft shape (1.0 for no SD)."""
         ...
 
-    def sample_accept_lengths(self, config: SDConfig, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` independent accept lengths (ints in [1, depth+1]) drawn with ``rng``."""
+    def accept_length_probs(self, config: SDConfig, drafter: DrafterState = INITIAL_DRAFTER) -> np.ndarray:
+        """P(accept length = 1 + k) for k = 0..depth (sums to 1)."""
         ...
+
+
+class AcceptSampler:
+    """Per-request accept lengths drawn from a model's exact length distribution.
+
+    One inverse-CDF table per (config, drafter), cached: the distribution is fixed while the drafter
+    is, and recomputing it dominated the simulator's per-iteration cost. A draw is an int in
+    ``[1, depth + 1]``: the bonus token is always emitted."""
+
+    def __init__(self, model: AcceptanceModel) -> None:
+        self.model = model
+        self._tables: dict[tuple[SDConfig, DrafterState], tuple[np.ndarray, float]] = {}
+
+    def draw(self, config: SDConfig, n: int, rng: np.random.Generator,
+             drafter: DrafterState = INITIAL_DRAFTER) -> np.ndarray:
+        key = (config, drafter)
+        table = self._tables.get(key)
+        if table is None:
+            cdf = np.cumsum(self.model.accept_length_probs(config, drafter))
+            # Inner edges behind a -inf sentinel: searchsorted lands in [1, depth + 1] directly (the
+            # sentinel adds the bonus token's +1 without another whole-array op).
+            table = (np.concatenate(([-np.inf], cdf[:-1])), float(cdf[-1]))
+            self._tables[key] = table
+        edges, total = table
+        return np.searchsorted(edges, rng.random(int(n)) * total, side="right")
 
 
 # ---- the tree ------------------------------------------------------------------------------------
@@ -80,54 +112,53 @@ def length_distribution(reach: np.ndarray) -> np.ndarray:
 
 
 class _PositionalAcceptance:
-    """Shared machinery: tree reach per draft shape (cached), expectation and sampling."""
+    """Shared machinery: tree reach per (draft shape, drafter) (cached) and the length distribution."""
 
-    quality: float
     _cache: dict
-    _cdf_cache: dict
 
     def position_probs(self, depth: int, topk: int) -> np.ndarray:
-        """``(depth, topk)`` array of p(d, r) as the drafter believes them (quality 1)."""
+        """``(depth, topk)`` array of p(d, r) as the drafter believes them (its own confidences)."""
         raise NotImplementedError
 
-    def _check_quality(self, max_row_mass: float) -> None:
-        if self.quality < 0 or self.quality * max_row_mass > 1 + 1e-12:
-            raise InputError(f"quality {self.quality} must be >= 0 and keep every depth's acceptance mass "
-                             f"({max_row_mass:.3f} at quality 1) <= 1", field="quality")
+    def max_row_mass(self) -> float:
+        """The largest acceptance mass of one depth at scale 1 (a drafter scale must keep
+        ``scale * mass <= 1``)."""
+        raise NotImplementedError
 
-    def reach(self, config: SDConfig) -> np.ndarray:
-        """P(at least k+1 draft tokens accepted), k = 0..depth-1, quality applied. ``SDConfig``
-        admits every EAGLE-2 shape (verify up to ``max_tree_nodes``), so it is the only key."""
-        hit = self._cache.get(config)
+    def check_drafter(self, drafter: DrafterState, depth: int = 64) -> None:
+        """InputError unless the drafter's scales keep every depth's acceptance mass <= 1."""
+        mass = self.max_row_mass()
+        worst = max(drafter.scales(depth), default=1.0)
+        if worst * mass > 1 + 1e-12:
+            raise InputError(f"drafter quality x position scale {worst:g} would make the acceptance mass of "
+                             f"one depth {worst * mass:.3f} > 1 (it is {mass:.3f} at quality 1)",
+                             field="drafter.quality")
+
+    def reach(self, config: SDConfig, drafter: DrafterState = INITIAL_DRAFTER) -> np.ndarray:
+        """P(at least k+1 draft tokens accepted), k = 0..depth-1, with the drafter's scales applied
+        along each path. ``SDConfig`` admits every EAGLE-2 shape (verify up to
+        ``max_tree_nodes``), so (config, drafter) is the whole key."""
+        key = (config, drafter)
+        hit = self._cache.get(key)
         if hit is None:
             if config.depth == 0:
                 hit = np.zeros(0)
             else:
+                self.check_drafter(drafter, config.depth)
                 base = eagle_tree_reach(self.position_probs(config.depth, config.topk), config.depth,
                                         config.topk, config.verify_tokens)
-                hit = base * self.quality ** np.arange(1, config.depth + 1)
+                hit = base * np.cumprod(drafter.scales(config.depth))
             hit.setflags(write=False)
-            self._cache[config] = hit
+            self._cache[key] = hit
         return hit
 
-    def expected_accept_length(self, config: SDConfig) -> float:
+    def expected_accept_length(self, config: SDConfig, drafter: DrafterState = INITIAL_DRAFTER) -> float:
         """Mean tokens emitted per request per iteration, bonus included (1.0 for no SD)."""
-        return 1.0 + float(self.reach(config).sum())
+        return 1.0 + float(self.reach(config, drafter).sum())
 
-    def accept_length_probs(self, config: SDConfig) -> np.ndarray:
+    def accept_length_probs(self, config: SDConfig, drafter: DrafterState = INITIAL_DRAFTER) -> np.ndarray:
         """P(accept length = 1 + k), k = 0..depth."""
-        return length_distribution(self.reach(config))
-
-    def sample_accept_lengths(self, config: SDConfig, n: int, rng: np.random.Generator) -> np.ndarray:
-        """Sample each request's accepted path length (ints in [1, depth + 1]). Only the length of
-        the accepted path matters to the engine, and its distribution is exact from the reach."""
-        cdf = self._cdf_cache.get(config)
-        if cdf is None:
-            cdf = np.cumsum(self.accept_length_probs(config))
-            cdf /= cdf[-1]
-            self._cdf_cache[config] = cdf
-        draws = np.searchsorted(cdf, rng.random(int(n)), side="right")
-        return 1 + np.minimum(draws, cdf.size - 1)
+        return length_distribution(self.reach(config, drafter))
 
 
 @dataclass(frozen=True)
@@ -138,9 +169,7 @@ class ChainAcceptance(_PositionalAcceptance):
     ``min(depth, verify_tokens)`` useful tokens."""
 
     alphas: tuple[float, ...]
-    quality: float = 1.0
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-    _cdf_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         alphas = tuple(float(a) for a in self.alphas)
@@ -148,16 +177,15 @@ class ChainAcceptance(_PositionalAcceptance):
             raise InputError(f"alphas must be a non-empty list of probabilities, got {self.alphas}",
                              field="alphas")
         object.__setattr__(self, "alphas", alphas)
-        self._check_quality(max(alphas))
+
+    def max_row_mass(self) -> float:
+        return max(self.alphas)
 
     def position_probs(self, depth: int, topk: int) -> np.ndarray:
         per_depth = np.array([self.alphas[min(d, len(self.alphas) - 1)] for d in range(depth)])
         probs = np.zeros((depth, topk))
         probs[:, 0] = per_depth
         return probs
-
-    def with_quality(self, quality: float) -> ChainAcceptance:
-        return replace(self, quality=quality)
 
 
 @dataclass(frozen=True)
@@ -168,9 +196,7 @@ class TreeAcceptance(_PositionalAcceptance):
     rank_ratio: float
     depth_decay: float
     depth_power: float = 1.0
-    quality: float = 1.0
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-    _cdf_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         checks = {"coverage": 0 < self.coverage <= 1, "rank_ratio": 0 <= self.rank_ratio < 1,
@@ -178,16 +204,15 @@ class TreeAcceptance(_PositionalAcceptance):
         for name, ok in checks.items():
             if not ok:
                 raise InputError(f"out of range: {getattr(self, name)}", field=name)
-        self._check_quality(self.coverage)
+
+    def max_row_mass(self) -> float:
+        return self.coverage
 
     def position_probs(self, depth: int, topk: int) -> np.ndarray:
         d = np.arange(depth, dtype=float)
         at_depth = self.coverage * np.exp(-self.depth_decay * d ** self.depth_power)
         by_rank = (1 - self.rank_ratio) * self.rank_ratio ** np.arange(topk, dtype=float)
         return at_depth[:, None] * by_rank[None, :]
-
-    def with_quality(self, quality: float) -> TreeAcceptance:
-        return replace(self, quality=quality)
 
     @property
     def params(self) -> tuple[float, float, float, float]:
@@ -203,9 +228,9 @@ PAPER_TOPK = 8  # sd_depth_verify_bs1.csv: Qwen2.5-32B, TP 4, batch 1, top-k 8
 PAPER_QWEN32B_TP4_PARAMS = (0.971233, 0.0791135, 0.00140549, 1.58981)
 
 
-def paper_qwen32b_tp4(quality: float = 1.0) -> TreeAcceptance:
+def paper_qwen32b_tp4() -> TreeAcceptance:
     """The adapted EAGLE drafter of Qwen2.5-32B (TP 4) from the paper's depth x verify table."""
-    return TreeAcceptance(*PAPER_QWEN32B_TP4_PARAMS, quality=quality)
+    return TreeAcceptance(*PAPER_QWEN32B_TP4_PARAMS)
 
 
 @dataclass(frozen=True)

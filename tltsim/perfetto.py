@@ -1,10 +1,14 @@
 """Chrome / Perfetto trace JSON of an event log (open it in ui.perfetto.dev or chrome://tracing).
 
-Layout: one *process* per policy, one *thread* (track) per rollout instance, one complete event
-(``"ph": "X"``) per event-log span, named ``prefill``, ``reprefill``, ``idle`` or ``decode <sd>``
+Layout: one *process* per policy, one *thread* (track) per rollout worker plus a ``cluster`` track
+for cluster-wide rows, one complete event (``"ph": "X"``) per event-log span, named by its kind
+(``prefill``, ``switch_reprefill``, ``catch_up``, ``idle``, ``stage rollout``) or ``decode <sd>``
 (``decode off``, ``decode 8_4_32``) so the SD switch and the bandit's arm changes are visible as
-colour changes. A counter track per instance shows the running batch size. Times are microseconds,
-as the format requires.
+colour changes. A counter track per worker shows the running batch size. Times are microseconds on
+the run-level clock, as the format requires.
+
+Size: about 250 bytes per row (a 500k-response run writes millions of rows), so callers decide with
+:func:`estimated_bytes` whether to write it (``tlt sim run --perfetto auto|on|off``).
 """
 
 from __future__ import annotations
@@ -14,20 +18,30 @@ from typing import Any
 
 import pandas as pd
 
-from tltsim.events import check_event_log
+from tltsim.events import CLUSTER, check_event_log
 
 _US = 1e6
 
 
-def _span_name(kind: str, sd_config: str) -> str:
-    return f"decode {sd_config}" if kind == "decode" else kind
+BYTES_PER_ROW = 250  # measured on `tlt sim run` outputs: JSON of one span + its counter sample
+
+
+def estimated_bytes(events: pd.DataFrame) -> int:
+    """Rough size of :func:`chrome_trace_json` for ``events`` (without building it)."""
+    return BYTES_PER_ROW * len(events)
+
+
+def _span_name(kind: str, sd_config: str, phase: str) -> str:
+    if kind == "decode":
+        return f"decode {sd_config}"
+    return f"stage {phase}" if kind == "stage" else kind
 
 
 def chrome_trace(events: pd.DataFrame) -> dict[str, Any]:
     """The trace-event JSON object for ``events`` (any number of policies and steps).
 
-    Policies become processes in order of first appearance; steps of one policy share its tracks
-    (each step's times start at 0, so multi-step logs should be offset by the caller).
+    Policies become processes in order of first appearance; the steps of one policy follow each
+    other on its tracks (the event log's clock is run-level).
     """
     check_event_log(events)
     out: list[dict[str, Any]] = []
@@ -36,23 +50,24 @@ def chrome_trace(events: pd.DataFrame) -> dict[str, Any]:
     for policy, pid in pid_of.items():
         out.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": policy}})
         out.append({"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": pid}})
-        for inst in sorted(events.loc[events["policy"] == policy, "instance"].unique()):
-            out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": int(inst),
-                        "args": {"name": f"instance {int(inst)}"}})
-    cols = ["policy", "step", "instance", "kind", "t_start", "t_end", "iterations", "batch_size",
-            "sd_config", "tokens", "drafted", "accepted"]
+        for worker in sorted(events.loc[events["policy"] == policy, "worker"].unique()):
+            name = "cluster" if worker == CLUSTER else f"worker {int(worker)}"
+            out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": int(worker), "args": {"name": name}})
+    cols = ["policy", "step", "phase", "worker", "kind", "t_start", "t_end", "iterations", "batch_size",
+            "sd_config", "tokens", "prefill_tokens", "drafted", "accepted", "drafter_version"]
     for row in events[cols].itertuples(index=False):
-        policy, step, inst, kind, t0, t1, iters, batch, sd, tokens, drafted, accepted = row
-        pid, tid = pid_of[policy], int(inst)
+        policy, step, phase, worker, kind, t0, t1, iters, batch, sd, tokens, prefilled, drafted, accepted, ver = row
+        pid, tid = pid_of[policy], int(worker)
         ts = t0 * _US
         out.append({
-            "name": _span_name(kind, sd), "cat": kind, "ph": "X", "pid": pid, "tid": tid,
+            "name": _span_name(kind, sd, phase), "cat": kind, "ph": "X", "pid": pid, "tid": tid,
             "ts": ts, "dur": max(0.0, (t1 - t0) * _US),
-            "args": {"step": int(step), "iterations": int(iters), "batch_size": int(batch), "sd_config": sd,
-                     "tokens": int(tokens), "drafted": int(drafted), "accepted": int(accepted)},
+            "args": {"step": int(step), "phase": phase, "iterations": int(iters), "batch_size": int(batch),
+                     "sd_config": sd, "tokens": int(tokens), "prefill_tokens": int(prefilled),
+                     "drafted": int(drafted), "accepted": int(accepted), "drafter_version": int(ver)},
         })
         if kind in ("decode", "idle"):
-            out.append({"name": f"batch i{tid}", "ph": "C", "pid": pid, "ts": ts,
+            out.append({"name": f"batch w{tid}", "ph": "C", "pid": pid, "ts": ts,
                         "args": {"running": int(batch)}})
     return {"traceEvents": out, "displayTimeUnit": "ms"}
 

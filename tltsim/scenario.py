@@ -1,57 +1,74 @@
-"""Scenarios: what to simulate, as typed dataclasses loaded from TOML and validated field by field.
+"""Scenarios: what to simulate, as a typed tree of frozen dataclasses loaded from TOML.
 
-A scenario names a trace step, a model, a cluster layout, engine limits, the SD policies to compare,
-an acceptance preset and a seed. Every field has a dotted path (``cluster.tp``, ``trace.step``,
-``policies``) used in error messages and by :func:`apply_override` (the CLI flags, and sweeps later).
-Every run writes :func:`dump_toml` of the resolved scenario next to its results, so a results folder
-can be re-run exactly: ``tlt sim run --scenario results/sim/<hash>/scenario.resolved.toml``.
+A scenario names the trace steps, the model, the cluster layout, the engine limits, the cost and
+acceptance models, the drafter, the SD policies to compare and a seed. Every field has a dotted path
+(``cluster.tp``, ``cost.sd_overhead_s``, ``policies``) used in error messages, by ``--set`` and by
+sweeps; the generic machinery (parsing, overrides, TOML) is :mod:`tltsim.config_tree`, this module
+is the schema, its validation and the step from a scenario to simulation inputs.
+
+Every model constant a user may question is a field: GPU efficiencies, SD overheads, the switch
+re-prefill budget fraction, the drafter's quality, the acceptance parameters. Scenarios (plain
+frozen dataclasses), never closures, cross process boundaries: a worker process rebuilds its inputs
+with :func:`prepare`.
 
 Defaults (a scenario file may be empty) show the long tail on a real trace: all 4,768 AIME
 responses of ``r1distill_qwen1.5b_aime_8samples`` (596 prompts x 8, up to 16K tokens) as one RL
-step, Qwen2.5-7B on 64 H100 with TP 4 (16 instances), the veRL engine limits (``max_num_seqs``
-1024, ``gpu_memory_utilization`` 0.9, ``max_num_batched_tokens`` 8192), ``no-sd`` vs
-``elastic+beg-mab``, the paper-fitted tree acceptance (``paper-qwen32b``) in expected-value mode.
+step, Qwen2.5-7B on 64 H100 with TP 4 (16 rollout workers), the veRL engine limits
+(``max_num_seqs`` 1024, ``gpu_memory_utilization`` 0.9, ``max_num_batched_tokens`` 8192), ``no-sd``
+vs ``elastic+beg-mab``, the paper-fitted tree acceptance in expected-value mode.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
-import math
-import tomllib
-import types
-import typing
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from tltsim.acceptance import get_acceptance
+from tltsim import config_tree
 from tltsim.errors import InputError
-from tltsim.rollout import ACCEPTANCE_MODES, EngineConfig
 
 DEFAULT_TRACE = "r1distill_qwen1.5b_aime_8samples"
 DEFAULT_POLICIES = ("no-sd", "elastic+beg-mab")
 BASELINE_POLICY = "no-sd"
 
+# Bounds checked before anything is built from a number (a GPU count of 10^12 must not allocate).
+MAX_GPUS = 1_000_000
+MAX_TP = 1024
+MAX_BATCH = 1_000_000
+MAX_PREFILL_BUDGET = 10**8
+MAX_STEPS = 100_000
+MAX_PROMPTS = 10**7
+MAX_SEED = 2**63 - 1
+
 
 @dataclass(frozen=True)
 class TraceSection:
-    """Which responses one RL step must generate.
+    """Which responses the RL steps must generate.
 
-    ``step`` is the trace step to simulate (None: the first). ``source`` keeps only rows whose
-    ``source`` column equals it (traces that hold several runs). ``prompts_per_step``,
-    ``samples`` and ``cap`` reshape the step (see ``tltsim.traces.workload.build_workload``);
-    ``seed`` drives that sampling.
+    ``name``: a catalog name, a file on the trace search path, or a path (relative paths are taken
+    relative to the scenario file when a file exists there). ``step``: the first trace step to
+    simulate (None: the first); ``num_steps``: how many consecutive steps. ``source`` keeps only rows
+    whose ``source`` column equals it. ``prompts_per_step``, ``samples``, ``expand_samples``
+    (with ``dispersion_sigma``), ``cap`` and ``snap_capped`` reshape the steps (see
+    ``tltsim.traces.workload``); ``deal``: ``shuffle`` (a data loader's seeded shuffle, the default)
+    or ``trace`` (trace order) decides which worker serves which prompt group; ``seed`` drives the
+    sampling and the dealing.
     """
 
     name: str = DEFAULT_TRACE
     step: int | None = None
+    num_steps: int = 1
     source: str | None = None
     prompts_per_step: int | None = None
     samples: int | None = None
+    expand_samples: int | None = None
+    dispersion_sigma: float = 0.33
     cap: int | None = None
+    snap_capped: bool = True
     default_prompt_tokens: int = 128
+    deal: str = "shuffle"
     seed: int = 0
 
 
@@ -64,33 +81,71 @@ class ModelSection:
 
 @dataclass(frozen=True)
 class ClusterSection:
-    """``gpus`` GPUs of one kind, split into ``gpus / tp`` rollout instances."""
+    """``gpus`` GPUs of one kind, split into ``gpus / tp`` rollout workers. The efficiencies
+    override the GPU preset's achieved fractions of peak FLOP/s and HBM bandwidth (None: preset)."""
 
     gpu: str = "H100"
     gpus: int = 64
     tp: int = 4
+    flops_efficiency: float | None = None
+    bandwidth_efficiency: float | None = None
 
 
 @dataclass(frozen=True)
 class EngineSection:
-    """Per-instance engine limits (veRL's vLLM rollout defaults).
+    """Per-worker engine limits (veRL's vLLM rollout defaults) and how SD switches on.
 
-    ``max_batch``: running requests per instance (``max_num_seqs``); ``kv_mem_fraction``: share of
-    GPU memory for weights + KV (``gpu_memory_utilization``), which sets the KV admission limit;
-    ``prefill_budget``: tokens per prefill pass (``max_num_batched_tokens``).
+    ``max_batch``: running requests per worker (``max_num_seqs``); ``kv_mem_fraction``: share of GPU
+    memory for weights + KV (``gpu_memory_utilization``), which sets the KV admission limit;
+    ``prefill_budget``: tokens per prefill pass (``max_num_batched_tokens``). ``switch``:
+    ``reprefill`` (TLT: live requests re-prefilled through target and drafter, in passes of
+    ``switch_prefill_fraction`` of the budget) or ``catch_up`` (the native engine: a drafter-only
+    pass); ``catch_up_limit``: tokens a request's drafter may miss before it is caught up apart.
     """
 
     max_batch: int = 1024
     kv_mem_fraction: float = 0.9
     prefill_budget: int = 8192
+    switch: str = "reprefill"
+    switch_prefill_fraction: float = 0.25
+    catch_up_limit: int = 16
+
+
+@dataclass(frozen=True)
+class CostSection:
+    """The cost model. ``model``: ``roofline`` (analytic) or ``table`` (measured times from the CSV
+    at ``table``). The constants override the roofline's defaults (None: default); see
+    ``tltsim.cost.roofline``."""
+
+    model: str = "roofline"
+    table: str | None = None
+    iteration_overhead_s: float | None = None
+    draft_step_overhead_s: float | None = None
+    sd_overhead_s: float | None = None
+    kv_block_size: int | None = None
 
 
 @dataclass(frozen=True)
 class AcceptanceSection:
-    """Acceptance preset and whether SD iterations emit the expected or a sampled accept length."""
+    """Acceptance preset, whether SD iterations emit the expected or a sampled accept length, and
+    optional overrides of the tree model's parameters (None: the preset's)."""
 
     preset: str = "paper-qwen32b"
     mode: str = "expected"
+    coverage: float | None = None
+    rank_ratio: float | None = None
+    depth_decay: float | None = None
+    depth_power: float | None = None
+
+
+@dataclass(frozen=True)
+class DrafterSection:
+    """The drafter the workers hold (:class:`~tltsim.drafter_state.DrafterState`): ``quality``
+    multiplies every per-position acceptance (1 = as fitted, < 1 = stale); ``position_scale``
+    refines it per draft position."""
+
+    quality: float = 1.0
+    position_scale: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -101,213 +156,177 @@ class Scenario:
     model: ModelSection = field(default_factory=ModelSection)
     cluster: ClusterSection = field(default_factory=ClusterSection)
     engine: EngineSection = field(default_factory=EngineSection)
+    cost: CostSection = field(default_factory=CostSection)
     acceptance: AcceptanceSection = field(default_factory=AcceptanceSection)
+    drafter: DrafterSection = field(default_factory=DrafterSection)
     policies: tuple[str, ...] = DEFAULT_POLICIES
     seed: int = 0
 
     @property
-    def n_instances(self) -> int:
+    def n_workers(self) -> int:
         return self.cluster.gpus // self.cluster.tp
 
 
-# ---- typed field access ---------------------------------------------------------------------------
-_SECTIONS = {f.name: f for f in fields(Scenario)}
+# ---- reading and overriding ------------------------------------------------------------------------
+def split_policy_specs(text: str) -> list[str]:
+    """Split ``"no-sd,beg-mab:arms=8_4_32,4_2_6"`` into specs: a comma starts a new spec only where
+    the next piece begins with a policy or wrapper name (commas inside option values stay)."""
+    from tltsim.policy.registry import POLICY_NAMES, WRAPPER_NAMES
 
-
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _is_optional(tp: Any) -> tuple[bool, Any]:
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) == 1 and len(typing.get_args(tp)) == 2:
-            return True, args[0]
-    return False, tp
-
-
-def _parse_text(value: str, kind: type, what: str, *, path: str | None, dotted: str) -> Any:
-    """``kind(value)`` for a command-line override, or an InputError naming the field."""
-    try:
-        return kind(value.strip())
-    except ValueError:
-        raise InputError(f"must be {what}, got '{value}'", path=path, field=dotted) from None
-
-
-def _coerce(value: Any, tp: Any, *, path: str | None, dotted: str, from_text: bool) -> Any:
-    """``value`` as type ``tp`` (int, float, str, optional, tuple[str, ...]) or an InputError."""
-    optional, base = _is_optional(tp)
-    if optional and (value is None or (from_text and str(value).strip().lower() in ("", "none", "null"))):
-        return None
-    if typing.get_origin(base) is tuple:
-        if from_text and isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()]
-        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-            raise InputError(f"must be a list of strings, got {value!r}", path=path, field=dotted)
-        return tuple(value)
-    if base is bool:
-        if isinstance(value, bool):
-            return value
-        raise InputError(f"must be true or false, got {value!r}", path=path, field=dotted)
-    if base is int:
-        if from_text and isinstance(value, str):
-            value = _parse_text(value, int, "an integer", path=path, dotted=dotted)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(f"must be an integer, got {value!r}", path=path, field=dotted)
-        return value
-    if base is float:
-        if from_text and isinstance(value, str):
-            value = _parse_text(value, float, "a number", path=path, dotted=dotted)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise InputError(f"must be a finite number, got {value!r}", path=path, field=dotted)
-        return float(value)
-    if base is str:
-        if not isinstance(value, str) or not value.strip():
-            raise InputError(f"must be a non-empty string, got {value!r}", path=path, field=dotted)
-        return value.strip()
-    raise TypeError(f"unsupported field type {tp!r}")  # a bug in this module, not user input
-
-
-def _section_from(cls: type, data: Any, *, path: str | None, prefix: str) -> Any:
-    if not isinstance(data, dict):
-        raise InputError(f"must be a table, got {type(data).__name__}", path=path, field=prefix)
-    hints = _hints(cls)
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise InputError(f"unknown key (valid: {', '.join(sorted(names))})", path=path,
-                         field=f"{prefix}.{unknown[0]}")
-    kwargs = {k: _coerce(v, hints[k], path=path, dotted=f"{prefix}.{k}", from_text=False)
-              for k, v in data.items()}
-    return cls(**kwargs)
-
-
-def scenario_from_dict(data: dict[str, Any], *, path: str | Path | None = None) -> Scenario:
-    """Build and validate a scenario from parsed TOML (errors name ``path`` and the dotted field)."""
-    src = str(path) if path is not None else None
-    unknown = sorted(set(data) - set(_SECTIONS))
-    if unknown:
-        raise InputError(f"unknown key (valid: {', '.join(_SECTIONS)})", path=src, field=unknown[0])
-    hints = _hints(Scenario)
-    kwargs: dict[str, Any] = {}
-    for key, value in data.items():
-        tp = hints[key]
-        if dataclasses.is_dataclass(tp):
-            kwargs[key] = _section_from(tp, value, path=src, prefix=key)
+    starts = POLICY_NAMES + WRAPPER_NAMES
+    out: list[str] = []
+    for piece in text.split(","):
+        name = piece.strip().split(":", 1)[0].split("+", 1)[0]
+        if out and name not in starts:
+            out[-1] += "," + piece
         else:
-            kwargs[key] = _coerce(value, tp, path=src, dotted=key, from_text=False)
-    scenario = Scenario(**kwargs)
-    validate(scenario, path=src)
-    return scenario
+            out.append(piece)
+    return out
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a scenario TOML file."""
-    p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("scenario file not found", path=p) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read scenario ({exc})", path=p) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"not valid TOML ({exc})", path=p) from None
-    return scenario_from_dict(data, path=p)
-
-
-def apply_override(scenario: Scenario, dotted: str, value: Any, *, path: str | None = "override") -> Scenario:
-    """A copy of ``scenario`` with the field at ``dotted`` (``cluster.tp``) set to ``value``.
-
-    Strings are parsed by the field's type (``"8"`` -> 8, ``"a,b"`` -> a tuple), so command-line
-    flags and sweep specs can pass text. The result is validated.
-    """
-    parts = dotted.split(".")
-    if parts[0] not in _SECTIONS or len(parts) > 2:
-        raise InputError(f"no scenario field '{dotted}'", path=path, field=dotted)
-    from_text = isinstance(value, str)
-    if len(parts) == 1:
-        tp = _hints(Scenario)[parts[0]]
-        if dataclasses.is_dataclass(tp):
-            raise InputError("is a section; address one of its fields", path=path, field=dotted)
-        new = replace(scenario, **{parts[0]: _coerce(value, tp, path=path, dotted=dotted, from_text=from_text)})
-    else:
-        section = getattr(scenario, parts[0])
-        if not dataclasses.is_dataclass(section) or parts[1] not in {f.name for f in fields(section)}:
-            raise InputError(f"no scenario field '{dotted}'", path=path, field=dotted)
-        tp = _hints(type(section))[parts[1]]
-        coerced = _coerce(value, tp, path=path, dotted=dotted, from_text=from_text)
-        new = replace(scenario, **{parts[0]: replace(section, **{parts[1]: coerced})})
-    validate(new, path=path)
-    return new
+_SPLITTERS = {"policies": split_policy_specs}
 
 
 def field_paths() -> list[str]:
     """Every addressable dotted field path."""
-    out = []
-    for f in fields(Scenario):
-        tp = _hints(Scenario)[f.name]
-        if dataclasses.is_dataclass(tp):
-            out += [f"{f.name}.{g.name}" for g in fields(tp)]
-        else:
-            out.append(f.name)
-    return out
+    return config_tree.field_paths(Scenario)
+
+
+def scenario_from_dict(data: dict[str, Any], *, path: str | Path | None = None) -> Scenario:
+    """Build and validate a scenario from parsed TOML (errors name ``path`` and the dotted field).
+    Relative file names (trace, model config, cost table) resolve against ``path``'s folder when a
+    file exists there."""
+    src = str(path) if path is not None else None
+    scenario = config_tree.from_dict(Scenario, data, path=src)
+    if path is not None:
+        scenario = _relative_to(scenario, Path(path).parent)
+    validate(scenario, path=src)
+    return scenario
+
+
+def _relative_to(s: Scenario, base: Path) -> Scenario:
+    def resolve(name: str | None) -> str | None:
+        if name is None or Path(name).is_absolute():
+            return name
+        candidate = base / name
+        return str(candidate.resolve()) if candidate.exists() else name
+
+    return replace(s, trace=replace(s.trace, name=resolve(s.trace.name)),
+                   model=replace(s.model, name=resolve(s.model.name)),
+                   cost=replace(s.cost, table=resolve(s.cost.table)))
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario TOML file (a UTF-8 byte-order mark is fine)."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputError("is a folder, not a scenario file", path=p)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("scenario file not found", path=p) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read scenario ({exc})", path=p) from None
+    return scenario_from_dict(config_tree.load_toml_text(text, path=str(p)), path=p)
+
+
+def apply_override(scenario: Scenario, dotted: str, value: Any, *, path: str | None = "override") -> Scenario:
+    """A copy of ``scenario`` with the field at ``dotted`` (any depth) set to ``value``; text is
+    parsed by the field's type (``"8"`` -> 8, ``"true"`` -> True, ``"a,b"`` or ``["a", "b"]`` -> a
+    tuple). The result is validated."""
+    new = config_tree.override(scenario, dotted.strip(), value, path=path, splitters=_SPLITTERS)
+    validate(new, path=path)
+    return new
 
 
 # ---- validation -----------------------------------------------------------------------------------
-def _bare(exc: InputError) -> str:
-    """An InputError's message without its own location prefix (we re-locate it)."""
+def _relocated(exc: InputError, *, path: str | None, dotted: str) -> InputError:
+    """``exc`` re-located at the scenario field ``dotted`` (its own location prefix dropped)."""
     text = str(exc)
-    where = []
-    if exc.path is not None:
-        where.append(str(exc.path))
+    where = [str(exc.path)] if exc.path is not None else []
     if exc.row is not None:
         where.append(f"row {exc.row}")
     if exc.field is not None:
         where.append(f"field '{exc.field}'")
     prefix = ", ".join(where) + ": " if where else ""
-    return text[len(prefix):] if prefix and text.startswith(prefix) else text
+    bare = text[len(prefix):] if prefix and text.startswith(prefix) else text
+    return InputError(bare, path=path, field=dotted)
 
 
-def _positive(value: int | None, dotted: str, path: str | None, minimum: int = 1) -> None:
-    if value is not None and value < minimum:
-        raise InputError(f"must be >= {minimum}, got {value}", path=path, field=dotted)
+def _in_range(value: float | None, dotted: str, path: str | None, lo: float, hi: float) -> None:
+    if value is not None and not lo <= value <= hi:
+        raise InputError(f"must be in [{lo:g}, {hi:g}], got {value}", path=path, field=dotted)
+
+
+def _one_of(value: str, choices: tuple[str, ...], dotted: str, path: str | None) -> None:
+    if value not in choices:
+        hint = config_tree.suggest(value, list(choices))
+        raise InputError(f"must be one of {', '.join(choices)}, got '{value}'{hint}", path=path, field=dotted)
 
 
 def validate(s: Scenario, *, path: str | None = None) -> None:
-    """Check every field and the combinations (layout, weights vs memory, policy specs, names)."""
+    """Check every field's range and the combinations (layout, weights vs memory, policy specs,
+    names). Cheap: builds no workload and no cost model."""
     from tltsim.hardware import get_gpu
     from tltsim.model_shape import get_model
-    from tltsim.policy.registry import make_policy
+    from tltsim.policy.registry import check_spec
+    from tltsim.rollout import ACCEPTANCE_MODES, DEAL_MODES, SWITCH_MODES
 
     t = s.trace
-    _positive(t.step, "trace.step", path, 0)
-    _positive(t.prompts_per_step, "trace.prompts_per_step", path)
-    _positive(t.samples, "trace.samples", path)
-    _positive(t.cap, "trace.cap", path)
-    _positive(t.default_prompt_tokens, "trace.default_prompt_tokens", path, 0)
-    _positive(t.seed, "trace.seed", path, 0)
-    _positive(s.seed, "seed", path, 0)
+    _in_range(t.step, "trace.step", path, 0, 10**9)
+    _in_range(t.num_steps, "trace.num_steps", path, 1, MAX_STEPS)
+    _in_range(t.prompts_per_step, "trace.prompts_per_step", path, 1, MAX_PROMPTS)
+    _in_range(t.samples, "trace.samples", path, 1, 1024)
+    _in_range(t.expand_samples, "trace.expand_samples", path, 1, 1024)
+    _in_range(t.dispersion_sigma, "trace.dispersion_sigma", path, 0, 5)
+    _in_range(t.cap, "trace.cap", path, 1, 10**7)
+    _in_range(t.default_prompt_tokens, "trace.default_prompt_tokens", path, 0, 10**7)
+    _in_range(t.seed, "trace.seed", path, 0, MAX_SEED)
+    _one_of(t.deal, DEAL_MODES, "trace.deal", path)
+    _in_range(s.seed, "seed", path, 0, MAX_SEED)
     c = s.cluster
-    _positive(c.gpus, "cluster.gpus", path)
-    _positive(c.tp, "cluster.tp", path)
+    _in_range(c.gpus, "cluster.gpus", path, 1, MAX_GPUS)
+    _in_range(c.tp, "cluster.tp", path, 1, MAX_TP)
     if c.gpus % c.tp:
         raise InputError(f"gpus={c.gpus} is not divisible by tp={c.tp}", path=path, field="cluster.gpus")
+    _in_range(c.flops_efficiency, "cluster.flops_efficiency", path, 1e-3, 1)
+    _in_range(c.bandwidth_efficiency, "cluster.bandwidth_efficiency", path, 1e-3, 1)
     e = s.engine
-    _positive(e.max_batch, "engine.max_batch", path)
-    _positive(e.prefill_budget, "engine.prefill_budget", path)
+    _in_range(e.max_batch, "engine.max_batch", path, 1, MAX_BATCH)
+    _in_range(e.prefill_budget, "engine.prefill_budget", path, 1, MAX_PREFILL_BUDGET)
+    _in_range(e.catch_up_limit, "engine.catch_up_limit", path, 1, 10**7)
     if not 0 < e.kv_mem_fraction <= 1:
         raise InputError(f"must be in (0, 1], got {e.kv_mem_fraction}", path=path, field="engine.kv_mem_fraction")
-    if s.acceptance.mode not in ACCEPTANCE_MODES:
-        raise InputError(f"must be one of {', '.join(ACCEPTANCE_MODES)}, got '{s.acceptance.mode}'",
-                         path=path, field="acceptance.mode")
+    if not 0 < e.switch_prefill_fraction <= 1:
+        raise InputError(f"must be in (0, 1], got {e.switch_prefill_fraction}", path=path,
+                         field="engine.switch_prefill_fraction")
+    _one_of(e.switch, SWITCH_MODES, "engine.switch", path)
+    co = s.cost
+    _one_of(co.model, ("roofline", "table"), "cost.model", path)
+    if co.model == "table" and co.table is None:
+        raise InputError("cost.model = 'table' needs cost.table = PATH to a calibration table", path=path,
+                         field="cost.table")
+    for name in ("iteration_overhead_s", "draft_step_overhead_s", "sd_overhead_s"):
+        _in_range(getattr(co, name), f"cost.{name}", path, 0, 10)
+    _in_range(co.kv_block_size, "cost.kv_block_size", path, 1, 4096)
+    a = s.acceptance
+    _one_of(a.mode, ACCEPTANCE_MODES, "acceptance.mode", path)
+    for name in ("coverage", "rank_ratio"):
+        _in_range(getattr(a, name), f"acceptance.{name}", path, 0, 1)
+    for name in ("depth_decay", "depth_power"):
+        _in_range(getattr(a, name), f"acceptance.{name}", path, 0, 100)
+    d = s.drafter
+    _in_range(d.quality, "drafter.quality", path, 0, 10)
+    for v in d.position_scale:
+        _in_range(v, "drafter.position_scale", path, 0, 10)
     try:
         gpu = get_gpu(c.gpu)
     except InputError as exc:
-        raise InputError(_bare(exc), path=path, field="cluster.gpu") from None
+        raise _relocated(exc, path=path, dotted="cluster.gpu") from None
     try:
         model = get_model(s.model.name)
     except InputError as exc:
-        raise InputError(_bare(exc), path=path, field="model.name") from None
+        raise _relocated(exc, path=path, dotted="model.name") from None
     if model.num_attention_heads % c.tp:
         raise InputError(f"tp={c.tp} must divide the {model.num_attention_heads} attention heads of "
                          f"{model.name}", path=path, field="cluster.tp")
@@ -315,32 +334,28 @@ def validate(s: Scenario, *, path: str | None = None) -> None:
     if weights >= e.kv_mem_fraction * gpu.memory_bytes:
         raise InputError(
             f"{model.name} needs {weights / 1e9:.1f} GB of weights per GPU at tp={c.tp}, more than "
-            f"{e.kv_mem_fraction:.0%} of {gpu.name}'s {gpu.memory_bytes / 1e9:.0f} GB; raise tp",
+            f"{e.kv_mem_fraction:.0%} of {gpu.name}'s {gpu.memory_bytes / 1e9:.0f} GB; raise cluster.tp",
             path=path, field="cluster.tp")
     if not s.policies:
         raise InputError("needs at least one policy spec", path=path, field="policies")
     for spec in s.policies:
         try:
-            make_policy(spec, seed=0, accept_model=_PROBE, cost_model=_PROBE)
+            check_spec(spec)
         except InputError as exc:
-            raise InputError(_bare(exc), path=path, field="policies") from None
+            raise _relocated(exc, path=path, dotted="policies") from None
     try:
-        get_acceptance(s.acceptance.preset)
+        accept = acceptance_model(a)
+        from tltsim.drafter_state import DrafterState
+
+        accept.check_drafter(DrafterState(quality=d.quality, position_scale=d.position_scale))
     except InputError as exc:
-        raise InputError(_bare(exc), path=path, field="acceptance.preset") from None
+        params = ("coverage", "rank_ratio", "depth_decay", "depth_power")
+        dotted = f"acceptance.{exc.field}" if exc.field in params else (
+            "drafter.quality" if exc.field == "drafter.quality" else "acceptance.preset")
+        raise _relocated(exc, path=path, dotted=dotted) from None
 
 
-_PROBE = object()  # stands in for the models when only the spec's syntax is being checked
-
-
-# ---- resolved form --------------------------------------------------------------------------------
-def resolved_dict(s: Scenario) -> dict[str, Any]:
-    """The scenario as nested plain data, with ``no-sd`` first among the policies."""
-    d = dataclasses.asdict(s)
-    d["policies"] = list(policies_with_baseline(s.policies))
-    return d
-
-
+# ---- resolved form and identity -------------------------------------------------------------------
 def policies_with_baseline(specs: tuple[str, ...]) -> tuple[str, ...]:
     """``specs`` with ``no-sd`` first (added when missing), duplicates dropped, order kept."""
     out = [BASELINE_POLICY]
@@ -350,156 +365,219 @@ def policies_with_baseline(specs: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return repr(v) if math.isfinite(v) else ("nan" if v != v else ("inf" if v > 0 else "-inf"))
-    if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)  # JSON string escapes are valid TOML basic strings
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
-def dump_toml(data: dict[str, Any]) -> str:
-    """TOML text for nested plain data (top-level scalars first, then one table per dict).
-
-    ``None`` values are omitted: TOML has no null, and every optional field defaults to None.
-    """
-    lines: list[str] = []
-    tables = {k: v for k, v in data.items() if isinstance(v, dict)}
-    for k, v in data.items():
-        if k not in tables and v is not None:
-            lines.append(f"{k} = {_toml_value(v)}")
-    for name, table in tables.items():
-        lines.append("")
-        lines.append(f"[{name}]")
-        for k, v in table.items():
-            if isinstance(v, dict):
-                raise TypeError("nested tables deeper than one level are not supported")
-            if v is not None:
-                lines.append(f"{k} = {_toml_value(v)}")
-    return "\n".join(lines).lstrip("\n") + "\n"
+def resolved_dict(s: Scenario) -> dict[str, Any]:
+    """The scenario as nested plain data, with ``no-sd`` first among the policies."""
+    d = config_tree.to_dict(s)
+    d["policies"] = list(policies_with_baseline(s.policies))
+    return d
 
 
 def scenario_toml(s: Scenario) -> str:
     """The resolved scenario as TOML (what ``scenario.resolved.toml`` holds)."""
-    return dump_toml(resolved_dict(s))
+    return config_tree.dump_toml(resolved_dict(s))
 
 
 def scenario_hash(s: Scenario, length: int = 10) -> str:
-    """Short content hash of the resolved scenario: the default results folder name."""
-    return hashlib.sha256(scenario_toml(s).encode()).hexdigest()[:length]
+    """Short content hash of a run: the resolved scenario, the trace's content and the package
+    version. Editing a trace file or upgrading tlt gives a new results folder, never a silently
+    overwritten one."""
+    from tltsim import __version__
+
+    h = hashlib.sha256(scenario_toml(s).encode())
+    h.update(trace_fingerprint(s.trace.name, s.trace.seed).encode())
+    h.update(__version__.encode())
+    if s.cost.table is not None and Path(s.cost.table).is_file():
+        h.update(_file_sha256(str(Path(s.cost.table).resolve()), Path(s.cost.table).stat().st_mtime_ns).encode())
+    return h.hexdigest()[:length]
+
+
+def trace_fingerprint(name: str, seed: int) -> str:
+    """The trace file's sha256, or the parametric profile's name and seed."""
+    from tltsim.traces.catalog import CatalogEntry, resolve
+
+    found = resolve(name)
+    if isinstance(found, CatalogEntry):
+        return f"profile:{found.name}:{seed}"
+    return _file_sha256(str(found.resolve()), found.stat().st_mtime_ns)
+
+
+@lru_cache(maxsize=64)
+def _file_sha256(path: str, mtime_ns: int) -> str:
+    """Checksum cached by (path, modification time): a sweep hashes the same trace thousands of times."""
+    from tltsim.traces.catalog import sha256_of
+
+    return sha256_of(Path(path))
 
 
 # ---- building the simulation inputs ---------------------------------------------------------------
 @dataclass(frozen=True)
 class SimInputs:
-    """The resolved objects a scenario names: workload, cost and acceptance models, engine."""
+    """The resolved objects a scenario names: workloads, cost and acceptance models, engine."""
 
     scenario: Scenario
-    workload: Any  # tltsim.traces.workload.StepWorkload
-    cost: Any  # CostModel
-    accept: Any  # AcceptanceModel
-    engine: EngineConfig
-    n_instances: int
+    workloads: tuple[Any, ...]  # tltsim.traces.workload.StepWorkload per simulated step
+    cost: Any  # tltsim.cost.CostModel
+    accept: Any  # tltsim.acceptance.AcceptanceModel
+    engine: Any  # tltsim.rollout.EngineConfig
+    drafter: Any  # tltsim.drafter_state.DrafterState
+
+    @property
+    def n_workers(self) -> int:
+        return self.scenario.n_workers
+
+    @property
+    def workload(self) -> Any:
+        """The first simulated step."""
+        return self.workloads[0]
 
 
-def load_step(t: TraceSection) -> Any:
-    """The trace step the scenario names, as a StepWorkload (errors name the ``trace.*`` field)."""
+def load_steps(t: TraceSection) -> tuple[Any, ...]:
+    """The trace steps the scenario names, as StepWorkloads (errors name the ``trace.*`` field)."""
     from tltsim.traces import build_workload, load_trace
 
     try:
         df = load_trace(t.name, seed=t.seed)
     except InputError as exc:
-        raise InputError(_bare(exc), path=exc.path, field="trace.name") from None
+        raise InputError(str(exc), field="trace.name") from None
     if t.source is not None:
         sources = sorted(map(str, df["source"].unique()))
         if t.source not in sources:
-            raise InputError(f"no source '{t.source}' in trace {t.name} (has {', '.join(sources)})",
-                             field="trace.source")
+            raise InputError(f"no source '{t.source}' in trace {t.name} (has {', '.join(sources)})"
+                             f"{config_tree.suggest(t.source, sources)}", field="trace.source")
         df = df[df["source"] == t.source]
-    kwargs = dict(prompts_per_step=t.prompts_per_step, samples_per_prompt=t.samples, cap=t.cap,
+    kwargs = dict(prompts_per_step=t.prompts_per_step, samples_per_prompt=t.samples, expand_to=t.expand_samples,
+                  dispersion_sigma=t.dispersion_sigma, cap=t.cap, snap_capped=t.snap_capped,
                   default_prompt_tokens=t.default_prompt_tokens, seed=t.seed)
     trace_steps = sorted(int(x) for x in df["step"].unique())
+    first = t.step if t.step is not None else (trace_steps[0] if len(trace_steps) > 1 else 0)
     try:
-        if t.step is not None and t.step in trace_steps and (len(trace_steps) > 1 or t.prompts_per_step is None):
-            steps = build_workload(df, steps=[t.step], **kwargs)
-        else:
-            steps = build_workload(df, **kwargs)
+        if len(trace_steps) > 1 or (t.prompts_per_step is None and t.num_steps == 1):
+            if first not in trace_steps:
+                raise InputError(f"trace {t.name} has no step {first} (steps: {trace_steps[:20]})", field="trace.step")
+            wanted = [s for s in trace_steps if s >= first][:t.num_steps]
+            if len(wanted) < t.num_steps:
+                raise InputError(f"trace {t.name} has only {len(wanted)} steps from step {first} "
+                                 f"(steps: {trace_steps[:20]})", field="trace.num_steps")
+            steps = build_workload(df, steps=wanted, **kwargs)
+        else:  # one snapshot: sample steps of prompts_per_step groups
+            steps = build_workload(df, num_steps=first + t.num_steps, **kwargs)[first:]
     except InputError as exc:
-        dotted = {"cap": "trace.cap", "prompts_per_step": "trace.prompts_per_step",
-                  "samples_per_prompt": "trace.samples", "steps": "trace.step"}.get(exc.field or "", "trace")
-        raise InputError(_bare(exc), field=dotted) from None
-    if t.step is None:
-        return steps[0]
-    for w in steps:
-        if w.step == t.step:
-            return w
-    raise InputError(f"trace {t.name} has no step {t.step} (steps: {[w.step for w in steps][:20]})",
-                     field="trace.step")
+        fields = {"cap": "trace.cap", "prompts_per_step": "trace.prompts_per_step",
+                  "expand_samples": "trace.expand_samples", "dispersion_sigma": "trace.dispersion_sigma",
+                  "samples_per_prompt": "trace.samples", "steps": "trace.step"}
+        raise _relocated(exc, path=None, dotted=fields.get(exc.field or "", exc.field or "trace")) from None
+    return tuple(steps)
 
 
-def prepare(s: Scenario) -> SimInputs:
-    """Resolve names into models and load the workload."""
-    from tltsim.cost_model import RooflineCostModel
+def acceptance_model(a: AcceptanceSection):
+    """The acceptance preset with the section's parameter overrides applied."""
+    from tltsim.acceptance import TreeAcceptance, get_acceptance
+
+    model = get_acceptance(a.preset)
+    overrides = {k: getattr(a, k) for k in ("coverage", "rank_ratio", "depth_decay", "depth_power")
+                 if getattr(a, k) is not None}
+    if not overrides:
+        return model
+    if not isinstance(model, TreeAcceptance):
+        raise InputError(f"parameter overrides apply to tree presets; '{a.preset}' is a chain model",
+                         field="acceptance.preset")
+    return replace(model, **overrides)
+
+
+def cost_model(s: Scenario):
+    """The scenario's cost model (roofline with its constant overrides, or a measured table)."""
+    from tltsim.cost import RooflineCostModel, TableCostModel
     from tltsim.hardware import get_gpu
     from tltsim.model_shape import get_model
 
-    model, gpu = get_model(s.model.name), get_gpu(s.cluster.gpu)
+    if s.cost.model == "table":
+        return TableCostModel.from_csv(s.cost.table)
+    gpu = get_gpu(s.cluster.gpu)
+    effs = {k: v for k, v in (("flops_efficiency", s.cluster.flops_efficiency),
+                              ("bandwidth_efficiency", s.cluster.bandwidth_efficiency)) if v is not None}
+    gpu = replace(gpu, **effs) if effs else gpu
+    consts = {k: getattr(s.cost, k) for k in ("iteration_overhead_s", "draft_step_overhead_s", "sd_overhead_s",
+                                               "kv_block_size") if getattr(s.cost, k) is not None}
     try:
-        cost = RooflineCostModel(model, gpu, tp=s.cluster.tp)
+        return RooflineCostModel(get_model(s.model.name), gpu, tp=s.cluster.tp, **consts)
     except InputError as exc:
-        raise InputError(_bare(exc), field=f"cluster.{exc.field}" if exc.field in ("tp", "gpu") else "model")\
-            from None
-    kv = cost.kv_capacity_tokens(s.engine.kv_mem_fraction)
+        raise _relocated(exc, path=None, dotted={"tp": "cluster.tp", "gpu": "cluster.gpu"}.get(
+            exc.field or "", f"cost.{exc.field}" if exc.field else "model.name")) from None
+
+
+def prepare(s: Scenario) -> SimInputs:
+    """Resolve names into models, load the workloads and check that every request fits a worker's
+    KV cache before anything runs."""
+    from tltsim.drafter_state import DrafterState
+    from tltsim.hardware import get_gpu
+    from tltsim.memory import kv_capacity_tokens
+    from tltsim.model_shape import get_model
+    from tltsim.rollout import EngineConfig
+
+    model, gpu = get_model(s.model.name), get_gpu(s.cluster.gpu)
+    cost = cost_model(s)
+    kv = kv_capacity_tokens(model, gpu, s.cluster.tp, s.engine.kv_mem_fraction)
     if kv < 1:
-        raise InputError("no GPU memory left for the KV cache", field="engine.kv_mem_fraction")
-    engine = EngineConfig(max_batch=s.engine.max_batch, kv_capacity_tokens=kv,
-                          prefill_budget=s.engine.prefill_budget, acceptance_mode=s.acceptance.mode)
-    return SimInputs(scenario=s, workload=load_step(s.trace), cost=cost,
-                     accept=get_acceptance(s.acceptance.preset), engine=engine, n_instances=s.n_instances)
+        raise InputError(f"{model.name}'s weights leave no room for a KV cache on {s.cluster.tp} x {gpu.name}; "
+                         "raise cluster.tp or engine.kv_mem_fraction", field="cluster.tp")
+    workloads = load_steps(s.trace)
+    for w in workloads:
+        need = int((w.prompt_tokens + w.response_tokens).max()) if w.n_requests else 0
+        if need > kv:
+            raise InputError(
+                f"a response of step {w.step} needs {need:,} KV tokens (prompt + response) but a rollout worker "
+                f"({s.cluster.tp} x {gpu.name}, {s.engine.kv_mem_fraction:.0%} of memory) holds {kv:,}; raise "
+                "cluster.tp (more GPUs per worker) or engine.kv_mem_fraction, or set trace.cap", field="cluster.tp")
+    e = s.engine
+    engine = EngineConfig(max_batch=e.max_batch, kv_capacity_tokens=kv, prefill_budget=e.prefill_budget,
+                          switch=e.switch, switch_prefill_fraction=e.switch_prefill_fraction,
+                          catch_up_limit=e.catch_up_limit, acceptance_mode=s.acceptance.mode)
+    drafter = DrafterState(quality=s.drafter.quality, position_scale=s.drafter.position_scale)
+    return SimInputs(scenario=s, workloads=workloads, cost=cost, accept=acceptance_model(s.acceptance),
+                     engine=engine, drafter=drafter)
 
 
-def policy_factory(spec: str, inputs: SimInputs):
-    """A factory of one fresh policy per instance, seeded from (scenario seed, instance)."""
+def make_policies(spec: str, inputs: SimInputs) -> list[Any]:
+    """One fresh policy per worker, seeded from (scenario seed, worker)."""
     from tltsim.policy.registry import make_policy
 
-    def make(instance: int):
-        return make_policy(spec, seed=inputs.scenario.seed * 1_000_003 + instance,
-                           accept_model=inputs.accept, cost_model=inputs.cost)
-
-    return make
+    return [make_policy(spec, seed=inputs.scenario.seed * 1_000_003 + w, accept_model=inputs.accept,
+                        cost_model=inputs.cost) for w in range(inputs.n_workers)]
 
 
-def run_scenario(s: Scenario, inputs: SimInputs | None = None, *, progress=None) -> list[Any]:
-    """Simulate the scenario's step once per policy (``no-sd`` first) on the same workload.
-
-    ``progress(spec)`` is called before each policy (for progress bars).
-    """
-    from tltsim.rollout import simulate_step
+def run_policy(s: Scenario, spec: str, inputs: SimInputs | None = None, *, run_id: str = "",
+               progress=None) -> Any:
+    """Simulate every step of the scenario under one policy spec; returns the event log.
+    ``progress(n)`` is called as ``n`` more responses finish. Top-level and scenario-driven, so it
+    runs in another process as is."""
+    from tltsim.rollout import RolloutRun
 
     inputs = inputs or prepare(s)
-    results = []
-    for spec in policies_with_baseline(s.policies):
-        if progress is not None:
-            progress(spec)
-        results.append(simulate_step(inputs.workload, n_instances=inputs.n_instances, cost=inputs.cost,
-                                     accept=inputs.accept, policy_factory=policy_factory(spec, inputs),
-                                     engine=inputs.engine, seed=s.seed, policy_name=spec))
-    return results
+    run = RolloutRun(make_policies(spec, inputs), cost=inputs.cost, accept=inputs.accept, engine=inputs.engine,
+                     seed=s.seed, deal_mode=s.trace.deal, run_id=run_id, policy_name=spec, drafter=inputs.drafter)
+    for w in inputs.workloads:
+        run.step(w, progress)
+    return run.events()
 
 
-def compare_policies(s: Scenario, inputs: SimInputs | None = None, *, progress=None) -> tuple[Any, Any]:
-    """Run every policy of the scenario and return (one event log, the per-policy summary table with
-    speedups over ``no-sd``): what ``tlt sim run`` and ``tlt demo`` both report."""
+def compare_policies(s: Scenario, inputs: SimInputs | None = None, *, progress=None,
+                     on_policy=None) -> tuple[Any, Any]:
+    """Run every policy of the scenario (``no-sd`` first) on the same workloads and return (one event
+    log, the per-(policy, step) summary with speedups over ``no-sd`` and the capped-response count):
+    what ``tlt sim run`` and ``tlt demo`` both report. ``on_policy(spec)`` is called before each."""
     import pandas as pd
 
     from tltsim.summary import summary_table
 
-    results = run_scenario(s, inputs, progress=progress)
-    events = pd.concat([r.events for r in results], ignore_index=True)
-    return events, summary_table(events, gpus=s.cluster.gpus, tp=s.cluster.tp, baseline=BASELINE_POLICY)
+    inputs = inputs or prepare(s)
+    run_id = scenario_hash(s)
+    logs = []
+    for spec in policies_with_baseline(s.policies):
+        if on_policy is not None:
+            on_policy(spec)
+        logs.append(run_policy(s, spec, inputs, run_id=run_id, progress=progress))
+    events = pd.concat(logs, ignore_index=True)
+    summary = summary_table(events, gpus=s.cluster.gpus, tp=s.cluster.tp, baseline=BASELINE_POLICY)
+    capped = {w.step: w.capped for w in inputs.workloads}
+    summary["capped_responses"] = [capped.get(step, 0) for step in summary["step"]]
+    return events, summary

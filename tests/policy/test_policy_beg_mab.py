@@ -21,7 +21,7 @@ def test_default_arms_reduce_to_tlt_table() -> None:
     expected = {1: A48, 2: A32, 4: A32, 5: A16, 20: A16, 21: A8, 64: A8, 512: A8}
     for _ in range(200):
         for bs, arm in expected.items():
-            config = policy.decide(BatchView(bs))
+            config = policy.decide(BatchView(bs)).config
             assert config == arm, (bs, config)
             policy.observe(outcome(config, bs, throughput=100.0 * bs))
 
@@ -42,7 +42,7 @@ def test_untried_arms_first_in_order() -> None:
     policy = shared_bucket_policy(eps=1.0)
     picks = []
     for _ in range(3):
-        arm = policy.decide(BatchView(8))
+        arm = policy.decide(BatchView(8)).config
         picks.append(arm)
         policy.observe(outcome(arm, 8, 1.0))
     assert picks == list(policy.arms)
@@ -55,7 +55,7 @@ def test_exploration_rate_matches_eps() -> None:
     non_best = 0
     n = 10_000
     for i in range(n + 3):
-        arm = policy.decide(BatchView(8))
+        arm = policy.decide(BatchView(8)).config
         policy.observe(outcome(arm, 8, rewards[arm]))
         if i >= 3 and arm != best:
             non_best += 1
@@ -71,7 +71,7 @@ def test_median_ignores_one_outlier_unlike_a_mean() -> None:
         for _ in range(9):
             policy.observe(outcome(arm, 8, reward))
     policy.observe(outcome(a, 8, 10_000.0))  # one outlier: mean of a is ~1090, median stays 100
-    assert policy.decide(BatchView(8)) == b
+    assert policy.decide(BatchView(8)).config == b
 
 
 def test_window_keeps_only_the_last_rewards() -> None:
@@ -84,7 +84,7 @@ def test_window_keeps_only_the_last_rewards() -> None:
     for _ in range(5):
         policy.observe(outcome(a, 8, 90.0))  # ...but the last 5 rewards are all good
     assert policy.rewards(8, a) == [90.0] * 5
-    assert policy.decide(BatchView(8)) == a
+    assert policy.decide(BatchView(8)).config == a
 
 
 def test_ignores_foreign_configs_and_zero_time() -> None:
@@ -99,7 +99,7 @@ def decisions(seed: int, n: int = 300) -> list[SDConfig]:
     rewards = dict(zip(policy.arms, (100.0, 300.0, 200.0), strict=True))
     out = []
     for _ in range(n):
-        arm = policy.decide(BatchView(8))
+        arm = policy.decide(BatchView(8)).config
         policy.observe(outcome(arm, 8, rewards[arm]))
         out.append(arm)
     return out
@@ -112,9 +112,9 @@ def test_same_seed_same_decisions_and_seeds_differ() -> None:
 
 def test_clear_restarts_and_reset_keeps_learning() -> None:
     policy = shared_bucket_policy(eps=0.3, seed=5)
-    first = [policy.decide(BatchView(8)) for _ in range(3)]
+    first = [policy.decide(BatchView(8)).config for _ in range(3)]
     policy.observe(outcome(first[0], 8, 1.0))
-    policy.reset()
+    policy.reset(0)
     assert policy.rewards(8, first[0]) == [1.0]
     policy.clear()
     assert policy.rewards(8, first[0]) == []

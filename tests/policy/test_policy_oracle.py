@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from tltsim.drafter_state import INITIAL_DRAFTER, DrafterState
 from tltsim.policy.base import NO_SD, BatchView, SDConfig
 from tltsim.policy.beg_mab import DEFAULT_ARMS
 from tltsim.policy.oracle import Oracle
@@ -18,7 +19,7 @@ class ChainAcceptance:
     def __init__(self, alpha: float) -> None:
         self.alpha = alpha
 
-    def expected_accept_length(self, config: SDConfig) -> float:
+    def expected_accept_length(self, config: SDConfig, drafter: DrafterState = INITIAL_DRAFTER) -> float:
         if not config.enabled:
             return 1.0
         a = self.alpha
@@ -43,12 +44,12 @@ class LinearCost:
 
 def test_no_sd_when_drafts_are_never_accepted() -> None:
     oracle = Oracle(ChainAcceptance(0.0), LinearCost())
-    assert oracle.decide(BatchView(4, context_lens=(100, 200, 300, 400))) == NO_SD
+    assert oracle.decide(BatchView(4, context_lens=(100, 200, 300, 400))).config == NO_SD
 
 
 def test_deep_config_when_acceptance_is_high() -> None:
     oracle = Oracle(ChainAcceptance(0.95), LinearCost())
-    choice = oracle.decide(BatchView(1, context_lens=(1000,)))
+    choice = oracle.decide(BatchView(1, context_lens=(1000,))).config
     assert choice.enabled and choice.depth == 8
     # at batch 1 the verify budget is almost free, so the biggest budget wins
     assert choice == DEFAULT_ARMS[0]
@@ -56,8 +57,8 @@ def test_deep_config_when_acceptance_is_high() -> None:
 
 def test_verify_cost_pushes_large_batches_to_small_budgets() -> None:
     oracle = Oracle(ChainAcceptance(0.95), LinearCost())
-    small = oracle.decide(BatchView(1, context_lens=(1000,)))
-    large = oracle.decide(BatchView(64, context_lens=(1000,) * 64))
+    small = oracle.decide(BatchView(1, context_lens=(1000,))).config
+    large = oracle.decide(BatchView(64, context_lens=(1000,) * 64)).config
     assert large.enabled and large.verify_tokens < small.verify_tokens
 
 
@@ -69,22 +70,39 @@ def test_passes_per_request_int64_contexts() -> None:
 
 def test_missing_contexts_do_not_crash() -> None:
     oracle = Oracle(ChainAcceptance(0.9), LinearCost())
-    assert oracle.decide(BatchView(2)).enabled
-    assert oracle.decide(BatchView(0)) == NO_SD
+    assert oracle.decide(BatchView(2)).config.enabled
+    assert oracle.decide(BatchView(0)).config == NO_SD
 
 
 def test_with_the_project_models_budget_shrinks_as_the_batch_grows() -> None:
     """Against the roofline cost model and the paper-fitted tree acceptance, the oracle rediscovers
     TLT's rule: the widest verify budget at batch 1, never a wider one as the batch grows."""
     from tltsim.acceptance import get_acceptance
-    from tltsim.cost_model import RooflineCostModel
+    from tltsim.cost import RooflineCostModel
     from tltsim.hardware import get_gpu
     from tltsim.model_shape import get_model
 
     cost = RooflineCostModel(get_model("qwen2.5-32b"), get_gpu("h100"), tp=4)
     oracle = Oracle(get_acceptance("paper-qwen32b"), cost)
-    budgets = [oracle.decide(BatchView(bs, context_lens=(8000,) * bs)).verify_tokens
+    budgets = [oracle.decide(BatchView(bs, context_lens=(8000,) * bs)).config.verify_tokens
                for bs in (1, 2, 4, 8, 16, 32, 64)]
     assert budgets[0] == 48
     assert budgets == sorted(budgets, reverse=True) and budgets[-1] < budgets[0]
-    assert Oracle(get_acceptance("chain-0.0"), cost).decide(BatchView(4, context_lens=(8000,) * 4)) == NO_SD
+    assert Oracle(get_acceptance("chain-0.0"), cost).decide(BatchView(4, context_lens=(8000,) * 4)).config == NO_SD
+
+
+def test_reads_the_drafter_it_is_shown_not_a_frozen_copy() -> None:
+    """A stale drafter (quality down) makes deep trees worth less: the oracle shrinks or stops
+    speculating as soon as the view carries the new drafter state."""
+    from tltsim.acceptance import get_acceptance
+    from tltsim.cost import RooflineCostModel
+    from tltsim.hardware import get_gpu
+    from tltsim.model_shape import get_model
+
+    cost = RooflineCostModel(get_model("qwen2.5-32b"), get_gpu("h100"), tp=4)
+    oracle = Oracle(get_acceptance("paper-qwen32b"), cost)
+    view = BatchView(16, context_lens=(4000,) * 16)
+    fresh = oracle.decide(view).config
+    stale = oracle.decide(BatchView(16, context_lens=(4000,) * 16, drafter=DrafterState(1, quality=0.3))).config
+    assert fresh.enabled and stale == NO_SD
+    assert oracle.decide(view).config == fresh  # nothing cached from the stale view

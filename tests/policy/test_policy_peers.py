@@ -6,7 +6,7 @@ import pytest
 
 from tltsim.errors import InputError
 from tltsim.policy.bandits import UCB1, EpsilonGreedy
-from tltsim.policy.base import NO_SD, BatchView, Outcome, SDConfig
+from tltsim.policy.base import HOLD_UNTIL_EVENT, NO_SD, BatchView, Outcome, SDConfig
 from tltsim.policy.beg_mab import DEFAULT_ARMS
 from tltsim.policy.reward_window import RewardWindow
 from tltsim.policy.sglang_ema import SglangEma, chain_cost_proxy, chain_tokens, implied_rate
@@ -15,10 +15,10 @@ from tltsim.policy.vllm_table import VllmTable
 
 def test_vllm_table_default() -> None:
     table = VllmTable()
-    got = {bs: table.decide(BatchView(bs)) for bs in (1, 4, 5, 16, 17, 32, 33, 1000)}
+    got = {bs: table.decide(BatchView(bs)).config for bs in (1, 4, 5, 16, 17, 32, 33, 1000)}
     c5, c3, c1 = SDConfig.chain(5), SDConfig.chain(3), SDConfig.chain(1)
     assert got == {1: c5, 4: c5, 5: c3, 16: c3, 17: c1, 32: c1, 33: NO_SD, 1000: NO_SD}
-    assert table.per_iteration is False
+    assert table.decide(BatchView(4)).hold == HOLD_UNTIL_EVENT  # batch-size only: holds until an event
 
 
 def test_vllm_table_rejects_unsorted_rows() -> None:
@@ -37,9 +37,9 @@ def test_chain_formula_and_its_inverse() -> None:
 
 def feed(policy: SglangEma, bs: int, rate: float, n: int) -> SDConfig:
     """Run ``n`` iterations whose accept length is what a chain with per-position ``rate`` gives."""
-    config = policy.decide(BatchView(bs))
+    config = policy.decide(BatchView(bs)).config
     for _ in range(n):
-        config = policy.decide(BatchView(bs))
+        config = policy.decide(BatchView(bs)).config
         emitted = round(bs * chain_tokens(rate, config.depth))
         policy.observe(Outcome(config, bs, emitted_tokens=emitted, elapsed_s=0.01))
     return config
@@ -61,7 +61,7 @@ def test_sglang_ema_ranges_are_independent() -> None:
 
 def test_sglang_ema_cost_callable_can_turn_sd_off() -> None:
     policy = SglangEma(depths=(0, 1, 3), cost=lambda bs, depth: 1.0 + 10.0 * depth)
-    assert policy.decide(BatchView(8)) == NO_SD
+    assert policy.decide(BatchView(8)).config == NO_SD
 
 
 def test_cost_proxy_is_flat_when_memory_bound_and_linear_when_compute_bound() -> None:
@@ -73,7 +73,7 @@ def test_cost_proxy_is_flat_when_memory_bound_and_linear_when_compute_bound() ->
 def constant_rewards(policy: EpsilonGreedy | UCB1, rewards: dict[SDConfig, float], n: int) -> list[SDConfig]:
     picks = []
     for _ in range(n):
-        arm = policy.decide(BatchView(8))
+        arm = policy.decide(BatchView(8)).config
         policy.observe(Outcome(arm, 8, emitted_tokens=1000, elapsed_s=1000 / rewards[arm]))
         picks.append(arm)
     return picks

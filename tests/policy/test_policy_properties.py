@@ -7,6 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tltsim.drafter_state import INITIAL_DRAFTER, DrafterState
 from tltsim.policy.base import NO_SD, BatchView, Outcome, SDConfig, max_tree_nodes
 from tltsim.policy.registry import make_policy
 
@@ -16,7 +17,7 @@ SPECS = ["no-sd", "static:8_4_16", "beg-mab", "eps-greedy", "ucb1", "vllm-table"
 
 
 class ToyAcceptance:
-    def expected_accept_length(self, config: SDConfig) -> float:
+    def expected_accept_length(self, config: SDConfig, drafter: DrafterState = INITIAL_DRAFTER) -> float:
         return 1.0 + 0.4 * config.depth * (1 - np.exp(-config.verify_tokens / 16))
 
 
@@ -43,8 +44,8 @@ def drive(spec: str, seed: int, steps: list[tuple[int, float, float, int]]) -> l
     out = []
     for i, (bs, accept, elapsed, ctx) in enumerate(steps):
         if i == len(steps) // 2:
-            policy.reset()
-        config = policy.decide(BatchView(bs, context_lens=(ctx,) * bs, iteration=i))
+            policy.reset(0)
+        config = policy.decide(BatchView(bs, context_lens=(ctx,) * bs, iteration=i)).config
         assert isinstance(config, SDConfig)
         if config.enabled:
             assert 1 <= config.verify_tokens <= max_tree_nodes(config.depth, config.topk)

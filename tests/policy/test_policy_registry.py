@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tltsim.drafter_state import INITIAL_DRAFTER, DrafterState
 from tltsim.errors import InputError
 from tltsim.policy.bandits import UCB1, EpsilonGreedy
 from tltsim.policy.base import NoSD, SDConfig, SDPolicy, Static
@@ -17,7 +18,7 @@ from tltsim.policy.vllm_table import VllmTable
 
 
 class FlatAcceptance:
-    def expected_accept_length(self, config: SDConfig) -> float:
+    def expected_accept_length(self, config: SDConfig, drafter: DrafterState = INITIAL_DRAFTER) -> float:
         return 1.0 + 0.5 * config.depth
 
 

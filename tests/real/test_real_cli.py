@@ -41,7 +41,7 @@ def test_generate_prints_metrics_and_writes_events(config_path, tmp_path):
     assert "tokens/s" in proc.stdout and "mean accept length" in proc.stdout and "latency/iteration" in proc.stdout
     events = pd.read_parquet(out)
     check_event_log(events)
-    assert set(events["kind"]) == {"prefill", "decode", "reprefill"}
+    assert set(events["kind"]) == {"prefill", "decode", "switch", "catch_up", "stage"}
     assert (events["source"] == "real").all()
     resolved = json.loads((tmp_path / "events.config.json").read_text())
     assert resolved["settings"]["policy"] == "elastic:3:2+static:3_2_4"

@@ -20,7 +20,7 @@ from tltreal.drafter import OracleDrafter, random_drafter  # noqa: E402
 from tltreal.engine import Engine, EngineConfig, RunResult  # noqa: E402
 from tltreal.model import random_model  # noqa: E402
 from tltsim.events import check_event_log  # noqa: E402
-from tltsim.policy.base import NO_SD, BatchView, NoSD, Outcome, SDConfig, Static  # noqa: E402
+from tltsim.policy.base import NO_SD, BatchView, Decision, NoSD, Outcome, SDConfig, Static  # noqa: E402
 from tltsim.policy.registry import make_policy  # noqa: E402
 
 CFG = ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -40,8 +40,8 @@ def prompts():
             for _ in range(N_PROMPTS)]
 
 
-def run(target, prompts, policy, drafter, batch: int, n_new: int = 128) -> RunResult:
-    engine = Engine(target, policy, drafter, EngineConfig(max_batch=batch, max_len=20 + n_new + 40))
+def run(target, prompts, policy, drafter, batch: int, n_new: int = 128, switch: str = "catch_up") -> RunResult:
+    engine = Engine(target, policy, drafter, EngineConfig(max_batch=batch, max_len=20 + n_new + 40, switch=switch))
     for i, p in enumerate(prompts):
         engine.add_request(p, n_new + (i % 5) * 8)
     return engine.run()
@@ -56,20 +56,19 @@ class FlipFlop:
     """Changes its mind every iteration (off, chain, tree): drafter state must catch up correctly."""
 
     name = "flip-flop"
-    per_iteration = True
     CYCLE = (NO_SD, SDConfig(3, 1, 3), NO_SD, NO_SD, SDConfig(4, 3, 9), SDConfig(2, 2, 4))
 
     def __init__(self) -> None:
         self.i = 0
 
-    def decide(self, view: BatchView) -> SDConfig:
+    def decide(self, view: BatchView) -> Decision:
         self.i += 1
-        return self.CYCLE[self.i % len(self.CYCLE)]
+        return Decision(self.CYCLE[self.i % len(self.CYCLE)])
 
     def observe(self, outcome: Outcome) -> None:
         return None
 
-    def reset(self) -> None:
+    def reset(self, step: int) -> None:
         self.i = 0
 
 
@@ -85,10 +84,13 @@ def test_plain_decoding_is_batch_independent(target, prompts, reference):
     ("noisy-oracle-tree", lambda: Static(SDConfig(5, 3, 10)), lambda t: OracleDrafter(t, noise=0.3), 16),
     ("elastic-beg-mab", lambda: make_policy("elastic:12:3+beg-mab", seed=0),
      lambda t: OracleDrafter(t, noise=0.3), 16),
+    ("elastic-reprefill", lambda: make_policy("elastic:12:3+static:4_2_6", seed=0),
+     lambda t: OracleDrafter(t, noise=0.3), 16),
     ("flip-flop", FlipFlop, lambda t: random_drafter(t, seed=5), 6),
 ])
 def test_speculative_greedy_equals_plain(target, prompts, reference, case, policy, drafter, batch):
-    result = run(target, prompts, policy(), drafter(target), batch)
+    switch = "reprefill" if case == "elastic-reprefill" else "catch_up"
+    result = run(target, prompts, policy(), drafter(target), batch, switch=switch)
     assert result.outputs == reference.outputs
     sd = result.decode_events[result.decode_events["depth"] > 0]
     assert len(sd) > 0
@@ -97,8 +99,10 @@ def test_speculative_greedy_equals_plain(target, prompts, reference, case, polic
     if case == "noisy-oracle-tree":  # partial acceptance: the path compaction is exercised
         assert 1.5 < result.mean_accept_length < 6.0
     if case == "elastic-beg-mab":
-        assert (result.events["kind"] == "reprefill").any()
+        assert (result.events["kind"] == "switch").sum() == 1 and (result.events["kind"] == "catch_up").any()
         assert (result.decode_events["depth"] == 0).any()
+    if case == "elastic-reprefill":  # TLT's switch: target + drafter re-prefill, still lossless
+        assert (result.events["kind"] == "switch_reprefill").sum() == 1
 
 
 def test_telemetry_follows_event_schema(target, prompts):
@@ -106,11 +110,15 @@ def test_telemetry_follows_event_schema(target, prompts):
                  random_drafter(target, seed=3), batch=4, n_new=16)
     ev = result.events
     check_event_log(ev)
-    assert set(ev["kind"]) == {"prefill", "decode", "reprefill"}
-    assert (ev["source"] == "real").all() and (ev["iterations"] == 1).all()
-    assert (ev["t_start"].diff().dropna() >= 0).all() and (ev["t_start"] >= 0).all()
+    assert set(ev["kind"]) == {"prefill", "decode", "switch", "catch_up", "stage"}
+    work = ev[ev["worker"] >= 0]
+    assert (ev["source"] == "real").all() and (work["iterations"] == 1).all() and (ev["phase"] == "rollout").all()
+    assert (work["t_start"].diff().dropna() >= 0).all() and (ev["t_start"] >= 0).all()
+    assert work["tokens"].sum() == result.generated_tokens  # prefill emits each first token
+    assert ev.loc[ev["kind"] == "prefill", "tokens"].sum() == 6
+    stage = ev[ev["kind"] == "stage"].iloc[0]
+    assert stage["worker"] == -1 and stage["t_end"] == pytest.approx(result.wall_s)
     dec = result.decode_events
-    assert dec["tokens"].sum() >= result.generated_tokens - 6  # minus the first tokens, from prefill
     sd = dec[dec["depth"] > 0]
     assert (sd["drafted"] == sd["batch_size"] * 4).all()
     assert (sd["tokens"] == sd["accepted"] + sd["batch_size"]).all()
@@ -155,3 +163,57 @@ def test_sampled_decoding_is_reproducible_per_request(target, prompts):
         outs.append(engine.run().outputs)
     assert outs[0] == outs[1] == outs[2]
     assert len({tuple(v) for v in outs[0].values()}) == 8
+
+
+def test_engine_recent_accept_is_the_shared_ema(target, prompts):
+    """The native engine shows policies the same recent-accept estimate as the simulator."""
+    from tltsim.policy.recent_accept import RecentAccept
+
+    class Spy(Static):
+        def __init__(self) -> None:
+            super().__init__(SDConfig(3, 2, 5))
+            self.views: list[BatchView] = []
+            self.outcomes: list[Outcome] = []
+
+        def decide(self, view: BatchView) -> Decision:
+            self.views.append(view)
+            return super().decide(view)
+
+        def observe(self, outcome: Outcome) -> None:
+            self.outcomes.append(outcome)
+
+    spy = Spy()
+    run(target, prompts[:4], spy, OracleDrafter(target, noise=0.3), batch=4, n_new=20)
+    ema = RecentAccept()
+    for view, outcome in zip(spy.views, spy.outcomes, strict=True):
+        assert view.recent_accept == ema.value
+        ema.update(outcome.accept_length)
+        assert sum(outcome.accepted_per_request) == outcome.accepted_tokens
+        assert len(outcome.accepted_per_request) == outcome.batch_size
+
+
+def test_model_clock_makes_bandit_runs_repeatable(target, prompts):
+    """Wall-clock rewards make BEG-MAB runs differ; with the modelled clock the whole event log repeats."""
+    from tltsim.cost import RooflineCostModel
+    from tltsim.hardware import get_gpu
+    from tltsim.model_shape import ModelShape
+
+    shape = ModelShape("tiny", CFG.num_hidden_layers, CFG.hidden_size, CFG.num_attention_heads,
+                       CFG.num_key_value_heads, CFG.intermediate_size, CFG.vocab_size)
+    costs = RooflineCostModel(shape, get_gpu("h100"))
+
+    def once():
+        engine = Engine(target, make_policy("beg-mab:arms=4_2_6,3_1_3,2_2_3:thresholds=1", seed=0),
+                        OracleDrafter(target, noise=0.3), EngineConfig(max_batch=6, max_len=80, clock="model"),
+                        costs=costs)
+        for p in prompts[:6]:
+            engine.add_request(p, 30)
+        return engine.run()
+
+    a, b = once(), once()
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(a.events, b.events)
+    dec = a.decode_events
+    ctx0 = dec.iloc[0]
+    assert ctx0["t_end"] - ctx0["t_start"] > 0 and a.wall_s == pytest.approx(a.events["t_end"].max())

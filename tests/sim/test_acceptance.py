@@ -9,6 +9,7 @@ from tltsim.acceptance import (
     PAPER_QWEN32B_TP4_PARAMS,
     PAPER_TOPK,
     AcceptanceModel,
+    AcceptSampler,
     ChainAcceptance,
     TreeAcceptance,
     fit_tree_acceptance,
@@ -16,6 +17,7 @@ from tltsim.acceptance import (
     load_depth_verify_table,
     paper_qwen32b_tp4,
 )
+from tltsim.drafter_state import DrafterState
 from tltsim.errors import InputError
 from tltsim.policy.base import NO_SD, SDConfig
 
@@ -33,7 +35,7 @@ def test_protocol_and_no_sd():
     for model in (paper_qwen32b_tp4(), ChainAcceptance((0.7,))):
         assert isinstance(model, AcceptanceModel)
         assert model.expected_accept_length(NO_SD) == 1.0
-        assert (model.sample_accept_lengths(NO_SD, 5, np.random.default_rng(0)) == 1).all()
+        assert (AcceptSampler(model).draw(NO_SD, 5, np.random.default_rng(0)) == 1).all()
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.3, 0.8, 0.95])
@@ -68,31 +70,44 @@ def test_refit_reproduces_stored_constants():
     assert fit.model.params == pytest.approx(PAPER_QWEN32B_TP4_PARAMS, rel=1e-3)
 
 
-def test_tree_monotone_in_depth_verify_and_quality():
+def test_tree_monotone_in_depth_verify_and_drafter_quality():
     model = paper_qwen32b_tp4()
     e = model.expected_accept_length
     assert e(SDConfig(8, 8, 16)) < e(SDConfig(8, 8, 32)) < e(SDConfig(8, 8, 64))
     assert e(SDConfig(4, 8, 32)) < e(SDConfig(8, 8, 32)) <= 9
     assert e(SDConfig(8, 4, 32)) >= e(SDConfig.chain(8))  # branching helps
-    stale = model.with_quality(0.8)
-    assert 1 < stale.expected_accept_length(SDConfig(8, 4, 32)) < e(SDConfig(8, 4, 32))
+    stale = DrafterState(version=1, quality=0.8)
+    assert 1 < e(SDConfig(8, 4, 32), stale) < e(SDConfig(8, 4, 32))
+    # per-position scales: only later positions degraded -> in between
+    later = DrafterState(version=2, position_scale=(1.0, 1.0, 0.8))
+    assert e(SDConfig(8, 4, 32), stale) < e(SDConfig(8, 4, 32), later) < e(SDConfig(8, 4, 32))
+    # quality q multiplies the reach of depth d by q^d (acceptance compounds along the path)
+    reach, stale_reach = model.reach(SDConfig(8, 4, 32)), model.reach(SDConfig(8, 4, 32), stale)
+    assert stale_reach == pytest.approx(reach * 0.8 ** np.arange(1, 9))
 
 
-@pytest.mark.parametrize("model", [paper_qwen32b_tp4(), ChainAcceptance((0.8,)), paper_qwen32b_tp4(0.7)])
+@pytest.mark.parametrize(("model", "drafter"), [(paper_qwen32b_tp4(), DrafterState()),
+                                               (ChainAcceptance((0.8,)), DrafterState()),
+                                               (paper_qwen32b_tp4(), DrafterState(1, quality=0.7))])
 @pytest.mark.parametrize("config", [SDConfig(8, 4, 32), SDConfig(3, 2, 5), SDConfig.chain(5)])
-def test_sampled_mean_converges_to_expectation(model, config):
-    samples = model.sample_accept_lengths(config, 200_000, np.random.default_rng(7))
+def test_sampled_lengths_follow_the_exact_distribution(model, drafter, config):
+    """The sampler the simulator uses: right support (the bonus token always emitted), mean and
+    per-length frequencies of the model's distribution."""
+    samples = AcceptSampler(model).draw(config, 200_000, np.random.default_rng(7), drafter)
     assert samples.dtype.kind == "i"
     assert samples.min() >= 1 and samples.max() <= config.depth + 1
-    probs = model.accept_length_probs(config)
-    std = np.sqrt((probs * (np.arange(1, probs.size + 1) - model.expected_accept_length(config)) ** 2).sum())
-    assert abs(samples.mean() - model.expected_accept_length(config)) < 5 * std / np.sqrt(samples.size)
+    probs = model.accept_length_probs(config, drafter)
+    mean = model.expected_accept_length(config, drafter)
+    std = np.sqrt((probs * (np.arange(1, probs.size + 1) - mean) ** 2).sum())
+    assert abs(samples.mean() - mean) < 5 * std / np.sqrt(samples.size)
+    freq = np.bincount(samples, minlength=config.depth + 2)[1:] / samples.size
+    assert freq == pytest.approx(probs, abs=5 * np.sqrt(0.25 / samples.size))
 
 
 def test_sampling_is_deterministic_given_seed():
-    m = paper_qwen32b_tp4()
-    a = m.sample_accept_lengths(SDConfig(8, 4, 32), 100, np.random.default_rng(3))
-    b = m.sample_accept_lengths(SDConfig(8, 4, 32), 100, np.random.default_rng(3))
+    sampler = AcceptSampler(paper_qwen32b_tp4())
+    a = sampler.draw(SDConfig(8, 4, 32), 100, np.random.default_rng(3))
+    b = sampler.draw(SDConfig(8, 4, 32), 100, np.random.default_rng(3))
     assert (a == b).all()
 
 
@@ -102,7 +117,7 @@ def test_presets_and_errors():
     for bad in ("chain-1.5", "chain-x", "eagle"):
         with pytest.raises(InputError, match="unknown acceptance model"):
             get_acceptance(bad)
-    with pytest.raises(InputError, match="quality"):
-        ChainAcceptance((0.9,), quality=1.2)
+    with pytest.raises(InputError, match=r"drafter\.quality"):
+        ChainAcceptance((0.9,)).expected_accept_length(SDConfig.chain(3), DrafterState(quality=1.2))
     with pytest.raises(InputError, match="coverage"):
         TreeAcceptance(1.5, 0.1, 0.0)

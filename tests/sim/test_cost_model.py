@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tltsim.acceptance import ChainAcceptance, paper_qwen32b_tp4
-from tltsim.cost_model import (
+from tltsim.cost import (
     DEFAULT_DRAFT_STEP_OVERHEAD_S,
     DEFAULT_SD_OVERHEAD_S,
     CostModel,

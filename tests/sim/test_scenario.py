@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tomllib
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -19,6 +20,24 @@ from tltsim.scenario import (
 )
 
 
+@dataclass(frozen=True)
+class Leaf:
+    rate: float = 1.0
+    on: bool = False
+
+
+@dataclass(frozen=True)
+class Mid:
+    leaf: Leaf = field(default_factory=Leaf)
+    names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Root:
+    mid: Mid = field(default_factory=Mid)
+    n: int = 0
+
+
 def write(tmp_path, text: str):
     p = tmp_path / "s.toml"
     p.write_text(text)
@@ -28,7 +47,7 @@ def write(tmp_path, text: str):
 def test_empty_file_gives_the_documented_defaults(tmp_path):
     s = load_scenario(write(tmp_path, ""))
     assert s == Scenario()
-    assert s.n_instances == 16 and s.cluster.tp == 4 and s.trace.name == "r1distill_qwen1.5b_aime_8samples"
+    assert s.n_workers == 16 and s.cluster.tp == 4 and s.trace.name == "r1distill_qwen1.5b_aime_8samples"
 
 
 def test_full_file_round_trips_through_the_resolved_toml(tmp_path):
@@ -88,7 +107,7 @@ def test_malformed_toml_names_the_file(tmp_path):
 
 def test_overrides_parse_text_by_field_type_and_revalidate():
     s = apply_override(Scenario(), "cluster.tp", "2")
-    assert s.cluster.tp == 2 and s.n_instances == 32
+    assert s.cluster.tp == 2 and s.n_workers == 32
     s = apply_override(s, "policies", "beg-mab, static:8_4_8")
     assert s.policies == ("beg-mab", "static:8_4_8")
     assert apply_override(s, "trace.step", "none").trace.step is None
@@ -96,6 +115,118 @@ def test_overrides_parse_text_by_field_type_and_revalidate():
         apply_override(s, "cluster.gpus", "63")
     with pytest.raises(InputError, match="must be an integer"):
         apply_override(s, "cluster.tp", "four")
-    with pytest.raises(InputError, match="no scenario field"):
+    with pytest.raises(InputError, match="no such field"):
         apply_override(s, "cluster.nvlink", "1")
     assert "engine.max_batch" in field_paths() and "seed" in field_paths()
+
+
+def test_nested_paths_bools_lists_and_closest_field_suggestions():
+    s = apply_override(Scenario(), "trace.snap_capped", "false")
+    assert s.trace.snap_capped is False
+    assert apply_override(s, "trace.snap_capped", "yes").trace.snap_capped is True
+    s = apply_override(s, "drafter.position_scale", "1, 0.9, 0.8")
+    assert s.drafter.position_scale == (1.0, 0.9, 0.8)
+    assert apply_override(s, "drafter.position_scale", "[1.0, 0.5]").drafter.position_scale == (1.0, 0.5)
+    assert apply_override(s, "cost.sd_overhead_s", "0.001").cost.sd_overhead_s == 0.001
+    assert apply_override(s, "cluster.bandwidth_efficiency", "0.7").cluster.bandwidth_efficiency == 0.7
+    with pytest.raises(InputError, match=r"did you mean engine\.max_batch"):
+        apply_override(s, "engine.max_bach", "8")
+    with pytest.raises(InputError, match="is a section"):
+        apply_override(s, "engine", "8")
+    with pytest.raises(InputError, match="must be true or false"):
+        apply_override(s, "trace.snap_capped", "maybe")
+    for path in ("cost.table", "engine.switch_prefill_fraction", "acceptance.coverage", "drafter.quality",
+                 "trace.deal", "trace.num_steps", "trace.expand_samples"):
+        assert path in field_paths()
+
+
+def test_policy_lists_split_only_between_specs():
+    s = apply_override(Scenario(), "policies", "beg-mab:arms=8_4_32,4_2_6,no-sd,vllm-table:4=5,16=3")
+    assert s.policies == ("beg-mab:arms=8_4_32,4_2_6", "no-sd", "vllm-table:4=5,16=3")
+    s = apply_override(s, "policies", '["elastic:16:5+beg-mab:arms=8_4_16,4_2_6", "static:8_4_8"]')
+    assert s.policies == ("elastic:16:5+beg-mab:arms=8_4_16,4_2_6", "static:8_4_8")
+
+
+def test_generic_machinery_reaches_any_depth():
+    """Schemas of any depth get the same paths, parsing and errors (whole-run sections nest deeper)."""
+    from tltsim import config_tree
+
+    assert config_tree.field_paths(Root) == ["mid.leaf.rate", "mid.leaf.on", "mid.names", "n"]
+    r = config_tree.override(Root(), "mid.leaf.on", "true")
+    r = config_tree.override(r, "mid.leaf.rate", "2.5")
+    assert r.mid.leaf == Leaf(2.5, True)
+    text = config_tree.dump_toml(config_tree.to_dict(r))
+    assert "[mid.leaf]" in text
+    assert config_tree.from_dict(Root, tomllib.loads(text), path=None) == r
+    with pytest.raises(InputError, match=r"mid\.leaf\.rat.*did you mean mid\.leaf\.rate"):
+        config_tree.from_dict(Root, {"mid": {"leaf": {"rat": 1}}}, path="x.toml")
+
+
+def test_seeds_and_counts_are_bounded_before_anything_is_built(tmp_path):
+    for text, dotted in (("seed = 18446744073709551616", "seed"),  # > 64 bits: TOML itself refuses
+                        ("seed = -1", "seed"),
+                        ("[cluster]\ngpus = 4000000000\ntp = 4", "cluster.gpus"),
+                        ("[engine]\nmax_batch = 1000000000000", "engine.max_batch"),
+                        ("[trace]\nnum_steps = 0", "trace.num_steps")):
+        p = write(tmp_path, text)
+        with pytest.raises(InputError) as info:
+            load_scenario(p)
+        assert str(p) in str(info.value) and "\n" not in str(info.value)
+        assert info.value.field == dotted, text
+    big = apply_override(Scenario(), "seed", str(2**63 - 1))
+    assert tomllib.loads(scenario_toml(big))["seed"] == 2**63 - 1  # written back as valid TOML
+
+
+def test_byte_order_mark_and_scenario_relative_paths(tmp_path):
+    trace = tmp_path / "data" / "mine.csv"
+    trace.parent.mkdir()
+    trace.write_text("response_tokens\n10\n20\n")
+    p = tmp_path / "s.toml"
+    p.write_bytes("\ufeff[trace]\nname = \"data/mine.csv\"\n".encode())
+    s = load_scenario(p)
+    assert s.trace.name == str(trace.resolve())
+    catalogued = write(tmp_path, "[trace]\nname = \"polytrace_rl_rollouts\"\n")
+    assert load_scenario(catalogued).trace.name == "polytrace_rl_rollouts"  # names are not paths
+
+
+def test_result_hash_covers_trace_content_and_version(tmp_path, monkeypatch):
+    trace = tmp_path / "t.csv"
+    trace.write_text("response_tokens\n10\n20\n")
+    s = apply_override(Scenario(), "trace.name", str(trace))
+    first = scenario_hash(s)
+    assert scenario_hash(s) == first
+    trace.write_text("response_tokens\n10\n21\n")
+    import os
+    os.utime(trace, ns=(1, 1))  # a new modification time, as an edit gives
+    assert scenario_hash(s) != first
+    import tltsim
+    monkeypatch.setattr(tltsim, "__version__", "9.9.9")
+    assert scenario_hash(s) != first
+
+
+def test_scenarios_cross_process_boundaries(tmp_path):
+    """A scenario (not a closure) is what a sweep ships to another process; the result is the same."""
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor
+
+    import pandas as pd
+
+    from tltsim.scenario import run_policy
+
+    s = load_scenario(write(tmp_path, """
+policies = ["elastic+beg-mab"]
+[trace]
+name = "polytrace_rl_rollouts"
+source = "polytrace/verl_dapo_qwen2.5-32b"
+step = 1
+prompts_per_step = 12
+[model]
+name = "Qwen2.5-32B"
+[cluster]
+gpus = 16
+"""))
+    assert pickle.loads(pickle.dumps(s)) == s
+    here = run_policy(s, "elastic+beg-mab")
+    with ProcessPoolExecutor(1) as pool:
+        there = pool.submit(run_policy, s, "elastic+beg-mab").result()
+    pd.testing.assert_frame_equal(here, there)

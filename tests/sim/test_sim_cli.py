@@ -29,10 +29,11 @@ def test_run_on_polytrace_step_writes_results_and_elastic_beats_no_sd(tmp_path):
     assert summary.loc["elastic+beg-mab", "makespan_s"] < summary.loc["no-sd", "makespan_s"]
     events = pd.read_parquet(out / "events.parquet")
     check_event_log(events)
-    assert set(events["kind"]) >= {"prefill", "decode", "reprefill", "idle"}
+    assert set(events["kind"]) >= {"prefill", "decode", "switch", "switch_reprefill", "idle", "stage"}
     trace = json.loads((out / "trace.json").read_text())
     spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
-    assert len(spans) == len(events) and {"decode off", "reprefill"} <= {e["name"] for e in spans}
+    assert len(spans) == len(events) and {"decode off", "switch_reprefill", "stage rollout"} <= {
+        e["name"] for e in spans}
     again = load_scenario(out / "scenario.resolved.toml")
     assert again.trace.step == 0 and again.policies == ("no-sd", "elastic+beg-mab")
 

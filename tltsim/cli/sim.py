@@ -18,13 +18,14 @@ from typing import Annotated
 import pandas as pd
 import typer
 from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 
 from tltsim.atomic import atomic_dir
+from tltsim.cli.progress import policy_progress
 from tltsim.errors import InputError
 from tltsim.scenario import (
     Scenario,
+    SimInputs,
     apply_override,
     compare_policies,
     load_scenario,
@@ -61,6 +62,19 @@ def _parse_sets(items: list[str]) -> list[tuple[str, object, str]]:
             raise InputError(f"expected dotted.field=value, got '{item}'", path="--set")
         out.append((key.strip(), value, "--set"))
     return out
+
+
+def describe_workload(s: Scenario, inputs: SimInputs) -> str:
+    """One line: what is simulated, with the censored (capped) responses counted."""
+    steps = inputs.workloads
+    first, last = steps[0].step, steps[-1].step
+    which = f"step {first}" if len(steps) == 1 else f"steps {first}-{last}"
+    responses = sum(w.n_requests for w in steps)
+    capped = sum(w.capped for w in steps)
+    cap_note = f" ({capped:,} hit the length cap; simulated at the cap)" if capped else ""
+    return (f"[bold]{s.trace.name}[/] {which}: {responses:,} responses{cap_note}, {s.n_workers} rollout workers "
+            f"({s.cluster.gpus} x {s.cluster.gpu}, TP {s.cluster.tp}), {s.model.name}, acceptance "
+            f"{s.acceptance.preset} ({s.acceptance.mode}), switch {s.engine.switch}, deal {s.trace.deal}")
 
 
 def _fmt(v: float, spec: str) -> str:
@@ -106,19 +120,12 @@ def run(
     s = build_scenario(scenario, overrides + _parse_sets(set_ or []))
     console = Console(width=None if sys.stdout.isatty() else 120)
     inputs = prepare(s)
-    w = inputs.workload
-    console.print(f"[bold]{s.trace.name}[/] step {w.step}: {w.n_requests} responses, "
-                  f"{s.n_instances} instances ({s.cluster.gpus} x {s.cluster.gpu}, TP {s.cluster.tp}), "
-                  f"{s.model.name}, acceptance {s.acceptance.preset} ({s.acceptance.mode})")
+    console.print(describe_workload(s, inputs))
     specs = policies_with_baseline(s.policies)
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("simulating", total=len(specs))
-
-        def tick(spec: str) -> None:
-            done = specs.index(spec)
-            progress.update(task, completed=done, description=f"simulating {spec}")
-
-        events, summary = compare_policies(s, inputs, progress=tick)
+    responses = sum(w.n_requests for w in inputs.workloads)
+    with policy_progress(console, specs, responses) as (on_policy, on_finish):
+        events, summary = compare_policies(s, inputs, progress=on_finish, on_policy=on_policy)
+    w = inputs.workload
     dest = out if out is not None else DEFAULT_RESULTS / scenario_hash(s)
     write_results(dest, events, summary, s)
     console.print(comparison_table(summary, f"One RL step, {s.trace.name} step {w.step}"))

@@ -1,19 +1,34 @@
 """The policy layer shared by the simulator and the real engine. Imports no SimPy, torch or vLLM.
 
-One mechanism per module: ``elastic`` (TLT's elastic SD switch), ``beg_mab`` (TLT's bucketed
-ε-greedy tuner), ``bandits`` (plain ε-greedy, UCB1), ``vllm_table`` and ``sglang_ema`` (peer
-systems), ``oracle`` (upper bound), ``registry`` (spec strings -> policy objects).
+One mechanism per module: ``base`` (the contract: SDConfig, BatchView, Decision, Outcome),
+``elastic`` (TLT's elastic SD switch), ``beg_mab`` (TLT's bucketed ε-greedy tuner), ``bandits``
+(plain ε-greedy, UCB1), ``vllm_table`` and ``sglang_ema`` (peer systems), ``oracle`` (upper bound),
+``recent_accept`` (the engines' accept-length estimate), ``drafter_training`` (when and where the
+drafter trains: worker states, spot training, checkpoints), ``registry`` (spec strings -> policies).
 """
 
 from tltsim.policy.bandits import UCB1, EpsilonGreedy
-from tltsim.policy.base import NO_SD, BatchView, NoSD, Outcome, SDConfig, SDPolicy, Static, max_tree_nodes
+from tltsim.policy.base import (
+    HOLD_UNTIL_EVENT,
+    NO_SD,
+    BatchView,
+    Decision,
+    NoSD,
+    Outcome,
+    SDConfig,
+    SDPolicy,
+    Static,
+    max_tree_nodes,
+)
 from tltsim.policy.beg_mab import DEFAULT_ARMS, BegMab, BucketedEpsilonGreedy
 from tltsim.policy.elastic import Elastic
 from tltsim.policy.oracle import Oracle
-from tltsim.policy.registry import POLICY_NAMES, WRAPPER_NAMES, make_policy
+from tltsim.policy.recent_accept import RecentAccept
+from tltsim.policy.registry import POLICY_NAMES, WRAPPER_NAMES, check_spec, make_policy
 from tltsim.policy.sglang_ema import SglangEma
 from tltsim.policy.vllm_table import VllmTable
 
-__all__ = ["DEFAULT_ARMS", "NO_SD", "POLICY_NAMES", "UCB1", "WRAPPER_NAMES", "BatchView", "BegMab",
-           "BucketedEpsilonGreedy", "Elastic", "EpsilonGreedy", "NoSD", "Oracle", "Outcome", "SDConfig",
-           "SDPolicy", "SglangEma", "Static", "VllmTable", "make_policy", "max_tree_nodes"]
+__all__ = ["DEFAULT_ARMS", "HOLD_UNTIL_EVENT", "NO_SD", "POLICY_NAMES", "UCB1", "WRAPPER_NAMES", "BatchView",
+           "BegMab", "BucketedEpsilonGreedy", "Decision", "Elastic", "EpsilonGreedy", "NoSD", "Oracle", "Outcome",
+           "RecentAccept", "SDConfig", "SDPolicy", "SglangEma", "Static", "VllmTable", "check_spec", "make_policy",
+           "max_tree_nodes"]

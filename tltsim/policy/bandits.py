@@ -5,7 +5,7 @@ throughput, tokens/s), which grows with batch size whatever the arm; an un-bucke
 therefore credits whichever arm happened to run at large batch sizes. That bias is what TLT's
 bucketing removes, and these variants let a study measure it.
 
-``reset()`` (a new rollout step) keeps what was learned, as BEG-MAB does; ``clear()`` forgets it.
+``reset(step)`` (a new rollout step) keeps what was learned, as BEG-MAB does; ``clear()`` forgets it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from random import Random
 
 from tltsim.errors import InputError
-from tltsim.policy.base import BatchView, Outcome, SDConfig
+from tltsim.policy.base import BatchView, Decision, Outcome, SDConfig
 from tltsim.policy.beg_mab import DEFAULT_ARMS, DEFAULT_EPS, validate_arms, validate_eps
 from tltsim.policy.reward_window import RewardWindow
 
@@ -50,8 +50,6 @@ def _validate_window(window: int | None) -> int | None:
 class EpsilonGreedy:
     """Epsilon-greedy on the mean reward, one global arm set; untried arms first (in order)."""
 
-    per_iteration = True
-
     def __init__(self, arms: Sequence[SDConfig] = DEFAULT_ARMS, eps: float = DEFAULT_EPS,
                  window: int | None = None, seed: int = 0, name: str = "eps-greedy") -> None:
         self.arms = validate_arms(arms)
@@ -59,6 +57,7 @@ class EpsilonGreedy:
         self.window = _validate_window(window)
         self.seed = seed
         self.name = name
+        self._decisions = {a: Decision(a) for a in self.arms}
         self.clear()
 
     def clear(self) -> None:
@@ -66,7 +65,10 @@ class EpsilonGreedy:
         self._rng = Random(self.seed)
         self._stats = {a: _ArmStats(self.window) for a in self.arms}
 
-    def decide(self, view: BatchView) -> SDConfig:
+    def decide(self, view: BatchView) -> Decision:
+        return self._decisions[self._pick()]
+
+    def _pick(self) -> SDConfig:
         for arm in self.arms:
             if self._stats[arm].count == 0:
                 return arm
@@ -79,7 +81,7 @@ class EpsilonGreedy:
         if stats is not None and outcome.batch_size > 0 and outcome.elapsed_s > 0:
             stats.add(outcome.throughput)
 
-    def reset(self) -> None:
+    def reset(self, step: int) -> None:
         return None
 
 
@@ -91,8 +93,6 @@ class UCB1:
     Deterministic; ``seed`` is accepted only so every policy shares one constructor shape.
     """
 
-    per_iteration = True
-
     def __init__(self, arms: Sequence[SDConfig] = DEFAULT_ARMS, c: float = 1.0,
                  window: int | None = None, seed: int = 0, name: str = "ucb1") -> None:
         self.arms = validate_arms(arms)
@@ -102,6 +102,7 @@ class UCB1:
         self.window = _validate_window(window)
         self.seed = seed
         self.name = name
+        self._decisions = {a: Decision(a) for a in self.arms}
         self.clear()
 
     def clear(self) -> None:
@@ -118,8 +119,8 @@ class UCB1:
         mean = stats.mean() / self._scale if self._scale > 0 else 0.0
         return mean + self.c * math.sqrt(2.0 * math.log(self._total) / stats.count)
 
-    def decide(self, view: BatchView) -> SDConfig:
-        return max(self.arms, key=self.score)
+    def decide(self, view: BatchView) -> Decision:
+        return self._decisions[max(self.arms, key=self.score)]
 
     def observe(self, outcome: Outcome) -> None:
         stats = self._stats.get(outcome.config)
@@ -130,5 +131,5 @@ class UCB1:
         self._total += 1
         self._scale = max(self._scale, reward)
 
-    def reset(self) -> None:
+    def reset(self, step: int) -> None:
         return None

@@ -1,18 +1,26 @@
 """The contract between speculative-decoding policies and the engines that run them.
 
-The simulator (``tltsim.rollout``) and the real engine (``tltreal``) both drive the *same* policy
-objects through this interface, so this module (and the whole ``tltsim.policy`` package) imports no
-SimPy, torch or vLLM.
+The simulator (``tltsim.rollout``) and the real engine (``tltreal.engine``) both drive the *same*
+policy objects through this interface, so this module (and the whole ``tltsim.policy`` package)
+imports no SimPy, torch or vLLM.
 
-Each decode iteration the engine builds a :class:`BatchView`, asks ``policy.decide(view)`` for an
-:class:`SDConfig`, runs the iteration, and reports an :class:`Outcome` through ``policy.observe``.
+Life cycle. One policy object lives for a whole run on one rollout worker. At the start of every RL
+step the engine calls ``reset(step)`` (per-rollout state such as the elastic switch re-arms; learned
+state such as BEG-MAB's reward windows persists, as in TLT). Before a decode iteration the engine
+builds a :class:`BatchView` and asks ``decide(view)`` for a :class:`Decision`; it runs the decision
+for ``n`` iterations (``1 <= n <= decision.hold``, fewer when a request finishes or is admitted) and
+reports what happened in one :class:`Outcome` with ``iterations == n`` through ``observe``. A policy's
+state after that ``observe`` must be what ``n`` single-iteration rounds would have left.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
+
+from tltsim.drafter_state import INITIAL_DRAFTER, DrafterState
 
 _NAME = re.compile(r"^(\d+)_(\d+)_(\d+)$")
 
@@ -76,15 +84,46 @@ class SDConfig:
 NO_SD = SDConfig()
 
 
+
+#: ``Decision.hold`` of a policy whose answer cannot change while the running batch stays the same:
+#: the engine may run it until the next request finishes or is admitted.
+HOLD_UNTIL_EVENT = sys.maxsize
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a policy wants for the next decode iterations.
+
+    ``config``: the draft-tree shape (``NO_SD`` for a plain iteration). ``hold``: for how many
+    iterations the answer stands if the running batch does not change (``HOLD_UNTIL_EVENT`` when
+    only a finish or an admission can change it); engines may run up to that many iterations
+    without asking again, which lets the simulator advance non-learning policies in spans.
+    ``switch_on``: speculation is being switched on for the live requests (TLT's elastic switch):
+    the engine must bring every live request's drafter state up to date first, by its configured
+    switch mode (``switch_reprefill`` of target and drafter, or a drafter ``catch_up``).
+    """
+
+    config: SDConfig = NO_SD
+    hold: int = 1
+    switch_on: bool = False
+
+    def __post_init__(self) -> None:
+        if self.hold < 1:
+            raise ValueError(f"Decision.hold must be >= 1, got {self.hold}")
+        if self.switch_on and not self.config.enabled:
+            raise ValueError("a Decision that switches SD on must speculate")
+
+
 @dataclass(frozen=True)
 class BatchView:
-    """What a policy may look at before one decode iteration.
+    """What a policy may look at before a decode iteration.
 
-    ``context_lens`` holds every running request's current context (prompt + generated) length:
-    per-request, never a mean, because long tails make the mean misleading. ``recent_accept`` is the
-    engine's recent mean accept length (tokens emitted per request per SD iteration, bonus included),
-    or None before any SD iteration. ``instance`` identifies the rollout instance (policies that
-    keep per-instance state may use it).
+    ``context_lens``: every running request's context (prompt + tokens generated so far), per
+    request, never a mean (long tails make the mean misleading). ``recent_accept``: the engine's
+    :class:`~tltsim.policy.recent_accept.RecentAccept` (tokens emitted per request per SD iteration,
+    bonus included; None before any SD iteration of the run). ``worker``: the rollout worker (a
+    tensor-parallel group) this view comes from. ``drafter``: the drafter the worker holds now
+    (version and quality), which the oracle and the acceptance model read. ``step``: the RL step.
     """
 
     batch_size: int
@@ -92,17 +131,23 @@ class BatchView:
     time: float = 0.0
     iteration: int = 0
     recent_accept: float | None = None
-    instance: int = 0
+    worker: int = 0
+    step: int = 0
+    drafter: DrafterState = INITIAL_DRAFTER
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What happened in one decode iteration run with ``config``.
+    """What happened in ``iterations`` consecutive decode iterations run with ``config`` at
+    ``batch_size`` running requests.
 
-    ``emitted_tokens`` is the number of tokens the whole batch produced this iteration, bonus tokens
-    included (a no-SD iteration emits ``batch_size``). ``drafted_tokens`` counts draft tokens sent to
-    verification, ``accepted_tokens`` the draft tokens accepted. ``elapsed_s`` is the wall (or
-    simulated) time of the iteration, drafting and verification included.
+    ``emitted_tokens``: tokens the whole batch produced, bonus tokens included (a plain iteration
+    emits ``batch_size``). ``drafted_tokens``: draft tokens sent to verification;
+    ``accepted_tokens``: draft tokens accepted (totals over the span and the batch).
+    ``accepted_per_request``: accepted draft tokens of each request over the span, in view order
+    (expected values in the simulator's expected mode, counts otherwise; empty for plain
+    iterations). ``elapsed_s``: wall (or simulated) time of the span, drafting and verification
+    included; ``time``: when it ended.
     """
 
     config: SDConfig
@@ -112,36 +157,36 @@ class Outcome:
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     time: float = 0.0
-    instance: int = 0
+    worker: int = 0
+    iterations: int = 1
+    accepted_per_request: tuple[float, ...] = ()
 
     @property
     def accept_length(self) -> float:
-        """Mean tokens emitted per request in this iteration (TLT's "accept length")."""
-        return self.emitted_tokens / self.batch_size if self.batch_size else 0.0
+        """Mean tokens emitted per request per iteration (TLT's "accept length")."""
+        n = self.batch_size * self.iterations
+        return self.emitted_tokens / n if n else 0.0
 
     @property
     def throughput(self) -> float:
-        """Tokens per second of this iteration (BEG-MAB's reward, = accept length x batch / time)."""
+        """Tokens per second over the span (BEG-MAB's reward, = accept length x batch / time)."""
         return self.emitted_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
 
 @runtime_checkable
 class SDPolicy(Protocol):
-    """A speculative-decoding policy. Deterministic given its seed and the sequence of calls.
-
-    ``per_iteration`` tells the simulator whether ``decide`` may change its answer between events
-    (e.g. bandits, elastic counters). Policies whose answer depends only on the batch size can set it
-    False, which lets the simulator advance in closed form between batch-size changes.
-    """
+    """A speculative-decoding policy. Deterministic given its seed and the sequence of calls."""
 
     name: str
-    per_iteration: bool
 
-    def decide(self, view: BatchView) -> SDConfig: ...
+    def decide(self, view: BatchView) -> Decision: ...
 
     def observe(self, outcome: Outcome) -> None: ...
 
-    def reset(self) -> None: ...
+    def reset(self, step: int) -> None: ...
+
+
+_UNTIL_EVENT_OFF = Decision(NO_SD, HOLD_UNTIL_EVENT)
 
 
 @dataclass
@@ -149,15 +194,14 @@ class NoSD:
     """Never speculate: the veRL baseline."""
 
     name: str = "no-sd"
-    per_iteration: bool = False
 
-    def decide(self, view: BatchView) -> SDConfig:
-        return NO_SD
+    def decide(self, view: BatchView) -> Decision:
+        return _UNTIL_EVENT_OFF
 
     def observe(self, outcome: Outcome) -> None:
         return None
 
-    def reset(self) -> None:
+    def reset(self, step: int) -> None:
         return None
 
 
@@ -167,13 +211,12 @@ class Static:
 
     config: SDConfig = field(default_factory=lambda: SDConfig(8, 4, 32))
     name: str = "static"
-    per_iteration: bool = False
 
-    def decide(self, view: BatchView) -> SDConfig:
-        return self.config
+    def decide(self, view: BatchView) -> Decision:
+        return Decision(self.config, HOLD_UNTIL_EVENT)
 
     def observe(self, outcome: Outcome) -> None:
         return None
 
-    def reset(self) -> None:
+    def reset(self, step: int) -> None:
         return None

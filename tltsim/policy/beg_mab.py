@@ -22,7 +22,7 @@ Windows are kept per (bucket, arm). With the default arms every arm lives in exa
 this is TLT's per-arm window; when a budget is reused by several buckets it keeps rewards measured at
 very different batch sizes (throughput scales with batch) from polluting each other.
 
-A new rollout step (``reset()``) keeps the learned windows: the tuner belongs to the engine and
+A new rollout step (``reset(step)``) keeps the learned windows: the tuner belongs to the engine and
 persists across RL steps in TLT, and the sliding window is what lets it follow the drafter as it
 is retrained. ``clear()`` forgets everything (and re-seeds), for a fresh tuner.
 """
@@ -35,7 +35,7 @@ from itertools import pairwise
 from random import Random
 
 from tltsim.errors import InputError
-from tltsim.policy.base import BatchView, Outcome, SDConfig
+from tltsim.policy.base import BatchView, Decision, Outcome, SDConfig
 from tltsim.policy.reward_window import RewardWindow
 
 DEFAULT_ARMS: tuple[SDConfig, ...] = (  # TLT's published arms (DESIGN §1)
@@ -78,8 +78,6 @@ def bucket_arms(arms: Sequence[SDConfig], n_buckets: int) -> list[tuple[SDConfig
 class BucketedEpsilonGreedy:
     """BEG-MAB. See the module docstring for the exact rules."""
 
-    per_iteration = True
-
     def __init__(self, arms: Sequence[SDConfig] = DEFAULT_ARMS,
                  thresholds: Sequence[int] = DEFAULT_THRESHOLDS, eps: float = DEFAULT_EPS,
                  window: int = DEFAULT_WINDOW, seed: int = 0, name: str = "beg-mab") -> None:
@@ -96,6 +94,7 @@ class BucketedEpsilonGreedy:
         self.seed = seed
         self.name = name
         self.buckets = bucket_arms(self.arms, len(self.thresholds))
+        self._decisions = {a: Decision(a) for a in self.arms}  # one iteration each: it learns every time
         self.clear()
 
     def clear(self) -> None:
@@ -114,8 +113,11 @@ class BucketedEpsilonGreedy:
         window = self._windows[self.bucket_of(batch_size)].get(arm)
         return window.values() if window is not None else []
 
-    def decide(self, view: BatchView) -> SDConfig:
-        b = self.bucket_of(view.batch_size)
+    def decide(self, view: BatchView) -> Decision:
+        return self._decisions[self._pick(view.batch_size)]
+
+    def _pick(self, batch_size: int) -> SDConfig:
+        b = self.bucket_of(batch_size)
         group, windows = self.buckets[b], self._windows[b]
         for arm in group:
             if len(windows[arm]) == 0:
@@ -136,7 +138,7 @@ class BucketedEpsilonGreedy:
         if window is not None:
             window.add(outcome.throughput)
 
-    def reset(self) -> None:
+    def reset(self, step: int) -> None:
         """New rollout step: nothing per-rollout to clear; learned windows persist (module doc)."""
         return None
 

@@ -6,21 +6,29 @@ on is one-way for the rest of the rollout: every live request must be re-prefill
 and drafter (the drafter has no KV/hidden-state cache for tokens produced without it), so flapping
 would pay that price again and again.
 
-Semantics (precise, tested): ``decide()`` counts consecutive calls with
-``batch_size <= threshold``; a call with a larger batch resets the count to 0. The call on which
-the count reaches ``consecutive`` *is the first SD iteration*: it sets ``switched_on`` and
-``just_switched`` and returns the inner policy's decision. So with the defaults the first nine small
-batches run without SD and the tenth runs with SD. From then on every call delegates to ``inner``,
-whatever the batch size.
+Semantics (precise, tested). The switch counts consecutive decode *iterations run* (reported by
+``observe``) with ``batch_size <= threshold``; an iteration with a larger batch resets the count to 0.
+``decide()`` switches on when the iteration it is deciding would make the count reach
+``consecutive``: that iteration *is the first SD iteration*, and its :class:`Decision` has
+``switch_on`` set (the engine must bring the drafter up to date for every live request first). So
+with the defaults the first nine small-batch iterations run without SD and the tenth runs with SD.
+From then on every decision is ``inner``'s, whatever the batch size, until ``reset(step)`` re-arms
+the switch for the next rollout step.
 
-One ``Elastic`` object per rollout instance: the counter and the switch describe one instance's
-running batch. Sharing one object between instances would mix their batch sizes.
+Spans. While off, the answer is predictable: with a large batch it cannot change before the batch
+does (``hold = HOLD_UNTIL_EVENT``); with a small one it stays NO_SD for exactly the iterations left
+before the switch, so engines may run those in one span.
+
+One ``Elastic`` object per rollout worker: the counter and the switch describe one worker's
+running batch. Sharing one object between workers would mix their batch sizes.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tltsim.errors import InputError
-from tltsim.policy.base import NO_SD, BatchView, Outcome, SDConfig, SDPolicy
+from tltsim.policy.base import HOLD_UNTIL_EVENT, NO_SD, BatchView, Decision, Outcome, SDPolicy
 
 DEFAULT_THRESHOLD = 32
 DEFAULT_CONSECUTIVE = 10
@@ -28,13 +36,7 @@ DEFAULT_CONSECUTIVE = 10
 
 class Elastic:
     """Wraps ``inner``: ``NO_SD`` until the batch has been ``<= threshold`` for ``consecutive``
-    consecutive ``decide()`` calls, then ``inner``'s choice for the rest of the rollout.
-
-    The engine reads ``just_switched`` after each ``decide()``: when True it must charge the
-    re-prefill of every live request before running the iteration.
-    """
-
-    per_iteration = True
+    consecutive iterations, then ``inner``'s decisions for the rest of the rollout step."""
 
     def __init__(self, inner: SDPolicy, threshold: int = DEFAULT_THRESHOLD,
                  consecutive: int = DEFAULT_CONSECUTIVE, name: str | None = None) -> None:
@@ -48,37 +50,46 @@ class Elastic:
         self.name = name if name is not None else f"elastic+{inner.name}"
         self._small_streak = 0
         self._switched_on = False
-        self._just_switched = False
+        self._drafter_stale = False
 
     @property
     def switched_on(self) -> bool:
-        """True once SD has been switched on in this rollout (stays True until ``reset()``)."""
+        """True once SD has been switched on in this rollout step (until ``reset``)."""
         return self._switched_on
 
-    @property
-    def just_switched(self) -> bool:
-        """True exactly for the ``decide()`` call that switched SD on; False after the next call."""
-        return self._just_switched
-
-    def decide(self, view: BatchView) -> SDConfig:
-        self._just_switched = False
+    def decide(self, view: BatchView) -> Decision:
         if not self._switched_on:
-            self._small_streak = self._small_streak + 1 if view.batch_size <= self.threshold else 0
-            if self._small_streak < self.consecutive:
-                return NO_SD
+            if view.batch_size > self.threshold:
+                return _OFF_UNTIL_EVENT
+            left = self.consecutive - self._small_streak  # this iteration included
+            if left > 1:
+                return Decision(NO_SD, hold=left - 1)
             self._switched_on = True
-            self._just_switched = True
-        return self.inner.decide(view)
+            self._drafter_stale = True
+        decision = self.inner.decide(view)
+        if self._drafter_stale and decision.config.enabled:
+            # The first speculating iteration after the switch (normally the switch iteration itself;
+            # later only when the inner policy chose NO_SD at first) brings the drafter up to date.
+            self._drafter_stale = False
+            return replace(decision, switch_on=True)
+        return decision
 
     def observe(self, outcome: Outcome) -> None:
-        """Forward only outcomes of SD-phase iterations: the pre-switch no-SD iterations say nothing
-        about the inner policy's arms and would bias a bandit."""
+        """Count small-batch iterations while off; once on, forward every outcome to ``inner``.
+        Pre-switch iterations say nothing about the inner policy's arms and would bias a bandit."""
         if self._switched_on:
             self.inner.observe(outcome)
+        elif outcome.batch_size <= self.threshold:
+            self._small_streak += outcome.iterations
+        else:
+            self._small_streak = 0
 
-    def reset(self) -> None:
-        """Re-arm for a new rollout step: SD off, counter cleared, inner policy reset."""
+    def reset(self, step: int) -> None:
+        """Re-arm for a new rollout step: SD off, counter cleared; ``inner.reset(step)``."""
         self._small_streak = 0
         self._switched_on = False
-        self._just_switched = False
-        self.inner.reset()
+        self._drafter_stale = False
+        self.inner.reset(step)
+
+
+_OFF_UNTIL_EVENT = Decision(NO_SD, HOLD_UNTIL_EVENT)

@@ -38,7 +38,7 @@ from tltsim.policy.bandits import UCB1, EpsilonGreedy
 from tltsim.policy.base import NO_SD, NoSD, SDConfig, SDPolicy, Static
 from tltsim.policy.beg_mab import DEFAULT_ARMS, BucketedEpsilonGreedy
 from tltsim.policy.elastic import DEFAULT_CONSECUTIVE, DEFAULT_THRESHOLD, Elastic
-from tltsim.policy.oracle import Oracle
+from tltsim.policy.oracle import Oracle, OracleAcceptance, OracleCost
 from tltsim.policy.sglang_ema import SglangEma
 from tltsim.policy.vllm_table import VllmTable
 
@@ -125,7 +125,8 @@ def _vllm_table(args: list[str]) -> VllmTable:
     return VllmTable(rows, above=above)
 
 
-def _base(base: str, args: list[str], seed: int, accept_model: Any, cost_model: Any) -> SDPolicy:
+def _base(base: str, args: list[str], seed: int, accept_model: OracleAcceptance | None,
+          cost_model: OracleCost | None) -> SDPolicy:
     if base == "no-sd":
         if args:
             raise _SpecError("no-sd takes no arguments")
@@ -170,7 +171,7 @@ def _elastic_args(args: list[str]) -> tuple[int, int]:
     return threshold, consecutive
 
 
-def _build(spec: str, seed: int, accept_model: Any, cost_model: Any) -> SDPolicy:
+def _build(spec: str, seed: int, accept_model: OracleAcceptance | None, cost_model: OracleCost | None) -> SDPolicy:
     parts = [p.strip() for p in spec.split("+")]
     if any(not p for p in parts):
         raise _SpecError("empty component")
@@ -189,7 +190,8 @@ def _build(spec: str, seed: int, accept_model: Any, cost_model: Any) -> SDPolicy
     return policy
 
 
-def make_policy(spec: str, *, seed: int = 0, accept_model: Any = None, cost_model: Any = None) -> SDPolicy:
+def make_policy(spec: str, *, seed: int = 0, accept_model: OracleAcceptance | None = None,
+                cost_model: OracleCost | None = None) -> SDPolicy:
     """The policy described by ``spec`` (see the module docstring), seeded with ``seed``.
 
     ``accept_model`` and ``cost_model`` are only needed by ``oracle``. The result's ``name`` is
@@ -205,3 +207,21 @@ def make_policy(spec: str, *, seed: int = 0, accept_model: Any = None, cost_mode
                          field="policy") from None
     policy.name = text
     return policy
+
+
+class _NullModels:
+    """Stands in for both models when only a spec's syntax is checked (oracle specs need them)."""
+
+    def expected_accept_length(self, config: SDConfig, drafter: object = None) -> float:
+        return 1.0
+
+    def decode_time(self, context_lens: object) -> float:
+        return 1.0
+
+    def sd_time(self, context_lens: object, config: SDConfig) -> float:
+        return 1.0
+
+
+def check_spec(spec: str) -> None:
+    """Raise :class:`InputError` unless ``spec`` is a valid policy spec (no models needed)."""
+    make_policy(spec, accept_model=_NullModels(), cost_model=_NullModels())

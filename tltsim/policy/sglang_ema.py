@@ -24,7 +24,7 @@ Approximations, stated plainly:
 * If ``0`` is among the candidate depths and wins, that range gets no further observations, so its
   EMA freezes there: like SGLang (which never turns SD off), the default candidates exclude 0.
 
-``reset()`` (a new rollout step) keeps the EMAs, as SGLang's server would; ``clear()`` forgets them.
+``reset(step)`` (a new rollout step) keeps the EMAs, as SGLang's server would; ``clear()`` forgets them.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from functools import lru_cache
 from itertools import pairwise
 
 from tltsim.errors import InputError
-from tltsim.policy.base import BatchView, Outcome, SDConfig
+from tltsim.policy.base import BatchView, Decision, Outcome, SDConfig
 
 DEFAULT_DEPTHS: tuple[int, ...] = (1, 3, 7)
 DEFAULT_RANGES: tuple[int, ...] = (1, 64, 128)
@@ -93,8 +93,6 @@ def chain_cost_proxy(batch_size: int, depth: int, draft_ratio: float = 0.08, kne
 class SglangEma:
     """Cost-aware EMA depth picker, one state per batch-size range (see module docstring)."""
 
-    per_iteration = True
-
     def __init__(self, depths: Sequence[int] = DEFAULT_DEPTHS, ranges: Sequence[int] = DEFAULT_RANGES,
                  smoothing: float = DEFAULT_SMOOTHING, prior_accept_rate: float = DEFAULT_PRIOR_ACCEPT_RATE,
                  hysteresis: float = DEFAULT_HYSTERESIS, cost: CostFn | None = None,
@@ -141,14 +139,14 @@ class SglangEma:
         cost = float(self.cost(max(batch_size, 1), depth))
         return chain_tokens(rate, depth) / cost if cost > 0 else 0.0
 
-    def decide(self, view: BatchView) -> SDConfig:
+    def decide(self, view: BatchView) -> Decision:
         r = self.range_of(view.batch_size)
         scores = {d: self.score(self._rate[r], view.batch_size, d) for d in self.depths}
         best = max(self.depths, key=scores.__getitem__)
         current = self._current[r]
         if current is None or scores[best] > scores[current] * (1.0 + self.hysteresis):
             self._current[r] = current = best
-        return SDConfig.chain(current)
+        return Decision(SDConfig.chain(current))
 
     def observe(self, outcome: Outcome) -> None:
         """Fold the acceptance rate implied by this iteration into its range's EMA (SD iterations only)."""
@@ -158,5 +156,5 @@ class SglangEma:
         observed = implied_rate(outcome.accept_length, outcome.config.depth)
         self._rate[r] += self.smoothing * (observed - self._rate[r])
 
-    def reset(self) -> None:
+    def reset(self, step: int) -> None:
         return None

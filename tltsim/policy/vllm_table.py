@@ -2,8 +2,8 @@
 
 vLLM decides speculation by batch size alone: its ``disable_by_batch_size`` option turns SD off above
 a batch-size threshold, and its dynamic-speculation work shortens the draft as the batch grows. A
-lookup table captures both. It learns nothing, so ``per_iteration`` is False and the simulator may
-advance in closed form between batch-size changes.
+lookup table captures both. It learns nothing and looks only at the batch size, so its decisions
+hold until the batch changes and the simulator may advance in spans between those events.
 
 The default table is ours, not vLLM's (vLLM ships no default): batch <= 4 -> chain of 5 draft
 tokens, <= 16 -> chain of 3, <= 32 -> chain of 1, larger -> no SD. It follows the shape of published
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 from tltsim.errors import InputError
-from tltsim.policy.base import NO_SD, BatchView, Outcome, SDConfig
+from tltsim.policy.base import HOLD_UNTIL_EVENT, NO_SD, BatchView, Decision, Outcome, SDConfig
 
 DEFAULT_TABLE: tuple[tuple[int, SDConfig], ...] = (
     (4, SDConfig.chain(5)),
@@ -28,8 +28,6 @@ DEFAULT_TABLE: tuple[tuple[int, SDConfig], ...] = (
 class VllmTable:
     """``table`` rows are ``(max_batch_size, config)``: the first row whose ``max_batch_size`` is at
     least the batch size wins; batches larger than every row get ``above``."""
-
-    per_iteration = False
 
     def __init__(self, table: Sequence[tuple[int, SDConfig]] = DEFAULT_TABLE, above: SDConfig = NO_SD,
                  name: str = "vllm-table") -> None:
@@ -43,15 +41,17 @@ class VllmTable:
         self.table = rows
         self.above = above
         self.name = name
+        self._rows = tuple((bs, Decision(cfg, HOLD_UNTIL_EVENT)) for bs, cfg in rows)
+        self._above = Decision(above, HOLD_UNTIL_EVENT)
 
-    def decide(self, view: BatchView) -> SDConfig:
-        for max_bs, config in self.table:
+    def decide(self, view: BatchView) -> Decision:
+        for max_bs, decision in self._rows:
             if view.batch_size <= max_bs:
-                return config
-        return self.above
+                return decision
+        return self._above
 
     def observe(self, outcome: Outcome) -> None:
         return None
 
-    def reset(self) -> None:
+    def reset(self, step: int) -> None:
         return None

@@ -1,9 +1,30 @@
 """Turn a trace into RL-step workloads: the requests one synchronous rollout step must serve.
 
-A per-step trace yields its own steps. A trace without steps (one snapshot of a policy, e.g.
-AIME samples) is cut into steps by sampling ``prompts_per_step`` prompt groups per step, seeded, without
+A per-step trace yields its own steps. A trace without steps (one snapshot of a policy, e.g. AIME
+samples) is cut into steps by sampling ``prompts_per_step`` prompt groups per step, seeded, without
 replacement until the pool is exhausted (then reshuffled), exactly how an RL data loader walks a
-dataset epoch by epoch.
+dataset epoch by epoch. Requests keep the trace's row order; which worker serves which group is
+decided later by :func:`tltsim.rollout.deal` (a seeded shuffle by default).
+
+**Censored lengths.** A response that hit the generation cap (``hit_cap``) was cut there: its
+recorded length is the cap, give or take tokenizer accounting (15,998 vs 16,000), not its natural
+length. With ``snap_capped`` (the default) every capped response is simulated at exactly its
+source's cap, so capped responses finish together as they do in the engine that produced the
+trace; the cap is ``cap`` when given, else the row's ``response_cap`` column, else the longest
+capped response of the same source. :attr:`StepWorkload.capped` counts them; run summaries show it.
+
+**Expanding one-sample traces** (``expand_samples = n``). GRPO-style steps generate n samples per
+prompt, and a step's tail depends on how much sibling lengths spread. Dispersion model, fitted on
+the multi-sample traces in ``../shared/traces``: within a prompt group, log response lengths are
+normal around the group's log-median with standard deviation ``sigma``. The pooled within-group
+standard deviation of log lengths (uncapped rows, groups of 8) is 0.326 on
+``r1distill_qwen1.5b_aime_8samples`` (AIME, R1-distill) and 0.326 on PolyTrace's
+``verl_video_qwen2.5-vl-7b``, 0.237 on its cap-saturated ``rllm_deepcoder_14b_16k`` and 0.81 on the
+multi-turn ``search_r1`` run; :data:`DEFAULT_DISPERSION_SIGMA` = 0.33 is the single-turn reasoning
+value. Given one observed sample ``x`` of a prompt, its group's log-median is drawn as
+``log x - sigma * u`` and the ``n - 1`` siblings as ``log-median + sigma * z`` (u, z standard
+normal, seeded), rounded and clipped to ``[1, cap]`` (marked ``hit_cap`` at the cap; without a cap
+only the readers' 10^7 bound applies). The observed sample stays sample 0.
 """
 
 from __future__ import annotations
@@ -16,10 +37,14 @@ import pandas as pd
 
 from tltsim.errors import InputError
 
+DEFAULT_DISPERSION_SIGMA = 0.33
+MAX_SAMPLES_PER_PROMPT = 1024
+MAX_RESPONSE_TOKENS = 10**7  # the trace readers' bound: far above any model's context
+
 
 @dataclass(frozen=True)
 class StepWorkload:
-    """The requests of one RL step. Arrays are aligned, one entry per response, in group order."""
+    """The requests of one RL step. Arrays are aligned, one entry per response, in trace order."""
 
     step: int
     source: str
@@ -36,14 +61,36 @@ class StepWorkload:
     def n_groups(self) -> int:
         return len(np.unique(self.group_ids))
 
+    @property
+    def capped(self) -> int:
+        """Responses cut at the generation cap (censored lengths, simulated at the cap)."""
+        return int(np.count_nonzero(self.hit_cap))
 
-def _to_step(df: pd.DataFrame, step: int, cap: int | None, default_prompt_tokens: int) -> StepWorkload:
-    df = df.sort_values(["group_id", "sample_idx"], kind="stable")
+
+def _source_caps(df: pd.DataFrame, cap: int | None) -> np.ndarray:
+    """Per row, the cap a capped response is snapped to: its source's own cap (the row's
+    ``response_cap``, else the longest response the trace marks capped in that source), lowered to
+    ``cap`` when the scenario caps harder."""
+    marked = df["response_tokens"].where(df["hit_cap"])
+    own = marked.groupby(df["source"]).transform("max")
+    if "response_cap" in df.columns:
+        declared = pd.to_numeric(df["response_cap"], errors="coerce")
+        own = declared.where(declared.notna(), own)
+    own = own.to_numpy(np.float64)
+    if cap is not None:
+        own = np.where(np.isnan(own), cap, np.minimum(own, cap))
+    return np.where(np.isnan(own), df["response_tokens"].to_numpy(np.float64), own).astype(np.int64)
+
+
+def _to_step(df: pd.DataFrame, step: int, cap: int | None, snap_capped: bool,
+             default_prompt_tokens: int) -> StepWorkload:
     resp = df["response_tokens"].to_numpy(np.int64)
     hit = df["hit_cap"].to_numpy(bool)
     if cap is not None:
         hit = hit | (resp >= cap)
         resp = np.minimum(resp, cap)
+    if snap_capped and hit.any():
+        resp = np.where(hit, _source_caps(df, cap), resp)
     prompt = df["prompt_tokens"].fillna(default_prompt_tokens).to_numpy(np.int64)
     sources = df["source"].unique()
     return StepWorkload(step=step, source=",".join(map(str, sources)),
@@ -52,26 +99,56 @@ def _to_step(df: pd.DataFrame, step: int, cap: int | None, default_prompt_tokens
 
 
 def _take_samples(df: pd.DataFrame, samples: int | None) -> pd.DataFrame:
-    """The first ``samples`` responses (by sample_idx) of every group in every step."""
+    """The first ``samples`` responses (by sample_idx) of every group in every step, trace order kept."""
     if samples is None:
         return df
     if samples < 1:
         raise InputError(f"samples_per_prompt must be >= 1, got {samples}", field="samples_per_prompt")
-    ordered = df.sort_values(["step", "group_id", "sample_idx"], kind="stable")
-    return ordered.groupby(["step", "group_id"], sort=False).head(samples)
+    rank = df.groupby(["step", "group_id"], sort=False)["sample_idx"].rank(method="first")
+    return df[rank <= samples]
+
+
+def expand_samples(df: pd.DataFrame, n: int, *, sigma: float = DEFAULT_DISPERSION_SIGMA, cap: int | None = None,
+                   seed: int = 0) -> pd.DataFrame:
+    """Every one-sample group grown to ``n`` samples by the dispersion model (module docstring)."""
+    if not 1 <= n <= MAX_SAMPLES_PER_PROMPT:
+        raise InputError(f"must be in [1, {MAX_SAMPLES_PER_PROMPT}], got {n}", field="expand_samples")
+    if not (np.isfinite(sigma) and 0 <= sigma <= 5):
+        raise InputError(f"must be in [0, 5], got {sigma}", field="dispersion_sigma")
+    sizes = df.groupby(["step", "group_id"], sort=False)["response_tokens"].transform("size")
+    if (sizes > 1).any():
+        raise InputError(f"the trace already has up to {int(sizes.max())} samples per prompt; expand_samples "
+                         "grows one-sample traces (use samples to take fewer)", field="expand_samples")
+    if n == 1:
+        return df
+    rng = np.random.default_rng([seed, 0x657870])
+    x = df["response_tokens"].to_numpy(np.float64)
+    log_median = np.log(x) - sigma * rng.standard_normal(len(x))
+    siblings = np.exp(log_median[:, None] + sigma * rng.standard_normal((len(x), n - 1)))
+    upper = cap if cap is not None else MAX_RESPONSE_TOKENS
+    lengths = np.concatenate([x[:, None], np.clip(np.rint(siblings), 1, upper)], axis=1)
+    out = df.loc[df.index.repeat(n)].copy()
+    out["sample_idx"] = np.tile(np.arange(n), len(df))
+    out["response_tokens"] = lengths.ravel().astype(np.int64)
+    born = np.tile(np.arange(n) > 0, len(df))
+    out["hit_cap"] = out["hit_cap"].to_numpy(bool) | (born & (out["response_tokens"].to_numpy() >= upper))
+    return out.reset_index(drop=True)
 
 
 def build_workload(df: pd.DataFrame, *, steps: Sequence[int] | None = None, num_steps: int | None = None,
                    prompts_per_step: int | None = None, samples_per_prompt: int | None = None,
-                   cap: int | None = None, default_prompt_tokens: int = 128,
+                   expand_to: int | None = None, dispersion_sigma: float = DEFAULT_DISPERSION_SIGMA,
+                   cap: int | None = None, snap_capped: bool = True, default_prompt_tokens: int = 128,
                    seed: int = 0) -> list[StepWorkload]:
     """Steps of a trace as :class:`StepWorkload` objects.
 
     - ``steps``: keep only these trace steps (per-step traces).
     - ``prompts_per_step`` (G): with a per-step trace, subsample G groups in each step; with a trace
       that has one step, build ``num_steps`` steps (default: as many as the pool fills) of G groups.
-    - ``samples_per_prompt`` (n): keep the first n samples of each group.
-    - ``cap``: clip responses to ``cap`` tokens and mark them ``hit_cap`` (censored).
+    - ``samples_per_prompt`` (n): keep the first n samples of each group; ``expand_to``: grow
+      one-sample groups to that many samples (:func:`expand_samples`).
+    - ``cap``: clip responses to ``cap`` tokens and mark them ``hit_cap`` (censored);
+      ``snap_capped``: simulate every capped response at exactly its cap (module docstring).
     - ``default_prompt_tokens``: used where the trace has no prompt length.
     """
     if cap is not None and cap < 1:
@@ -80,12 +157,14 @@ def build_workload(df: pd.DataFrame, *, steps: Sequence[int] | None = None, num_
         raise InputError(f"prompts_per_step must be >= 1, got {prompts_per_step}", field="prompts_per_step")
     rng = np.random.default_rng(seed)
     df = _take_samples(df, samples_per_prompt)
+    if expand_to is not None:
+        df = expand_samples(df, expand_to, sigma=dispersion_sigma, cap=cap, seed=seed)
     trace_steps = sorted(df["step"].unique())
     per_step = len(trace_steps) > 1 or steps is not None
     if steps is not None:
         unknown = sorted(set(steps) - set(trace_steps))
         if unknown:
-            raise InputError(f"steps {unknown} not in trace (has {trace_steps})", field="steps")
+            raise InputError(f"steps {unknown} not in trace (has {trace_steps[:20]})", field="steps")
         df = df[df["step"].isin(steps)]
         trace_steps = sorted(set(steps))
     if per_step or prompts_per_step is None:
@@ -96,12 +175,12 @@ def build_workload(df: pd.DataFrame, *, steps: Sequence[int] | None = None, num_
                 groups = part["group_id"].unique()
                 keep = rng.choice(groups, size=min(prompts_per_step, len(groups)), replace=False)
                 part = part[part["group_id"].isin(keep)]
-            out.append(_to_step(part, int(s), cap, default_prompt_tokens))
+            out.append(_to_step(part, int(s), cap, snap_capped, default_prompt_tokens))
         return out
-    return _sample_steps(df, num_steps, prompts_per_step, cap, default_prompt_tokens, rng)
+    return _sample_steps(df, num_steps, prompts_per_step, cap, snap_capped, default_prompt_tokens, rng)
 
 
-def _sample_steps(df: pd.DataFrame, num_steps: int | None, g: int, cap: int | None,
+def _sample_steps(df: pd.DataFrame, num_steps: int | None, g: int, cap: int | None, snap_capped: bool,
                   default_prompt_tokens: int, rng: np.random.Generator) -> list[StepWorkload]:
     groups = df["group_id"].unique()
     if num_steps is None:
@@ -117,5 +196,5 @@ def _sample_steps(df: pd.DataFrame, num_steps: int | None, g: int, cap: int | No
             cand = pool.pop()
             if cand not in chosen:
                 chosen.append(cand)
-        out.append(_to_step(pd.concat([by_group[c] for c in chosen]), s, cap, default_prompt_tokens))
+        out.append(_to_step(pd.concat([by_group[c] for c in chosen]), s, cap, snap_capped, default_prompt_tokens))
     return out

@@ -1,62 +1,27 @@
-"""Cost model: how long one engine iteration takes.
+"""The analytic cost model: a roofline of a model shape on a GPU.
 
-``CostModel`` is the interface the rollout simulator uses. All times are seconds on one rollout
-instance (a tensor-parallel group). Context lengths are *per request* numpy int arrays, never a
-batch mean: with long tails the mean mis-states KV traffic and attention work.
-
-Implementations:
-
-- :class:`RooflineCostModel` — analytic, from a :class:`~tltsim.model_shape.ModelShape` and a
-  :class:`~tltsim.hardware.GPUSpec`. Each forward pass is split into kernel groups (decoder matmuls,
-  attention, LM head); each group costs ``max(FLOPs / effective FLOP/s, bytes / effective bytes/s)``,
-  groups add up, plus tensor-parallel collectives and a fixed per-iteration overhead.
-- :class:`TableCostModel` — the calibrated extension point: interpolates a tidy CSV of measured
-  iteration times (written by tltreal's profiler).
+Each forward pass is split into kernel groups (decoder matmuls, attention, LM head); each group
+costs ``max(FLOPs / effective FLOP/s, bytes / effective bytes/s)``, groups add up, plus
+tensor-parallel collectives and a fixed per-iteration overhead. Decode batches are padded to the
+captured CUDA-graph batch sizes.
 """
 
 from __future__ import annotations
 
 import bisect
-import csv
-import math
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from tltsim.cost.lengths import as_lengths, prefill_lengths
 from tltsim.errors import InputError
 from tltsim.hardware import GPUSpec
 from tltsim.model_shape import BF16_BYTES, ModelShape
 from tltsim.policy.base import SDConfig
 
-
-@runtime_checkable
-class CostModel(Protocol):
-    """Iteration costs for one rollout instance."""
-
-    def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
-        """One prefill pass: request i processes ``new_tokens[i]`` tokens on top of
-        ``cached_tokens[i]`` already in its KV cache."""
-        ...
-
-    def decode_time(self, context_lens: np.ndarray) -> float:
-        """One plain decode iteration (one token per request) at these context lengths."""
-        ...
-
-    def decode_span_time(self, context_lens: np.ndarray, n_iters: int) -> float:
-        """Sum of ``n_iters`` consecutive plain decode iterations starting at ``context_lens``,
-        every context growing by one token per iteration. Lets the simulator advance in closed
-        form between events."""
-        ...
-
-    def sd_time(self, context_lens: np.ndarray, config: SDConfig) -> float:
-        """One speculative iteration: ``config.depth`` drafter steps plus one target verify
-        forward over ``config.verify_tokens`` (+1 root) tokens per request."""
-        ...
-
+_sum = np.add.reduce  # skip ndarray.sum's Python wrapper on hot paths
 
 # ---- CUDA-graph batch padding ---------------------------------------------------------------------
 # Engines capture decode CUDA graphs for a fixed list of batch sizes and pad a running batch up to
@@ -145,31 +110,6 @@ class _ForwardCosts:
         return max(kv_tokens_read * self.kv_read_s_per_token, query_positions * self.attention_s_per_position)
 
 
-_sum, _min = np.add.reduce, np.minimum.reduce  # skip ndarray.sum's Python wrapper on hot paths
-
-
-def _as_lengths(values: np.ndarray | Sequence[int], what: str) -> np.ndarray:
-    """Validated 1-D int64 lengths. Kept at every public entry point, but cheap for what the
-    simulator passes (already a 1-D int64 array: no copy, one C-level reduce)."""
-    if type(values) is np.ndarray and values.dtype == np.int64 and values.ndim == 1:
-        arr = values
-    else:
-        arr = np.asarray(values, dtype=np.int64).reshape(-1)
-    if arr.size and _min(arr) < 0:
-        raise InputError(f"{what} must be non-negative", field=what)
-    return arr
-
-
-def _prefill_lengths(new_tokens: np.ndarray, cached_tokens: np.ndarray) -> tuple[list[int], list[int]]:
-    """Validated per-request (new, cached) prefill lengths as Python ints, for both prefill costs."""
-    new = _as_lengths(new_tokens, "new_tokens")
-    cached = _as_lengths(cached_tokens, "cached_tokens")
-    if new.shape != cached.shape:
-        raise InputError(f"new_tokens ({new.size}) and cached_tokens ({cached.size}) differ in length",
-                         field="cached_tokens")
-    return new.tolist(), cached.tolist()
-
-
 @dataclass(frozen=True)
 class RooflineCostModel:
     """Analytic iteration costs of ``model`` on a tensor-parallel group of ``tp`` x ``gpu``.
@@ -251,14 +191,9 @@ class RooflineCostModel:
             self._sd_cache[key] = hit
         return hit
 
-    def kv_capacity_tokens(self, memory_fraction: float = MAX_WEIGHT_MEMORY_FRACTION) -> int:
-        """Tokens of KV cache the TP group holds next to the weights (admission-control limit)."""
-        free = memory_fraction * self.gpu.memory_bytes * self.tp - self.model.weight_bytes
-        return max(0, int(free // self.model.kv_bytes_per_token))
-
     # ---- CostModel ----------------------------------------------------------------------------
     def decode_time(self, context_lens: np.ndarray) -> float:
-        ctx = _as_lengths(context_lens, "context_lens")
+        ctx = as_lengths(context_lens, "context_lens")
         b = ctx.size
         if b == 0:
             return 0.0
@@ -270,7 +205,7 @@ class RooflineCostModel:
         return t.fixed_time(rows, rows) + t.attention_time(kv_read, positions) + self.iteration_overhead_s
 
     def decode_span_time(self, context_lens: np.ndarray, n_iters: int) -> float:
-        ctx = _as_lengths(context_lens, "context_lens")
+        ctx = as_lengths(context_lens, "context_lens")
         b, n = ctx.size, int(n_iters)
         if b == 0 or n <= 0:
             return 0.0
@@ -316,7 +251,7 @@ class RooflineCostModel:
 
     def verify_time(self, context_lens: np.ndarray, verify_tokens: int) -> float:
         """One target forward over ``verify_tokens + 1`` tree tokens per request (no overheads)."""
-        ctx = _as_lengths(context_lens, "context_lens")
+        ctx = as_lengths(context_lens, "context_lens")
         if ctx.size == 0:
             return 0.0
         return self._verify(ctx.size, *self._sums(ctx), verify_tokens)
@@ -324,7 +259,7 @@ class RooflineCostModel:
     def draft_step_time(self, context_lens: np.ndarray, topk: int, step: int = 0) -> float:
         """One drafter forward over ``topk`` candidate tokens per request at draft depth ``step``
         (its own one-layer KV over the context plus the draft so far), without overheads."""
-        ctx = _as_lengths(context_lens, "context_lens")
+        ctx = as_lengths(context_lens, "context_lens")
         if ctx.size == 0:
             return 0.0
         return self._drafting(ctx.size, *self._sums(ctx), topk, step, step + 1)
@@ -364,7 +299,7 @@ class RooflineCostModel:
         shape is a valid ``SDConfig``, so this is the only entry point."""
         if not config.enabled:
             return self.decode_time(context_lens)
-        ctx = _as_lengths(context_lens, "context_lens")
+        ctx = as_lengths(context_lens, "context_lens")
         b = ctx.size
         if b == 0:
             return 0.0
@@ -378,12 +313,12 @@ class RooflineCostModel:
         return drafting + draft_overhead + verify + self.sd_overhead_s + self.iteration_overhead_s
 
     def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
-        return self._prefill(self._target, *_prefill_lengths(new_tokens, cached_tokens), with_logits=True)
+        return self._prefill(self._target, *prefill_lengths(new_tokens, cached_tokens), with_logits=True)
 
     def drafter_prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
         """Prefill of the drafter's own KV (SD switch-on re-prefills prompt + generated tokens
         through the drafter too); no LM head (hidden states only)."""
-        return self._prefill(self._draft, *_prefill_lengths(new_tokens, cached_tokens), with_logits=False)
+        return self._prefill(self._draft, *prefill_lengths(new_tokens, cached_tokens), with_logits=False)
 
     def _prefill(self, f: _ForwardCosts, new: list[int], cached: list[int], with_logits: bool) -> float:
         """One prefill pass over validated Python ints. A pass holds a few chunks (prompts are
@@ -403,203 +338,3 @@ class RooflineCostModel:
             positions += n * c + n * (n + 1) // 2  # causal
         fixed = f.fixed_time(rows, live) if with_logits else f.fixed_time(rows, 0)
         return fixed + f.attention_time(kv_read, positions) + self.iteration_overhead_s
-
-
-@dataclass(frozen=True)
-class SDMeasurement:
-    """One published / measured SD data point: shape, batch, accept length and speedup over plain
-    decode at the same batch (speedup = accept x decode_time / sd_time)."""
-
-    batch_size: int
-    depth: int
-    topk: int
-    verify_tokens: int
-    accept_length: float
-    speedup: float
-
-
-def fit_sd_overheads(model: RooflineCostModel, points: Sequence[SDMeasurement],
-                     context: int = 1024) -> tuple[float, float]:
-    """(draft_step_overhead_s, sd_overhead_s) that best explain measured SD speedups on top of
-    ``model``'s kernels: linear least squares, relative to each point's implied SD time, both
-    clipped at 0. ``model``'s own SD overheads are ignored."""
-    bare = replace(model, draft_step_overhead_s=0.0, sd_overhead_s=0.0)
-    design, gap, weight = [], [], []
-    for p in points:
-        ctx = np.full(p.batch_size, context)
-        implied = p.accept_length * bare.decode_time(ctx) / p.speedup
-        design.append((p.depth, 1.0))
-        gap.append(implied - bare.sd_time(ctx, SDConfig(p.depth, p.topk, p.verify_tokens)))
-        weight.append(1.0 / implied)
-    w = np.array(weight)
-    coef, *_ = np.linalg.lstsq(np.array(design) * w[:, None], np.array(gap) * w, rcond=None)
-    return max(float(coef[0]), 0.0), max(float(coef[1]), 0.0)
-
-
-# ---- calibrated tables ---------------------------------------------------------------------------
-TABLE_COLUMNS = ("kind", "batch_size", "context", "verify_tokens", "seconds")
-# kind -> grid axes (CSV columns). ``topk`` is an optional column, needed by draft_step rows.
-TABLE_KINDS: dict[str, tuple[str, ...]] = {
-    "decode": ("batch_size", "context"),  # one plain decode iteration
-    "verify": ("batch_size", "context", "verify_tokens"),  # target forward over verify_tokens+1 / req
-    "draft_step": ("batch_size", "context", "topk"),  # one drafter step over topk tokens / req
-    "sd_overhead": ("batch_size",),  # per SD iteration, beyond draft steps and verify
-    "prefill": ("context",),  # one prefill pass of `context` new tokens in total
-}
-
-
-def _bracket(points: np.ndarray, x: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
-    """Left index and weight for piecewise-linear interpolation, extrapolating linearly past
-    both ends (KV traffic keeps growing with context beyond the last measurement)."""
-    i = np.clip(np.searchsorted(points, x, side="right") - 1, 0, len(points) - 2)
-    return i, (x - points[i]) / (points[i + 1] - points[i])
-
-
-def _reduce_axis(values: np.ndarray, points: np.ndarray, x: float) -> np.ndarray:
-    """Interpolate the leading axis of ``values`` at scalar ``x``."""
-    if len(points) == 1:
-        return values[0]
-    i, w = _bracket(points, x)
-    return values[i] * (1 - w) + values[i + 1] * w
-
-
-@dataclass(frozen=True)
-class _Grid:
-    """Measured seconds on a full rectangular grid; multilinear interpolation."""
-
-    axes: tuple[np.ndarray, ...]
-    values: np.ndarray
-
-    def at(self, *coords: float) -> float:
-        v = self.values
-        for points, x in zip(self.axes, coords, strict=True):
-            v = _reduce_axis(v, points, x)
-        return max(float(v), 0.0)
-
-    def along_last(self, *coords: float, last: np.ndarray) -> np.ndarray:
-        """Vectorised over the last axis (e.g. many context values at one batch size)."""
-        v = self.values
-        for points, x in zip(self.axes[:-1], coords, strict=True):
-            v = _reduce_axis(v, points, x)
-        points = self.axes[-1]
-        if len(points) == 1:
-            return np.full(last.shape, max(float(v[0]), 0.0))
-        i, w = _bracket(points, last)
-        return np.maximum(v[i] * (1 - w) + v[i + 1] * w, 0.0)
-
-
-def _parse_table_row(rec: dict, path: Path, row: int, has_topk: bool) -> tuple[str, dict[str, float], float]:
-    kind = (rec.get("kind") or "").strip()
-    if kind not in TABLE_KINDS:
-        raise InputError(f"unknown kind '{kind}'; known: {', '.join(TABLE_KINDS)}", path=path, row=row,
-                         field="kind")
-    coords = {}
-    for col in TABLE_KINDS[kind]:
-        if col == "topk" and not has_topk:
-            raise InputError("draft_step rows need a topk column", path=path, row=row, field="topk")
-        try:
-            coords[col] = float(rec[col])
-        except (TypeError, ValueError):
-            raise InputError(f"not a number: {rec.get(col)!r}", path=path, row=row, field=col) from None
-    try:
-        seconds = float(rec["seconds"])
-    except (TypeError, ValueError):
-        raise InputError(f"not a number: {rec.get('seconds')!r}", path=path, row=row, field="seconds") from None
-    if not seconds >= 0 or not math.isfinite(seconds):
-        raise InputError(f"must be a finite non-negative time, got {seconds}", path=path, row=row,
-                         field="seconds")
-    return kind, coords, seconds
-
-
-def _build_grid(kind: str, points: list[tuple[dict[str, float], float]], path: Path) -> _Grid:
-    names = TABLE_KINDS[kind]
-    axes = tuple(np.array(sorted({c[n] for c, _ in points})) for n in names)
-    values = np.full(tuple(len(a) for a in axes), np.nan)
-    for coords, seconds in points:
-        index = tuple(int(np.searchsorted(a, coords[n])) for a, n in zip(axes, names, strict=True))
-        if not np.isnan(values[index]):
-            raise InputError(f"duplicate {kind} row at {coords}", path=path, field="kind")
-        values[index] = seconds
-    if np.isnan(values).any():
-        missing = tuple(float(a[i]) for a, i in zip(axes, np.argwhere(np.isnan(values))[0], strict=True))
-        raise InputError(f"{kind} rows must form a full grid over {', '.join(names)}; missing "
-                         f"{dict(zip(names, missing, strict=True))}", path=path, field="kind")
-    return _Grid(axes, values)
-
-
-@dataclass(frozen=True)
-class TableCostModel:
-    """Iteration costs interpolated from measured times (the profiler's calibration table).
-
-    A tidy CSV with columns ``kind, batch_size, context, verify_tokens, seconds`` (+ ``topk`` for
-    ``draft_step`` rows); see ``TABLE_KINDS`` for which columns each kind is gridded on. Each kind
-    must cover a full grid; values between points are multilinear, beyond them linear.
-
-    Tables are measured at uniform contexts, and decode/verify time is affine in the *sum* of
-    context lengths (KV streaming), so a batch is looked up at its mean context: for an affine
-    table that is the per-request sum. ``sd_time`` = depth x draft_step + verify (+ sd_overhead if
-    the table has it); ``prefill_time`` interpolates on the total new tokens.
-    """
-
-    grids: dict[str, _Grid]
-    source: str = ""
-
-    @classmethod
-    def from_csv(cls, path: str | Path) -> TableCostModel:
-        path = Path(path)
-        try:
-            with path.open(newline="") as fh:
-                reader = csv.DictReader(fh)
-                columns = set(reader.fieldnames or ())
-                for col in TABLE_COLUMNS:
-                    if col not in columns:
-                        raise InputError("missing column", path=path, field=col)
-                by_kind: dict[str, list[tuple[dict[str, float], float]]] = {}
-                for row, rec in enumerate(reader, start=2):
-                    kind, coords, seconds = _parse_table_row(rec, path, row, "topk" in columns)
-                    by_kind.setdefault(kind, []).append((coords, seconds))
-        except FileNotFoundError:
-            raise InputError("file not found", path=path) from None
-        except (OSError, UnicodeDecodeError, csv.Error) as exc:
-            raise InputError(f"not a readable CSV file ({exc})", path=path) from None
-        for needed in ("decode",):
-            if needed not in by_kind:
-                raise InputError(f"no {needed} rows", path=path, field="kind")
-        grids = {kind: _build_grid(kind, pts, path) for kind, pts in by_kind.items()}
-        return cls(grids, source=str(path))
-
-    def _grid(self, kind: str) -> _Grid:
-        if kind not in self.grids:
-            raise InputError(f"the cost table has no {kind} rows", path=self.source or None, field="kind")
-        return self.grids[kind]
-
-    def decode_time(self, context_lens: np.ndarray) -> float:
-        ctx = _as_lengths(context_lens, "context_lens")
-        if ctx.size == 0:
-            return 0.0
-        return self._grid("decode").at(ctx.size, float(ctx.mean()))
-
-    def decode_span_time(self, context_lens: np.ndarray, n_iters: int) -> float:
-        ctx = _as_lengths(context_lens, "context_lens")
-        if ctx.size == 0 or n_iters <= 0:
-            return 0.0
-        means = float(ctx.mean()) + np.arange(int(n_iters), dtype=float)
-        return float(self._grid("decode").along_last(ctx.size, last=means).sum())
-
-    def sd_time(self, context_lens: np.ndarray, config: SDConfig) -> float:
-        if not config.enabled:
-            return self.decode_time(context_lens)
-        ctx = _as_lengths(context_lens, "context_lens")
-        if ctx.size == 0:
-            return 0.0
-        b, mean = ctx.size, float(ctx.mean())
-        total = (config.depth * self._grid("draft_step").at(b, mean, config.topk)
-                 + self._grid("verify").at(b, mean, config.verify_tokens))
-        if "sd_overhead" in self.grids:
-            total += self.grids["sd_overhead"].at(b)
-        return total
-
-    def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
-        new = _as_lengths(new_tokens, "new_tokens")
-        total = int(new.sum())
-        return self._grid("prefill").at(total) if total else 0.0

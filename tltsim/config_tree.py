@@ -1,0 +1,259 @@
+"""Generic machinery for typed configuration trees: nested frozen dataclasses <-> TOML data.
+
+Schemas (e.g. :mod:`tltsim.scenario`) are plain nested dataclasses; this module knows nothing about
+them. It gives every field a dotted path of any depth (``cost.table``, ``a.b.c.d``), builds a tree
+from parsed TOML with one-line errors naming the file and the dotted field, applies overrides given
+as text (command-line ``--set``, sweep axes), lists every path, and writes a tree back as TOML.
+
+Field types understood: ``int``, ``float``, ``str``, ``bool``, ``X | None``, ``tuple[X, ...]`` of
+those scalars, and nested dataclasses. From text: ``true/false/yes/no/1/0`` for bools; lists as a
+TOML array (``[1, 2]``, ``["a", "b"]``) or comma-separated; ``none``/``null``/empty for an optional.
+A schema can register a splitter for a list field whose items may contain commas (policy specs).
+Unknown fields are refused naming the closest valid ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+import tomllib
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import fields, is_dataclass, replace
+from functools import cache
+from typing import Any
+
+from tltsim.errors import InputError
+
+#: TOML integers are signed 64-bit; every int field is bounded by this before anything else.
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+_NONE = {"", "none", "null"}
+
+Splitter = Callable[[str], list[str]]
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _optional(tp: Any) -> tuple[bool, Any]:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(tp)) == 2:
+            return True, args[0]
+    return False, tp
+
+
+def suggest(name: str, valid: list[str]) -> str:
+    """``" (did you mean x, y?)"`` for the closest valid names, or ``""``."""
+    close = difflib.get_close_matches(name, valid, n=3, cutoff=0.6)
+    if not close:
+        tail = name.rsplit(".", 1)[-1]
+        close = [v for v in valid if v.rsplit(".", 1)[-1] == tail][:3]
+    return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+def _scalar(value: Any, tp: Any, *, from_text: bool, where: dict[str, Any]) -> Any:
+    if tp is bool:
+        if from_text and isinstance(value, str):
+            key = value.strip().lower()
+            if key in _TRUE | _FALSE:
+                return key in _TRUE
+        if isinstance(value, bool):
+            return value
+        raise InputError(f"must be true or false, got {value!r}", **where)
+    if tp is int:
+        if from_text and isinstance(value, str):
+            try:
+                value = int(value.strip().replace("_", ""))
+            except ValueError:
+                raise InputError(f"must be an integer, got {value!r}", **where) from None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InputError(f"must be an integer, got {value!r}", **where)
+        if not INT_MIN <= value <= INT_MAX:
+            raise InputError(f"{value} is outside the 64-bit integer range", **where)
+        return value
+    if tp is float:
+        if from_text and isinstance(value, str):
+            try:
+                value = float(value.strip())
+            except ValueError:
+                raise InputError(f"must be a number, got {value!r}", **where) from None
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise InputError(f"must be a finite number, got {value!r}", **where)
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str) or not value.strip():
+            raise InputError(f"must be a non-empty string, got {value!r}", **where)
+        if "\x00" in value:
+            raise InputError("must not contain NUL characters", **where)
+        return value.strip()
+    raise TypeError(f"unsupported field type {tp!r}")  # a bug in the schema, not user input
+
+
+def _text_list(value: str, splitter: Splitter | None, where: dict[str, Any]) -> list[Any]:
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            parsed = tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError as exc:
+            raise InputError(f"not a valid TOML array ({exc})", **where) from None
+        return list(parsed)
+    if not text:
+        return []
+    parts = splitter(text) if splitter is not None else text.split(",")
+    return [p.strip() for p in parts if p.strip()]
+
+
+def coerce(value: Any, tp: Any, *, from_text: bool, where: dict[str, Any], splitter: Splitter | None = None) -> Any:
+    """``value`` as type ``tp`` or an InputError located by ``where`` (path/field kwargs)."""
+    optional, base = _optional(tp)
+    if optional and (value is None or (from_text and isinstance(value, str) and value.strip().lower() in _NONE)):
+        return None
+    if typing.get_origin(base) is tuple:
+        item = typing.get_args(base)[0]
+        if from_text and isinstance(value, str):
+            value = _text_list(value, splitter, where)
+            return tuple(coerce(v, item, from_text=isinstance(v, str), where=where) for v in value)
+        if not isinstance(value, list | tuple):
+            raise InputError(f"must be a list, got {value!r}", **where)
+        return tuple(coerce(v, item, from_text=False, where=where) for v in value)
+    return _scalar(value, base, from_text=from_text, where=where)
+
+
+def _dataclass_type(tp: Any) -> type | None:
+    return tp if isinstance(tp, type) and is_dataclass(tp) else None
+
+
+def from_dict(cls: type, data: Any, *, path: str | None, prefix: str = "") -> Any:
+    """Build dataclass ``cls`` from parsed TOML, recursively; errors name ``path`` and the field."""
+    if not isinstance(data, Mapping):
+        raise InputError(f"must be a table, got {type(data).__name__}", path=path, field=prefix or None)
+    hints = _hints(cls)
+    names = [f.name for f in fields(cls)]
+    for key in data:
+        if key not in names:
+            dotted = f"{prefix}.{key}" if prefix else str(key)
+            valid = [f"{prefix}.{n}" if prefix else n for n in names]
+            raise InputError(f"unknown field{suggest(dotted, valid)}; valid here: {', '.join(names)}", path=path,
+                             field=dotted)
+    kwargs = {}
+    for key, value in data.items():
+        dotted = f"{prefix}.{key}" if prefix else key
+        sub = _dataclass_type(hints[key])
+        if sub is not None:
+            kwargs[key] = from_dict(sub, value, path=path, prefix=dotted)
+        else:
+            kwargs[key] = coerce(value, hints[key], from_text=False, where={"path": path, "field": dotted})
+    return cls(**kwargs)
+
+
+def field_paths(cls: type, prefix: str = "") -> list[str]:
+    """Every addressable dotted path of the tree rooted at dataclass ``cls``."""
+    out = []
+    for f in fields(cls):
+        dotted = f"{prefix}.{f.name}" if prefix else f.name
+        sub = _dataclass_type(_hints(cls)[f.name])
+        out += field_paths(sub, dotted) if sub is not None else [dotted]
+    return out
+
+
+def field_type(cls: type, dotted: str) -> Any:
+    """The declared type of the leaf at ``dotted`` (KeyError when there is none)."""
+    node: Any = cls
+    for part in dotted.split("."):
+        if _dataclass_type(node) is None or part not in {f.name for f in fields(node)}:
+            raise KeyError(dotted)
+        node = _hints(node)[part]
+    return node
+
+
+def override(tree: Any, dotted: str, value: Any, *, path: str | None = "override",
+             splitters: Mapping[str, Splitter] | None = None) -> Any:
+    """A copy of ``tree`` with the leaf at ``dotted`` set to ``value`` (parsed by the field's type
+    when it is text)."""
+    valid = field_paths(type(tree))
+    if dotted not in valid:
+        is_section = any(v.startswith(dotted + ".") for v in valid)
+        why = "is a section; address one of its fields" if is_section else f"no such field{suggest(dotted, valid)}"
+        raise InputError(why, path=path, field=dotted)
+    tp = field_type(type(tree), dotted)
+    splitter = (splitters or {}).get(dotted)
+    new_value = coerce(value, tp, from_text=isinstance(value, str), where={"path": path, "field": dotted},
+                       splitter=splitter)
+    return _set(tree, dotted.split("."), new_value)
+
+
+def _set(node: Any, parts: list[str], value: Any) -> Any:
+    if len(parts) == 1:
+        return replace(node, **{parts[0]: value})
+    return replace(node, **{parts[0]: _set(getattr(node, parts[0]), parts[1:], value)})
+
+
+def to_dict(tree: Any) -> dict[str, Any]:
+    """The tree as nested plain data (tuples as lists)."""
+    def plain(v: Any) -> Any:
+        if isinstance(v, tuple | list):
+            return [plain(x) for x in v]
+        return v
+
+    return {k: (to_dict(v) if is_dataclass(v) else plain(v)) for k, v in
+            ((f.name, getattr(tree, f.name)) for f in fields(tree))}
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        if not INT_MIN <= v <= INT_MAX:
+            raise ValueError(f"{v} does not fit a TOML integer")
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(f"{v} is not a finite number")
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)  # JSON string escapes are valid TOML basic strings
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def dump_toml(data: Mapping[str, Any]) -> str:
+    """TOML text for nested plain data: scalars first, then one ``[a.b]`` table per nested dict.
+    ``None`` values are omitted (TOML has no null; optional fields default to None)."""
+    lines: list[str] = []
+
+    def table(node: Mapping[str, Any], name: str) -> None:
+        scalars = [(k, v) for k, v in node.items() if not isinstance(v, Mapping) and v is not None]
+        if name and (scalars or not any(isinstance(v, Mapping) for v in node.values())):
+            lines.extend(["", f"[{name}]"])
+        lines.extend(f"{_key(k)} = {_toml_value(v)}" for k, v in scalars)
+        for k, v in node.items():
+            if isinstance(v, Mapping):
+                table(v, f"{name}.{_key(k)}" if name else _key(k))
+
+    table(data, "")
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _key(k: str) -> str:
+    return k if k.replace("_", "").replace("-", "").isalnum() else json.dumps(k)
+
+
+def load_toml_text(text: str, *, path: str | None) -> dict[str, Any]:
+    """Parse TOML text (a UTF-8 byte-order mark is ignored), errors as one line."""
+    try:
+        return tomllib.loads(text.removeprefix("\ufeff"))
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"not valid TOML ({exc})", path=path) from None
+
+
+def asdict_shallow(tree: Any) -> dict[str, Any]:
+    return {f.name: getattr(tree, f.name) for f in dataclasses.fields(tree)}

@@ -1,0 +1,141 @@
+"""Rollout steps as a SimPy simulation: one process per rollout worker, steps back to back.
+
+A :class:`RolloutRun` is one policy's run over consecutive RL steps. What persists across steps is
+what persists in a real engine: each worker's policy object (``reset(step)`` is called at every
+step start, so BEG-MAB's reward windows carry over as in TLT), each worker's recent-accept estimate
+and the run-level clock of the event log. Each step deals its responses to the workers
+(:mod:`tltsim.rollout.dealing`), runs every worker to completion, marks workers that finished
+early as idle until the step's makespan and writes one cluster-wide ``stage`` row spanning the
+step's rollout. Whole RL steps (reward, actor update, drafter training) build on this.
+
+Randomness: the acceptance RNG of worker ``w`` in step ``s`` is seeded from ``(seed, s, w)`` only,
+and dealing from ``(seed, s)``, so every policy sees the same workload split and random stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from tltsim.acceptance import AcceptanceModel, AcceptSampler
+from tltsim.cost import CostModel
+from tltsim.drafter_state import INITIAL_DRAFTER, DrafterState
+from tltsim.events import CLUSTER, EventLog
+from tltsim.policy.base import SDPolicy
+from tltsim.policy.recent_accept import RecentAccept
+from tltsim.rollout.dealing import deal
+from tltsim.rollout.entities import EngineConfig, StepRequests
+from tltsim.rollout.worker import RolloutWorker
+
+DEFAULT_ENGINE = EngineConfig()
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One simulated step's rollout: when it started and ended on the run clock, and when each
+    worker finished (absolute times)."""
+
+    step: int
+    t_start: float
+    t_end: float
+    finish_times: np.ndarray
+
+    @property
+    def makespan(self) -> float:
+        return self.t_end - self.t_start
+
+
+@dataclass(frozen=True)
+class RolloutResult:
+    """One policy's single simulated step: the event log and each worker's finish time."""
+
+    policy: str
+    step: int
+    events: pd.DataFrame
+    finish_times: np.ndarray  # seconds since the step's start, per worker
+    makespan: float
+
+
+class RolloutRun:
+    """One policy's rollouts over consecutive steps (see module docstring).
+
+    ``policies[w]`` is worker ``w``'s own policy object; ``drafter`` is the drafter every worker
+    holds (whole-run simulations change it between steps).
+    """
+
+    def __init__(self, policies: Sequence[SDPolicy], *, cost: CostModel, accept: AcceptanceModel | None,
+                 engine: EngineConfig = DEFAULT_ENGINE, seed: int = 0, deal_mode: str = "shuffle",
+                 run_id: str = "", policy_name: str | None = None, drafter: DrafterState = INITIAL_DRAFTER) -> None:
+        if len(policies) < 1:
+            raise ValueError("a rollout needs at least one worker")
+        self.policies = list(policies)
+        self.cost, self.accept, self.engine = cost, accept, engine
+        self.sampler = AcceptSampler(accept) if accept is not None else None
+        self.seed, self.deal_mode, self.drafter = seed, deal_mode, drafter
+        self.name = policy_name or self.policies[0].name
+        self.log = EventLog(run_id=run_id, source="sim", policy=self.name, coalesce=engine.coalesce)
+        self.recent = [RecentAccept() for _ in self.policies]
+        self.clock = 0.0
+
+    @property
+    def n_workers(self) -> int:
+        return len(self.policies)
+
+    def step(self, workload: StepRequests, progress: Callable[[int], None] | None = None) -> StepResult:
+        """Simulate one step's rollout from the current clock; ``progress(n)`` is called as ``n`` more
+        responses finish."""
+        step = int(workload.step)
+        self.log.step = step
+        self.log.drafter_version = self.drafter.version
+        t0 = self.clock
+        parts = deal(workload.group_ids, self.n_workers, self.deal_mode, self.seed, step)
+        prompts = np.asarray(workload.prompt_tokens, dtype=np.int64)
+        responses = np.asarray(workload.response_tokens, dtype=np.int64)
+        env = simpy.Environment(initial_time=t0)
+        workers = []
+        for w, idx in enumerate(parts):
+            self.policies[w].reset(step)
+            worker = RolloutWorker(w, prompts[idx], responses[idx], policy=self.policies[w], cost=self.cost,
+                                   accept=self.accept, sampler=self.sampler, engine=self.engine,
+                                   rng=np.random.default_rng([self.seed, step, w]), log=self.log,
+                                   drafter=self.drafter, recent=self.recent[w], step=step, t0=t0, on_finish=progress)
+            workers.append(worker)
+            env.process(_worker_process(env, worker))
+        env.run()
+        finish = np.array([w.finish_time for w in workers], dtype=np.float64)
+        t_end = max(float(finish.max()), t0)
+        for w in workers:
+            if w.finish_time < t_end:
+                self.log.span(w.idx, "idle", w.finish_time, t_end)
+        self.log.span(CLUSTER, "stage", t0, t_end, batch=len(responses), tokens=int(responses.sum()),
+                      prefill_tokens=int(prompts.sum()))
+        self.clock = t_end
+        return StepResult(step, t0, t_end, finish)
+
+    def events(self) -> pd.DataFrame:
+        return self.log.frame()
+
+
+def _worker_process(env: simpy.Environment, worker: RolloutWorker):
+    """SimPy process: advance the worker, yielding to the clock once per closed event row."""
+    while worker.advance():
+        if worker.row_closed:
+            worker.row_closed = False
+            yield env.timeout(max(0.0, worker.t - env.now))
+    if worker.t > env.now:
+        yield env.timeout(worker.t - env.now)
+
+
+def simulate_step(workload: StepRequests, *, policies: Sequence[SDPolicy], cost: CostModel,
+                  accept: AcceptanceModel | None, engine: EngineConfig = DEFAULT_ENGINE, seed: int = 0,
+                  deal_mode: str = "shuffle", policy_name: str | None = None,
+                  drafter: DrafterState = INITIAL_DRAFTER) -> RolloutResult:
+    """One step with fresh run state (``policies[w]`` for worker ``w``), clock starting at 0."""
+    run = RolloutRun(policies, cost=cost, accept=accept, engine=engine, seed=seed, deal_mode=deal_mode,
+                     policy_name=policy_name, drafter=drafter)
+    res = run.step(workload)
+    return RolloutResult(run.name, res.step, run.events(), res.finish_times - res.t_start, res.makespan)

@@ -1,0 +1,232 @@
+"""One rollout worker's continuous-batching engine, stepped by the simulation.
+
+Each unit of work (:meth:`RolloutWorker.advance`) is one of:
+
+* **admission + prefill** of waiting requests (see :mod:`tltsim.rollout.scheduling`); prefill emits
+  each request's first token, as real engines do, so decode produces the remaining ones;
+* **a decision**: the worker's own policy sees a :class:`BatchView` and returns a :class:`Decision`;
+* **the switch**, when the decision has ``switch_on``: a ``switch`` marker, then either a
+  ``switch_reprefill`` of every live request through target and drafter (TLT) or a drafter
+  ``catch_up`` (the native engine), as :data:`~tltsim.rollout.entities.SWITCH_MODES` says;
+* **drafter catch-up** of requests whose drafter missed more than ``catch_up_limit`` tokens (e.g.
+  admitted while SD was on, or after plain iterations under a policy that toggles SD);
+* **a decode span**: up to ``decision.hold`` iterations with the decided config, ending early at the
+  first finishing request. Plain spans use the cost model's closed form
+  (:meth:`~tltsim.cost.CostModel.decode_span_time`); SD spans loop over iterations. An SD iteration
+  emits each request's accept length (bonus included), never beyond what it has left: the expected
+  value (fractional progress) in ``expected`` mode, a draw from the worker's seeded RNG through
+  :class:`~tltsim.acceptance.AcceptSampler` in ``stochastic`` mode. The policy is told one
+  :class:`Outcome` per span.
+
+Workers never interact within a step, so each keeps a local clock and the SimPy process yields once
+per closed event row.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from tltsim.acceptance import AcceptanceModel, AcceptSampler
+from tltsim.cost import CostModel
+from tltsim.drafter_state import DrafterState
+from tltsim.errors import InputError
+from tltsim.events import EventLog
+from tltsim.policy.base import NO_SD, BatchView, Outcome, SDConfig, SDPolicy
+from tltsim.policy.recent_accept import RecentAccept
+from tltsim.rollout.entities import EngineConfig, LiveRequests
+from tltsim.rollout.scheduling import admissible, prefill_passes
+
+_EPS = 1e-9
+_sum, _min = np.add.reduce, np.minimum.reduce  # skip ndarray.sum's Python wrapper on the hot path
+
+
+class RolloutWorker:
+    """One worker's requests for one step, with a local clock starting at ``t0``."""
+
+    def __init__(self, idx: int, prompts: np.ndarray, responses: np.ndarray, *, policy: SDPolicy,
+                 cost: CostModel, accept: AcceptanceModel | None, sampler: AcceptSampler | None,
+                 engine: EngineConfig, rng: np.random.Generator, log: EventLog, drafter: DrafterState,
+                 recent: RecentAccept, step: int, t0: float, on_finish: Callable[[int], None] | None = None) -> None:
+        self.idx, self.step_no = idx, step
+        self.q_prompt = prompts.astype(np.int64)
+        self.q_resp = np.maximum(responses.astype(np.int64), 1)
+        self.next_waiting = 0
+        self.policy, self.cost, self.accept, self.sampler = policy, cost, accept, sampler
+        self.eng, self.rng, self.log, self.drafter, self.recent = engine, rng, log, drafter, recent
+        self.on_finish = on_finish
+        self.expected = engine.acceptance_mode == "expected"
+        self.live = LiveRequests(self.expected)
+        self.kv_used = 0
+        self.t = t0
+        self.iteration = 0
+        self.need_admit = True
+        self.finish_time = t0
+        self.row_closed = False
+        self._accept_len: dict[SDConfig, float] = {}
+
+    # ---- admission, prefill and the drafter's state ----------------------------------------------
+    def _admit(self) -> None:
+        """Admit waiting requests FCFS under max_batch and the KV reservation; prefill them."""
+        self.need_admit = False
+        lo = self.next_waiting
+        reserve = self.q_prompt[lo:] + self.q_resp[lo:]
+        fits = admissible(reserve, self.eng.max_batch - len(self.live), self.eng.kv_capacity_tokens - self.kv_used)
+        if fits == 0:
+            if len(self.live) == 0 and len(reserve):
+                raise InputError(
+                    f"a request of {int(self.q_prompt[lo])} prompt + {int(self.q_resp[lo])} response tokens "
+                    f"needs {int(reserve[0])} KV tokens but a rollout worker holds only "
+                    f"{self.eng.kv_capacity_tokens}; raise cluster.tp (more GPUs per worker) or "
+                    "engine.kv_mem_fraction, or cap the responses (trace.cap)", field="cluster.tp")
+            return
+        hi = lo + fits
+        self.next_waiting = hi
+        self.kv_used += int(_sum(reserve[:fits]))
+        prompts = self.q_prompt[lo:hi]
+        t, passes = self._prefill(prompts, np.zeros(fits, dtype=np.int64), self.eng.prefill_budget, target=True,
+                                  drafter=False)
+        self.log.span(self.idx, "prefill", self.t, self.t + t, iterations=passes, batch=fits, tokens=fits,
+                      prefill_tokens=int(_sum(prompts)))
+        self.row_closed = True
+        self.t += t
+        self.live.add(prompts, self.q_resp[lo:hi])
+        self._retire()  # one-token responses are done at prefill
+
+    def _prefill(self, new: np.ndarray, cached: np.ndarray, budget: int, *, target: bool,
+                 drafter: bool) -> tuple[float, int]:
+        """Time and number of passes of a prefill through the target and/or the drafter."""
+        total, passes = 0.0, 0
+        for new_a, old_a in prefill_passes(new, cached, budget):
+            if target:
+                total += self.cost.prefill_time(new_a, old_a)
+            if drafter:
+                total += self.cost.drafter_prefill_time(new_a, old_a)
+            passes += 1
+        return total, passes
+
+    def _switch(self, config: SDConfig) -> None:
+        """SD switches on: bring every live request's drafter up to date (engine's switch mode)."""
+        self.log.span(self.idx, "switch", self.t, self.t, batch=len(self.live), config=config)
+        if self.eng.switch == "reprefill":
+            ctx = self.live.ctx
+            t, passes = self._prefill(ctx, np.zeros(len(ctx), dtype=np.int64), self.eng.switch_budget,
+                                      target=True, drafter=True)
+            self.log.span(self.idx, "switch_reprefill", self.t, self.t + t, iterations=passes, batch=len(ctx),
+                          prefill_tokens=int(_sum(ctx)))
+            self.t += t
+            self.live.lag[:] = 0
+        else:
+            self._catch_up(self.live.lag > _EPS)
+        self.row_closed = True
+
+    def _catch_up(self, which: np.ndarray) -> None:
+        """Drafter-only prefill over the tokens the drafter of the ``which`` requests has missed."""
+        if not which.any():
+            return
+        ctx = self.live.ctx[which]
+        new = np.minimum(ctx, np.ceil(self.live.lag[which] - _EPS).astype(np.int64))
+        t, passes = self._prefill(new, ctx - new, self.eng.prefill_budget, target=False, drafter=True)
+        self.log.span(self.idx, "catch_up", self.t, self.t + t, iterations=passes, batch=int(which.sum()),
+                      prefill_tokens=int(_sum(new)))
+        self.t += t
+        self.live.lag[which] = 0
+        self.row_closed = True
+
+    # ---- decode --------------------------------------------------------------------------------
+    def advance(self) -> bool:
+        """One unit of work (admission, the switch, a decode span). False when the worker is done."""
+        while self.need_admit:  # prefill priority; again if some responses ended at prefill
+            self._admit()
+        live = self.live
+        b = len(live)
+        if b == 0:
+            self.log.flush(self.idx)
+            self.finish_time = self.t
+            return False
+        view = BatchView(b, tuple(live.ctx.tolist()), self.t, self.iteration, self.recent.value, self.idx,
+                         self.step_no, self.drafter)
+        decision = self.policy.decide(view)
+        config = decision.config
+        hold = decision.hold if self.eng.closed_form else 1
+        if config.enabled:
+            if decision.switch_on:
+                self._switch(config)
+            self._catch_up(live.lag > self.eng.catch_up_limit)
+            self._speculate(config, hold)
+        else:
+            self._plain(hold)
+        if _min(live.rem) <= _EPS:
+            self._retire()
+        return True
+
+    def _plain(self, hold: int) -> None:
+        live = self.live
+        b, rem, t0 = len(live), live.rem, self.t
+        if hold > 1:
+            n = min(hold, max(1, math.ceil(float(_min(rem)) - _EPS)))
+            dt = self.cost.decode_span_time(live.ctx, n)
+        else:
+            n = 1
+            dt = self.cost.decode_time(live.ctx)
+        step = np.minimum(rem, n)
+        emitted = float(_sum(step))
+        self.t = t0 + dt
+        self.iteration += n
+        live.advance(step, _EPS)
+        live.lag += step
+        self.policy.observe(Outcome(NO_SD, b, round(emitted), dt, time=self.t, worker=self.idx, iterations=n))
+        if self.log.decode(self.idx, t0, self.t, n, b, NO_SD, emitted):
+            self.row_closed = True
+
+    def _speculate(self, config: SDConfig, hold: int) -> None:
+        """Up to ``hold`` SD iterations, stopping after the first one in which a request finishes."""
+        live = self.live
+        b, t0 = len(live), self.t
+        emitted_total = 0.0
+        accepted = np.zeros(b)
+        n = 0
+        while True:
+            dt = self.cost.sd_time(live.ctx, config)
+            step = np.minimum(live.rem, self._draw(config, b))
+            emitted = float(_sum(step))
+            accepted += np.maximum(step - 1, 0)
+            emitted_total += emitted
+            self.recent.update(emitted / b)
+            self.t += dt
+            n += 1
+            live.advance(step, _EPS)
+            if n >= hold or _min(live.rem) <= _EPS:
+                break
+        live.lag[:] = 0
+        self.iteration += n
+        acc = float(_sum(accepted))
+        self.policy.observe(Outcome(config, b, round(emitted_total), self.t - t0, config.verify_tokens * b * n,
+                                    round(acc), self.t, self.idx, n, tuple(accepted.tolist())))
+        if self.log.decode(self.idx, t0, self.t, n, b, config, emitted_total, config.verify_tokens * b * n, acc):
+            self.row_closed = True
+
+    def _draw(self, config: SDConfig, b: int) -> np.ndarray | float:
+        """Per-request accept lengths (stochastic) or the expected one (expected mode)."""
+        if self.accept is None or self.sampler is None:
+            raise InputError(f"policy {self.policy.name} chose SD config {config.name} but no acceptance model "
+                             "was given", field="acceptance")
+        if self.expected:
+            a = self._accept_len.get(config)
+            if a is None:
+                a = self._accept_len[config] = float(self.accept.expected_accept_length(config, self.drafter))
+            return a
+        return self.sampler.draw(config, b, self.rng, self.drafter)
+
+    def _retire(self) -> None:
+        live = self.live
+        done = live.rem <= _EPS
+        if not done.any():
+            return
+        self.kv_used -= int(_sum(live.prompt[done] + live.target[done]))
+        live.drop(~done)
+        self.need_admit = True
+        if self.on_finish is not None:
+            self.on_finish(int(done.sum()))
