@@ -249,13 +249,15 @@ def test_summary_table_speedup_and_accept_length():
 
 
 def test_training_rows_never_count_as_generation():
-    """A drafter-training row on a released worker, after its rollout, is not busy generation."""
-    from tltsim.events import EventLog
+    """A drafter-training row on a released worker, and an actor update after the rollout, are not
+    generation: the rollout summary reads the rollout phase only."""
+    from tltsim.events import CLUSTER, EventLog
 
     res = run(work([2, 2], [1, 3]), n=2)
     log = EventLog(run_id="", source="sim", policy="no-sd")
     finish0 = float(res.finish_times[0])
     log.span(0, "train", finish0, res.makespan, phase="drafter_train", batch=4)
+    log.span(CLUSTER, "stage", res.makespan, res.makespan + 5.0, phase="actor_update")
     with_train = pd.concat([res.events, log.frame()], ignore_index=True)
     a, b = summarize_step(res.events, gpus=2, tp=1), summarize_step(with_train, gpus=2, tp=1)
     assert pd.Series(a.row()).equals(pd.Series(b.row()))
