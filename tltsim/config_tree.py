@@ -14,7 +14,6 @@ Unknown fields are refused naming the closest valid ones.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import json
 import math
@@ -254,6 +253,3 @@ def load_toml_text(text: str, *, path: str | None) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"not valid TOML ({exc})", path=path) from None
 
-
-def asdict_shallow(tree: Any) -> dict[str, Any]:
-    return {f.name: getattr(tree, f.name) for f in dataclasses.fields(tree)}

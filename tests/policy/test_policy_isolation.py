@@ -1,4 +1,5 @@
-"""The policy layer is shared by the simulator and the real engine: it must import no engine."""
+"""The policy layer (and the drafter state and training contract it carries) is shared by the
+simulator and the real engine: it must import no engine."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import sys
 
 
 def test_policy_layer_imports_no_engine() -> None:
-    code = ("import sys, tltsim.policy, tltsim.policy.registry; "
+    code = ("import sys, tltsim.policy, tltsim.policy.registry, tltsim.policy.drafter_training, "
+            "tltsim.policy.recent_accept, tltsim.drafter_state; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'simpy', 'torch', 'triton', 'vllm'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
