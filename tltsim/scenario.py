@@ -216,9 +216,31 @@ def _relative_to(s: Scenario, base: Path) -> Scenario:
                    cost=replace(s.cost, table=resolve(s.cost.table)))
 
 
+BUNDLED_SCENARIOS = Path(__file__).resolve().parent / "data" / "scenarios"
+
+
+def bundled_scenarios() -> dict[str, Path]:
+    """The example scenarios shipped with tlt, by name (``dapo_qwen32b_polytrace``)."""
+    return {p.stem: p for p in sorted(BUNDLED_SCENARIOS.glob("*.toml"))}
+
+
+def find_scenario(name_or_path: str | Path) -> Path:
+    """A scenario file by path, or a bundled scenario by name (``.toml`` optional)."""
+    p = Path(name_or_path).expanduser()
+    if p.exists() or p.parent != Path("."):
+        return p
+    bundled = bundled_scenarios()
+    stem = p.name.removesuffix(".toml")
+    if stem in bundled:
+        return bundled[stem]
+    raise InputError(f"scenario file not found, and no bundled scenario of that name"
+                     f"{config_tree.suggest(stem, list(bundled))} (bundled: {', '.join(bundled)})", path=p)
+
+
 def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a scenario TOML file (a UTF-8 byte-order mark is fine)."""
-    p = Path(path)
+    """Read and validate a scenario TOML file, or a bundled one by name (a UTF-8 byte-order mark is
+    fine)."""
+    p = find_scenario(path)
     if p.is_dir():
         raise InputError("is a folder, not a scenario file", path=p)
     try:

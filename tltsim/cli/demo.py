@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 DEFAULT_TRACE = "polytrace_rl_rollouts"
-DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "dapo_qwen32b_polytrace.toml"
+DEFAULT_SCENARIO = "dapo_qwen32b_polytrace"  # a bundled scenario (tltsim/data/scenarios/)
 
 
 def _markdown_table(df) -> str:
@@ -27,7 +27,7 @@ def _markdown_table(df) -> str:
     return "\n".join(lines)
 
 
-def _simulate(scenario: Path):
+def _simulate(scenario: str):
     """Run the scenario's policies on one step; return (scenario, events, summary)."""
     from tltsim.scenario import compare_policies, load_scenario
 
@@ -36,7 +36,8 @@ def _simulate(scenario: Path):
 
 
 def demo(trace: Annotated[str, typer.Option(help="Trace to analyse.")] = DEFAULT_TRACE,
-         scenario: Annotated[Path, typer.Option(help="Scenario TOML to simulate.")] = DEFAULT_SCENARIO,
+         scenario: Annotated[str, typer.Option(help="Scenario TOML (path or bundled name) to simulate.")]
+         = DEFAULT_SCENARIO,
          out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/demo")) -> None:
     """Analyse the default trace, simulate one RL step under SD policies, write reports/demo/."""
     from analysis.rollout_plots import makespan_bars, rollout_timeline
@@ -49,7 +50,7 @@ def demo(trace: Annotated[str, typer.Option(help="Trace to analyse.")] = DEFAULT
     df = load_trace(trace)
     stats = trace_stats(df, ["source"])
     s, events, summary = _simulate(scenario)
-    shown_path = f"scenarios/{scenario.name}" if scenario == DEFAULT_SCENARIO else str(scenario)
+    shown_path = scenario
     with atomic_dir(out) as tmp:
         write_text(tmp / "sim_summary.csv", summary.to_csv(index=False))
         write_text(tmp / "scenario.resolved.toml", scenario_toml(s))

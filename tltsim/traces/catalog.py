@@ -1,9 +1,11 @@
 """Where traces come from: the search path and the catalog of public traces.
 
 Third-party trace files are never committed. They are found on a search path —
-``$TLT_TRACE_PATH`` (``os.pathsep``-separated), the project's ``traces/`` folder, then
-``../shared/traces/`` beside the project — by catalog name (``polytrace_rl_rollouts``), by file name,
-or by explicit path. Parametric profiles (``intern_s1_math``) need no file at all.
+``$TLT_TRACE_PATH`` (``os.pathsep``-separated), then ``traces/`` and ``../shared/traces/`` of the
+source checkout tlt runs from (of the current directory when tlt is installed from a wheel) — by
+catalog name (``polytrace_rl_rollouts``), by file name, or by explicit path. Parametric profiles
+(``intern_s1_math``) need no file at all. The catalog itself is package data
+(``tltsim/data/catalog.toml``), so an installed tlt knows every trace by name.
 """
 
 from __future__ import annotations
@@ -17,8 +19,13 @@ from pathlib import Path
 
 from tltsim.errors import InputError
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-CATALOG_FILE = PROJECT_ROOT / "traces" / "catalog.toml"
+CATALOG_FILE = Path(__file__).resolve().parents[1] / "data" / "catalog.toml"
+_CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def project_root() -> Path:
+    """The source checkout tlt runs from, or the current directory for an installed package."""
+    return _CHECKOUT if (_CHECKOUT / "pyproject.toml").is_file() else Path.cwd()
 
 
 @dataclass(frozen=True)
@@ -40,7 +47,8 @@ def search_path() -> list[Path]:
     """Folders searched for trace files, in order."""
     env = os.environ.get("TLT_TRACE_PATH", "")
     dirs = [Path(p).expanduser() for p in env.split(os.pathsep) if p]
-    dirs += [PROJECT_ROOT / "traces", PROJECT_ROOT.parent / "shared" / "traces"]
+    root = project_root()
+    dirs += [root / "traces", root.parent / "shared" / "traces"]
     return dirs
 
 
