@@ -21,8 +21,15 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from tltsim.drafter_state import INITIAL_DRAFTER, DrafterState
+from tltsim.errors import InputError
 
 _NAME = re.compile(r"^(\d+)_(\d+)_(\d+)$")
+# Bounds of a draft tree, far above any published configuration (TLT: depth <= 12, topk 8, verify
+# <= 64; EAGLE-2: topk 10), so a typo such as 1000_1000_1000 fails at once instead of building a
+# 10^9-node tree.
+MAX_DEPTH = 64
+MAX_TOPK = 64
+MAX_VERIFY = 1024
 
 
 def max_tree_nodes(depth: int, topk: int) -> int:
@@ -47,9 +54,13 @@ class SDConfig:
 
     def __post_init__(self) -> None:
         if self.depth < 0 or self.topk < 1 or self.verify_tokens < 0:
-            raise ValueError(f"invalid SDConfig {self!r}")
+            raise InputError(f"invalid SD config {self.depth}_{self.topk}_{self.verify_tokens}: depth and "
+                             "verify_tokens must be >= 0, topk >= 1")
+        if self.depth > MAX_DEPTH or self.topk > MAX_TOPK or self.verify_tokens > MAX_VERIFY:
+            raise InputError(f"SD config {self.depth}_{self.topk}_{self.verify_tokens} is beyond the bounds depth <= "
+                             f"{MAX_DEPTH}, topk <= {MAX_TOPK}, verify_tokens <= {MAX_VERIFY}")
         if self.depth > 0 and not (1 <= self.verify_tokens <= max_tree_nodes(self.depth, self.topk)):
-            raise ValueError(f"SDConfig {self.name}: verify_tokens must be in "
+            raise InputError(f"SDConfig {self.name}: verify_tokens must be in "
                              f"[1, {max_tree_nodes(self.depth, self.topk)}] for an EAGLE-2 tree")
 
     @property
@@ -69,7 +80,7 @@ class SDConfig:
             return NO_SD
         m = _NAME.match(text)
         if not m:
-            raise ValueError(f"SD config '{text}' is not of the form depth_topk_verify (e.g. 8_4_32) or 'off'")
+            raise InputError(f"SD config '{text}' is not of the form depth_topk_verify (e.g. 8_4_32) or 'off'")
         return cls(int(m[1]), int(m[2]), int(m[3]))
 
     @classmethod

@@ -34,7 +34,7 @@ from functools import lru_cache
 from itertools import pairwise
 
 from tltsim.errors import InputError
-from tltsim.policy.base import BatchView, Decision, Outcome, SDConfig
+from tltsim.policy.base import MAX_DEPTH, BatchView, Decision, Outcome, SDConfig
 
 DEFAULT_DEPTHS: tuple[int, ...] = (1, 3, 7)
 DEFAULT_RANGES: tuple[int, ...] = (1, 64, 128)
@@ -98,8 +98,9 @@ class SglangEma:
                  hysteresis: float = DEFAULT_HYSTERESIS, cost: CostFn | None = None,
                  name: str = "sglang-ema") -> None:
         self.depths = tuple(int(d) for d in depths)
-        if not self.depths or any(d < 0 for d in self.depths) or len(set(self.depths)) != len(self.depths):
-            raise InputError(f"sglang-ema depths must be distinct non-negative ints, got {list(depths)}")
+        if not self.depths or any(not 0 <= d <= MAX_DEPTH for d in self.depths) or len(set(self.depths)) != len(
+                self.depths):
+            raise InputError(f"sglang-ema depths must be distinct ints in [0, {MAX_DEPTH}], got {list(depths)}")
         self.ranges = tuple(int(r) for r in ranges)
         if not self.ranges or any(b <= a for a, b in pairwise(self.ranges)):
             raise InputError(f"sglang-ema ranges must be strictly increasing, got {list(ranges)}")
