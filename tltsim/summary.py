@@ -119,3 +119,22 @@ def summary_table(events: pd.DataFrame, *, gpus: int, tp: int, baseline: str = "
     df["speedup"] = [base.get(s, np.nan) / m if m > 0 else np.nan
                      for s, m in zip(df["step"], df["makespan_s"], strict=True)]
     return df
+
+
+def run_totals(summary: pd.DataFrame, *, gpus: int, baseline: str = "no-sd") -> pd.DataFrame:
+    """Whole-run totals per policy from a per-step summary: rollout seconds summed over steps, the
+    speedup of that total over the baseline's, GPU idle share of all rollout GPU-seconds, and the
+    accept length over all SD iterations (weighted by iterations). Policies keep their order."""
+    rows = []
+    for policy, part in summary.groupby("policy", sort=False):
+        rollout = float(part["makespan_s"].sum())
+        idle = float(part["gpu_idle_s"].sum())
+        weights = part["decode_iterations"] * part["sd_share"]
+        accept = float((part["mean_accept_length"] * weights).sum() / weights.sum()) if weights.sum() > 0 \
+            else float("nan")
+        rows.append({"policy": policy, "steps": len(part), "rollout_s": rollout, "gpu_idle_s": idle,
+                     "idle_fraction": idle / (rollout * gpus) if rollout > 0 else 0.0, "mean_accept_length": accept})
+    out = pd.DataFrame(rows)
+    base = out.loc[out["policy"] == baseline, "rollout_s"]
+    out["speedup"] = float(base.iloc[0]) / out["rollout_s"] if len(base) else np.nan
+    return out

@@ -62,3 +62,40 @@ def test_bad_flag_value_and_unknown_trace_exit_2(tmp_path):
     proc = _tlt("sim", "run", "--trace", "no_such_trace", "--out", str(tmp_path / "y"), cwd=tmp_path)
     assert proc.returncode == 2 and "trace.name" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_multi_step_run_progress_off_terminal_and_perfetto_switch(tmp_path, monkeypatch):
+    """Several steps back to back: a per-step table and whole-run totals; off a terminal the progress
+    is plain lines within each policy; --perfetto off skips trace.json, auto skips it when too big."""
+    from conftest import invoke_cli
+
+    out = tmp_path / "three"
+    proc = invoke_cli("sim", "run", "--scenario", "dapo_qwen32b_polytrace", "--steps", "3", "--policy",
+                      "elastic+beg-mab", "--perfetto", "off", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "3 RL steps" in proc.stdout and "Whole run" in proc.stdout
+    assert "simulating elastic+beg-mab (2/2)" in proc.stdout and "50% (" in proc.stdout
+    assert "trace.json" not in {p.name for p in out.iterdir()}
+    summary = pd.read_csv(out / "summary.csv")
+    assert sorted(summary["step"].unique()) == [0, 1, 2] and "capped_responses" in summary.columns
+    events = pd.read_parquet(out / "events.parquet")
+    stages = events[events["kind"] == "stage"].sort_values(["policy", "step"])
+    assert len(stages) == 6 and (stages.groupby("policy")["t_start"].diff().dropna() > 0).all()
+    import tltsim.cli.sim as sim_cli
+
+    monkeypatch.setattr(sim_cli, "PERFETTO_AUTO_MAX_BYTES", 10)
+    proc = invoke_cli("sim", "run", "--scenario", "dapo_qwen32b_polytrace", "--policy", "no-sd",
+                      "--out", str(tmp_path / "auto"))
+    assert proc.returncode == 0 and "trace.json not written" in proc.stdout
+    assert not (tmp_path / "auto" / "trace.json").exists()
+
+
+def test_bundled_scenarios_are_listed_and_capped_responses_reported(tmp_path):
+    from conftest import invoke_cli
+
+    listed = invoke_cli("sim", "scenarios")
+    assert listed.returncode == 0 and "dapo_qwen32b_polytrace" in listed.stdout
+    proc = invoke_cli("sim", "run", "--set", "trace.prompts_per_step=40", "--gpus", "8", "--policy", "no-sd",
+                      "--out", str(tmp_path / "aime"))
+    assert proc.returncode == 0, proc.stderr
+    assert "hit the length cap; simulated at the cap" in proc.stdout

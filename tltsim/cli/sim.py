@@ -34,6 +34,7 @@ from tltsim.scenario import (
     scenario_hash,
     scenario_toml,
 )
+from tltsim.summary import run_totals
 
 app = typer.Typer(help="Simulate RL rollout steps under speculative-decoding policies.", no_args_is_help=True)
 
@@ -43,6 +44,21 @@ DEFAULT_RESULTS = Path("results/sim")
 class Mode(StrEnum):
     expected = "expected"
     stochastic = "stochastic"
+
+
+class Switch(StrEnum):
+    reprefill = "reprefill"
+    catch_up = "catch_up"
+
+
+class Perfetto(StrEnum):
+    auto = "auto"
+    on = "on"
+    off = "off"
+
+
+#: ``--perfetto auto`` writes trace.json only up to this estimated size (large runs: ~250 B per row).
+PERFETTO_AUTO_MAX_BYTES = 64 * 2**20
 
 
 def build_scenario(scenario: Path | None, overrides: list[tuple[str, object, str]]) -> Scenario:
@@ -82,40 +98,66 @@ def _fmt(v: float, spec: str) -> str:
 
 
 def comparison_table(summary: pd.DataFrame, title: str) -> Table:
-    """Rich table comparing policies on one step."""
+    """Rich table comparing policies step by step (a step column when there are several)."""
+    multi = summary["step"].nunique() > 1
     table = Table(title=title)
     table.add_column("policy", no_wrap=True)
+    if multi:
+        table.add_column("step", justify="right")
     for col in ("makespan s", "speedup", "GPU idle", "accept", "SD share", "tok/s"):
         table.add_column(col, justify="right", no_wrap=True)
     for r in summary.itertuples(index=False):
-        table.add_row(str(r.policy), _fmt(r.makespan_s, ".2f"), _fmt(r.speedup, ".3f") + "x",
+        cells = [str(r.policy), *([str(r.step)] if multi else [])]
+        table.add_row(*cells, _fmt(r.makespan_s, ".2f"), _fmt(r.speedup, ".3f") + "x",
                       _fmt(100 * r.idle_fraction, ".1f") + "%", _fmt(r.mean_accept_length, ".2f"),
                       _fmt(100 * r.sd_share, ".1f") + "%", _fmt(r.tokens_per_s, ",.0f"))
     return table
 
 
+def run_table(totals: pd.DataFrame, title: str) -> Table:
+    """Rich table of whole-run totals per policy."""
+    table = Table(title=title)
+    table.add_column("policy", no_wrap=True)
+    for col in ("steps", "rollout s", "speedup", "GPU idle", "accept"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for r in totals.itertuples(index=False):
+        table.add_row(str(r.policy), str(r.steps), _fmt(r.rollout_s, ".2f"), _fmt(r.speedup, ".3f") + "x",
+                      _fmt(100 * r.idle_fraction, ".1f") + "%", _fmt(r.mean_accept_length, ".2f"))
+    return table
+
+
 @app.command()
 def run(
-    scenario: Annotated[Path | None, typer.Option(help="Scenario TOML (defaults are used without one).")] = None,
+    scenario: Annotated[Path | None, typer.Option(
+        help="Scenario TOML, or a bundled scenario's name (see `tlt sim scenarios`; defaults without one).")] = None,
     trace: Annotated[str | None, typer.Option(help="Trace name or path (trace.name).")] = None,
     step: Annotated[int | None, typer.Option(help="Trace step to simulate (trace.step).")] = None,
     model: Annotated[str | None, typer.Option(help="Model preset or config.json (model.name).")] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU preset (cluster.gpu).")] = None,
     gpus: Annotated[int | None, typer.Option(help="Total GPUs (cluster.gpus).")] = None,
-    tp: Annotated[int | None, typer.Option(help="Tensor-parallel size per instance (cluster.tp).")] = None,
+    tp: Annotated[int | None, typer.Option(help="Tensor-parallel size per rollout worker (cluster.tp).")] = None,
     policy: Annotated[list[str] | None, typer.Option(
         help="SD policy spec, repeatable (replaces the scenario's list; no-sd is always added).")] = None,
+    steps: Annotated[int | None, typer.Option(help="Consecutive RL steps to simulate (trace.num_steps).")] = None,
     seed: Annotated[int | None, typer.Option(help="Simulation seed.")] = None,
     acceptance: Annotated[Mode | None, typer.Option(help="Acceptance mode (acceptance.mode).")] = None,
+    switch: Annotated[Switch | None, typer.Option(help="What switching SD on costs (engine.switch).")] = None,
+    perfetto: Annotated[Perfetto, typer.Option(
+        help="Write trace.json for ui.perfetto.dev: on, off, or auto (only up to ~64 MB).")] = Perfetto.auto,
     set_: Annotated[list[str] | None, typer.Option("--set", help="dotted.field=value, repeatable.")] = None,
     out: Annotated[Path | None, typer.Option(help="Results folder (default results/sim/<hash>).")] = None,
 ) -> None:
-    """Simulate one RL step under each policy on the same workload and compare them."""
+    """Simulate RL rollout steps under each policy on the same workload and compare them.
+
+    Example: tlt sim run --scenario dapo_qwen32b_polytrace --policy elastic:16:5+beg-mab --steps 3
+    """
     overrides: list[tuple[str, object, str]] = [
         ("trace.name", trace, "--trace"), ("trace.step", step, "--step"), ("model.name", model, "--model"),
         ("cluster.gpu", gpu, "--gpu"), ("cluster.gpus", gpus, "--gpus"), ("cluster.tp", tp, "--tp"),
         ("policies", tuple(policy) if policy else None, "--policy"), ("seed", seed, "--seed"),
+        ("trace.num_steps", steps, "--steps"),
         ("acceptance.mode", acceptance.value if acceptance else None, "--acceptance"),
+        ("engine.switch", switch.value if switch else None, "--switch"),
     ]
     s = build_scenario(scenario, overrides + _parse_sets(set_ or []))
     console = Console(width=None if sys.stdout.isatty() else 120)
@@ -125,22 +167,50 @@ def run(
     responses = sum(w.n_requests for w in inputs.workloads)
     with policy_progress(console, specs, responses) as (on_policy, on_finish):
         events, summary = compare_policies(s, inputs, progress=on_finish, on_policy=on_policy)
-    w = inputs.workload
     dest = out if out is not None else DEFAULT_RESULTS / scenario_hash(s)
-    write_results(dest, events, summary, s)
-    console.print(comparison_table(summary, f"One RL step, {s.trace.name} step {w.step}"))
+    wrote_trace = write_results(dest, events, summary, s, perfetto)
+    n_steps = len(inputs.workloads)
+    title = (f"One RL step, {s.trace.name} step {inputs.workload.step}" if n_steps == 1
+             else f"{n_steps} RL steps of {s.trace.name}, per step")
+    console.print(comparison_table(summary, title))
+    if n_steps > 1:
+        totals = run_totals(summary, gpus=s.cluster.gpus)
+        console.print(run_table(totals, f"Whole run ({n_steps} rollouts back to back)"))
+    if not wrote_trace:
+        console.print(f"trace.json not written ({len(events):,} event rows; use --perfetto on to force)")
     console.print(f"results: {dest}")
 
 
-def write_results(dest: Path, events: pd.DataFrame, summary: pd.DataFrame, s: Scenario) -> None:
-    """The results folder, built aside and swapped in atomically."""
-    from tltsim.perfetto import chrome_trace_json
+def write_results(dest: Path, events: pd.DataFrame, summary: pd.DataFrame, s: Scenario,
+                  perfetto: Perfetto = Perfetto.auto) -> bool:
+    """The results folder, built aside and swapped in atomically. Returns whether trace.json was
+    written (``auto`` skips it above ~64 MB: tens of seconds and hundreds of MB on big runs)."""
+    from tltsim.perfetto import chrome_trace_json, estimated_bytes
 
+    small = estimated_bytes(events) <= PERFETTO_AUTO_MAX_BYTES
+    trace = perfetto is Perfetto.on or (perfetto is Perfetto.auto and small)
     with atomic_dir(dest) as tmp:
         events.to_parquet(tmp / "events.parquet", index=False)
         summary.to_csv(tmp / "summary.csv", index=False)
-        (tmp / "trace.json").write_text(chrome_trace_json(events), encoding="utf-8")
+        if trace:
+            (tmp / "trace.json").write_text(chrome_trace_json(events), encoding="utf-8")
         (tmp / "scenario.resolved.toml").write_text(scenario_toml(s), encoding="utf-8")
+    return trace
+
+
+@app.command()
+def scenarios() -> None:
+    """List the example scenarios shipped with tlt (use them by name: --scenario NAME)."""
+    from tltsim.scenario import bundled_scenarios, load_scenario
+
+    table = Table(title="Bundled scenarios (tlt sim run --scenario NAME)")
+    for col in ("name", "trace", "model", "cluster", "policies"):
+        table.add_column(col, overflow="fold")
+    for name, path in bundled_scenarios().items():
+        s = load_scenario(path)
+        table.add_row(name, s.trace.name, s.model.name, f"{s.cluster.gpus} x {s.cluster.gpu}, TP {s.cluster.tp}",
+                      ", ".join(s.policies))
+    Console(width=160).print(table)
 
 
 @app.command()
