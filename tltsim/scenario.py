@@ -513,7 +513,15 @@ def cost_model(s: Scenario):
     from tltsim.model_shape import get_model
 
     if s.cost.model == "table":
-        return TableCostModel.from_csv(s.cost.table)
+        from tltsim.cost import shape_fingerprint
+
+        try:
+            table = TableCostModel.from_file(s.cost.table)
+            table.check_matches(model=shape_fingerprint(get_model(s.model.name)), device=get_gpu(s.cluster.gpu).name,
+                                tp=s.cluster.tp)
+        except InputError as exc:
+            raise _relocated(exc, path=None, dotted="cost.table") from None
+        return table
     gpu = get_gpu(s.cluster.gpu)
     effs = {k: v for k, v in (("flops_efficiency", s.cluster.flops_efficiency),
                               ("bandwidth_efficiency", s.cluster.bandwidth_efficiency)) if v is not None}

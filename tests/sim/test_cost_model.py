@@ -5,6 +5,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tltsim.acceptance import ChainAcceptance, paper_qwen32b_tp4
@@ -237,65 +238,117 @@ def test_prefill_matches_array_formula():
 
 
 # ---- calibrated tables ---------------------------------------------------------------------------
-def _write_table_from(cm, path, batches=(1, 4, 16), contexts=(0, 1024, 4096), verifies=(8, 32), topks=(1, 4)):
-    rows = ["kind,batch_size,context,verify_tokens,topk,seconds"]
+TABLE_HEADER = "kind,batch_size,context,depth,topk,verify_tokens,seconds"
+
+
+def _write_table_from(cm, path, batches=(1, 4, 16), contexts=(0, 1024, 4096), verifies=(8, 32), topks=(1, 4),
+                      whole=((4, 2, 8),)):
+    rows = [TABLE_HEADER]
     for b in batches:
         for c in contexts:
             ctx = np.full(b, c)
-            rows.append(f"decode,{b},{c},0,,{cm.decode_time(ctx)!r}")
+            rows.append(f"decode,{b},{c},,,,{cm.decode_time(ctx)!r}")
             for v in verifies:
-                rows.append(f"verify,{b},{c},{v},,{cm.verify_time(ctx, v)!r}")
+                rows.append(f"verify,{b},{c},,,{v},{cm.verify_time(ctx, v)!r}")
             for k in topks:
-                rows.append(f"draft_step,{b},{c},0,{k},{cm.draft_step_time(ctx, k)!r}")
-        rows.append(f"sd_overhead,{b},0,0,,{cm.sd_overhead_s + cm.iteration_overhead_s!r}")
-    for n in (128, 4096):
-        rows.append(f"prefill,1,{n},0,,{cm.prefill_time(np.array([n]), np.array([0]))!r}")
+                rows.append(f"draft_step,{b},{c},,{k},,{cm.draft_step_time(ctx, k)!r}")
+            for d, k, v in whole:
+                rows.append(f"sd,{b},{c},{d},{k},{v},{cm.sd_time(ctx, SDConfig(d, k, v))!r}")
+            rows.append(f"drafter_prefill,{b},{c},,,,{cm.drafter_prefill_time(ctx, np.zeros(b, int))!r}")
+            rows.append(f"prefill,{b},{c},,,,{cm.prefill_time(ctx, np.zeros(b, int))!r}")
+        rows.append(f"sd_overhead,{b},0,,,,{cm.sd_overhead_s + cm.iteration_overhead_s!r}")
     path.write_text("\n".join(rows) + "\n")
     return path
 
 
 def test_table_reproduces_measurements_and_interpolates(tmp_path):
     cm = roofline(model=get_model("Qwen2.5-32B"), tp=4, draft_step_overhead_s=0.0)
-    table = TableCostModel.from_csv(_write_table_from(cm, tmp_path / "costs.csv"))
+    table = TableCostModel.from_file(_write_table_from(cm, tmp_path / "costs.csv"))
     assert isinstance(table, CostModel)
     at_point = np.full(4, 1024)
     assert table.decode_time(at_point) == pytest.approx(cm.decode_time(at_point), rel=1e-12)
     between = np.full(4, 2048)
     assert table.decode_time(at_point) < table.decode_time(between) < table.decode_time(np.full(4, 4096))
     assert table.decode_time(np.full(4, 8192)) > table.decode_time(np.full(4, 4096))  # extrapolates
-    # sd_time at a grid point = depth x draft step + verify + overhead, as measured
+    # a shape without whole-iteration rows = depth x draft step + verify + overhead, as measured
     assert table.sd_time(at_point, SDConfig(2, 4, 8)) == pytest.approx(
         2 * cm.draft_step_time(at_point, 4) + cm.verify_time(at_point, 8) + cm.sd_overhead_s
         + cm.iteration_overhead_s, rel=1e-9)
-    assert table.prefill_time(np.array([128]), np.array([0])) > 0
+    # a shape with whole-iteration rows is read as measured
+    assert table.sd_time(at_point, SDConfig(4, 2, 8)) == pytest.approx(cm.sd_time(at_point, SDConfig(4, 2, 8)),
+                                                                        rel=1e-12)
+    assert table.prefill_time(np.array([1024] * 4), np.zeros(4, int)) == pytest.approx(
+        cm.prefill_time(np.array([1024] * 4), np.zeros(4, int)), rel=1e-12)
+    assert table.drafter_prefill_time(np.array([1024]), np.array([0])) > 0
+
+
+def test_table_looks_up_each_request_never_the_mean(tmp_path):
+    """One long request among short ones: the per-request rule charges its own KV (the mean of a
+    convex table would not); the 'max' rule charges every request the longest context (slab engines)."""
+    path = tmp_path / "t.csv"
+    rows = [TABLE_HEADER] + [f"decode,{b},{c},,,,{0.001 + 1e-6 * b * c + 1e-9 * b * c * c!r}"
+                             for b in (1, 4) for c in (0, 1000, 3000, 9000)]
+    path.write_text("\n".join(rows) + "\n")
+    table = TableCostModel.from_file(path)
+    ctx = np.array([1000, 1000, 1000, 9000])
+    per_request = table.decode_time(ctx)
+    base = float(table.grids[("decode",)].at(4, 0.0))
+    expected = base + sum(float(table.grids[("decode",)].at(4, c)) - base for c in ctx) / 4
+    assert per_request == pytest.approx(expected, rel=1e-12)
+    assert per_request != pytest.approx(table.decode_time(np.full(4, 3000)), rel=1e-3)  # not the mean
+    slab = TableCostModel.from_frame(pd.read_csv(path), {"context_rule": "max"})
+    assert slab.decode_time(ctx) == pytest.approx(slab.decode_time(np.full(4, 9000)), rel=1e-12)
 
 
 def test_table_span_equals_sum_of_steps(tmp_path):
-    table = TableCostModel.from_csv(_write_table_from(roofline(), tmp_path / "costs.csv"))
-    ctx = np.array([10, 900, 3000, 5000, 77])
-    n = 3000  # crosses grid points and runs past the last one
-    assert table.decode_span_time(ctx, n) == pytest.approx(sum(table.decode_time(ctx + j) for j in range(n)),
-                                                           rel=1e-12)
+    for rule in ("sum", "max"):
+        df = pd.read_csv(_write_table_from(roofline(), tmp_path / "costs.csv"))
+        table = TableCostModel.from_frame(df, {"context_rule": rule})
+        ctx = np.array([10, 900, 3000, 5000, 77])
+        n = 3000  # crosses grid points and runs past the last one
+        assert table.decode_span_time(ctx, n) == pytest.approx(sum(table.decode_time(ctx + j) for j in range(n)),
+                                                               rel=1e-9)
+
+
+def test_parquet_round_trip_with_metadata_and_mismatch_refused(tmp_path):
+    from tltsim.cost import shape_fingerprint, write_table
+
+    df = pd.read_csv(_write_table_from(roofline(), tmp_path / "costs.csv"))
+    meta = {"device": "H100-SXM", "model": shape_fingerprint(QWEN7B), "tp": "1", "context_rule": "max"}
+    path = write_table(df, meta, tmp_path / "costs.parquet")
+    table = TableCostModel.from_file(path)
+    assert table.metadata == meta and table.context_rule == "max"
+    table.check_matches(model=shape_fingerprint(QWEN7B), device="H100-SXM", tp=1)
+    with pytest.raises(InputError, match="measured for model"):
+        table.check_matches(model=shape_fingerprint(get_model("Qwen2.5-32B")))
+    with pytest.raises(InputError, match="measured for device"):
+        table.check_matches(device="A100-80GB-SXM")
 
 
 @pytest.mark.parametrize(("text", "match"), [
-    ("kind,batch_size,context,seconds\n", "'verify_tokens'"),
-    ("kind,batch_size,context,verify_tokens,seconds\ndecode,1,0,0,abc\n", r"row 2.*'seconds'"),
-    ("kind,batch_size,context,verify_tokens,seconds\nwarp,1,0,0,1\n", "unknown kind 'warp'"),
-    ("kind,batch_size,context,verify_tokens,seconds\ndecode,1,0,0,1\ndecode,2,5,0,1\n", "full grid"),
-    ("kind,batch_size,context,verify_tokens,seconds\ndecode,1,0,0,1\ndraft_step,1,0,0,1\n", "'topk'"),
+    ("kind,batch_size,context\ndecode,1,0\n", "'seconds'"),
+    ("kind,batch_size,context,seconds\n", "no rows"),
+    (f"{TABLE_HEADER}\ndecode,1,0,,,,abc\n", r"row 2.*'seconds'"),
+    (f"{TABLE_HEADER}\ndecode,1,0,,,,-1\n", r"row 2.*'seconds'"),
+    (f"{TABLE_HEADER}\nwarp,1,0,,,,1\n", "unknown kind 'warp'"),
+    (f"{TABLE_HEADER}\ndecode,1,0,,,,1\ndecode,2,5,,,,1\n", "full batch x context grid"),
+    (f"{TABLE_HEADER}\ndecode,1,0,,,,1\ndraft_step,1,0,,,,1\n", r"row 3.*'topk'"),
+    (f"{TABLE_HEADER}\ndecode,0,0,,,,1\n", "batch_size"),
+    (f"{TABLE_HEADER}\ndecode,1,0,,,,1\ndecode,1,0,,,,2\n", "duplicate"),
 ])
 def test_malformed_tables(tmp_path, text, match):
     path = tmp_path / "bad.csv"
     path.write_text(text)
     with pytest.raises(InputError, match=match):
-        TableCostModel.from_csv(path)
+        TableCostModel.from_file(path)
 
 
 def test_table_without_sd_rows_refuses_sd(tmp_path):
     path = tmp_path / "decode.csv"
-    path.write_text("kind,batch_size,context,verify_tokens,seconds\ndecode,1,0,0,0.01\ndecode,1,100,0,0.02\n")
-    table = TableCostModel.from_csv(path)
+    path.write_text(f"{TABLE_HEADER}\ndecode,1,0,,,,0.01\ndecode,1,100,,,,0.02\n")
+    table = TableCostModel.from_file(path)
     assert table.decode_time(np.array([50])) == pytest.approx(0.015)
-    with pytest.raises(InputError, match="no draft_step rows"):
+    with pytest.raises(InputError, match="no draft_step topk=1 rows"):
         table.sd_time(np.array([50]), SDConfig(4, 1, 4))
+    with pytest.raises(InputError, match="no drafter_prefill rows"):
+        table.drafter_prefill_time(np.array([50]), np.array([0]))

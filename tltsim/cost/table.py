@@ -1,167 +1,270 @@
-"""The calibrated cost model: iteration times interpolated from a measured table (the profiler's)."""
+"""The calibrated cost model: iteration times interpolated from a measured table (the profiler's).
+
+A table is tidy rows ``kind, batch_size, context, depth, topk, verify_tokens, seconds`` (CSV or
+Parquet; ``depth``/``topk``/``verify_tokens`` only where a kind needs them) plus metadata saying
+what was measured where (Parquet schema metadata; ``tlt real profile`` writes it):
+
+==================== ============================================ ==========================================
+kind                 grid                                         one measurement is
+==================== ============================================ ==========================================
+``decode``           batch_size x context                          a plain decode iteration
+``sd``               batch_size x context, per (depth, topk,      a whole SD iteration of that draft shape
+                     verify_tokens)
+``draft_step``       batch_size x context, per topk                one drafter step (composes SD shapes that
+``verify``           batch_size x context, per verify_tokens       have no ``sd`` rows, with ``sd_overhead``
+``sd_overhead``      batch_size                                    per SD iteration)
+``prefill``          batch_size x context (new tokens per request) one prefill pass of the target
+``drafter_prefill``  batch_size x context (new tokens per request) one drafter-only pass (switch, catch-up)
+==================== ============================================ ==========================================
+
+Rows are measured at uniform contexts; a batch is looked up **per request, never at the mean**, by
+the table's ``context_rule``: ``sum`` (a paged-KV engine such as vLLM, whose attention reads each
+request's own KV: ``T = T(b, 0) + sum_i [T(b, c_i) - T(b, 0)] / b``) or ``max`` (an engine whose
+attention pads every request to the longest, such as the native slab engine: ``T = T(b, max_i c_i)``).
+Within the grid values are multilinear, beyond it linear (KV traffic keeps growing with context).
+
+Metadata keys (all optional, strings): ``device`` (GPU preset the times belong to), ``model``
+(:func:`shape_fingerprint`), ``tp``, ``dtype``, ``context_rule``,
+``engine``, ``versions``, ``date``, ``command``. :meth:`TableCostModel.check_matches` refuses a table
+measured for another model or device than the scenario's.
+"""
 
 from __future__ import annotations
 
 import csv
+import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from tltsim.cost.lengths import as_lengths
 from tltsim.errors import InputError
+from tltsim.model_shape import ModelShape
 from tltsim.policy.base import SDConfig
 
-TABLE_COLUMNS = ("kind", "batch_size", "context", "verify_tokens", "seconds")
-# kind -> grid axes (CSV columns). ``topk`` is an optional column, needed by draft_step rows.
+TABLE_COLUMNS = ("kind", "batch_size", "context", "seconds")
+SHAPE_COLUMNS = ("depth", "topk", "verify_tokens")
+# kind -> the shape columns that select a sub-table (each sub-table is gridded on batch x context)
 TABLE_KINDS: dict[str, tuple[str, ...]] = {
-    "decode": ("batch_size", "context"),  # one plain decode iteration
-    "verify": ("batch_size", "context", "verify_tokens"),  # target forward over verify_tokens+1 / req
-    "draft_step": ("batch_size", "context", "topk"),  # one drafter step over topk tokens / req
-    "sd_overhead": ("batch_size",),  # per SD iteration, beyond draft steps and verify
-    "prefill": ("context",),  # one prefill pass of `context` new tokens in total
-    "drafter_prefill": ("context",),  # one drafter-only pass over `context` new tokens (switch, catch-up)
+    "decode": (),
+    "sd": ("depth", "topk", "verify_tokens"),
+    "draft_step": ("topk",),
+    "verify": ("verify_tokens",),
+    "sd_overhead": (),
+    "prefill": (),
+    "drafter_prefill": (),
 }
+CONTEXT_RULES = ("sum", "max")
+META_KEY = b"tlt.cost_table"
+
+
+def shape_fingerprint(shape: ModelShape) -> str:
+    """The architecture numbers that decide iteration cost, as one comparable string."""
+    s = shape
+    return (f"L{s.num_hidden_layers}-h{s.hidden_size}-a{s.num_attention_heads}-kv{s.num_key_value_heads}"
+            f"-hd{s.head_dim}-i{s.intermediate_size}-v{s.vocab_size}")
 
 
 def _bracket(points: np.ndarray, x: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
-    """Left index and weight for piecewise-linear interpolation, extrapolating linearly past
-    both ends (KV traffic keeps growing with context beyond the last measurement)."""
+    """Left index and weight for piecewise-linear interpolation, extrapolating linearly past both ends."""
     i = np.clip(np.searchsorted(points, x, side="right") - 1, 0, len(points) - 2)
     return i, (x - points[i]) / (points[i + 1] - points[i])
 
 
-def _reduce_axis(values: np.ndarray, points: np.ndarray, x: float) -> np.ndarray:
-    """Interpolate the leading axis of ``values`` at scalar ``x``."""
-    if len(points) == 1:
-        return values[0]
-    i, w = _bracket(points, x)
-    return values[i] * (1 - w) + values[i + 1] * w
-
-
 @dataclass(frozen=True)
 class _Grid:
-    """Measured seconds on a full rectangular grid; multilinear interpolation."""
+    """Measured seconds on a full batch x context grid (a single context column is allowed)."""
 
-    axes: tuple[np.ndarray, ...]
-    values: np.ndarray
+    batches: np.ndarray
+    contexts: np.ndarray
+    values: np.ndarray  # (len(batches), len(contexts))
 
-    def at(self, *coords: float) -> float:
-        v = self.values
-        for points, x in zip(self.axes, coords, strict=True):
-            v = _reduce_axis(v, points, x)
-        return max(float(v), 0.0)
+    def _row(self, b: float) -> np.ndarray:
+        """Values along the context axis, interpolated at batch ``b``."""
+        if len(self.batches) == 1:
+            return self.values[0]
+        i, w = _bracket(self.batches, float(b))
+        return self.values[i] * (1 - w) + self.values[i + 1] * w
 
-    def along_last(self, *coords: float, last: np.ndarray) -> np.ndarray:
-        """Vectorised over the last axis (e.g. many context values at one batch size)."""
-        v = self.values
-        for points, x in zip(self.axes[:-1], coords, strict=True):
-            v = _reduce_axis(v, points, x)
-        points = self.axes[-1]
-        if len(points) == 1:
-            return np.full(last.shape, max(float(v[0]), 0.0))
-        i, w = _bracket(points, last)
-        return np.maximum(v[i] * (1 - w) + v[i + 1] * w, 0.0)
-
-
-def _parse_table_row(rec: dict, path: Path, row: int, has_topk: bool) -> tuple[str, dict[str, float], float]:
-    kind = (rec.get("kind") or "").strip()
-    if kind not in TABLE_KINDS:
-        raise InputError(f"unknown kind '{kind}'; known: {', '.join(TABLE_KINDS)}", path=path, row=row,
-                         field="kind")
-    coords = {}
-    for col in TABLE_KINDS[kind]:
-        if col == "topk" and not has_topk:
-            raise InputError("draft_step rows need a topk column", path=path, row=row, field="topk")
-        try:
-            coords[col] = float(rec[col])
-        except (TypeError, ValueError):
-            raise InputError(f"not a number: {rec.get(col)!r}", path=path, row=row, field=col) from None
-    try:
-        seconds = float(rec["seconds"])
-    except (TypeError, ValueError):
-        raise InputError(f"not a number: {rec.get('seconds')!r}", path=path, row=row, field="seconds") from None
-    if not seconds >= 0 or not math.isfinite(seconds):
-        raise InputError(f"must be a finite non-negative time, got {seconds}", path=path, row=row,
-                         field="seconds")
-    return kind, coords, seconds
+    def at(self, b: float, contexts: np.ndarray | float) -> np.ndarray:
+        """Seconds at batch ``b`` for each context (vectorised), never below 0."""
+        row = self._row(b)
+        c = np.asarray(contexts, dtype=np.float64)
+        if len(self.contexts) == 1:
+            return np.maximum(np.full(c.shape, row[0]), 0.0)
+        i, w = _bracket(self.contexts, c)
+        return np.maximum(row[i] * (1 - w) + row[i + 1] * w, 0.0)
 
 
-def _build_grid(kind: str, points: list[tuple[dict[str, float], float]], path: Path) -> _Grid:
-    names = TABLE_KINDS[kind]
-    axes = tuple(np.array(sorted({c[n] for c, _ in points})) for n in names)
-    values = np.full(tuple(len(a) for a in axes), np.nan)
-    for coords, seconds in points:
-        index = tuple(int(np.searchsorted(a, coords[n])) for a, n in zip(axes, names, strict=True))
-        if not np.isnan(values[index]):
-            raise InputError(f"duplicate {kind} row at {coords}", path=path, field="kind")
-        values[index] = seconds
+def _grid_from(rows: pd.DataFrame, where: str, path: object) -> _Grid:
+    batches = np.array(sorted(rows["batch_size"].unique()), dtype=np.float64)
+    contexts = np.array(sorted(rows["context"].unique()), dtype=np.float64)
+    values = np.full((len(batches), len(contexts)), np.nan)
+    for b, c, s in zip(rows["batch_size"], rows["context"], rows["seconds"], strict=True):
+        i, j = int(np.searchsorted(batches, b)), int(np.searchsorted(contexts, c))
+        if not np.isnan(values[i, j]):
+            raise InputError(f"duplicate {where} row at batch {b:g}, context {c:g}", path=path, field="kind")
+        values[i, j] = s
     if np.isnan(values).any():
-        missing = tuple(float(a[i]) for a, i in zip(axes, np.argwhere(np.isnan(values))[0], strict=True))
-        raise InputError(f"{kind} rows must form a full grid over {', '.join(names)}; missing "
-                         f"{dict(zip(names, missing, strict=True))}", path=path, field="kind")
-    return _Grid(axes, values)
+        i, j = np.argwhere(np.isnan(values))[0]
+        raise InputError(f"{where} rows must form a full batch x context grid; missing batch {batches[i]:g}, "
+                         f"context {contexts[j]:g}", path=path, field="kind")
+    return _Grid(batches, contexts, values)
+
+
+def _number(rec: dict, col: str, path: object, row: int, *, required: bool = True) -> float | None:
+    raw = rec.get(col)
+    if raw is None or (isinstance(raw, str) and not raw.strip()) or (isinstance(raw, float) and math.isnan(raw)):
+        if required:
+            raise InputError("missing value", path=path, row=row, field=col)
+        return None
+    if isinstance(raw, bool):
+        raise InputError(f"not a number: {raw!r}", path=path, row=row, field=col)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise InputError(f"not a number: {raw!r}", path=path, row=row, field=col) from None
+    if not math.isfinite(value) or value < 0:
+        raise InputError(f"must be a finite number >= 0, got {raw!r}", path=path, row=row, field=col)
+    return value
+
+
+def _check_rows(df: pd.DataFrame, path: object) -> pd.DataFrame:
+    """Validated rows with numeric columns (errors name file, 1-based CSV row and field)."""
+    for col in TABLE_COLUMNS:
+        if col not in df.columns:
+            raise InputError("missing column", path=path, field=col)
+    out: dict[str, list] = {c: [] for c in (*TABLE_COLUMNS, *SHAPE_COLUMNS)}
+    for i, rec in enumerate(df.to_dict("records"), start=2):
+        kind = str(rec.get("kind") or "").strip()
+        if kind not in TABLE_KINDS:
+            raise InputError(f"unknown kind '{kind}'; known: {', '.join(TABLE_KINDS)}", path=path, row=i,
+                             field="kind")
+        out["kind"].append(kind)
+        for col in ("batch_size", "context", "seconds"):
+            out[col].append(_number(rec, col, path, i))
+        for col in SHAPE_COLUMNS:
+            needed = col in TABLE_KINDS[kind]
+            if needed and col not in df.columns:
+                raise InputError(f"{kind} rows need a {col} column", path=path, row=i, field=col)
+            out[col].append(_number(rec, col, path, i, required=needed) if col in df.columns else None)
+        if out["batch_size"][-1] < 1:
+            raise InputError("must be >= 1", path=path, row=i, field="batch_size")
+    return pd.DataFrame(out)
 
 
 @dataclass(frozen=True)
 class TableCostModel:
-    """Iteration costs interpolated from measured times (the profiler's calibration table).
+    """Iteration costs interpolated from measured times (see module docstring)."""
 
-    A tidy CSV with columns ``kind, batch_size, context, verify_tokens, seconds`` (+ ``topk`` for
-    ``draft_step`` rows); see ``TABLE_KINDS`` for which columns each kind is gridded on. Each kind
-    must cover a full grid; values between points are multilinear, beyond them linear.
-
-    Tables are measured at uniform contexts, and decode/verify time is affine in the *sum* of
-    context lengths (KV streaming), so a batch is looked up at its mean context: for an affine
-    table that is the per-request sum. ``sd_time`` = depth x draft_step + verify (+ sd_overhead if
-    the table has it); ``prefill_time`` interpolates on the total new tokens.
-    """
-
-    grids: dict[str, _Grid]
+    grids: dict[tuple, _Grid]
+    context_rule: str = "sum"
+    metadata: dict[str, str] = field(default_factory=dict)
     source: str = ""
 
-    @classmethod
-    def from_csv(cls, path: str | Path) -> TableCostModel:
-        path = Path(path)
-        try:
-            with path.open(newline="") as fh:
-                reader = csv.DictReader(fh)
-                columns = set(reader.fieldnames or ())
-                for col in TABLE_COLUMNS:
-                    if col not in columns:
-                        raise InputError("missing column", path=path, field=col)
-                by_kind: dict[str, list[tuple[dict[str, float], float]]] = {}
-                for row, rec in enumerate(reader, start=2):
-                    kind, coords, seconds = _parse_table_row(rec, path, row, "topk" in columns)
-                    by_kind.setdefault(kind, []).append((coords, seconds))
-        except FileNotFoundError:
-            raise InputError("file not found", path=path) from None
-        except (OSError, UnicodeDecodeError, csv.Error) as exc:
-            raise InputError(f"not a readable CSV file ({exc})", path=path) from None
-        for needed in ("decode",):
-            if needed not in by_kind:
-                raise InputError(f"no {needed} rows", path=path, field="kind")
-        grids = {kind: _build_grid(kind, pts, path) for kind, pts in by_kind.items()}
-        return cls(grids, source=str(path))
+    def __post_init__(self) -> None:
+        if self.context_rule not in CONTEXT_RULES:
+            raise InputError(f"context_rule must be one of {CONTEXT_RULES}, got '{self.context_rule}'",
+                             path=self.source or None, field="context_rule")
 
-    def _grid(self, kind: str) -> _Grid:
-        if kind not in self.grids:
-            raise InputError(f"the cost table has no {kind} rows", path=self.source or None, field="kind")
-        return self.grids[kind]
+    # ---- reading and writing ------------------------------------------------------------------
+    @classmethod
+    def from_frame(cls, df: pd.DataFrame, metadata: dict[str, str] | None = None, *,
+                   source: str = "") -> TableCostModel:
+        meta = {str(k): str(v) for k, v in (metadata or {}).items()}
+        path = source or None
+        rows = _check_rows(df, path)
+        grids: dict[tuple, _Grid] = {}
+        for kind, shape_cols in TABLE_KINDS.items():
+            part = rows[rows["kind"] == kind]
+            if part.empty:
+                continue
+            keys = [tuple(int(v) for v in k) for k in part[list(shape_cols)].drop_duplicates().itertuples(
+                index=False)] if shape_cols else [()]
+            for key in keys:
+                sel = part
+                for col, v in zip(shape_cols, key, strict=True):
+                    sel = sel[sel[col] == v]
+                label = kind + "".join(f" {c}={v}" for c, v in zip(shape_cols, key, strict=True))
+                grids[(kind, *key)] = _grid_from(sel, label, path)
+        if ("decode",) not in grids:
+            raise InputError("no decode rows", path=path, field="kind")
+        return cls(grids, context_rule=meta.get("context_rule", "sum"), metadata=meta, source=source)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> TableCostModel:
+        """Read a table written as CSV or Parquet (Parquet carries the metadata)."""
+        path = Path(path)
+        if not path.is_file():
+            raise InputError("cost table not found" if not path.exists() else "not a file", path=path)
+        try:
+            if path.suffix.lower() == ".parquet":
+                import pyarrow.parquet as pq
+
+                table = pq.read_table(path)
+                raw = (table.schema.metadata or {}).get(META_KEY)
+                meta = json.loads(raw) if raw else {}
+                if not isinstance(meta, dict):
+                    raise InputError("table metadata is not a JSON object", path=path)
+                return cls.from_frame(table.to_pandas(), meta, source=str(path))
+            with path.open(newline="", encoding="utf-8") as fh:
+                df = pd.DataFrame(list(csv.DictReader(fh)))
+        except InputError:
+            raise
+        except (OSError, UnicodeDecodeError, csv.Error, ValueError) as exc:
+            raise InputError(f"not a readable cost table ({str(exc).splitlines()[0]})", path=path) from None
+        if df.empty:
+            raise InputError("no rows", path=path)
+        return cls.from_frame(df, source=str(path))
+
+    from_csv = from_file
+
+    def check_matches(self, *, model: str | None = None, device: str | None = None, tp: int | None = None) -> None:
+        """Refuse a table measured for another model shape, device or TP size than asked for (keys the
+        table does not record are not checked)."""
+        for key, want in (("model", model), ("device", device), ("tp", None if tp is None else str(tp))):
+            have = self.metadata.get(key)
+            if want is not None and have is not None and have != want:
+                raise InputError(f"the cost table was measured for {key} {have!r}, not {want!r}",
+                                 path=self.source or None, field=key)
+
+    # ---- lookups ---------------------------------------------------------------------------------
+    def _grid(self, *key) -> _Grid:
+        grid = self.grids.get(key)
+        if grid is None:
+            what = key[0] + "".join(f" {c}={v}" for c, v in zip(TABLE_KINDS[key[0]], key[1:], strict=True))
+            raise InputError(f"the cost table has no {what} rows", path=self.source or None, field="kind")
+        return grid
+
+    def _lookup(self, grid: _Grid, ctx: np.ndarray) -> float:
+        """One iteration at per-request contexts ``ctx`` by the table's context rule."""
+        b = ctx.size
+        if self.context_rule == "max":
+            return float(grid.at(b, float(ctx.max()))[()])
+        base = float(grid.at(b, 0.0)[()])
+        return base + float((grid.at(b, ctx) - base).sum()) / b
 
     def decode_time(self, context_lens: np.ndarray) -> float:
         ctx = as_lengths(context_lens, "context_lens")
-        if ctx.size == 0:
-            return 0.0
-        return self._grid("decode").at(ctx.size, float(ctx.mean()))
+        return self._lookup(self._grid("decode"), ctx) if ctx.size else 0.0
 
     def decode_span_time(self, context_lens: np.ndarray, n_iters: int) -> float:
         ctx = as_lengths(context_lens, "context_lens")
-        if ctx.size == 0 or n_iters <= 0:
+        n = int(n_iters)
+        if ctx.size == 0 or n <= 0:
             return 0.0
-        means = float(ctx.mean()) + np.arange(int(n_iters), dtype=float)
-        return float(self._grid("decode").along_last(ctx.size, last=means).sum())
+        grid, b = self._grid("decode"), ctx.size
+        steps = np.arange(n, dtype=np.float64)
+        if self.context_rule == "max":
+            return float(grid.at(b, float(ctx.max()) + steps).sum())
+        base = float(grid.at(b, 0.0)[()])
+        total = n * base
+        for chunk in np.array_split(ctx, max(1, ctx.size * n // 2_000_000 + 1)):  # bounded memory
+            total += float((grid.at(b, np.add.outer(chunk.astype(np.float64), steps)) - base).sum()) / b
+        return total
 
     def sd_time(self, context_lens: np.ndarray, config: SDConfig) -> float:
         if not config.enabled:
@@ -169,21 +272,36 @@ class TableCostModel:
         ctx = as_lengths(context_lens, "context_lens")
         if ctx.size == 0:
             return 0.0
-        b, mean = ctx.size, float(ctx.mean())
-        total = (config.depth * self._grid("draft_step").at(b, mean, config.topk)
-                 + self._grid("verify").at(b, mean, config.verify_tokens))
-        if "sd_overhead" in self.grids:
-            total += self.grids["sd_overhead"].at(b)
-        return total
+        whole = self.grids.get(("sd", config.depth, config.topk, config.verify_tokens))
+        if whole is not None:
+            return self._lookup(whole, ctx)
+        total = (config.depth * self._lookup(self._grid("draft_step", config.topk), ctx)
+                 + self._lookup(self._grid("verify", config.verify_tokens), ctx))
+        overhead = self.grids.get(("sd_overhead",))
+        return total + (float(overhead.at(ctx.size, 0.0)[()]) if overhead is not None else 0.0)
+
+    def _prefill(self, kind: str, new_tokens: np.ndarray) -> float:
+        new = as_lengths(new_tokens, "new_tokens")
+        new = new[new > 0]
+        return self._lookup(self._grid(kind), new) if new.size else 0.0
 
     def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
-        new = as_lengths(new_tokens, "new_tokens")
-        total = int(new.sum())
-        return self._grid("prefill").at(total) if total else 0.0
+        """One target prefill pass, looked up at the pass's requests and their new tokens."""
+        return self._prefill("prefill", new_tokens)
 
     def drafter_prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
         """From ``drafter_prefill`` rows; a table without them cannot price an elastic switch or a
-        drafter catch-up (it is an error, never free)."""
-        new = as_lengths(new_tokens, "new_tokens")
-        total = int(new.sum())
-        return self._grid("drafter_prefill").at(total) if total else 0.0
+        drafter catch-up (an error, never free)."""
+        return self._prefill("drafter_prefill", new_tokens)
+
+
+def write_table(df: pd.DataFrame, metadata: dict[str, str], path: str | Path) -> Path:
+    """Write a cost table as Parquet with its metadata (atomically)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tltsim.atomic import write_with
+
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: json.dumps(metadata)})
+    return write_with(path, lambda tmp: pq.write_table(table, tmp))
