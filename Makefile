@@ -27,7 +27,8 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 -m "not timing"
+	$(PY) -m pytest -q -m timing
 
 bench: $(STAMP)
 	$(VENV)/bin/tlt sim bench

@@ -36,13 +36,18 @@ POLICY_COLORS = {
 }
 
 
+def policy_family(spec: str) -> str:
+    """A policy spec without its parameters (``elastic:16:3+beg-mab:eps=0.05`` -> ``elastic+beg-mab``)."""
+    return "+".join(part.split(":", 1)[0].strip() for part in spec.split("+"))
+
+
 def color_for(name: str) -> str:
-    """Stable colour for a policy or source name."""
+    """Stable colour for a policy or source name (a policy's parameters do not change its colour)."""
     if name in POLICY_COLORS:
         return POLICY_COLORS[name]
-    base = name.split(":", 1)[0]
-    if base in POLICY_COLORS:
-        return POLICY_COLORS[base]
+    family = policy_family(name)
+    if family in POLICY_COLORS:
+        return POLICY_COLORS[family]
     digest = int(hashlib.sha1(name.encode()).hexdigest(), 16)
     return PALETTE[digest % len(PALETTE)]
 

@@ -184,6 +184,8 @@ class Engine:
         self._iteration = 0
         self._t0 = 0.0
         self._model_t = 0.0
+        self._step_requests = 0
+        self._step_prompt_tokens = 0
 
     # ----------------------------------------------------------------------------------- requests
     def add_request(self, prompt: list[int], max_new_tokens: int,
@@ -207,20 +209,44 @@ class Engine:
     def run(self) -> RunResult:
         """One rollout step: reset the policy for ``config.step``, run until every queued request has
         finished, and close the step with a cluster-wide ``stage`` row."""
+        self.start()
+        while self.iterate():
+            pass
+        return self.finish()
+
+    def start(self) -> None:
+        """Begin a step: reset the policy and the clock (``run`` = start, iterate until done, finish)."""
         self.policy.reset(self.cfg.step)
         self._t0 = time.perf_counter()
         self._model_t = 0.0
-        n_requests = len(self.waiting)
-        prompt_tokens = sum(len(r.prompt) for r in self.waiting)
-        while self.waiting or self.running:
-            self._admit()
-            if self.running:
-                self._decode_iteration()
+        self._step_requests = len(self.waiting)
+        self._step_prompt_tokens = sum(len(r.prompt) for r in self.waiting)
+
+    @torch.inference_mode()
+    def iterate(self) -> bool:
+        """Admit what fits, then one decode iteration. False once nothing is waiting or running."""
+        if not (self.waiting or self.running):
+            return False
+        self._admit()
+        if self.running:
+            self._decode_iteration()
+        return bool(self.waiting or self.running)
+
+    def finish(self) -> RunResult:
+        """End the step: the cluster-wide ``stage`` row and the result."""
         end = self._now()
         outputs = {rid: r.output for rid, r in sorted(self.done.items())}
-        self.log.span(CLUSTER, "stage", 0.0, end, batch=n_requests, prefill_tokens=prompt_tokens,
+        self.log.span(CLUSTER, "stage", 0.0, end, batch=self._step_requests, prefill_tokens=self._step_prompt_tokens,
                       tokens=sum(len(v) for v in outputs.values()))
         return RunResult(outputs, self.log.frame(), end)
+
+    def request_in_slot(self, slot: int) -> Request:
+        """The running request that owns KV-cache slot ``slot`` (proposers that know each request's
+        reference continuation look it up this way)."""
+        for r in self.running:
+            if r.slot == slot:
+                return r
+        raise KeyError(f"no running request in slot {slot}")
 
     def _now(self) -> float:
         if self.cfg.clock == "model":

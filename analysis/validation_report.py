@@ -1,0 +1,212 @@
+"""The validation report: figures and a README from a :class:`tltreal.validation.ValidationResult`.
+
+Figures (PNG + PDF): predicted vs measured iteration latency (calibrated and analytic cost models),
+real vs simulated running batch over time, and real vs simulated makespan per step and policy.
+"""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from analysis.style import color_for, paper_rc, save_figure
+
+COST_LABELS = {"calibrated": "calibrated (measured table)", "analytic": "analytic (CPU roofline)"}
+
+
+def iteration_scatter(result) -> plt.Figure:
+    """Predicted vs measured seconds of every real decode iteration, per cost model, per policy."""
+    from tltreal.validation import iteration_errors
+
+    costs = {"calibrated": result.table, "analytic": result.analytic}
+    with plt.rc_context(paper_rc()):
+        fig, axes = plt.subplots(1, 2, figsize=(7.0, 3.4), sharex=True, sharey=True)
+        for ax, (name, cost) in zip(axes, costs.items(), strict=True):
+            for run in result.real_runs:
+                measured = run.iterations["seconds"].to_numpy() * 1e3
+                predicted = measured * (1 + iteration_errors(run, cost))
+                ax.scatter(measured, predicted, s=4, alpha=0.5, color=color_for(run.policy),
+                           label=run.policy if run.step == result.real_runs[0].step else None)
+            lo = max(1e-2, float(np.nanmin([r.iterations["seconds"].min() for r in result.real_runs])) * 1e3 * 0.5)
+            hi = float(np.nanmax([r.iterations["seconds"].max() for r in result.real_runs])) * 1e3 * 2
+            grid = np.geomspace(lo, hi, 50)
+            ax.plot(grid, grid, color="black", lw=0.8)
+            ax.fill_between(grid, grid * 0.9, grid * 1.1, color="black", alpha=0.08, label="±10%")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("measured iteration latency (ms)")
+            ax.set_title(COST_LABELS[name])
+        axes[0].set_ylabel("predicted iteration latency (ms)")
+        axes[0].legend(loc="upper left", markerscale=3)
+        fig.tight_layout()
+    return fig
+
+
+def makespan_bars(makespans: pd.DataFrame) -> plt.Figure:
+    """Real vs simulated (calibrated; predicted and measured acceptance) makespan per step and policy."""
+    cols = [("real_s", "real run", "#000000"), ("calibrated_predicted_s", "sim, predicted acceptance", "#0072B2"),
+            ("calibrated_measured_s", "sim, measured acceptance", "#56B4E9"),
+            ("analytic_measured_s", "sim, analytic cost", "#E69F00")]
+    labels = [f"step {r.step}\n{r.policy}" for r in makespans.itertuples(index=False)]
+    with plt.rc_context(paper_rc()):
+        fig, ax = plt.subplots(figsize=(7.0, 0.8 + 0.42 * len(labels)))
+        y = np.arange(len(labels))
+        height = 0.8 / len(cols)
+        for i, (col, label, colour) in enumerate(cols):
+            ax.barh(y + (i - 1.5) * height, makespans[col], height=height, color=colour, label=label)
+        ax.set_yticks(y, labels)
+        ax.invert_yaxis()
+        ax.set_xlabel("rollout makespan of the step (s)")
+        ax.set_title("Real vs simulated makespan (native engine, this CPU)")
+        ax.legend(loc="lower right")
+        fig.tight_layout()
+    return fig
+
+
+def timeline(result, policy: str, step: int) -> plt.Figure:
+    """Running batch over time, real vs simulated (calibrated, measured acceptance), one policy."""
+    real = next(r for r in result.real_runs if r.policy == policy and r.step == step).events
+    sim = result.sim_events[(result.sim_events["policy"] == f"{policy} [sim measured]")
+                            & (result.sim_events["step"] == step)]
+    with plt.rc_context(paper_rc()):
+        fig, ax = plt.subplots(figsize=(6.0, 2.8))
+        for ev, label, colour in ((real, "real run", "#000000"), (sim, "simulated", color_for(policy))):
+            d = ev[(ev["kind"] == "decode") & (ev["worker"] >= 0)]
+            t0 = float(ev.loc[ev["kind"] == "stage", "t_start"].min())
+            ax.hlines(d["batch_size"], d["t_start"] - t0, d["t_end"] - t0, color=colour, lw=1.4, label=label)
+            sd = d[d["depth"] > 0]
+            if len(sd):
+                ax.scatter(sd["t_start"] - t0, sd["batch_size"], s=3, color=colour, alpha=0.6)
+        ax.set_yscale("log")
+        ax.set_xlabel("time since the step's rollout start (s)")
+        ax.set_ylabel("running batch")
+        ax.set_title(f"{policy}, step {step}: running batch over time (dots: SD iterations)")
+        ax.legend(loc="upper right")
+        fig.tight_layout()
+    return fig
+
+
+def _markdown(df: pd.DataFrame, formats: dict[str, str]) -> str:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in df.itertuples(index=False):
+        cells = [format(v, formats.get(c, "")) if isinstance(v, float) and not np.isnan(v) else
+                 ("–" if isinstance(v, float) else str(v)) for c, v in zip(cols, row, strict=True)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _host() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def summary_numbers(result) -> dict[str, float]:
+    """The headline errors: median |makespan error| per (cost, acceptance) and median per-iteration."""
+    m = result.makespans
+    out = {f"{c}_{a}": float(np.median(np.abs(m[f"{c}_{a}_err"])))
+           for c in ("calibrated", "analytic") for a in ("predicted", "measured")}
+    it = result.iterations
+    for c in ("calibrated", "analytic"):
+        part = it[it["cost"] == c]
+        out[f"{c}_iteration_median"] = float(np.average(part["median_abs_err"], weights=part["n"]))
+        out[f"{c}_iteration_p90"] = float(np.average(part["p90_abs_err"], weights=part["n"]))
+    return out
+
+
+def write_validation_report(out: Path, result, scenario, settings, *, command: str,
+                            profile: tuple[pd.DataFrame | None, dict | None], force: bool = False) -> None:
+    """``out``/README.md, the CSV tables, the cost table used and the figures, written atomically."""
+    import torch
+
+    import tltsim
+    from tltsim.atomic import atomic_dir, write_text
+    from tltsim.cost import write_table
+
+    rows, meta = profile
+    nums = summary_numbers(result)
+    m = result.makespans.copy()
+    shown = m[["step", "policy", "real_s", "calibrated_predicted_s", "calibrated_predicted_err",
+               "calibrated_measured_s", "calibrated_measured_err", "analytic_measured_err"]]
+    it = result.iterations.pivot_table(index=["step", "policy"], columns="cost",
+                                       values=["median_abs_err", "p90_abs_err"]).reset_index()
+    it.columns = [" ".join(str(x) for x in c if x).strip() for c in it.columns]
+    pct = {c: ".1%" for c in (*shown.columns, *it.columns) if "err" in c}
+    secs = {c: ".3f" for c in shown.columns if c.endswith("_s")}
+    accept = result.acceptance.rename(columns={"real": "real run", "predicted": "sim (predicted)",
+                                               "measured": "sim (measured)"})
+    example = next(r.policy for r in result.real_runs if r.policy != "no-sd")
+    text = "\n".join([
+        "# Simulator validation: native engine on this CPU",
+        "",
+        f"Reproduce: `{command}`",
+        "",
+        f"Machine: {_host()}, {torch.get_num_threads()} torch thread(s); tlt {tltsim.__version__}, "
+        f"torch {torch.__version__}, Python {platform.python_version()}.",
+        f"Model: random-weight Llama, {settings.model.num_hidden_layers} layers, hidden {settings.model.hidden_size}, "
+        f"vocab {settings.model.vocab_size}; trace `{scenario.trace.name}`"
+        f"{' (' + scenario.trace.source + ')' if scenario.trace.source else ''}, lengths x{settings.length_scale:g}; "
+        f"native engine max batch {settings.max_batch}; each (step, policy) run {settings.real_repeats} times "
+        "(the median-makespan run kept); the profile takes the median of "
+        f"{settings.grid_repeats} fresh engines per point.",
+        "",
+        "How it is measured: the real engine replays each step with every response forced to its scaled "
+        "traced length; speculative runs use a pinned drafter (a real one-layer drafter's compute, proposals "
+        "pinned to the acceptance model's positional table, verification real and lossless: every run's "
+        "output equals the plain run's). The simulator runs the same requests on one rollout worker with "
+        "either the cost table measured by `tlt real profile` on this machine (calibrated) or a roofline of "
+        "this CPU from measured matmul FLOP/s and copy bandwidth (analytic), and with acceptance either "
+        "predicted by the acceptance model or measured in the real run (each draft shape's accept-length "
+        "distribution), which separates cost error from acceptance error.",
+        "",
+        "## Headline",
+        "",
+        f"- Median |makespan error|, calibrated cost: **{nums['calibrated_predicted']:.1%}** (predicted "
+        f"acceptance), **{nums['calibrated_measured']:.1%}** (measured acceptance); analytic cost: "
+        f"{nums['analytic_predicted']:.1%} / {nums['analytic_measured']:.1%}.",
+        f"- Per-iteration latency error (median over iterations, p90): calibrated "
+        f"**{nums['calibrated_iteration_median']:.1%}** (p90 {nums['calibrated_iteration_p90']:.1%}); analytic "
+        f"{nums['analytic_iteration_median']:.1%} (p90 {nums['analytic_iteration_p90']:.1%}).",
+        "",
+        "## Makespan per step and policy (seconds; error = simulated / real - 1)",
+        "",
+        _markdown(shown, {**pct, **secs}),
+        "",
+        "![makespans](makespans.png)",
+        "",
+        "## Per-iteration latency error (|predicted / measured - 1| over every real decode iteration)",
+        "",
+        _markdown(it, pct),
+        "",
+        "![iteration latency](iteration_scatter.png)",
+        "",
+        "## Accept length (tokens per request per SD iteration)",
+        "",
+        _markdown(accept, {c: ".2f" for c in accept.columns}),
+        "",
+        "![timeline](timeline.png)",
+        "",
+        "Files: `makespans.csv`, `iterations.csv`, `acceptance.csv`, `cost_table.parquet` (the calibration "
+        "used, with its metadata).",
+        "",
+    ])
+    table_rows = rows if rows is not None else None
+    with atomic_dir(out, force=force) as tmp:
+        write_text(tmp / "README.md", text)
+        write_text(tmp / "makespans.csv", m.to_csv(index=False))
+        write_text(tmp / "iterations.csv", result.iterations.to_csv(index=False))
+        write_text(tmp / "acceptance.csv", result.acceptance.to_csv(index=False))
+        if table_rows is not None:
+            write_table(table_rows, meta or {}, tmp / "cost_table.parquet")
+        save_figure(iteration_scatter(result), tmp / "iteration_scatter")
+        save_figure(makespan_bars(m), tmp / "makespans")
+        save_figure(timeline(result, example, int(m["step"].iloc[0])), tmp / "timeline")
