@@ -520,7 +520,7 @@ def cost_model(s: Scenario):
             table.check_matches(model=shape_fingerprint(get_model(s.model.name)), device=get_gpu(s.cluster.gpu).name,
                                 tp=s.cluster.tp)
         except InputError as exc:
-            raise _relocated(exc, path=None, dotted="cost.table") from None
+            raise _relocated(exc, path=exc.path, dotted="cost.table") from None
         return table
     gpu = get_gpu(s.cluster.gpu)
     effs = {k: v for k, v in (("flops_efficiency", s.cluster.flops_efficiency),

@@ -81,7 +81,7 @@ SCENARIOS: list[tuple[str, str]] = [
     ("[engine]\ncatch_up_limit = 0", "engine.catch_up_limit"),
     ('[cost]\nmodel = "magic"', "cost.model"),
     ('[cost]\nmodel = "table"', "cost.table"),
-    ('[cost]\nmodel = "table"\ntable = "/nonexistent/costs.csv"', "costs.csv"),
+    ('[cost]\nmodel = "table"\ntable = "/nonexistent/costs.csv"', "costs.csv, field 'cost.table': cost table not"),
     ("[cost]\nsd_overhead_s = -1.0", "cost.sd_overhead_s"),
     ("[cost]\nkv_block_size = 0", "cost.kv_block_size"),
     ('[acceptance]\npreset = "unknown"', "acceptance.preset"),
