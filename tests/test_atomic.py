@@ -30,8 +30,8 @@ def test_atomic_dir_swaps_whole_folder(tmp_path: Path) -> None:
     with pytest.raises(ValueError), atomic_dir(out) as d:
         (d / "b").write_text("2")
         raise ValueError("bad input")
-    assert [p.name for p in out.iterdir()] == ["a"]
+    assert sorted(p.name for p in out.iterdir()) == [".tlt-results.json", "a"]
     with atomic_dir(out) as d:
         (d / "c").write_text("3")
-    assert [p.name for p in out.iterdir()] == ["c"]
+    assert sorted(p.name for p in out.iterdir()) == [".tlt-results.json", "c"]
     assert [p.name for p in tmp_path.iterdir()] == ["res"]

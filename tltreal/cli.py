@@ -39,6 +39,12 @@ def generate(
     = None,
 ) -> None:
     """Generate with random prompts; print tokens/s, mean accept length and latency per iteration."""
+    from tltsim.atomic import check_output_file
+
+    if out is not None:  # before loading anything: a bad --out fails in milliseconds
+        check_output_file(out)
+        if out.suffix not in (".parquet", ".csv"):
+            raise InputError(f"'{out.suffix or out.name}' is not .parquet or .csv", field="--out")
     try:
         import torch  # noqa: F401
     except ImportError:

@@ -1,17 +1,169 @@
-"""Atomic writes: temp file in the destination folder, then ``os.replace``.
+"""Safe, atomic output: files and whole results folders.
 
-A crash or a validation error half-way never leaves a truncated result behind, and a reader never
-sees a partial file.
+The rules, because a results path is typed by a user who may point it at their own work:
+
+* A results folder tlt creates carries a marker file (:data:`MARKER`) listing what tlt wrote in it.
+  Only such a folder is ever replaced, and only if it holds nothing but what the marker lists.
+* Anything else that exists at the target -- a file, a folder with the user's files, a folder tlt
+  wrote into which the user added a file -- is refused with one line unless ``force`` is given;
+  ``force`` writes the new files *into* the folder (replacing same-named files) and never deletes.
+* A folder is built in a hidden sibling temp folder and swapped in with ``rename`` at the end, so a
+  crash or a validation error leaves the old results or the new ones, never half of each. Temp
+  folders left by a killed run (their names carry the pid) are swept by the next run.
+* Concurrent writers to one target are serialised by an advisory lock on the parent folder during
+  the (short) commit, so four parallel sweeps onto one ``--out`` all finish and the last one wins.
+* Files and folders get the permissions the user's umask gives, like any other program's output.
+
+Every path problem (read-only, under a file, ``.``, empty, too long) is an :class:`InputError`
+naming the path and the option, and it is raised before any expensive work when callers run
+:func:`check_output_dir` / :func:`check_output_file` up front.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
+import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from tltsim.errors import InputError
+
+MARKER = ".tlt-results.json"
+_TMP = "tlt-tmp"
+_OLD = "tlt-old"
+_NAME_MAX = 255
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _chmod_default(path: Path, *, folder: bool) -> None:
+    """mkstemp/mkdtemp create 0600/0700; give what a plain open()/mkdir() would under the umask."""
+    os.chmod(path, (0o777 if folder else 0o666) & ~_umask())
+
+
+def _err(path: Path, message: str, field: str) -> InputError:
+    return InputError(message, path=path, field=field)
+
+
+def _check_path_text(path: Path, raw: str, field: str) -> None:
+    if raw.strip() == "":
+        raise InputError("is empty; give a folder name", field=field)
+    if "\x00" in raw:
+        raise InputError("contains a NUL character", field=field)
+    for part in path.parts:
+        if len(os.fsencode(part)) > _NAME_MAX:
+            raise _err(path, f"a path component is {len(os.fsencode(part))} bytes long; the file system allows "
+                       f"{_NAME_MAX}", field)
+    if len(os.fsencode(str(path.absolute()))) >= 4096:
+        raise _err(path, "path is too long (4096 bytes or more)", field)
+
+
+def _check_parent(path: Path, field: str) -> None:
+    """The nearest existing ancestor must be a writable folder."""
+    parent = path.absolute().parent
+    while not parent.exists():
+        if parent.is_symlink():
+            raise _err(path, f"{parent} is a broken symbolic link", field)
+        parent = parent.parent
+    if not parent.is_dir():
+        raise _err(path, f"{parent} is a file, so nothing can be created under it", field)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise _err(path, f"folder {parent} is not writable", field)
+
+
+def read_marker(path: Path) -> list[str] | None:
+    """The entries tlt wrote in results folder ``path``, or None if it is not a tlt results folder."""
+    try:
+        data = json.loads((path / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("tool") != "tlt" or not isinstance(data.get("entries"), list):
+        return None
+    return [str(e) for e in data["entries"]]
+
+
+def _is_ours(path: Path) -> bool:
+    """A tlt results folder holding nothing the user added: safe to replace as a whole."""
+    entries = read_marker(path)
+    if entries is None:
+        return False
+    present = {p.name for p in path.iterdir()} - {MARKER}
+    return present <= set(entries)
+
+
+def _foreign_reason(path: Path) -> str | None:
+    """Why writing a results folder at ``path`` could destroy a user's data; None if it cannot."""
+    if path.is_symlink() and not path.exists():
+        return "is a broken symbolic link"
+    if not path.exists():
+        return None
+    if not path.is_dir():
+        return "exists and is not a folder; choose another path (tlt never replaces a file with a folder)"
+    try:
+        names = sorted(p.name for p in path.iterdir())
+    except PermissionError:
+        return "is a folder tlt cannot read"
+    if not names or _is_ours(path):
+        return None
+    entries = read_marker(path)
+    if entries is not None:
+        extra = sorted(set(names) - set(entries) - {MARKER})
+        return (f"is a tlt results folder to which other files were added ({', '.join(extra[:3])}"
+                f"{', ...' if len(extra) > 3 else ''}); move them away, choose another path, or pass --force "
+                "to write into it without deleting anything")
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    return (f"exists, is not empty ({shown}) and was not created by tlt; choose another path or pass --force "
+            "to write into it without deleting anything")
+
+
+def check_output_dir(path: str | Path, force: bool = False, *, field: str = "--out") -> Path:
+    """Refuse, with one line, a results-folder target that could not be written or whose contents a
+    run would destroy. Call it before the expensive work so a bad ``--out`` fails in milliseconds."""
+    raw = str(path)
+    path = Path(path)
+    _check_path_text(path, raw, field)
+    here = path.absolute() == Path.cwd() or path.absolute() in Path.cwd().parents or str(path) in (".", "..")
+    if here and not force:
+        raise _err(path, "is the current folder or one of its parents; give a new folder name "
+                       "(or --force to write into it)", field)
+    reason = _foreign_reason(path)
+    if reason is not None and (not force or not path.is_dir()):
+        raise _err(path, reason, field)
+    if path.exists() and path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
+        raise _err(path, "folder is not writable", field)
+    _check_parent(path, field)
+    return path
+
+
+def check_output_file(path: str | Path, *, field: str = "--out") -> Path:
+    """Refuse a file target that is a folder, lies under a file, or cannot be written."""
+    raw = str(path)
+    path = Path(path)
+    _check_path_text(path, raw, field)
+    if path.is_dir():
+        raise _err(path, "is a folder; give a file name", field)
+    if path.exists() and not os.access(path, os.W_OK):
+        raise _err(path, "file is not writable", field)
+    _check_parent(path, field)
+    return path
+
+
+def _os_error(path: Path, exc: OSError, field: str) -> InputError:
+    why = {errno.EACCES: "permission denied", errno.EPERM: "operation not permitted",
+           errno.EROFS: "read-only file system", errno.ENOSPC: "no space left on device",
+           errno.ENAMETOOLONG: "name too long", errno.ENOTDIR: "a parent is not a folder",
+           errno.EDQUOT: "disk quota exceeded"}.get(exc.errno or 0, exc.strerror or type(exc).__name__)
+    return _err(path, f"cannot write: {why}", field)
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:
@@ -24,19 +176,25 @@ def write_text(path: str | Path, text: str) -> Path:
     return write_bytes(path, text.encode("utf-8"))
 
 
-def write_with(path: str | Path, writer: Callable[[Path], object]) -> Path:
+def write_with(path: str | Path, writer: Callable[[Path], object], *, field: str = "--out") -> Path:
     """Call ``writer(tmp_path)`` and move the result onto ``path`` only if it succeeded.
 
     Use this for writers that want a file name (``df.to_parquet``, ``fig.savefig``); the hidden
-    temporary name keeps the destination's suffix so format detection still works.
+    temporary name keeps the destination's suffix so format detection still works. A folder at
+    ``path`` is refused, never replaced.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.tmp-", suffix=path.suffix, dir=path.parent)
+    path = check_output_file(path, field=field)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem[:100]}.{_TMP}-{os.getpid()}-", suffix=path.suffix[:20],
+                                   dir=path.parent)
+    except OSError as exc:
+        raise _os_error(path, exc, field) from None
     os.close(fd)
     tmp_path = Path(tmp)
     try:
         writer(tmp_path)
+        _chmod_default(tmp_path, folder=False)
         os.replace(tmp_path, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -44,24 +202,120 @@ def write_with(path: str | Path, writer: Callable[[Path], object]) -> Path:
     return path
 
 
-@contextlib.contextmanager
-def atomic_dir(path: str | Path) -> Iterator[Path]:
-    """Build a whole results folder in a sibling temp folder and swap it in at the end.
+def _temp_prefix(path: Path, kind: str) -> str:
+    """Hidden sibling name carrying the writer's pid (so a later run can tell a dead writer's temp)."""
+    return f".{path.name[:80]}.{kind}-{os.getpid()}-"
 
-    If the body raises, the temp folder is removed and ``path`` is untouched.
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale(path: Path) -> list[Path]:
+    """Remove temp folders of tlt's own naming next to ``path`` whose writing process is gone
+    (a run killed by SIGKILL, or by a scheduler's SIGTERM before cleanup). Returns what was removed."""
+    pattern = re.compile(rf"^\.{re.escape(path.name[:80])}\.(?:{_TMP}|{_OLD})-(\d+)-[A-Za-z0-9_]+$")
+    removed = []
+    try:
+        siblings = list(path.parent.iterdir())
+    except OSError:
+        return removed
+    for p in siblings:
+        m = pattern.match(p.name)
+        if m and p.is_dir() and not p.is_symlink() and not _pid_alive(int(m.group(1))):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
+
+
+@contextlib.contextmanager
+def _parent_lock(parent: Path) -> Iterator[None]:
+    """An exclusive advisory lock on the parent folder: serialises concurrent commits, leaves no file."""
+    fd = os.open(parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _write_marker(tmp: Path) -> None:
+    entries = sorted(p.name for p in tmp.iterdir() if p.name != MARKER)
+    from tltsim import __version__
+
+    (tmp / MARKER).write_text(json.dumps({"tool": "tlt", "version": __version__, "entries": entries}, indent=1)
+                              + "\n", encoding="utf-8")
+
+
+def _merge_into(src: Path, dest: Path) -> None:
+    """Move every entry of ``src`` into the existing folder ``dest``; same-named files are replaced
+    (atomically, one by one), nothing else in ``dest`` is touched."""
+    for item in sorted(src.iterdir()):
+        target = dest / item.name
+        if item.is_dir() and not item.is_symlink():
+            if target.is_dir() and not target.is_symlink():
+                _merge_into(item, target)
+                continue
+            if target.exists() or target.is_symlink():
+                raise InputError(f"{target} exists and is not a folder; tlt will not replace it", field="--out")
+        elif target.is_dir() and not target.is_symlink():
+            raise InputError(f"{target} is a folder; tlt will not replace it with a file", field="--out")
+        os.replace(item, target)
+
+
+def _commit(tmp: Path, path: Path, force: bool, field: str) -> None:
+    with _parent_lock(path.parent):
+        reason = _foreign_reason(path)  # again, under the lock: another writer may have been faster
+        if reason is not None:
+            if not (force and path.is_dir()):
+                raise _err(path, reason, field)
+            _merge_into(tmp, path)
+            shutil.rmtree(tmp, ignore_errors=True)
+            return
+        _write_marker(tmp)
+        old = None
+        if path.exists():
+            if not any(path.iterdir()):
+                with contextlib.suppress(OSError):  # an empty folder (or a mount point: then merge)
+                    path.rmdir()
+            if path.exists() and not any(path.iterdir()):
+                _merge_into(tmp, path)
+                shutil.rmtree(tmp, ignore_errors=True)
+                return
+            if path.exists():
+                old = Path(tempfile.mkdtemp(prefix=_temp_prefix(path, _OLD), dir=path.parent))
+                os.replace(path, old / "x")
+        os.replace(tmp, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | Path, *, force: bool = False, field: str = "--out") -> Iterator[Path]:
+    """Build a whole results folder in a hidden sibling temp folder and swap it in at the end.
+
+    If the body raises (an error, Ctrl-C, SIGTERM via the CLI), the temp folder is removed and
+    ``path`` is untouched. See the module docstring for what may be replaced and what is refused.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    path = check_output_dir(path, force, field=field)
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))  # replace what the link points at, keep the user's link
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sweep_stale(path)
+        tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(path, _TMP), dir=path.parent))
+        _chmod_default(tmp, folder=True)
+    except OSError as exc:
+        raise _os_error(path, exc, field) from None
     try:
         yield tmp
+        _commit(tmp, path, force, field)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    old = None
-    if path.exists():
-        old = path.with_name(f".{path.name}.old-{os.getpid()}")
-        os.replace(path, old)
-    os.replace(tmp, path)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

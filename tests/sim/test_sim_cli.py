@@ -21,8 +21,8 @@ def test_run_on_polytrace_step_writes_results_and_elastic_beats_no_sd(tmp_path):
                                       "--policy", "elastic+beg-mab", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "no-sd" in result.output and "elastic+beg-mab" in result.output and "speedup" in result.output
-    assert sorted(p.name for p in out.iterdir()) == ["events.parquet", "scenario.resolved.toml",
-                                                     "summary.csv", "trace.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".tlt-results.json", "events.parquet",
+                                                     "scenario.resolved.toml", "summary.csv", "trace.json"]
     summary = pd.read_csv(out / "summary.csv").set_index("policy")
     assert summary.loc["no-sd", "speedup"] == 1.0
     assert summary.loc["elastic+beg-mab", "speedup"] > 1.05

@@ -38,20 +38,23 @@ def _simulate(scenario: str):
 def demo(trace: Annotated[str, typer.Option(help="Trace to analyse.")] = DEFAULT_TRACE,
          scenario: Annotated[str, typer.Option(help="Scenario TOML (path or bundled name) to simulate.")]
          = DEFAULT_SCENARIO,
-         out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/demo")) -> None:
+         out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/demo"),
+         force: Annotated[bool, typer.Option(help="Write into an existing --out folder tlt did not create "
+                                             "(same-named files replaced, nothing deleted).")] = False) -> None:
     """Analyse the default trace, simulate one RL step under SD policies, write reports/demo/."""
     from analysis.rollout_plots import makespan_bars, rollout_timeline
     from analysis.style import save_figure
     from analysis.trace_plots import length_cdf, straggler_factor
-    from tltsim.atomic import atomic_dir, write_text
+    from tltsim.atomic import atomic_dir, check_output_dir, write_text
     from tltsim.scenario import scenario_toml
     from tltsim.traces import load_trace, trace_stats
 
+    check_output_dir(out, force)
     df = load_trace(trace)
     stats = trace_stats(df, ["source"])
     s, events, summary = _simulate(scenario)
     shown_path = scenario
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, force=force) as tmp:
         write_text(tmp / "sim_summary.csv", summary.to_csv(index=False))
         write_text(tmp / "scenario.resolved.toml", scenario_toml(s))
         save_figure(rollout_timeline(events), tmp / "rollout_timeline")

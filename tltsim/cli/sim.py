@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tltsim.atomic import atomic_dir
+from tltsim.atomic import atomic_dir, check_output_dir
 from tltsim.cli.progress import policy_progress
 from tltsim.errors import InputError
 from tltsim.scenario import (
@@ -146,6 +146,8 @@ def run(
         help="Write trace.json for ui.perfetto.dev: on, off, or auto (only up to ~64 MB).")] = Perfetto.auto,
     set_: Annotated[list[str] | None, typer.Option("--set", help="dotted.field=value, repeatable.")] = None,
     out: Annotated[Path | None, typer.Option(help="Results folder (default results/sim/<hash>).")] = None,
+    force: Annotated[bool, typer.Option(help="Write into an existing --out folder tlt did not create "
+                                        "(same-named files replaced, nothing deleted).")] = False,
 ) -> None:
     """Simulate RL rollout steps under each policy on the same workload and compare them.
 
@@ -159,6 +161,8 @@ def run(
         ("acceptance.mode", acceptance.value if acceptance else None, "--acceptance"),
         ("engine.switch", switch.value if switch else None, "--switch"),
     ]
+    if out is not None:
+        check_output_dir(out, force)  # before the simulation: a bad --out fails in milliseconds
     s = build_scenario(scenario, overrides + _parse_sets(set_ or []))
     console = Console(width=None if sys.stdout.isatty() else 120)
     inputs = prepare(s)
@@ -168,7 +172,7 @@ def run(
     with policy_progress(console, specs, responses) as (on_policy, on_finish):
         events, summary = compare_policies(s, inputs, progress=on_finish, on_policy=on_policy)
     dest = out if out is not None else DEFAULT_RESULTS / scenario_hash(s)
-    wrote_trace = write_results(dest, events, summary, s, perfetto)
+    wrote_trace = write_results(dest, events, summary, s, perfetto, force=force)
     n_steps = len(inputs.workloads)
     title = (f"One RL step, {s.trace.name} step {inputs.workload.step}" if n_steps == 1
              else f"{n_steps} RL steps of {s.trace.name}, per step")
@@ -182,14 +186,14 @@ def run(
 
 
 def write_results(dest: Path, events: pd.DataFrame, summary: pd.DataFrame, s: Scenario,
-                  perfetto: Perfetto = Perfetto.auto) -> bool:
+                  perfetto: Perfetto = Perfetto.auto, *, force: bool = False) -> bool:
     """The results folder, built aside and swapped in atomically. Returns whether trace.json was
     written (``auto`` skips it above ~64 MB: tens of seconds and hundreds of MB on big runs)."""
     from tltsim.perfetto import chrome_trace_json, estimated_bytes
 
     small = estimated_bytes(events) <= PERFETTO_AUTO_MAX_BYTES
     trace = perfetto is Perfetto.on or (perfetto is Perfetto.auto and small)
-    with atomic_dir(dest) as tmp:
+    with atomic_dir(dest, force=force) as tmp:
         events.to_parquet(tmp / "events.parquet", index=False)
         summary.to_csv(tmp / "summary.csv", index=False)
         if trace:
