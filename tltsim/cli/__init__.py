@@ -6,6 +6,7 @@ Sub-commands live one per module (``trace``, ``sim``, ``real``, ``demo``) and ar
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
@@ -26,20 +27,53 @@ def _mount() -> None:
     from tltsim.cli.demo import demo
     from tltsim.cli.sim import app as sim_app
     from tltsim.cli.trace import app as trace_app
+    from tltsim.cli.validate import profile, validate
 
+    real_app.command("profile")(profile)
     app.add_typer(trace_app, name="trace")
     app.add_typer(sim_app, name="sim")
     app.add_typer(real_app, name="real")
     app.command("demo")(demo)
+    app.command("validate")(validate)
 
 
 _mount()
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler, ``timeout``, ``kill``) raised like Ctrl-C, so that every ``finally``
+    and every temp-folder cleanup runs; nothing half written survives either signal."""
+
+
+_terminated = False
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    global _terminated
+    _terminated = True
+    raise Terminated
+
+
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: input errors are one line and exit 2; Ctrl-C exits 130 and
+    SIGTERM 143 (the shell's 128 + signal), both after cleaning up. (Typer turns an interrupt into
+    exit 130 itself; the flag tells the two signals apart.)"""
+    global _terminated
+    _terminated = False
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         app()
     except InputError as exc:
         print(f"tlt: error: {exc}", file=sys.stderr)
         sys.exit(EXIT_INPUT_ERROR)
+    except (SystemExit, KeyboardInterrupt) as exc:
+        code = exc.code if isinstance(exc, SystemExit) else 128 + signal.SIGINT
+        if _terminated:
+            print("tlt: terminated (SIGTERM); nothing half written was left behind", file=sys.stderr)
+            sys.exit(128 + signal.SIGTERM)
+        if code == 128 + signal.SIGINT:
+            print("tlt: interrupted; nothing half written was left behind", file=sys.stderr)
+            sys.exit(code)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)

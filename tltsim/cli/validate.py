@@ -1,0 +1,142 @@
+"""`tlt validate` and `tlt real profile`: measure the real engine, calibrate the simulator, report its error.
+
+Both need the ``real`` extra (torch); they import it only inside the commands, so ``tlt --help``
+stays fast and works without torch.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tltsim.errors import InputError
+
+
+class Backend(StrEnum):
+    native = "native"
+    vllm = "vllm"
+
+
+def _need_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise InputError("this command needs the real engine: pip install 'tlt[real]'") from None
+
+
+def _model_config(path: Path | None):
+    from tltreal.config import ModelConfig
+    from tltreal.validation import DEFAULT_MODEL
+
+    return DEFAULT_MODEL if path is None else ModelConfig.from_json(path)
+
+
+def _command() -> str:
+    return "tlt " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def validate(
+    scenario: Annotated[str, typer.Option(help="Scenario TOML or bundled name: trace steps and the policies to run.")]
+    = "validation_dapo_cpu",
+    backend: Annotated[Backend, typer.Option(help="Real backend to measure.")] = Backend.native,
+    model: Annotated[Path | None, typer.Option(help="config.json of the small target (default: 4 layers, hidden 256).")]
+    = None,
+    length_scale: Annotated[float, typer.Option(help="Traced prompt and response lengths are multiplied by this.")]
+    = 1 / 32,
+    max_batch: Annotated[int, typer.Option(help="Running requests of the native engine.")] = 32,
+    table: Annotated[Path | None, typer.Option(help="Use this cost table instead of profiling now.")] = None,
+    repeats: Annotated[int, typer.Option(help="Real runs per (step, policy) and profile repeats; medians kept.")] = 3,
+    out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/validation/cpu"),
+    force: Annotated[bool, typer.Option(help="Write into an existing folder tlt did not create.")] = False,
+) -> None:
+    """Run a scenario's steps for real and in simulation; report the simulator's error.
+
+    Example: tlt validate --scenario validation_dapo_cpu --out reports/validation/cpu
+    """
+    from tltsim.atomic import check_output_dir
+
+    if backend is Backend.vllm:
+        raise InputError("the vLLM backend is not implemented yet; use --backend native", field="--backend")
+    if not 0 < length_scale <= 1:
+        raise InputError(f"must be in (0, 1], got {length_scale}", field="--length-scale")
+    if not 1 <= max_batch <= 256:
+        raise InputError(f"must be in [1, 256], got {max_batch}", field="--max-batch")
+    if not 1 <= repeats <= 20:
+        raise InputError(f"must be in [1, 20], got {repeats}", field="--repeats")
+    check_output_dir(out, force)
+    _need_torch()
+    from analysis.validation_report import write_validation_report
+    from tltreal.validation import NativeSettings, validate_native
+    from tltsim.cost import TableCostModel
+    from tltsim.scenario import acceptance_model, load_scenario, load_steps, policies_with_baseline
+
+    s = load_scenario(scenario)
+    settings = NativeSettings(model=_model_config(model), length_scale=length_scale, max_batch=max_batch,
+                              seed=s.seed, grid_repeats=repeats, real_repeats=repeats)
+    given = TableCostModel.from_file(table) if table is not None else None
+    workloads = load_steps(s.trace)
+    accept = acceptance_model(s.acceptance)
+    result, rows, meta = validate_native(workloads, policies_with_baseline(s.policies), accept, settings, table=given,
+                                         deal_mode=s.trace.deal, command=_command(),
+                                         progress=lambda msg: typer.echo(msg))
+    write_validation_report(out, result, s, settings, command=_command(), profile=(rows, meta), force=force)
+    typer.echo(f"wrote {out}/README.md")
+
+
+def profile(
+    config: Annotated[Path | None, typer.Option("--config", help="config.json of the target (default: the "
+                                                "validation model).")] = None,
+    shape: Annotated[list[str] | None, typer.Option("--shape", help="Draft shape depth_topk_verify, repeatable "
+                                                    "(default: TLT's arms and chains 1/3/5).")] = None,
+    batch: Annotated[list[int] | None, typer.Option("--batch", help="Batch size, repeatable.")] = None,
+    context: Annotated[list[int] | None, typer.Option("--context", help="Context length, repeatable.")] = None,
+    repeats: Annotated[int, typer.Option(help="Fresh engines per point; medians kept.")] = 3,
+    acceptance: Annotated[str, typer.Option(help="Acceptance preset of the pinned drafter.")] = "paper-qwen32b",
+    out: Annotated[Path, typer.Option("--out", help="Cost table to write (.parquet).")] = Path("profile.parquet"),
+) -> None:
+    """Measure the native engine's iteration latencies on this machine and write a cost table the
+    simulator reads (cost.model = "table", cost.table = PATH).
+
+    Example: tlt real profile --shape 8_4_32 --shape 4_1_4 --out calibration/cpu/profile.parquet
+    """
+    from tltsim.policy.base import SDConfig
+    from tltsim.policy.beg_mab import DEFAULT_ARMS
+
+    default_shapes = (*DEFAULT_ARMS, *(SDConfig.chain(k) for k in (1, 3, 5)))
+    shapes = tuple(SDConfig.parse(x) for x in shape) if shape else default_shapes
+    batches = tuple(batch) if batch else (1, 2, 4, 8, 16, 32)
+    contexts = tuple(context) if context else (64, 256, 1024)
+    for name, values, hi in (("--batch", batches, 1024), ("--context", contexts, 65536)):
+        if any(not 1 <= v <= hi for v in values):
+            raise InputError(f"values must be in [1, {hi}], got {list(values)}", field=name)
+    if not 1 <= repeats <= 20:
+        raise InputError(f"must be in [1, 20], got {repeats}", field="--repeats")
+    if out.suffix != ".parquet":
+        raise InputError("the cost table is written as Parquet: give a .parquet path", field="--out")
+    from tltsim.atomic import check_output_file
+
+    check_output_file(out)
+    _need_torch()
+    import torch
+
+    from tltreal.model import random_model
+    from tltreal.profiler import ProfileGrid, profile_metadata, profile_native
+    from tltreal.validation import PINNED_DEPTH, PINNED_TOPK, shape_of
+    from tltsim.acceptance import get_acceptance
+    from tltsim.cost import shape_fingerprint, write_table
+
+    cfg = _model_config(config)
+    accept = get_acceptance(acceptance)
+    target = random_model(cfg, seed=0, dtype=torch.float32)
+    grid = ProfileGrid(batch_sizes=batches, contexts=contexts, sd_configs=shapes, repeats=repeats,
+                       prefill_lengths=tuple(sorted({1, 8, 64, max(contexts)})))
+    probs = accept.position_probs(PINNED_DEPTH, PINNED_TOPK)
+    df = profile_native(target, grid, position_probs=dict.fromkeys(shapes, probs))
+    write_table(df, profile_metadata(target, command=_command(), model_fingerprint=shape_fingerprint(shape_of(cfg))),
+                out)
+    typer.echo(f"{len(df)} measurements -> {out}")
