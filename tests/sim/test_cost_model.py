@@ -352,3 +352,23 @@ def test_table_without_sd_rows_refuses_sd(tmp_path):
         table.sd_time(np.array([50]), SDConfig(4, 1, 4))
     with pytest.raises(InputError, match="no drafter_prefill rows"):
         table.drafter_prefill_time(np.array([50]), np.array([0]))
+
+
+def test_kernel_latency_floor_and_smooth_roofline():
+    """Both calibration knobs default off; the latency floor adds exactly one launch per kernel to
+    every forward, and the smooth roofline lies between the sharp max and the sum of the two roofs."""
+    ctx = np.full(8, 1024)
+    sharp = roofline()
+    assert roofline(kernel_latency_s=0.0, kernels_per_layer=0).decode_time(ctx) == sharp.decode_time(ctx)
+    lat = roofline(kernel_latency_s=5e-6, kernels_per_layer=10)
+    kernels = QWEN7B.num_hidden_layers * 10 + 2
+    assert lat.decode_time(ctx) - sharp.decode_time(ctx) == pytest.approx(kernels * 5e-6, rel=1e-9)
+    smooth = roofline(smoothness=2.0)
+    for batch in (1, 64, 256, 1024):
+        c = np.full(batch, 1024)
+        assert sharp.decode_time(c) < smooth.decode_time(c)
+    ridge = roofline(smoothness=2.0)._target  # at the ridge point the 2-norm is sqrt(2) x either roof
+    rows = round(ridge.weight_s / ridge.matmul_s_per_token)
+    m, c = ridge.weight_s, rows * ridge.matmul_s_per_token
+    assert ridge._roof(m, c) == pytest.approx((m * m + c * c) ** 0.5)
+    assert max(m, c) < ridge._roof(m, c) < m + c

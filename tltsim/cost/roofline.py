@@ -9,6 +9,7 @@ captured CUDA-graph batch sizes.
 from __future__ import annotations
 
 import bisect
+import math
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ DEFAULT_DRAFT_STEP_OVERHEAD_S = 2.085e-4
 DEFAULT_SD_OVERHEAD_S = 3.708e-3
 DEFAULT_KV_BLOCK_SIZE = 16  # vLLM's default paged-KV block size, in tokens
 MAX_WEIGHT_MEMORY_FRACTION = 0.9  # weights must leave room for activations and some KV
+LM_HEAD_KERNELS = 2  # final norm + LM head GEMM
 
 
 @dataclass(frozen=True)
@@ -66,9 +68,12 @@ class _ForwardCosts:
     allreduce_s_per_token: float  # ring all-reduce bandwidth term of one token's hidden state
     logits_gather_s_per_token: float  # all-gather of one token's vocab-parallel logits
     collective_latency_s: float  # latency of one collective (0 when tp == 1)
+    launch_s: float  # kernel-latency floor of one forward: layers x kernels per layer x latency
+    smoothness: float  # p of the smooth roofline max (m^p + c^p)^(1/p); inf = the sharp max
 
     @classmethod
-    def build(cls, shape: ModelShape, gpu: GPUSpec, tp: int) -> _ForwardCosts:
+    def build(cls, shape: ModelShape, gpu: GPUSpec, tp: int, kernel_latency_s: float = 0.0,
+              kernels_per_layer: int = 0, smoothness: float = math.inf) -> _ForwardCosts:
         flops, bw = gpu.effective_flops, gpu.effective_bandwidth
         kv_heads_per_gpu = -(-shape.num_key_value_heads // tp)  # replicated when kv heads < tp
         kv_bytes = 2 * shape.num_hidden_layers * kv_heads_per_gpu * shape.head_dim * BF16_BYTES
@@ -89,7 +94,17 @@ class _ForwardCosts:
             allreduce_s_per_token=ring * shape.hidden_size * BF16_BYTES / link if tp > 1 else 0.0,
             logits_gather_s_per_token=(tp - 1) / tp * shape.vocab_size * BF16_BYTES / link if tp > 1 else 0.0,
             collective_latency_s=gpu.allreduce_latency_s if tp > 1 else 0.0,
+            launch_s=(shape.num_hidden_layers * kernels_per_layer + LM_HEAD_KERNELS) * kernel_latency_s,
+            smoothness=smoothness,
         )
+
+    def _roof(self, memory: float, compute: float) -> float:
+        """max(memory, compute), or its smooth form: real GEMMs slow down gradually as rows grow
+        towards the ridge point instead of staying flat and then turning steep."""
+        if self.smoothness == math.inf:
+            return memory if memory > compute else compute
+        p = self.smoothness
+        return (memory ** p + compute ** p) ** (1.0 / p)
 
     def fixed_time(self, rows: int, logit_rows: int) -> float:
         """Everything but attention for a forward over ``rows`` (padded) tokens with
@@ -97,13 +112,13 @@ class _ForwardCosts:
         matmuls, the LM head, and 2 all-reduces per layer + 1 logits gather under TP."""
         if rows == 0:
             return 0.0
-        matmul = max(self.weight_s, rows * self.matmul_s_per_token)
+        matmul = self._roof(self.weight_s, rows * self.matmul_s_per_token)
         comm = 2 * self.layers * (self.collective_latency_s + rows * self.allreduce_s_per_token)
         if logit_rows == 0:  # hidden states only (drafter prefill)
-            return matmul + comm
-        lm_head = max(self.lm_head_weight_s, logit_rows * self.lm_head_s_per_token)
+            return matmul + comm + self.launch_s
+        lm_head = self._roof(self.lm_head_weight_s, logit_rows * self.lm_head_s_per_token)
         gather = self.collective_latency_s + logit_rows * self.logits_gather_s_per_token
-        return matmul + lm_head + comm + gather
+        return matmul + lm_head + comm + gather + self.launch_s
 
     def attention_time(self, kv_tokens_read: float, query_positions: float) -> float:
         """One attention group: KV streamed from HBM vs QK^T/PV compute, whichever binds."""
@@ -131,6 +146,9 @@ class RooflineCostModel:
     sd_overhead_s: float = DEFAULT_SD_OVERHEAD_S
     kv_block_size: int = DEFAULT_KV_BLOCK_SIZE
     graph_batch_sizes: tuple[int, ...] = CUDA_GRAPH_BATCH_SIZES
+    kernel_latency_s: float = 0.0
+    kernels_per_layer: int = 0
+    smoothness: float = math.inf
     _target: _ForwardCosts = field(init=False, repr=False, compare=False)
     _draft: _ForwardCosts = field(init=False, repr=False, compare=False)
     _sd_cache: dict = field(init=False, repr=False, compare=False)
@@ -156,8 +174,9 @@ class RooflineCostModel:
                 f"{self.gpu.memory_bytes / 1e9:.0f} GB; raise tp", field="tp")
         drafter = self.drafter if self.drafter is not None else self.model.drafter()
         object.__setattr__(self, "drafter", drafter)
-        object.__setattr__(self, "_target", _ForwardCosts.build(self.model, self.gpu, self.tp))
-        object.__setattr__(self, "_draft", _ForwardCosts.build(drafter, self.gpu, self.tp))
+        floor = (self.kernel_latency_s, self.kernels_per_layer, self.smoothness)
+        object.__setattr__(self, "_target", _ForwardCosts.build(self.model, self.gpu, self.tp, *floor))
+        object.__setattr__(self, "_draft", _ForwardCosts.build(drafter, self.gpu, self.tp, *floor))
         object.__setattr__(self, "_sd_cache", {})
         object.__setattr__(self, "_span_cache", {})
 
