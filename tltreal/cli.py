@@ -50,15 +50,15 @@ def generate(
     except ImportError:
         raise InputError("the real engine needs torch: pip install 'tlt[real]'") from None
     from tltreal import kernels
-    from tltreal.config import ModelConfig
     from tltreal.generate import GenerateSettings, write_results
     from tltreal.generate import generate as run_generate
+    from tltsim.model_config import ModelConfig
 
     cfg = ModelConfig.from_json(config)
     settings = GenerateSettings(prompts=prompts, max_tokens=max_tokens, prompt_len=prompt_len, policy=policy,
                                 drafter=drafter, max_batch=batch, temperature=temperature, top_p=top_p,
                                 seed=seed, dtype=dtype, weights=str(weights) if weights else None)
-    settings.validate()
+    settings.validate(cfg)
     kernels.set_use_triton(triton)
     result = run_generate(cfg, settings)
     dec = result.decode_events

@@ -7,19 +7,29 @@ random prompts, and runs the engine.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from tltreal.config import ModelConfig
 from tltreal.drafter import DraftModel, OracleDrafter, random_drafter
 from tltreal.engine import Engine, EngineConfig, RunResult
+from tltreal.memory import HEADROOM, available_bytes, estimate
 from tltreal.model import Transformer, load_model, random_model
 from tltreal.sampling import SamplingParams
 from tltsim.errors import InputError
+from tltsim.model_config import ModelConfig
+from tltsim.policy.base import MAX_DEPTH, MAX_TOPK, MAX_VERIFY, SDPolicy
+from tltsim.policy.shapes import policy_shapes, tree_limits
+
+MAX_DRAFT_NODES = (MAX_DEPTH - 1) * MAX_TOPK  # policies whose shapes are unknown: the SDConfig bounds
 
 DRAFTERS = ("random", "oracle", "none")
+MAX_PROMPTS = 1_000_000
+MAX_TOKENS = 10_000_000
+MAX_BATCH = 65_536
+MAX_TEMPERATURE = 100.0
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
           "float16": torch.float16}
 
@@ -41,18 +51,59 @@ class GenerateSettings:
     weights: str | None = None
     init_std: float = 0.02
 
-    def validate(self) -> None:
-        if self.prompts < 1 or self.max_tokens < 1 or self.prompt_len < 1:
-            raise InputError("prompts, max-tokens and prompt-len must be >= 1")
+    def validate(self, cfg: ModelConfig | None = None) -> None:
+        """Every setting in range, each problem one line naming its option; with ``cfg``, also
+        prompt + new tokens against the model's context length (before anything is allocated)."""
+        for name, value, lo, hi in (("--prompts", self.prompts, 1, MAX_PROMPTS),
+                                    ("--max-tokens", self.max_tokens, 1, MAX_TOKENS),
+                                    ("--prompt-len", self.prompt_len, 1, MAX_TOKENS),
+                                    ("--batch", self.max_batch, 0, MAX_BATCH),
+                                    ("--seed", self.seed, 0, 2**63 - 1)):
+            if isinstance(value, bool) or not lo <= value <= hi:
+                raise InputError(f"must be an integer in [{lo}, {hi:,}], got {value}", field=name)
         if self.drafter not in DRAFTERS:
-            raise InputError(f"drafter '{self.drafter}' is not one of {DRAFTERS}", field="drafter")
+            raise InputError(f"'{self.drafter}' is not one of {', '.join(DRAFTERS)}", field="--drafter")
         if self.dtype not in DTYPES:
-            raise InputError(f"dtype '{self.dtype}' is not one of {tuple(DTYPES)}", field="dtype")
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
-            raise InputError("temperature must be >= 0 and top-p in (0, 1]")
+            raise InputError(f"'{self.dtype}' is not one of {', '.join(DTYPES)}", field="--dtype")
+        if not (math.isfinite(self.temperature) and 0 <= self.temperature <= MAX_TEMPERATURE):
+            raise InputError(f"must be a number in [0, {MAX_TEMPERATURE}] (0 = greedy), got {self.temperature}",
+                             field="--temperature")
+        if not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
+            raise InputError(f"must be a number in (0, 1], got {self.top_p}", field="--top-p")
+        if cfg is not None and self.prompt_len + self.max_tokens > cfg.max_position_embeddings:
+            raise InputError(f"prompt length {self.prompt_len} + {self.max_tokens} new tokens exceeds the model's "
+                             f"context of {cfg.max_position_embeddings:,} tokens (max_position_embeddings); lower "
+                             "--max-tokens or --prompt-len", field="--max-tokens")
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def engine_config(cfg: ModelConfig, settings: GenerateSettings, policy: SDPolicy,
+                  device: str = "cpu") -> EngineConfig:
+    """The engine's capacity for these settings: tree buffers sized to the policy's largest draft
+    shape, checked against the vocabulary and the free memory before anything is allocated."""
+    shapes = policy_shapes(policy)
+    if shapes and settings.drafter == "none":
+        raise InputError(f"policy '{settings.policy}' speculates but --drafter is none; give --drafter random "
+                         "or oracle, or --policy no-sd", field="--drafter")
+    widest = max((s.topk for s in shapes or ()), default=0)
+    if widest > cfg.vocab_size:
+        raise InputError(f"policy '{settings.policy}' drafts top-{widest} but the vocabulary has {cfg.vocab_size} "
+                         "tokens", field="--policy")
+    max_verify, max_nodes = tree_limits(shapes) if shapes is not None else (MAX_VERIFY, MAX_DRAFT_NODES)
+    engine_cfg = EngineConfig(max_batch=settings.max_batch or settings.prompts,
+                              max_len=settings.prompt_len + settings.max_tokens + 1,
+                              max_verify=max(max_verify, 1), max_draft_nodes=max(max_nodes, 1))
+    need = estimate(cfg, dtype_bytes=DTYPES[settings.dtype].itemsize, max_batch=engine_cfg.max_batch,
+                    max_len=engine_cfg.max_len, max_verify=engine_cfg.max_verify,
+                    max_draft_nodes=engine_cfg.max_draft_nodes, drafter=settings.drafter == "random")
+    free = available_bytes(device)
+    if free is not None and need.total > HEADROOM * free:
+        raise InputError(f"this run needs {need.describe()} but {free / 1e9:.1f} GB is free on {device}; lower "
+                         "--batch, --prompts, --max-tokens or --prompt-len, or use a smaller --dtype",
+                         field="--batch")
+    return engine_cfg
 
 
 def build_target(cfg: ModelConfig, settings: GenerateSettings) -> Transformer:
@@ -82,13 +133,12 @@ def generate(cfg: ModelConfig, settings: GenerateSettings, target: Transformer |
     """Run ``settings.prompts`` random prompts through the engine under ``settings.policy``."""
     from tltsim.policy.registry import make_policy
 
-    settings.validate()
+    settings.validate(cfg)
     policy = make_policy(settings.policy, seed=settings.seed)
+    engine_cfg = engine_config(cfg, settings, policy)
     target = target if target is not None else build_target(cfg, settings)
     drafter = build_drafter(settings.drafter, target, settings.seed)
-    batch = settings.max_batch or settings.prompts
-    engine = Engine(target, policy, drafter,
-                    EngineConfig(max_batch=batch, max_len=settings.prompt_len + settings.max_tokens + 1))
+    engine = Engine(target, policy, drafter, engine_cfg)
     for i, prompt in enumerate(random_prompts(settings.prompts, settings.prompt_len, cfg.vocab_size,
                                               settings.seed)):
         engine.add_request(prompt, settings.max_tokens,

@@ -1,8 +1,12 @@
 """The target model: a Llama / Qwen2 decoder-only transformer in plain PyTorch.
 
-RMSNorm, rotary position embeddings (HF "rotate half" layout), grouped-query attention over a slab
-KV cache, SwiGLU MLP, tied or untied LM head, optional q/k/v biases (Qwen2). Parameter names match
-Hugging Face checkpoints (``model.layers.0.self_attn.q_proj.weight`` ...) so safetensors load as is.
+RMSNorm (in float32, as transformers), rotary position embeddings (HF "rotate half" layout; default,
+linear or Llama-3.1 frequency scaling), grouped-query attention over a slab KV cache (optionally a
+sliding window on Qwen2's sliding layers), gated MLP with SiLU/GELU/ReLU, tied or untied LM head,
+the biases each family has. Every field comes from :mod:`tltsim.model_config`, the one reader of
+``config.json``. Parameter names match Hugging Face checkpoints
+(``model.layers.0.self_attn.q_proj.weight`` ...) so safetensors load as is, and logits match
+``transformers`` (tests/real/test_real_transformers_parity.py).
 
 One forward serves prefill, plain decode, draft-tree expansion and tree verification: every call
 gets per-request new tokens ``[B, T]``, their positions, and a ``[B, T, T]`` mask saying which new
@@ -25,9 +29,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from tltreal.config import ModelConfig
 from tltreal.kv_cache import KVCache
 from tltsim.errors import InputError
+from tltsim.model_config import ModelConfig
 
 
 class RMSNorm(nn.Module):
@@ -37,15 +41,18 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        var = x.pow(2).mean(-1, keepdim=True)
-        return self.weight * (x * torch.rsqrt(var + self.eps))
+        """Normalise in at least float32 (bf16/fp16 inputs are upcast, as transformers does: the
+        mean of squares loses too much in 8 mantissa bits), scale in the input's dtype."""
+        compute = torch.promote_types(x.dtype, torch.float32)
+        h = x.to(compute)
+        var = h.pow(2).mean(-1, keepdim=True)
+        return self.weight * (h * torch.rsqrt(var + self.eps)).to(x.dtype)
 
 
-def rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(positions: torch.Tensor, cfg: ModelConfig, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin ``[B, T, head_dim]`` for integer ``positions`` ``[B, T]`` (computed in float64)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64, device=positions.device)
-                                / head_dim))
+    inv_freq = torch.tensor(cfg.rope_scaling.inverse_frequencies(cfg.head_dim, cfg.rope_theta), dtype=torch.float64,
+                            device=positions.device)
     freqs = positions.to(torch.float64)[..., None] * inv_freq
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -68,6 +75,10 @@ class AttnBatch:
     width: int  # W: cache window read by this forward
     cos: torch.Tensor
     sin: torch.Tensor
+    windowed: dict[int, torch.Tensor]  # sliding window -> mask further limited to keys within it
+
+    def mask_for(self, window: int | None) -> torch.Tensor:
+        return self.mask if window is None else self.windowed[window]
 
 
 def make_attn_batch(slots: torch.Tensor, cache_lens: torch.Tensor, new_mask: torch.Tensor,
@@ -85,19 +96,27 @@ def make_attn_batch(slots: torch.Tensor, cache_lens: torch.Tensor, new_mask: tor
     in_new = (rel >= 0) & (rel < x)
     gathered = torch.gather(new_mask, 2, rel.clamp(0, x - 1)[:, None, :].expand(b, t, width))
     mask = prefix | (in_new[:, None, :] & gathered)
-    cos, sin = rope_tables(positions, cfg.head_dim, cfg.rope_theta, dtype)
-    return AttnBatch(slots, write_index, mask[:, None], width, cos, sin)
+    cos, sin = rope_tables(positions, cfg, dtype)
+    windowed = {}
+    if cfg.sliding_window is not None and cfg.sliding_layers:
+        # A key's position is its cache index: exact for the committed prefix and for linear new
+        # tokens (prefill, decode); tree nodes sit at or after their position, so a tree is exact
+        # whenever it is narrower than the window (real windows are thousands of tokens).
+        recent = positions[:, :, None] - keys[None, None, :] < cfg.sliding_window
+        windowed[cfg.sliding_window] = (mask & recent)[:, None]
+    return AttnBatch(slots, write_index, mask[:, None], width, cos, sin, windowed)
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, window: int | None = None) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.window = window
         h = cfg.hidden_size
-        self.q_proj = nn.Linear(h, self.heads * self.head_dim, bias=cfg.attention_bias)
-        self.k_proj = nn.Linear(h, self.kv_heads * self.head_dim, bias=cfg.attention_bias)
-        self.v_proj = nn.Linear(h, self.kv_heads * self.head_dim, bias=cfg.attention_bias)
-        self.o_proj = nn.Linear(self.heads * self.head_dim, h, bias=False)
+        self.q_proj = nn.Linear(h, self.heads * self.head_dim, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(h, self.kv_heads * self.head_dim, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(h, self.kv_heads * self.head_dim, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, h, bias=cfg.o_bias)
 
     def forward(self, x: torch.Tensor, cache: KVCache, layer: int, ab: AttnBatch) -> torch.Tensor:
         b, t, _ = x.shape
@@ -110,26 +129,37 @@ class Attention(nn.Module):
         keys = keys.repeat_interleave(group, dim=1)
         values = values.repeat_interleave(group, dim=1)
         scores = (q.transpose(1, 2) @ keys.transpose(-1, -2)) / math.sqrt(self.head_dim)
-        probs = scores.masked_fill(~ab.mask, float("-inf")).softmax(dim=-1)
+        probs = scores.masked_fill(~ab.mask_for(self.window), float("-inf")).softmax(dim=-1)
         out = (probs @ values).transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
         return self.o_proj(out)
 
 
+ACTIVATIONS = {
+    "silu": nn.functional.silu, "swish": nn.functional.silu, "relu": nn.functional.relu,
+    "gelu": nn.functional.gelu,
+    "gelu_new": lambda x: nn.functional.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: nn.functional.gelu(x, approximate="tanh"),
+}
+
+
 class MLP(nn.Module):
+    """Gated MLP: ``down(act(gate(x)) * up(x))``."""
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
+        self.act = ACTIVATIONS[cfg.hidden_act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, input_norm: bool = True) -> None:
+    def __init__(self, cfg: ModelConfig, input_norm: bool = True, window: int | None = None) -> None:
         super().__init__()
-        self.self_attn = Attention(cfg)
+        self.self_attn = Attention(cfg, window)
         self.mlp = MLP(cfg)
         # EAGLE's drafter layer has no input norm (its input is already a projection of normed states).
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps) if input_norm else nn.Identity()
@@ -144,7 +174,7 @@ class _Body(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, window=cfg.window_of(i)) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
 
@@ -231,7 +261,11 @@ def load_model(cfg: ModelConfig, weights: str | Path, *, dtype: torch.dtype = to
         raise InputError("no safetensors weights found", path=path)
     state: dict[str, torch.Tensor] = {}
     for f in files:
-        state.update(load_file(str(f)))
+        try:
+            state.update(load_file(str(f)))
+        except Exception as exc:  # SafetensorError, OSError, ...: a file we cannot read is bad input
+            first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+            raise InputError(f"not a readable safetensors file ({first})", path=f) from None
     model = Transformer(cfg)
     expected = set(model.state_dict())
     if cfg.tie_word_embeddings:

@@ -29,7 +29,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tltreal.config import ModelConfig
 from tltreal.model import Transformer, random_model
 from tltreal.profiler import PROFILE_DEVICE, ProfileGrid, profile_metadata, profile_native
 from tltreal.replay import RecordingPolicy, ReplayRequests, reference_run, replay_requests, speculative_run
@@ -37,6 +36,7 @@ from tltsim.acceptance import ChainAcceptance, TreeAcceptance
 from tltsim.cost import CostModel, RooflineCostModel, TableCostModel, shape_fingerprint
 from tltsim.drafter_state import INITIAL_DRAFTER, DrafterState
 from tltsim.hardware import GPUSpec
+from tltsim.model_config import ModelConfig
 from tltsim.model_shape import ModelShape
 from tltsim.policy.base import NO_SD, SDConfig
 from tltsim.policy.registry import make_policy
@@ -80,9 +80,7 @@ class RealRun:
 
 def shape_of(cfg: ModelConfig, name: str = "native") -> ModelShape:
     """The simulator's view of the native model (cost-relevant numbers only)."""
-    return ModelShape(name, cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads,
-                      cfg.intermediate_size, cfg.vocab_size, head_dim=cfg.head_dim,
-                      tie_word_embeddings=cfg.tie_word_embeddings, qkv_bias=cfg.attention_bias)
+    return ModelShape.from_config(cfg, name)
 
 
 def scaled(workload, scale: float):

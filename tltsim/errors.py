@@ -22,7 +22,7 @@ class InputError(ValueError):
             where.append(f"field '{field}'")
         prefix = ": ".join([", ".join(where)]) if where else ""
         super().__init__(f"{prefix}: {message}" if prefix else message)
-        self.path, self.row, self.field = path, row, field
+        self.message, self.path, self.row, self.field = message, path, row, field
 
 
 EXIT_INPUT_ERROR = 2

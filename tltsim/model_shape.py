@@ -12,11 +12,11 @@ those are not extra parameters but are still *read* every draft step.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tltsim.errors import InputError
+from tltsim.model_config import ModelConfig
 
 BF16_BYTES = 2
 
@@ -143,6 +143,13 @@ class ModelShape:
         """FLOPs one token spends per context position it attends to: QK^T and PV, all layers."""
         return 4 * self.num_hidden_layers * self.q_dim
 
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, name: str) -> ModelShape:
+        """The shape of a parsed config (o_proj and MLP biases are negligible next to the weights)."""
+        return cls(name, cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads,
+                   cfg.intermediate_size, cfg.vocab_size, head_dim=cfg.head_dim,
+                   tie_word_embeddings=cfg.tie_word_embeddings, qkv_bias=cfg.qkv_bias)
+
     def drafter(self) -> ModelShape:
         """TLT's EAGLE-style drafter for this target: one decoder layer of the same width, input
         projection from [embedding ; hidden] (2h -> h), embedding and LM head shared."""
@@ -172,48 +179,14 @@ _ALIASES = {"qwen-7b": "qwen2.5-7b", "qwen-32b": "qwen2.5-32b", "llama-70b": "ll
             "r1-distill-qwen-7b": "deepseek-r1-distill-qwen-7b", "qwen-1.5b": "qwen2.5-1.5b",
             "qwen-0.5b": "qwen2.5-0.5b"}
 
-_REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
-
-
-def _int_field(data: dict, key: str, path: Path) -> int:
-    value = data[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InputError(f"must be a positive integer, got {value!r}", path=path, field=key)
-    return value
-
-
 def load_config_json(path: str | Path, name: str | None = None) -> ModelShape:
-    """Read a HF ``config.json``. Missing or malformed fields raise :class:`InputError` naming the
-    file and the field. ``num_key_value_heads`` defaults to ``num_attention_heads`` (plain MHA) and
-    ``head_dim`` to ``hidden_size // num_attention_heads``, as in transformers."""
+    """The cost shape of a HF ``config.json``, read by :mod:`tltsim.model_config` (the reader the
+    native engine uses too), so the simulator and the engine never disagree on a field."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError("file not found", path=path) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"not a readable JSON file ({exc})", path=path) from None
-    if not isinstance(data, dict):
-        raise InputError("top level must be a JSON object", path=path)
-    if "text_config" in data and "num_hidden_layers" not in data:
-        data = data["text_config"]  # multimodal wrappers keep the LM shape here
-    for key in _REQUIRED:
-        if key not in data:
-            raise InputError("missing required field", path=path, field=key)
-    fields = {key: _int_field(data, key, path) for key in _REQUIRED}
-    kv_heads = _int_field(data, "num_key_value_heads", path) if data.get("num_key_value_heads") is not None \
-        else fields["num_attention_heads"]
-    head_dim = _int_field(data, "head_dim", path) if data.get("head_dim") is not None else 0
-    tie = data.get("tie_word_embeddings", False)
-    if not isinstance(tie, bool):
-        raise InputError(f"must be true or false, got {tie!r}", path=path, field="tie_word_embeddings")
-    qkv_bias = data.get("model_type") == "qwen2" or bool(data.get("attention_bias", False))
-    shape_name = name or str(data.get("_name_or_path") or path.parent.name or path.stem)
-    try:
-        return ModelShape(shape_name, num_key_value_heads=kv_heads, head_dim=head_dim,
-                          tie_word_embeddings=tie, qkv_bias=qkv_bias, **fields)
-    except InputError as exc:
-        raise InputError(f"inconsistent config: {exc}", path=path, field=exc.field) from None
+    cfg = ModelConfig.from_json(path)
+    if path.is_dir():
+        path = path / "config.json"
+    return ModelShape.from_config(cfg, name or path.parent.name or path.stem)
 
 
 def get_model(name_or_path: str | Path) -> ModelShape:

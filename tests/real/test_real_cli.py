@@ -12,11 +12,11 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tltreal.config import ModelConfig
 from tltsim.events import check_event_log
+from tltsim.model_config import ModelConfig
 
 CFG = ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                  num_attention_heads=2, num_key_value_heads=1, model_type="qwen2", attention_bias=True)
+                  num_attention_heads=2, num_key_value_heads=1, model_type="qwen2", qkv_bias=True)
 
 
 def tlt(*args: str) -> subprocess.CompletedProcess:
@@ -50,7 +50,7 @@ def test_generate_prints_metrics_and_writes_events(config_path, tmp_path):
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--policy", "bogus"], "unknown policy"),
-    (["--policy", "static:3_1_3", "--drafter", "none"], "no drafter"),
+    (["--policy", "static:3_1_3", "--drafter", "none"], "--drafter"),
     (["--drafter", "magic"], "drafter"),
     (["--config", "/nonexistent/config.json"], "not found"),
 ])

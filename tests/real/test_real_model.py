@@ -8,10 +8,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tltreal.config import ModelConfig  # noqa: E402
 from tltreal.drafter import EagleDrafter, random_drafter  # noqa: E402
 from tltreal.model import causal_mask, load_model, random_model, save_model  # noqa: E402
 from tltsim.errors import InputError  # noqa: E402
+from tltsim.model_config import ModelConfig  # noqa: E402
 
 HF_QWEN2 = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 96, "hidden_size": 32,
             "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -29,7 +29,8 @@ def test_config_from_hf_json(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(HF_QWEN2))
     cfg = ModelConfig.from_json(path)
-    assert cfg.attention_bias and cfg.tie_word_embeddings and cfg.head_dim == 8 and cfg.num_key_value_heads == 2
+    assert cfg.qkv_bias and not cfg.o_bias and cfg.tie_word_embeddings
+    assert cfg.head_dim == 8 and cfg.num_key_value_heads == 2
     assert ModelConfig.from_dict(cfg.to_hf_dict()) == cfg
 
 

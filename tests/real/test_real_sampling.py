@@ -15,12 +15,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tltreal import verify  # noqa: E402
-from tltreal.config import ModelConfig  # noqa: E402
 from tltreal.drafter import OracleDrafter, random_drafter  # noqa: E402
 from tltreal.engine import Engine, EngineConfig  # noqa: E402
 from tltreal.model import causal_mask, random_model  # noqa: E402
 from tltreal.sampling import SamplingParams, target_probs  # noqa: E402
 from tltreal.tree import make_tree  # noqa: E402
+from tltsim.model_config import ModelConfig  # noqa: E402
 from tltsim.policy.base import SDConfig, Static  # noqa: E402
 
 ALPHA_OK = 1e-3  # a correct sampler fails with this probability (fixed seeds: deterministic)

@@ -15,13 +15,13 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
-from tltreal.config import ModelConfig  # noqa: E402
 from tltreal.model import random_model  # noqa: E402
 from tltreal.profiler import ProfileGrid, profile_native  # noqa: E402
 from tltreal.replay import RecordingPolicy, reference_run, replay_requests, speculative_run  # noqa: E402
 from tltsim.acceptance import ChainAcceptance, paper_qwen32b_tp4  # noqa: E402
 from tltsim.cost import TableCostModel  # noqa: E402
 from tltsim.errors import InputError  # noqa: E402
+from tltsim.model_config import ModelConfig  # noqa: E402
 from tltsim.policy.base import SDConfig, Static  # noqa: E402
 from tltsim.traces.workload import StepWorkload  # noqa: E402
 

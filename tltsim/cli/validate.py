@@ -30,8 +30,8 @@ def _need_torch() -> None:
 
 
 def _model_config(path: Path | None):
-    from tltreal.config import ModelConfig
     from tltreal.validation import DEFAULT_MODEL
+    from tltsim.model_config import ModelConfig
 
     return DEFAULT_MODEL if path is None else ModelConfig.from_json(path)
 
