@@ -10,7 +10,7 @@ included) and logs one ``decode`` event through the event log shared with the si
 
 A plain iteration feeds every request's last token. An SD iteration:
 1. brings the drafter up to date (pending pairs of token + target hidden state, see
-   :mod:`tltreal.drafter`). When the decision has ``switch_on`` (the elastic switch), every live
+   :mod:`tltreal.proposers.base`). When the decision has ``switch_on`` (the elastic switch), every live
    request is brought up to date first, by the engine's switch mode: ``catch_up`` (default: the
    engine keeps every request's target hidden states, so a drafter-only ``catch_up`` pass over
    what the drafter missed suffices) or ``reprefill`` (TLT's mechanism, for comparison with the
@@ -47,10 +47,11 @@ import pandas as pd
 import torch
 
 from tltreal import kernels
-from tltreal.drafter import DraftModel, catch_up, expand_tree
 from tltreal.kv_cache import SlotPool
 from tltreal.model import Transformer, padded_causal_mask
+from tltreal.proposers.base import DraftModel, catch_up
 from tltreal.sampling import SamplingParams, draw_uniforms, sample_inverse_cdf, target_probs
+from tltreal.tree_search import expand_tree
 from tltsim.drafter_state import INITIAL_DRAFTER, DrafterState
 from tltsim.events import CLUSTER, EventLog
 from tltsim.policy.base import BatchView, Outcome, SDConfig, SDPolicy

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-from tltreal.drafter import DraftModel, OracleDrafter, random_drafter
 from tltreal.engine import Engine, EngineConfig, RunResult
 from tltreal.memory import HEADROOM, available_bytes, estimate
 from tltreal.model import Transformer, load_model, random_model
+from tltreal.proposers import DraftModel, OracleDrafter, random_drafter
 from tltreal.sampling import SamplingParams
 from tltsim.errors import InputError
 from tltsim.model_config import ModelConfig

@@ -5,7 +5,7 @@ through the engine and times, from the engine's own event log:
 
 * ``decode``: plain iterations (no SD) at context ~``c``;
 * ``sd`` per draft shape: whole SD iterations (drafting, verification, acceptance, compaction) with
-  the :class:`~tltreal.pinned_drafter.PinnedDrafter` (a real drafter's compute, acceptance from the
+  the :class:`~tltreal.proposers.pinned.PinnedDrafter` (a real drafter's compute, acceptance from the
   acceptance model's positional table), prompts sized so the timed iterations sit around ``c``;
 * ``prefill``: the admission prefill of ``b`` prompts, and ``drafter_prefill``: the drafter's
   catch-up over them when SD switches on (both gridded on ``prefill_lengths`` tokens per request).
@@ -28,10 +28,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tltreal.drafter import random_drafter
 from tltreal.engine import Engine, EngineConfig
 from tltreal.model import Transformer
-from tltreal.pinned_drafter import PinnedDrafter
+from tltreal.proposers import PinnedDrafter, random_drafter
 from tltsim.acceptance import eagle_tree_reach
 from tltsim.policy.base import NoSD, SDConfig, Static
 from tltsim.policy.elastic import Elastic

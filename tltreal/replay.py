@@ -4,7 +4,7 @@ A step's requests become engine requests with the traced prompt lengths (seeded 
 and each response forced to its traced length (greedy, no EOS), admitted in the order the
 simulator deals them to one rollout worker, so the simulator and the engine serve the same requests
 in the same order. A plain (no-SD) run gives every request's reference continuation; speculative
-runs then use the :class:`~tltreal.pinned_drafter.PinnedDrafter`, whose acceptance follows an
+runs then use the :class:`~tltreal.proposers.pinned.PinnedDrafter`, whose acceptance follows an
 acceptance model's positional table, and must reproduce the reference exactly (lossless).
 
 Everything here is deterministic given the seed except the wall-clock times, which are the point.
@@ -18,10 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tltreal.drafter import random_drafter
 from tltreal.engine import Engine, EngineConfig, RunResult
 from tltreal.model import Transformer
-from tltreal.pinned_drafter import PinnedDrafter
+from tltreal.proposers import PinnedDrafter, random_drafter
 from tltsim.errors import InputError
 from tltsim.policy.base import BatchView, Decision, NoSD, Outcome, SDPolicy
 from tltsim.rollout import deal

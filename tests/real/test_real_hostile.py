@@ -179,10 +179,10 @@ def test_memory_estimate_matches_the_engines_allocations() -> None:
     """The up-front estimate is pinned to what the engine really allocates, term by term."""
     import torch
 
-    from tltreal.drafter import random_drafter
     from tltreal.engine import Engine, EngineConfig
     from tltreal.memory import estimate, model_params
     from tltreal.model import random_model
+    from tltreal.proposers import random_drafter
     from tltsim.policy.base import Static
 
     for cfg in (CFG, ModelConfig(vocab_size=96, hidden_size=48, intermediate_size=80, num_hidden_layers=3,

@@ -15,9 +15,9 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
 from tltreal import kernels  # noqa: E402
-from tltreal.drafter import OracleDrafter, random_drafter  # noqa: E402
 from tltreal.engine import Engine, EngineConfig, RunResult  # noqa: E402
 from tltreal.model import random_model  # noqa: E402
+from tltreal.proposers import OracleDrafter, random_drafter  # noqa: E402
 from tltsim.events import check_event_log  # noqa: E402
 from tltsim.model_config import ModelConfig  # noqa: E402
 from tltsim.policy.base import NO_SD, BatchView, Decision, NoSD, Outcome, SDConfig, Static  # noqa: E402

@@ -8,8 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tltreal.drafter import EagleDrafter, random_drafter  # noqa: E402
 from tltreal.model import causal_mask, load_model, random_model, save_model  # noqa: E402
+from tltreal.proposers import EagleDrafter, random_drafter  # noqa: E402
 from tltsim.errors import InputError  # noqa: E402
 from tltsim.model_config import ModelConfig  # noqa: E402
 
@@ -116,3 +116,22 @@ def test_drafter_shares_frozen_embedding_and_head():
     assert names and not any("embed" in n or "lm_head" in n for n in names)
     assert "fc.weight" in names and "layers.0.post_attention_layernorm.weight" in names
     assert drafter.fc.weight.shape == (32, 64) and isinstance(drafter, EagleDrafter)
+
+
+def test_noisy_oracle_is_o_vocab_at_qwen_vocabulary_and_perturbs_as_documented():
+    """At Qwen's 151,936-token vocabulary the noisy oracle holds O(vocab) state (a vocab^2 table
+    would be 92 GB in float32), and each logit's perturbation has standard deviation ~noise."""
+    from tltreal.proposers import OracleDrafter
+
+    cfg = ModelConfig(vocab_size=151_936, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1)
+    target = random_model(cfg, seed=0, dtype=torch.float32)
+    oracle = OracleDrafter(target, noise=0.5, seed=3)
+    state = oracle._a.nbytes + oracle._b.nbytes
+    assert state < 50e6
+    perturb = oracle._a[torch.arange(64)] @ oracle._b
+    assert perturb.shape == (64, 151_936)
+    assert 0.45 < float(perturb.std()) < 0.55  # over tokens; one token's row scale varies (rank 16)
+    assert not torch.equal(perturb[0], perturb[1])  # per input token, fixed by the seed
+    again = OracleDrafter(target, noise=0.5, seed=3)
+    assert torch.equal(again._a[torch.arange(64)] @ again._b, perturb)

@@ -15,9 +15,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tltreal import verify  # noqa: E402
-from tltreal.drafter import OracleDrafter, random_drafter  # noqa: E402
 from tltreal.engine import Engine, EngineConfig  # noqa: E402
 from tltreal.model import causal_mask, random_model  # noqa: E402
+from tltreal.proposers import OracleDrafter, random_drafter  # noqa: E402
 from tltreal.sampling import SamplingParams, target_probs  # noqa: E402
 from tltreal.tree import make_tree  # noqa: E402
 from tltsim.model_config import ModelConfig  # noqa: E402

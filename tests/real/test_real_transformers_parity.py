@@ -18,9 +18,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from tltreal.drafter import OracleDrafter  # noqa: E402
 from tltreal.engine import Engine, EngineConfig  # noqa: E402
 from tltreal.model import causal_mask, load_model  # noqa: E402
+from tltreal.proposers import OracleDrafter  # noqa: E402
 from tltsim.errors import InputError  # noqa: E402
 from tltsim.model_config import ModelConfig  # noqa: E402
 from tltsim.policy.base import NoSD, SDConfig, Static  # noqa: E402

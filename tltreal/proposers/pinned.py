@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from tltreal.drafter import EagleDrafter
 from tltreal.kv_cache import KVCache
+from tltreal.proposers.eagle import EagleDrafter
 
 TruthLookup = Callable[[int], tuple[Sequence[int], int]]
 _WRONG_GAP = 20.0  # log-score gap below the last rank for tokens outside the top-k
