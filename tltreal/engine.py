@@ -259,13 +259,15 @@ class Engine:
         if self.cfg.clock == "model" and self.costs is not None:
             self._model_t += float(cost(self.costs))
 
-    def _emit(self, req: Request, tokens: list[int]) -> None:
-        for t in tokens:
+    def _emit(self, req: Request, tokens: list[int]) -> int:
+        """Append ``tokens`` up to the request's end (max tokens or EOS); returns how many went in."""
+        for n, t in enumerate(tokens, start=1):
             req.output.append(t)
             req.tokens.append(t)
             if len(req.output) >= req.max_new_tokens or t == self.cfg.eos_token_id:
                 req.finished = True
-                return
+                return n
+        return len(tokens)
 
     def _retire(self) -> None:
         for r in [r for r in self.running if r.finished]:
@@ -482,10 +484,11 @@ class Engine:
         kernels.compact_kv(self.cache.k, slots, lens, path, kept)
         kernels.compact_kv(self.cache.v, slots, lens, path, kept)
         lengths, nexts = length.tolist(), nxt.tolist()
+        emitted = 0
         for i, r in enumerate(reqs):
             a = lengths[i]
             accepted_nodes = path[i, : a + 1]
             self.hidden[r.slot, r.cache_len: r.cache_len + a + 1] = hidden[i, accepted_nodes]
             r.cache_len += a + 1
-            self._emit(r, [*tree.tokens[i, accepted_nodes[1:]].tolist(), nexts[i]])
-        return sum(lengths) + b, b * tree.num_nodes, lengths
+            emitted += self._emit(r, [*tree.tokens[i, accepted_nodes[1:]].tolist(), nexts[i]])
+        return emitted, b * tree.num_nodes, lengths

@@ -94,8 +94,9 @@ def test_speculative_greedy_equals_plain(target, prompts, reference, case, polic
     assert result.outputs == reference.outputs
     sd = result.decode_events[result.decode_events["depth"] > 0]
     assert len(sd) > 0
-    if case == "oracle-chain":  # the oracle accepts every draft token
-        assert result.mean_accept_length == pytest.approx(5.0)
+    if case == "oracle-chain":  # the oracle accepts every draft token (emission stops at response ends)
+        assert int(sd["accepted"].sum()) == int(sd["drafted"].sum())
+        assert 4.8 < result.mean_accept_length <= 5.0
     if case == "noisy-oracle-tree":  # partial acceptance: the path compaction is exercised
         assert 1.5 < result.mean_accept_length < 6.0
     if case == "elastic-beg-mab":
@@ -217,3 +218,26 @@ def test_model_clock_makes_bandit_runs_repeatable(target, prompts):
     dec = a.decode_events
     ctx0 = dec.iloc[0]
     assert ctx0["t_end"] - ctx0["t_start"] > 0 and a.wall_s == pytest.approx(a.events["t_end"].max())
+
+
+def test_accepted_counts_whole_while_emitted_stops_at_the_response_end(target, prompts):
+    """The simulator's words (Outcome): an oracle chain of 6 is accepted whole, but a request with 3
+    tokens left emits only those 3, and the event log and recent-accept see the 3."""
+
+    class Spy(Static):
+        def __init__(self) -> None:
+            super().__init__(SDConfig(6, 1, 6))
+            self.outcomes: list[Outcome] = []
+
+        def observe(self, outcome: Outcome) -> None:
+            self.outcomes.append(outcome)
+
+    spy = Spy()
+    engine = Engine(target, spy, OracleDrafter(target), EngineConfig(max_batch=2, max_len=40))
+    rid = engine.add_request(prompts[0][:5], 4)  # the prefill's first token leaves 3
+    result = engine.run()
+    first = next(o for o in spy.outcomes if o.config.enabled)
+    assert first.accepted_per_request == (6.0,) and first.emitted_tokens == 3
+    assert len(result.outputs[rid]) == 4
+    sd = result.decode_events[result.decode_events["depth"] > 0]
+    assert int(sd["tokens"].iloc[0]) == 3

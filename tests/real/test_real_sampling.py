@@ -143,7 +143,9 @@ def engine_draws(target, drafter, config: SDConfig) -> tuple[torch.Tensor, torch
         engine.add_request(PROMPT, 3, SamplingParams(seed=seed, **SAMPLING))
     result = engine.run()
     toks = torch.tensor(list(result.outputs.values()))
-    return toks[:, 1], toks[:, 2], result.mean_accept_length
+    sd = result.decode_events[result.decode_events["depth"] > 0]
+    accepted_per_request = float(sd["accepted"].sum() / sd["batch_size"].sum())  # drafts verification kept
+    return toks[:, 1], toks[:, 2], accepted_per_request
 
 
 @pytest.mark.parametrize(("kind", "config"), [("oracle", SDConfig(2, 2, 4)), ("random", SDConfig(2, 3, 5))])
@@ -152,7 +154,7 @@ def test_engine_sampling_matches_target(target, exact_marginals, kind, config):
     x2, x3, accept = engine_draws(target, drafter, config)
     assert chi2_pvalue(torch.bincount(x2, minlength=CFG.vocab_size), exact_marginals[0]) > ALPHA_OK
     assert chi2_pvalue(torch.bincount(x3, minlength=CFG.vocab_size), exact_marginals[1]) > ALPHA_OK
-    assert accept > (1.5 if kind == "oracle" else 1.0)  # speculation actually produced these tokens
+    assert accept > (0.5 if kind == "oracle" else 0.0)  # speculation actually produced these tokens
 
 
 def test_engine_test_rejects_broken_residual(target, exact_marginals, monkeypatch):

@@ -298,6 +298,17 @@ class Recorder(Static):
         self.outcomes.append(outcome)
 
 
+def test_accepted_counts_whole_while_emitted_stops_at_the_response_end():
+    """Same words as the engine (Outcome): accepted = what verification accepted, emitted = what
+    reached the outputs. With full acceptance and 3 / 7 tokens left, a 4-chain accepts 4 + 4 drafts
+    while 3 + 5 tokens are emitted."""
+    policy = Recorder()
+    simulate_step(work([10, 10], [4, 8]), policies=[policy], cost=LinearCost(), accept=ChainAcceptance((1.0,)),
+                  engine=EngineConfig(), seed=7, deal_mode="trace")
+    first = next(o for o in policy.outcomes if o.config.enabled)
+    assert first.accepted_per_request == (4.0, 4.0) and first.emitted_tokens == 8
+
+
 def test_policies_see_recent_accept_and_per_request_accepted_counts():
     policy = Recorder()
     simulate_step(work([10] * 3, [40, 60, 80]), policies=[policy], cost=LinearCost(), accept=paper_qwen32b_tp4(),

@@ -152,9 +152,12 @@ class Outcome:
     """What happened in ``iterations`` consecutive decode iterations run with ``config`` at
     ``batch_size`` running requests.
 
-    ``emitted_tokens``: tokens the whole batch produced, bonus tokens included (a plain iteration
-    emits ``batch_size``). ``drafted_tokens``: draft tokens sent to verification;
-    ``accepted_tokens``: draft tokens accepted (totals over the span and the batch).
+    ``emitted_tokens``: tokens the whole batch appended to its outputs, bonus tokens included (a
+    plain iteration emits ``batch_size``; never past a request's last token). ``drafted_tokens``:
+    draft tokens sent to verification; ``accepted_tokens``: draft tokens the target accepted in
+    verification, counted whole even where the request ends inside them -- acceptance is a property
+    of drafter and target, not of where a response stops (totals over the span and the batch). Both
+    halves count both words this way, so measured acceptance is never censored by response ends.
     ``accepted_per_request``: accepted draft tokens of each request over the span, in view order
     (expected values in the simulator's expected mode, counts otherwise; empty for plain
     iterations). ``elapsed_s``: wall (or simulated) time of the span, drafting and verification

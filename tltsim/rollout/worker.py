@@ -190,9 +190,10 @@ class RolloutWorker:
         n = 0
         while True:
             dt = self.cost.sd_time(live.ctx, config)
-            step = np.minimum(live.rem, self._draw(config, b))
+            drawn = self._draw(config, b)
+            step = np.minimum(live.rem, drawn)
             emitted = float(_sum(step))
-            accepted += np.maximum(step - 1, 0)
+            accepted += drawn - 1  # verification's result, whole (see Outcome)
             emitted_total += emitted
             self.recent.update(emitted / b)
             self.t += dt
