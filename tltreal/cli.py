@@ -35,10 +35,18 @@ def generate(
                                                  "random weights from --seed).")] = None,
     triton: Annotated[bool | None, typer.Option("--triton/--no-triton", help="Use the Triton kernels "
                                                 "(default: when CUDA is available).")] = None,
-    out: Annotated[Path | None, typer.Option("--out", help="Write the event log here (.parquet or .csv).")]
+    out: Annotated[Path | None, typer.Option("--out", help="Write the event log here (.parquet or .csv); the "
+                                             "generated tokens go beside it as <stem>.tokens.jsonl.")] = None,
+    prompts_file: Annotated[Path | None, typer.Option("--prompts-file", help="JSONL prompts, one per line: [ids], "
+                                                      '{"tokens": [ids]} or {"text": "..."} (needs --tokenizer); '
+                                                      "replaces --prompts/--prompt-len.")] = None,
+    tokenizer: Annotated[Path | None, typer.Option("--tokenizer", help="Local tokenizer folder for text prompts.")]
     = None,
+    ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Do not stop at the config's eos_token_id "
+                                             "(every request runs to --max-tokens).")] = False,
 ) -> None:
-    """Generate with random prompts; print tokens/s, mean accept length and latency per iteration."""
+    """Generate from random prompts or a prompts file; print tokens/s, mean accept length and latency
+    per iteration, and with --out write the event log and the generated tokens."""
     from tltsim.atomic import check_output_file
 
     if out is not None:  # before loading anything: a bad --out fails in milliseconds
@@ -53,17 +61,22 @@ def generate(
     from tltreal.generate import GenerateSettings, write_results
     from tltreal.generate import generate as run_generate
     from tltsim.model_config import ModelConfig
+    from tltsim.policy.registry import make_policy
+    from tltsim.policy.shapes import policy_shapes
 
     cfg = ModelConfig.from_json(config)
     settings = GenerateSettings(prompts=prompts, max_tokens=max_tokens, prompt_len=prompt_len, policy=policy,
                                 drafter=drafter, max_batch=batch, temperature=temperature, top_p=top_p,
-                                seed=seed, dtype=dtype, weights=str(weights) if weights else None)
-    settings.validate(cfg)
+                                seed=seed, dtype=dtype, weights=str(weights) if weights else None,
+                                prompts_file=str(prompts_file) if prompts_file else None,
+                                tokenizer=str(tokenizer) if tokenizer else None, ignore_eos=ignore_eos)
+    settings.validate(cfg if prompts_file is None else None)
     kernels.set_use_triton(triton)
     result = run_generate(cfg, settings)
     dec = result.decode_events
     lat = (dec["t_end"] - dec["t_start"]) * 1e3
-    typer.echo(f"policy {policy}  drafter {drafter}  requests {prompts}  generated {result.generated_tokens} "
+    used = drafter if policy_shapes(make_policy(policy)) else "none"  # a policy that never drafts gets none
+    typer.echo(f"policy {policy}  drafter {used}  requests {len(result.outputs)}  generated {result.generated_tokens} "
                f"tokens in {result.wall_s:.3f} s")
     typer.echo(f"tokens/s            {result.tokens_per_s:,.1f}")
     typer.echo(f"mean accept length  {result.mean_accept_length:.3f}")
@@ -73,4 +86,4 @@ def generate(
                    f"p99 {lat.quantile(0.99):.2f} ms")
     if out is not None:
         write_results(result, settings, cfg, out)
-        typer.echo(f"events -> {out}")
+        typer.echo(f"events -> {out}, tokens -> {out.with_name(out.stem + '.tokens.jsonl')}")

@@ -74,7 +74,7 @@ class EngineConfig:
     switch_prefill_fraction: float = 0.25  # reprefill passes hold this share of max_prefill_tokens
     max_prefill_tokens: int = 8192  # tokens per prefill pass of a switch re-prefill
     clock: str = "wall"  # "wall" or "model" (module docstring)
-    eos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()  # a request finishes when it emits any of these
     step: int = 0
     worker: int = 0
     run_id: str = ""
@@ -125,6 +125,7 @@ class RunResult:
     outputs: dict[int, list[int]]
     events: pd.DataFrame
     wall_s: float
+    prompts: dict[int, list[int]] = field(default_factory=dict)
 
     @property
     def decode_events(self) -> pd.DataFrame:
@@ -239,7 +240,8 @@ class Engine:
         outputs = {rid: r.output for rid, r in sorted(self.done.items())}
         self.log.span(CLUSTER, "stage", 0.0, end, batch=self._step_requests, prefill_tokens=self._step_prompt_tokens,
                       tokens=sum(len(v) for v in outputs.values()))
-        return RunResult(outputs, self.log.frame(), end)
+        prompts = {rid: r.prompt for rid, r in sorted(self.done.items())}
+        return RunResult(outputs, self.log.frame(), end, prompts)
 
     def request_in_slot(self, slot: int) -> Request:
         """The running request that owns KV-cache slot ``slot`` (proposers that know each request's
@@ -264,7 +266,7 @@ class Engine:
         for n, t in enumerate(tokens, start=1):
             req.output.append(t)
             req.tokens.append(t)
-            if len(req.output) >= req.max_new_tokens or t == self.cfg.eos_token_id:
+            if len(req.output) >= req.max_new_tokens or t in self.cfg.eos_token_ids:
                 req.finished = True
                 return n
         return len(tokens)

@@ -8,7 +8,7 @@ random prompts, and runs the engine.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -50,6 +50,9 @@ class GenerateSettings:
     dtype: str = "float32"
     weights: str | None = None
     init_std: float = 0.02
+    prompts_file: str | None = None  # JSONL of token-id prompts (replaces the random ones)
+    tokenizer: str | None = None  # local tokenizer folder, for {"text": ...} prompts
+    ignore_eos: bool = False  # run every request to max_tokens (forced-length replay)
 
     def validate(self, cfg: ModelConfig | None = None) -> None:
         """Every setting in range, each problem one line naming its option; with ``cfg``, also
@@ -79,7 +82,59 @@ class GenerateSettings:
         return asdict(self)
 
 
-def engine_config(cfg: ModelConfig, settings: GenerateSettings, policy: SDPolicy,
+def read_prompts(path: str | Path, cfg: ModelConfig, tokenizer: str | None = None) -> list[list[int]]:
+    """Prompts from a JSONL file, one per line: a list of token ids, ``{"tokens": [...]}``, or
+    ``{"text": "..."}`` (needs ``tokenizer``, a local Hugging Face tokenizer folder). Every problem is
+    one line naming the file and line."""
+    import json
+
+    path = Path(path)
+    try:
+        lines = path.read_bytes().decode("utf-8-sig").splitlines()
+    except FileNotFoundError:
+        raise InputError("file not found", path=path, field="--prompts-file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read as UTF-8 text ({type(exc).__name__})", path=path) from None
+    encode = None
+    prompts: list[list[int]] = []
+    for row, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except (ValueError, RecursionError):
+            raise InputError("not a JSON value", path=path, row=row) from None
+        if isinstance(item, dict) and "text" in item and isinstance(item["text"], str):
+            if tokenizer is None:
+                raise InputError("a text prompt needs --tokenizer (a local tokenizer folder)", path=path, row=row)
+            if encode is None:
+                encode = _tokenizer(tokenizer)
+            item = encode(item["text"])
+        elif isinstance(item, dict):
+            item = item.get("tokens")
+        if not isinstance(item, list) or not item or any(
+                isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < cfg.vocab_size for t in item):
+            raise InputError(f"expected a non-empty list of token ids in [0, {cfg.vocab_size}), or "
+                             '{"tokens": [...]} or {"text": "..."}', path=path, row=row)
+        prompts.append(item)
+        if len(prompts) > MAX_PROMPTS:
+            raise InputError(f"more than {MAX_PROMPTS:,} prompts", path=path)
+    if not prompts:
+        raise InputError("holds no prompts", path=path)
+    return prompts
+
+
+def _tokenizer(folder: str):
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except Exception as exc:  # missing folder, no tokenizer files, transformers absent: one line
+        raise InputError(f"cannot load a tokenizer ({type(exc).__name__})", path=folder, field="--tokenizer") from None
+    return lambda text: list(tok(text, add_special_tokens=False)["input_ids"])
+
+
+def engine_config(cfg: ModelConfig, settings: GenerateSettings, policy: SDPolicy, prompt_len: int | None = None,
                   device: str = "cpu") -> EngineConfig:
     """The engine's capacity for these settings: tree buffers sized to the policy's largest draft
     shape, checked against the vocabulary and the free memory before anything is allocated."""
@@ -92,9 +147,15 @@ def engine_config(cfg: ModelConfig, settings: GenerateSettings, policy: SDPolicy
         raise InputError(f"policy '{settings.policy}' drafts top-{widest} but the vocabulary has {cfg.vocab_size} "
                          "tokens", field="--policy")
     max_verify, max_nodes = tree_limits(shapes) if shapes is not None else (MAX_VERIFY, MAX_DRAFT_NODES)
+    longest = prompt_len if prompt_len is not None else settings.prompt_len
+    if longest + settings.max_tokens > cfg.max_position_embeddings:
+        raise InputError(f"the longest prompt ({longest} tokens) + {settings.max_tokens} new tokens exceeds the "
+                         f"model's context of {cfg.max_position_embeddings:,} tokens (max_position_embeddings)",
+                         field="--max-tokens")
     engine_cfg = EngineConfig(max_batch=settings.max_batch or settings.prompts,
-                              max_len=settings.prompt_len + settings.max_tokens + 1,
-                              max_verify=max(max_verify, 1), max_draft_nodes=max(max_nodes, 1))
+                              max_len=longest + settings.max_tokens + 1,
+                              max_verify=max(max_verify, 1), max_draft_nodes=max(max_nodes, 1),
+                              eos_token_ids=() if settings.ignore_eos else cfg.eos_token_ids)
     need = estimate(cfg, dtype_bytes=DTYPES[settings.dtype].itemsize, max_batch=engine_cfg.max_batch,
                     max_len=engine_cfg.max_len, max_verify=engine_cfg.max_verify,
                     max_draft_nodes=engine_cfg.max_draft_nodes, drafter=settings.drafter == "random")
@@ -133,14 +194,20 @@ def generate(cfg: ModelConfig, settings: GenerateSettings, target: Transformer |
     """Run ``settings.prompts`` random prompts through the engine under ``settings.policy``."""
     from tltsim.policy.registry import make_policy
 
-    settings.validate(cfg)
+    given = read_prompts(settings.prompts_file, cfg, settings.tokenizer) if settings.prompts_file else None
+    if given is not None:
+        settings = replace(settings, prompts=len(given))
+    settings.validate(cfg if given is None else None)
     policy = make_policy(settings.policy, seed=settings.seed)
-    engine_cfg = engine_config(cfg, settings, policy)
+    longest = max(len(p) for p in given) if given is not None else settings.prompt_len
+    engine_cfg = engine_config(cfg, settings, policy, prompt_len=longest)  # sizes checked before any allocation
+    prompts = given if given is not None else random_prompts(settings.prompts, settings.prompt_len, cfg.vocab_size,
+                                                             settings.seed)
     target = target if target is not None else build_target(cfg, settings)
-    drafter = build_drafter(settings.drafter, target, settings.seed)
+    # A policy that never drafts gets no drafter (nothing built, nothing printed as if it were used).
+    drafter = build_drafter(settings.drafter, target, settings.seed) if policy_shapes(policy) != () else None
     engine = Engine(target, policy, drafter, engine_cfg)
-    for i, prompt in enumerate(random_prompts(settings.prompts, settings.prompt_len, cfg.vocab_size,
-                                              settings.seed)):
+    for i, prompt in enumerate(prompts):
         engine.add_request(prompt, settings.max_tokens,
                            SamplingParams(settings.temperature, settings.top_p, seed=settings.seed * 100_003 + i))
     try:
@@ -149,12 +216,27 @@ def generate(cfg: ModelConfig, settings: GenerateSettings, target: Transformer |
         raise InputError(str(exc)) from None
 
 
+def tokens_jsonl(result: RunResult, eos_token_ids: tuple[int, ...]) -> str:
+    """One JSON line per request, in submission order: prompt, generated tokens, why it stopped."""
+    import json
+
+    lines = []
+    for rid in sorted(result.outputs):
+        out = result.outputs[rid]
+        finish = "eos" if out and out[-1] in eos_token_ids else "length"
+        lines.append(json.dumps({"request": rid, "prompt": result.prompts[rid], "tokens": out, "finish": finish}))
+    return "\n".join(lines) + "\n"
+
+
 def write_results(result: RunResult, settings: GenerateSettings, cfg: ModelConfig, out: Path) -> None:
-    """Event log (Parquet, or CSV if ``out`` ends in .csv) plus the resolved settings as JSON."""
+    """Event log (Parquet, or CSV if ``out`` ends in .csv), the generated tokens as JSONL
+    (``<stem>.tokens.jsonl``) and the resolved settings as JSON (``<stem>.config.json``)."""
     import json
 
     from tltsim.atomic import write_text, write_with
 
+    eos = () if settings.ignore_eos else cfg.eos_token_ids
+    write_text(out.with_name(out.stem + ".tokens.jsonl"), tokens_jsonl(result, eos))
     if out.suffix == ".csv":
         write_with(out, lambda tmp: result.events.to_csv(tmp, index=False))
     else:

@@ -129,7 +129,10 @@ class Attention(nn.Module):
         keys = keys.repeat_interleave(group, dim=1)
         values = values.repeat_interleave(group, dim=1)
         scores = (q.transpose(1, 2) @ keys.transpose(-1, -2)) / math.sqrt(self.head_dim)
-        probs = scores.masked_fill(~ab.mask_for(self.window), float("-inf")).softmax(dim=-1)
+        # Softmax in at least float32, as transformers' eager attention: bf16 would round the weights.
+        compute = torch.promote_types(scores.dtype, torch.float32)
+        probs = scores.masked_fill(~ab.mask_for(self.window), float("-inf")).softmax(dim=-1, dtype=compute)
+        probs = probs.to(values.dtype)
         out = (probs @ values).transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
         return self.o_proj(out)
 

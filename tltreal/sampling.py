@@ -38,6 +38,7 @@ def target_probs(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.T
 
     Greedy rows (temperature 0) become one-hot at the argmax (first index on ties).
     """
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 probabilities are too coarse
     b = logits.shape[0]
     greedy = (temperature == 0).view(b, *([1] * (logits.dim() - 1)))
     temp = torch.where(temperature == 0, torch.ones_like(temperature), temperature)

@@ -35,7 +35,7 @@ MAX_CONTEXT = 1 << 24
 
 # Fields that do not change the forward pass: accepted, not used.
 INERT_FIELDS = frozenset({
-    "architectures", "transformers_version", "torch_dtype", "dtype", "bos_token_id", "eos_token_id",
+    "architectures", "transformers_version", "torch_dtype", "dtype", "bos_token_id",
     "pad_token_id", "sep_token_id", "decoder_start_token_id", "initializer_range", "use_cache",
     "attention_dropout", "pretraining_tp", "_name_or_path", "name_or_path", "output_attentions",
     "output_hidden_states", "return_dict", "tokenizer_class", "id2label", "label2id", "torchscript",
@@ -52,8 +52,8 @@ SHAPE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "inte
 HANDLED_FIELDS = frozenset({
     *SHAPE_FIELDS, "model_type", "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling",
     "rope_parameters", "tie_word_embeddings", "attention_bias", "mlp_bias", "hidden_act",
-    "max_position_embeddings", "use_sliding_window", "sliding_window", "max_window_layers", "layer_types",
-    "partial_rotary_factor", "text_config",
+    "max_position_embeddings", "eos_token_id", "use_sliding_window", "sliding_window", "max_window_layers",
+    "layer_types", "partial_rotary_factor", "text_config",
 })
 
 
@@ -113,6 +113,7 @@ class ModelConfig:
     head_dim_override: int | None = None
     sliding_window: int | None = None
     sliding_layers: tuple[int, ...] = ()  # indices of layers that attend within sliding_window only
+    eos_token_ids: tuple[int, ...] = ()  # generation stops at any of these (config.json eos_token_id)
 
     def __post_init__(self) -> None:
         for name, hi in (("vocab_size", MAX_VOCAB), ("hidden_size", MAX_DIM), ("intermediate_size", MAX_DIM),
@@ -146,6 +147,9 @@ class ModelConfig:
             raise InputError("a Qwen2 model has q/k/v biases and no o_proj or MLP biases", field="qkv_bias")
         if self.model_type == "llama" and self.qkv_bias != self.o_bias:
             raise InputError("Llama's attention_bias puts biases on q, k, v and o alike", field="o_bias")
+        if any(not 0 <= t < self.vocab_size for t in self.eos_token_ids):
+            raise InputError(f"token ids must be in [0, {self.vocab_size}), got {list(self.eos_token_ids)}",
+                             field="eos_token_id")
         if any(not 0 <= i < self.num_hidden_layers for i in self.sliding_layers):
             raise InputError("names a layer beyond num_hidden_layers", field="layer_types")
 
@@ -202,6 +206,8 @@ class ModelConfig:
         }
         if self.head_dim_override is not None:
             d["head_dim"] = self.head_dim_override
+        if self.eos_token_ids:
+            d["eos_token_id"] = self.eos_token_ids[0] if len(self.eos_token_ids) == 1 else list(self.eos_token_ids)
         if self.model_type == "llama":
             d["attention_bias"], d["mlp_bias"] = self.qkv_bias, self.mlp_bias
         else:
@@ -311,6 +317,16 @@ def _sliding(raw: dict[str, Any], model_type: str, layers: int) -> tuple[int | N
     return window, sliding
 
 
+def _eos(raw: dict[str, Any]) -> tuple[int, ...]:
+    value = raw.get("eos_token_id")
+    if value is None:
+        return ()
+    items = value if isinstance(value, list) else [value]
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in items):
+        raise InputError(f"expected a token id or a list of them, got {value!r}", field="eos_token_id")
+    return tuple(items)
+
+
 def _parse(raw: dict[str, Any]) -> ModelConfig:
     if "text_config" in raw and "num_hidden_layers" not in raw:
         inner = raw["text_config"]  # multimodal wrappers keep the language model's shape here
@@ -357,4 +373,5 @@ def _parse(raw: dict[str, Any]) -> ModelConfig:
         tie_word_embeddings=_bool(raw, "tie_word_embeddings", False), qkv_bias=qkv_bias, o_bias=o_bias,
         mlp_bias=mlp_bias, hidden_act=act, max_position_embeddings=_int(raw, "max_position_embeddings",
                                                                         default_context),
-        model_type=model_type, head_dim_override=head_dim, sliding_window=window, sliding_layers=sliding)
+        model_type=model_type, head_dim_override=head_dim, sliding_window=window, sliding_layers=sliding,
+        eos_token_ids=_eos(raw))

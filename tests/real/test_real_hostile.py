@@ -200,3 +200,32 @@ def test_memory_estimate_matches_the_engines_allocations() -> None:
         own = sum(p.numel() * p.element_size() for n, p in drafter.named_parameters() if "lm_head" not in n
                   and "embed" not in n)
         assert est.drafter == own + engine.draft_cache.k.nbytes + engine.draft_cache.v.nbytes
+
+
+PROMPT_FILES: list[tuple[str, bytes | None, str]] = [
+    ("missing", None, "not found"),
+    ("empty", b"", "no prompts"),
+    ("blank-lines", b"\n\n  \n", "no prompts"),
+    ("not-json", b"[1, 2\n", "row 1"),
+    ("string", b'"hello"\n', "token ids"),
+    ("empty-list", b"[]\n", "token ids"),
+    ("out-of-vocab", b"[1, 2, 128]\n", "token ids"),
+    ("negative", b"[1, -2]\n", "token ids"),
+    ("booleans", b"[true, false]\n", "token ids"),
+    ("floats", b"[1.0, 2.0]\n", "token ids"),
+    ("second-line-bad", b"[1, 2]\n{\"tokens\": \"x\"}\n", "row 2"),
+    ("text-without-tokenizer", b'{"text": "hello"}\n', "--tokenizer"),
+    ("too-long-for-context", b"[" + b", ".join([b"1"] * 510) + b"]\n", "max_position_embeddings"),
+    ("binary", b"\xff\xfe\x00garbage", "UTF-8"),
+]
+
+
+@pytest.mark.parametrize("name,content,expect", PROMPT_FILES, ids=[c[0] for c in PROMPT_FILES])
+def test_hostile_prompt_files(tmp_path: Path, name: str, content: bytes | None, expect: str) -> None:
+    config = _cfg(tmp_path)
+    path = tmp_path / "prompts.jsonl"
+    if content is not None:
+        path.write_bytes(content)
+    before = {p.name for p in tmp_path.iterdir()}
+    res = invoke_cli("real", "generate", "--config", config, "--prompts-file", str(path), "--max-tokens", "4")
+    _check(res, expect, tmp_path, before)

@@ -143,7 +143,7 @@ def test_eos_stops_requests_identically(target, prompts, reference):
     results = []
     cases = [(NoSD(), None, 32), (Static(SDConfig(4, 2, 6)), OracleDrafter(target, noise=0.3), 5)]
     for policy, drafter, batch in cases:
-        engine = Engine(target, policy, drafter, EngineConfig(max_batch=batch, max_len=200, eos_token_id=eos))
+        engine = Engine(target, policy, drafter, EngineConfig(max_batch=batch, max_len=200, eos_token_ids=(eos,)))
         for p in prompts[:8]:
             engine.add_request(p, 128)
         results.append(engine.run().outputs)

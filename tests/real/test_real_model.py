@@ -135,3 +135,28 @@ def test_noisy_oracle_is_o_vocab_at_qwen_vocabulary_and_perturbs_as_documented()
     assert not torch.equal(perturb[0], perturb[1])  # per input token, fixed by the seed
     again = OracleDrafter(target, noise=0.5, seed=3)
     assert torch.equal(again._a[torch.arange(64)] @ again._b, perturb)
+
+
+def test_oracle_generation_at_qwen_vocabulary_stays_within_2_gb(tmp_path):
+    """`--drafter oracle` end to end at vocab 151,936 (a tiny body, the real vocabulary): the whole
+    process's peak RSS, torch included, stays under 2 GB (a vocab^2 noise table alone was 370 GB)."""
+    import subprocess
+    import sys
+
+    cfg = ModelConfig(vocab_size=151_936, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1)
+    (tmp_path / "config.json").write_text(json.dumps(cfg.to_hf_dict()))
+    code = (
+        "import resource, sys\n"
+        "from tltreal.generate import GenerateSettings, generate\n"
+        "from tltsim.model_config import ModelConfig\n"
+        "cfg = ModelConfig.from_json(sys.argv[1])\n"
+        "r = generate(cfg, GenerateSettings(prompts=2, max_tokens=8, prompt_len=8, policy='static:4_2_6',\n"
+        "                                   drafter='oracle'))\n"
+        "assert r.generated_tokens == 16 and (r.decode_events['depth'] > 0).any()\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "config.json")], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    peak_gb = int(proc.stdout.split()[-1]) * 1024 / 1e9
+    assert peak_gb < 2.0, peak_gb

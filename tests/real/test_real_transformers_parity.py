@@ -11,6 +11,7 @@ MLP biases, Qwen2 biases and sliding-window layers, tied embeddings, head_dim !=
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -110,7 +111,9 @@ def test_config_round_trips_through_transformers(tmp_path: Path) -> None:
         (folder / "config.json").write_text(json.dumps(cfg.to_hf_dict()))
         hf = transformers.AutoConfig.from_pretrained(folder)
         hf.save_pretrained(folder / "again")
-        assert ModelConfig.from_json(folder / "again") == cfg
+        back = ModelConfig.from_json(folder / "again")
+        # transformers fills in its own default eos_token_id (Llama: 2) where the config had none
+        assert back.eos_token_ids in ((), (2,)) and replace(back, eos_token_ids=cfg.eos_token_ids) == cfg
 
 
 @pytest.mark.parametrize("field,value", [
@@ -129,3 +132,37 @@ def test_unknown_or_unsupported_fields_are_refused_not_ignored(tmp_path: Path, f
     with pytest.raises(InputError) as err:
         ModelConfig.from_json(path)
     assert str(path) in str(err.value) and field in str(err.value)
+
+
+def test_tlt_real_generate_matches_transformers_greedy_and_stops_at_eos(tmp_path: Path) -> None:
+    """The CLI end to end: prompts from a file, weights and eos_token_id from the saved model, tokens
+    written as JSONL; equal to transformers' greedy generate, stopping at EOS (SD on), and running
+    to --max-tokens with --ignore-eos."""
+    from conftest import invoke_cli
+
+    hf, folder = _hf_model(tmp_path, {"model_type": "llama"})
+    prompt = _prompt()
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        free = hf.generate(ids, max_new_tokens=20, min_new_tokens=20, do_sample=False, pad_token_id=0)[0, 20:].tolist()
+    stop = next(i for i, t in enumerate(free) if i >= 5 and t not in free[:i])  # first new token from the 6th on
+    eos = free[stop]
+    raw = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**raw, "eos_token_id": eos}))
+    with torch.no_grad():
+        expected = hf.generate(ids, max_new_tokens=20, do_sample=False, eos_token_id=eos,
+                               pad_token_id=eos)[0, 20:].tolist()
+    assert expected == free[: stop + 1]
+    (tmp_path / "p.jsonl").write_text(json.dumps(prompt) + "\n" + json.dumps({"tokens": prompt[:7]}) + "\n")
+    base = ["real", "generate", "--config", str(folder), "--weights", str(folder), "--prompts-file",
+            str(tmp_path / "p.jsonl"), "--max-tokens", "20", "--dtype", "float64"]
+    res = invoke_cli(*base, "--policy", "static:3_2_6", "--drafter", "oracle", "--out", str(tmp_path / "e.parquet"))
+    assert res.returncode == 0, res.stderr
+    rows = [json.loads(line) for line in (tmp_path / "e.tokens.jsonl").read_text().splitlines()]
+    assert [r["prompt"] for r in rows] == [prompt, prompt[:7]]
+    assert rows[0]["tokens"] == expected and rows[0]["finish"] == "eos"
+    res = invoke_cli(*base, "--ignore-eos", "--out", str(tmp_path / "f.parquet"))
+    assert res.returncode == 0, res.stderr
+    assert "drafter none" in res.stdout  # no-sd never drafts: no drafter is built
+    rows = [json.loads(line) for line in (tmp_path / "f.tokens.jsonl").read_text().splitlines()]
+    assert rows[0]["tokens"] == free and rows[0]["finish"] == "length"

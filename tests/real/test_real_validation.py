@@ -64,6 +64,7 @@ def test_speculative_run_refuses_a_run_whose_output_differs(target):
                         position_probs=paper_qwen32b_tp4().position_probs(16, 8), max_batch=2)
 
 
+@pytest.mark.timing  # compares measured latencies: run alone, not beside the parallel suite
 def test_profile_table_is_complete_and_grows_with_batch_and_shape(target):
     shapes = (SDConfig(3, 1, 3), SDConfig(6, 4, 16))
     grid = ProfileGrid(batch_sizes=(1, 8), contexts=(48, 96), prefill_lengths=(1, 32), sd_configs=shapes,
