@@ -241,3 +241,14 @@ def test_accepted_counts_whole_while_emitted_stops_at_the_response_end(target, p
     assert len(result.outputs[rid]) == 4
     sd = result.decode_events[result.decode_events["depth"] > 0]
     assert int(sd["tokens"].iloc[0]) == 3
+
+
+def test_bf16_greedy_is_batch_invariant_and_sd_lossless(prompts):
+    """In bfloat16 the engine normalises, takes attention softmax and acceptance probabilities in
+    float32 (as transformers): greedy output then does not depend on batch shape, and SD equals plain
+    decoding. With RMSNorm in bf16 most of these prompts diverge (reports/losslessness)."""
+    bf16 = random_model(CFG, seed=1, dtype=torch.bfloat16, std=0.1)
+    ref = run(bf16, prompts[:12], NoSD(), None, batch=12, n_new=40)
+    assert run(bf16, prompts[:12], NoSD(), None, batch=3, n_new=40).outputs == ref.outputs
+    sd = run(bf16, prompts[:12], Static(SDConfig(4, 2, 6)), OracleDrafter(bf16, noise=0.3), batch=5, n_new=40)
+    assert sd.outputs == ref.outputs
