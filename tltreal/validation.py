@@ -247,10 +247,11 @@ def validate_native(workloads: Sequence, specs: Sequence[str], accept: Positiona
     for w in steps:
         if progress:
             progress(f"simulating step {w.step}")
-        measured = MeasuredAcceptance({c: a for r in runs if r.step == w.step for c, a in r.accepted.items()},
-                                      accept)
         for spec in specs:
             real = by_key[(w.step, spec)]
+            # This run's own accept-length distribution per shape (pooling runs by shape let the last
+            # run that used a shape stand for all of them).
+            measured = MeasuredAcceptance(real.accepted, accept)
             row = {"step": w.step, "policy": spec, "real_s": real.makespan}
             sim_accept = {}
             for cost_name, cost in costs.items():
