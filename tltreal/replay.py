@@ -13,7 +13,7 @@ Everything here is deterministic given the seed except the wall-clock times, whi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -50,6 +50,13 @@ def replay_requests(workload, *, vocab_size: int, seed: int, deal_mode: str = "s
         prompts.append(tuple(torch.randint(0, vocab_size, (n_prompt,), generator=g).tolist()))
         lengths.append(max(1, int(workload.response_tokens[i])))
     return ReplayRequests(int(workload.step), tuple(prompts), tuple(lengths))
+
+
+def with_extra_tokens(requests: ReplayRequests, extra: int) -> ReplayRequests:
+    """The same requests, each response ``extra`` tokens longer: a reference run on these tells the
+    pinned drafter what the target would say past each response's end, so acceptance in a request's
+    last iterations is the model's and not cut short by a drafter that cannot see past the end."""
+    return replace(requests, lengths=tuple(n + extra for n in requests.lengths))
 
 
 class RecordingPolicy:
@@ -94,7 +101,8 @@ def reference_run(target: Transformer, requests: ReplayRequests, *, max_batch: i
 def speculative_run(target: Transformer, requests: ReplayRequests, reference: RunResult, policy: SDPolicy, *,
                     position_probs: np.ndarray, max_batch: int, seed: int = 0, **config_kwargs) -> RunResult:
     """The same requests under ``policy`` with a pinned drafter; refuses a run whose output differs
-    from the reference (that would be a losslessness bug, not a timing)."""
+    from the reference (that would be a losslessness bug, not a timing). ``reference`` may run longer
+    than ``requests`` (:func:`with_extra_tokens`); its outputs are then compared up to each length."""
     sequences = [list(p) + reference.outputs[i] for i, p in enumerate(requests.prompts)]
     engine: Engine | None = None
 
@@ -106,7 +114,8 @@ def speculative_run(target: Transformer, requests: ReplayRequests, reference: Ru
     drafter = PinnedDrafter(random_drafter(target, seed=seed + 1), position_probs, truth, seed=seed)
     engine = _engine(target, policy, drafter, requests, max_batch, config_kwargs)
     result = engine.run()
-    if result.outputs != reference.outputs:
+    expected = {rid: out[: requests.lengths[rid]] for rid, out in reference.outputs.items()}
+    if result.outputs != expected:
         raise InputError(f"policy {policy.name}: speculative output differs from the plain reference run "
                          "(losslessness broken)")
     return result

@@ -31,7 +31,14 @@ import torch
 
 from tltreal.model import Transformer, random_model
 from tltreal.profiler import PROFILE_DEVICE, ProfileGrid, profile_metadata, profile_native
-from tltreal.replay import RecordingPolicy, ReplayRequests, reference_run, replay_requests, speculative_run
+from tltreal.replay import (
+    RecordingPolicy,
+    ReplayRequests,
+    reference_run,
+    replay_requests,
+    speculative_run,
+    with_extra_tokens,
+)
 from tltsim.acceptance import ChainAcceptance, TreeAcceptance
 from tltsim.cost import CostModel, RooflineCostModel, TableCostModel, shape_fingerprint
 from tltsim.drafter_state import INITIAL_DRAFTER, DrafterState
@@ -107,7 +114,9 @@ def run_real(target: Transformer, requests: ReplayRequests, specs: Sequence[str]
     """The reference (``no-sd``) and every speculative policy on one step's requests; each policy runs
     ``repeats`` times and the run with the median makespan is kept (CPU timings vary from run to run)."""
     probs = accept.position_probs(PINNED_DEPTH, PINNED_TOPK)
-    reference = reference_run(target, requests, max_batch=max_batch)
+    # The truth for the pinned drafter runs PINNED_DEPTH tokens past every response's end: a drafter
+    # blind past the end would censor the measured acceptance of every request's last iterations.
+    reference = reference_run(target, with_extra_tokens(requests, PINNED_DEPTH), max_batch=max_batch)
     runs = []
     for spec in specs:
         tries = []

@@ -17,7 +17,13 @@ torch = pytest.importorskip("torch")
 
 from tltreal.model import random_model  # noqa: E402
 from tltreal.profiler import ProfileGrid, profile_native  # noqa: E402
-from tltreal.replay import RecordingPolicy, reference_run, replay_requests, speculative_run  # noqa: E402
+from tltreal.replay import (  # noqa: E402
+    RecordingPolicy,
+    reference_run,
+    replay_requests,
+    speculative_run,
+    with_extra_tokens,
+)
 from tltsim.acceptance import ChainAcceptance, paper_qwen32b_tp4  # noqa: E402
 from tltsim.cost import TableCostModel  # noqa: E402
 from tltsim.errors import InputError  # noqa: E402
@@ -53,6 +59,25 @@ def test_pinned_drafter_acceptance_follows_the_model_and_output_is_lossless(targ
     expected = model.expected_accept_length(config)
     # long responses: end-of-response truncation is a small share of iterations
     assert 1 + accepted.mean() == pytest.approx(expected, rel=0.05)
+
+
+def test_measured_acceptance_of_short_responses_is_not_censored_by_their_ends(target):
+    """Responses of 8 tokens under a 6-deep tree: with a reference that runs past each end, the
+    pinned drafter's accepted counts follow the model even in the last iterations; with a reference
+    that stops at the end they fall well short of it (what the validator measured before)."""
+    model, config = paper_qwen32b_tp4(), SDConfig(6, 4, 16)
+    requests = replay_requests(workload(16, 8), vocab_size=CFG.vocab_size, seed=4)
+    expected = model.expected_accept_length(config)
+
+    def mean_accept(reference) -> float:
+        recorder = RecordingPolicy(Static(config))
+        speculative_run(target, requests, reference, recorder, position_probs=model.position_probs(16, 8),
+                        max_batch=16)  # lossless against the reference, truncated to each length
+        return 1 + float(np.concatenate([o.accepted_per_request for o in recorder.outcomes]).mean())
+
+    extended = reference_run(target, with_extra_tokens(requests, 16), max_batch=16)
+    assert mean_accept(extended) == pytest.approx(expected, rel=0.06)  # measured 5.72 vs 5.65
+    assert mean_accept(reference_run(target, requests, max_batch=16)) < 0.9 * expected  # measured 4.84
 
 
 def test_speculative_run_refuses_a_run_whose_output_differs(target):
