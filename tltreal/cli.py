@@ -70,7 +70,6 @@ def generate(
                                 seed=seed, dtype=dtype, weights=str(weights) if weights else None,
                                 prompts_file=str(prompts_file) if prompts_file else None,
                                 tokenizer=str(tokenizer) if tokenizer else None, ignore_eos=ignore_eos)
-    settings.validate(cfg if prompts_file is None else None)
     kernels.set_use_triton(triton)
     result = run_generate(cfg, settings)
     dec = result.decode_events

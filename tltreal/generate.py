@@ -54,9 +54,9 @@ class GenerateSettings:
     tokenizer: str | None = None  # local tokenizer folder, for {"text": ...} prompts
     ignore_eos: bool = False  # run every request to max_tokens (forced-length replay)
 
-    def validate(self, cfg: ModelConfig | None = None) -> None:
-        """Every setting in range, each problem one line naming its option; with ``cfg``, also
-        prompt + new tokens against the model's context length (before anything is allocated)."""
+    def validate(self) -> None:
+        """Every setting in range, each problem one line naming its option (the context length is
+        checked by :func:`engine_config`, which knows the longest prompt)."""
         for name, value, lo, hi in (("--prompts", self.prompts, 1, MAX_PROMPTS),
                                     ("--max-tokens", self.max_tokens, 1, MAX_TOKENS),
                                     ("--prompt-len", self.prompt_len, 1, MAX_TOKENS),
@@ -73,10 +73,6 @@ class GenerateSettings:
                              field="--temperature")
         if not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
             raise InputError(f"must be a number in (0, 1], got {self.top_p}", field="--top-p")
-        if cfg is not None and self.prompt_len + self.max_tokens > cfg.max_position_embeddings:
-            raise InputError(f"prompt length {self.prompt_len} + {self.max_tokens} new tokens exceeds the model's "
-                             f"context of {cfg.max_position_embeddings:,} tokens (max_position_embeddings); lower "
-                             "--max-tokens or --prompt-len", field="--max-tokens")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -150,8 +146,8 @@ def engine_config(cfg: ModelConfig, settings: GenerateSettings, policy: SDPolicy
     longest = prompt_len if prompt_len is not None else settings.prompt_len
     if longest + settings.max_tokens > cfg.max_position_embeddings:
         raise InputError(f"the longest prompt ({longest} tokens) + {settings.max_tokens} new tokens exceeds the "
-                         f"model's context of {cfg.max_position_embeddings:,} tokens (max_position_embeddings)",
-                         field="--max-tokens")
+                         f"model's context of {cfg.max_position_embeddings:,} tokens (max_position_embeddings); "
+                         "lower --max-tokens or --prompt-len", field="--max-tokens")
     engine_cfg = EngineConfig(max_batch=settings.max_batch or settings.prompts,
                               max_len=longest + settings.max_tokens + 1,
                               max_verify=max(max_verify, 1), max_draft_nodes=max(max_nodes, 1),
@@ -197,7 +193,7 @@ def generate(cfg: ModelConfig, settings: GenerateSettings, target: Transformer |
     given = read_prompts(settings.prompts_file, cfg, settings.tokenizer) if settings.prompts_file else None
     if given is not None:
         settings = replace(settings, prompts=len(given))
-    settings.validate(cfg if given is None else None)
+    settings.validate()
     policy = make_policy(settings.policy, seed=settings.seed)
     longest = max(len(p) for p in given) if given is not None else settings.prompt_len
     engine_cfg = engine_config(cfg, settings, policy, prompt_len=longest)  # sizes checked before any allocation

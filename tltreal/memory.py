@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tltsim.model_config import ModelConfig
+from tltsim.model_shape import ModelShape
 
 LOGIT_COPIES = 3  # verify logits, their softmax and the sampler's working copy, float32 each
 HEADROOM = 0.9  # never plan to use more than this share of the free memory
@@ -38,18 +39,21 @@ class MemoryEstimate:
                 f"logits {self.logits / gb:.1f})")
 
 
+def _extra_biases(cfg: ModelConfig) -> int:
+    """Per-layer o_proj and MLP biases, which the cost shape leaves out (negligible for cost, not for
+    an exact count)."""
+    h = cfg.hidden_size
+    return (h if cfg.o_bias else 0) + (2 * cfg.intermediate_size + h if cfg.mlp_bias else 0)
+
+
 def layer_params(cfg: ModelConfig) -> int:
-    h, hd = cfg.hidden_size, cfg.head_dim
-    q, kv = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
-    attn = h * (q + 2 * kv) + q * h + (q + 2 * kv if cfg.qkv_bias else 0) + (h if cfg.o_bias else 0)
-    mlp = 3 * h * cfg.intermediate_size + (2 * cfg.intermediate_size + h if cfg.mlp_bias else 0)
-    return attn + mlp + 2 * h
+    """One decoder layer, norms and every bias included (the cost shape's count plus the biases)."""
+    return ModelShape.from_config(cfg, "native").params_per_layer + _extra_biases(cfg)
 
 
 def model_params(cfg: ModelConfig) -> int:
     """Parameters of the target (embeddings, layers, final norm, LM head unless tied)."""
-    embed = cfg.vocab_size * cfg.hidden_size
-    return embed * (1 if cfg.tie_word_embeddings else 2) + cfg.num_hidden_layers * layer_params(cfg) + cfg.hidden_size
+    return ModelShape.from_config(cfg, "native").total_params + cfg.num_hidden_layers * _extra_biases(cfg)
 
 
 def estimate(cfg: ModelConfig, *, dtype_bytes: int, max_batch: int, max_len: int, max_verify: int,

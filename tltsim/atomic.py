@@ -92,15 +92,6 @@ def read_marker(path: Path) -> list[str] | None:
     return [str(e) for e in data["entries"]]
 
 
-def _is_ours(path: Path) -> bool:
-    """A tlt results folder holding nothing the user added: safe to replace as a whole."""
-    entries = read_marker(path)
-    if entries is None:
-        return False
-    present = {p.name for p in path.iterdir()} - {MARKER}
-    return present <= set(entries)
-
-
 def _foreign_reason(path: Path) -> str | None:
     """Why writing a results folder at ``path`` could destroy a user's data; None if it cannot."""
     if path.is_symlink() and not path.exists():
@@ -113,11 +104,13 @@ def _foreign_reason(path: Path) -> str | None:
         names = sorted(p.name for p in path.iterdir())
     except PermissionError:
         return "is a folder tlt cannot read"
-    if not names or _is_ours(path):
+    if not names:
         return None
     entries = read_marker(path)
     if entries is not None:
         extra = sorted(set(names) - set(entries) - {MARKER})
+        if not extra:  # tlt's own results, nothing added: safe to replace as a whole
+            return None
         return (f"is a tlt results folder to which other files were added ({', '.join(extra[:3])}"
                 f"{', ...' if len(extra) > 3 else ''}); move them away, choose another path, or pass --force "
                 "to write into it without deleting anything")
@@ -280,17 +273,16 @@ def _commit(tmp: Path, path: Path, force: bool, field: str) -> None:
             return
         _write_marker(tmp)
         old = None
-        if path.exists():
-            if not any(path.iterdir()):
-                with contextlib.suppress(OSError):  # an empty folder (or a mount point: then merge)
-                    path.rmdir()
-            if path.exists() and not any(path.iterdir()):
+        if path.exists() and not any(path.iterdir()):
+            try:
+                path.rmdir()  # an empty folder: take its place
+            except OSError:  # a mount point: fill it instead
                 _merge_into(tmp, path)
                 shutil.rmtree(tmp, ignore_errors=True)
                 return
-            if path.exists():
-                old = Path(tempfile.mkdtemp(prefix=_temp_prefix(path, _OLD), dir=path.parent))
-                os.replace(path, old / "x")
+        elif path.exists():  # tlt's own results: set aside, swap, then delete
+            old = Path(tempfile.mkdtemp(prefix=_temp_prefix(path, _OLD), dir=path.parent))
+            os.replace(path, old / "x")
         os.replace(tmp, path)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)

@@ -186,7 +186,9 @@ def test_memory_estimate_matches_the_engines_allocations() -> None:
     from tltsim.policy.base import Static
 
     for cfg in (CFG, ModelConfig(vocab_size=96, hidden_size=48, intermediate_size=80, num_hidden_layers=3,
-                                 num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)):
+                                 num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True),
+                ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, qkv_bias=True, o_bias=True, mlp_bias=True)):
         target = random_model(cfg, seed=0, dtype=torch.float32)
         assert model_params(cfg) == sum(p.numel() for p in target.parameters())
         drafter = random_drafter(target, seed=1)
