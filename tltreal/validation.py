@@ -22,8 +22,9 @@ latency error of each cost model on the real iterations' own conditions (median 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -71,6 +72,17 @@ class NativeSettings:
     grid_iterations: int = 5
     grid_repeats: int = 3
     real_repeats: int = 3  # real runs per (step, policy); the median makespan's run is kept
+
+
+class MeasuredRun(Protocol):
+    """What the comparison needs of a real run, whichever backend made it."""
+
+    step: int
+    policy: str
+    events: pd.DataFrame
+    makespan: float
+    iterations: pd.DataFrame  # one row per decode iteration: batch_size, contexts, config, seconds, accept_length
+    accepted: dict[SDConfig, np.ndarray]  # per-request accepted draft tokens of every SD iteration
 
 
 @dataclass
@@ -192,18 +204,22 @@ def profile_table(target: Transformer, runs: Sequence[RealRun], settings: Native
     return df, meta
 
 
-def simulate(workload, spec: str, cost: CostModel, accept, *, max_batch: int, seed: int, deal_mode: str,
-             mode: str = "stochastic") -> pd.DataFrame:
-    """One step on one rollout worker, as the native engine runs it (prefill of all admitted requests
-    in one pass, drafter catch-up at the switch)."""
-    engine = SimEngineConfig(max_batch=max_batch, prefill_budget=10**8, switch="catch_up", acceptance_mode=mode)
+def native_engine(max_batch: int, mode: str = "stochastic") -> SimEngineConfig:
+    """The simulator's engine for the native engine: every admitted request prefilled in one pass, the
+    drafter caught up at the switch."""
+    return SimEngineConfig(max_batch=max_batch, prefill_budget=10**8, switch="catch_up", acceptance_mode=mode)
+
+
+def simulate(workload, spec: str, cost: CostModel, accept, *, engine: SimEngineConfig, seed: int,
+             deal_mode: str) -> pd.DataFrame:
+    """One step on one rollout worker under ``engine`` (the real backend's scheduling)."""
     run = RolloutRun([make_policy(spec, seed=seed, accept_model=accept, cost_model=cost)], cost=cost, accept=accept,
                      engine=engine, seed=seed, deal_mode=deal_mode, policy_name=spec)
     run.step(workload)
     return run.events()
 
 
-def iteration_errors(run: RealRun, cost: CostModel) -> np.ndarray:
+def iteration_errors(run: MeasuredRun, cost: CostModel) -> np.ndarray:
     """predicted / measured - 1 for every decode iteration of a real run, at its own conditions."""
     out = []
     for r in run.iterations.itertuples(index=False):
@@ -215,15 +231,73 @@ def iteration_errors(run: RealRun, cost: CostModel) -> np.ndarray:
 
 @dataclass
 class ValidationResult:
-    """Everything the report shows."""
+    """Everything the report shows. ``table`` is the calibrated cost model of every policy, except
+    ``no-sd`` when ``plain_table`` is given (vLLM: an engine without a drafter is cheaper per step)."""
 
     makespans: pd.DataFrame  # step, policy, real_s, then <cost>_<acceptance>_s and _err columns
     iterations: pd.DataFrame  # step, policy, cost, median_abs_err, p90_abs_err, n
-    acceptance: pd.DataFrame  # step, policy, real, predicted, measured (sim mean accept lengths)
-    real_runs: list[RealRun]
+    acceptance: pd.DataFrame  # step, policy, real, then the sim's mean accept length per acceptance source
+    real_runs: list
     sim_events: pd.DataFrame
     table: TableCostModel
-    analytic: RooflineCostModel
+    analytic: CostModel
+    backend: str = "native"
+    plain_table: TableCostModel | None = None
+
+    def cost(self, name: str, policy: str) -> CostModel:
+        """The cost model ``name`` (calibrated / analytic) used for ``policy``."""
+        if name == "analytic":
+            return self.analytic
+        return self.plain_table if policy == "no-sd" and self.plain_table is not None else self.table
+
+    @property
+    def acceptance_sources(self) -> list[str]:
+        return [c for c in self.acceptance.columns if c not in ("step", "policy", "real")]
+
+
+def compare(steps: Sequence, specs: Sequence[str], runs: Sequence[MeasuredRun], result: ValidationResult, *,
+            accept_sources: Callable[[MeasuredRun], dict[str, Positional | MeasuredAcceptance]],
+            engine: SimEngineConfig, seed: int, deal_mode: str, progress=None) -> ValidationResult:
+    """Simulate every (step, policy) with both cost models and every acceptance source, and fill in
+    ``result``'s makespan, per-iteration and accept-length tables."""
+    by_key = {(r.step, r.policy): r for r in runs}
+    make_rows, acc_rows, sim_logs = [], [], []
+    for w in steps:
+        if progress:
+            progress(f"simulating step {w.step}")
+        for spec in specs:
+            real = by_key[(w.step, spec)]
+            row = {"step": w.step, "policy": spec, "real_s": real.makespan}
+            sim_accept = {}
+            for cost_name in ("calibrated", "analytic"):
+                cost = result.cost(cost_name, spec)
+                for acc_name, acc in accept_sources(real).items():
+                    ev = simulate(w, spec, cost, acc, engine=engine, seed=seed, deal_mode=deal_mode)
+                    s = summarize_step(ev, gpus=1, tp=1)
+                    row[f"{cost_name}_{acc_name}_s"] = s.makespan_s
+                    row[f"{cost_name}_{acc_name}_err"] = s.makespan_s / real.makespan - 1
+                    if cost_name == "calibrated":
+                        sim_accept[acc_name] = s.mean_accept_length
+                        sim_logs.append(ev.assign(policy=f"{spec} [sim {acc_name}]"))
+            make_rows.append(row)
+            sd = real.iterations[real.iterations["config"] != NO_SD] if len(real.iterations) else real.iterations
+            real_accept = float(np.average(sd["accept_length"], weights=sd["batch_size"])) if len(sd) else np.nan
+            acc_rows.append({"step": w.step, "policy": spec, "real": real_accept, **sim_accept})
+    iter_rows = []
+    for r in runs:
+        for cost_name in ("calibrated", "analytic"):
+            err = np.abs(iteration_errors(r, result.cost(cost_name, r.policy)))
+            iter_rows.append({"step": r.step, "policy": r.policy, "cost": cost_name,
+                              "median_abs_err": float(np.nanmedian(err)),
+                              "p90_abs_err": float(np.nanpercentile(err, 90)), "n": int(np.isfinite(err).sum())})
+    result.makespans, result.iterations = pd.DataFrame(make_rows), pd.DataFrame(iter_rows)
+    result.acceptance, result.real_runs = pd.DataFrame(acc_rows), list(runs)
+    result.sim_events = pd.concat(sim_logs, ignore_index=True)
+    return result
+
+
+def _empty_result(table: TableCostModel, analytic: CostModel, **kw) -> ValidationResult:
+    return ValidationResult(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), [], pd.DataFrame(), table, analytic, **kw)
 
 
 def validate_native(workloads: Sequence, specs: Sequence[str], accept: Positional, settings: NativeSettings, *,
@@ -249,46 +323,121 @@ def validate_native(workloads: Sequence, specs: Sequence[str], accept: Positiona
             progress("profiling the engine")
         rows, meta = profile_table(target, runs, settings, accept, command)
         table = TableCostModel.from_frame(rows, meta, source="profile")
-    analytic = cpu_roofline(settings.model)
-    costs: dict[str, CostModel] = {"calibrated": table, "analytic": analytic}
-    by_key = {(r.step, r.policy): r for r in runs}
-    make_rows, acc_rows, sim_logs = [], [], []
-    for w in steps:
-        if progress:
-            progress(f"simulating step {w.step}")
-        for spec in specs:
-            real = by_key[(w.step, spec)]
-            # This run's own accept-length distribution per shape (pooling runs by shape let the last
-            # run that used a shape stand for all of them).
-            measured = MeasuredAcceptance(real.accepted, accept)
-            row = {"step": w.step, "policy": spec, "real_s": real.makespan}
-            sim_accept = {}
-            for cost_name, cost in costs.items():
-                for acc_name, acc in (("predicted", accept), ("measured", measured)):
-                    ev = simulate(w, spec, cost, acc, max_batch=settings.max_batch, seed=settings.seed,
-                                  deal_mode=deal_mode)
-                    s = summarize_step(ev, gpus=1, tp=1)
-                    row[f"{cost_name}_{acc_name}_s"] = s.makespan_s
-                    row[f"{cost_name}_{acc_name}_err"] = s.makespan_s / real.makespan - 1
-                    if cost_name == "calibrated":
-                        sim_accept[acc_name] = s.mean_accept_length
-                        sim_logs.append(ev.assign(policy=f"{spec} [sim {acc_name}]"))
-            make_rows.append(row)
-            sd = real.iterations[real.iterations["config"] != NO_SD]
-            real_accept = float(np.average(sd["accept_length"], weights=sd["batch_size"])) if len(sd) else np.nan
-            acc_rows.append({"step": w.step, "policy": spec, "real": real_accept, **sim_accept})
-    iter_rows = []
-    for r in runs:
-        for cost_name, cost in costs.items():
-            err = np.abs(iteration_errors(r, cost))
-            iter_rows.append({"step": r.step, "policy": r.policy, "cost": cost_name,
-                              "median_abs_err": float(np.nanmedian(err)),
-                              "p90_abs_err": float(np.nanpercentile(err, 90)), "n": int(np.isfinite(err).sum())})
-    result = ValidationResult(pd.DataFrame(make_rows), pd.DataFrame(iter_rows), pd.DataFrame(acc_rows), runs,
-                              pd.concat(sim_logs, ignore_index=True), table, analytic)
+    result = _empty_result(table, cpu_roofline(settings.model))
+    # Each run's own accept-length distribution per shape (pooling runs by shape let the last run that
+    # used a shape stand for all of them).
+    compare(steps, specs, runs, result, engine=native_engine(settings.max_batch), seed=settings.seed,
+            deal_mode=deal_mode, progress=progress,
+            accept_sources=lambda real: {"predicted": accept, "measured": MeasuredAcceptance(real.accepted, accept)})
     return result, rows, meta
 
 
-__all__ = ["DEFAULT_MODEL", "PROFILE_DEVICE", "MeasuredAcceptance", "NativeSettings", "RealRun", "ValidationResult",
-           "cpu_roofline", "iteration_errors", "profile_table", "run_real", "scaled", "shape_of", "simulate",
-           "validate_native"]
+@dataclass(frozen=True)
+class VllmValidation:
+    """The vLLM half's settings beside :class:`NativeSettings`'s scaling and repeats."""
+
+    drafter: str = "draft"
+    late_scale: float = 0.05
+    chains: tuple[int, ...] = (1, 3, 5)  # draft lengths profiled (every K a policy may use must be here)
+
+
+def fitted_chain(accepted: Sequence[dict[SDConfig, np.ndarray]]) -> ChainAcceptance:
+    """Per-position chain acceptance estimated from measured accepted-draft counts (pooled over runs
+    and chain lengths): alpha_i = P(position i accepted | positions < i accepted, position i drafted)."""
+    reached, passed = np.zeros(PINNED_DEPTH), np.zeros(PINNED_DEPTH)
+    for runs in accepted:
+        for config, counts in runs.items():
+            a = np.asarray(counts, dtype=np.int64)
+            for i in range(min(config.depth, PINNED_DEPTH)):
+                reached[i] += int((a >= i).sum())
+                passed[i] += int((a >= i + 1).sum())
+    seen = reached > 0
+    if not seen.any():
+        return ChainAcceptance((0.0,))
+    return ChainAcceptance(tuple((passed[seen] / reached[seen]).tolist()))
+
+
+def vllm_chains(specs: Sequence[str], max_batch: int, seed: int) -> tuple[int, ...]:
+    """Every draft length the policies can schedule on vLLM (refuses policies vLLM cannot run)."""
+    from tltreal.vllm_backend import vllm_schedule
+
+    out: set[int] = set()
+    for spec in specs:
+        k, schedule = vllm_schedule(make_policy(spec, seed=seed), max_batch)
+        out |= {n for _, _, n in schedule if n} if schedule else ({k} if k else set())
+    return tuple(sorted(out))
+
+
+def validate_vllm(workloads: Sequence, specs: Sequence[str], settings: NativeSettings, vllm: VllmValidation, *,
+                  workdir, deal_mode: str = "shuffle", command: str = "", progress=None
+                  ) -> tuple[ValidationResult, dict[str, pd.DataFrame], dict[str, str]]:
+    """The vLLM backend's validation: run every policy on vLLM, profile vLLM (a plain engine and one
+    engine per draft length), simulate with measured acceptance and compare. ``workdir`` receives
+    the HF model folders. Returns the result, the profiled tables (``plain``, ``drafter``) and their
+    metadata."""
+    from pathlib import Path
+
+    from tltreal.vllm_backend import VllmSettings, profile_vllm, run_policies, vllm_metadata, write_models
+
+    vs = VllmSettings(model=settings.model, drafter=vllm.drafter, late_scale=vllm.late_scale,
+                      max_batch=settings.max_batch, seed=settings.seed)
+    chains = vllm_chains(specs, settings.max_batch, settings.seed)
+    steps = [scaled(w, settings.length_scale) for w in workloads]
+    all_requests = [replay_requests(w, vocab_size=settings.model.vocab_size, seed=settings.seed, deal_mode=deal_mode)
+                    for w in steps]
+    longest = max(r.max_len for r in all_requests)
+    vs = replace(vs, max_model_len=max(vs.max_model_len, 2 ** int(np.ceil(np.log2(longest + 64)))))
+    target_dir, draft_dir = write_models(Path(workdir), settings.model, seed=settings.seed,
+                                         late_scale=vllm.late_scale)
+    if progress:
+        progress("real runs on vLLM")
+    runs = run_policies(target_dir, draft_dir, vs, all_requests, specs, repeats=settings.real_repeats)
+    # A draft length a run never used (the sim's batch may differ) falls back to every run's acceptance.
+    pooled = fitted_chain([r.accepted for r in runs])
+    contexts = [max(c) for r in runs for c in r.iterations["contexts"] if len(c)]
+    hi = int(max(contexts)) if contexts else 64
+    prompts = [len(p) for r in all_requests for p in r.prompts]
+    if progress:
+        progress("profiling vLLM")
+    rows = profile_vllm(target_dir, draft_dir, vs, batch_sizes=[b for b in settings.grid_batches
+                                                                if b <= settings.max_batch],
+                        contexts=sorted({int(x) for x in np.geomspace(16, max(32, hi), 4).round()}),
+                        chains=chains, prefill_lengths=sorted({1, int(np.median(prompts)), max(prompts)}),
+                        repeats=settings.grid_repeats)
+    meta = vllm_metadata(vs, command=command, model_fingerprint=shape_fingerprint(shape_of(settings.model)))
+    tables = {name: rows[rows["engine"] == name].drop(columns="engine").reset_index(drop=True)
+              for name in ("plain", "drafter")}
+    plain, drafter = tables["plain"], tables["drafter"]
+    result = _empty_result(TableCostModel.from_frame(drafter, meta, source="profile (vLLM, drafter engine)"),
+                           cpu_roofline(settings.model), backend="vllm",
+                           plain_table=TableCostModel.from_frame(plain, meta, source="profile (vLLM, plain)"))
+    engine = SimEngineConfig(max_batch=settings.max_batch, prefill_budget=vs.max_batched_tokens, switch="in_step",
+                             acceptance_mode="stochastic", mixed_prefill=True)
+    compare(steps, specs, runs, result, engine=engine, seed=settings.seed, deal_mode=deal_mode, progress=progress,
+            accept_sources=lambda real: {"measured": MeasuredAcceptance(real.accepted, pooled)})
+    return result, tables, meta
+
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "PROFILE_DEVICE",
+    "MeasuredAcceptance",
+    "MeasuredRun",
+    "NativeSettings",
+    "RealRun",
+    "ValidationResult",
+    "VllmValidation",
+    "compare",
+    "cpu_roofline",
+    "fitted_chain",
+    "iteration_errors",
+    "native_engine",
+    "profile_table",
+    "run_real",
+    "scaled",
+    "shape_of",
+    "simulate",
+    "validate_native",
+    "validate_vllm",
+    "vllm_chains",
+]

@@ -53,15 +53,23 @@ def validate(
     repeats: Annotated[int, typer.Option(help="Real runs per (step, policy) and profile repeats; medians kept.")] = 3,
     out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/validation/cpu"),
     force: Annotated[bool, typer.Option(help="Write into an existing folder tlt did not create.")] = False,
+    drafter: Annotated[str, typer.Option(help="vLLM backend: 'draft' (early-exit draft model) or 'ngram'.")]
+    = "draft",
+    late_scale: Annotated[float, typer.Option(help="vLLM backend: the target's layers after the first have their "
+                                              "output projections scaled by this (the draft model's agreement).")]
+    = 0.05,
 ) -> None:
     """Run a scenario's steps for real and in simulation; report the simulator's error.
 
     Example: tlt validate --scenario validation_dapo_cpu --out reports/validation/cpu
+    Example: tlt validate --backend vllm --scenario validation_vllm_cpu --out reports/validation/cpu-vllm
     """
     from tltsim.atomic import check_output_dir
 
-    if backend is Backend.vllm:
-        raise InputError("the vLLM backend is not implemented yet; use --backend native", field="--backend")
+    if drafter not in ("draft", "ngram"):
+        raise InputError(f"must be 'draft' or 'ngram', got '{drafter}'", field="--drafter")
+    if not 0 < late_scale <= 1:
+        raise InputError(f"must be in (0, 1], got {late_scale}", field="--late-scale")
     if not 0 < length_scale <= 1:
         raise InputError(f"must be in (0, 1], got {length_scale}", field="--length-scale")
     if not 1 <= max_batch <= 256:
@@ -70,6 +78,8 @@ def validate(
         raise InputError(f"must be in [1, 20], got {repeats}", field="--repeats")
     check_output_dir(out, force)
     _need_torch()
+    import pandas as pd
+
     from analysis.validation_report import write_validation_report
     from tltreal.validation import NativeSettings, validate_native
     from tltsim.cost import TableCostModel
@@ -78,13 +88,33 @@ def validate(
     s = load_scenario(scenario)
     settings = NativeSettings(model=_model_config(model), length_scale=length_scale, max_batch=max_batch,
                               seed=s.seed, grid_repeats=repeats, real_repeats=repeats)
-    given = TableCostModel.from_file(table) if table is not None else None
     workloads = load_steps(s.trace)
-    accept = acceptance_model(s.acceptance)
-    result, rows, meta = validate_native(workloads, policies_with_baseline(s.policies), accept, settings, table=given,
-                                         deal_mode=s.trace.deal, command=_command(),
-                                         progress=lambda msg: typer.echo(msg))
-    write_validation_report(out, result, s, settings, command=_command(), profile=(rows, meta), force=force)
+    specs = policies_with_baseline(s.policies)
+    if backend is Backend.vllm:
+        import tempfile
+
+        from tltreal.validation import VllmValidation, validate_vllm, vllm_chains
+
+        if table is not None:
+            raise InputError("the vLLM backend profiles vLLM itself; --table is for the native backend",
+                             field="--table")
+        vllm_chains(specs, max_batch, s.seed)  # refuses a policy vLLM cannot run before anything starts
+        vllm_settings = VllmValidation(drafter=drafter, late_scale=late_scale)
+        with tempfile.TemporaryDirectory(prefix="tlt-vllm-") as workdir:
+            result, tables, meta = validate_vllm(workloads, specs, settings, vllm_settings,
+                                                 workdir=workdir, deal_mode=s.trace.deal, command=_command(),
+                                                 progress=lambda msg: typer.echo(msg))
+        metrics = pd.DataFrame([{"step": r.step, "policy": r.policy, **r.metrics} for r in result.real_runs])
+        write_validation_report(out, result, s, settings, command=_command(), profile=(tables["drafter"], meta),
+                                force=force, vllm=vllm_settings,
+                                extra={"cost_table_plain": tables["plain"], "vllm_metrics": metrics})
+    else:
+        given = TableCostModel.from_file(table) if table is not None else None
+        accept = acceptance_model(s.acceptance)
+        result, rows, meta = validate_native(workloads, specs, accept, settings, table=given,
+                                             deal_mode=s.trace.deal, command=_command(),
+                                             progress=lambda msg: typer.echo(msg))
+        write_validation_report(out, result, s, settings, command=_command(), profile=(rows, meta), force=force)
     typer.echo(f"wrote {out}/README.md")
 
 
@@ -98,17 +128,28 @@ def profile(
     repeats: Annotated[int, typer.Option(help="Fresh engines per point; medians kept.")] = 3,
     acceptance: Annotated[str, typer.Option(help="Acceptance preset of the pinned drafter.")] = "paper-qwen32b",
     out: Annotated[Path, typer.Option("--out", help="Cost table to write (.parquet).")] = Path("profile.parquet"),
+    backend: Annotated[Backend, typer.Option(help="Engine to measure.")] = Backend.native,
+    drafter: Annotated[str, typer.Option(help="vLLM backend: 'draft' (early-exit draft model) or 'ngram'.")]
+    = "draft",
 ) -> None:
-    """Measure the native engine's iteration latencies on this machine and write a cost table the
-    simulator reads (cost.model = "table", cost.table = PATH).
+    """Measure an engine's iteration latencies on this machine and write a cost table the simulator
+    reads (cost.model = "table", cost.table = PATH). With --backend vllm, OUT holds the drafter
+    engine's table (SD policies) and OUT-plain.parquet the plain engine's (no-sd).
 
     Example: tlt real profile --shape 8_4_32 --shape 4_1_4 --out calibration/cpu/profile.parquet
+    Example: tlt real profile --backend vllm --shape 3_1_3 --context 64 --out calibration/cpu/vllm.parquet
     """
     from tltsim.policy.base import SDConfig
     from tltsim.policy.beg_mab import DEFAULT_ARMS
 
-    default_shapes = (*DEFAULT_ARMS, *(SDConfig.chain(k) for k in (1, 3, 5)))
+    vllm = backend is Backend.vllm
+    default_shapes = tuple(SDConfig.chain(k) for k in (1, 3, 5)) if vllm else (
+        *DEFAULT_ARMS, *(SDConfig.chain(k) for k in (1, 3, 5)))
     shapes = tuple(SDConfig.parse(x) for x in shape) if shape else default_shapes
+    if vllm and any(c.topk != 1 or c.verify_tokens != c.depth for c in shapes):
+        raise InputError("vLLM drafts chains only: give K_1_K shapes", field="--shape")
+    if drafter not in ("draft", "ngram"):
+        raise InputError(f"must be 'draft' or 'ngram', got '{drafter}'", field="--drafter")
     batches = tuple(batch) if batch else (1, 2, 4, 8, 16, 32)
     contexts = tuple(context) if context else (64, 256, 1024)
     for name, values, hi in (("--batch", batches, 1024), ("--context", contexts, 65536)):
@@ -131,6 +172,9 @@ def profile(
     from tltsim.cost import shape_fingerprint, write_table
 
     cfg = _model_config(config)
+    if vllm:
+        _profile_vllm(cfg, shapes, batches, contexts, repeats, drafter, out)
+        return
     accept = get_acceptance(acceptance)
     target = random_model(cfg, seed=0, dtype=torch.float32)
     grid = ProfileGrid(batch_sizes=batches, contexts=contexts, sd_configs=shapes, repeats=repeats,
@@ -140,3 +184,26 @@ def profile(
     write_table(df, profile_metadata(target, command=_command(), model_fingerprint=shape_fingerprint(shape_of(cfg))),
                 out)
     typer.echo(f"{len(df)} measurements -> {out}")
+
+
+def _profile_vllm(cfg, shapes, batches, contexts, repeats: int, drafter: str, out: Path) -> None:
+    import tempfile
+
+    from tltreal.validation import shape_of
+    from tltreal.vllm_backend import VllmSettings, profile_vllm, vllm_metadata, write_models
+    from tltsim.atomic import check_output_file
+    from tltsim.cost import shape_fingerprint, write_table
+
+    plain_out = out.with_name(out.stem + "-plain.parquet")
+    check_output_file(plain_out)
+    settings = VllmSettings(model=cfg, drafter=drafter, max_batch=max(batches),
+                            max_model_len=max(2048, 2 * max(contexts)))
+    with tempfile.TemporaryDirectory(prefix="tlt-vllm-") as workdir:
+        target_dir, draft_dir = write_models(Path(workdir), cfg, seed=0, late_scale=settings.late_scale)
+        rows = profile_vllm(target_dir, draft_dir, settings, batch_sizes=batches, contexts=contexts,
+                            chains=sorted({c.depth for c in shapes}), prefill_lengths=sorted({1, 8, 64, max(contexts)}),
+                            repeats=repeats)
+    meta = vllm_metadata(settings, command=_command(), model_fingerprint=shape_fingerprint(shape_of(cfg)))
+    for name, path in (("drafter", out), ("plain", plain_out)):
+        write_table(rows[rows["engine"] == name].drop(columns="engine").reset_index(drop=True), meta, path)
+    typer.echo(f"{len(rows)} measurements -> {out} (drafter engine), {plain_out} (plain engine)")

@@ -17,8 +17,11 @@ ACCEPTANCE_MODES = ("expected", "stochastic")
 #: ``reprefill`` — every live request is re-prefilled through target and drafter at a fraction of the
 #: prefill budget (TLT's mechanism: its engine keeps no target hidden states while SD is off);
 #: ``catch_up`` — only the drafter runs over the tokens it has not seen (the native engine keeps the
-#: target's hidden states, so the target needs no re-prefill).
-SWITCH_MODES = ("reprefill", "catch_up")
+#: target's hidden states, so the target needs no re-prefill);
+#: ``in_step`` — the drafter runs in every iteration, drafting or not, so it never lags and the switch
+#: costs nothing extra (vLLM: an engine built with a draft model runs it even at steps its
+#: batch-size schedule gives 0 draft tokens; that cost is in the decode times it is calibrated with).
+SWITCH_MODES = ("reprefill", "catch_up", "in_step")
 
 
 class StepRequests(Protocol):
@@ -39,8 +42,11 @@ class EngineConfig:
     of ``prefill_budget * switch_prefill_fraction`` tokens (TLT: 1/4). ``catch_up_limit``: a request
     whose drafter has missed more than this many tokens is caught up in a separate drafter pass
     before an SD iteration (fewer are folded into the iteration's first draft step, as the native
-    engine does). ``closed_form`` and ``coalesce`` exist so tests can prove that advancing in spans
-    equals plain stepping.
+    engine does). ``mixed_prefill``: requests admitted while others decode join the next decode
+    iteration, as vLLM schedules them, so their prefill costs only its marginal time (the pass minus
+    the fixed cost of any forward, priced as a one-token prefill); off, every admission is a pass of
+    its own (the native engine). ``closed_form`` and ``coalesce`` exist so tests can prove that
+    advancing in spans equals plain stepping.
     """
 
     max_batch: int = 256
@@ -52,6 +58,7 @@ class EngineConfig:
     acceptance_mode: str = "expected"
     closed_form: bool = True
     coalesce: bool = True
+    mixed_prefill: bool = False
 
     def __post_init__(self) -> None:
         if self.max_batch < 1 or self.prefill_budget < 1 or self.kv_capacity_tokens < 1 or self.catch_up_limit < 1:

@@ -6,8 +6,9 @@ Each unit of work (:meth:`RolloutWorker.advance`) is one of:
   each request's first token, as real engines do, so decode produces the remaining ones;
 * **a decision**: the worker's own policy sees a :class:`BatchView` and returns a :class:`Decision`;
 * **the switch**, when the decision has ``switch_on``: a ``switch`` marker, then either a
-  ``switch_reprefill`` of every live request through target and drafter (TLT) or a drafter
-  ``catch_up`` (the native engine), as :data:`~tltsim.rollout.entities.SWITCH_MODES` says;
+  ``switch_reprefill`` of every live request through target and drafter (TLT), a drafter
+  ``catch_up`` (the native engine), or nothing (``in_step``: vLLM's drafter runs every iteration),
+  as :data:`~tltsim.rollout.entities.SWITCH_MODES` says;
 * **drafter catch-up** of requests whose drafter missed more than ``catch_up_limit`` tokens (e.g.
   admitted while SD was on, or after plain iterations under a policy that toggles SD);
 * **a decode span**: up to ``decision.hold`` iterations with the decided config, ending early at the
@@ -88,6 +89,9 @@ class RolloutWorker:
         prompts = self.q_prompt[lo:hi]
         t, passes = self._prefill(prompts, np.zeros(fits, dtype=np.int64), self.eng.prefill_budget, target=True,
                                   drafter=False)
+        if self.eng.mixed_prefill and len(self.live):  # folded into the next decode iteration
+            one = np.ones(1, dtype=np.int64)
+            t = max(0.0, t - self.cost.prefill_time(one, one - 1))
         self.log.span(self.idx, "prefill", self.t, self.t + t, iterations=passes, batch=fits, tokens=fits,
                       prefill_tokens=int(_sum(prompts)))
         self.row_closed = True
@@ -118,7 +122,7 @@ class RolloutWorker:
                           prefill_tokens=int(_sum(ctx)))
             self.t += t
             self.live.lag[:] = 0
-        else:
+        elif self.eng.switch == "catch_up":
             self._catch_up(self.live.lag > _EPS)
         self.row_closed = True
 
@@ -152,6 +156,8 @@ class RolloutWorker:
         config = decision.config
         hold = decision.hold if self.eng.closed_form else 1
         if config.enabled:
+            if self.eng.switch == "in_step":
+                live.lag[:] = 0  # the drafter ran alongside every earlier iteration
             if decision.switch_on:
                 self._switch(config)
             self._catch_up(live.lag > self.eng.catch_up_limit)
