@@ -100,7 +100,10 @@ class EngineSection:
     ``prefill_budget``: tokens per prefill pass (``max_num_batched_tokens``). ``switch``:
     ``reprefill`` (TLT: live requests re-prefilled through target and drafter, in passes of
     ``switch_prefill_fraction`` of the budget) or ``catch_up`` (the native engine: a drafter-only
-    pass); ``catch_up_limit``: tokens a request's drafter may miss before it is caught up apart.
+    pass) or ``in_step`` (vLLM: the drafter runs every iteration, so the switch costs nothing extra);
+    ``catch_up_limit``: tokens a request's drafter may miss before it is caught up apart;
+    ``mixed_prefill``: requests admitted while others decode join the decode iteration (as vLLM
+    schedules them) and pay only their marginal prefill cost.
     """
 
     max_batch: int = 1024
@@ -109,6 +112,7 @@ class EngineSection:
     switch: str = "reprefill"
     switch_prefill_fraction: float = 0.25
     catch_up_limit: int = 16
+    mixed_prefill: bool = False
 
 
 @dataclass(frozen=True)
@@ -561,7 +565,8 @@ def prepare(s: Scenario) -> SimInputs:
     e = s.engine
     engine = EngineConfig(max_batch=e.max_batch, kv_capacity_tokens=kv, prefill_budget=e.prefill_budget,
                           switch=e.switch, switch_prefill_fraction=e.switch_prefill_fraction,
-                          catch_up_limit=e.catch_up_limit, acceptance_mode=s.acceptance.mode)
+                          catch_up_limit=e.catch_up_limit, acceptance_mode=s.acceptance.mode,
+                          mixed_prefill=e.mixed_prefill)
     drafter = DrafterState(quality=s.drafter.quality, position_scale=s.drafter.position_scale)
     return SimInputs(scenario=s, workloads=workloads, cost=cost, accept=acceptance_model(s.acceptance),
                      engine=engine, drafter=drafter)
