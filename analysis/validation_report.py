@@ -241,14 +241,13 @@ def write_validation_report(out: Path, result, scenario, settings, *, command: s
         "used, with its metadata).",
         "",
     ])
-    table_rows = rows if rows is not None else None
     with atomic_dir(out, force=force) as tmp:
         write_text(tmp / "README.md", text)
         write_text(tmp / "makespans.csv", m.to_csv(index=False))
         write_text(tmp / "iterations.csv", result.iterations.to_csv(index=False))
         write_text(tmp / "acceptance.csv", result.acceptance.to_csv(index=False))
-        if table_rows is not None:
-            write_table(table_rows, meta or {}, tmp / "cost_table.parquet")
+        if rows is not None:
+            write_table(rows, meta or {}, tmp / "cost_table.parquet")
         for name, df in (extra or {}).items():
             write_text(tmp / f"{name}.csv", df.to_csv(index=False))
         save_figure(iteration_scatter(result), tmp / "iteration_scatter")

@@ -32,6 +32,7 @@ from tltreal.engine import Engine, EngineConfig
 from tltreal.model import Transformer
 from tltreal.proposers import PinnedDrafter, random_drafter
 from tltsim.acceptance import eagle_tree_reach
+from tltsim.cost import table_frame
 from tltsim.policy.base import NoSD, SDConfig, Static
 from tltsim.policy.elastic import Elastic
 
@@ -181,11 +182,7 @@ def profile_native(target: Transformer, grid: ProfileGrid, *, position_probs: di
                 rows.append({"kind": "sd", "batch_size": b, "context": c, "depth": config.depth, "topk": config.topk,
                              "verify_tokens": config.verify_tokens,
                              "seconds": statistics.median(x[config] for x in sd)})
-    df = pd.DataFrame(rows)
-    for col in ("depth", "topk", "verify_tokens"):
-        if col not in df.columns:
-            df[col] = np.nan
-    return df
+    return table_frame(rows)
 
 
 def profile_metadata(target: Transformer, *, command: str, model_fingerprint: str) -> dict[str, str]:

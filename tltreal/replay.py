@@ -16,13 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
+import pandas as pd
 import torch
 
 from tltreal.engine import Engine, EngineConfig, RunResult
 from tltreal.model import Transformer
 from tltreal.proposers import PinnedDrafter, random_drafter
 from tltsim.errors import InputError
-from tltsim.policy.base import BatchView, Decision, NoSD, Outcome, SDPolicy
+from tltsim.policy.base import BatchView, Decision, NoSD, Outcome, SDConfig, SDPolicy
 from tltsim.rollout import deal
 
 
@@ -37,6 +38,18 @@ class ReplayRequests:
     @property
     def max_len(self) -> int:
         return max(len(p) + n for p, n in zip(self.prompts, self.lengths, strict=True))
+
+
+@dataclass
+class RealRun:
+    """One policy's real run of one step (any backend): what the sim-vs-real comparison reads."""
+
+    step: int
+    policy: str
+    events: pd.DataFrame
+    makespan: float
+    iterations: pd.DataFrame  # one row per decode iteration: batch_size, contexts, config, seconds, accept_length
+    accepted: dict[SDConfig, np.ndarray]  # per-request accepted draft tokens of every SD iteration
 
 
 def replay_requests(workload, *, vocab_size: int, seed: int, deal_mode: str = "shuffle") -> ReplayRequests:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -33,6 +32,7 @@ import torch
 from tltreal.model import Transformer, random_model
 from tltreal.profiler import PROFILE_DEVICE, ProfileGrid, profile_metadata, profile_native
 from tltreal.replay import (
+    RealRun,
     RecordingPolicy,
     ReplayRequests,
     reference_run,
@@ -72,29 +72,6 @@ class NativeSettings:
     grid_iterations: int = 5
     grid_repeats: int = 3
     real_repeats: int = 3  # real runs per (step, policy); the median makespan's run is kept
-
-
-class MeasuredRun(Protocol):
-    """What the comparison needs of a real run, whichever backend made it."""
-
-    step: int
-    policy: str
-    events: pd.DataFrame
-    makespan: float
-    iterations: pd.DataFrame  # one row per decode iteration: batch_size, contexts, config, seconds, accept_length
-    accepted: dict[SDConfig, np.ndarray]  # per-request accepted draft tokens of every SD iteration
-
-
-@dataclass
-class RealRun:
-    """One policy's real run of one step, with what its policy saw and was told."""
-
-    step: int
-    policy: str
-    events: pd.DataFrame
-    makespan: float
-    iterations: pd.DataFrame  # one row per decode iteration: batch_size, contexts, config, seconds, accept_length
-    accepted: dict[SDConfig, np.ndarray]  # per-request accepted draft tokens of every SD iteration
 
 
 def shape_of(cfg: ModelConfig, name: str = "native") -> ModelShape:
@@ -219,7 +196,7 @@ def simulate(workload, spec: str, cost: CostModel, accept, *, engine: SimEngineC
     return run.events()
 
 
-def iteration_errors(run: MeasuredRun, cost: CostModel) -> np.ndarray:
+def iteration_errors(run: RealRun, cost: CostModel) -> np.ndarray:
     """predicted / measured - 1 for every decode iteration of a real run, at its own conditions."""
     out = []
     for r in run.iterations.itertuples(index=False):
@@ -255,8 +232,8 @@ class ValidationResult:
         return [c for c in self.acceptance.columns if c not in ("step", "policy", "real")]
 
 
-def compare(steps: Sequence, specs: Sequence[str], runs: Sequence[MeasuredRun], result: ValidationResult, *,
-            accept_sources: Callable[[MeasuredRun], dict[str, Positional | MeasuredAcceptance]],
+def compare(steps: Sequence, specs: Sequence[str], runs: Sequence[RealRun], result: ValidationResult, *,
+            accept_sources: Callable[[RealRun], dict[str, Positional | MeasuredAcceptance]],
             engine: SimEngineConfig, seed: int, deal_mode: str, progress=None) -> ValidationResult:
     """Simulate every (step, policy) with both cost models and every acceptance source, and fill in
     ``result``'s makespan, per-iteration and accept-length tables."""
@@ -379,14 +356,14 @@ def validate_vllm(workloads: Sequence, specs: Sequence[str], settings: NativeSet
 
     from tltreal.vllm_backend import VllmSettings, profile_vllm, run_policies, vllm_metadata, write_models
 
-    vs = VllmSettings(model=settings.model, drafter=vllm.drafter, late_scale=vllm.late_scale,
-                      max_batch=settings.max_batch, seed=settings.seed)
     chains = vllm_chains(specs, settings.max_batch, settings.seed)
     steps = [scaled(w, settings.length_scale) for w in workloads]
     all_requests = [replay_requests(w, vocab_size=settings.model.vocab_size, seed=settings.seed, deal_mode=deal_mode)
                     for w in steps]
     longest = max(r.max_len for r in all_requests)
-    vs = replace(vs, max_model_len=max(vs.max_model_len, 2 ** int(np.ceil(np.log2(longest + 64)))))
+    vs = VllmSettings(model=settings.model, drafter=vllm.drafter, late_scale=vllm.late_scale,
+                      max_batch=settings.max_batch, seed=settings.seed,
+                      max_model_len=max(VllmSettings.max_model_len, 2 ** int(np.ceil(np.log2(longest + 64)))))
     target_dir, draft_dir = write_models(Path(workdir), settings.model, seed=settings.seed,
                                          late_scale=vllm.late_scale)
     if progress:
@@ -422,7 +399,6 @@ __all__ = [
     "DEFAULT_MODEL",
     "PROFILE_DEVICE",
     "MeasuredAcceptance",
-    "MeasuredRun",
     "NativeSettings",
     "RealRun",
     "ValidationResult",

@@ -51,7 +51,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tltreal.replay import ReplayRequests
+from tltreal.replay import RealRun, ReplayRequests
+from tltsim.cost import table_frame
 from tltsim.errors import InputError
 from tltsim.events import CLUSTER, EventLog
 from tltsim.model_config import ModelConfig
@@ -168,17 +169,12 @@ def write_models(folder: Path, cfg: ModelConfig, *, seed: int, late_scale: float
 
 # ---- one engine ------------------------------------------------------------------------------------
 @dataclass
-class VllmRun:
-    """One policy's run of one step on vLLM."""
+class VllmRun(RealRun):
+    """One policy's run of one step on vLLM: the common record plus the outputs (for the losslessness
+    check) and vLLM's spec-decode counters over this run (iterations also carry prefill_tokens, drafted)."""
 
-    step: int
-    policy: str
-    events: pd.DataFrame
-    makespan: float
-    iterations: pd.DataFrame  # per decode step: batch_size, contexts, config, seconds, accept_length, prefill_tokens
-    accepted: dict[SDConfig, np.ndarray]  # per-request accepted draft tokens of every SD step
-    outputs: dict[int, list[int]]
-    metrics: dict[str, float] = field(default_factory=dict)  # vLLM's spec-decode counters over this run
+    outputs: dict[int, list[int]] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 class VllmEngine:
@@ -399,11 +395,7 @@ def profile_vllm(target_dir: Path, draft_dir: Path, settings: VllmSettings, *, b
                     rows.append(row)
         finally:
             engine.close()
-    df = pd.DataFrame(rows)
-    for col in ("depth", "topk", "verify_tokens"):
-        if col not in df.columns:
-            df[col] = np.nan
-    return df
+    return table_frame(rows)
 
 
 def vllm_metadata(settings: VllmSettings, *, command: str, model_fingerprint: str) -> dict[str, str]:

@@ -15,8 +15,8 @@ from tltsim.cost.roofline import (
     RooflineCostModel,
     padded_batch,
 )
-from tltsim.cost.table import TABLE_COLUMNS, TABLE_KINDS, TableCostModel, shape_fingerprint, write_table
+from tltsim.cost.table import TABLE_COLUMNS, TABLE_KINDS, TableCostModel, shape_fingerprint, table_frame, write_table
 
 __all__ = ["CUDA_GRAPH_BATCH_SIZES", "DEFAULT_DRAFT_STEP_OVERHEAD_S", "DEFAULT_ITERATION_OVERHEAD_S",
            "DEFAULT_SD_OVERHEAD_S", "TABLE_COLUMNS", "TABLE_KINDS", "CostModel", "RooflineCostModel", "SDMeasurement",
-           "TableCostModel", "fit_sd_overheads", "padded_batch", "shape_fingerprint", "write_table"]
+           "TableCostModel", "fit_sd_overheads", "padded_batch", "shape_fingerprint", "table_frame", "write_table"]

@@ -61,6 +61,15 @@ CONTEXT_RULES = ("sum", "max")
 META_KEY = b"tlt.cost_table"
 
 
+def table_frame(rows: list[dict]) -> pd.DataFrame:
+    """Profiler rows as a table frame: every shape column present (NaN where a kind has none)."""
+    df = pd.DataFrame(rows)
+    for col in SHAPE_COLUMNS:
+        if col not in df.columns:
+            df[col] = np.nan
+    return df
+
+
 def shape_fingerprint(shape: ModelShape) -> str:
     """The architecture numbers that decide iteration cost, as one comparable string."""
     s = shape
