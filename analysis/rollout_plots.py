@@ -1,4 +1,8 @@
-"""Figures of simulated (or real) rollouts from the event log: timeline and makespan per policy."""
+"""Figures of simulated (or real) rollouts from the event log: timeline and makespan per policy.
+
+Policy colours come from :func:`analysis.style.colors_for` over the figure's policies (fixed per
+shipped policy or preset, never shared); the timeline's legend sits outside the panels.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from analysis.style import color_for, paper_rc
+from analysis.style import colors_for, legend_outside, paper_rc
 
 
 def rollout_timeline(events: pd.DataFrame, policies: list[str] | None = None) -> plt.Figure:
@@ -21,12 +25,13 @@ def rollout_timeline(events: pd.DataFrame, policies: list[str] | None = None) ->
                  & (events["phase"] == "rollout") & (events["worker"] >= 0)]
     policies = policies or list(dict.fromkeys(dec["policy"]))
     t_max = float(events["t_end"].max())
+    colours = colors_for(policies)
     with plt.rc_context(paper_rc()):
         fig, axes = plt.subplots(len(policies), 1, sharex=True, sharey=True, squeeze=False,
                                  figsize=(6.0, 1.5 + 1.3 * len(policies)))
         for ax, pol in zip(axes[:, 0], policies, strict=True):
             d = dec[dec["policy"] == pol]
-            colour = color_for(pol)
+            colour = colours[str(pol)]
             for _, g in d.groupby("worker"):
                 ax.hlines(g["batch_size"], g["t_start"], g["t_end"], color="#bbbbbb", lw=0.8)
                 sd = g[g["depth"] > 0]
@@ -41,9 +46,9 @@ def rollout_timeline(events: pd.DataFrame, policies: list[str] | None = None) ->
             ax.set_title(f"{pol}: rollout {end - start:.1f} s", loc="left")
         handles = [plt.Line2D([], [], color="#bbbbbb", lw=1, label="decode, SD off"),
                    plt.Line2D([], [], color="#000000", lw=2.5, label="drafter re-prefill / catch-up"),
-                   *[plt.Line2D([], [], color=color_for(p), lw=1.6, label=f"SD on ({p})")
+                   *[plt.Line2D([], [], color=colours[str(p)], lw=1.6, label=f"SD on ({p})")
                      for p in policies if (dec[(dec["policy"] == p)]["depth"] > 0).any()]]
-        axes[0, 0].legend(handles=handles, loc="upper right", ncol=1)
+        legend_outside(axes[0, 0], handles=handles)
         axes[-1, 0].set_xlabel("time since run start (s)")
         axes[-1, 0].set_xlim(0, t_max * 1.02)
         fig.tight_layout()
@@ -55,7 +60,8 @@ def makespan_bars(summary: pd.DataFrame) -> plt.Figure:
     with plt.rc_context(paper_rc()):
         fig, ax = plt.subplots(figsize=(6.0, 0.6 + 0.45 * len(summary)))
         y = np.arange(len(summary))
-        ax.barh(y, summary["makespan_s"], color=[color_for(p) for p in summary["policy"]])
+        colours = colors_for(summary["policy"])
+        ax.barh(y, summary["makespan_s"], color=[colours[str(p)] for p in summary["policy"]])
         for yi, (m, s) in enumerate(zip(summary["makespan_s"], summary["speedup"], strict=True)):
             ax.text(m, yi, f" {s:.2f}×", va="center")
         ax.set_yticks(y, summary["policy"])

@@ -1,39 +1,82 @@
-"""One look for every figure: consistent colours per policy and per trace source, paper sizes.
+"""One look for every figure: consistent colours per policy, preset and trace source; paper sizes;
+legends that never cover data.
 
-Colours are assigned from a fixed table for the policies the project ships, and deterministically
-(by a stable hash into the palette) for any other name, so a policy has the same colour in every
-figure of every report.
+Colours. The policies and presets the project ships, and the sources of the catalogued traces, have
+fixed colours (:data:`POLICY_COLORS`, :data:`SOURCE_COLORS`), so ``tlt`` is the same vermillion in
+every figure of every report. A figure asks :func:`colors_for` for all its names at once: known names
+take their fixed colour; a policy spec with parameters (``elastic:16:3+beg-mab``) takes its family's;
+every other name takes the next colour of the ordered :data:`PALETTE` that no name of the figure has,
+in sorted order (numbers by value), and past the palette the candidate colour farthest from those
+already in the figure. Two names of one figure therefore never share a colour (a hash into the palette
+did: two sources could collide), and the assignment depends only on the set of names, not on the
+order they are plotted in.
+
+Legends go outside the axes (:func:`legend_outside`): the figure grows by the legend's width, so the
+plot keeps its size and no curve is hidden behind a legend box.
 """
 
 from __future__ import annotations
 
-import hashlib
+import colorsys
+import itertools
+import re
+from collections.abc import Iterable
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.colors import to_hex, to_rgb
+from matplotlib.legend import Legend
 
 from tltsim.atomic import write_with
 
-# Okabe-Ito colour-blind-safe palette, extended.
-PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000",
-           "#999999", "#882255", "#44AA99", "#117733"]
+#: Colours for names without a fixed one, in the order they are handed out: Okabe-Ito (colour-blind
+#: safe), then Paul Tol's muted set; yellow last (weak on white).
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#882255", "#000000",
+           "#999999", "#44AA99", "#117733", "#332288", "#AA4499", "#999933", "#CC6677", "#6699CC",
+           "#DDCC77", "#F0E442"]
 
+#: Fixed colours of the shipped policies and presets; all distinct, so any mix of them in one figure
+#: keeps them apart without reassignment. Baselines without SD are greys, TLT and its ablations warm.
 POLICY_COLORS = {
     "no-sd": "#999999",
-    "static": "#56B4E9",
-    "elastic+static": "#0072B2",
-    "beg-mab": "#E69F00",
-    "elastic+beg-mab": "#D55E00",
-    "eps-greedy": "#CC79A7",
-    "ucb1": "#882255",
+    "verl": "#555555",
+    "tlt": "#D55E00",
+    "tlt-base": "#E69F00",
+    "tlt-no-spot": "#CC79A7",
+    "tlt-no-elastic": "#DDCC77",
+    "tlt-no-mab": "#CC6677",
+    "static-drafter": "#88CCEE",
+    "speco-bubble": "#332288",
+    "elastic+beg-mab": "#882255",
+    "beg-mab": "#AA4499",
+    "static": "#0072B2",
+    "elastic+static": "#6699CC",
     "vllm-table": "#009E73",
     "sglang-ema": "#44AA99",
     "oracle": "#000000",
     "elastic+oracle": "#117733",
+    "eps-greedy": "#999933",
+    "ucb1": "#661100",
 }
+
+#: Fixed colours of the catalogued traces' sources (``tlt trace list``).
+SOURCE_COLORS = {
+    "polytrace/verl_dapo_qwen2.5-32b": "#0072B2",
+    "polytrace/rllm_deepcoder_14b_16k": "#E69F00",
+    "polytrace/verl_video_qwen2.5-vl-7b": "#009E73",
+    "polytrace/search_r1_qwen2.5-7b": "#CC79A7",
+    "task-hardness-analysis/aime": "#D55E00",
+    "servegen_r1": "#56B4E9",
+    "profile/intern_s1_math": "#882255",
+}
+
+KNOWN_COLORS = {**SOURCE_COLORS, **POLICY_COLORS}
 
 
 def policy_family(spec: str) -> str:
@@ -41,15 +84,85 @@ def policy_family(spec: str) -> str:
     return "+".join(part.split(":", 1)[0].strip() for part in spec.split("+"))
 
 
+@cache
+def _candidates() -> tuple[tuple[str, ...], np.ndarray]:
+    """Colours beyond the palette (matplotlib's tab20 and a grid of hues x saturation/value), with
+    their RGB values."""
+    cmap = plt.get_cmap("tab20")
+    grid = [to_hex(colorsys.hsv_to_rgb(h / 36, sat, val)) for sat, val in ((0.85, 0.75), (0.5, 0.9), (0.9, 0.45))
+            for h in range(36)]
+    names = tuple(dict.fromkeys([to_hex(cmap(i)) for i in range(cmap.N)] + grid))
+    return names, np.array([to_rgb(c) for c in names])
+
+
+def _farthest(used: set[str]) -> str:
+    """The candidate colour farthest (RGB distance) from every colour already in the figure, so a
+    figure with more names than the palette still gets colours one can tell apart; past the
+    candidates, hues spaced by the golden ratio (never one already used)."""
+    names, rgb = _candidates()
+    free = np.array([c not in used for c in names])
+    if free.any():
+        taken = np.array([to_rgb(c) for c in used] or [(1.0, 1.0, 1.0)])
+        dist = ((rgb[:, None, :] - taken[None, :, :]) ** 2).sum(axis=2).min(axis=1)
+        return names[int(np.argmax(np.where(free, dist, -1.0)))]
+    for k in itertools.count(len(used)):
+        colour = to_hex(colorsys.hsv_to_rgb((k * 0.6180339887) % 1.0, 0.65, 0.75))
+        if colour not in used:
+            return colour
+    raise AssertionError("unreachable")
+
+
+def _natural(name: str) -> list[tuple[int, int | str]]:
+    """Sort key with numbers by value: step 2 before step 10."""
+    return [(0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"(\d+)", name) if t]
+
+
+def colors_for(names: Iterable[object]) -> dict[str, str]:
+    """A distinct colour for every name of one figure (see the module docstring for the rules)."""
+    unique = sorted({str(n) for n in names}, key=_natural)
+    out: dict[str, str] = {}
+    used: set[str] = set()
+
+    def take(name: str, colour: str | None) -> None:
+        if colour is not None and name not in out and colour.lower() not in used:
+            out[name] = colour
+            used.add(colour.lower())
+
+    for name in unique:  # exact names first: a family match must not take a known name's colour
+        take(name, KNOWN_COLORS.get(name))
+    for name in unique:
+        take(name, KNOWN_COLORS.get(policy_family(name)))
+    palette = iter(PALETTE)
+    for name in unique:
+        while name not in out:
+            take(name, next(palette, None) or _farthest(used))
+    return out
+
+
 def color_for(name: str) -> str:
-    """Stable colour for a policy or source name (a policy's parameters do not change its colour)."""
-    if name in POLICY_COLORS:
-        return POLICY_COLORS[name]
-    family = policy_family(name)
-    if family in POLICY_COLORS:
-        return POLICY_COLORS[family]
-    digest = int(hashlib.sha1(name.encode()).hexdigest(), 16)
-    return PALETTE[digest % len(PALETTE)]
+    """The colour of one name drawn alone: its fixed colour, its policy family's, or the palette's
+    first. A figure with several names must use :func:`colors_for`, which keeps them apart."""
+    return colors_for([name])[name]
+
+
+#: Legend entries per column before :func:`legend_outside` starts another column.
+LEGEND_ROWS = 14
+
+
+def legend_outside(ax: plt.Axes, *args: Any, **kwargs: Any) -> Legend:
+    """``ax.legend(...)`` to the right of ``ax``, outside it, with the figure widened by the
+    legend's width so the axes keep their size (call ``fig.tight_layout()`` afterwards). Long
+    legends (``--by step`` over 30 steps) wrap into columns of :data:`LEGEND_ROWS`."""
+    fig = ax.figure
+    entries = len(kwargs["handles"]) if "handles" in kwargs else len(ax.get_legend_handles_labels()[0])
+    kwargs = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "borderaxespad": 0.0,
+              "ncol": max(1, -(-entries // LEGEND_ROWS)), **kwargs}
+    legend = ax.legend(*args, **kwargs)
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    width = legend.get_window_extent(renderer).width / fig.dpi
+    w, h = fig.get_size_inches()
+    fig.set_size_inches(w + width + 0.15, h)
+    return legend
 
 
 def paper_rc() -> dict:

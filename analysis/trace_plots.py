@@ -1,4 +1,9 @@
-"""Figures of a trace's long tail: length CDF per source, and per-step straggler factor."""
+"""Figures of a trace's long tail: length CDF per source, and per-step straggler factor.
+
+Each curve's colour comes from :func:`analysis.style.colors_for` over all curves of the figure
+(fixed per known source, never shared), and the legend sits outside the axes, where it cannot hide
+the tail this figure exists to show.
+"""
 
 from __future__ import annotations
 
@@ -6,23 +11,25 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from analysis.style import color_for, paper_rc
+from analysis.style import colors_for, legend_outside, paper_rc
 
 
 def length_cdf(df: pd.DataFrame, by: str = "source") -> plt.Figure:
     """Empirical CDF of response length (log x) per ``by`` value."""
     with plt.rc_context(paper_rc()):
         fig, ax = plt.subplots()
-        for name, g in df.groupby(by, sort=True):
+        groups = list(df.groupby(by, sort=True))
+        colours = colors_for(name for name, _ in groups)
+        for name, g in groups:
             x = np.sort(g["response_tokens"].to_numpy())
             y = np.arange(1, len(x) + 1) / len(x)
-            ax.step(x, y, where="post", label=f"{name} (n={len(x):,})", color=color_for(str(name)))
+            ax.step(x, y, where="post", label=f"{name} (n={len(x):,})", color=colours[str(name)])
         ax.set_xscale("log")
         ax.set_xlabel("response length (tokens, log scale)")
         ax.set_ylabel("fraction of responses ≤ length")
         ax.set_ylim(0, 1.0)
         ax.set_title("Response-length CDF")
-        ax.legend(loc="lower right")
+        legend_outside(ax, title=by)
         fig.tight_layout()
     return fig
 
@@ -31,14 +38,15 @@ def straggler_factor(df: pd.DataFrame, by: str = "source") -> plt.Figure:
     """Per-step max/mean response length: how much the slowest response stretches each step."""
     with plt.rc_context(paper_rc()):
         fig, ax = plt.subplots()
-        for name, g in df.groupby(by, sort=True):
+        groups = list(df.groupby(by, sort=True))
+        colours = colors_for(name for name, _ in groups)
+        for name, g in groups:
             s = g.groupby("step")["response_tokens"].agg(["max", "mean"])
-            ax.plot(s.index, s["max"] / s["mean"], marker="o", ms=3, label=str(name),
-                    color=color_for(str(name)))
+            ax.plot(s.index, s["max"] / s["mean"], marker="o", ms=3, label=str(name), color=colours[str(name)])
         ax.set_yscale("log")
         ax.set_xlabel("RL step")
         ax.set_ylabel("straggler factor (max / mean length, ×)")
         ax.set_title("Per-step straggler factor")
-        ax.legend(loc="best")
+        legend_outside(ax, title=by)
         fig.tight_layout()
     return fig

@@ -41,6 +41,18 @@ _NAME_MAX = 255
 
 
 def _umask() -> int:
+    """The process umask, read without changing it where the kernel reports it (Linux 4.7+).
+
+    ``os.umask`` can only be read by setting it: for that instant another thread (a sweep's writer
+    pool) would create files with umask 0, i.e. world-writable, so that is only the fallback.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0)
     os.umask(mask)
     return mask

@@ -50,11 +50,25 @@ def _optional(tp: Any) -> tuple[bool, Any]:
 
 
 def suggest(name: str, valid: list[str]) -> str:
-    """``" (did you mean x, y?)"`` for the closest valid names, or ``""``."""
+    """``" (did you mean x, y?)"`` for the closest valid names, or ``""``.
+
+    Tried in order, first hit wins: a close spelling of the whole name; the same last dotted
+    component (``engine.tp`` -> ``cluster.tp``); a close spelling of the part after the last ``/``
+    (trace sources are ``origin/run``: ``verl_dapo_qwen2.5-32`` -> ``polytrace/verl_dapo_qwen2.5-32b``);
+    the valid names containing it (case-insensitive, 3+ characters: ``dapo``).
+    """
     close = difflib.get_close_matches(name, valid, n=3, cutoff=0.6)
     if not close:
         tail = name.rsplit(".", 1)[-1]
         close = [v for v in valid if v.rsplit(".", 1)[-1] == tail][:3]
+    if not close:
+        by_tail: dict[str, list[str]] = {}
+        for v in valid:
+            by_tail.setdefault(v.rsplit("/", 1)[-1], []).append(v)
+        tails = difflib.get_close_matches(name.rsplit("/", 1)[-1], list(by_tail), n=3, cutoff=0.6)
+        close = [v for t in tails for v in by_tail[t]][:3]
+    if not close and len(name.strip()) >= 3:
+        close = [v for v in valid if name.strip().lower() in v.lower()][:3]
     return f" (did you mean {', '.join(close)}?)" if close else ""
 
 

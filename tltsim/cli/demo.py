@@ -9,9 +9,12 @@ atomically.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from tltsim.scenario import Scenario
 
 DEFAULT_TRACE = "polytrace_rl_rollouts"
 DEFAULT_SCENARIO = "dapo_qwen32b_polytrace"  # a bundled scenario (tltsim/data/scenarios/)
@@ -27,21 +30,46 @@ def _markdown_table(df) -> str:
     return "\n".join(lines)
 
 
-def _simulate(scenario: str):
-    """Run the scenario's policies on one step; return (scenario, events, summary)."""
+def _with_trace(s: Scenario, trace: str | None) -> tuple[Scenario, str]:
+    """``s`` simulating ``trace`` instead of its own trace, and the ``--set`` flags that say so.
+
+    The report is titled by the trace it analyses, so the simulation must run on that trace too. A
+    different trace drops the scenario's ``trace.source`` and ``trace.step``: they name rows of the
+    scenario's own trace and would not exist in another. The same trace (by name or by path) keeps
+    the scenario as it is.
+    """
+    from dataclasses import replace
+
+    from tltsim.scenario import apply_override
+    from tltsim.traces.catalog import resolve
+
+    if trace is None or resolve(trace) == resolve(s.trace.name):
+        return s, ""
+    s = apply_override(s, "trace.name", trace, path="--trace")
+    s = replace(s, trace=replace(s.trace, source=None, step=None))
+    return s, f" --trace {trace} --set trace.source=none --set trace.step=none"
+
+
+def _simulate(scenario: str, trace: str | None = None) -> tuple[Any, ...]:
+    """Run the scenario's policies on one step of ``trace`` (None: the scenario's trace); return
+    (scenario, events, summary, extra ``tlt sim run`` flags that reproduce it)."""
     from tltsim.scenario import compare_policies, load_scenario
 
-    s = load_scenario(scenario)
-    return (s, *compare_policies(s))
+    s, flags = _with_trace(load_scenario(scenario), trace)
+    return (s, *compare_policies(s), flags)
 
 
-def demo(trace: Annotated[str, typer.Option(help="Trace to analyse.")] = DEFAULT_TRACE,
+def demo(trace: Annotated[str | None, typer.Option(
+             help=f"Trace to analyse and simulate (default: the scenario's trace, {DEFAULT_TRACE}).")] = None,
          scenario: Annotated[str, typer.Option(help="Scenario TOML (path or bundled name) to simulate.")]
          = DEFAULT_SCENARIO,
          out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/demo"),
          force: Annotated[bool, typer.Option(help="Write into an existing --out folder tlt did not create "
                                              "(same-named files replaced, nothing deleted).")] = False) -> None:
-    """Analyse the default trace, simulate one RL step under SD policies, write reports/demo/."""
+    """Analyse a trace's long tail, simulate one RL step of it under SD policies, write reports/demo/.
+
+    Example: tlt demo --trace r1distill_qwen1.5b_aime_8samples --out reports/demo-aime
+    """
     from analysis.rollout_plots import makespan_bars, rollout_timeline
     from analysis.style import save_figure
     from analysis.trace_plots import length_cdf, straggler_factor
@@ -50,10 +78,14 @@ def demo(trace: Annotated[str, typer.Option(help="Trace to analyse.")] = DEFAULT
     from tltsim.traces import load_trace, trace_stats
 
     check_output_dir(out, force)
+    if trace is None:
+        from tltsim.scenario import load_scenario
+
+        trace = load_scenario(scenario).trace.name
     df = load_trace(trace)
     stats = trace_stats(df, ["source"])
-    s, events, summary = _simulate(scenario)
-    shown_path = scenario
+    s, events, summary, trace_flags = _simulate(scenario, trace)
+    shown_path = scenario + trace_flags
     with atomic_dir(out, force=force) as tmp:
         write_text(tmp / "sim_summary.csv", summary.to_csv(index=False))
         write_text(tmp / "scenario.resolved.toml", scenario_toml(s))

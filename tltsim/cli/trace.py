@@ -1,24 +1,79 @@
-"""`tlt trace …`: list, summarise and plot response-length traces."""
+"""`tlt trace …`: list, summarise and plot response-length traces.
+
+Each command's help ends with an example line, and ``tlt trace --help`` lists the scenario's
+``trace.*`` fields with their defaults, generated from :class:`tltsim.scenario.TraceSection` so the
+list cannot fall behind the schema: this is where a user deciding how to feed a trace to
+``tlt sim run --set trace.FIELD=...`` looks first.
+"""
 
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
+import pandas as pd
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from tltsim.traces import catalog, load_trace, search_path, trace_stats
+from tltsim.traces import catalog, load_trace, search_path, select_sources, trace_stats
 from tltsim.traces.catalog import find_file, sha256_of
 from tltsim.traces.readers import parse_mapping
 
-app = typer.Typer(help="Inspect response-length traces: list, stats, plot.", no_args_is_help=True)
+#: What each ``trace.*`` scenario field does, in one line (defaults are appended from the schema).
+TRACE_FIELD_HELP = {
+    "name": "catalog name (tlt trace list), file on the trace search path, or a path",
+    "step": "first trace step to simulate; none = the trace's first",
+    "num_steps": "consecutive RL steps to simulate",
+    "source": "keep only rows whose source column equals this, like --source here",
+    "prompts_per_step": "prompt groups per step: subsample each step, or cut a one-step trace into steps",
+    "samples": "keep the first n samples of every prompt group",
+    "expand_samples": "grow one-sample groups to n samples with the log-normal sibling model",
+    "dispersion_sigma": "sd of log length within a group, used by expand_samples",
+    "cap": "clip responses to this many tokens and mark them hit_cap; none = the trace's own cap",
+    "snap_capped": "simulate every capped response at exactly its cap",
+    "default_prompt_tokens": "prompt length where the trace records none",
+    "deal": "which worker serves which group: shuffle (seeded) or trace (trace order)",
+    "seed": "seed of step sampling, sample expansion and dealing",
+}
+
+
+def _toml_text(value: object) -> str:
+    """A default as a user would write it in TOML or --set (true, none, 0.33)."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def trace_fields_epilog() -> str:
+    """The ``trace.*`` scenario fields, one paragraph each (Typer keeps paragraphs as lines)."""
+    from tltsim.scenario import TraceSection
+
+    default = TraceSection()
+    lines = ["Scenario fields trace.* (in a scenario file's trace table, or tlt sim run --set trace.FIELD=VALUE):"]
+    for f in fields(TraceSection):
+        what = TRACE_FIELD_HELP.get(f.name, "see tltsim.scenario.TraceSection")
+        lines.append(f"trace.{f.name}: {what} (default {_toml_text(getattr(default, f.name))}).")
+    lines.append("Example: tlt sim run --trace polytrace_rl_rollouts --set trace.source=polytrace/"
+                 "verl_dapo_qwen2.5-32b --set trace.step=3")
+    return "\n\n".join(lines)
+
+
+app = typer.Typer(help="Inspect response-length traces: list, stats, plot.", no_args_is_help=True,
+                  epilog=trace_fields_epilog())
 
 TraceArg = Annotated[str, typer.Argument(help="Catalog name, file name on the search path, or a path.")]
 MapOpt = Annotated[list[str] | None, typer.Option("--map", help="canonical=foreign column, repeatable.")]
+SourceOpt = Annotated[list[str] | None, typer.Option(
+    "--source", help="Keep only rows of this source (the trace's source column), repeatable; the same "
+    "selection as scenario field trace.source (all trace.* fields: tlt trace --help).")]
 
 
 class Format(StrEnum):
@@ -29,7 +84,10 @@ class Format(StrEnum):
 
 @app.command("list")
 def list_traces() -> None:
-    """Show the catalogued traces and profiles, and where each file was found."""
+    """Show the catalogued traces and profiles, and where each file was found.
+
+    Example: tlt trace list
+    """
     table = Table(title="Traces (search path: " + ", ".join(str(p) for p in search_path()) + ")")
     for col in ("name", "rows", "found at", "checksum", "licence", "description"):
         table.add_column(col, overflow="fold")
@@ -50,51 +108,113 @@ def _fmt(v: object) -> str:
     return f"{v:,}" if isinstance(v, int) else str(v)
 
 
-@app.command("stats")
+#: Table headers (two lines, to stay narrow): each names its unit, and no two are alike; the CSV and
+#: JSON columns keep the data names (``max``, ``straggler_max``...).
+STAT_LABELS = {
+    "n": "n", "mean": "mean\ntok", "p50": "p50\ntok", "p90": "p90\ntok", "p99": "p99\ntok", "max": "max\ntok",
+    "top5_share": "top-5%\ntok share", "straggler_mean": "straggler\nmean ×", "straggler_min": "straggler\nmin ×",
+    "straggler_max": "straggler\nmax ×", "group_tail": "group\nmax/mean ×", "hit_cap_frac": "hit cap\n%",
+    "steps": "steps",
+}
+UNDEFINED = "–"
+
+
+def _undefined(v: object) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float | np.floating) and not math.isfinite(float(v)))
+
+
+def _cell(col: str, v: object, keys: list[str]) -> str:
+    """One table cell; a statistic that is undefined for its group (NaN) shows as an en dash."""
+    if col in keys:
+        return _fmt(v)
+    if _undefined(v):
+        return UNDEFINED
+    if col.startswith("straggler") or col == "group_tail":
+        return f"{v:.2f}×"
+    if col in ("top5_share", "hit_cap_frac"):
+        return f"{v:.1%}"
+    if col in ("n", "steps"):
+        return _fmt(v)
+    return f"{v:,.0f}"
+
+
+def _json_value(v: object) -> object:
+    """Plain JSON data: NaN/inf become null (JSON has no NaN), numpy scalars Python numbers."""
+    if _undefined(v):
+        return None
+    if isinstance(v, np.integer | np.bool_):
+        return v.item()
+    if isinstance(v, np.floating):
+        return float(v)
+    return v
+
+
+def stats_json(out: pd.DataFrame) -> str:
+    """The statistics as strict JSON (``allow_nan=False``: a bare NaN would break every parser)."""
+    rows = [{k: _json_value(v) for k, v in row.items()} for row in out.to_dict(orient="records")]
+    return json.dumps(rows, indent=2, allow_nan=False, default=str)
+
+
+@app.command("stats", epilog=(
+        "Columns: n responses; mean/p50/p90/p99/max length in tokens; top-5% tok share = share of all tokens "
+        "in the 5% longest responses; straggler = per-step max/mean length (mean, min, max over steps); "
+        "group max/mean = mean over prompt groups of longest/mean sample; hit cap = share of responses cut "
+        "at the cap; steps = (source, step) pairs.\n\n"
+        f"{UNDEFINED} (null in JSON, empty in CSV): undefined for that group, e.g. group max/mean when no "
+        "prompt group has two samples. Rows whose --by key is empty form the group '(empty)'; numeric keys "
+        "sort as numbers."))
 def stats(trace: TraceArg,
           by: Annotated[str, typer.Option(help="Columns to group by, e.g. source,step.")] = "",
           fmt: Annotated[Format, typer.Option("--format", help="table, csv or json.")] = Format.table,
+          source: SourceOpt = None,
           mapping: MapOpt = None) -> None:
-    """n, mean, p50/p90/p99, max, top-5% token share, per-step straggler factor, hit_cap fraction."""
-    df = load_trace(trace, parse_mapping(mapping))
+    """n, mean, p50/p90/p99, max, top-5% token share, per-step straggler factor, hit_cap fraction.
+
+    Example: tlt trace stats polytrace_rl_rollouts --by source,step --format json
+
+    Example: tlt trace stats polytrace_rl_rollouts --source polytrace/verl_dapo_qwen2.5-32b --by step
+    """
+    df = select_sources(load_trace(trace, parse_mapping(mapping)), source, trace=trace)
     keys = [c.strip() for c in by.split(",") if c.strip()]
     out = trace_stats(df, keys)
     if fmt is Format.csv:
         typer.echo(out.to_csv(index=False), nl=False)
         return
     if fmt is Format.json:
-        typer.echo(json.dumps(out.to_dict(orient="records"), indent=2, default=float))
+        typer.echo(stats_json(out))
         return
-    table = Table(title=f"{trace}: response-length statistics (tokens)")
-    labels = {"top5_share": "top5%", "straggler_mean": "max/mean step", "straggler_min": "min",
-              "straggler_max": "max", "group_tail": "max/mean group", "hit_cap_frac": "hit cap"}
+    shown = f" ({', '.join(source)})" if source else ""
+    Console(width=200).print(stats_table(out, keys, f"{trace}{shown}"))
+
+
+def stats_table(out: pd.DataFrame, keys: list[str], name: str) -> Table:
+    """The statistics of :func:`trace_stats` as a rich table headed by :data:`STAT_LABELS`."""
+    table = Table(title=f"{name}: response-length statistics (tok = tokens)",
+                  caption=f"straggler = per-step max/mean length; {UNDEFINED} = undefined for the group")
     for col in out.columns:
-        table.add_column(labels.get(col, col), justify="left" if col in keys else "right")
+        if col in keys:  # never cut a key: it is what the row is about
+            table.add_column(col, justify="left", min_width=max(len(_fmt(v)) for v in [col, *out[col]]))
+        else:
+            table.add_column(STAT_LABELS.get(col, col), justify="right")
     for row in out.itertuples(index=False):
-        cells = []
-        for col, v in zip(out.columns, row, strict=True):
-            if col.startswith("straggler") or col == "group_tail":
-                cells.append(f"{v:.2f}×")
-            elif col in ("top5_share", "hit_cap_frac"):
-                cells.append(f"{v:.1%}")
-            elif col in ("n", "steps") or col in keys:
-                cells.append(_fmt(v))
-            else:
-                cells.append(f"{v:,.0f}")
-        table.add_row(*cells)
-    Console(width=200).print(table)
+        table.add_row(*(_cell(col, v, keys) for col, v in zip(out.columns, row, strict=True)))
+    return table
 
 
 @app.command("plot")
 def plot(trace: TraceArg,
          out: Annotated[Path, typer.Option(help="Output folder for PNG + PDF.")] = Path("reports/traces"),
          by: Annotated[str, typer.Option(help="Column to colour by.")] = "source",
+         source: SourceOpt = None,
          mapping: MapOpt = None) -> None:
-    """Length CDF (log x) and per-step straggler factor, as PNG + PDF."""
+    """Length CDF (log x) and per-step straggler factor, as PNG + PDF.
+
+    Example: tlt trace plot polytrace_rl_rollouts --source polytrace/verl_dapo_qwen2.5-32b --out reports/traces
+    """
     from analysis.style import save_figure
     from analysis.trace_plots import length_cdf, straggler_factor
 
-    df = load_trace(trace, parse_mapping(mapping))
+    df = select_sources(load_trace(trace, parse_mapping(mapping)), source, trace=trace)
     if by not in df.columns:
         from tltsim.errors import InputError
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
+from tltsim.config_tree import suggest
+from tltsim.errors import InputError
 from tltsim.traces.catalog import CatalogEntry, catalog, resolve, search_path
 from tltsim.traces.profiles import PROFILES
 from tltsim.traces.readers import read_trace
@@ -28,5 +30,23 @@ def load_trace(name_or_path: str | os.PathLike, mapping: Mapping[str, str] | Non
     return read_trace(found, mapping)
 
 
+def select_sources(df: pd.DataFrame, sources: Sequence[str] | None, *, trace: str,
+                   field: str = "--source") -> pd.DataFrame:
+    """Only the rows whose ``source`` is one of ``sources`` (all rows when none are given).
+
+    An unknown source is refused rather than giving an empty table: a typo would otherwise look like
+    a trace with no data. The one-line error names the option, lists the trace's sources and
+    suggests the closest one; the scenario field ``trace.source`` selects the same way.
+    """
+    if not sources:
+        return df
+    valid = sorted(map(str, df["source"].unique()))
+    for wanted in sources:
+        if wanted not in valid:
+            raise InputError(f"no source '{wanted}' in trace {trace}{suggest(wanted, valid)}; valid sources: "
+                             f"{', '.join(valid)}", field=field)
+    return df[df["source"].isin(list(sources))].reset_index(drop=True)
+
+
 __all__ = ["TRACE_COLUMNS", "StepWorkload", "build_workload", "catalog", "load_trace", "read_trace",
-           "search_path", "trace_stats"]
+           "search_path", "select_sources", "trace_stats"]
