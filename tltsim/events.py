@@ -63,7 +63,8 @@ EVENT_COLUMNS: dict[str, str] = {
     "drafter_version": "int64",
 }
 
-PHASES = ("rollout", "reward", "reference", "actor_update", "weight_sync", "drafter_train", "checkpoint")
+PHASES = ("rollout", "reward", "old_log_prob", "reference", "actor_update", "weight_sync", "drafter_train",
+          "checkpoint")
 EVENT_KINDS = ("prefill", "decode", "switch", "switch_reprefill", "catch_up", "idle", "stage", "train",
                "checkpoint")
 #: Kinds that are a worker generating (what GPU-idle and finish times are measured against).

@@ -41,6 +41,7 @@ MAX_PREFILL_BUDGET = 10**8
 MAX_STEPS = 100_000
 MAX_PROMPTS = 10**7
 MAX_SEED = 2**63 - 1
+CUDA_GRAPH_MODES = ("none", "decode", "naive", "bucketed")
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,10 @@ class EngineSection:
     pass) or ``in_step`` (vLLM: the drafter runs every iteration, so the switch costs nothing extra);
     ``catch_up_limit``: tokens a request's drafter may miss before it is caught up apart;
     ``mixed_prefill``: requests admitted while others decode join the decode iteration (as vLLM
-    schedules them) and pay only their marginal prefill cost.
+    schedules them) and pay only their marginal prefill cost. ``cuda_graphs``: what the engine's
+    captured CUDA graphs take from the KV cache (:func:`tltsim.memory.cuda_graph_bytes`): ``none``
+    (not modelled), ``decode`` (plain decode graphs only), ``naive`` (BEG-MAB's four tree strategies
+    captured at every SD batch size) or ``bucketed`` (TLT: each only for its bucket).
     """
 
     max_batch: int = 1024
@@ -113,6 +117,7 @@ class EngineSection:
     switch_prefill_fraction: float = 0.25
     catch_up_limit: int = 16
     mixed_prefill: bool = False
+    cuda_graphs: str = "none"
 
 
 @dataclass(frozen=True)
@@ -146,15 +151,74 @@ class AcceptanceSection:
 class DrafterSection:
     """The drafter the workers hold (:class:`~tltsim.drafter_state.DrafterState`): ``quality``
     multiplies every per-position acceptance (1 = as fitted, < 1 = stale); ``position_scale``
-    refines it per draft position."""
+    refines it per draft position.
+
+    Whole RL runs (``presets``) start from ``quality`` (the drafter trained for the initial policy)
+    and move it (:mod:`tltsim.drafter_dynamics`): each policy update decays it toward
+    ``stale_quality`` by the fraction ``drift``, training recovers it toward ``quality`` with
+    ``recovery_samples`` samples per e-folding. ``kind`` (:mod:`tltsim.drafter_kinds`): ``eagle``
+    (TLT's one-layer drafter), ``draft-model`` (the separate LM ``draft_model``) or ``ngram``
+    (model-free, chain acceptance ``ngram_alpha``, ``ngram_lookup_s`` of CPU per SD iteration); a
+    preset names its own kind."""
 
     quality: float = 1.0
     position_scale: tuple[float, ...] = ()
+    kind: str = "eagle"
+    draft_model: str = "Qwen2.5-0.5B"
+    stale_quality: float = 0.89
+    drift: float = 0.3
+    recovery_samples: float = 400.0
+    ngram_alpha: float = 0.5
+    ngram_lookup_s: float = 5e-5
+
+
+@dataclass(frozen=True)
+class SpotSection:
+    """Drafter training (:mod:`tltsim.spot_trainer`, :mod:`tltsim.data_buffer`). ``min_workers``
+    released workers start the Spot Trainer; each trains ``samples_per_s`` samples per second (None:
+    the paper's reference, 29.6 with ``packing``, 13.3 without); a session stops after
+    ``max_samples`` samples (200 training steps x 4 samples); a checkpoint every
+    ``checkpoint_every`` samples blocks training for ``selective_checkpoint_s`` (trainable weights,
+    asynchronous) or ``full_checkpoint_s``. ``one_step_offset`` mixes the previous step's complete
+    responses into the DataBuffer; ``window_tokens`` is one training sample's length.
+    ``bubble_budget``: samples per step of the ``speco-bubble`` preset's fixed-budget training."""
+
+    min_workers: int = 1
+    packing: bool = True
+    samples_per_s: float | None = None
+    max_samples: int = 800
+    checkpoint_every: int = 64
+    selective_checkpoint: bool = True
+    selective_checkpoint_s: float = 0.097
+    full_checkpoint_s: float = 0.893
+    one_step_offset: bool = True
+    window_tokens: int = 512
+    bubble_budget: int = 256
+
+
+@dataclass(frozen=True)
+class RLSection:
+    """The phases of an RL step after rollout (:mod:`tltsim.rl_phases`), in whole RL runs, and the
+    tokens per GPU per micro-batch of the actor update that its memory check assumes
+    (``micro_batch_tokens``, veRL's ``ppo_max_token_len_per_gpu``; :mod:`tltsim.memory`)."""
+
+    reward_s_per_sample: float = 0.01
+    reward_parallelism: int = 64
+    reference: bool = True
+    old_log_prob: bool = True
+    ppo_epochs: int = 1
+    activation_recompute: bool = True
+    train_mfu: float = 0.35
+    forward_mfu: float = 0.45
+    weight_sync_overhead_s: float = 3.0
+    micro_batch_tokens: int = 32768
 
 
 @dataclass(frozen=True)
 class Scenario:
-    """Everything one ``tlt sim run`` needs. ``policies`` always gets ``no-sd`` as baseline."""
+    """Everything one ``tlt sim run`` needs. ``policies`` always gets ``no-sd`` as baseline.
+    With ``presets`` (:mod:`tltsim.presets`) the run is whole RL steps instead (rollout, drafter
+    training, reward, log-probs, actor update, weight sync) and ``verl`` is the baseline."""
 
     trace: TraceSection = field(default_factory=TraceSection)
     model: ModelSection = field(default_factory=ModelSection)
@@ -163,7 +227,10 @@ class Scenario:
     cost: CostSection = field(default_factory=CostSection)
     acceptance: AcceptanceSection = field(default_factory=AcceptanceSection)
     drafter: DrafterSection = field(default_factory=DrafterSection)
+    spot: SpotSection = field(default_factory=SpotSection)
+    rl: RLSection = field(default_factory=RLSection)
     policies: tuple[str, ...] = DEFAULT_POLICIES
+    presets: tuple[str, ...] = ()
     seed: int = 0
 
     @property
@@ -327,6 +394,7 @@ def validate(s: Scenario, *, path: str | None = None) -> None:
         raise InputError(f"must be in (0, 1], got {e.switch_prefill_fraction}", path=path,
                          field="engine.switch_prefill_fraction")
     _one_of(e.switch, SWITCH_MODES, "engine.switch", path)
+    _one_of(e.cuda_graphs, CUDA_GRAPH_MODES, "engine.cuda_graphs", path)
     co = s.cost
     _one_of(co.model, ("roofline", "table"), "cost.model", path)
     if co.model == "table" and co.table is None:
@@ -345,6 +413,7 @@ def validate(s: Scenario, *, path: str | None = None) -> None:
     _in_range(d.quality, "drafter.quality", path, 0, 10)
     for v in d.position_scale:
         _in_range(v, "drafter.position_scale", path, 0, 10)
+    _check_rl_sections(s, path)
     try:
         gpu = get_gpu(c.gpu)
     except InputError as exc:
@@ -381,6 +450,69 @@ def validate(s: Scenario, *, path: str | None = None) -> None:
         raise _relocated(exc, path=path, dotted=dotted) from None
 
 
+def _check_rl_sections(s: Scenario, path: str | None) -> None:
+    """The whole-RL-run fields: drafter kind and dynamics, Spot Trainer, RL phases, presets."""
+    from tltsim.drafter_kinds import DRAFTER_KINDS, ngram_acceptance
+    from tltsim.model_shape import get_model
+    from tltsim.presets import get_preset
+
+    d = s.drafter
+    _one_of(d.kind, DRAFTER_KINDS, "drafter.kind", path)
+    _in_range(d.ngram_lookup_s, "drafter.ngram_lookup_s", path, 0, 1)
+    sp = s.spot
+    _in_range(sp.min_workers, "spot.min_workers", path, 1, MAX_GPUS)
+    _in_range(sp.window_tokens, "spot.window_tokens", path, 1, 10**7)
+    _in_range(sp.bubble_budget, "spot.bubble_budget", path, 0, 10**9)
+    for name in ("selective_checkpoint_s", "full_checkpoint_s"):
+        _in_range(getattr(sp, name), f"spot.{name}", path, 0, 3600)
+    try:
+        ngram_acceptance(d.ngram_alpha)
+        drafter_dynamics(s)
+        trainer_config(s)
+        rl_phase_config(s)
+        _in_range(s.rl.micro_batch_tokens, "rl.micro_batch_tokens", path, 1, 10**8)
+        for name in s.presets:
+            get_preset(name)
+    except InputError as exc:
+        raise _relocated(exc, path=path, dotted=exc.field or "presets") from None
+    try:
+        get_model(d.draft_model)
+    except InputError as exc:
+        raise _relocated(exc, path=path, dotted="drafter.draft_model") from None
+
+
+def drafter_dynamics(s: Scenario):
+    """The scenario's :class:`~tltsim.drafter_dynamics.DrafterDynamics` (ceiling = ``drafter.quality``)."""
+    from tltsim.drafter_dynamics import DrafterDynamics
+
+    d = s.drafter
+    return DrafterDynamics(trained_quality=d.quality, stale_quality=min(d.stale_quality, d.quality), drift=d.drift,
+                           recovery_samples=d.recovery_samples)
+
+
+def trainer_config(s: Scenario, *, bubble: bool = False):
+    """The Spot Trainer's :class:`~tltsim.spot_trainer.TrainerConfig` (``bubble``: the fixed-budget,
+    fully-checkpointed training of ``speco-bubble``)."""
+    from tltsim.spot_trainer import TrainerConfig
+
+    sp = s.spot
+    rate = sp.samples_per_s if sp.samples_per_s is not None else (29.6 if sp.packing else 13.3)
+    selective = sp.selective_checkpoint and not bubble
+    return TrainerConfig(samples_per_s=rate, max_samples=sp.bubble_budget if bubble else sp.max_samples,
+                         checkpoint_every=sp.checkpoint_every,
+                         checkpoint_s=sp.selective_checkpoint_s if selective else sp.full_checkpoint_s,
+                         selective=selective)
+
+
+def rl_phase_config(s: Scenario):
+    """The scenario's :class:`~tltsim.rl_phases.RLPhaseConfig`."""
+    from tltsim.rl_phases import RLPhaseConfig
+
+    fields = config_tree.to_dict(s.rl)
+    del fields["micro_batch_tokens"]
+    return RLPhaseConfig(**fields)
+
+
 # ---- resolved form and identity -------------------------------------------------------------------
 def policies_with_baseline(specs: tuple[str, ...]) -> tuple[str, ...]:
     """``specs`` with ``no-sd`` first (added when missing), duplicates dropped, order kept."""
@@ -393,8 +525,12 @@ def policies_with_baseline(specs: tuple[str, ...]) -> tuple[str, ...]:
 
 def resolved_dict(s: Scenario) -> dict[str, Any]:
     """The scenario as nested plain data, with ``no-sd`` first among the policies."""
+    from tltsim.presets import presets_with_baseline
+
     d = config_tree.to_dict(s)
     d["policies"] = list(policies_with_baseline(s.policies))
+    if s.presets:
+        d["presets"] = list(presets_with_baseline(s.presets))
     return d
 
 
@@ -510,12 +646,18 @@ def acceptance_model(a: AcceptanceSection):
     return replace(model, **overrides)
 
 
-def cost_model(s: Scenario):
-    """The scenario's cost model (roofline with its constant overrides, or a measured table)."""
+def cost_model(s: Scenario, drafter_kind: str | None = None):
+    """The scenario's cost model (roofline with its constant overrides, or a measured table), for the
+    drafter kind ``drafter_kind`` (None: ``drafter.kind``; see :mod:`tltsim.drafter_kinds`)."""
     from tltsim.cost import RooflineCostModel, TableCostModel
+    from tltsim.drafter_kinds import ModelFreeDraftCost
     from tltsim.hardware import get_gpu
     from tltsim.model_shape import get_model
 
+    kind = drafter_kind or s.drafter.kind
+    if s.cost.model == "table" and kind != "eagle":
+        raise InputError(f"drafter kind '{kind}' needs the roofline cost model (a measured table holds one "
+                         "drafter's costs)", field="drafter.kind")
     if s.cost.model == "table":
         from tltsim.cost import shape_fingerprint
 
@@ -532,8 +674,11 @@ def cost_model(s: Scenario):
     gpu = replace(gpu, **effs) if effs else gpu
     consts = {k: getattr(s.cost, k) for k in ("iteration_overhead_s", "draft_step_overhead_s", "sd_overhead_s",
                                                "kv_block_size") if getattr(s.cost, k) is not None}
+    if kind == "draft-model":
+        consts["drafter"] = get_model(s.drafter.draft_model)
     try:
-        return RooflineCostModel(get_model(s.model.name), gpu, tp=s.cluster.tp, **consts)
+        roofline = RooflineCostModel(get_model(s.model.name), gpu, tp=s.cluster.tp, **consts)
+        return ModelFreeDraftCost(roofline, s.drafter.ngram_lookup_s) if kind == "ngram" else roofline
     except InputError as exc:
         raise _relocated(exc, path=None, dotted={"tp": "cluster.tp", "gpu": "cluster.gpu"}.get(
             exc.field or "", f"cost.{exc.field}" if exc.field else "model.name")) from None
@@ -550,7 +695,7 @@ def prepare(s: Scenario) -> SimInputs:
 
     model, gpu = get_model(s.model.name), get_gpu(s.cluster.gpu)
     cost = cost_model(s)
-    kv = kv_capacity_tokens(model, gpu, s.cluster.tp, s.engine.kv_mem_fraction)
+    kv = kv_capacity_tokens(model, gpu, s.cluster.tp, s.engine.kv_mem_fraction, graph_memory_bytes(s))
     if kv < 1:
         raise InputError(f"{model.name}'s weights leave no room for a KV cache on {s.cluster.tp} x {gpu.name}; "
                          "raise cluster.tp or engine.kv_mem_fraction", field="cluster.tp")
@@ -570,6 +715,18 @@ def prepare(s: Scenario) -> SimInputs:
     drafter = DrafterState(quality=s.drafter.quality, position_scale=s.drafter.position_scale)
     return SimInputs(scenario=s, workloads=workloads, cost=cost, accept=acceptance_model(s.acceptance),
                      engine=engine, drafter=drafter)
+
+
+def graph_memory_bytes(s: Scenario) -> float:
+    """Per-GPU bytes of the rollout engine's CUDA graphs under ``engine.cuda_graphs``."""
+    from tltsim.memory import PAPER_ARMS, cuda_graph_bytes
+    from tltsim.model_shape import get_model
+
+    mode = s.engine.cuda_graphs
+    if mode == "none":
+        return 0.0
+    strategies = None if mode == "decode" else PAPER_ARMS
+    return cuda_graph_bytes(get_model(s.model.name), s.cluster.tp, strategies, "naive" if mode == "decode" else mode)
 
 
 def make_policies(spec: str, inputs: SimInputs) -> list[Any]:

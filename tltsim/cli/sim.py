@@ -5,6 +5,8 @@ trace as one step, Qwen2.5-7B on 64 H100 with TP 4, ``no-sd`` vs ``elastic+beg-m
 override single fields; ``--set dotted.field=value`` reaches any other field. Results go to
 ``results/sim/<hash of the resolved scenario>/`` unless ``--out`` says otherwise, written as one
 atomic folder: ``events.parquet``, ``summary.csv``, ``trace.json``, ``scenario.resolved.toml``.
+With ``--preset`` (or ``presets`` in the scenario) it simulates whole RL steps of named systems
+(:mod:`tltsim.presets`, :mod:`tltsim.rl_run`) and adds ``steps.csv``, one row per (preset, step).
 """
 
 from __future__ import annotations
@@ -138,6 +140,10 @@ def run(
     tp: Annotated[int | None, typer.Option(help="Tensor-parallel size per rollout worker (cluster.tp).")] = None,
     policy: Annotated[list[str] | None, typer.Option(
         help="SD policy spec, repeatable (replaces the scenario's list; no-sd is always added).")] = None,
+    preset: Annotated[list[str] | None, typer.Option(
+        help="Whole RL runs of a named system, repeatable: verl, tlt-base, static-drafter, tlt, tlt-no-spot, "
+             "tlt-no-elastic, tlt-no-mab, speco-bubble (replaces the scenario's presets; verl is always added).")
+    ] = None,
     steps: Annotated[int | None, typer.Option(help="Consecutive RL steps to simulate (trace.num_steps).")] = None,
     seed: Annotated[int | None, typer.Option(help="Simulation seed.")] = None,
     acceptance: Annotated[Mode | None, typer.Option(help="Acceptance mode (acceptance.mode).")] = None,
@@ -149,15 +155,19 @@ def run(
     force: Annotated[bool, typer.Option(help="Write into an existing --out folder tlt did not create "
                                         "(same-named files replaced, nothing deleted).")] = False,
 ) -> None:
-    """Simulate RL rollout steps under each policy on the same workload and compare them.
+    """Simulate RL rollout steps under each policy on the same workload and compare them; with
+    --preset, whole RL steps (rollout, drafter training, reward, log-probs, actor update, weight sync)
+    of named systems, with the end-to-end speedup over veRL.
 
     Example: tlt sim run --scenario dapo_qwen32b_polytrace --policy elastic:16:5+beg-mab --steps 3
+
+    Example: tlt sim run --preset tlt --preset static-drafter --steps 5 --set trace.prompts_per_step=64
     """
     overrides: list[tuple[str, object, str]] = [
         ("trace.name", trace, "--trace"), ("trace.step", step, "--step"), ("model.name", model, "--model"),
         ("cluster.gpu", gpu, "--gpu"), ("cluster.gpus", gpus, "--gpus"), ("cluster.tp", tp, "--tp"),
         ("policies", tuple(policy) if policy else None, "--policy"), ("seed", seed, "--seed"),
-        ("trace.num_steps", steps, "--steps"),
+        ("trace.num_steps", steps, "--steps"), ("presets", tuple(preset) if preset else None, "--preset"),
         ("acceptance.mode", acceptance.value if acceptance else None, "--acceptance"),
         ("engine.switch", switch.value if switch else None, "--switch"),
     ]
@@ -167,6 +177,9 @@ def run(
     console = Console(width=None if sys.stdout.isatty() else 120)
     inputs = prepare(s)
     console.print(describe_workload(s, inputs))
+    if s.presets:
+        _run_presets(s, inputs, console, out, perfetto, force)
+        return
     specs = policies_with_baseline(s.policies)
     responses = sum(w.n_requests for w in inputs.workloads)
     with policy_progress(console, specs, responses) as (on_policy, on_finish):
@@ -185,8 +198,65 @@ def run(
     console.print(f"results: {dest}")
 
 
+def _run_presets(s: Scenario, inputs: SimInputs, console: Console, out: Path | None, perfetto: Perfetto,
+                 force: bool) -> None:
+    """Whole RL runs of the scenario's presets: per-step table, run summary, results folder."""
+    from tltsim.presets import presets_with_baseline
+    from tltsim.rl_run import compare_presets
+
+    names = presets_with_baseline(s.presets)
+    responses = sum(w.n_requests for w in inputs.workloads)
+    with policy_progress(console, names, responses) as (on_preset, on_finish):
+        events, steps, summary = compare_presets(s, inputs, progress=on_finish, on_preset=on_preset)
+    dest = out if out is not None else DEFAULT_RESULTS / scenario_hash(s)
+    wrote_trace = write_results(dest, events, summary, s, perfetto, force=force, steps=steps)
+    if not steps.empty:
+        console.print(preset_step_table(steps, f"{len(inputs.workloads)} RL steps of {s.trace.name}, per step"))
+    console.print(preset_summary_table(summary, "Whole run: end-to-end speedup over veRL"))
+    for r in summary.itertuples(index=False):
+        if r.status != "ok":
+            console.print(f"[bold red]{r.preset}[/]: {r.note}")
+    if not wrote_trace:
+        console.print(f"trace.json not written ({len(events):,} event rows; use --perfetto on to force)")
+    console.print(f"results: {dest}")
+
+
+def preset_step_table(steps: pd.DataFrame, title: str) -> Table:
+    """Rich table: one row per (preset, step) with where the step's time went (``other``: reward,
+    log-probs, reference, weight sync; ``q``: the drafter's quality; ``trained``/``lost``: drafter
+    samples committed / lost to preemption)."""
+    table = Table(title=title)
+    for col in ("preset", "step", "step s", "rollout s", "train s", "actor s", "other s", "roll %", "accept", "q",
+                "trained", "lost"):
+        table.add_column(col, justify="left" if col == "preset" else "right", no_wrap=True)
+    for r in steps.itertuples(index=False):
+        other = r.reward_s + r.old_log_prob_s + r.reference_s + r.weight_sync_s
+        table.add_row(str(r.preset), str(r.step), _fmt(r.step_s, ".1f"), _fmt(r.rollout_s, ".1f"),
+                      _fmt(r.drafter_train_s, ".1f"), _fmt(r.actor_update_s, ".1f"), _fmt(other, ".1f"),
+                      _fmt(100 * r.rollout_share, ".0f"), _fmt(r.mean_accept_length, ".2f"),
+                      _fmt(r.drafter_quality, ".3f"), str(r.trained_samples), _fmt(r.lost_samples, ".0f"))
+    return table
+
+
+def preset_summary_table(summary: pd.DataFrame, title: str) -> Table:
+    """Rich table: one row per preset with its total time and speedups over veRL."""
+    table = Table(title=title)
+    for col in ("preset", "steps", "total s", "rollout %", "accept", "rollout speedup", "speedup"):
+        table.add_column(col, justify="left" if col == "preset" else "right", no_wrap=True)
+    for r in summary.to_dict("records"):
+        if r["status"] != "ok":
+            table.add_row(str(r["preset"]), "–", "out of memory" if r["status"] == "oom" else r["status"], "–", "–",
+                          "–", "–")
+            continue
+        table.add_row(str(r["preset"]), str(r["steps"]), _fmt(r["total_s"], ".1f"),
+                      _fmt(100 * r["rollout_share"], ".0f"), _fmt(r["mean_accept_length"], ".2f"),
+                      _fmt(r["rollout_speedup"], ".3f") + "x", _fmt(r["speedup"], ".3f") + "x")
+    return table
+
+
 def write_results(dest: Path, events: pd.DataFrame, summary: pd.DataFrame, s: Scenario,
-                  perfetto: Perfetto = Perfetto.auto, *, force: bool = False) -> bool:
+                  perfetto: Perfetto = Perfetto.auto, *, force: bool = False,
+                  steps: pd.DataFrame | None = None) -> bool:
     """The results folder, built aside and swapped in atomically. Returns whether trace.json was
     written (``auto`` skips it above ~64 MB: tens of seconds and hundreds of MB on big runs)."""
     from tltsim.perfetto import chrome_trace_json, estimated_bytes
@@ -196,6 +266,8 @@ def write_results(dest: Path, events: pd.DataFrame, summary: pd.DataFrame, s: Sc
     with atomic_dir(dest, force=force) as tmp:
         events.to_parquet(tmp / "events.parquet", index=False)
         summary.to_csv(tmp / "summary.csv", index=False)
+        if steps is not None:
+            steps.to_csv(tmp / "steps.csv", index=False)
         if trace:
             (tmp / "trace.json").write_text(chrome_trace_json(events), encoding="utf-8")
         (tmp / "scenario.resolved.toml").write_text(scenario_toml(s), encoding="utf-8")

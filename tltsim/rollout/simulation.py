@@ -15,7 +15,7 @@ and dealing from ``(seed, s)``, so every policy sees the same workload split and
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -36,13 +36,15 @@ DEFAULT_ENGINE = EngineConfig()
 
 @dataclass(frozen=True)
 class StepResult:
-    """One simulated step's rollout: when it started and ended on the run clock, and when each
-    worker finished (absolute times)."""
+    """One simulated step's rollout: when it started and ended on the run clock, when each
+    worker finished, and when each response finished with its length (absolute times)."""
 
     step: int
     t_start: float
     t_end: float
     finish_times: np.ndarray
+    response_finish: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    response_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def makespan(self) -> float:
@@ -114,7 +116,11 @@ class RolloutRun:
         self.log.span(CLUSTER, "stage", t0, t_end, batch=len(responses), tokens=int(responses.sum()),
                       prefill_tokens=int(prompts.sum()))
         self.clock = t_end
-        return StepResult(step, t0, t_end, finish)
+        done_at = [a for w in workers for a in w.done_at]
+        done_tokens = [a for w in workers for a in w.done_tokens]
+        return StepResult(step, t0, t_end, finish,
+                          np.concatenate(done_at) if done_at else np.zeros(0),
+                          np.concatenate(done_tokens) if done_tokens else np.zeros(0, dtype=np.int64))
 
     def events(self) -> pd.DataFrame:
         return self.log.frame()

@@ -67,6 +67,8 @@ class RolloutWorker:
         self.finish_time = t0
         self.row_closed = False
         self._accept_len: dict[SDConfig, float] = {}
+        self.done_at: list[np.ndarray] = []  # finish time of every finished response (the DataBuffer's input)
+        self.done_tokens: list[np.ndarray] = []
 
     # ---- admission, prefill and the drafter's state ----------------------------------------------
     def _admit(self) -> None:
@@ -233,6 +235,8 @@ class RolloutWorker:
         if not done.any():
             return
         self.kv_used -= int(_sum(live.prompt[done] + live.target[done]))
+        self.done_tokens.append(live.target[done].astype(np.int64))
+        self.done_at.append(np.full(len(self.done_tokens[-1]), self.t))
         live.drop(~done)
         self.need_admit = True
         if self.on_finish is not None:
