@@ -1,0 +1,72 @@
+"""Drafter kinds in the cost and acceptance models: EAGLE, a separate draft model, model-free n-gram."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from tltsim.cost import RooflineCostModel
+from tltsim.drafter_kinds import ModelFreeDraftCost, ngram_acceptance
+from tltsim.errors import InputError
+from tltsim.policy.base import SDConfig
+from tltsim.presets import get_preset
+from tltsim.rl_run import preset_inputs
+from tltsim.scenario import Scenario, apply_override, cost_model, prepare
+
+CTX = np.array([500, 2000, 9000])
+
+
+def _scenario(**sets: str) -> Scenario:
+    s = Scenario()
+    for k, v in {"trace.prompts_per_step": "2", **sets}.items():
+        s = apply_override(s, k, v)
+    return s
+
+
+def test_ngram_drafts_cost_no_gpu_time() -> None:
+    s = _scenario()
+    eagle, ngram = cost_model(s, "eagle"), cost_model(s, "ngram")
+    assert isinstance(ngram, ModelFreeDraftCost)
+    cfg = SDConfig(4, 1, 4)
+    expected = (eagle.verify_time(CTX, 4) + eagle.sd_overhead_s + eagle.iteration_overhead_s
+                + s.drafter.ngram_lookup_s)
+    assert ngram.sd_time(CTX, cfg) == pytest.approx(expected)
+    assert ngram.sd_time(CTX, cfg) < eagle.sd_time(CTX, cfg)
+    assert ngram.drafter_prefill_time(CTX, CTX * 0) == 0.0
+    assert ngram.decode_time(CTX) == eagle.decode_time(CTX)
+    assert ngram.prefill_time(CTX, CTX * 0) == eagle.prefill_time(CTX, CTX * 0)
+
+
+def test_a_separate_draft_model_drafts_slower_than_the_one_layer_drafter() -> None:
+    s = _scenario(**{"model.name": "Qwen2.5-32B", "cluster.tp": "4"})
+    eagle, small = cost_model(s, "eagle"), cost_model(s, "draft-model")
+    assert isinstance(small, RooflineCostModel) and small.drafter.name == "Qwen2.5-0.5B"
+    one = np.array([1000])
+    ratio = small.draft_step_time(one, 8) / eagle.draft_step_time(one, 8)
+    assert ratio > 1.5  # the paper measures 2.4x
+    assert small.verify_time(CTX, 32) == eagle.verify_time(CTX, 32)  # the target is the same
+
+
+def test_ngram_acceptance_is_a_constant_alpha_chain() -> None:
+    a = ngram_acceptance(0.5)
+    assert a.expected_accept_length(SDConfig(4, 1, 4)) == pytest.approx((1 - 0.5**5) / (1 - 0.5))
+    with pytest.raises(InputError, match="ngram_alpha"):
+        ngram_acceptance(1.5)
+
+
+def test_presets_get_their_drafters_cost_and_acceptance() -> None:
+    s = _scenario()
+    inputs = prepare(s)
+    base = preset_inputs(s, get_preset("tlt-base"), inputs)
+    assert isinstance(base.cost, ModelFreeDraftCost)
+    assert base.accept.expected_accept_length(SDConfig(4, 1, 4)) == pytest.approx(1.9375)
+    assert preset_inputs(s, get_preset("tlt"), inputs) is inputs
+
+
+def test_a_measured_table_holds_one_drafter_only() -> None:
+    s = _scenario()
+    s = apply_override(s, "drafter.kind", "ngram")
+    with pytest.raises(InputError, match=r"drafter\.kind"):
+        cost_model(replace(s, cost=replace(s.cost, model="table", table="x.csv")))
