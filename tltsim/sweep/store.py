@@ -1,0 +1,238 @@
+"""The results of a sweep: a folder holding a Parquet dataset that only ever grows by whole files.
+
+Layout of ``results/sweeps/<spec stem>/``::
+
+    sweep.json            what this folder is (tool, spec name and checksum, tlt version, counts)
+    spec.toml             the spec as last run, byte for byte
+    base.resolved.toml    its base scenario, every field resolved
+    points.parquet        the spec's points: key, axis values, why a point is invalid, its scenario
+    results/part-*.parquet  result rows, one file per committed point (merged by ``compact``)
+
+Why it cannot be corrupted by a crash: every file is written to a hidden temp name and renamed into
+place (:func:`tltsim.atomic.write_with`), so a reader sees a whole file or none; the result files
+themselves are the only record of what is finished (no separate index that could disagree with them
+after a crash between two writes). A point may nevertheless end up in two files -- a crash between
+a compaction's write and its deletes, two runs of one spec at once, a ``--retry-failed`` re-run of an
+error -- so :meth:`SweepStore.read` keeps, per key, exactly one attempt: the newest successful one,
+else the newest error. Readers never see a point twice.
+
+Result columns: ``key``, ``status`` (``ok`` or ``error``), ``error`` (the message, empty when ok),
+one column per axis field named by its dotted path (list values joined by ``;``), the evaluation's
+own columns (``policy``, ``step``, ``makespan_s``, ``speedup``, ...), and the bookkeeping that proves
+what ran when: ``attempt`` (unique per evaluation), ``row`` (position within the attempt),
+``wall_s``, ``finished_at`` (Unix time) and ``host``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tltsim.atomic import write_text, write_with
+from tltsim.errors import InputError
+
+META = "sweep.json"
+SPEC_COPY = "spec.toml"
+BASE_COPY = "base.resolved.toml"
+POINTS = "points.parquet"
+RESULTS = "results"
+PART_GLOB = "part-*.parquet"
+BOOKKEEPING = ("attempt", "row", "wall_s", "finished_at", "host")
+_STALE_TEMP = re.compile(r"^\..*\.tlt-tmp-(\d+)-[A-Za-z0-9_]+(\.[A-Za-z]+)?$")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def cell(value: Any) -> Any:
+    """An axis value as a Parquet cell: list values joined by ``;`` so columns stay groupable."""
+    if isinstance(value, tuple | list):
+        return ";".join(str(v) for v in value)
+    return value
+
+
+class SweepStore:
+    """One sweep's results folder. Only the process running the sweep writes result files; any
+    number of readers (``tlt sweep status``, reports) may read at the same time."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.results = self.root / RESULTS
+
+    # ---- opening ---------------------------------------------------------------------------------
+    def is_sweep(self) -> bool:
+        """Whether the folder holds a tlt sweep (its ``sweep.json`` says so)."""
+        try:
+            meta = json.loads((self.root / META).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        return isinstance(meta, dict) and meta.get("tool") == "tlt" and meta.get("kind") == "sweep"
+
+    def check_writable(self, field: str = "--out", *, create: bool = True) -> None:
+        """Refuse, before any work, a target that is a file or a folder of someone else's files: a
+        sweep appends into its folder and must never mix its files with a user's."""
+        root = self.root
+        if root.exists() and not root.is_dir():
+            raise InputError("exists and is not a folder; choose another path", path=root, field=field)
+        if root.is_dir():
+            try:
+                names = sorted(p.name for p in root.iterdir())
+            except PermissionError:
+                raise InputError("is a folder tlt cannot read", path=root, field=field) from None
+            if names and not self.is_sweep():
+                shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+                raise InputError(f"exists, is not empty ({shown}) and is not a tlt sweep folder; choose another path",
+                                 path=root, field=field)
+            if not os.access(root, os.W_OK | os.X_OK):
+                raise InputError("folder is not writable", path=root, field=field)
+        if not create:
+            return
+        try:
+            self.results.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            raise InputError(f"cannot create the sweep folder ({why})", path=root, field=field) from None
+
+    def write_meta(self, *, spec_text: str, spec_name: str, spec_sha256: str, base_toml: str,
+                   points: pd.DataFrame, axis_fields: tuple[str, ...]) -> None:
+        """Store the spec, its resolved base and its points beside the results (each file atomic)."""
+        from tltsim import __version__
+
+        write_text(self.root / SPEC_COPY, spec_text)
+        write_text(self.root / BASE_COPY, base_toml)
+        write_with(self.root / POINTS, lambda tmp: points.to_parquet(tmp, index=False))
+        meta = {"tool": "tlt", "kind": "sweep", "version": __version__, "name": spec_name,
+                "spec_sha256": spec_sha256, "points": len(points), "axes": list(axis_fields),
+                "updated": time.time()}
+        write_text(self.root / META, json.dumps(meta, indent=1) + "\n")
+
+    def points(self) -> pd.DataFrame:
+        """The stored points table (what ``status`` reads when given a folder)."""
+        path = self.root / POINTS
+        if not path.is_file():
+            raise InputError(f"no {POINTS}: not a tlt sweep folder, or its first run never started", path=self.root)
+        return pd.read_parquet(path)
+
+    def meta(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.root / META).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+
+    # ---- writing ---------------------------------------------------------------------------------
+    def write_point(self, rows: pd.DataFrame, key: str) -> Path:
+        """Commit one point's rows as one new file, atomically (temp name + rename)."""
+        name = f"part-{time.time_ns():020d}-{os.getpid()}-{key}.parquet"
+        return write_with(self.results / name, lambda tmp: rows.to_parquet(tmp, index=False))
+
+    def remove_stale_temps(self) -> list[Path]:
+        """Delete temp files of writers that died (SIGKILL mid-write); a live writer's are kept."""
+        removed = []
+        for folder in (self.root, self.results):
+            with contextlib.suppress(OSError):
+                for p in folder.iterdir():
+                    m = _STALE_TEMP.match(p.name)
+                    if m and p.is_file() and not _pid_alive(int(m.group(1))):
+                        with contextlib.suppress(OSError):
+                            p.unlink()
+                            removed.append(p)
+        return removed
+
+    @contextlib.contextmanager
+    def _lock(self) -> Iterator[None]:
+        """An advisory lock on the results folder: two compactions never interleave."""
+        fd = os.open(self.results, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def compact(self) -> int:
+        """Merge the part files into one (deduplicated) file; returns how many files it replaced.
+
+        The merged file is committed before the parts are deleted, so a crash in between leaves
+        duplicates that :meth:`read` drops, never a lost point. Parts written meanwhile by another
+        run are not touched (only the files read are deleted)."""
+        if not self.results.is_dir():
+            return 0
+        with self._lock():
+            files = self._parts()
+            if len(files) < 2:
+                return 0
+            frames = [f for f in (self._read_file(p) for p in files) if f is not None]
+            merged = dedupe(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
+            name = f"part-{time.time_ns():020d}-{os.getpid()}-compact.parquet"
+            write_with(self.results / name, lambda tmp: merged.to_parquet(tmp, index=False))
+            for p in files:
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+            return len(files)
+
+    # ---- reading ---------------------------------------------------------------------------------
+    def _parts(self) -> list[Path]:
+        if not self.results.is_dir():
+            return []
+        return sorted(p for p in self.results.glob(PART_GLOB) if p.is_file())
+
+    @staticmethod
+    def _read_file(path: Path, columns: list[str] | None = None) -> pd.DataFrame | None:
+        try:
+            return pd.read_parquet(path, columns=columns)
+        except FileNotFoundError:  # compacted away between the listing and the read
+            return None
+
+    def read(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """Every result row, one attempt per key (see the module docstring). ``columns`` limits what
+        is read (the bookkeeping columns needed for deduplication are always read)."""
+        want = None if columns is None else list(dict.fromkeys(
+            [*columns, "key", "status", "attempt", "row", "finished_at"]))
+        for _ in range(5):  # a concurrent compaction may delete a listed file: list again
+            files = self._parts()
+            frames = [self._read_file(p, want) for p in files]
+            if all(f is not None for f in frames):
+                break
+        else:
+            frames = [f for f in frames if f is not None]
+        frames = [f for f in frames if f is not None and len(f)]
+        if not frames:
+            return pd.DataFrame(columns=want or ["key", "status", "error", *BOOKKEEPING])
+        return dedupe(pd.concat(frames, ignore_index=True))
+
+    def status_by_key(self) -> dict[str, str]:
+        """``{key: "ok" | "error"}`` for every point with a result (cheap: four columns read)."""
+        df = self.read(columns=["key", "status"])
+        if df.empty:
+            return {}
+        firsts = df.drop_duplicates("key")
+        return dict(zip(firsts["key"].astype(str), firsts["status"].astype(str), strict=True))
+
+
+def dedupe(df: pd.DataFrame) -> pd.DataFrame:
+    """Keep one attempt per key -- the newest ``ok`` one, else the newest error -- and each of its
+    rows once (a compaction interrupted after its write leaves an attempt in two files)."""
+    if df.empty:
+        return df
+    df = df.drop_duplicates(["attempt", "row"]).reset_index(drop=True)
+    attempts = df.drop_duplicates("attempt")[["key", "attempt", "status", "finished_at"]].copy()
+    attempts["_ok"] = attempts["status"].astype(str) == "ok"
+    attempts = attempts.sort_values(["key", "_ok", "finished_at", "attempt"], kind="stable")
+    chosen = set(attempts.drop_duplicates("key", keep="last")["attempt"])
+    out = df[df["attempt"].isin(chosen)]
+    return out.sort_values(["key", "row"], kind="stable").reset_index(drop=True)
