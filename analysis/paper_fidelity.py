@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.markdown import markdown_table
 from tltsim.acceptance import nelder_mead, paper_qwen32b_tp4
 from tltsim.cost import RooflineCostModel
 from tltsim.cost.roofline import DEFAULT_DRAFT_STEP_OVERHEAD_S, DEFAULT_SD_OVERHEAD_S
@@ -203,14 +204,6 @@ def gpu_figure(gt: pd.DataFrame):
     return fig
 
 
-def _md(df: pd.DataFrame, fmt: str = ".2f") -> str:
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for row in df.itertuples(index=False):
-        lines.append("| " + " | ".join(format(v, fmt) if isinstance(v, float) else str(v) for v in row) + " |")
-    return "\n".join(lines)
-
-
 def write_report(out: Path, paper: Path = PAPER) -> None:
     """The paper-fidelity report (README, CSVs, figures), written atomically."""
     import platform
@@ -294,25 +287,25 @@ def write_report(out: Path, paper: Path = PAPER) -> None:
         "",
         "## Leave-one-table-out fits (rms errors of each table under constants fitted to one)",
         "",
-        _md(loo_df, ".3f"),
+        markdown_table(loo_df, ".3f", nan="nan"),
         "",
         "## Speedup vs batch size (Qwen2.5-32B, TP 4, depth 10, top-k 8)",
         "",
-        _md(bt_show[["verify_tokens", "batch_size", "speedup", "predicted_constant_batch", "err_constant",
-                     "predicted_benchmark", "err_benchmark"]]),
+        markdown_table(bt_show[["verify_tokens", "batch_size", "speedup", "predicted_constant_batch", "err_constant",
+                     "predicted_benchmark", "err_benchmark"]], ".2f", nan="nan"),
         "",
         "![speedup vs batch](batch.png)",
         "",
         "## Per-GPU decode (Qwen2.5-7B, batch 1)",
         "",
-        _md(gt_show[["gpu", "tokens_per_s_no_sd", "predicted_tokens_per_s_no_sd", "err_no_sd", "speedup",
-                     "predicted_speedup", "err_speedup", "implied_bw_efficiency"]]),
+        markdown_table(gt_show[["gpu", "tokens_per_s_no_sd", "predicted_tokens_per_s_no_sd", "err_no_sd", "speedup",
+                     "predicted_speedup", "err_speedup", "implied_bw_efficiency"]], ".2f", nan="nan"),
         "",
         "![tokens per second per GPU](gpu.png)",
         "",
         "## Depth x verify at batch 1 (circular)",
         "",
-        _md(dv.assign(err=dv["predicted"] / dv["speedup"] - 1)),
+        markdown_table(dv.assign(err=dv["predicted"] / dv["speedup"] - 1), ".2f", nan="nan"),
         "",
     ])
     with atomic_dir(out) as tmp:

@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from analysis.markdown import markdown_table
 from analysis.style import colors_for, legend_outside, paper_rc, save_figure
 from tltsim import __version__
 from tltsim.atomic import write_text
@@ -31,6 +32,7 @@ from tltsim.scenario import Scenario, apply_override, load_scenario
 PAPER = Path(__file__).resolve().parents[2] / "shared" / "paper"
 SCENARIOS = Path(__file__).resolve().parents[1] / "reports" / "paper-repro" / "scenarios"
 ABLATION = "qwen7b_2node"
+NOT_PAYING_COLUMNS = ["scenario", "tlt speedup", "tlt rollout speedup", "tlt-base speedup", "veRL rollout share"]
 ALL_PRESETS = "tlt,static-drafter,tlt-base,tlt-no-spot,tlt-no-elastic,tlt-no-mab,speco-bubble"
 
 
@@ -177,20 +179,6 @@ def graph_memory_figure() -> plt.Figure:
 
 
 # ---- report -----------------------------------------------------------------------------------
-def _md(df: pd.DataFrame, floats: str = ".2f") -> str:
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in df.itertuples(index=False):
-        cells = []
-        for v in r:
-            if isinstance(v, float):
-                cells.append("–" if np.isnan(v) else format(v, floats))
-            else:
-                cells.append(str(v))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def _git() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -279,7 +267,7 @@ inputs that are ours, not the paper's, are listed at the end; each can be change
 
 ![speedup](e2e_speedup.png)
 
-{_md(e2e)}
+{markdown_table(e2e, ".2f")}
 
 `ours` is `tlt`'s total time over the run divided into `verl`'s; `rollout_share_verl` is the share of
 veRL's step spent generating (computed, never assumed); `rollout_speedup` is TLT's rollout alone;
@@ -321,7 +309,7 @@ adaptive-drafter runs should measure.
 
 ![breakdown](step_breakdown.png)
 
-{_md(ab_view)}
+{markdown_table(ab_view, ".2f")}
 
 * `tlt-no-spot` trains the same samples as a serial stage after rollout: slower than `tlt` by that stage,
   with the same drafter quality (the bubble holds the training here).
@@ -334,7 +322,7 @@ adaptive-drafter runs should measure.
 
 ## Where it does not pay
 
-{_md(nots[["scenario", "tlt speedup", "tlt rollout speedup", "tlt-base speedup", "veRL rollout share"]])}
+{markdown_table(nots[NOT_PAYING_COLUMNS], ".2f")}
 
 {chr(10).join(f"* **{r.scenario}** — {r.why} Reproduce: {r.command}" for r in nots.itertuples())}
 

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from analysis.markdown import markdown_table
 from analysis.style import color_for, paper_rc, save_figure
 
 COST_LABELS = {"calibrated": "calibrated (measured table)", "analytic": "analytic (CPU roofline)"}
@@ -90,16 +91,6 @@ def timeline(result, policy: str, step: int) -> plt.Figure:
         ax.legend(loc="upper right")
         fig.tight_layout()
     return fig
-
-
-def _markdown(df: pd.DataFrame, formats: dict[str, str]) -> str:
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for row in df.itertuples(index=False):
-        cells = [format(v, formats.get(c, "")) if isinstance(v, float) and not np.isnan(v) else
-                 ("–" if isinstance(v, float) else str(v)) for c, v in zip(cols, row, strict=True)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def _host() -> str:
@@ -221,19 +212,19 @@ def write_validation_report(out: Path, result, scenario, settings, *, command: s
         "",
         "## Makespan per step and policy (seconds; error = simulated / real - 1)",
         "",
-        _markdown(shown, {**pct, **secs}),
+        markdown_table(shown, {**pct, **secs}),
         "",
         "![makespans](makespans.png)",
         "",
         "## Per-iteration latency error (|predicted / measured - 1| over every real decode iteration)",
         "",
-        _markdown(it, pct),
+        markdown_table(it, pct),
         "",
         "![iteration latency](iteration_scatter.png)",
         "",
         "## Accept length (tokens per request per SD iteration)",
         "",
-        _markdown(accept, {c: ".2f" for c in accept.columns}),
+        markdown_table(accept, {c: ".2f" for c in accept.columns}),
         "",
         "![timeline](timeline.png)",
         "",

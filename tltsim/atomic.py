@@ -212,7 +212,8 @@ def _temp_prefix(path: Path, kind: str) -> str:
     return f".{path.name[:80]}.{kind}-{os.getpid()}-"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (a temp name's writer may still be writing)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -233,7 +234,7 @@ def sweep_stale(path: Path) -> list[Path]:
         return removed
     for p in siblings:
         m = pattern.match(p.name)
-        if m and p.is_dir() and not p.is_symlink() and not _pid_alive(int(m.group(1))):
+        if m and p.is_dir() and not p.is_symlink() and not pid_alive(int(m.group(1))):
             shutil.rmtree(p, ignore_errors=True)
             removed.append(p)
     return removed

@@ -23,6 +23,7 @@ import typing
 from collections.abc import Callable, Mapping
 from dataclasses import fields, is_dataclass, replace
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from tltsim.errors import InputError
@@ -47,6 +48,24 @@ def _optional(tp: Any) -> tuple[bool, Any]:
         if len(args) == 1 and len(typing.get_args(tp)) == 2:
             return True, args[0]
     return False, tp
+
+
+def bundled_files(folder: Path) -> dict[str, Path]:
+    """The ``*.toml`` files shipped in ``folder``, by name (file stem)."""
+    return {p.stem: p for p in sorted(folder.glob("*.toml"))}
+
+
+def find_file(name_or_path: str | Path, bundled: dict[str, Path], what: str) -> Path:
+    """A file by path, or a bundled one by name (``.toml`` optional); an unknown name raises with
+    the closest bundled names. ``what`` names the kind of file in the error (``scenario``)."""
+    p = Path(name_or_path).expanduser()
+    if p.exists() or p.parent != Path("."):
+        return p
+    stem = p.name.removesuffix(".toml")
+    if stem in bundled:
+        return bundled[stem]
+    raise InputError(f"{what} file not found, and no bundled {what} of that name{suggest(stem, list(bundled))} "
+                     f"(bundled: {', '.join(bundled) or 'none'})", path=p)
 
 
 def suggest(name: str, valid: list[str]) -> str:

@@ -32,7 +32,7 @@ import pandas as pd
 from tltsim.data_buffer import DataBuffer
 from tltsim.drafter_kinds import ngram_acceptance
 from tltsim.drafter_state import DrafterState
-from tltsim.events import CLUSTER, EventLog
+from tltsim.events import CLUSTER, EventLog, empty_event_log
 from tltsim.hardware import get_gpu
 from tltsim.memory import TrainingMemoryConfig, training_memory
 from tltsim.model_shape import get_model
@@ -90,8 +90,7 @@ def run_preset(s: Scenario, name: str, inputs: SimInputs | None = None, *, run_i
     preset = get_preset(name)
     oom = training_memory_problem(s)
     if oom is not None:
-        return RLRunResult(preset.name, EventLog(run_id=run_id, source="sim", policy=preset.name).frame(),
-                           pd.DataFrame(), oom)
+        return RLRunResult(preset.name, empty_event_log(), pd.DataFrame(), oom)
     inputs = preset_inputs(s, preset, inputs or prepare(s))
     dyn = drafter_dynamics(s)
     drafter = DrafterState(quality=s.drafter.quality, position_scale=s.drafter.position_scale)
@@ -118,7 +117,7 @@ def run_preset(s: Scenario, name: str, inputs: SimInputs | None = None, *, run_i
                                    step=res.step)
         else:
             trained = NO_TRAINING
-        _log_training(run.log, trained, s.cluster.tp)
+        _log_training(run.log, trained)
         t = max([res.t_end] + [c.t_end for c in trained.checkpoints] + [g.t_end for g in trained.segments])
         inline_s = t - res.t_end
         phases = phase_times(model, gpu, s.cluster.gpus, workload.prompt_tokens, workload.response_tokens, rl_cfg)
@@ -136,7 +135,7 @@ def run_preset(s: Scenario, name: str, inputs: SimInputs | None = None, *, run_i
     return RLRunResult(preset.name, events, steps)
 
 
-def _log_training(log: EventLog, trained: TrainingResult, tp: int) -> None:
+def _log_training(log: EventLog, trained: TrainingResult) -> None:
     for seg in trained.segments:
         log.span(seg.worker, "train", seg.t_start, seg.t_end, phase="drafter_train")
     for c in trained.checkpoints:

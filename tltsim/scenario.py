@@ -292,20 +292,12 @@ BUNDLED_SCENARIOS = Path(__file__).resolve().parent / "data" / "scenarios"
 
 def bundled_scenarios() -> dict[str, Path]:
     """The example scenarios shipped with tlt, by name (``dapo_qwen32b_polytrace``)."""
-    return {p.stem: p for p in sorted(BUNDLED_SCENARIOS.glob("*.toml"))}
+    return config_tree.bundled_files(BUNDLED_SCENARIOS)
 
 
 def find_scenario(name_or_path: str | Path) -> Path:
     """A scenario file by path, or a bundled scenario by name (``.toml`` optional)."""
-    p = Path(name_or_path).expanduser()
-    if p.exists() or p.parent != Path("."):
-        return p
-    bundled = bundled_scenarios()
-    stem = p.name.removesuffix(".toml")
-    if stem in bundled:
-        return bundled[stem]
-    raise InputError(f"scenario file not found, and no bundled scenario of that name"
-                     f"{config_tree.suggest(stem, list(bundled))} (bundled: {', '.join(bundled)})", path=p)
+    return config_tree.find_file(name_or_path, bundled_scenarios(), "scenario")
 
 
 def load_scenario(path: str | Path) -> Scenario:

@@ -181,15 +181,7 @@ class Point:
 # ---- reading --------------------------------------------------------------------------------------
 def find_spec(name_or_path: str | Path) -> Path:
     """A spec file by path, or a bundled example spec by name (``elastic_threshold_gpu``)."""
-    p = Path(name_or_path).expanduser()
-    if p.exists() or p.parent != Path("."):
-        return p
-    bundled = bundled_specs()
-    stem = p.name.removesuffix(".toml")
-    if stem in bundled:
-        return bundled[stem]
-    raise InputError(f"sweep spec not found, and no bundled spec of that name{config_tree.suggest(stem, list(bundled))}"
-                     f" (bundled: {', '.join(bundled) or 'none'})", path=p)
+    return config_tree.find_file(name_or_path, bundled_specs(), "sweep spec")
 
 
 BUNDLED_SPECS = Path(__file__).resolve().parents[1] / "data" / "sweeps"
@@ -197,7 +189,7 @@ BUNDLED_SPECS = Path(__file__).resolve().parents[1] / "data" / "sweeps"
 
 def bundled_specs() -> dict[str, Path]:
     """The example sweep specs shipped with tlt, by name."""
-    return {p.stem: p for p in sorted(BUNDLED_SPECS.glob("*.toml"))}
+    return config_tree.bundled_files(BUNDLED_SPECS)
 
 
 def load_spec(name_or_path: str | Path) -> SweepSpec:

@@ -37,7 +37,7 @@ from typing import Any
 
 import pandas as pd
 
-from tltsim.atomic import write_text, write_with
+from tltsim.atomic import pid_alive, write_text, write_with
 from tltsim.errors import InputError
 
 META = "sweep.json"
@@ -48,16 +48,6 @@ RESULTS = "results"
 PART_GLOB = "part-*.parquet"
 BOOKKEEPING = ("attempt", "row", "wall_s", "finished_at", "host")
 _STALE_TEMP = re.compile(r"^\..*\.tlt-tmp-(\d+)-[A-Za-z0-9_]+(\.[A-Za-z]+)?$")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def cell(value: Any) -> Any:
@@ -148,7 +138,7 @@ class SweepStore:
             with contextlib.suppress(OSError):
                 for p in folder.iterdir():
                     m = _STALE_TEMP.match(p.name)
-                    if m and p.is_file() and not _pid_alive(int(m.group(1))):
+                    if m and p.is_file() and not pid_alive(int(m.group(1))):
                         with contextlib.suppress(OSError):
                             p.unlink()
                             removed.append(p)
