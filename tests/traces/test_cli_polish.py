@@ -312,11 +312,12 @@ def test_rollout_figures_colour_policies_apart_and_keep_legends_off_the_axes() -
     for p in policies:
         for w in range(2):
             for i in range(20):
-                rows.append({"policy": p, "kind": "decode", "phase": "rollout", "worker": w, "t_start": float(i),
+                rows.append({"policy": p, "step": 0, "kind": "decode", "phase": "rollout", "worker": w,
+                             "t_start": float(i),
                              "t_end": i + 1.0, "batch_size": 20 - i, "depth": 0 if p == "no-sd" else 4})
     fig = rollout_timeline(pd.DataFrame(rows))
     _legend_clear_of_axes(fig)
-    sd_colours = [h.get_color() for h in fig.axes[0].get_legend().legend_handles][2:]
+    sd_colours = [h.get_color() for h in fig.axes[0].get_legend().legend_handles][2:-2]  # then idle, training
     assert len(sd_colours) == 2 and len(set(sd_colours)) == 2
     plt.close(fig)
     summary = pd.DataFrame({"policy": policies, "makespan_s": [3.0, 2.0, 1.5], "speedup": [1.0, 1.5, 2.0]})

@@ -1,6 +1,6 @@
 """The one command-line tool, ``tlt``.
 
-Sub-commands live one per module (``trace``, ``sim``, ``real``, ``demo``) and are mounted here.
+Sub-commands live one per module (``trace``, ``sim``, ``sweep``, ``real``, ``demo``, ``report``) and are mounted here.
 :func:`main` turns :class:`~tltsim.errors.InputError` into one line on stderr and exit code 2.
 """
 
@@ -25,6 +25,7 @@ app = typer.Typer(
 def _mount() -> None:
     from tltreal.cli import app as real_app
     from tltsim.cli.demo import demo
+    from tltsim.cli.report import report
     from tltsim.cli.sim import app as sim_app
     from tltsim.cli.sweep import app as sweep_app
     from tltsim.cli.trace import app as trace_app
@@ -37,6 +38,7 @@ def _mount() -> None:
     app.add_typer(real_app, name="real")
     app.command("demo")(demo)
     app.command("validate")(validate)
+    app.command("report")(report)
 
 
 _mount()

@@ -1,9 +1,10 @@
 """`tlt demo`: the main job run by `make run` — a small, reproducible report under reports/demo/.
 
 It answers the first questions a user asks: how long is the tail of a real RL trace, how much does
-the slowest response stretch each step, and how much would elastic speculative decoding with
-BEG-MAB cut one step's rollout (simulated). The report folder is built aside and swapped in
-atomically.
+the slowest response stretch each step, how much would elastic speculative decoding with BEG-MAB cut
+one step's rollout, and what do whole RL steps gain end to end with TLT and its peers (`verl`,
+`tlt`, `tlt-base`, `static-drafter`) on a GPU where SD pays (H100) and one where it does not (H20)?
+Everything is simulated. The report folder is built aside and swapped in atomically.
 """
 
 from __future__ import annotations
@@ -18,16 +19,14 @@ if TYPE_CHECKING:
 
 DEFAULT_TRACE = "polytrace_rl_rollouts"
 DEFAULT_SCENARIO = "dapo_qwen32b_polytrace"  # a bundled scenario (tltsim/data/scenarios/)
-
-
-def _markdown_table(df) -> str:
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for row in df.itertuples(index=False):
-        cells = [f"{v:,.2f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v)
-                 for v in row]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+#: Whole-RL-run presets the demo compares with ``verl`` (always added as the baseline).
+DEMO_PRESETS = ("tlt", "tlt-base", "static-drafter")
+#: RL steps per whole run (fewer when the trace has fewer): enough for a static drafter to go stale.
+DEMO_RL_STEPS = 4
+#: The two whole-run cases, (GPU, TP or None for the scenario's): H100, where SD pays, and H20 at TP 8
+#: (one rollout group per node), where it does not: 148 dense TFLOPS beside 4 TB/s make verifying a
+#: draft tree cost several decode steps.
+DEMO_CASES = (("H100", None), ("H20", 8))
 
 
 def _with_trace(s: Scenario, trace: str | None) -> tuple[Scenario, str]:
@@ -59,6 +58,84 @@ def _simulate(scenario: str, trace: str | None = None) -> tuple[Any, ...]:
     return (s, *compare_policies(s), flags)
 
 
+def _rl_steps(s: Scenario) -> int:
+    """How many consecutive RL steps the scenario's trace offers from its first step (at most
+    :data:`DEMO_RL_STEPS`); 1 for a trace with one snapshot."""
+    from tltsim.traces import load_trace
+
+    df = load_trace(s.trace.name, seed=s.trace.seed)
+    if s.trace.source is not None:
+        df = df[df["source"] == s.trace.source]
+    steps = sorted(int(x) for x in df["step"].unique())
+    first = s.trace.step if s.trace.step is not None else steps[0]
+    return max(1, min(DEMO_RL_STEPS, sum(x >= first for x in steps))) if len(steps) > 1 else 1
+
+
+def _rl_runs(s: Scenario) -> tuple[Any, ...]:
+    """Whole RL runs of :data:`DEMO_PRESETS` (and verl) in each of :data:`DEMO_CASES`: (scenario per
+    case label, the steps table and the summary table, both with a ``case`` column)."""
+    from dataclasses import replace
+
+    import pandas as pd
+
+    from tltsim.rl_run import compare_presets
+
+    n = _rl_steps(s)
+    cases, steps, summaries = {}, [], []
+    for gpu, tp in DEMO_CASES:
+        tp = tp or s.cluster.tp
+        case = replace(s, presets=DEMO_PRESETS, cluster=replace(s.cluster, gpu=gpu, tp=tp),
+                       trace=replace(s.trace, num_steps=n))
+        label = f"{gpu}, TP {tp}"
+        _, st, summ = compare_presets(case)
+        cases[label] = case
+        steps.append(st.assign(case=label))
+        summaries.append(summ.assign(case=label))
+    return cases, pd.concat(steps, ignore_index=True), pd.concat(summaries, ignore_index=True)
+
+
+def _rl_section(cases: dict, steps, summary, scenario_arg: str) -> list[str]:
+    """The README's whole-RL-run section (tables with the commands that reproduce them)."""
+    from analysis.markdown import markdown_table
+
+    cols = ["case", "preset", "steps", "total_s", "rollout_share", "mean_accept_length", "rollout_speedup",
+            "speedup"]
+    first = next(iter(cases.values()))
+    runs = "\n".join(f"- {label}: `tlt sim run --scenario {scenario_arg} --set cluster.gpu={c.cluster.gpu} "
+                     f"--set cluster.tp={c.cluster.tp} --steps {c.trace.num_steps} "
+                     + " ".join(f"--preset {p}" for p in DEMO_PRESETS) + "`" for label, c in cases.items())
+    pays = summary[(summary["preset"] != "verl") & (summary["speedup"] < 1.0)]
+    verdict = ("**Where SD does not pay**: " + ", ".join(f"`{r.preset}` on {r.case} ({r.speedup:.3f}x)"
+                                                         for r in pays.itertuples()) + "."
+               if len(pays) else "Every preset is at least 1x in both cases.")
+    return [
+        f"## Simulated: whole RL steps, veRL vs TLT presets ({first.model.name}, {first.cluster.gpus} GPUs, "
+        f"{first.trace.num_steps} steps)",
+        "",
+        "Each RL step runs rollout, drafter training (the Spot Trainer on released workers for `tlt`), "
+        "reward, old log-probs, reference, actor update and weight sync on one clock. `speedup` is the "
+        "end-to-end step-time speedup over `verl`, `rollout_speedup` the rollout's alone. `tlt-base` is the "
+        "model-free n-gram drafter; `static-drafter` is trained once and goes stale as the policy moves. "
+        "On H100 SD pays; on H20 at TP 8 (148 dense TFLOPS beside 4 TB/s) verifying a draft tree costs "
+        "several decode steps, so it does not: the n-gram drafter loses time and TLT gains little.",
+        "",
+        "Reproduce:",
+        runs,
+        "",
+        markdown_table(summary[cols], {"total_s": ",.1f", "rollout_share": ".2f", "mean_accept_length": ".2f",
+                                       "rollout_speedup": ".3f", "speedup": ".3f"}),
+        "",
+        verdict,
+        "",
+        "![RL speedup](rl_speedup.png)",
+        "",
+        "![step breakdown](rl_step_breakdown.png)",
+        "",
+        "![accept length over steps](rl_accept_over_steps.png)",
+        "",
+    ]
+
+
 def demo(trace: Annotated[str | None, typer.Option(
              help=f"Trace to analyse and simulate (default: the scenario's trace, {DEFAULT_TRACE}).")] = None,
          scenario: Annotated[str, typer.Option(help="Scenario TOML (path or bundled name) to simulate.")]
@@ -66,10 +143,12 @@ def demo(trace: Annotated[str | None, typer.Option(
          out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/demo"),
          force: Annotated[bool, typer.Option(help="Write into an existing --out folder tlt did not create "
                                              "(same-named files replaced, nothing deleted).")] = False) -> None:
-    """Analyse a trace's long tail, simulate one RL step of it under SD policies, write reports/demo/.
+    """Analyse a trace's long tail, simulate it under SD policies and whole RL runs, write reports/demo/.
 
     Example: tlt demo --trace r1distill_qwen1.5b_aime_8samples --out reports/demo-aime
     """
+    from analysis.markdown import markdown_table
+    from analysis.rl_plots import accept_over_steps, speedup_bars, step_breakdown
     from analysis.rollout_plots import makespan_bars, rollout_timeline
     from analysis.style import save_figure
     from analysis.trace_plots import length_cdf, straggler_factor
@@ -86,6 +165,8 @@ def demo(trace: Annotated[str | None, typer.Option(
     stats = trace_stats(df, ["source"])
     s, events, summary, trace_flags = _simulate(scenario, trace)
     shown_path = scenario + trace_flags
+    cases, rl_steps, rl_summary = _rl_runs(s)
+    first_case = next(iter(cases))
     with atomic_dir(out, force=force) as tmp:
         write_text(tmp / "sim_summary.csv", summary.to_csv(index=False))
         write_text(tmp / "scenario.resolved.toml", scenario_toml(s))
@@ -95,6 +176,15 @@ def demo(trace: Annotated[str | None, typer.Option(
         write_text(tmp / "trace_stats.csv", stats.to_csv(index=False))
         save_figure(length_cdf(df), tmp / "length_cdf")
         save_figure(straggler_factor(df), tmp / "straggler_factor")
+        write_text(tmp / "rl_summary.csv", rl_summary.to_csv(index=False))
+        write_text(tmp / "rl_steps.csv", rl_steps.to_csv(index=False))
+        save_figure(speedup_bars(rl_summary[rl_summary["status"] == "ok"], group="case", series="preset",
+                                 title="End-to-end RL step speedup over veRL (simulated)"), tmp / "rl_speedup")
+        save_figure(step_breakdown(rl_summary[rl_summary["case"] == first_case],
+                                   title=f"Where an RL step's time goes ({first_case})"), tmp / "rl_step_breakdown")
+        accept = accept_over_steps(rl_steps[rl_steps["case"] == first_case],
+                                   title=f"Accept length over RL steps ({first_case})")
+        save_figure(accept, tmp / "rl_accept_over_steps")
         shown = stats[["source", "n", "mean", "p50", "p99", "max", "top5_share", "straggler_mean"]]
         write_text(tmp / "README.md", "\n".join([
             f"# tlt demo: the long tail of `{trace}`",
@@ -105,7 +195,8 @@ def demo(trace: Annotated[str | None, typer.Option(
             "responses; `straggler_mean` = mean over steps of max/mean length, the factor by which the",
             "slowest response stretches a synchronous rollout step.",
             "",
-            _markdown_table(shown),
+            markdown_table(shown, {"n": ",", "mean": ",.1f", "p50": ",.0f", "p99": ",.0f", "max": ",.0f",
+                                   "top5_share": ".3f", "straggler_mean": ".2f"}),
             "",
             "![length CDF](length_cdf.png)",
             "",
@@ -118,11 +209,14 @@ def demo(trace: Annotated[str | None, typer.Option(
             "(resolved scenario in `scenario.resolved.toml`). The cost model is an analytic roofline and",
             "the acceptance model is fitted to the paper's depth x verify table: predictions, not measurements.",
             "",
-            _markdown_table(summary[sim_cols]),
+            markdown_table(summary[sim_cols], {"makespan_s": ",.1f", "speedup": ".3f", "idle_fraction": ".3f",
+                                               "mean_accept_length": ".2f", "sd_share": ".3f"}),
             "",
             "![makespan](makespan.png)",
             "",
             "![rollout timeline](rollout_timeline.png)",
             "",
+            *_rl_section(cases, rl_steps, rl_summary, shown_path),
         ]))
-    typer.echo(f"wrote {out}/ (README.md, trace_stats.csv, sim_summary.csv, 4 figures as PNG + PDF)")
+    typer.echo(f"wrote {out}/ (README.md, trace_stats.csv, sim_summary.csv, rl_summary.csv, rl_steps.csv, "
+               "7 figures as PNG + PDF)")

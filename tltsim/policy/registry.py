@@ -222,6 +222,16 @@ class _NullModels:
         return 1.0
 
 
+def elastic_split(spec: str) -> tuple[int | None, str]:
+    """``(threshold, inner spec)`` of an elastic spec (``elastic:8+beg-mab`` -> ``(8, "beg-mab")``),
+    ``(None, spec)`` for any other. Lets a sweep over policy specs be plotted against the threshold
+    as a number rather than as spec strings."""
+    policy = make_policy(spec, accept_model=_NullModels(), cost_model=_NullModels())
+    if not isinstance(policy, Elastic):
+        return None, spec.strip()
+    return policy.threshold, spec.strip().split("+", 1)[1].strip()
+
+
 def check_spec(spec: str) -> None:
     """Raise :class:`InputError` unless ``spec`` is a valid policy spec (no models needed)."""
     make_policy(spec, accept_model=_NullModels(), cost_model=_NullModels())

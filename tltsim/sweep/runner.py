@@ -54,11 +54,19 @@ Evaluator = Callable[[Scenario], pd.DataFrame]
 
 
 def evaluate_point(scenario: Scenario) -> pd.DataFrame:
-    """Simulate one point: every policy of the scenario against ``no-sd`` on the same workloads.
+    """Simulate one point; the single swappable evaluation of a sweep.
 
-    Returns :func:`tltsim.scenario.compare_policies`'s summary, one row per (policy, step) with
-    makespan, speedup, GPU idle share, accept length, tokens/s and the other
-    :class:`~tltsim.summary.StepSummary` columns. The single swappable evaluation of a sweep."""
+    With ``presets`` (whole RL runs): every preset against ``verl`` on the same workloads,
+    :func:`tltsim.rl_run.compare_presets`'s per-preset summary (end-to-end ``speedup``,
+    ``rollout_speedup``, time per phase, accept length; an out-of-memory preset is a row with
+    ``run_status = "oom"``, since ``status`` is the sweep's own column). Otherwise: every policy
+    against ``no-sd`` for the rollout alone, :func:`tltsim.scenario.compare_policies`'s summary, one
+    row per (policy, step) with makespan, speedup, GPU idle share, accept length and tokens/s."""
+    if scenario.presets:
+        from tltsim.rl_run import compare_presets
+
+        _, _, summary = compare_presets(scenario)
+        return summary.rename(columns={"status": "run_status"})
     from tltsim.scenario import compare_policies
 
     _, summary = compare_policies(scenario)
@@ -217,6 +225,28 @@ def import_ray() -> Any:
     return ray
 
 
+#: Seconds to wait for a TCP connection to a Ray cluster's address before giving up with an error.
+RAY_CONNECT_TIMEOUT_S = 10.0
+
+
+def check_reachable(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """One clear error, within ``timeout_s``, when nothing listens at a Ray ``host:port`` address
+    (``ray.init`` itself retries an unreachable address for minutes). ``auto`` and addresses
+    without a port are left to Ray."""
+    target = address.removeprefix("ray://")
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
+        raise InputError(f"cannot reach a Ray cluster at {address} ({reason} after at most {timeout_s:g} s); "
+                         "is `ray start --head` running there, and is the port the GCS port (default 6379)?",
+                         path="--address") from None
+
+
 class RayBackend:
     """Ray tasks, on an existing cluster (``address``) or on a local Ray started here with
     ``workers`` CPUs. A Ray this process did not start is left running."""
@@ -225,6 +255,8 @@ class RayBackend:
         ray = self.ray = import_ray()
         self.started = False
         if not ray.is_initialized():
+            if address:
+                check_reachable(address)
             try:
                 if address:
                     ray.init(address=address, log_to_driver=False, logging_level="ERROR")

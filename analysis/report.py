@@ -1,0 +1,294 @@
+"""``tlt report``: a README with figures and tables from a simulated run folder or a sweep folder.
+
+A *run* folder is what ``tlt sim run`` writes (``summary.csv``, ``events.parquet``,
+``scenario.resolved.toml``, and ``steps.csv`` for whole RL runs with presets). A *sweep* folder is
+what ``tlt sweep run`` writes (:mod:`tltsim.sweep.store`). The report states the command that
+regenerates it and the one that reproduces the numbers, the simulated device (from the scenario)
+and the versions and host that computed them, and shows where SD does *not* pay as plainly as where
+it does (a table of every setting below 1x).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from analysis.markdown import markdown_table
+from analysis.provenance import provenance_line
+from analysis.rl_plots import accept_over_steps, step_breakdown
+from analysis.rollout_plots import gpu_utilisation, makespan_bars, rollout_timeline
+from analysis.sd_plots import sd_speedup_heatmap, sd_speedup_vs_batch
+from analysis.style import save_figure
+from analysis.sweep_plots import response_curves, response_surface, with_elastic_columns
+from tltsim.errors import InputError
+
+#: Runs whose baseline is this row are rollout-only policy comparisons; ``verl`` marks RL runs.
+BASELINES = ("no-sd", "verl")
+HEATMAP_DEPTHS = (2, 4, 6, 8, 10, 12)
+HEATMAP_VERIFY = (4, 8, 16, 32, 48, 64)
+CURVE_CONFIGS = ("8_4_8", "8_4_16", "8_4_32", "8_4_48")
+CURVE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+@dataclass
+class Report:
+    """What a report is made of before it is written: Markdown sections and named figures."""
+
+    title: str
+    sections: list[str] = field(default_factory=list)
+    figures: dict[str, Callable[[], plt.Figure]] = field(default_factory=dict)
+
+    def figure(self, stem: str, caption: str, make: Callable[[], plt.Figure]) -> None:
+        self.figures[stem] = make
+        self.sections.append(f"![{caption}]({stem}.png)\n\n*{caption}.*")
+
+    def write(self, folder: Path) -> list[str]:
+        for stem, make in self.figures.items():
+            save_figure(make(), folder / stem)
+        (folder / "README.md").write_text("\n\n".join([f"# {self.title}", *self.sections]) + "\n", encoding="utf-8")
+        return ["README.md", *(f"{s}.png" for s in self.figures)]
+
+
+def kind_of(path: Path) -> str:
+    """``run`` or ``sweep``; one clear line if ``path`` is neither."""
+    from tltsim.sweep.store import SweepStore
+
+    if not path.is_dir():
+        raise InputError("no such folder (give a `tlt sim run` or `tlt sweep run` results folder)", path=path)
+    if SweepStore(path).is_sweep():
+        return "sweep"
+    missing = [f for f in ("summary.csv", "events.parquet", "scenario.resolved.toml") if not (path / f).exists()]
+    if missing:
+        raise InputError(f"neither a sweep folder (no sweep.json) nor a run folder (missing {', '.join(missing)})",
+                         path=path)
+    return "run"
+
+
+def build_report(path: Path, command: str) -> Report:
+    """The report of a run or sweep folder (:func:`kind_of`)."""
+    return sweep_report(path, command) if kind_of(path) == "sweep" else run_report(path, command)
+
+
+# ---- run folders ---------------------------------------------------------------------------------
+def _read_csv(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"not a readable CSV table ({str(exc).splitlines()[0][:120]})", path=path) from None
+
+
+def _scenario_line(s) -> str:
+    return (f"Simulated: `{s.model.name}` on {s.cluster.gpus} x {s.cluster.gpu} (TP {s.cluster.tp}, "
+            f"{s.n_workers} rollout workers), trace `{s.trace.name}`, {s.trace.num_steps} step(s), "
+            f"cost model `{s.cost.model}`, acceptance `{s.acceptance.preset}` ({s.acceptance.mode}). "
+            "No GPU was used: these are the simulator's predictions.")
+
+
+def run_report(path: Path, command: str) -> Report:
+    """Figures and tables of one ``tlt sim run`` folder."""
+    from tltsim.scenario import load_scenario
+
+    summary = _read_csv(path / "summary.csv")
+    try:
+        events = pd.read_parquet(path / "events.parquet")
+    except (OSError, ValueError) as exc:
+        raise InputError(f"not a readable event log ({str(exc).splitlines()[0][:120]})",
+                         path=path / "events.parquet") from None
+    s = load_scenario(path / "scenario.resolved.toml")
+    rl = (path / "steps.csv").exists()
+    rep = Report(f"tlt report: {'whole RL run' if rl else 'rollout'} `{path.name}`")
+    rep.sections += [
+        f"Regenerate this report: `{command}`. Reproduce the numbers: "
+        f"`tlt sim run --scenario {path / 'scenario.resolved.toml'}`.",
+        _scenario_line(s), f"Computed with {provenance_line()}."]
+    if rl:
+        _rl_sections(rep, summary, _read_csv(path / "steps.csv"))
+    else:
+        _rollout_sections(rep, summary)
+    rep.sections.append("## Timeline")
+    rep.figure("rollout_timeline", "Running batch per rollout worker; SD spans coloured; released workers idle "
+               "(grey strip) or training the drafter (green strip)", lambda: rollout_timeline(events))
+    rep.figure("gpu_utilisation", "Share of rollout GPUs generating (solid) and training the drafter (dashed) "
+               "over time", lambda: gpu_utilisation(events))
+    _sd_sections(rep, s)
+    return rep
+
+
+def _not_paying(table: pd.DataFrame, name: str, value: str = "speedup") -> str:
+    bad = table[(table[value] < 1.0) & ~table[name].isin(BASELINES)]
+    if bad.empty:
+        return "Every setting here is at least 1x: SD does not slow this run down anywhere."
+    return ("**Where SD does not pay** (speedup below 1x):\n\n"
+            + markdown_table(bad[[name, value]].drop_duplicates(), {value: ".3f"}))
+
+
+def _rollout_sections(rep: Report, summary: pd.DataFrame) -> None:
+    per_policy = summary.groupby("policy", sort=False).agg(
+        steps=("step", "size"), makespan_s=("makespan_s", "sum"), idle_fraction=("idle_fraction", "mean"),
+        mean_accept_length=("mean_accept_length", "mean")).reset_index()
+    base = per_policy.loc[per_policy["policy"] == "no-sd", "makespan_s"]
+    per_policy["speedup"] = float(base.iloc[0]) / per_policy["makespan_s"] if len(base) else np.nan
+    rep.sections += ["## Rollout time per policy",
+                     markdown_table(per_policy, {"makespan_s": ".1f", "idle_fraction": ".3f",
+                                                 "mean_accept_length": ".2f", "speedup": ".3f"}),
+                     _not_paying(per_policy, "policy")]
+    rep.figure("makespan", "Rollout makespan per policy, speedup over no-sd",
+               lambda: makespan_bars(per_policy[["policy", "makespan_s", "speedup"]]))
+
+
+def _rl_sections(rep: Report, summary: pd.DataFrame, steps: pd.DataFrame) -> None:
+    cols = [c for c in ("preset", "status", "steps", "total_s", "rollout_share", "mean_accept_length",
+                        "rollout_speedup", "speedup", "note") if c in summary.columns]
+    rep.sections += ["## End-to-end RL step time per preset",
+                     markdown_table(summary[cols], {"total_s": ".1f", "rollout_share": ".2f",
+                                                    "mean_accept_length": ".2f", "rollout_speedup": ".3f",
+                                                    "speedup": ".3f"}),
+                     _not_paying(summary[summary["status"] == "ok"], "preset")]
+    rep.figure("step_breakdown", "Seconds per RL step by phase and preset", lambda: step_breakdown(summary))
+    if "mean_accept_length" in steps and steps["mean_accept_length"].notna().any():
+        rep.figure("accept_over_steps", "Mean accept length per RL step and preset",
+                   lambda: accept_over_steps(steps))
+
+
+def _sd_sections(rep: Report, s) -> None:
+    from tltsim.policy.base import SDConfig
+    from tltsim.scenario import acceptance_model, cost_model
+    from tltsim.sd_speedup import grid_configs, sd_speedup_table
+
+    cost, accept = cost_model(s), acceptance_model(s.acceptance)
+    grid = sd_speedup_table(cost, accept, grid_configs(HEATMAP_DEPTHS, HEATMAP_VERIFY), [1])
+    curves = sd_speedup_table(cost, accept, [SDConfig.parse(c) for c in CURVE_CONFIGS], CURVE_BATCHES)
+    rep.sections += ["## One SD iteration on this model and GPU",
+                     "Tokens per second with SD over without, per draft shape, at 2,048 context tokens per "
+                     "request (`tltsim.sd_speedup`): what the elastic switch and the bandit weigh."]
+    rep.figure("sd_heatmap", f"SD speedup per iteration at batch 1 ({s.model.name}, {s.cluster.gpu}, TP "
+               f"{s.cluster.tp}); blue pays, red does not", lambda: sd_speedup_heatmap(grid))
+    rep.figure("sd_vs_batch", "SD speedup per iteration vs running batch; below the dashed line SD does not pay",
+               lambda: sd_speedup_vs_batch(curves))
+
+
+# ---- sweep folders --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SweepView:
+    """A sweep's results shaped for plotting: one row per point and non-baseline policy/preset, the
+    dimensions that vary (numbers first), and the name of the policy/preset column."""
+
+    rows: pd.DataFrame
+    dims: list[str]
+    series: str
+
+
+def sweep_view(results: pd.DataFrame, axes: list[str]) -> SweepView:
+    """Replace a ``policies``/``presets`` axis by the per-row policy/preset (and an elastic
+    threshold, when every policy is elastic) and keep the dimensions with more than one value."""
+    series = "preset" if "preset" in results.columns else "policy"
+    ok = results[(results["status"] == "ok") & ~results[series].isin(BASELINES)]
+    if "run_status" in ok.columns:  # whole RL runs: a preset that ran out of memory has no speedup
+        ok = ok[ok["run_status"] == "ok"]
+    ok = ok.copy()
+    dims = [a for a in axes if a not in ("policies", "presets")]
+    if series == "policy" and len(ok):
+        ok = with_elastic_columns(ok)
+        if ok["elastic_threshold"].notna().all():
+            dims += ["elastic_threshold", "inner_policy"]
+        else:
+            dims.append("policy")
+    else:
+        dims.append(series)
+    dims = [d for d in dims if ok[d].nunique() > 1] if len(ok) else []
+    numeric = [d for d in dims if pd.api.types.is_numeric_dtype(ok[d])]
+    return SweepView(ok, numeric + [d for d in dims if d not in numeric], series)
+
+
+def sweep_report(path: Path, command: str) -> Report:
+    """Figures and tables of one sweep folder."""
+    from tltsim.sweep.store import SweepStore
+
+    store = SweepStore(path)
+    meta = store.meta()
+    results = store.read()
+    if results.empty:
+        raise InputError("the sweep has no results yet (run `tlt sweep run` first)", path=path)
+    view = sweep_view(results, list(meta.get("axes", [])))
+    errors = results[results["status"] == "error"].drop_duplicates("key")
+    points = results["key"].nunique()
+    rep = Report(f"tlt report: sweep `{meta.get('name', path.name)}`")
+    rep.sections += [
+        f"Regenerate this report: `{command}`. Reproduce the results: `tlt sweep run {_spec_arg(path, meta)} "
+        f"--out {path}` (re-runs only the points that have no result there).",
+        f"{points} points, {points - len(errors)} ok, {len(errors)} failed; axes: "
+        + ", ".join(f"`{a}`" for a in meta.get("axes", [])) + f". Spec: `{path / 'spec.toml'}`; base scenario "
+        f"`{path / 'base.resolved.toml'}`. Simulated: no GPU was used.",
+        f"Computed with {provenance_line()} (the report; each point's host is in the results).",
+    ]
+    _sweep_tables(rep, view)
+    _sweep_figures(rep, view)
+    if len(errors):
+        rep.sections += ["## Failed points", markdown_table(errors[["key", "error"]])]
+    return rep
+
+
+def _spec_arg(path: Path, meta: dict) -> str:
+    """The spec to name in the reproduce command: the bundled spec's name when the sweep ran it
+    unchanged (the results folder is usually not committed), else the copy in the sweep folder."""
+    from tltsim.sweep.spec import bundled_specs, load_spec
+
+    bundled = bundled_specs().get(str(meta.get("name", "")))
+    if bundled is not None and load_spec(bundled).text_sha256 == meta.get("spec_sha256"):
+        return str(meta["name"])
+    return str(path / "spec.toml")
+
+
+def _sweep_tables(rep: Report, view: SweepView) -> None:
+    ok, dims = view.rows, view.dims
+    if ok.empty:
+        rep.sections.append("No successful points to show.")
+        return
+    metric = "speedup"
+    table = ok.groupby(dims, dropna=False)[metric].median().reset_index() if dims else ok[[metric]]
+    formats = {metric: ".3f", **{d: "g" for d in dims if pd.api.types.is_numeric_dtype(table[d])}}
+    best = table.sort_values(metric, ascending=False, kind="stable").head(10)
+    rl = view.series == "preset"
+    label = "end-to-end speedup over verl, whole run" if rl else "rollout speedup over no-sd, median over steps"
+    rep.sections += [f"## Best settings (`speedup`: {label})", markdown_table(best, formats)]
+    bad = table[table[metric] < 1.0]
+    rep.sections += ["## Where SD does not pay",
+                     "Every setting is at least 1x." if bad.empty else
+                     f"{len(bad)} of {len(table)} settings are below 1x (SD slows the "
+                     f"{'RL step' if rl else 'rollout'} down):\n\n"
+                     + markdown_table(bad.sort_values(metric, kind="stable"), formats)]
+
+
+def _sweep_figures(rep: Report, view: SweepView) -> None:
+    ok, dims = view.rows, view.dims
+    if ok.empty or not dims:
+        return
+    x = dims[0]
+    y = dims[1] if len(dims) > 1 else None
+    facet = dims[2] if len(dims) > 2 else None
+    rest = dims[3:]
+    note = f" (median over {', '.join(rest)})" if rest else ""
+    label = "end-to-end speedup over veRL (×)" if view.series == "preset" else "rollout speedup over no-SD (×)"
+    if y is not None:
+        rep.figure("response_surface", f"Median speedup over {x} x {y}"
+                   + (f", one panel per {facet}" if facet else "") + note,
+                   lambda: response_surface(ok, x, y, facet=facet, value_label=label))
+    if pd.api.types.is_numeric_dtype(ok[x]) and y is not None:
+        log_x = bool((ok[x] > 0).all() and ok[x].max() >= 16 * ok[x].min())  # a power-of-two grid, say
+        rep.figure("response_curves", f"Median speedup vs {x}, one line per {y}" + note,
+                   lambda: response_curves(ok, x, y, facet=facet, value_label=label, log_x=log_x))
+
+
+def write_report(path: str | Path, out: str | Path, *, command: str, force: bool = False) -> list[str]:
+    """Build the report of ``path`` and write it to ``out`` atomically; return the files written."""
+    from tltsim.atomic import atomic_dir, check_output_dir
+
+    check_output_dir(out, force)
+    rep = build_report(Path(path), command)
+    with atomic_dir(out, force=force) as tmp:
+        return rep.write(tmp)

@@ -1,0 +1,160 @@
+"""`tlt report` on run and sweep folders, sweeps of whole RL runs (presets), and the demo's presets."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.report import sweep_view
+from conftest import invoke_cli
+from tltsim.errors import InputError
+from tltsim.sweep import SweepStore, load_spec, run_sweep
+from tltsim.sweep.runner import check_reachable, evaluate_point
+
+TINY = """
+[scenario]
+trace.name = "intern_s1_math"
+trace.prompts_per_step = 2
+cluster.gpus = 8
+"""
+
+
+def _spec(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "spec.toml"
+    path.write_text(TINY + body, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def policy_sweep(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("sweep")
+    spec = load_spec(_spec(tmp, """
+[[axes]]
+kind = "grid"
+"cluster.gpu" = ["H100", "H20"]
+policies = ["elastic:8+static:8_4_32", "elastic:512+static:8_4_32"]
+"""))
+    out = tmp / "results"
+    run_sweep(spec, out, workers=1)
+    return out
+
+
+@pytest.fixture(scope="module")
+def rl_run_folder(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("run") / "rl"
+    res = invoke_cli("sim", "run", "--trace", "intern_s1_math", "--set", "trace.prompts_per_step=8", "--set",
+                     "cluster.gpus=8", "--set", "cluster.tp=2", "--preset", "tlt", "--preset", "tlt-base",
+                     "--steps", "2", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    return out
+
+
+def test_report_of_a_sweep_shows_surfaces_and_every_setting_below_one(policy_sweep, tmp_path):
+    out = tmp_path / "rep"
+    res = invoke_cli("report", str(policy_sweep), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    readme = (out / "README.md").read_text()
+    assert {"README.md", "response_surface.png", "response_surface.pdf", "response_curves.png"} <= {
+        p.name for p in out.iterdir()}
+    assert f"tlt report {policy_sweep} --out {out}" in readme  # the command that regenerates it
+    assert "tlt sweep run" in readme and "Python" in readme and "commit" in readme
+    rows = SweepStore(policy_sweep).read()
+    settings = rows[rows["policy"] != "no-sd"].groupby(["cluster.gpu", "policy"])["speedup"].median()
+    below = settings[settings < 1.0]
+    assert "## Where SD does not pay" in readme
+    if len(below):
+        assert f"{len(below)} of {len(settings)} settings are below 1x" in readme
+    else:
+        assert "Every setting is at least 1x." in readme
+    for (gpu, policy), v in settings.items():  # the best-settings table holds the top values
+        if v >= sorted(settings, reverse=True)[min(9, len(settings) - 1)]:
+            assert f"| {gpu} |" in readme and f"{v:.3f}" in readme, (gpu, policy)
+
+
+def test_sweep_view_turns_elastic_specs_into_a_numeric_threshold(policy_sweep):
+    rows = SweepStore(policy_sweep).read()
+    view = sweep_view(rows, ["cluster.gpu", "policies"])
+    assert view.dims == ["elastic_threshold", "cluster.gpu"]  # inner policy constant: not a dimension
+    assert set(view.rows["elastic_threshold"]) == {8.0, 512.0} and "no-sd" not in set(view.rows["policy"])
+
+
+def test_report_of_a_whole_rl_run(rl_run_folder, tmp_path):
+    out = tmp_path / "rep"
+    res = invoke_cli("report", str(rl_run_folder), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    names = {p.name for p in out.iterdir()}
+    assert {"step_breakdown.png", "accept_over_steps.png", "rollout_timeline.png", "gpu_utilisation.png",
+            "sd_heatmap.png", "sd_vs_batch.png"} <= names
+    readme = (out / "README.md").read_text()
+    summary = pd.read_csv(rl_run_folder / "summary.csv")
+    tlt = summary.set_index("preset").loc["tlt"]
+    assert f"| tlt | ok | 2 | {tlt['total_s']:.1f} |" in readme
+    assert f"tlt sim run --scenario {rl_run_folder / 'scenario.resolved.toml'}" in readme
+
+
+def test_report_refuses_a_folder_that_is_neither_and_writes_nothing(tmp_path):
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "summary.csv").write_text("a\n1\n")
+    for target in (tmp_path / "junk", tmp_path / "missing"):
+        res = invoke_cli("report", str(target), "--out", str(tmp_path / "rep"))
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith("tlt: error:"), res.stderr
+        assert str(target) in lines[0]
+    assert not (tmp_path / "rep").exists()
+
+
+def test_a_sweep_of_presets_evaluates_whole_rl_runs(tmp_path):
+    spec = load_spec(_spec(tmp_path, """
+presets = ["tlt"]
+trace.num_steps = 2
+
+[[axes]]
+kind = "grid"
+"cluster.gpu" = ["H100", "H20"]
+"""))
+    frame = evaluate_point(spec.scenario)
+    assert frame["preset"].tolist() == ["verl", "tlt"] and (frame["run_status"] == "ok").all()
+    assert frame.loc[0, "speedup"] == 1.0
+    report = run_sweep(spec, tmp_path / "out", workers=1)
+    assert report.ok == 2
+    rows = SweepStore(tmp_path / "out").read()
+    assert set(rows["preset"]) == {"verl", "tlt"} and (rows["status"] == "ok").all()
+    assert {"speedup", "rollout_speedup", "actor_update_s"} <= set(rows.columns)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed when the block ends: nothing listens there
+
+
+def test_an_unreachable_ray_address_fails_fast_with_one_line(tmp_path):
+    """Before: ``ray.init(address=...)`` retried an unreachable cluster for minutes."""
+    port = _closed_port()
+    with pytest.raises(InputError, match="cannot reach a Ray cluster") as exc:
+        check_reachable(f"127.0.0.1:{port}", timeout_s=2.0)
+    assert "--address" in str(exc.value)
+    check_reachable("auto")  # left to Ray
+    pytest.importorskip("ray")
+    spec = load_spec(_spec(tmp_path, '[[axes]]\nkind = "grid"\n"cluster.gpu" = ["H100"]\n'))
+    res = invoke_cli("sweep", "run", str(spec.path), "--out", str(tmp_path / "out"), "--backend", "ray",
+                     "--address", f"127.0.0.1:{port}")
+    assert res.returncode == 2 and "cannot reach a Ray cluster" in res.stderr, res.stderr
+
+
+def test_demo_compares_presets_where_sd_pays_and_where_it_does_not(tmp_path):
+    out = tmp_path / "demo"
+    res = invoke_cli("demo", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    summary = pd.read_csv(out / "rl_summary.csv")
+    assert set(summary["preset"]) == {"verl", "tlt", "tlt-base", "static-drafter"}
+    by = summary.set_index(["case", "preset"])["speedup"]
+    assert by[("H100, TP 4", "tlt")] > 1.3  # pays
+    assert min(by[("H20, TP 8", p)] for p in ("tlt", "tlt-base", "static-drafter")) < 1.0  # does not
+    readme = (out / "README.md").read_text()
+    assert "**Where SD does not pay**" in readme and "--set cluster.gpu=H20 --set cluster.tp=8" in readme
+    assert {"rl_speedup.png", "rl_step_breakdown.png", "rl_accept_over_steps.png"} <= {p.name for p in out.iterdir()}
+    assert "nan" not in readme
