@@ -333,6 +333,7 @@ def test_rollout_figures_colour_policies_apart_and_keep_legends_off_the_axes() -
     (("trace", "stats"), "Example: tlt trace stats "),
     (("trace", "plot"), "Example: tlt trace plot "),
     (("demo",), "Example: tlt demo "),
+    (("report",), "Examples: tlt sim run --preset tlt"),
 ])
 def test_help_has_an_example_line(cli, args: tuple[str, ...], example: str) -> None:
     res = cli(*args, "--help")
@@ -344,6 +345,7 @@ def test_help_has_an_example_line(cli, args: tuple[str, ...], example: str) -> N
     (("trace", "stats", POLY, "--bi", "source"), "--by"),
     (("trace", "plot", POLY, "--sorce", DAPO), "--source"),
     (("demo", "--trac", "x"), "--trace"),
+    (("report", "x", "--ou", "y"), "--out"),
     (("trace", "stat", POLY), "Did you mean 'stats'?"),
     (("trce",), "Did you mean 'trace'?"),
 ])
