@@ -13,6 +13,9 @@ gets per-request new tokens ``[B, T]``, their positions, and a ``[B, T, T]`` mas
 tokens each new token may see (causal for prefill, ancestor-only for a tree). Each token always sees
 its request's whole committed cache prefix.
 
+Training uses :meth:`Transformer.forward_train` instead: the same layers and weights with no cache
+and autograd on, over whole (padded or packed) sequences; it equals a prefill from an empty cache.
+
 Numerical policy: the per-token computation does not depend on the other requests in the batch
 except through padding (masked keys contribute exact zeros) and BLAS blocking. In float64 the
 resulting differences are ~1e-16 relative, far below any logit margin, so greedy decoding gives the
@@ -107,6 +110,46 @@ def make_attn_batch(slots: torch.Tensor, cache_lens: torch.Tensor, new_mask: tor
     return AttnBatch(slots, write_index, mask[:, None], width, cos, sin, windowed)
 
 
+@dataclass
+class TrainBatch:
+    """Attention bookkeeping of a cache-free forward (:meth:`Transformer.forward_train`): the keys
+    are the T tokens of the forward itself, so the mask is ``[B, 1, T, T]``."""
+
+    mask: torch.Tensor  # [B, 1, T, T] True where query t may attend key s
+    cos: torch.Tensor
+    sin: torch.Tensor
+    windowed: dict[int, torch.Tensor]  # sliding window -> mask further limited to keys within it
+
+    def mask_for(self, window: int | None) -> torch.Tensor:
+        return self.mask if window is None else self.windowed[window]
+
+
+def segment_positions(segment_ids: torch.Tensor) -> torch.Tensor:
+    """Position of each token within its run of equal ``segment_ids`` ``[B, T]`` (0 at each run's
+    first token): packed sequences each start at position 0, as they would alone."""
+    b, t = segment_ids.shape
+    offs = torch.arange(t, device=segment_ids.device).expand(b, t)
+    starts = torch.ones(b, t, dtype=torch.bool, device=segment_ids.device)
+    starts[:, 1:] = segment_ids[:, 1:] != segment_ids[:, :-1]
+    return offs - torch.cummax(torch.where(starts, offs, torch.zeros_like(offs)), dim=1).values
+
+
+def make_train_batch(positions: torch.Tensor, segment_ids: torch.Tensor, cfg: ModelConfig,
+                     dtype: torch.dtype) -> TrainBatch:
+    """Causal attention restricted to keys of the query's own segment; with a sliding window, also
+    to keys fewer than ``sliding_window`` positions back (positions, not indices, so packing is
+    exact)."""
+    t = positions.shape[1]
+    causal = torch.ones(t, t, dtype=torch.bool, device=positions.device).tril()
+    mask = causal[None] & (segment_ids[:, :, None] == segment_ids[:, None, :])
+    cos, sin = rope_tables(positions, cfg, dtype)
+    windowed = {}
+    if cfg.sliding_window is not None and cfg.sliding_layers:
+        recent = positions[:, :, None] - positions[:, None, :] < cfg.sliding_window
+        windowed[cfg.sliding_window] = (mask & recent)[:, None]
+    return TrainBatch(mask[:, None], cos, sin, windowed)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, window: int | None = None) -> None:
         super().__init__()
@@ -132,6 +175,23 @@ class Attention(nn.Module):
         # Softmax in at least float32, as transformers' eager attention: bf16 would round the weights.
         compute = torch.promote_types(scores.dtype, torch.float32)
         probs = scores.masked_fill(~ab.mask_for(self.window), float("-inf")).softmax(dim=-1, dtype=compute)
+        probs = probs.to(values.dtype)
+        out = (probs @ values).transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
+        return self.o_proj(out)
+
+    def forward_train(self, x: torch.Tensor, tb: TrainBatch) -> torch.Tensor:
+        """The same attention as :meth:`forward` with no cache: keys and values are this forward's
+        own tokens (what a prefill from an empty cache reads back), and autograd stays on."""
+        b, t, _ = x.shape
+        q = apply_rope(self.q_proj(x).view(b, t, self.heads, self.head_dim), tb.cos, tb.sin)
+        k = apply_rope(self.k_proj(x).view(b, t, self.kv_heads, self.head_dim), tb.cos, tb.sin)
+        v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim)
+        group = self.heads // self.kv_heads
+        keys = k.transpose(1, 2).repeat_interleave(group, dim=1)
+        values = v.transpose(1, 2).repeat_interleave(group, dim=1)
+        scores = (q.transpose(1, 2) @ keys.transpose(-1, -2)) / math.sqrt(self.head_dim)
+        compute = torch.promote_types(scores.dtype, torch.float32)
+        probs = scores.masked_fill(~tb.mask_for(self.window), float("-inf")).softmax(dim=-1, dtype=compute)
         probs = probs.to(values.dtype)
         out = (probs @ values).transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
         return self.o_proj(out)
@@ -170,6 +230,11 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, cache: KVCache, layer: int, ab: AttnBatch) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cache, layer, ab)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+    def forward_train(self, x: torch.Tensor, tb: TrainBatch) -> torch.Tensor:
+        """:meth:`forward` without a cache (see :meth:`Attention.forward_train`)."""
+        x = x + self.self_attn.forward_train(self.input_layernorm(x), tb)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -216,6 +281,39 @@ class Transformer(nn.Module):
         x = self.model.embed_tokens(tokens)
         for i, layer in enumerate(self.model.layers):
             x = layer(x, cache, i, ab)
+        hidden = self.model.norm(x)
+        return self.lm_head(hidden), hidden
+
+    def forward_train(self, tokens: torch.Tensor, *, positions: torch.Tensor | None = None,
+                      segment_ids: torch.Tensor | None = None,
+                      lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cache-free, gradient-enabled forward of whole sequences ``tokens`` ``[B, T]``: the same
+        function as :meth:`forward` prefilling from an empty cache, for training (pre-training,
+        policy-gradient log-probs, drafter features) where a KV cache would only cost memory and
+        block autograd. Returns ``(logits, hidden)`` ``[B, T, V]`` / ``[B, T, H]``.
+
+        Each token attends causally to earlier tokens of its own segment. Either ``lengths`` ``[B]``
+        (row b holds ``lengths[b]`` real tokens then padding; padding sees only padding, real tokens
+        never see it) or ``segment_ids`` ``[B, T]`` (packing: several sequences per row, each a
+        contiguous run of one id) may be given, not both. ``positions`` ``[B, T]`` defaults to the
+        index within each segment, so a packed sequence gets the positions it would have alone.
+        """
+        b, t = tokens.shape
+        device = tokens.device
+        if lengths is not None:
+            if segment_ids is not None:
+                raise InputError("give lengths or segment_ids, not both", field="lengths")
+            segment_ids = (torch.arange(t, device=device)[None, :] >= lengths.to(device)[:, None]).long()
+        if segment_ids is None:
+            segment_ids = torch.zeros(b, t, dtype=torch.long, device=device)
+        if tuple(segment_ids.shape) != (b, t) or (positions is not None and tuple(positions.shape) != (b, t)):
+            raise InputError(f"segment_ids and positions must have the shape of tokens {(b, t)}", field="segment_ids")
+        if positions is None:
+            positions = segment_positions(segment_ids)
+        tb = make_train_batch(positions, segment_ids, self.cfg, self.dtype)
+        x = self.model.embed_tokens(tokens)
+        for layer in self.model.layers:
+            x = layer.forward_train(x, tb)
         hidden = self.model.norm(x)
         return self.lm_head(hidden), hidden
 

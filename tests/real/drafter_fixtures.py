@@ -20,8 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from tltreal.model import Transformer, causal_mask, random_model
-from tltreal.proposers.eagle import decoder_layer_train
+from tltreal.model import Transformer, random_model
 from tltsim.model_config import ModelConfig
 
 #: head_dim 32 (vLLM's CPU attention backend supports it); 2 layers, so hidden states carry context.
@@ -45,13 +44,7 @@ def progressions(n: int, length: int, seed: int, vocab: int = CFG.vocab_size) ->
 
 def target_logits_train(model: Transformer, tokens: torch.Tensor) -> torch.Tensor:
     """Gradient-enabled causal forward of the target ``[B, T] -> [B, T, V]`` (cache-free layers)."""
-    b, t = tokens.shape
-    positions = torch.arange(t).expand(b, t)
-    mask = causal_mask(b, t)
-    x = model.model.embed_tokens(tokens)
-    for layer in model.model.layers:
-        x = decoder_layer_train(layer, x, positions, mask, model.cfg)
-    return model.lm_head(model.model.norm(x))
+    return model.forward_train(tokens)[0]
 
 
 def train_target(cfg: ModelConfig = CFG, *, steps: int = 250, batch: int = 16, length: int = 48,

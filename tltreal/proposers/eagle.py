@@ -7,14 +7,11 @@ on the target's hidden states it is TLT's adaptive drafter.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
 from tltreal.kv_cache import KVCache
-from tltreal.model import DecoderLayer, Transformer, apply_rope, init_weights, make_attn_batch, rope_tables
-from tltsim.model_config import ModelConfig
+from tltreal.model import DecoderLayer, TrainBatch, Transformer, init_weights, make_attn_batch, rope_tables
 
 
 class EagleDrafter(nn.Module):
@@ -66,33 +63,10 @@ class EagleDrafter(nn.Module):
             mask = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril().expand(tokens.shape[0], t, t)
         embed = nn.functional.embedding(tokens, target.model.embed_tokens.weight.detach())
         x = self.fc(torch.cat([embed.to(feats.dtype), feats], -1))
-        x = decoder_layer_train(self.layers[0], x, positions, mask, self.cfg)
+        cos, sin = rope_tables(positions, self.cfg, x.dtype)
+        x = self.layers[0].forward_train(x, TrainBatch(mask[:, None], cos, sin, {}))  # no sliding window
         return nn.functional.linear(x, target.lm_head.weight.detach()), x
 
-
-def decoder_layer_train(layer: DecoderLayer, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
-                        cfg: ModelConfig) -> torch.Tensor:
-    """One :class:`~tltreal.model.DecoderLayer` without a KV cache: the same arithmetic as its
-    cached ``forward`` (RMSNorm, RoPE, grouped-query attention with a float32-or-wider softmax, gated
-    MLP), with keys taken from ``x`` itself. ``mask`` ``[B, T, T]`` is True where query i may see key
-    j; a sliding-window layer further limits keys to its window (by position)."""
-    attn = layer.self_attn
-    b, t, _ = x.shape
-    h = layer.input_layernorm(x)
-    cos, sin = rope_tables(positions, cfg, x.dtype)
-    q = apply_rope(attn.q_proj(h).view(b, t, attn.heads, attn.head_dim), cos, sin).transpose(1, 2)
-    k = apply_rope(attn.k_proj(h).view(b, t, attn.kv_heads, attn.head_dim), cos, sin).transpose(1, 2)
-    v = attn.v_proj(h).view(b, t, attn.kv_heads, attn.head_dim).transpose(1, 2)
-    group = attn.heads // attn.kv_heads
-    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    if attn.window is not None:
-        mask = mask & (positions[:, :, None] - positions[:, None, :] < attn.window)
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(attn.head_dim)
-    compute = torch.promote_types(scores.dtype, torch.float32)
-    probs = scores.masked_fill(~mask[:, None], float("-inf")).softmax(dim=-1, dtype=compute).to(v.dtype)
-    out = (probs @ v).transpose(1, 2).reshape(b, t, attn.heads * attn.head_dim)
-    x = x + attn.o_proj(out)
-    return x + layer.mlp(layer.post_attention_layernorm(x))
 
 
 def random_drafter(target: Transformer, *, seed: int = 0, std: float = 0.02) -> EagleDrafter:

@@ -1,0 +1,160 @@
+"""A synthetic reasoning task with verifiable answers and long-tailed solution lengths.
+
+Why this task: TLT's whole premise is that RL rollouts have a long tail -- most responses are
+short, a few run to the length cap -- and that the slowest ones set the step time. To run a *real*
+GRPO loop on a CPU with a model small enough to train in minutes, we need a task that (a) a tiny
+transformer can learn, (b) has an exactly checkable answer (so the reward is a rule, not a model),
+and (c) whose worked solutions have a heavy-tailed length distribution. Real reasoning traces get
+their tail from hard problems needing many steps; here the number of steps is drawn from a discrete
+Pareto distribution clipped to a cap, so the same mechanism (more steps -> longer response, more
+chances to slip) produces the tail.
+
+The problem: count up from a start value in steps of a small increment, modulo ``10**digits``,
+one step per line, with a countdown so the model knows when to stop::
+
+    prompt:   start 37 add 8 repeat 03\\n
+    solution: 03 37+8=45\\n
+              02 45+8=53\\n
+              01 53+8=61\\n
+              answer 61
+
+Every step only needs the previous line: a local rule a small model learns in minutes, while
+errors still compound with length, so long problems are harder. Numbers are zero-padded to
+``TaskConfig.digits`` digits, the increment to the digits of ``max_add`` and the counter to those of
+``max_steps``. Fixed widths are deliberate: every line of every problem has the same layout, so
+"copy the previous line's result" is a fixed-offset lookback, which a tiny model learns in a few
+hundred steps (with variable widths, or a two-digit increment, a 4-layer 128-wide model was still
+at chance after several CPU-minutes).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from dataclasses import dataclass
+
+from tltsim.errors import InputError
+
+ANSWER_WORD = "answer"
+PROMPT_WORDS = ("start", "add", "repeat")
+_ANSWER_LINE = re.compile(rf"^{ANSWER_WORD} ([0-9]{{1,18}})$")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """Knobs of the task. The step count of a sampled problem is
+    ``min(max_steps, floor(min_steps * U ** (-1 / tail_alpha)))`` for ``U ~ Uniform(0, 1]``: a
+    discrete Pareto law whose smaller ``tail_alpha`` means a heavier tail. The defaults give a
+    median of 2 steps, a 90th percentile of 13 and 2.5% of problems at the 64-step cap (mean 5.8):
+    the cap plays the part of the response-length limit that real long-tail rollouts run into."""
+
+    digits: int = 2
+    max_add: int = 9
+    min_steps: int = 1
+    max_steps: int = 64
+    tail_alpha: float = 0.9
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.digits <= 6:
+            raise InputError(f"must be in [1, 6], got {self.digits}", field="digits")
+        if not 1 <= self.max_add < self.modulus:
+            raise InputError(f"must be in [1, {self.modulus - 1}], got {self.max_add}", field="max_add")
+        if not 1 <= self.min_steps <= self.max_steps:
+            raise InputError(f"need 1 <= min_steps <= max_steps, got {self.min_steps}, {self.max_steps}",
+                             field="min_steps")
+        if not (math.isfinite(self.tail_alpha) and self.tail_alpha > 0):
+            raise InputError(f"must be a positive number, got {self.tail_alpha}", field="tail_alpha")
+
+    @property
+    def modulus(self) -> int:
+        return 10**self.digits
+
+    def counter_width(self, steps: int) -> int:
+        """Digits of the step counter: those of ``max_steps`` (so every line of every problem has
+        the same layout), more only for a ``make_problem`` call beyond the cap."""
+        return max(len(str(self.max_steps)), len(str(steps)))
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem: the prompt the policy sees, a worked solution (the pre-training target) and the
+    final answer the reward checks. ``steps`` is the difficulty (number of solution lines before
+    the answer line)."""
+
+    prompt: str
+    solution: str
+    answer: str
+    steps: int
+
+
+def _num(value: int, cfg: TaskConfig) -> str:
+    return f"{value:0{cfg.digits}d}"
+
+
+def make_problem(rng: random.Random, difficulty: int, cfg: TaskConfig | None = None) -> Problem:
+    """A problem with ``difficulty`` steps and a random start value and increment drawn from ``rng``."""
+    cfg = cfg or TaskConfig()
+    if isinstance(difficulty, bool) or not isinstance(difficulty, int) or difficulty < 1:
+        raise InputError(f"must be a positive integer, got {difficulty!r}", field="difficulty")
+    start = rng.randrange(cfg.modulus)
+    add = rng.randint(1, cfg.max_add)
+    step = f"{add:0{len(str(cfg.max_add))}d}"
+    width = cfg.counter_width(difficulty)
+    prompt = f"start {_num(start, cfg)} add {step} repeat {difficulty:0{width}d}\n"
+    lines, x = [], start
+    for left in range(difficulty, 0, -1):
+        y = (x + add) % cfg.modulus
+        lines.append(f"{left:0{width}d} {_num(x, cfg)}+{step}={_num(y, cfg)}\n")
+        x = y
+    answer = _num(x, cfg)
+    return Problem(prompt, "".join(lines) + f"{ANSWER_WORD} {answer}", answer, difficulty)
+
+
+def sample_difficulty(rng: random.Random, cfg: TaskConfig | None = None) -> int:
+    """A step count from the clipped discrete Pareto law of :class:`TaskConfig`."""
+    cfg = cfg or TaskConfig()
+    u = 1.0 - rng.random()  # (0, 1]: never divides by zero
+    return min(cfg.max_steps, int(cfg.min_steps * u ** (-1.0 / cfg.tail_alpha)))
+
+
+def sample_problems(n: int, seed: int, cfg: TaskConfig | None = None, *,
+                    difficulty: int | None = None) -> list[Problem]:
+    """``n`` problems, identical for identical arguments. Step counts follow the heavy-tailed law
+    unless ``difficulty`` fixes them (for accuracy-by-difficulty evaluation)."""
+    cfg = cfg or TaskConfig()
+    if n < 0:
+        raise InputError(f"must be >= 0, got {n}", field="n")
+    rng = random.Random(f"tlt-rl-task:{seed}")
+    out = []
+    for _ in range(n):
+        steps = difficulty if difficulty is not None else sample_difficulty(rng, cfg)
+        out.append(make_problem(rng, steps, cfg))
+    return out
+
+
+def parse_answer(response_text: object) -> int | None:
+    """The integer on the response's final non-empty line if that line reads ``answer <digits>``;
+    None for anything else (wrong type, no answer line, text after the answer, garbage)."""
+    if not isinstance(response_text, str):
+        return None
+    lines = [line.strip() for line in response_text.splitlines() if line.strip()]
+    if not lines:
+        return None
+    m = _ANSWER_LINE.match(lines[-1])
+    return int(m.group(1)) if m else None
+
+
+def reward(problem: Problem, response_text: object) -> float:
+    """1.0 if the final answer line parses and equals the problem's answer, else 0.0; never raises.
+
+    Only the final line counts (as in math-RL verifiers that read the boxed final answer): a
+    response that states the answer and then rambles on gets nothing, which is what teaches the
+    policy to stop.
+    """
+    got = parse_answer(response_text)
+    return 1.0 if got is not None and got == int(problem.answer) else 0.0
+
+
+__all__ = ["ANSWER_WORD", "PROMPT_WORDS", "Problem", "TaskConfig", "make_problem", "parse_answer", "reward",
+           "sample_difficulty", "sample_problems"]
