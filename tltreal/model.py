@@ -168,16 +168,7 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim)
         cache.write(layer, ab.slots, ab.write_index, k, v)
         keys, values = cache.window(layer, ab.slots, ab.width)
-        group = self.heads // self.kv_heads
-        keys = keys.repeat_interleave(group, dim=1)
-        values = values.repeat_interleave(group, dim=1)
-        scores = (q.transpose(1, 2) @ keys.transpose(-1, -2)) / math.sqrt(self.head_dim)
-        # Softmax in at least float32, as transformers' eager attention: bf16 would round the weights.
-        compute = torch.promote_types(scores.dtype, torch.float32)
-        probs = scores.masked_fill(~ab.mask_for(self.window), float("-inf")).softmax(dim=-1, dtype=compute)
-        probs = probs.to(values.dtype)
-        out = (probs @ values).transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
-        return self.o_proj(out)
+        return self._attend(q, keys, values, ab.mask_for(self.window))
 
     def forward_train(self, x: torch.Tensor, tb: TrainBatch) -> torch.Tensor:
         """The same attention as :meth:`forward` with no cache: keys and values are this forward's
@@ -186,12 +177,20 @@ class Attention(nn.Module):
         q = apply_rope(self.q_proj(x).view(b, t, self.heads, self.head_dim), tb.cos, tb.sin)
         k = apply_rope(self.k_proj(x).view(b, t, self.kv_heads, self.head_dim), tb.cos, tb.sin)
         v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim)
+        return self._attend(q, k.transpose(1, 2), v.transpose(1, 2), tb.mask_for(self.window))
+
+    def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Grouped-query attention of ``q`` ``[B, T, heads, D]`` over ``keys``/``values``
+        ``[B, kv_heads, S, D]`` where ``mask`` ``[B, 1, T, S]`` allows, then the output projection:
+        the one body both the cached and the training forward run."""
+        b, t = q.shape[:2]
         group = self.heads // self.kv_heads
-        keys = k.transpose(1, 2).repeat_interleave(group, dim=1)
-        values = v.transpose(1, 2).repeat_interleave(group, dim=1)
+        keys = keys.repeat_interleave(group, dim=1)
+        values = values.repeat_interleave(group, dim=1)
         scores = (q.transpose(1, 2) @ keys.transpose(-1, -2)) / math.sqrt(self.head_dim)
+        # Softmax in at least float32, as transformers' eager attention: bf16 would round the weights.
         compute = torch.promote_types(scores.dtype, torch.float32)
-        probs = scores.masked_fill(~tb.mask_for(self.window), float("-inf")).softmax(dim=-1, dtype=compute)
+        probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1, dtype=compute)
         probs = probs.to(values.dtype)
         out = (probs @ values).transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
         return self.o_proj(out)
