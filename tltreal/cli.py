@@ -24,7 +24,8 @@ def generate(
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="New tokens per prompt.")] = 64,
     policy: Annotated[str, typer.Option("--policy", help="SD policy spec, e.g. no-sd, static:4_2_6, "
                                         "elastic+beg-mab.")] = "no-sd",
-    drafter: Annotated[str, typer.Option("--drafter", help="random | oracle | none")] = "random",
+    drafter: Annotated[str, typer.Option("--drafter", help="random | oracle | ngram (model-free, chain "
+                                         "shapes only) | none")] = "random",
     batch: Annotated[int, typer.Option("--batch", help="Max running batch (0: all prompts).")] = 0,
     prompt_len: Annotated[int, typer.Option("--prompt-len", help="Max prompt length (random tokens).")] = 16,
     temperature: Annotated[float, typer.Option("--temperature", help="0 = greedy.")] = 0.0,

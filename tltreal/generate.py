@@ -16,7 +16,7 @@ import torch
 from tltreal.engine import Engine, EngineConfig, RunResult
 from tltreal.memory import HEADROOM, available_bytes, estimate
 from tltreal.model import Transformer, load_model, random_model
-from tltreal.proposers import DraftModel, OracleDrafter, random_drafter
+from tltreal.proposers import DraftModel, NgramProposer, OracleDrafter, random_drafter
 from tltreal.sampling import SamplingParams
 from tltsim.errors import InputError
 from tltsim.model_config import ModelConfig
@@ -25,7 +25,7 @@ from tltsim.policy.shapes import policy_shapes, tree_limits
 
 MAX_DRAFT_NODES = (MAX_DEPTH - 1) * MAX_TOPK  # policies whose shapes are unknown: the SDConfig bounds
 
-DRAFTERS = ("random", "oracle", "none")
+DRAFTERS = ("random", "oracle", "ngram", "none")  # ngram: model-free (TLT-Base), chains only
 MAX_PROMPTS = 1_000_000
 MAX_TOKENS = 10_000_000
 MAX_BATCH = 65_536
@@ -136,8 +136,13 @@ def engine_config(cfg: ModelConfig, settings: GenerateSettings, policy: SDPolicy
     shape, checked against the vocabulary and the free memory before anything is allocated."""
     shapes = policy_shapes(policy)
     if shapes and settings.drafter == "none":
-        raise InputError(f"policy '{settings.policy}' speculates but --drafter is none; give --drafter random "
-                         "or oracle, or --policy no-sd", field="--drafter")
+        raise InputError(f"policy '{settings.policy}' speculates but --drafter is none; give --drafter random, "
+                         "oracle or ngram, or --policy no-sd", field="--drafter")
+    trees = sorted({s.name for s in shapes or () if s.topk != 1})
+    if settings.drafter == "ngram" and (trees or shapes is None):
+        raise InputError(f"--drafter ngram drafts chains (topk 1) but policy '{settings.policy}' may choose "
+                         f"{', '.join(trees) or 'any tree'}; give chain shapes such as static:4_1_4",
+                         field="--policy")
     widest = max((s.topk for s in shapes or ()), default=0)
     if widest > cfg.vocab_size:
         raise InputError(f"policy '{settings.policy}' drafts top-{widest} but the vocabulary has {cfg.vocab_size} "
@@ -201,8 +206,10 @@ def generate(cfg: ModelConfig, settings: GenerateSettings, target: Transformer |
                                                              settings.seed)
     target = target if target is not None else build_target(cfg, settings)
     # A policy that never drafts gets no drafter (nothing built, nothing printed as if it were used).
-    drafter = build_drafter(settings.drafter, target, settings.seed) if policy_shapes(policy) != () else None
-    engine = Engine(target, policy, drafter, engine_cfg)
+    speculates = policy_shapes(policy) != ()
+    ngram = speculates and settings.drafter == "ngram"
+    drafter = build_drafter(settings.drafter, target, settings.seed) if speculates and not ngram else None
+    engine = Engine(target, policy, drafter, engine_cfg, proposer=NgramProposer() if ngram else None)
     for i, prompt in enumerate(prompts):
         engine.add_request(prompt, settings.max_tokens,
                            SamplingParams(settings.temperature, settings.top_p, seed=settings.seed * 100_003 + i))

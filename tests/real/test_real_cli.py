@@ -48,10 +48,27 @@ def test_generate_prints_metrics_and_writes_events(config_path, tmp_path):
     assert ModelConfig.from_dict(resolved["model"]) == CFG
 
 
+def test_generate_with_the_ngram_drafter_is_lossless_and_drafts(config_path, tmp_path):
+    """TLT-Base's model-free drafter from the command line: the same tokens as no SD (float64,
+    greedy), and SD iterations that draft."""
+    outs = {}
+    for policy, drafter in (("no-sd", "none"), ("static:4_1_4", "ngram")):
+        out = tmp_path / f"{drafter}.parquet"
+        proc = tlt("real", "generate", "--config", str(config_path), "--prompts", "3", "--max-tokens", "24",
+                   "--policy", policy, "--drafter", drafter, "--dtype", "float64", "--out", str(out))
+        assert proc.returncode == 0, proc.stderr
+        outs[drafter] = (tmp_path / f"{drafter}.tokens.jsonl").read_text()
+        events = pd.read_parquet(out)
+    assert outs["ngram"] == outs["none"]
+    decode = events[(events["kind"] == "decode") & (events["depth"] > 0)]
+    assert len(decode) and decode["drafted"].sum() > 0
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--policy", "bogus"], "unknown policy"),
     (["--policy", "static:3_1_3", "--drafter", "none"], "--drafter"),
     (["--drafter", "magic"], "drafter"),
+    (["--policy", "static:3_2_4", "--drafter", "ngram"], "chains"),
     (["--config", "/nonexistent/config.json"], "not found"),
 ])
 def test_bad_input_is_one_line_exit_2(config_path, args, message):
