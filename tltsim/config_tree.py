@@ -68,6 +68,20 @@ def find_file(name_or_path: str | Path, bundled: dict[str, Path], what: str) -> 
                      f"(bundled: {', '.join(bundled) or 'none'})", path=p)
 
 
+def read_file(name_or_path: str | Path, bundled: dict[str, Path], what: str) -> tuple[Path, str]:
+    """``(path, text)`` of a config file found as :func:`find_file` does, read as UTF-8; a folder, a
+    missing file or an unreadable one is one :class:`InputError` naming the path."""
+    p = find_file(name_or_path, bundled, what)
+    if p.is_dir():
+        raise InputError(f"is a folder, not a {what} file", path=p)
+    try:
+        return p, p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{what} file not found", path=p) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read {what} ({exc})", path=p) from None
+
+
 def suggest(name: str, valid: list[str]) -> str:
     """``" (did you mean x, y?)"`` for the closest valid names, or ``""``.
 

@@ -295,23 +295,10 @@ def bundled_scenarios() -> dict[str, Path]:
     return config_tree.bundled_files(BUNDLED_SCENARIOS)
 
 
-def find_scenario(name_or_path: str | Path) -> Path:
-    """A scenario file by path, or a bundled scenario by name (``.toml`` optional)."""
-    return config_tree.find_file(name_or_path, bundled_scenarios(), "scenario")
-
-
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario TOML file, or a bundled one by name (a UTF-8 byte-order mark is
     fine)."""
-    p = find_scenario(path)
-    if p.is_dir():
-        raise InputError("is a folder, not a scenario file", path=p)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("scenario file not found", path=p) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read scenario ({exc})", path=p) from None
+    p, text = config_tree.read_file(path, bundled_scenarios(), "scenario")
     return scenario_from_dict(config_tree.load_toml_text(text, path=str(p)), path=p)
 
 

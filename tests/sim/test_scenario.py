@@ -230,3 +230,18 @@ gpus = 16
     with ProcessPoolExecutor(1) as pool:
         there = pool.submit(run_policy, s, "elastic+beg-mab").result()
     pd.testing.assert_frame_equal(here, there)
+
+
+def test_scenario_and_sweep_spec_files_share_one_reader_with_one_line_errors(tmp_path):
+    """A folder, a missing file and an unreadable (non-UTF-8) file each get their own one-line
+    error naming the path, for scenarios and sweep specs alike (``config_tree.read_file``)."""
+    from tltsim.sweep import load_spec
+
+    (tmp_path / "bad.toml").write_bytes(b"\xff\xfe\x00bad")
+    for load, what in ((load_scenario, "scenario"), (load_spec, "sweep spec")):
+        with pytest.raises(InputError, match=f"is a folder, not a {what} file"):
+            load(tmp_path)
+        with pytest.raises(InputError, match=f"cannot read {what}"):
+            load(tmp_path / "bad.toml")
+        with pytest.raises(InputError, match=f"{what} file not found"):
+            load(tmp_path / "nope" / "missing.toml")

@@ -179,11 +179,6 @@ class Point:
 
 
 # ---- reading --------------------------------------------------------------------------------------
-def find_spec(name_or_path: str | Path) -> Path:
-    """A spec file by path, or a bundled example spec by name (``elastic_threshold_gpu``)."""
-    return config_tree.find_file(name_or_path, bundled_specs(), "sweep spec")
-
-
 BUNDLED_SPECS = Path(__file__).resolve().parents[1] / "data" / "sweeps"
 
 
@@ -194,15 +189,7 @@ def bundled_specs() -> dict[str, Path]:
 
 def load_spec(name_or_path: str | Path) -> SweepSpec:
     """Read, check and return a sweep spec (one-line InputErrors naming the file and the axis)."""
-    p = find_spec(name_or_path)
-    if p.is_dir():
-        raise InputError("is a folder, not a sweep spec file", path=p)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("sweep spec not found", path=p) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read sweep spec ({exc})", path=p) from None
+    p, text = config_tree.read_file(name_or_path, bundled_specs(), "sweep spec")
     return parse_spec(text, path=p)
 
 
