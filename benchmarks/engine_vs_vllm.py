@@ -6,7 +6,9 @@ vLLM backend does), get the same random prompts, greedy decoding, every request 
 ``--ngram-max`` tokens, chains of ``--k``: vLLM's ``ngram`` method, our
 :class:`~tltreal.proposers.ngram.NgramProposer` (own history only: the prompts are all distinct, so
 there are no siblings). Each cell is the median over ``--runs`` timed runs (after one warm-up) of
-generated tokens / wall seconds of the whole batch, prefill included. Each engine family runs in its
+generated tokens / wall seconds of the whole batch, prefill included; our no-SD and n-gram runs
+alternate, and ``--rounds N`` runs the two engine workers N times in turn and pools the runs (on a
+shared machine, so that both engines see the same load). Each engine family runs in its
 own subprocess with ``OMP_NUM_THREADS=--threads``: vLLM's CPU worker binds its OpenMP threads and
 then disables ``torch.set_num_threads`` for the whole process, so the two must not share one. The
 table's last lines give the torch thread count each worker ended with. ``NUMBA_NUM_THREADS`` is set too:
@@ -53,6 +55,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ngram-min", type=int, default=1)
     parser.add_argument("--ngram-max", type=int, default=3)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run the engine workers this many times in turn (ours, vLLM, ours, ...) and "
+                             "pool their runs: on a shared machine both engines then see the same load")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--late-scale", type=float, default=1.0,
@@ -117,9 +122,13 @@ def run_ours(args: argparse.Namespace) -> list[dict]:
     for batch in (int(b) for b in args.batches.split(",")):
         for mode in SD_MODES:
             once(batch, mode)  # warm-up
-            runs = [once(batch, mode) for _ in range(args.runs)]
-            result = runs[-1][1]
-            rows.append({"engine": "ours", "batch": batch, "sd": mode, "tok_s": [r[0] for r in runs],
+        runs: dict[str, list] = {mode: [] for mode in SD_MODES}
+        for _ in range(args.runs):  # the modes alternate, so a load change on a shared box hits both
+            for mode in SD_MODES:
+                runs[mode].append(once(batch, mode))
+        for mode in SD_MODES:
+            result = runs[mode][-1][1]
+            rows.append({"engine": "ours", "batch": batch, "sd": mode, "tok_s": [r[0] for r in runs[mode]],
                          "threads": torch.get_num_threads(), "accept": accept_length(result.events),
                          "outputs": [result.outputs[i] for i in sorted(result.outputs)]})
     return rows
@@ -303,14 +312,21 @@ def main(argv: list[str] | None = None) -> int:
     cfg = model_config(args)
     print(f"# {args.layers} layers, hidden {args.hidden}, heads {args.heads}/{args.kv_heads}, vocab {args.vocab}, "
           f"fp32, {args.threads} thread(s), greedy, prompts {args.prompt_len}, {args.max_tokens} new tokens/request, "
-          f"n-gram {args.ngram_min}..{args.ngram_max} chain {args.k}, median of {args.runs} runs, tokens/s "
+          f"n-gram {args.ngram_min}..{args.ngram_max} chain {args.k}, median of {args.runs} runs x {args.rounds} "
+          "round(s), tokens/s "
           "(whole batch, prefill included)", flush=True)
-    rows: list[dict] = []
+    cells: dict[tuple, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         write_models(Path(tmp), cfg, seed=args.seed, late_scale=args.late_scale)
-        for worker in args.engines.split(","):
-            rows.extend(spawn(worker, args, argv, Path(tmp)))
-    print_table(rows)
+        for _ in range(args.rounds):
+            for worker in args.engines.split(","):
+                for row in spawn(worker, args, argv, Path(tmp)):
+                    key = (row["engine"], row["batch"], row["sd"])
+                    if key in cells:  # pool the timings; the outputs are deterministic (greedy)
+                        cells[key]["tok_s"].extend(row["tok_s"])
+                    else:
+                        cells[key] = row
+    print_table(list(cells.values()))
     return 0
 
 

@@ -70,6 +70,7 @@ from tltreal.proposers.base import DraftModel, ProposalContext, TokenProposer, c
 from tltreal.sampling import SamplingParams, draw_uniforms, sample_inverse_cdf, target_probs
 from tltreal.tree import DraftTree
 from tltreal.tree_search import expand_tree
+from tltreal.verify import greedy_chain_accept
 from tltsim.drafter_state import INITIAL_DRAFTER, DrafterState
 from tltsim.events import CLUSTER, EventLog
 from tltsim.policy.base import BatchView, Outcome, SDConfig, SDPolicy
@@ -77,6 +78,14 @@ from tltsim.policy.recent_accept import RecentAccept
 
 SWITCH_MODES = ("catch_up", "reprefill")
 CLOCKS = ("wall", "model")
+PADDING_SKIP_MIN = (8, 32)  # skip padded tokens in a target forward from 8 padded of >= 32 in all
+
+
+def skip_padding(real: int, total: int) -> bool:
+    """Whether a target forward of ``total`` tokens, ``real`` of them not padding, should compute the
+    real ones only (``Transformer.forward(keep=...)``): the gather/scatter it adds costs a few small
+    ops per layer, which pays once the padding is a few rows of the projections' matrix products."""
+    return total - real >= PADDING_SKIP_MIN[0] and total >= PADDING_SKIP_MIN[1]
 
 
 @dataclass(frozen=True)
@@ -435,9 +444,10 @@ class Engine:
         tokens = self._tensor([r.prompt + [0] * (t - len(r.prompt)) for r in reqs])
         positions = torch.arange(t, device=lens.device).expand(len(reqs), t)
         slots = self._tensor([r.slot for r in reqs])
+        real = positions < lens[:, None]
         logits, hidden = self.target(tokens, positions, self.cache, slots, torch.zeros_like(lens),
-                                     padded_causal_mask(lens, t))
-        rows = torch.arange(len(reqs), device=lens.device)
+                                     padded_causal_mask(lens, t), logits_at=lens - 1,
+                                     keep=real if skip_padding(int(lens.sum()), real.numel()) else None)
         for b, r in enumerate(reqs):
             self.hidden[r.slot, : len(r.prompt)] = hidden[b, : len(r.prompt)]
             r.tokens = list(r.prompt)
@@ -446,7 +456,7 @@ class Engine:
             members = self.groups.setdefault(r.group, [])
             r.member = len(members)
             members.append(r.tokens)
-        last_logits = logits[rows, lens - 1]
+        last_logits = logits[:, 0]
         first, probs = self._sample(reqs, last_logits)
         counts = [self._emit(r, [tok]) for r, tok in zip(reqs, first, strict=True)]
         if self.cfg.record_logprobs:
@@ -560,8 +570,10 @@ class Engine:
             tokens = self._tensor([r.tokens[: r.cache_len] + [0] * (t - r.cache_len) for r in group])
             positions = torch.arange(t, device=lens.device).expand(len(group), t)
             slots = self._tensor([r.slot for r in group])
+            real = positions < lens[:, None]
             _, hidden = self.target(tokens, positions, self.cache, slots, torch.zeros_like(lens),
-                                    padded_causal_mask(lens, t))
+                                    padded_causal_mask(lens, t), logits_at=lens - 1,
+                                    keep=real if skip_padding(int(lens.sum()), real.numel()) else None)
             for b, r in enumerate(group):
                 self.hidden[r.slot, : r.cache_len] = hidden[b, : r.cache_len]
                 r.draft_len = 0
@@ -627,7 +639,11 @@ class Engine:
         slots, lens = info.unbind(1)
         tree = self._chain_tree([[r.tokens[-1], *d] + [0] * (m - len(d)) for r, d in zip(reqs, drafts, strict=True)],
                                 counts)
-        lengths, emitted = self._verify(reqs, tree, slots, lens, m, chain=True)
+        real = sum(counts) + len(reqs)
+        keep = tree.parents >= 0 if skip_padding(real, tree.tokens.numel()) else None
+        if keep is not None:
+            keep[:, 0] = True  # the root
+        lengths, emitted = self._verify(reqs, tree, slots, lens, m, chain=True, keep=keep)
         return emitted, sum(counts), lengths
 
     def _chain_tree(self, rows: list[list[int]], counts: list[int]) -> DraftTree:
@@ -643,20 +659,27 @@ class Engine:
         return DraftTree(tokens, parents, depths, padded_causal_mask(real[:, 0], n1))
 
     def _verify(self, reqs: list[Request], tree: DraftTree, slots: torch.Tensor, lens: torch.Tensor,
-                max_depth: int, *, chain: bool) -> tuple[list[int], int]:
+                max_depth: int, *, chain: bool, keep: torch.Tensor | None = None) -> tuple[list[int], int]:
         """Target forward over ``tree``, lossless acceptance, commit of the accepted path (KV, hidden
         slab, tokens, records). Returns (accepted drafts per request, tokens emitted).
 
         Drafts are one-hot proposals (top-k choices or retrieved tokens): a rejected token is removed
         from the residual (:mod:`tltreal.verify`). With ``chain`` the accepted path is nodes
-        ``0..a`` in place, so the KV compaction (an identity copy) is skipped."""
+        ``0..a`` in place, so the KV compaction (an identity copy) is skipped. ``keep`` (optional): the
+        nodes some path can reach; the target skips the others (padding)."""
         b = len(reqs)
-        logits, hidden = self.target(tree.tokens, lens[:, None] + tree.depths, self.cache, slots, lens, tree.mask)
-        p = self._probs(reqs, logits)
-        q = torch.zeros_like(p).scatter_(-1, tree.tokens[..., None], 1.0)
-        n1 = tree.num_nodes + 1
-        u = self._uniforms(reqs, n1 + 1, p.dtype)
-        path, length, nxt = kernels.tree_accept(p, q, tree.tokens, tree.parents, u[:, :n1], u[:, n1], max_depth)
+        logits, hidden = self.target(tree.tokens, lens[:, None] + tree.depths, self.cache, slots, lens, tree.mask,
+                                     keep=keep)
+        p = None
+        if chain and not self.cfg.record_logprobs and self._all_greedy(reqs):
+            # exact match along the chain: the same outputs as the general rule, without its walk
+            path, length, nxt = greedy_chain_accept(logits, tree.tokens, tree.parents, max_depth)
+        else:
+            p = self._probs(reqs, logits)
+            q = torch.zeros_like(p).scatter_(-1, tree.tokens[..., None], 1.0)
+            n1 = tree.num_nodes + 1
+            u = self._uniforms(reqs, n1 + 1, p.dtype)
+            path, length, nxt = kernels.tree_accept(p, q, tree.tokens, tree.parents, u[:, :n1], u[:, n1], max_depth)
         if not chain:
             kept = length + 1
             kernels.compact_kv(self.cache.k, slots, lens, path, kept)
@@ -676,6 +699,6 @@ class Engine:
         for r, a, toks in zip(reqs, lengths, emitted_t.tolist(), strict=True):
             r.cache_len += a + 1
             counts.append(self._emit(r, toks[: a + 1]))
-        if self.cfg.record_logprobs:  # emission i was drawn from the target's distribution at path node i
+        if self.cfg.record_logprobs and p is not None:  # emission i was drawn from p at path node i
             self._record_logprobs(reqs, logits[rows, src], p[rows, src], emitted_t, counts)
         return lengths, sum(counts)

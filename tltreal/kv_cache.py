@@ -47,8 +47,21 @@ class KVCache:
         self.k[layer][rows, :, index] = k
         self.v[layer][rows, :, index] = v
 
-    def window(self, layer: int, slots: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The first ``width`` positions of each slot: ``[B, kv_heads, width, head_dim]``."""
+    def write_tokens(self, layer: int, slots: torch.Tensor, index: torch.Tensor, k: torch.Tensor,
+                     v: torch.Tensor) -> None:
+        """Store ``k``/``v`` ``[N, kv_heads, head_dim]`` of N tokens, token i at ``index[i]`` of slot
+        ``slots[i]``."""
+        self.k[layer][slots, :, index] = k
+        self.v[layer][slots, :, index] = v
+
+    def window(self, layer: int, slots: torch.Tensor, width: int, *, first_slot: int | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first ``width`` positions of each slot: ``[B, kv_heads, width, head_dim]``. With
+        ``first_slot`` (``slots`` is ``first_slot + arange(B)``) these are views of the slab, not
+        gathered copies: do not write to them."""
+        if first_slot is not None:
+            end = first_slot + slots.shape[0]
+            return self.k[layer, first_slot:end, :, :width], self.v[layer, first_slot:end, :, :width]
         return self.k[layer, slots, :, :width], self.v[layer, slots, :, :width]
 
 

@@ -26,7 +26,8 @@ lossless tests run. In float32 the same code is exact only up to rounding (near-
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -45,27 +46,60 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalise in at least float32 (bf16/fp16 inputs are upcast, as transformers does: the
-        mean of squares loses too much in 8 mantissa bits), scale in the input's dtype."""
+        mean of squares loses too much in 8 mantissa bits), scale in the input's dtype.
+
+        float32/float64 (no upcast) take ``nn.functional.rms_norm``: one dispatch instead of eight,
+        bit-identical to :meth:`reference` (tests/real/test_fast_paths.py pins it)."""
+        if x.dtype in _FUSED_DTYPES and self.weight.dtype == x.dtype:
+            return nn.functional.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        return self.reference(x)
+
+    def reference(self, x: torch.Tensor) -> torch.Tensor:
+        """The transformers formula, op by op."""
         compute = torch.promote_types(x.dtype, torch.float32)
         h = x.to(compute)
         var = h.pow(2).mean(-1, keepdim=True)
         return self.weight * (h * torch.rsqrt(var + self.eps)).to(x.dtype)
 
 
+_FUSED_DTYPES = (torch.float32, torch.float64)
+
+
+@lru_cache(maxsize=64)
+def _inv_freq(scaling: object, head_dim: int, theta: float, device: torch.device) -> torch.Tensor:
+    """The ``[head_dim]`` frequencies (each pair's twice, "rotate half" layout), float64; derived
+    from the config only, so caching them can never go stale."""
+    with torch.inference_mode(False):  # an ordinary tensor, whatever mode the first call ran in
+        f = torch.tensor(scaling.inverse_frequencies(head_dim, theta), dtype=torch.float64, device=device)
+        return torch.cat([f, f])
+
+
 def rope_tables(positions: torch.Tensor, cfg: ModelConfig, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin ``[B, T, head_dim]`` for integer ``positions`` ``[B, T]`` (computed in float64)."""
-    inv_freq = torch.tensor(cfg.rope_scaling.inverse_frequencies(cfg.head_dim, cfg.rope_theta), dtype=torch.float64,
-                            device=positions.device)
-    freqs = positions.to(torch.float64)[..., None] * inv_freq
-    emb = torch.cat([freqs, freqs], dim=-1)
+    emb = positions.to(torch.float64)[..., None] * _inv_freq(cfg.rope_scaling, cfg.head_dim, cfg.rope_theta,
+                                                              positions.device)
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` ``[B, T, heads, head_dim]``."""
+    """Rotate ``x`` ``[B, T, heads, head_dim]``: ``x * cos + rotate_half(x) * sin``, the reference
+    formula (the forwards run :func:`rope_factors` / :func:`apply_rope_factors`, bit-identical)."""
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return x * cos[:, :, None] + rotated * sin[:, :, None]
+
+
+def rope_factors(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos`` and the signed ``sin`` (first half negated) as ``[B, T, 1, head_dim]``, built once per
+    forward: then ``rotate_half(x) * sin == x.roll(half) * signed_sin`` exactly (negation is exact)."""
+    half = sin.shape[-1] // 2
+    return cos[:, :, None], torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)[:, :, None]
+
+
+def apply_rope_factors(x: torch.Tensor, factors: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """:func:`apply_rope` with :func:`rope_factors`: 4 dispatches instead of 9, the same bits."""
+    cos, signed_sin = factors
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * signed_sin
 
 
 @dataclass
@@ -79,9 +113,28 @@ class AttnBatch:
     cos: torch.Tensor
     sin: torch.Tensor
     windowed: dict[int, torch.Tensor]  # sliding window -> mask further limited to keys within it
+    first_slot: int | None = None  # slots == first_slot + arange(B): the cache is read as a view
+    rope: tuple[torch.Tensor, torch.Tensor] | None = None  # rope_factors(cos, sin), once per forward
+    keep: torch.Tensor | None = None  # [N] flat indices (into B * T) of the tokens computed (None: all)
+    keep_slots: torch.Tensor | None = None  # [N] slot and cache index of each kept token
+    keep_index: torch.Tensor | None = None
 
     def mask_for(self, window: int | None) -> torch.Tensor:
         return self.mask if window is None else self.windowed[window]
+
+    def factors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.rope is None:
+            cos, sin = rope_factors(self.cos, self.sin)
+            if self.keep is not None:  # the kept tokens' rows: [N, 1, D]
+                cos, sin = cos.flatten(0, 1)[self.keep], sin.flatten(0, 1)[self.keep]
+            self.rope = cos, sin
+        return self.rope
+
+
+def slot_run(slots: torch.Tensor) -> int | None:
+    """``s`` when ``slots`` is ``s, s + 1, ..., s + B - 1`` (a run of consecutive slots), else None."""
+    values = slots.tolist()
+    return values[0] if values and values == list(range(values[0], values[0] + len(values))) else None
 
 
 def make_attn_batch(slots: torch.Tensor, cache_lens: torch.Tensor, new_mask: torch.Tensor,
@@ -107,7 +160,7 @@ def make_attn_batch(slots: torch.Tensor, cache_lens: torch.Tensor, new_mask: tor
         # whenever it is narrower than the window (real windows are thousands of tokens).
         recent = positions[:, :, None] - keys[None, None, :] < cfg.sliding_window
         windowed[cfg.sliding_window] = (mask & recent)[:, None]
-    return AttnBatch(slots, write_index, mask[:, None], width, cos, sin, windowed)
+    return AttnBatch(slots, write_index, mask[:, None], width, cos, sin, windowed, slot_run(slots))
 
 
 @dataclass
@@ -119,9 +172,15 @@ class TrainBatch:
     cos: torch.Tensor
     sin: torch.Tensor
     windowed: dict[int, torch.Tensor]  # sliding window -> mask further limited to keys within it
+    rope: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)
 
     def mask_for(self, window: int | None) -> torch.Tensor:
         return self.mask if window is None else self.windowed[window]
+
+    def factors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.rope is None:
+            self.rope = rope_factors(self.cos, self.sin)
+        return self.rope
 
 
 def segment_positions(segment_ids: torch.Tensor) -> torch.Tensor:
@@ -162,38 +221,69 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.heads * self.head_dim, h, bias=cfg.o_bias)
 
     def forward(self, x: torch.Tensor, cache: KVCache, layer: int, ab: AttnBatch) -> torch.Tensor:
-        b, t, _ = x.shape
-        q = apply_rope(self.q_proj(x).view(b, t, self.heads, self.head_dim), ab.cos, ab.sin)
-        k = apply_rope(self.k_proj(x).view(b, t, self.kv_heads, self.head_dim), ab.cos, ab.sin)
-        v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim)
-        cache.write(layer, ab.slots, ab.write_index, k, v)
-        keys, values = cache.window(layer, ab.slots, ab.width)
-        return self._attend(q, keys, values, ab.mask_for(self.window))
+        """``x`` is ``[B, T, hidden]``, or ``[N, hidden]`` (the kept tokens only) when ``ab.keep`` is set."""
+        lead = x.shape[:-1]
+        rope = ab.factors()
+        q = apply_rope_factors(self.q_proj(x).view(*lead, self.heads, self.head_dim), rope)
+        k = apply_rope_factors(self.k_proj(x).view(*lead, self.kv_heads, self.head_dim), rope)
+        v = self.v_proj(x).view(*lead, self.kv_heads, self.head_dim)
+        if ab.keep is None:
+            cache.write(layer, ab.slots, ab.write_index, k, v)
+        else:  # only the kept tokens' keys/values; skipped queries are zeros (finite, and discarded)
+            b, t = ab.write_index.shape
+            cache.write_tokens(layer, ab.keep_slots, ab.keep_index, k, v)
+            q = q.new_zeros(b * t, self.heads, self.head_dim).index_copy_(0, ab.keep, q).view(b, t, self.heads,
+                                                                                              self.head_dim)
+        keys, values = cache.window(layer, ab.slots, ab.width, first_slot=ab.first_slot)
+        out = self._attention(q, keys, values, ab.mask_for(self.window))
+        if ab.keep is not None:
+            out = out.flatten(0, 1).index_select(0, ab.keep)
+        return self.o_proj(out)
 
     def forward_train(self, x: torch.Tensor, tb: TrainBatch) -> torch.Tensor:
         """The same attention as :meth:`forward` with no cache: keys and values are this forward's
         own tokens (what a prefill from an empty cache reads back), and autograd stays on."""
         b, t, _ = x.shape
-        q = apply_rope(self.q_proj(x).view(b, t, self.heads, self.head_dim), tb.cos, tb.sin)
-        k = apply_rope(self.k_proj(x).view(b, t, self.kv_heads, self.head_dim), tb.cos, tb.sin)
+        rope = tb.factors()
+        q = apply_rope_factors(self.q_proj(x).view(b, t, self.heads, self.head_dim), rope)
+        k = apply_rope_factors(self.k_proj(x).view(b, t, self.kv_heads, self.head_dim), rope)
         v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim)
         return self._attend(q, k.transpose(1, 2), v.transpose(1, 2), tb.mask_for(self.window))
 
     def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Grouped-query attention of ``q`` ``[B, T, heads, D]`` over ``keys``/``values``
         ``[B, kv_heads, S, D]`` where ``mask`` ``[B, 1, T, S]`` allows, then the output projection:
-        the one body both the cached and the training forward run."""
+        the one body both the cached and the training forward run.
+
+        float32/float64 use PyTorch's fused attention (``enable_gqa``: no repeated keys/values;
+        equal to :func:`attend_reference` up to rounding, tests/real/test_fast_paths.py); bf16/fp16
+        keep the reference, whose float32 softmax rounds as transformers' eager attention does."""
+        return self.o_proj(self._attention(q, keys, values, mask))
+
+    def _attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor
+                   ) -> torch.Tensor:
+        """:meth:`_attend` before the output projection: ``[B, T, heads * D]``."""
         b, t = q.shape[:2]
-        group = self.heads // self.kv_heads
-        keys = keys.repeat_interleave(group, dim=1)
-        values = values.repeat_interleave(group, dim=1)
-        scores = (q.transpose(1, 2) @ keys.transpose(-1, -2)) / math.sqrt(self.head_dim)
-        # Softmax in at least float32, as transformers' eager attention: bf16 would round the weights.
-        compute = torch.promote_types(scores.dtype, torch.float32)
-        probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1, dtype=compute)
-        probs = probs.to(values.dtype)
-        out = (probs @ values).transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
-        return self.o_proj(out)
+        if q.dtype in _FUSED_DTYPES:
+            out = nn.functional.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask,
+                                                             enable_gqa=self.heads != self.kv_heads)
+        else:
+            out = attend_reference(q.transpose(1, 2), keys, values, mask)
+        return out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
+
+
+def attend_reference(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Eager grouped-query attention, op by op: ``q`` ``[B, heads, T, D]``, ``keys``/``values``
+    ``[B, kv_heads, S, D]`` (query head h reads kv head ``h // (heads / kv_heads)``), ``mask``
+    ``[B, 1, T, S]``; returns ``[B, heads, T, D]``."""
+    group = q.shape[1] // keys.shape[1]
+    keys = keys.repeat_interleave(group, dim=1)
+    values = values.repeat_interleave(group, dim=1)
+    scores = (q @ keys.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    # Softmax in at least float32, as transformers' eager attention: bf16 would round the weights.
+    compute = torch.promote_types(scores.dtype, torch.float32)
+    probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1, dtype=compute)
+    return probs.to(values.dtype) @ values
 
 
 ACTIVATIONS = {
@@ -268,19 +358,39 @@ class Transformer(nn.Module):
 
     @torch.no_grad()
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache, slots: torch.Tensor,
-                cache_lens: torch.Tensor, new_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                cache_lens: torch.Tensor, new_mask: torch.Tensor, *, keep: torch.Tensor | None = None,
+                logits_at: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Run ``tokens`` ``[B, T]`` at ``positions`` after each slot's first ``cache_lens`` entries.
 
         ``new_mask`` is ``[B, T, X]`` with ``X >= T``: visibility of the scratch keys
         ``[cache_lens, cache_lens + X)``, of which the new tokens are the last T (X > T lets draft-tree
         expansion see earlier tree levels). Keys/values are written there; the caller decides what
         to keep by advancing its committed lengths.
+
+        Optional, for padded batches: ``keep`` ``[B, T]`` (bool) names the tokens whose outputs are
+        needed. Only those are computed (the projections and MLPs run on the kept tokens alone) and
+        only their keys/values are written; the others' rows of ``logits`` and ``hidden`` are zeros.
+        No kept token may see a token that is not kept (padding that nobody attends to).
+        ``logits_at`` ``[B]`` returns ``logits`` ``[B, 1, V]`` at that one position of each row only
+        (the LM head skips the rest; ``hidden`` stays ``[B, T, H]``). Kept tokens get the same values
+        as without either option (up to BLAS blocking: tests/real/test_fast_paths.py).
         """
         ab = make_attn_batch(slots, cache_lens, new_mask, positions, self.cfg, self.dtype)
-        x = self.model.embed_tokens(tokens)
+        b, t = tokens.shape
+        if keep is not None and not bool(keep.all()):
+            ab.keep = keep.reshape(-1).nonzero().squeeze(1)
+            ab.keep_slots = slots[:, None].expand(b, t).reshape(-1)[ab.keep]
+            ab.keep_index = ab.write_index.reshape(-1)[ab.keep]
+            x = self.model.embed_tokens(tokens.reshape(-1).index_select(0, ab.keep))
+        else:
+            x = self.model.embed_tokens(tokens)
         for i, layer in enumerate(self.model.layers):
             x = layer(x, cache, i, ab)
         hidden = self.model.norm(x)
+        if ab.keep is not None:  # back to [B, T, H], zeros where skipped
+            hidden = hidden.new_zeros(b * t, hidden.shape[-1]).index_copy_(0, ab.keep, hidden).view(b, t, -1)
+        if logits_at is not None:
+            return self.lm_head(hidden[torch.arange(b, device=hidden.device), logits_at][:, None]), hidden
         return self.lm_head(hidden), hidden
 
     def forward_train(self, tokens: torch.Tensor, *, positions: torch.Tensor | None = None,

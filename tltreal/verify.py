@@ -65,3 +65,22 @@ def tree_accept_reference(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor
         slot = length.clamp_max(max_depth)
         path[rows[accept], slot[accept]] = j
     return path, length, sample_inverse_cdf(r, u_bonus)
+
+
+def greedy_chain_accept(logits: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, max_depth: int
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`tree_accept_reference` for the case the engine runs most: every request greedy (one-hot
+    ``p`` at the argmax of ``logits [B, N+1, V]``, first index on ties) and draft chains (node ``j``'s
+    parent is ``j - 1``; padding nodes have parent -1 and are never reached) with one-hot ``q``. Then
+    draft ``j`` is accepted iff its token is the argmax at node ``j - 1`` and every earlier draft was
+    accepted, and the bonus is the argmax at the last accepted node: a handful of batched ops
+    instead of a walk over the nodes, and no ``[B, N+1, V]`` one-hot tensors. Same outputs as the
+    reference (tests/real/test_fast_paths.py pins it)."""
+    best = logits.argmax(-1)  # [B, N+1]
+    n1 = tokens.shape[1]
+    step = torch.arange(1, n1, device=tokens.device)
+    match = (tokens[:, 1:] == best[:, :-1]) & (parents[:, 1:] == step - 1)
+    length = match.long().cumprod(1).sum(1).clamp_max(max_depth)
+    cols = torch.arange(max_depth + 1, device=tokens.device)
+    path = torch.where(cols[None, :] <= length[:, None], cols[None, :], torch.full_like(cols, -1)[None, :])
+    return path, length, best.gather(1, length[:, None])[:, 0]
