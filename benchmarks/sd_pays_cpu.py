@@ -1,0 +1,124 @@
+"""Does a trained EAGLE drafter pay on this CPU? SD speedup of our engine on a padded target.
+
+The target is a trained small model (``--target``, a ``save_pretrained`` folder such as the
+arithmetic model of :mod:`tltreal.pretrain`) padded by :func:`tltreal.padded_target.pad_target` into
+a model of a few hundred million parameters with exactly the small model's outputs (every MLP
+widened to ``--intermediate`` with zero down-projection columns, ``--extra-layers`` appended layers
+whose output projections are zero; see that module). The drafter (``--drafter``, a checkpoint file,
+or a folder whose newest checkpoint is used) was trained against the small model and is rebound to
+the padded one (:func:`tltreal.padded_target.rebind_drafter`): same inputs, same proposals.
+
+Per batch size, RL-task prompts (:func:`tltreal.rl_task.sample_problems` at a fixed difficulty, so a
+batch's requests finish together, encoded with the target folder's tokenizer) are decoded greedily
+to their end (EOS) or ``--new-tokens``, without SD and with static EAGLE chains of each depth,
+interleaved, ``--repeats`` times; medians. Plain and SD greedy outputs must be identical.
+
+    OMP_NUM_THREADS=1 python benchmarks/sd_pays_cpu.py --target /tmp/tlt-pretrained --drafter DIR
+    python benchmarks/sd_pays_cpu.py --target T --drafter D --batches 1 --depths 3 --repeats 1  # quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", type=Path, required=True, help="save_pretrained folder of the small target")
+    parser.add_argument("--drafter", type=Path, required=True,
+                        help="drafter checkpoint file, or a folder (its newest checkpoint)")
+    parser.add_argument("--extra-layers", type=int, default=12, help="appended zero-output layers (default 12)")
+    parser.add_argument("--intermediate", type=int, default=32768,
+                        help="MLP width of every layer (default 32768: 16 layers, 202M parameters on the hidden-128 "
+                             "4-layer arithmetic model)")
+    parser.add_argument("--batches", default="1,2,4")
+    parser.add_argument("--depths", default="3,4,5", help="EAGLE chain depths (Static SDConfig(d, 1, d))")
+    parser.add_argument("--difficulty", type=int, default=4, help="solution lines per prompt (fixed)")
+    parser.add_argument("--new-tokens", type=int, default=0,
+                        help="token cap per request (default: the longest worked solution + EOS)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0, help="prompts' and padding's seed")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    parser.add_argument("--out", type=Path, help="write the rows here (.json or .csv)")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from tltreal.drafter_checkpoint import load_checkpoint, load_latest, restore
+    from tltreal.padded_target import measure_sd_speedups, pad_target, parameter_count, rebind_drafter
+    from tltreal.pretrain import load_pretrained
+    from tltreal.proposers.eagle import EagleDrafter
+    from tltreal.rl_task import sample_problems
+
+    torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
+    small, tokenizer = load_pretrained(args.target, dtype=dtype)
+    drafter = EagleDrafter(small).to(dtype).eval()
+    ckpt = load_latest(args.drafter, drafter) if args.drafter.is_dir() else load_checkpoint(args.drafter)
+    if ckpt is None:
+        print(f"no drafter checkpoint matching the target in {args.drafter}", file=sys.stderr)
+        return 2
+    restore(drafter, ckpt)
+    t0 = time.perf_counter()
+    big = pad_target(small, extra_layers=args.extra_layers, intermediate_size=args.intermediate, seed=args.seed)
+    pad_s = time.perf_counter() - t0
+    rebound = rebind_drafter(drafter, big)
+    n_params = parameter_count(big)
+    bytes_ = sum(p.numel() * p.element_size() for p in big.parameters())
+    c = big.cfg
+    print(f"# padded target: {c.num_hidden_layers} layers ({small.cfg.num_hidden_layers} trained + "
+          f"{args.extra_layers} appended), hidden {c.hidden_size}, MLP {small.cfg.intermediate_size} -> "
+          f"{c.intermediate_size}, {n_params / 1e6:.1f}M parameters ({parameter_count(small) / 1e6:.2f}M trained), "
+          f"{bytes_ / 2**30:.2f} GiB {args.dtype}, built in {pad_s:.1f}s")
+    print(f"# drafter: {ckpt.path} (version {ckpt.version}, {ckpt.step} steps), "
+          f"{parameter_count(rebound) / 1e6:.2f}M parameters")
+    print(f"# torch {torch.__version__}, {torch.get_num_threads()} thread(s), {os.cpu_count()} CPUs "
+          f"({platform.processor() or platform.machine()}), repeats {args.repeats} (medians, plain/SD interleaved), "
+          f"greedy, difficulty-{args.difficulty} RL prompts")
+    header = (f"{'batch':>5} {'depth':>5} {'tokens':>6} {'base tok/s':>10} {'SD tok/s':>9} {'speedup':>7} "
+              f"{'decode x':>8} {'accept':>6} {'identical':>9}")
+    print(header)
+    rows = []
+    for batch in _ints(args.batches):
+        problems = sample_problems(batch, args.seed + batch, difficulty=args.difficulty)
+        prompts = [tokenizer.encode(p.prompt, bos=True) for p in problems]
+        new_tokens = args.new_tokens or max(len(tokenizer.encode(p.solution)) + 1 for p in problems)
+        results = measure_sd_speedups(big, rebound, prompts, batch=batch, new_tokens=new_tokens,
+                                      depths=_ints(args.depths), repeats=args.repeats,
+                                      eos_token_ids=(tokenizer.eos_id,))
+        for r in results:
+            print(f"{r.batch:>5} {r.depth:>5} {r.tokens:>6} {r.base_tok_s:>10.2f} {r.sd_tok_s:>9.2f} "
+                  f"{r.speedup:>6.2f}x {r.decode_speedup:>7.2f}x {r.accept_length:>6.2f} {r.outputs_identical!s:>9}",
+                  flush=True)
+            rows.append({**dataclasses.asdict(r), "params": n_params, "intermediate": c.intermediate_size,
+                         "layers": c.num_hidden_layers, "dtype": args.dtype})
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        if args.out.suffix == ".csv":
+            with args.out.open("w", newline="") as fh:
+                writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+                writer.writeheader()
+                writer.writerows(rows)
+        else:
+            args.out.write_text(json.dumps(rows, indent=1) + "\n")
+        print(f"# wrote {args.out}")
+    return 0 if all(r["outputs_identical"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
