@@ -87,3 +87,65 @@ def generate(
     if out is not None:
         write_results(result, settings, cfg, out)
         typer.echo(f"events -> {out}, tokens -> {out.with_name(out.stem + '.tokens.jsonl')}")
+
+
+@app.command()
+def rl(
+    out: Annotated[Path, typer.Option("--out", help="Run folder to write (steps.csv, trace.csv, "
+                                      "drafter_dynamics.json, figures, README.md).")],
+    seed: Annotated[int, typer.Option("--seed", help="Every random choice of the run comes from it.")] = 0,
+    steps: Annotated[int, typer.Option("--steps", help="RL steps.")] = 20,
+    prompts: Annotated[int, typer.Option("--prompts", help="Prompts per step (each answered 8 times).")] = 8,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Response cap (tokens).")] = 400,
+    pretrained: Annotated[Path | None, typer.Option("--pretrained", help="A folder written by "
+                                                    "`python -m tltreal.pretrain` (default: pre-train now).")]
+    = None,
+    pretrain_steps: Annotated[int, typer.Option("--pretrain-steps", help="Pre-training steps when no "
+                                                "--pretrained folder is given.")] = 600,
+    lr: Annotated[float, typer.Option("--lr", help="GRPO learning rate.")] = 1e-4,
+    drafter_lr: Annotated[float, typer.Option("--drafter-lr", help="The Spot Trainer's learning rate "
+                                              "(online adaptation of the trained drafter).")] = 1e-4,
+    bubble: Annotated[str, typer.Option("--bubble", help="spot: train until the rollout ends (TLT); budget: "
+                                        "a fixed number of steps per step (repeatable).")] = "spot",
+    workers: Annotated[int, typer.Option("--workers", help="Rollout worker processes.")] = 2,
+    speedup_every: Annotated[int, typer.Option("--speedup-every", help="Measure the padded target's SD "
+                                               "speedup every N steps (0: never).")] = 5,
+    eval_prompts: Annotated[int, typer.Option("--eval-prompts", help="Prompts the two drafters are "
+                                              "measured on each step.")] = 48,
+    tiny: Annotated[bool, typer.Option("--tiny", help="A few-second smoke-test run: a 2-layer 64-wide policy "
+                                       "pre-trained for --pretrain-steps, small drafter budgets.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Write into an existing folder tlt did not create.")]
+    = False,
+) -> None:
+    """A real GRPO run with TLT's adaptive drafter trained by the Spot Trainer beside a static drafter;
+    writes per-step accept lengths, bubble training and SD speedups, our own RL trace, the simulator's
+    drafter dynamics fitted to the run, and a report with figures."""
+    import shlex
+
+    from tltsim.atomic import check_output_dir
+
+    check_output_dir(out, force)  # before the expensive work
+    from analysis.adaptive_report import write_report
+    from tltreal.adaptive_run import AdaptiveRunConfig, run_adaptive
+    from tltreal.grpo import GRPOConfig
+    from tltreal.pretrain import PretrainConfig
+
+    pre = PretrainConfig(steps=pretrain_steps, seed=seed)
+    extra: dict[str, object] = {}
+    if tiny:
+        pre = PretrainConfig(steps=pretrain_steps, seed=seed, layers=2, hidden=64, intermediate=128, sequences=8)
+        extra = {"initial_prompts": 16, "initial_steps": 20, "session_steps": 10, "budget_steps": 5,
+                 "checkpoint_every": 2, "pad_layers": 1, "pad_intermediate": 256, "speedup_new_tokens": 16}
+    cfg = AdaptiveRunConfig(seed=seed, steps=steps, prompts_per_step=prompts, max_new_tokens=max_new_tokens,
+                            pretrain=pre, pretrained=str(pretrained) if pretrained else None,
+                            grpo=GRPOConfig(lr=lr), online_lr=drafter_lr, bubble=bubble, workers=workers,
+                            speedup_every=speedup_every, eval_prompts=eval_prompts, **extra)  # type: ignore[arg-type]
+    given = {"--seed": seed, "--steps": steps, "--prompts": prompts, "--max-new-tokens": max_new_tokens,
+             "--pretrained": pretrained, "--pretrain-steps": pretrain_steps, "--lr": lr, "--drafter-lr": drafter_lr,
+             "--bubble": bubble, "--workers": workers, "--speedup-every": speedup_every,
+             "--eval-prompts": eval_prompts}
+    command = " ".join(["tlt real rl", *(["--tiny"] if tiny else []),
+                        *(f"{k} {shlex.quote(str(v))}" for k, v in given.items() if v is not None),
+                        f"--out {shlex.quote(str(out))}"])
+    result = run_adaptive(cfg, out, force=force, log=typer.echo, finish=write_report, command=command)
+    typer.echo(f"run -> {result.folder} (README.md, steps.csv, trace.csv, drafter_dynamics.json)")

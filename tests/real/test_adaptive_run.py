@@ -1,0 +1,93 @@
+"""The real adaptive-drafter RL run, shortened for CI: a tiny policy pre-trained in seconds, two GRPO
+steps on two rollout worker processes with the Spot Trainer, both drafters measured, our trace
+written in the canonical schema, the simulator's drafter dynamics fitted, and the report."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from tltreal.adaptive_run import TRACE_SOURCE, AdaptiveRunConfig, trace_rows
+from tltreal.grpo import Rollout
+from tltreal.rl_task import sample_problems
+from tltsim.cli import app
+from tltsim.errors import InputError
+from tltsim.traces import load_trace
+
+TINY = ["real", "rl", "--tiny", "--steps", "2", "--prompts", "2", "--max-new-tokens", "48", "--pretrain-steps", "40",
+        "--eval-prompts", "4", "--speedup-every", "1", "--bubble", "budget", "--seed", "3"]
+TIMING = {"rollout_s", "bubble_train_s", "update_s", "eval_s", "step_s", "padded_base_tok_s", "speedup_static",
+          "speedup_adaptive"}
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rl")
+    outs = []
+    for name in ("a", "b"):
+        res = CliRunner().invoke(app, [*TINY, "--out", str(root / name)])
+        assert res.exit_code == 0, res.output
+        outs.append(root / name)
+    return outs
+
+
+def test_a_short_run_writes_steps_trace_dynamics_and_report(tiny_runs):
+    out = tiny_runs[0]
+    steps = pd.read_csv(out / "steps.csv")
+    assert steps["step"].tolist() == [0, 1]
+    for col in ("accept_static", "accept_adaptive", "rollout_accept", "bubble_train_s", "train_steps", "reward",
+                "eval_reward", "speedup_static", "speedup_adaptive"):
+        assert steps[col].notna().all(), col
+    assert (steps[["accept_static", "accept_adaptive"]] >= 1).all().all()
+    # the rollout used the drafter committed before its step; budget mode trains every step
+    assert steps["drafter_version"].iloc[1] > steps["drafter_version"].iloc[0]
+    assert (steps["train_steps"] > 0).all()
+    # step 0: both drafters are the initial one, measured on the same prompts and seeds
+    assert steps["accept_static"].iloc[0] == steps["accept_adaptive"].iloc[0]
+    trace = load_trace(out / "trace.csv")
+    assert len(trace) == 2 * 2 * 8 and set(trace["source"]) == {TRACE_SOURCE}
+    assert trace.groupby("step").size().tolist() == [16, 16]
+    dyn = json.loads((out / "drafter_dynamics.json").read_text())
+    assert "fitted" in dyn
+    readme = (out / "README.md").read_text()
+    assert "Reproduce: `tlt real rl --tiny" in readme and "accept.png" in readme
+    assert (out / "accept.png").exists() and (out / "bubble.pdf").exists()
+    assert (out / "work" / "final-target" / "model.safetensors").exists()
+
+
+def test_a_budget_run_repeats_with_the_same_seed(tiny_runs):
+    a, b = (pd.read_csv(o / "steps.csv") for o in tiny_runs)
+    keep = [c for c in a.columns if c not in TIMING]
+    pd.testing.assert_frame_equal(a[keep], b[keep])
+    pd.testing.assert_frame_equal(pd.read_csv(tiny_runs[0] / "trace.csv"), pd.read_csv(tiny_runs[1] / "trace.csv"))
+
+
+def test_a_foreign_out_folder_is_refused_before_any_work(tmp_path):
+    (tmp_path / "mine.txt").write_text("keep me")
+    res = CliRunner().invoke(app, [*TINY, "--out", str(tmp_path)])
+    assert res.exit_code != 0
+    assert isinstance(res.exception, InputError) and "not created by tlt" in str(res.exception)
+    assert (tmp_path / "mine.txt").read_text() == "keep me" and len(list(tmp_path.iterdir())) == 1
+
+
+def test_trace_rows_are_canonical(tmp_path):
+    problems = sample_problems(2, seed=0)
+    rolls = [Rollout(g, (1, 2, 3, 4, 5)[: 3 + k], 2, 1.0) for g in range(2) for k in range(2)]
+    rows = trace_rows(7, problems, rolls, group_size=2, cap=3)
+    path = tmp_path / "t.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    trace = load_trace(path)
+    assert trace["response_tokens"].tolist() == [1, 2, 1, 2]
+    assert trace["sample_idx"].tolist() == [0, 1, 0, 1]
+    assert trace["hit_cap"].tolist() == [False, False, False, False]
+    assert trace["prompt_id"].nunique() == 2 and set(trace["step"]) == {7}
+
+
+def test_config_refuses_bad_values():
+    with pytest.raises(InputError, match="bubble"):
+        AdaptiveRunConfig(bubble="sometimes")
+    with pytest.raises(InputError, match="temperature"):
+        AdaptiveRunConfig(temperature=0.0)
