@@ -52,6 +52,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tltreal.drafter_checkpoint import trainable_tensors
 from tltreal.drafter_train import DataBuffer, DrafterTrainer, DrafterTrainerConfig, Sample, target_hidden
 from tltreal.engine import Engine, EngineConfig
 from tltreal.grpo import GRPOConfig, GRPOTrainer, Rollout
@@ -188,10 +189,6 @@ def drafter_with_state(target: Transformer, state: dict[str, torch.Tensor]) -> E
     return drafter.eval()
 
 
-def trainables(drafter: EagleDrafter) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in drafter.state_dict().items()}
-
-
 # ---- one step's records --------------------------------------------------------------------------------
 def trace_rows(step: int, problems: Sequence[Problem], rollouts: Sequence[Rollout], group_size: int,
                cap: int) -> list[dict[str, object]]:
@@ -205,11 +202,21 @@ def trace_rows(step: int, problems: Sequence[Problem], rollouts: Sequence[Rollou
     return rows
 
 
-def _speedups(target: Transformer, drafters: dict[str, EagleDrafter], prompts: Sequence[Sequence[int]],
-              cfg: AdaptiveRunConfig) -> dict[str, float]:
-    from tltreal.padded_target import measure_sd_speedup, pad_target, rebind_drafter
+def _padded(target: Transformer, padded: Transformer | None, cfg: AdaptiveRunConfig) -> Transformer:
+    """The padded target of this step's policy: built once, then only the policy's weights are
+    copied in (the zero-output filler never changes)."""
+    from tltreal.padded_target import pad_target, refresh_padded_target
 
-    big = pad_target(target, extra_layers=cfg.pad_layers, intermediate_size=cfg.pad_intermediate)
+    if padded is None:
+        return pad_target(target, extra_layers=cfg.pad_layers, intermediate_size=cfg.pad_intermediate)
+    return refresh_padded_target(padded, target)
+
+
+def _speedups(big: Transformer, drafters: dict[str, EagleDrafter], prompts: Sequence[Sequence[int]],
+              cfg: AdaptiveRunConfig) -> dict[str, float]:
+    """SD speedup of each drafter on the padded target ``big`` (module docstring, 4)."""
+    from tltreal.padded_target import measure_sd_speedup, rebind_drafter
+
     out: dict[str, float] = {}
     for name, d in drafters.items():
         m = measure_sd_speedup(big, rebind_drafter(d, big), prompts, batch=cfg.speedup_batch,
@@ -264,7 +271,7 @@ def _run(cfg: AdaptiveRunConfig, out: Path, log: Callable[[str], None], command:
     t0 = time.perf_counter()
     static, init_loss = train_initial_drafter(target, tokenizer, cfg)
     info.update(initial_drafter_seconds=time.perf_counter() - t0, initial_drafter_loss=init_loss)
-    static_state = trainables(static)
+    static_state = trainable_tensors(static)
     log(f"initial drafter trained in {info['initial_drafter_seconds']:.1f}s (loss {init_loss:.4f})")
 
     eval_problems = sample_problems(cfg.eval_prompts, _seed(cfg.seed, "eval"), task)
@@ -288,6 +295,7 @@ def _run(cfg: AdaptiveRunConfig, out: Path, log: Callable[[str], None], command:
     grpo = GRPOTrainer(target, cfg.grpo, pad_id=tokenizer.pad_id)
     rows: list[dict[str, object]] = []
     trace: list[dict[str, object]] = []
+    padded: Transformer | None = None
     with SpotTrainer(spot_cfg, out / "work" / "spot", target.cfg, static_state) as spot:
         for step in range(cfg.steps):
             ts = time.perf_counter()
@@ -316,8 +324,10 @@ def _run(cfg: AdaptiveRunConfig, out: Path, log: Callable[[str], None], command:
                                                     drafter=d, depth=cfg.depth)
                 eval_rewards += [reward(p, tokenizer.decode(r.output)) for p, r in zip(eval_problems, responses,
                                                                                         strict=True)]
-            speed = (_speedups(target, drafters, speed_prompts, cfg)
-                     if cfg.speedup_every and (step % cfg.speedup_every == 0 or step == cfg.steps - 1) else {})
+            speed: dict[str, float] = {}
+            if cfg.speedup_every and (step % cfg.speedup_every == 0 or step == cfg.steps - 1):
+                padded = _padded(target, padded, cfg)
+                speed = _speedups(padded, drafters, speed_prompts, cfg)
             eval_s = time.perf_counter() - te
 
             drift = hidden_drift(target, references, initial_hidden)
@@ -379,15 +389,7 @@ def _write_outputs(out: Path, cfg: AdaptiveRunConfig, steps: pd.DataFrame, trace
     write_text(out / "steps.csv", steps.to_csv(index=False))
     write_text(out / "trace.csv", trace.to_csv(index=False))
     write_text(out / "drafter_dynamics.json", json.dumps(dynamics, indent=1) + "\n")
-    write_text(out / "config.json", json.dumps({"config": _jsonable(asdict(cfg)), **info}, indent=1) + "\n")
-
-
-def _jsonable(value: object) -> object:
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
+    write_text(out / "config.json", json.dumps({"config": asdict(cfg), **info}, indent=1) + "\n")
 
 
 __all__ = [
@@ -400,5 +402,4 @@ __all__ = [
     "run_adaptive",
     "trace_rows",
     "train_initial_drafter",
-    "trainables",
 ]

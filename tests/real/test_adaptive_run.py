@@ -91,3 +91,26 @@ def test_config_refuses_bad_values():
         AdaptiveRunConfig(bubble="sometimes")
     with pytest.raises(InputError, match="temperature"):
         AdaptiveRunConfig(temperature=0.0)
+
+
+def test_the_padded_target_follows_the_policy_from_step_to_step():
+    import torch
+
+    from tltreal.adaptive_run import _padded
+    from tltreal.model import random_model
+    from tltsim.model_config import ModelConfig
+
+    cfg = ModelConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    run = AdaptiveRunConfig(pad_layers=1, pad_intermediate=128)
+    policy = random_model(cfg, seed=0, dtype=torch.float64)
+    tokens = torch.tensor([[1, 2, 3, 4]])
+    padded = _padded(policy, None, run)
+    with torch.no_grad():  # a policy update
+        for p in policy.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    again = _padded(policy, padded, run)
+    assert again is padded  # built once, refreshed in place
+    expected, _ = policy.forward_train(tokens)
+    got, _ = again.forward_train(tokens)
+    assert torch.allclose(got, expected, atol=1e-10)
