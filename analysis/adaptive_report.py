@@ -36,11 +36,11 @@ def _read(folder: Path) -> tuple[pd.DataFrame, dict, dict]:
     return steps, config, dynamics
 
 
-def _summary(steps: pd.DataFrame, drift_from: int) -> list[str]:
+def _summary(steps: pd.DataFrame, drift_from: int, depth: int) -> list[str]:
     late = steps[steps["step"] >= drift_from]
     gap = late["accept_adaptive"] - late["accept_static"]
     below = late.loc[gap <= 0, "step"].tolist()
-    lines = [f"- Accept length (4-token chain, tokens per SD iteration) from step {drift_from} on: static "
+    lines = [f"- Accept length ({depth}-token chain, tokens per SD iteration) from step {drift_from} on: static "
              f"**{late['accept_static'].mean():.2f}**, adaptive **{late['accept_adaptive'].mean():.2f}** "
              f"(mean of {len(late)} steps; step 0: {steps['accept_static'].iloc[0]:.2f} for both)."]
     if below:
@@ -59,14 +59,14 @@ def _summary(steps: pd.DataFrame, drift_from: int) -> list[str]:
     return lines
 
 
-def _speedup_section(steps: pd.DataFrame, batch: int) -> list[str]:
+def _speedup_section(steps: pd.DataFrame, batch: int, depth: int) -> list[str]:
     cols = [c for c in ("speedup_static", "speedup_adaptive", "padded_accept_static", "padded_accept_adaptive",
                         "padded_base_tok_s") if c in steps]
     if "speedup_adaptive" not in cols:
         return ["No SD speedup was measured in this run (`--speedup-every 0`)."]
     measured = steps.loc[steps["speedup_adaptive"].notna(), ["step", *cols]]
     lines = [f"SD speedup on the padded target (this step's policy plus appended compute that changes no output; "
-             f"see `tltreal/padded_target.py`) at batch {batch}, greedy, a 4-token chain; tokens/s with SD over "
+             f"see `tltreal/padded_target.py`) at batch {batch}, greedy, a {depth}-token chain; tokens/s with SD over "
              "tokens/s without:", "",
              markdown_table(measured, {"step": "d", "padded_base_tok_s": ".1f"} | {
                  c: ".2f" for c in cols if c != "padded_base_tok_s"})]
@@ -95,7 +95,7 @@ def write_report(folder: str | Path) -> list[str]:
         f"{cfg['workers']} processes, rollout SD policy `{cfg['sd_policy']}`, GRPO lr {cfg['grpo']['lr']}, "
         f"{cfg['prompts_per_step']} prompts x {cfg['grpo']['group_size']} responses per step, response cap "
         f"{cfg['max_new_tokens']} tokens, bubble mode `{cfg['bubble']}`.",
-        "## Summary", "\n".join(_summary(steps, drift_from)),
+        "## Summary", "\n".join(_summary(steps, drift_from, cfg["depth"])),
     ]
     report.figure("accept", "Accept length per RL step: the static drafter (trained once before RL) and the "
                   "adaptive drafter (trained by the Spot Trainer in every step's bubble), on the same policy and "
@@ -103,7 +103,7 @@ def write_report(folder: str | Path) -> list[str]:
     report.figure("bubble", "Rollout time, GRPO update time and drafter training inside the rollout's bubble, "
                   "per RL step", lambda: bubble_training(steps))
     report.figure("reward", "Reward and response length over RL steps", lambda: reward_curves(steps))
-    report.sections += ["## SD speedup", "\n".join(_speedup_section(steps, cfg["speedup_batch"]))]
+    report.sections += ["## SD speedup", "\n".join(_speedup_section(steps, cfg["speedup_batch"], cfg["depth"]))]
     if "speedup_adaptive" in steps:
         report.figure("speedup", "SD speedup per measured step on the padded target",
                       lambda: speedup_curves(steps, cfg["speedup_batch"]))
