@@ -213,7 +213,7 @@ def write_validation_report(out: Path, result, scenario, settings, *, command: s
         "used, with its metadata).",
         "",
     ])
-    with atomic_dir(out, force=force) as tmp:
+    with atomic_dir(out, kind="validation", force=force) as tmp:
         write_text(tmp / "README.md", text)
         write_text(tmp / "makespans.csv", m.to_csv(index=False))
         write_text(tmp / "iterations.csv", result.iterations.to_csv(index=False))

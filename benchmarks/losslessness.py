@@ -127,7 +127,7 @@ def write(out: Path, df: pd.DataFrame) -> None:
         "probabilities in float32 for half-precision models, as transformers does.",
         "",
     ])
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, kind="benchmark") as tmp:
         write_text(tmp / "README.md", text)
         write_text(tmp / "losslessness.csv", df.to_csv(index=False))
 

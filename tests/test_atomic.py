@@ -25,13 +25,13 @@ def test_failed_writer_leaves_old_file_and_no_temp(tmp_path: Path) -> None:
 
 def test_atomic_dir_swaps_whole_folder(tmp_path: Path) -> None:
     out = tmp_path / "res"
-    with atomic_dir(out) as d:
+    with atomic_dir(out, kind="sim-run") as d:
         (d / "a").write_text("1")
-    with pytest.raises(ValueError), atomic_dir(out) as d:
+    with pytest.raises(ValueError), atomic_dir(out, kind="sim-run") as d:
         (d / "b").write_text("2")
         raise ValueError("bad input")
     assert sorted(p.name for p in out.iterdir()) == [".tlt-results.json", "a"]
-    with atomic_dir(out) as d:
+    with atomic_dir(out, kind="sim-run") as d:
         (d / "c").write_text("3")
     assert sorted(p.name for p in out.iterdir()) == [".tlt-results.json", "c"]
     assert [p.name for p in tmp_path.iterdir()] == ["res"]

@@ -51,7 +51,7 @@ def _thesis(root: Path) -> str:
 
 
 def _results_with_user_file(root: Path) -> str:
-    with atomic_dir(root / "res") as d:
+    with atomic_dir(root / "res", kind="sim-run") as d:
         (d / "summary.csv").write_text("a\n1\n")
     (root / "res" / "notes.md").write_text("mine")
     return "res"
@@ -146,7 +146,7 @@ def _nested_user_dir(root: Path) -> str:
 def _results_parent(root: Path) -> str:
     """A folder holding earlier tlt results (each marked) is not itself a results folder."""
     for name in ("a1", "b2"):
-        with atomic_dir(root / "results" / name) as d:
+        with atomic_dir(root / "results" / name, kind="sim-run") as d:
             (d / "summary.csv").write_text("x")
     return "results"
 
@@ -205,7 +205,7 @@ def _user_file_named_like_output(root: Path) -> str:
 
 
 def _marked_with_extra_dir(root: Path) -> str:
-    with atomic_dir(root / "r2") as d:
+    with atomic_dir(root / "r2", kind="sim-run") as d:
         (d / "summary.csv").write_text("x")
     (root / "r2" / "figures").mkdir()
     return "r2"
@@ -327,14 +327,14 @@ def test_default_results_folders_of_other_scenarios_survive(tmp_path: Path, monk
 def test_empty_existing_folder_and_symlink_to_results_are_used(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
-    with atomic_dir(empty) as d:
+    with atomic_dir(empty, kind="sim-run") as d:
         (d / "a.txt").write_text("1")
     assert read_marker(empty) == ["a.txt"]
     target = tmp_path / "store" / "r"
-    with atomic_dir(target) as d:
+    with atomic_dir(target, kind="sim-run") as d:
         (d / "a.txt").write_text("1")
     (tmp_path / "link").symlink_to(target)
-    with atomic_dir(tmp_path / "link") as d:
+    with atomic_dir(tmp_path / "link", kind="sim-run") as d:
         (d / "b.txt").write_text("2")
     assert (tmp_path / "link").is_symlink()  # the user's link is kept; what it points at is replaced
     assert sorted(p.name for p in target.iterdir()) == [MARKER, "b.txt"]
@@ -344,7 +344,7 @@ def test_force_never_replaces_a_file_with_a_folder_or_back(tmp_path: Path) -> No
     out = tmp_path / "mine"
     (out / "summary.csv").mkdir(parents=True)
     (out / "summary.csv" / "keep").write_text("k")
-    with pytest.raises(InputError, match="is a folder"), atomic_dir(out, force=True) as d:
+    with pytest.raises(InputError, match="is a folder"), atomic_dir(out, force=True, kind="sim-run") as d:
         (d / "summary.csv").write_text("x")
     assert (out / "summary.csv" / "keep").read_text() == "k"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
@@ -352,9 +352,9 @@ def test_force_never_replaces_a_file_with_a_folder_or_back(tmp_path: Path) -> No
 
 def test_failed_run_leaves_previous_results_and_no_temp(tmp_path: Path) -> None:
     out = tmp_path / "res"
-    with atomic_dir(out) as d:
+    with atomic_dir(out, kind="sim-run") as d:
         (d / "a").write_text("old")
-    with pytest.raises(KeyboardInterrupt), atomic_dir(out) as d:
+    with pytest.raises(KeyboardInterrupt), atomic_dir(out, kind="sim-run") as d:
         (d / "a").write_text("half")
         raise KeyboardInterrupt
     assert (out / "a").read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["res"]
@@ -374,7 +374,7 @@ def test_write_with_refuses_a_folder_and_a_path_under_a_file(tmp_path: Path) -> 
 def test_outputs_respect_the_umask(tmp_path: Path) -> None:
     old = os.umask(0o022)
     try:
-        with atomic_dir(tmp_path / "r") as d:
+        with atomic_dir(tmp_path / "r", kind="sim-run") as d:
             write_text(d / "a.csv", "x")
         write_text(tmp_path / "f.csv", "y")
     finally:
@@ -385,12 +385,12 @@ def test_outputs_respect_the_umask(tmp_path: Path) -> None:
 
 
 def test_check_output_dir_accepts_new_empty_and_own(tmp_path: Path) -> None:
-    check_output_dir(tmp_path / "new" / "deeper")
+    check_output_dir(tmp_path / "new" / "deeper", kind="sim-run")
     (tmp_path / "e").mkdir()
-    check_output_dir(tmp_path / "e")
-    with atomic_dir(tmp_path / "own") as d:
+    check_output_dir(tmp_path / "e", kind="sim-run")
+    with atomic_dir(tmp_path / "own", kind="sim-run") as d:
         (d / "x").write_text("1")
-    check_output_dir(tmp_path / "own")
+    check_output_dir(tmp_path / "own", kind="sim-run")
 
 
 # --- crash safety: signals and SIGKILL --------------------------------------------------------
@@ -401,7 +401,7 @@ from pathlib import Path
 from tltsim.atomic import atomic_dir
 from tltsim.cli import _on_sigterm
 signal.signal(signal.SIGTERM, _on_sigterm)
-with atomic_dir(Path(sys.argv[1])) as d:
+with atomic_dir(Path(sys.argv[1]), kind="sim-run") as d:
     (d / "a").write_text("new")
     print("ready", flush=True)
     time.sleep(60)
@@ -417,7 +417,7 @@ def _hold_open(out: Path) -> subprocess.Popen:
 
 def test_sigterm_during_writing_cleans_up_and_keeps_old_results(tmp_path: Path) -> None:
     out = tmp_path / "res"
-    with atomic_dir(out) as d:
+    with atomic_dir(out, kind="sim-run") as d:
         (d / "a").write_text("old")
     proc = _hold_open(out)
     assert len(list(tmp_path.iterdir())) == 2  # the temp folder exists while writing
@@ -436,7 +436,7 @@ def test_sigkill_leftovers_are_swept_by_the_next_run(tmp_path: Path) -> None:
     assert len(leftovers) == 1 and leftovers[0].name.startswith(".res.tlt-tmp-")
     assert not out.exists()
     (tmp_path / ".res.keep-me").mkdir()  # not tlt's naming: never swept
-    with atomic_dir(out) as d:
+    with atomic_dir(out, kind="sim-run") as d:
         (d / "a").write_text("fresh")
     assert sorted(p.name for p in tmp_path.iterdir()) == [".res.keep-me", "res"]
 
@@ -479,7 +479,7 @@ def _writer(out: str, tag: int, start: float) -> None:
     os.replace = slow_replace  # this child process only
     while time.time() < start:
         time.sleep(0.001)
-    with atomic_dir(Path(out)) as d:
+    with atomic_dir(Path(out), kind="sim-run") as d:
         for i in range(20):
             (d / f"part{i}.txt").write_text(f"{tag}\n" * 100)
 

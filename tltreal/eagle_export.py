@@ -90,7 +90,7 @@ def export_target(target: Transformer, folder: str | Path, *, tokenizer: str | P
     tokenizer from (default: :func:`write_id_tokenizer`)."""
     cfg = target.cfg
     _check_llama(cfg)
-    with atomic_dir(folder, force=force, field="target") as tmp:
+    with atomic_dir(folder, kind="model", force=force, field="target") as tmp:
         hf = cfg.to_hf_dict()
         hf["dtype"] = str(target.dtype).removeprefix("torch.")
         _write_config(tmp, hf)
@@ -112,7 +112,7 @@ def export_eagle(drafter: EagleDrafter, folder: str | Path, *, force: bool = Fal
     state = {k: v.detach().to("cpu").contiguous() for k, v in drafter.state_dict().items()}
     if any(k.startswith(("embed_tokens", "lm_head")) or "input_layernorm" in k for k in state):
         raise InputError("drafter state holds shared or missing-in-vLLM weights", field="drafter")
-    with atomic_dir(folder, force=force, field="eagle") as tmp:
+    with atomic_dir(folder, kind="model", force=force, field="eagle") as tmp:
         _write_config(tmp, hf)
         save_file(state, str(tmp / WEIGHTS), metadata={"format": "pt"})
     return Path(folder)

@@ -2,8 +2,12 @@
 
 The rules, because a results path is typed by a user who may point it at their own work:
 
-* A results folder tlt creates carries a marker file (:data:`MARKER`) listing what tlt wrote in it.
-  Only such a folder is ever replaced, and only if it holds nothing but what the marker lists.
+* A results folder tlt creates carries a marker file (:data:`MARKER`) listing what tlt wrote in it
+  and what *kind* of result it is (:data:`KINDS`: a simulated run, a report, a validation, ...).
+  Only such a folder is ever replaced, only by a command writing the same kind, and only if it holds
+  nothing but what the marker lists: ``tlt report r --out r_sim_run`` cannot replace a run with a report.
+* A command never writes into a folder it reads, nor into a folder that contains it
+  (``inputs=``): ``tlt report r --out r`` or ``--out r/inner`` is refused before any work.
 * Anything else that exists at the target -- a file, a folder with the user's files, a folder tlt
   wrote into which the user added a file -- is refused with one line unless ``force`` is given;
   ``force`` writes the new files *into* the folder (replacing same-named files) and never deletes.
@@ -29,12 +33,25 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from tltsim.errors import InputError
 
 MARKER = ".tlt-results.json"
+#: What a results folder can hold, by the command that writes it. A folder is only ever replaced by
+#: a command of its own kind; a marker without a kind (tlt 0.2 and older) is replaced by none.
+KINDS = {
+    "sim-run": "tlt sim run",
+    "demo": "tlt demo",
+    "report": "tlt report",
+    "validation": "tlt validate",
+    "paper-fidelity": "the paper-fidelity report",
+    "trace-plot": "tlt trace plot",
+    "real-rl": "tlt real rl",
+    "model": "a model export (pretrain, EAGLE export, save_pretrained)",
+    "benchmark": "a benchmark",
+}
 _TMP = "tlt-tmp"
 _OLD = "tlt-old"
 _NAME_MAX = 255
@@ -104,8 +121,24 @@ def read_marker(path: Path) -> list[str] | None:
     return [str(e) for e in data["entries"]]
 
 
-def _foreign_reason(path: Path) -> str | None:
-    """Why writing a results folder at ``path`` could destroy a user's data; None if it cannot."""
+def read_kind(path: Path) -> str | None:
+    """The kind of result tlt recorded in folder ``path`` (a key of :data:`KINDS`), ``""`` for a tlt
+    folder written before kinds were recorded, None if ``path`` is not a tlt results folder."""
+    if read_marker(path) is None:
+        return None
+    data = json.loads((path / MARKER).read_text(encoding="utf-8"))
+    kind = data.get("kind")
+    return kind if isinstance(kind, str) else ""
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"unknown results kind {kind!r}; one of {sorted(KINDS)}")  # a programming error
+
+
+def _foreign_reason(path: Path, kind: str) -> str | None:
+    """Why writing a ``kind`` results folder at ``path`` could destroy a user's data or another
+    command's results; None if it cannot."""
     if path.is_symlink() and not path.exists():
         return "is a broken symbolic link"
     if not path.exists():
@@ -121,7 +154,13 @@ def _foreign_reason(path: Path) -> str | None:
     entries = read_marker(path)
     if entries is not None:
         extra = sorted(set(names) - set(entries) - {MARKER})
-        if not extra:  # tlt's own results, nothing added: safe to replace as a whole
+        held = read_kind(path)
+        if held != kind:
+            what = f"{held} results (written by {KINDS[held]})" if held in KINDS else (
+                "results of an older tlt that did not record their kind" if held == "" else f"'{held}' results")
+            return (f"holds {what}, not {kind} results; choose another path, or pass --force to write into it "
+                    "without deleting anything")
+        if not extra:  # tlt's own results of this kind, nothing added: safe to replace as a whole
             return None
         return (f"is a tlt results folder to which other files were added ({', '.join(extra[:3])}"
                 f"{', ...' if len(extra) > 3 else ''}); move them away, choose another path, or pass --force "
@@ -131,17 +170,39 @@ def _foreign_reason(path: Path) -> str | None:
             "to write into it without deleting anything")
 
 
-def check_output_dir(path: str | Path, force: bool = False, *, field: str = "--out") -> Path:
-    """Refuse, with one line, a results-folder target that could not be written or whose contents a
-    run would destroy. Call it before the expensive work so a bad ``--out`` fails in milliseconds."""
+def check_not_inputs(path: str | Path, inputs: Iterable[str | Path], *, field: str = "--out") -> None:
+    """Refuse an output that is, lies inside, or contains one of the ``inputs`` a command reads:
+    writing it would replace (or plant a folder inside) the very results being read."""
+    out = Path(os.path.realpath(path))
+    for given in inputs:
+        src = Path(os.path.realpath(given))
+        if out == src:
+            raise _err(Path(path), f"is the input {given} itself; a command never writes into what it reads: "
+                                   "choose another folder", field)
+        if src in out.parents:
+            raise _err(Path(path), f"lies inside the input {given}; a command never writes into what it reads: "
+                                   "choose a folder outside it", field)
+        if out in src.parents:
+            raise _err(Path(path), f"contains the input {given}, which writing it would replace; choose another "
+                                   "folder", field)
+
+
+def check_output_dir(path: str | Path, force: bool = False, *, kind: str, field: str = "--out",
+                     inputs: Iterable[str | Path] = ()) -> Path:
+    """Refuse, with one line, a results-folder target that could not be written, whose contents a
+    run would destroy, that holds another command's results, or that is (inside) one of the
+    ``inputs`` the command reads. Call it before the expensive work so a bad ``--out`` fails in
+    milliseconds."""
+    _check_kind(kind)
     raw = str(path)
     path = Path(path)
     _check_path_text(path, raw, field)
+    check_not_inputs(path, inputs, field=field)
     here = path.absolute() == Path.cwd() or path.absolute() in Path.cwd().parents or str(path) in (".", "..")
     if here and not force:
         raise _err(path, "is the current folder or one of its parents; give a new folder name "
                        "(or --force to write into it)", field)
-    reason = _foreign_reason(path)
+    reason = _foreign_reason(path, kind)
     if reason is not None and (not force or not path.is_dir()):
         raise _err(path, reason, field)
     if path.exists() and path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
@@ -251,12 +312,12 @@ def _parent_lock(parent: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def _write_marker(tmp: Path) -> None:
+def _write_marker(tmp: Path, kind: str) -> None:
     entries = sorted(p.name for p in tmp.iterdir() if p.name != MARKER)
     from tltsim import __version__
 
-    (tmp / MARKER).write_text(json.dumps({"tool": "tlt", "version": __version__, "entries": entries}, indent=1)
-                              + "\n", encoding="utf-8")
+    marker = {"tool": "tlt", "kind": kind, "version": __version__, "entries": entries}
+    (tmp / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
 
 
 def _merge_into(src: Path, dest: Path) -> None:
@@ -275,16 +336,16 @@ def _merge_into(src: Path, dest: Path) -> None:
         os.replace(item, target)
 
 
-def _commit(tmp: Path, path: Path, force: bool, field: str) -> None:
+def _commit(tmp: Path, path: Path, force: bool, field: str, kind: str) -> None:
     with _parent_lock(path.parent):
-        reason = _foreign_reason(path)  # again, under the lock: another writer may have been faster
+        reason = _foreign_reason(path, kind)  # again, under the lock: another writer may have been faster
         if reason is not None:
             if not (force and path.is_dir()):
                 raise _err(path, reason, field)
             _merge_into(tmp, path)
             shutil.rmtree(tmp, ignore_errors=True)
             return
-        _write_marker(tmp)
+        _write_marker(tmp, kind)
         old = None
         if path.exists() and not any(path.iterdir()):
             try:
@@ -302,13 +363,14 @@ def _commit(tmp: Path, path: Path, force: bool, field: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_dir(path: str | Path, *, force: bool = False, field: str = "--out") -> Iterator[Path]:
-    """Build a whole results folder in a hidden sibling temp folder and swap it in at the end.
+def atomic_dir(path: str | Path, *, kind: str, force: bool = False, field: str = "--out",
+               inputs: Iterable[str | Path] = ()) -> Iterator[Path]:
+    """Build a whole ``kind`` results folder in a hidden sibling temp folder and swap it in at the end.
 
     If the body raises (an error, Ctrl-C, SIGTERM via the CLI), the temp folder is removed and
     ``path`` is untouched. See the module docstring for what may be replaced and what is refused.
     """
-    path = check_output_dir(path, force, field=field)
+    path = check_output_dir(path, force, kind=kind, field=field, inputs=inputs)
     if path.is_symlink():
         path = Path(os.path.realpath(path))  # replace what the link points at, keep the user's link
     try:
@@ -320,7 +382,7 @@ def atomic_dir(path: str | Path, *, force: bool = False, field: str = "--out") -
         raise _os_error(path, exc, field) from None
     try:
         yield tmp
-        _commit(tmp, path, force, field)
+        _commit(tmp, path, force, field, kind)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
