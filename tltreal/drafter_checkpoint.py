@@ -9,8 +9,10 @@ full checkpoint vs 97 ms for a selective asynchronous one; :func:`measure_save_t
 file in the same folder (same file system, so ``rename`` is atomic), flushed and ``fsync``-ed, then
 renamed onto its final name, and the folder is ``fsync``-ed so the rename itself is durable. A
 process killed at any instant therefore leaves either no file under the final name or a complete
-one; a killed writer's temp file is swept by the next writer. ``fsync`` matters for an OS crash or
-power loss (a killed *process* loses nothing the kernel already has), ``rename`` for a killed process.
+one; a killed writer's temp file is swept by the next write to the folder, synchronous or not: both
+go through :func:`write_snapshot`, which sweeps first (one mechanism, so neither can forget it).
+``fsync`` matters for an OS crash or power loss (a killed *process* loses nothing the kernel already
+has), ``rename`` for a killed process.
 
 **Asynchronous.** :class:`AsyncCheckpointer` copies the tensors (a snapshot, the only part the
 trainer waits for) and writes them on a background thread while training goes on. At most one
@@ -130,7 +132,11 @@ def atomic_write(path: Path, writer: Callable[[BinaryIO], object]) -> Path:
 
 
 def sweep_temps(folder: Path) -> list[Path]:
-    """Remove temp files of checkpoint writers that are no longer running (killed mid-write)."""
+    """Remove temp files of checkpoint writers that are no longer running (killed mid-write).
+
+    The pid in the temp name tells a dead writer's file from one a live writer (another thread of
+    this process, or another process on the same folder) is still filling; liveness is
+    :func:`tltsim.atomic.pid_alive`, the test tlt's results folders use."""
     removed = []
     for p in folder.iterdir() if folder.is_dir() else ():
         m = _TEMP.match(p.name)
@@ -151,12 +157,14 @@ def list_checkpoints(folder: str | Path) -> list[tuple[int, Path]]:
 
 
 def write_snapshot(folder: str | Path, snap: Snapshot, *, keep: int = 3) -> Path:
-    """Write ``snap`` atomically as ``checkpoint_name(snap.version)``; then delete all but the newest
-    ``keep`` checkpoints (0 keeps all)."""
+    """Sweep dead writers' temp files, write ``snap`` atomically as ``checkpoint_name(snap.version)``,
+    then delete all but the newest ``keep`` checkpoints (0 keeps all). The one write path of both the
+    synchronous and the asynchronous writer."""
     from safetensors.torch import save
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    sweep_temps(folder)  # every writer, sync or async, clears what killed writers left
     path = atomic_write(folder / checkpoint_name(snap.version),
                         lambda fh: fh.write(save(snap.tensors, metadata=snap.metadata)))
     if keep > 0:
@@ -186,7 +194,6 @@ class AsyncCheckpointer:
     def __post_init__(self) -> None:
         self.folder = Path(self.folder)
         self.folder.mkdir(parents=True, exist_ok=True)
-        sweep_temps(self.folder)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drafter-checkpoint")
 
     def save(self, drafter: nn.Module, *, version: int, step: int,

@@ -386,3 +386,50 @@ def test_checkpoints_survive_sigkill_at_random_points(tmp_path):
     assert all(a < b for a, b in itertools.pairwise(resumed_from))  # each run resumed further
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".") and "drafter-v" not in p.name]
     print(f"\nkill test: resumed from versions {resumed_from}, {temps_seen} of 4 kills left a temp file")
+
+
+def _killed_sync_writer(folder: Path, version: int) -> None:
+    """Fork a process that runs a synchronous :func:`save_checkpoint` and stalls at its fsync (its
+    temp file complete, not yet renamed); SIGKILL it there, as a scheduler would, and reap it."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            os.close(read)
+
+            def stall(fd: int) -> None:
+                os.write(write, b"x")
+                time.sleep(60)
+
+            os.fsync = stall  # type: ignore[assignment]
+            save_checkpoint(torch.nn.Linear(4, 4), folder, version=version, step=version)
+        finally:
+            os._exit(1)
+    os.close(write)
+    try:
+        assert os.read(read, 1) == b"x", "the writer died before its fsync"
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(read)
+
+
+@pytest.mark.parametrize("writer", ["sync", "async"])
+def test_next_write_sweeps_the_temp_files_of_killed_writers(tmp_path, writer):
+    """Ten synchronous writers SIGKILLed mid-write, one after the other: each sweeps what the previous
+    one left, so only the newest kill's temp file is ever there (it was ten after ten kills); the next
+    write, synchronous or asynchronous (one shared sweep in write_snapshot), leaves none, and keeps a
+    live writer's temp."""
+    for version in range(1, 11):
+        _killed_sync_writer(tmp_path, version)
+        temps = [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name]
+        assert len(temps) == 1 and temps[0].startswith(f".drafter-v{version:08d}."), temps
+    live = tmp_path / f".drafter-v00000099.safetensors.tmp-{os.getpid()}-abc123"  # this process: alive
+    live.write_bytes(b"in flight")
+    module = torch.nn.Linear(4, 4)
+    if writer == "sync":
+        save_checkpoint(module, tmp_path, version=11, step=11)
+    else:
+        with AsyncCheckpointer(tmp_path) as background:
+            background.save(module, version=11, step=11)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "drafter-v00000011.safetensors"]
