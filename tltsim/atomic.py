@@ -172,9 +172,12 @@ def _foreign_reason(path: Path, kind: str) -> str | None:
 
 def check_not_inputs(path: str | Path, inputs: Iterable[str | Path], *, field: str = "--out") -> None:
     """Refuse an output that is, lies inside, or contains one of the ``inputs`` a command reads:
-    writing it would replace (or plant a folder inside) the very results being read."""
+    writing it would replace (or plant a folder inside) the very results being read. An input that
+    is not on disk (a bundled scenario's or a catalogued trace's name) cannot be overlapped."""
     out = Path(os.path.realpath(path))
     for given in inputs:
+        if not os.path.exists(given):
+            continue
         src = Path(os.path.realpath(given))
         if out == src:
             raise _err(Path(path), f"is the input {given} itself; a command never writes into what it reads: "

@@ -22,6 +22,22 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        import platform
+
+        from tltsim import __version__
+
+        typer.echo(f"tlt {__version__} (Python {platform.python_version()})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print tlt's version and exit.")) -> None:
+    """Simulate, compare, run and validate adaptive speculative decoding for RL rollouts."""
+
+
 def _mount() -> None:
     from tltreal.cli import app as real_app
     from tltsim.cli.demo import demo
