@@ -10,6 +10,7 @@ it does (a table of every setting below 1x).
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ import pandas as pd
 
 from analysis.markdown import markdown_table
 from analysis.provenance import provenance_line
-from analysis.rl_plots import accept_over_steps, step_breakdown
+from analysis.rl_plots import PHASE_LABELS, accept_over_steps, step_breakdown
 from analysis.rollout_plots import gpu_utilisation, makespan_bars, rollout_timeline
 from analysis.sd_plots import sd_speedup_heatmap, sd_speedup_vs_batch
 from analysis.style import save_figure
@@ -33,6 +34,13 @@ HEATMAP_DEPTHS = (2, 4, 6, 8, 10, 12)
 HEATMAP_VERIFY = (4, 8, 16, 32, 48, 64)
 CURVE_CONFIGS = ("8_4_8", "8_4_16", "8_4_32", "8_4_48")
 CURVE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+RUN_FILES = ("summary.csv", "events.parquet", "scenario.resolved.toml")
+#: The summary columns each kind of run report reads (checked up front, named when missing).
+ROLLOUT_SUMMARY = ("policy", "step", "makespan_s", "idle_fraction", "mean_accept_length")
+RL_SUMMARY = ("preset", "status", "steps", "speedup", *PHASE_LABELS)
+TEXT_COLUMNS = ("policy", "preset", "status")
+#: The event-log columns the timeline and utilisation figures read.
+EVENT_NEEDED = ("policy", "step", "phase", "worker", "kind", "t_start", "t_end", "batch_size", "depth")
 
 
 @dataclass
@@ -62,11 +70,26 @@ def kind_of(path: Path) -> str:
         raise InputError("no such folder (give a `tlt sim run` or `tlt sweep run` results folder)", path=path)
     if SweepStore(path).is_sweep():
         return "sweep"
-    missing = [f for f in ("summary.csv", "events.parquet", "scenario.resolved.toml") if not (path / f).exists()]
+    missing = [f for f in RUN_FILES if not (path / f).exists()]
     if missing:
         raise InputError(f"neither a sweep folder (no sweep.json) nor a run folder (missing {', '.join(missing)})",
                          path=path)
+    for name in (*RUN_FILES, "steps.csv"):
+        _check_regular(path / name)
     return "run"
+
+
+def _check_regular(path: Path) -> None:
+    """Refuse a FIFO, socket or device (reading a FIFO nobody writes to blocks forever) and a folder
+    where a run's file belongs; a missing file is the caller's to explain."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        what = ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+                else "a socket" if stat.S_ISSOCK(mode) else "a device")
+        raise InputError(f"is {what}, not a file of a `tlt sim run` results folder", path=path)
 
 
 def build_report(path: Path, command: str) -> Report:
@@ -75,11 +98,43 @@ def build_report(path: Path, command: str) -> Report:
 
 
 # ---- run folders ---------------------------------------------------------------------------------
-def _read_csv(path: Path) -> pd.DataFrame:
+def _read_csv(path: Path, needed: tuple[str, ...] = (), numeric: tuple[str, ...] = ()) -> pd.DataFrame:
+    """A run's CSV table, refused in one line naming the file (and the columns) when it cannot be
+    read, has no rows, lacks a column the report uses or holds text where numbers belong: the report
+    is drawn after the checks, and a KeyError from deep inside a figure helps nobody."""
     try:
-        return pd.read_csv(path)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"not a readable CSV table ({str(exc).splitlines()[0][:120]})", path=path) from None
+        df = pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
+        raise InputError(f"not a readable CSV table ({first})", path=path) from None
+    missing = [c for c in needed if c not in df.columns]
+    if missing:
+        raise InputError(f"lacks column{'s' if len(missing) > 1 else ''} {', '.join(missing)} (has: "
+                         f"{', '.join(map(str, df.columns[:8])) or 'none'}{', ...' if len(df.columns) > 8 else ''}); "
+                         "is it a `tlt sim run` summary?", path=path, field=missing[0])
+    if df.empty:
+        raise InputError("has a header but no rows", path=path)
+    for col in numeric:
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad = values.isna() & df[col].notna()
+        if bad.any():
+            row = int(bad.to_numpy().argmax())
+            raise InputError(f"not a number: {df[col].iloc[row]!r}", path=path, row=row + 2, field=col)
+        df[col] = values
+    return df
+
+
+def _read_events(path: Path) -> pd.DataFrame:
+    try:
+        events = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ValueError, ... for a damaged file
+        first = (" ".join(str(exc).split()) or type(exc).__name__)[:120]
+        raise InputError(f"not a readable event log ({first})", path=path) from None
+    missing = [c for c in EVENT_NEEDED if c not in events.columns]
+    if missing:
+        raise InputError(f"lacks column{'s' if len(missing) > 1 else ''} {', '.join(missing)}; is it a `tlt sim "
+                         "run` event log?", path=path, field=missing[0])
+    return events
 
 
 def _scenario_line(s) -> str:
@@ -93,21 +148,19 @@ def run_report(path: Path, command: str) -> Report:
     """Figures and tables of one ``tlt sim run`` folder."""
     from tltsim.scenario import load_scenario
 
-    summary = _read_csv(path / "summary.csv")
-    try:
-        events = pd.read_parquet(path / "events.parquet")
-    except (OSError, ValueError) as exc:
-        raise InputError(f"not a readable event log ({str(exc).splitlines()[0][:120]})",
-                         path=path / "events.parquet") from None
-    s = load_scenario(path / "scenario.resolved.toml")
     rl = (path / "steps.csv").exists()
+    needed = RL_SUMMARY if rl else ROLLOUT_SUMMARY
+    summary = _read_csv(path / "summary.csv", needed, numeric=tuple(c for c in needed if c not in TEXT_COLUMNS))
+    steps = _read_csv(path / "steps.csv", ("preset", "step")) if rl else None
+    events = _read_events(path / "events.parquet")
+    s = load_scenario(path / "scenario.resolved.toml")
     rep = Report(f"tlt report: {'whole RL run' if rl else 'rollout'} `{path.name}`")
     rep.sections += [
         f"Regenerate this report: `{command}`. Reproduce the numbers: "
         f"`tlt sim run --scenario {path / 'scenario.resolved.toml'}`.",
         _scenario_line(s), f"Computed with {provenance_line()}."]
-    if rl:
-        _rl_sections(rep, summary, _read_csv(path / "steps.csv"))
+    if steps is not None:
+        _rl_sections(rep, summary, steps)
     else:
         _rollout_sections(rep, summary)
     rep.sections.append("## Timeline")
@@ -211,10 +264,23 @@ def sweep_report(path: Path, command: str) -> Report:
 
     store = SweepStore(path)
     meta = store.meta()
-    results = store.read()
+    results = store.read()  # a damaged part file is one warning and is left out
+    if results.empty and store.damaged:
+        raise InputError(f"no readable results: {len(store.damaged)} damaged part file(s), named above; `tlt sweep "
+                         "run` with the sweep's spec and --out evaluates their points again", path=path)
     if results.empty:
         raise InputError("the sweep has no results yet (run `tlt sweep run` first)", path=path)
-    view = sweep_view(results, list(meta.get("axes", [])))
+    axes = meta.get("axes", [])
+    axes = [a for a in axes if isinstance(a, str)] if isinstance(axes, list) else []
+    meta = {**meta, "axes": axes}
+    need = [c for c in ("error",) if c not in results.columns]
+    if not {"policy", "preset"} & set(results.columns):
+        need.append("policy")
+    if (results["status"] == "ok").any() and "speedup" not in results.columns:
+        need.append("speedup")
+    if need:
+        raise InputError(f"the results lack column(s) {', '.join(need)}: not what `tlt sweep run` writes", path=path)
+    view = sweep_view(results, [a for a in axes if a in results.columns])
     errors = results[results["status"] == "error"].drop_duplicates("key")
     points = results["key"].nunique()
     rep = Report(f"tlt report: sweep `{meta.get('name', path.name)}`")
@@ -288,7 +354,7 @@ def write_report(path: str | Path, out: str | Path, *, command: str, force: bool
     """Build the report of ``path`` and write it to ``out`` atomically; return the files written."""
     from tltsim.atomic import atomic_dir, check_output_dir
 
-    check_output_dir(out, force)
+    check_output_dir(out, force, kind="report")
     rep = build_report(Path(path), command)
-    with atomic_dir(out, force=force) as tmp:
+    with atomic_dir(out, kind="report", force=force) as tmp:
         return rep.write(tmp)

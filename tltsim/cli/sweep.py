@@ -137,7 +137,7 @@ def _status_frames(target: str, out: Path | None) -> tuple[Path, pd.DataFrame, p
     """(sweep folder, its points, its deduplicated results) for a spec or a sweep folder."""
     from tltsim.sweep.runner import points_frame
     from tltsim.sweep.spec import expand, load_spec
-    from tltsim.sweep.store import SweepStore
+    from tltsim.sweep.store import DamagedFile, SweepStore, warn
 
     p = Path(target)
     if p.is_dir():
@@ -146,13 +146,38 @@ def _status_frames(target: str, out: Path | None) -> tuple[Path, pd.DataFrame, p
         store = SweepStore(p)
         if not store.is_sweep():
             raise InputError("is not a tlt sweep folder (no sweep.json)", path=p)
-        points = store.points()
+        try:
+            points = store.points()
+        except DamagedFile as exc:
+            points = None
+            warn(f"{exc.path} is damaged ({exc.reason}); counting the points that have results and the total in "
+                 f"{store.root / 'sweep.json'}: `tlt sweep run` with the spec and --out rebuilds it")
     else:
         s = load_spec(target)
         store = SweepStore(out if out is not None else _default_out(s.path))
         points = points_frame(s, expand(s))
     results = store.read() if store.results.is_dir() else pd.DataFrame(columns=["key", "status", "error"])
+    if points is None:
+        points = _points_from_results(store, results)
     return store.root, points, results
+
+
+def _points_from_results(store: Any, results: pd.DataFrame) -> pd.DataFrame:
+    """A stand-in for a damaged ``points.parquet``: the points that have results (key and axis values),
+    then one placeholder row per point the sweep's ``sweep.json`` counts beyond them (pending)."""
+    axes = [a for a in store.meta().get("axes", []) if isinstance(a, str)]
+    firsts = results.drop_duplicates("key") if len(results) else pd.DataFrame(columns=["key"])
+    frame = pd.DataFrame({"index": range(len(firsts)), "key": list(firsts["key"].astype(str))})
+    for a in axes:
+        frame[a] = list(firsts[a]) if a in firsts.columns else None
+    total = store.meta().get("points")
+    extra = total - len(frame) if isinstance(total, int) and not isinstance(total, bool) and total > len(frame) else 0
+    if extra:
+        more = pd.DataFrame({"index": range(len(frame), len(frame) + extra),
+                             "key": [f"(unknown {i})" for i in range(extra)]})
+        frame = pd.concat([frame, more], ignore_index=True)
+    frame["invalid"] = ""
+    return frame
 
 
 @app.command()
@@ -203,25 +228,44 @@ def _plain(v: Any) -> Any:
     return v
 
 
+#: ``tlt sweep points`` lists this many points unless told otherwise: a 90,000-point table is unreadable,
+#: and resolving every point of a big grid just to count it takes minutes.
+SHOW_DEFAULT = 100
+
+
 @app.command()
 def points(
     spec: Annotated[str, typer.Argument(help=SPEC_HELP, show_default=False)],
     out: Annotated[Path | None, typer.Option(help="Sweep folder whose results to show beside each point.")] = None,
+    show: Annotated[int, typer.Option(help="List at most this many points (0: every point, which resolves them "
+                                           "all: minutes for a 100,000-point grid).")] = SHOW_DEFAULT,
 ) -> None:
     """List the points SPEC expands to, with each one's key and status, before or during a run.
 
+    The count comes from the axes' lengths at once; only the listed points are resolved.
+
     Example: tlt sweep points elastic_threshold_gpu
     """
+    import itertools
+
     from tltsim.sweep.runner import points_frame
-    from tltsim.sweep.spec import expand, load_spec
+    from tltsim.sweep.spec import expand, iter_points, load_spec
     from tltsim.sweep.store import SweepStore
 
+    if show < 0:
+        raise InputError(f"must be >= 0 (0 lists every point), got {show}", path="--show")
     s = load_spec(spec)
-    pts = points_frame(s, expand(s))
+    base = s.base or "defaults"
+    if show == 0 or s.size <= show:  # all of them: exact count, and every axis value checked as a run would
+        pts = points_frame(s, expand(s))
+        title = f"{s.name}: {len(pts):,} points over {base}"
+    else:
+        pts = points_frame(s, list(itertools.islice(iter_points(s), show)))
+        title = (f"{s.name}: {s.size:,} points over {base} (the axes' product; scenarios that coincide run "
+                 f"once), the first {len(pts):,} listed (--show N for more, --show 0 for all)")
     store = SweepStore(out if out is not None else _default_out(s.path))
     have = store.status_by_key() if store.results.is_dir() else {}
-    base = s.base or "defaults"
-    table = Table(title=f"{s.name}: {len(pts):,} points over {base}")
+    table = Table(title=title)
     for col in ("#", "key", *s.axis_fields, "status"):
         table.add_column(col, overflow="fold")
     n_axes = len(s.axis_fields)

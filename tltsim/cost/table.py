@@ -211,23 +211,49 @@ class TableCostModel:
             raise InputError("cost table not found" if not path.exists() else "not a file", path=path)
         try:
             if path.suffix.lower() == ".parquet":
-                import pyarrow.parquet as pq
-
-                table = pq.read_table(path)
-                raw = (table.schema.metadata or {}).get(META_KEY)
-                meta = json.loads(raw) if raw else {}
-                if not isinstance(meta, dict):
-                    raise InputError("table metadata is not a JSON object", path=path)
-                return cls.from_frame(table.to_pandas(), meta, source=str(path))
+                return cls._from_parquet(path)
             with path.open(newline="", encoding="utf-8") as fh:
                 df = pd.DataFrame(list(csv.DictReader(fh)))
         except InputError:
             raise
-        except (OSError, UnicodeDecodeError, csv.Error, ValueError) as exc:
-            raise InputError(f"not a readable cost table ({str(exc).splitlines()[0]})", path=path) from None
+        except (OSError, UnicodeDecodeError, csv.Error, ValueError, ArithmeticError, TypeError) as exc:
+            first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+            raise InputError(f"not a readable cost table ({first})", path=path) from None
         if df.empty:
             raise InputError("no rows", path=path)
         return cls.from_frame(df, source=str(path))
+
+    @classmethod
+    def _from_parquet(cls, path: Path) -> TableCostModel:
+        """A Parquet table read with pyarrow alone: its rows as plain Python values, its tlt metadata
+        checked. The ``pandas`` schema metadata is never used: ``to_pandas`` trusts it (index columns,
+        dtypes), so a file whose metadata is malformed or names missing columns would crash there with
+        a KeyError, and every column the table needs is a plain column anyway."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(path)
+            rows = table.to_pylist()
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            first = (" ".join(str(exc).split()) or type(exc).__name__)[:160]
+            raise InputError(f"not a readable Parquet cost table ({first})", path=path) from None
+        raw = (table.schema.metadata or {}).get(META_KEY)
+        try:
+            meta = json.loads(raw) if raw else {}
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InputError(f"the table's {META_KEY.decode()} metadata is not JSON ({exc})", path=path) from None
+        if not isinstance(meta, dict):
+            raise InputError("table metadata is not a JSON object", path=path)
+        names = list(table.column_names)
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise InputError(f"column{'s' if len(twice) > 1 else ''} {', '.join(twice)} appear more than once",
+                             path=path, field=twice[0])
+        df = pd.DataFrame(rows, columns=names)
+        if df.empty:
+            raise InputError("no rows", path=path)
+        return cls.from_frame(df, meta, source=str(path))
 
     from_csv = from_file
 

@@ -45,7 +45,7 @@ import pandas as pd
 from tltsim.errors import InputError
 from tltsim.scenario import Scenario, scenario_toml
 from tltsim.sweep.spec import Point, SweepSpec, expand
-from tltsim.sweep.store import SweepStore, cell
+from tltsim.sweep.store import POINTS, SweepStore, cell, warn
 
 BACKENDS = ("local", "ray")
 DEFAULT_SWEEPS = Path("results/sweeps")
@@ -308,7 +308,7 @@ class RunReport:
     planned: int  # evaluated (or recorded as invalid) in this run
     ok: int = 0
     failed: int = 0
-    pending: int = 0  # left for a later run (--limit, interruption)
+    pending: int = 0  # left for a later run (held back by --limit); total = skipped + ok + failed + pending
     wall_s: float = 0.0
 
     @property
@@ -342,8 +342,8 @@ def run_sweep(spec: SweepSpec, out: str | Path | None = None, *, backend: str = 
         raise InputError(f"must be one of {', '.join(BACKENDS)}, got '{backend}'", path="--backend")
     if workers is not None and workers < 1:
         raise InputError(f"must be >= 1, got {workers}", path="--workers")
-    if limit is not None and limit < 0:
-        raise InputError(f"must be >= 0, got {limit}", path="--limit")
+    if limit is not None and limit < 1:
+        raise InputError(f"must be >= 1 (leave it out to run every point), got {limit}", path="--limit")
     if address and backend != "ray":
         raise InputError("applies to --backend ray only", path="--address")
     if backend == "ray":
@@ -354,14 +354,22 @@ def run_sweep(spec: SweepSpec, out: str | Path | None = None, *, backend: str = 
     points = expand(spec)  # a bad value fails before anything is created
     store.check_writable()
     store.remove_stale_temps()
+    # A damaged result file is moved aside (one warning each) so its points are planned again; a
+    # damaged points.parquet is said once and rebuilt from the spec just below.
+    store.quarantine_damaged()
+    why = store.points_damage()
+    if why is not None:
+        warn(f"{store.root / POINTS} is damaged ({why}); rebuilt from the spec")
     store.write_meta(spec_text=spec.text, spec_name=spec.name, spec_sha256=spec.text_sha256,
                      base_toml=scenario_toml(spec.scenario), points=points_frame(spec, points),
                      axis_fields=spec.axis_fields)
     points, invalid, todo = plan(spec, store, retry_failed=retry_failed, points=points)
+    # Every point is in exactly one of: done before (skipped), evaluated now (ok / failed), pending
+    # (held back by --limit, or not finished). Held-back points are pending, never "done before".
+    skipped = len(points) - len(invalid) - len(todo)
     if limit is not None:
         todo = todo[:limit]
-    report = RunReport(out=out, total=len(points), skipped=len(points) - len(invalid) - len(todo),
-                       planned=len(invalid) + len(todo))
+    report = RunReport(out=out, total=len(points), skipped=skipped, planned=len(invalid) + len(todo))
     if on_start is not None:
         on_start(report.planned, report.skipped)
     t0 = time.perf_counter()
@@ -388,7 +396,7 @@ def run_sweep(spec: SweepSpec, out: str | Path | None = None, *, backend: str = 
         finally:
             runner.close(cancel=not clean)
     report.wall_s = time.perf_counter() - t0
-    report.pending = len(points) - len(store.status_by_key().keys() & {p.key for p in points})
+    report.pending = report.total - report.skipped - report.ok - report.failed
     store.compact()
     return report
 

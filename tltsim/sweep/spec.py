@@ -45,9 +45,10 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+import stat
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,16 +125,23 @@ class Axis:
 
     def assignments(self) -> list[dict[str, Any]]:
         """The axis's settings, each a {dotted field: value} dict, in a fixed order."""
+        return list(self.iter_assignments())
+
+    def iter_assignments(self) -> Iterator[dict[str, Any]]:
+        """:meth:`assignments` one at a time: a 1,000 x 1,000 grid axis is not built to show its first
+        rows. Each call starts over (a random axis re-seeds), so the order is always the same."""
         if self.kind == "grid":
             names = list(self.values)
-            return [dict(zip(names, combo, strict=True))
-                    for combo in itertools.product(*(self.values[n] for n in names))]
-        if self.kind == "zip":
+            for combo in itertools.product(*(self.values[n] for n in names)):
+                yield dict(zip(names, combo, strict=True))
+        elif self.kind == "zip":
             names = list(self.values)
-            length = len(next(iter(self.values.values())))
-            return [{n: self.values[n][i] for n in names} for i in range(length)]
-        rng = np.random.default_rng(self.seed)
-        return [{name: d.draw(rng) for name, d in self.dists.items()} for _ in range(self.n)]
+            for i in range(len(self)):
+                yield {n: self.values[n][i] for n in names}
+        else:
+            rng = np.random.default_rng(self.seed)
+            for _ in range(self.n):
+                yield {name: d.draw(rng) for name, d in self.dists.items()}
 
     def __len__(self) -> int:
         if self.kind == "grid":
@@ -165,6 +173,12 @@ class SweepSpec:
     def text_sha256(self) -> str:
         return hashlib.sha256(self.text.encode()).hexdigest()
 
+    @property
+    def size(self) -> int:
+        """The number of axis combinations, without building one: the product of the axes' lengths.
+        An upper bound on the points (combinations giving the same scenario are one point)."""
+        return math.prod(len(a) for a in self.axes)
+
 
 @dataclass(frozen=True)
 class Point:
@@ -189,8 +203,21 @@ def bundled_specs() -> dict[str, Path]:
 
 def load_spec(name_or_path: str | Path) -> SweepSpec:
     """Read, check and return a sweep spec (one-line InputErrors naming the file and the axis)."""
+    _check_regular(config_tree.find_file(name_or_path, bundled_specs(), "sweep spec"))
     p, text = config_tree.read_file(name_or_path, bundled_specs(), "sweep spec")
     return parse_spec(text, path=p)
+
+
+def _check_regular(p: Path) -> None:
+    """Refuse a FIFO, socket or device before opening it: reading a FIFO nobody writes to blocks
+    forever, and ``/dev/zero`` never ends. (A folder or a missing file is the reader's to explain.)"""
+    try:
+        mode = p.stat().st_mode
+    except OSError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+        raise InputError(f"is {kind}, not a sweep spec file", path=p)
 
 
 def parse_spec(text: str, *, path: Path) -> SweepSpec:
@@ -220,7 +247,7 @@ def parse_spec(text: str, *, path: Path) -> SweepSpec:
                 raise InputError(f"varied by both {seen[name].label} and {axis.label}; a field may be on one axis "
                                  "only", path=path, field=f"axes[{axis.index}].{name}")
             seen[name] = axis
-    total = math.prod(len(a) for a in axes)
+    total = math.prod(len(a) for a in axes)  # counted, never built: a 10^12 grid is refused at once
     if total > MAX_POINTS:
         raise InputError(f"expands to {total:,} points, more than {MAX_POINTS:,}", path=path, field="axes")
     return SweepSpec(path=path, text=text, name=str(data.get("name", path.stem)),
@@ -379,17 +406,23 @@ def point_key(s: Scenario) -> str:
         return "x" + hashlib.sha256(scenario_toml(s).encode()).hexdigest()[:KEY_LENGTH - 1]
 
 
-def expand(spec: SweepSpec) -> list[Point]:
-    """Every point of the spec, in a fixed order, duplicates (same key) dropped.
+def _combos(axes: tuple[Axis, ...]) -> Iterator[tuple[dict[str, Any], ...]]:
+    """``itertools.product`` of the axes' assignments (same order), without building any axis's list:
+    ``product`` would first materialise every axis."""
+    if not axes:
+        yield ()
+        return
+    for head in axes[0].iter_assignments():
+        for rest in _combos(axes[1:]):
+            yield (head, *rest)
 
-    Raises an InputError naming the spec file and the axis for a value that no point can use; other
-    invalid combinations become points with ``invalid`` set."""
-    per_axis = [a.assignments() for a in spec.axes]
-    points: list[Point] = []
+
+def _resolve(spec: SweepSpec) -> Iterator[tuple[tuple[dict[str, Any], ...], Point, InputError | None, bool]]:
+    """(the axis assignments, the point, why it is invalid, whether its key is new) per combination,
+    in order. A repeated key (same scenario from another combination) gets index -1 and is dropped by
+    the callers. Lazy: listing the first rows of a huge grid resolves only those."""
     seen: set[str] = set()
-    # (axis, field, value) -> [value, some point using it is valid, first error of a point using it]
-    usage: dict[tuple[int, str, str], list[Any]] = {}
-    for combo in itertools.product(*per_axis):
+    for combo in _combos(spec.axes):
         values: dict[str, Any] = {}
         for assignment in combo:
             values.update(assignment)
@@ -401,6 +434,30 @@ def expand(spec: SweepSpec) -> list[Point]:
             validate(s)
         except InputError as exc:
             error = exc
+        key = point_key(s)
+        first = key not in seen
+        seen.add(key)
+        yield combo, Point(index=len(seen) - 1 if first else -1, key=key, values=values, scenario=s,
+                           invalid=None if error is None else str(error)), error, first
+
+
+def iter_points(spec: SweepSpec) -> Iterator[Point]:
+    """:func:`expand`'s points one at a time, without its check that every axis value is usable by
+    some point (that needs them all): what ``tlt sweep points`` uses to show the head of a big grid."""
+    for _, point, _, first in _resolve(spec):
+        if first:
+            yield point
+
+
+def expand(spec: SweepSpec) -> list[Point]:
+    """Every point of the spec, in a fixed order, duplicates (same key) dropped.
+
+    Raises an InputError naming the spec file and the axis for a value that no point can use; other
+    invalid combinations become points with ``invalid`` set."""
+    points: list[Point] = []
+    # (axis, field, value) -> [value, some point using it is valid, first error of a point using it]
+    usage: dict[tuple[int, str, str], list[Any]] = {}
+    for combo, point, error, first in _resolve(spec):
         for axis, assignment in zip(spec.axes, combo, strict=True):
             for name, value in assignment.items():
                 if axis.kind == "random" and axis.dists[name].dist != "choice":
@@ -408,12 +465,8 @@ def expand(spec: SweepSpec) -> list[Point]:
                 entry = usage.setdefault((axis.index, name, repr(value)), [value, False, None])
                 entry[1] = entry[1] or error is None
                 entry[2] = entry[2] or error
-        key = point_key(s)
-        if key in seen:
-            continue
-        seen.add(key)
-        points.append(Point(index=len(points), key=key, values=values, scenario=s,
-                            invalid=None if error is None else str(error)))
+        if first:
+            points.append(point)
     unusable = [(k, v) for k, v in usage.items() if not v[1]]
     if unusable:
         # blame the value of the field the error names, when an axis varies it (not an innocent neighbour)
