@@ -158,3 +158,43 @@ def test_demo_compares_presets_where_sd_pays_and_where_it_does_not(tmp_path):
     assert "**Where SD does not pay**" in readme and "--set cluster.gpu=H20 --set cluster.tp=8" in readme
     assert {"rl_speedup.png", "rl_step_breakdown.png", "rl_accept_over_steps.png"} <= {p.name for p in out.iterdir()}
     assert "nan" not in readme
+
+
+def _copy(src: Path, dest: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dest)
+    return dest
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    (lambda df: df.drop(columns=["speedup", "status"]), "lacks columns status, speedup"),
+    (lambda df: df.drop(columns=["rollout_s"]), "lacks column rollout_s"),
+    (lambda df: df.iloc[0:0], "no rows"),
+    (lambda df: df.assign(speedup="fast"), "not a number: 'fast'"),
+])
+def test_report_names_what_a_summary_lacks_and_writes_nothing(rl_run_folder, tmp_path, edit, words):
+    run = _copy(rl_run_folder, tmp_path / "run")
+    edit(pd.read_csv(run / "summary.csv")).to_csv(run / "summary.csv", index=False)
+    res = invoke_cli("report", str(run), "--out", str(tmp_path / "rep"))
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith("tlt: error:"), res.stderr
+    assert str(run / "summary.csv") in lines[0] and words in lines[0], lines[0]
+    assert not (tmp_path / "rep").exists()
+
+
+def test_report_of_a_sweep_with_a_damaged_part_warns_once_and_reports_the_rest(policy_sweep, tmp_path):
+    sweep = _copy(policy_sweep, tmp_path / "sweep")
+    bad = sweep / "results" / "part-00000000000000000001-1-0123456789abcdef.parquet"
+    bad.write_bytes(b"PAR1" + bytes(100))
+    res = invoke_cli("report", str(sweep), "--out", str(tmp_path / "rep"))
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 0 and len(lines) == 1 and lines[0].startswith("tlt: warning:"), res.stderr
+    assert str(bad) in lines[0] and (tmp_path / "rep" / "README.md").is_file()
+    assert bad.read_bytes() == b"PAR1" + bytes(100)  # a report only reads
+    for part in (sweep / "results").glob("part-*-compact.parquet"):
+        part.write_bytes(b"")  # now nothing readable is left
+    res = invoke_cli("report", str(sweep), "--out", str(tmp_path / "rep2"))
+    errors = [x for x in res.stderr.splitlines() if x.startswith("tlt: error:")]
+    assert res.returncode == 2 and len(errors) == 1 and "no readable results" in errors[0], res.stderr
+    assert not (tmp_path / "rep2").exists()

@@ -1,6 +1,7 @@
 """Roofline cost model: regimes, per-request KV, TP, CUDA-graph padding, closed-form spans."""
 
 import csv
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -372,3 +373,60 @@ def test_kernel_latency_floor_and_smooth_roofline():
     m, c = ridge.weight_s, rows * ridge.matmul_s_per_token
     assert ridge._roof(m, c) == pytest.approx((m * m + c * c) ** 0.5)
     assert max(m, c) < ridge._roof(m, c) < m + c
+
+
+@pytest.mark.parametrize("pandas_meta", [
+    b"{not json",
+    b"[]",
+    b"\xff\xfe",
+    json.dumps({"index_columns": ["missing"], "columns": []}).encode(),
+    json.dumps({"index_columns": [{"kind": "range", "start": 0, "stop": 99, "step": 1}],
+                "columns": [{"name": "kind", "pandas_type": "weird"}]}).encode(),
+    json.dumps({"index_columns": ["seconds"], "columns": [{"name": "seconds", "field_name": "seconds",
+                                                          "pandas_type": "float64", "numpy_type": "float64",
+                                                          "metadata": None}]}).encode(),
+])
+def test_parquet_table_ignores_hostile_pandas_metadata(tmp_path, pandas_meta):
+    """Every column a table needs is a plain column: pandas' own metadata (index columns, dtypes) is
+    never trusted, so a malformed one cannot crash the reader or hide a column."""
+    import pyarrow.parquet as pq
+
+    from tltsim.cost import write_table
+
+    df = pd.read_csv(_write_table_from(roofline(), tmp_path / "costs.csv"))
+    good = TableCostModel.from_file(write_table(df, {"context_rule": "max"}, tmp_path / "good.parquet"))
+    table = pq.read_table(tmp_path / "good.parquet")
+    table = table.replace_schema_metadata({**table.schema.metadata, b"pandas": pandas_meta})
+    pq.write_table(table, tmp_path / "bad.parquet")
+    read = TableCostModel.from_file(tmp_path / "bad.parquet")
+    assert read.metadata == good.metadata and read.grids.keys() == good.grids.keys()
+    ctx = np.array([100, 3000])
+    assert read.decode_time(ctx) == good.decode_time(ctx)
+
+
+@pytest.mark.parametrize(("mutate", "match"), [
+    (lambda t: t.replace_schema_metadata({b"tlt.cost_table": b"{oops"}), "tlt.cost_table metadata is not JSON"),
+    (lambda t: t.replace_schema_metadata({b"tlt.cost_table": b"\xff"}), "tlt.cost_table metadata is not JSON"),
+    (lambda t: t.replace_schema_metadata({b"tlt.cost_table": b"[1]"}), "not a JSON object"),
+    (lambda t: t.drop_columns(["seconds"]), "'seconds'"),
+    (lambda t: t.slice(0, 0), "no rows"),
+])
+def test_parquet_table_with_bad_metadata_or_columns_is_one_line(tmp_path, mutate, match):
+    import pyarrow.parquet as pq
+
+    from tltsim.cost import write_table
+
+    df = pd.read_csv(_write_table_from(roofline(), tmp_path / "costs.csv"))
+    write_table(df, {}, tmp_path / "good.parquet")
+    pq.write_table(mutate(pq.read_table(tmp_path / "good.parquet")), tmp_path / "bad.parquet")
+    with pytest.raises(InputError, match=match) as info:
+        TableCostModel.from_file(tmp_path / "bad.parquet")
+    assert str(tmp_path / "bad.parquet") in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_damaged_parquet_table_is_one_line(tmp_path):
+    path = tmp_path / "t.parquet"
+    path.write_bytes(b"PAR1" + b"\x00" * 64 + b"PAR1")
+    with pytest.raises(InputError, match="not a readable Parquet cost table") as info:
+        TableCostModel.from_file(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)

@@ -7,6 +7,7 @@ call, which is what proves that no finished point is evaluated again.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ from conftest import invoke_cli
 from tltsim.errors import InputError
 from tltsim.sweep import SweepStore, expand, load_spec, parse_spec, run_sweep
 from tltsim.sweep.runner import Outcome, result_rows
+from tltsim.sweep.spec import iter_points
 
 HERE = Path(__file__).resolve().parent
 TINY = """
@@ -281,3 +283,126 @@ seed = 3
     b = SweepStore(tmp_path / "ray").read().drop(columns=BOOKKEEPING)
     assert len(a) == 8 and a["acceptance.mode"].nunique() >= 1
     pd.testing.assert_frame_equal(a, b)
+
+
+# ---- damaged files, --limit accounting, big grids ---------------------------------------------------
+def _split_into_parts(out: Path) -> dict[str, Path]:
+    """Rewrite a (compacted) sweep's results as one part file per point, as an uncompacted run leaves
+    them; returns {key: its part file}."""
+    store = SweepStore(out)
+    rows = store.read()
+    old = sorted(store.results.glob("part-*.parquet"))
+    parts = {key: store.write_point(group.reset_index(drop=True), key) for key, group in rows.groupby("key")}
+    for p in old:
+        p.unlink()
+    return parts
+
+
+def _warnings(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.strip()]
+
+
+def test_a_damaged_part_is_one_warning_for_status_and_run_recomputes_just_its_points(tmp_path):
+    path = spec_file(tmp_path, '[[axes]]\n"seed" = [1, 2, 3]\n')
+    out = tmp_path / "out"
+    assert invoke_cli("sweep", "run", str(path), "--out", str(out), "--workers", "1").returncode == 0
+    parts = _split_into_parts(out)
+    attempts = SweepStore(out).read().drop_duplicates("key").set_index("key")["attempt"]
+    hit = sorted(parts)[1]
+    damaged = parts[hit]
+    damaged.write_bytes(damaged.read_bytes()[:200])  # a copy cut short
+    cut = damaged.read_bytes()
+    status = invoke_cli("sweep", "status", str(out), "--json")
+    lines = _warnings(status.stderr)
+    assert status.returncode == 0 and len(lines) == 1, status.stderr
+    assert lines[0].startswith("tlt: warning:") and str(damaged) in lines[0] and "Traceback" not in status.stderr
+    counts = json.loads(status.stdout)
+    assert (counts["done"], counts["pending"]) == (2, 1)  # the other points are still read
+    assert damaged.read_bytes() == cut  # status only reads
+    run = invoke_cli("sweep", "run", str(path), "--out", str(out), "--workers", "1")
+    lines = _warnings(run.stderr)
+    assert run.returncode == 0 and len(lines) == 1 and str(damaged) in lines[0] and "moved aside" in lines[0]
+    assert "3 points: 2 done before, 1 ok and 0 failed now, 0 pending" in run.stdout
+    after = SweepStore(out).read().drop_duplicates("key").set_index("key")["attempt"]
+    assert {k for k in attempts.index if attempts[k] != after[k]} == {hit}  # only its point ran again
+    kept = damaged.with_name(damaged.name + ".damaged")
+    assert kept.read_bytes() == cut and not damaged.exists()  # moved aside, never deleted
+    again = invoke_cli("sweep", "status", str(out), "--json")
+    assert again.stderr == "" and json.loads(again.stdout)["done"] == 3
+
+
+def test_a_damaged_points_table_is_rebuilt_by_run_and_replaced_by_the_results_in_status(tmp_path):
+    path = spec_file(tmp_path, '[[axes]]\n"seed" = [1, 2]\n')
+    out = tmp_path / "out"
+    assert run_sweep(load_spec(path), out, workers=1, limit=1).pending == 1
+    good = (out / "points.parquet").read_bytes()
+    (out / "points.parquet").write_bytes(b"PAR1 not really")
+    status = invoke_cli("sweep", "status", str(out), "--json")
+    lines = _warnings(status.stderr)
+    assert status.returncode == 0 and len(lines) == 1 and "points.parquet is damaged" in lines[0], status.stderr
+    counts = json.loads(status.stdout)
+    assert (counts["points"], counts["done"], counts["pending"]) == (2, 1, 1)  # the total from sweep.json
+    run = invoke_cli("sweep", "run", str(path), "--out", str(out), "--workers", "1")
+    assert run.returncode == 0 and "rebuilt from the spec" in run.stderr and len(_warnings(run.stderr)) == 1
+    assert "2 points: 1 done before, 1 ok and 0 failed now, 0 pending" in run.stdout
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "points.parquet"), pd.read_parquet(io.BytesIO(good)))
+
+
+def test_limit_counts_each_point_once_and_refuses_zero(tmp_path):
+    path = spec_file(tmp_path, '[[axes]]\n"seed" = [1, 2, 3]\n')
+    out = tmp_path / "out"
+    for bad in ("0", "-2"):
+        res = invoke_cli("sweep", "run", str(path), "--out", str(out), "--limit", bad)
+        lines = _warnings(res.stderr)
+        assert res.returncode == 2 and len(lines) == 1 and "--limit" in lines[0] and ">= 1" in lines[0]
+        assert not out.exists()
+    first = invoke_cli("sweep", "run", str(path), "--out", str(out), "--limit", "1", "--workers", "1")
+    assert "3 points: 0 done before, 1 ok and 0 failed now, 2 pending" in first.stdout, first.stdout
+    second = invoke_cli("sweep", "run", str(path), "--out", str(out), "--limit", "1", "--workers", "1")
+    assert "3 points: 1 done before, 1 ok and 0 failed now, 1 pending" in second.stdout, second.stdout
+    assert "1 points to run (1 already have results)" in second.stdout
+
+
+def test_points_of_a_million_point_grid_resolves_only_what_it_lists(tmp_path, monkeypatch):
+    """The count is the axes' product; only the listed points are resolved (validated, hashed)."""
+    import tltsim.sweep.spec as spec_mod
+
+    seeds = ", ".join(str(i) for i in range(1000))
+    path = spec_file(tmp_path, f'[[axes]]\nseed = [{seeds}]\n"drafter.quality" = [{seeds.replace(", ", ".0, ")}.0]\n')
+    calls = []
+    real = spec_mod.validate
+    monkeypatch.setattr(spec_mod, "validate", lambda s: calls.append(1) or real(s))
+    res = invoke_cli("sweep", "points", str(path), "--show", "3")
+    assert res.returncode == 0, res.stderr
+    assert "1,000,000 points" in res.stdout and "the first 3 listed" in res.stdout and len(calls) == 3
+    bad = invoke_cli("sweep", "points", str(path), "--show", "-1")
+    assert bad.returncode == 2 and "--show" in bad.stderr
+
+
+def test_iter_points_gives_expands_points_in_order(tmp_path):
+    path = spec_file(tmp_path, """
+[[axes]]
+"cluster.gpu" = ["H100", "H20"]
+[[axes]]
+kind = "random"
+n = 3
+seed = 5
+"drafter.quality" = { uniform = [0.8, 1.0] }
+[[axes]]
+kind = "zip"
+"cluster.gpus" = [4, 8]
+"cluster.tp" = [2, 4]
+""")
+    spec = load_spec(path)
+    lazy = list(iter_points(spec))
+    assert [(p.index, p.key, dict(p.values)) for p in lazy] == [(p.index, p.key, dict(p.values))
+                                                                  for p in expand(spec)]
+    assert spec.size == len(lazy) == 12
+
+
+def test_a_fifo_as_the_spec_is_refused_not_waited_on(tmp_path):
+    fifo = tmp_path / "spec.toml"
+    os.mkfifo(fifo)
+    for cmd in ("run", "points", "status"):
+        res = invoke_cli("sweep", cmd, str(fifo))
+        assert res.returncode == 2 and "FIFO" in res.stderr and str(fifo) in res.stderr, res.stderr
