@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tltsim.traces import catalog, load_trace, search_path, select_sources, trace_stats
-from tltsim.traces.catalog import find_file, sha256_of
+from tltsim.traces.catalog import find_file, how_to_get, sha256_of
 from tltsim.traces.readers import parse_mapping
 
 #: What each ``trace.*`` scenario field does, in one line (defaults are appended from the schema).
@@ -66,7 +66,7 @@ def trace_fields_epilog() -> str:
     return "\n\n".join(lines)
 
 
-app = typer.Typer(help="Inspect response-length traces: list, stats, plot.", no_args_is_help=True,
+app = typer.Typer(help="Inspect response-length traces: list, fetch, stats, plot.", no_args_is_help=True,
                   epilog=trace_fields_epilog())
 
 TraceArg = Annotated[str, typer.Argument(help="Catalog name, file name on the search path, or a path.")]
@@ -97,9 +97,33 @@ def list_traces() -> None:
             continue
         path = find_file(entry.file)
         check = "-" if path is None else ("ok" if sha256_of(path) == entry.sha256 else "DIFFERS")
-        table.add_row(entry.name, f"{entry.rows:,}" if entry.rows else "?",
-                      str(path) if path else "[red]not found[/red]", check, entry.license, entry.description)
+        where = str(path) if path else f"[yellow]not downloaded — {how_to_get(entry)}[/yellow]"
+        table.add_row(entry.name, f"{entry.rows:,}" if entry.rows else "?", where, check, entry.license,
+                      entry.description)
     Console(width=200).print(table)
+
+
+@app.command("fetch", epilog=(
+        "Downloads go to $XDG_CACHE_HOME/tlt/traces (default ~/.cache/tlt/traces), the last folder of the "
+        "trace search path. TLT_TRACE_MIRROR (or --mirror) replaces https://raw.githubusercontent.com/ with "
+        "another base URL laid out as OWNER/REPO/COMMIT/PATH (http, https or file); TLT_FETCH_TIMEOUT bounds "
+        "every network wait (seconds, default 60)."))
+def fetch(name: Annotated[str, typer.Argument(help="Catalog name (tlt trace list).")],
+          force: Annotated[bool, typer.Option(help="Download again even if a checked copy is already on the "
+                                              "search path.")] = False,
+          mirror: Annotated[str | None, typer.Option(help="Base URL replacing https://raw.githubusercontent.com/ "
+                                                     "(default: $TLT_TRACE_MIRROR).")] = None) -> None:
+    """Download a catalogued public trace from its original source, verify its checksum, cache it.
+
+    The upstream files are pinned to a commit; each is checked (size and sha256), converted to the
+    canonical CSV and checked again against the catalog before it is cached. A failure leaves nothing in
+    the cache; a second fetch is a cache hit.
+
+    Example: tlt trace fetch polytrace_rl_rollouts
+    """
+    from tltsim.traces.fetch import fetch as fetch_trace
+
+    typer.echo(fetch_trace(name, force=force, mirror=mirror).message)
 
 
 def _fmt(v: object) -> str:
@@ -203,24 +227,39 @@ def stats_table(out: pd.DataFrame, keys: list[str], name: str) -> Table:
 
 @app.command("plot")
 def plot(trace: TraceArg,
-         out: Annotated[Path, typer.Option(help="Output folder for PNG + PDF.")] = Path("reports/traces"),
+         out: Annotated[Path | None, typer.Option(
+             help="Results folder for PNG + PDF (default reports/traces/TRACE). Replaced as a whole if an "
+             "earlier tlt trace plot wrote it; any other existing folder is refused unless --force.")] = None,
          by: Annotated[str, typer.Option(help="Column to colour by.")] = "source",
          source: SourceOpt = None,
-         mapping: MapOpt = None) -> None:
+         mapping: MapOpt = None,
+         force: Annotated[bool, typer.Option(help="Write into an existing --out folder tlt did not create "
+                                             "(same-named files replaced, nothing deleted).")] = False) -> None:
     """Length CDF (log x) and per-step straggler factor, as PNG + PDF.
 
-    Example: tlt trace plot polytrace_rl_rollouts --source polytrace/verl_dapo_qwen2.5-32b --out reports/traces
+    Example: tlt trace plot polytrace_rl_rollouts --source polytrace/verl_dapo_qwen2.5-32b --out reports/traces/dapo
     """
     from analysis.style import save_figure
     from analysis.trace_plots import length_cdf, straggler_factor
+    from tltsim.atomic import atomic_dir, check_output_dir
+    from tltsim.traces.catalog import resolve
 
+    stem = trace if trace in catalog() else Path(trace).stem  # r1distill_qwen1.5b_... is a name, not a suffix
+    out = out if out is not None else Path("reports/traces") / stem
+    found = resolve(trace)
+    inputs = [found] if isinstance(found, Path) else []
+    # The results-folder rules, checked before any work: a folder tlt did not create (or holding
+    # another command's results) is refused unless --force, which never deletes; the trace itself
+    # (or a folder holding it) is never an output.
+    check_output_dir(out, force, kind="trace-plot", inputs=inputs)
     df = select_sources(load_trace(trace, parse_mapping(mapping)), source, trace=trace)
     if by not in df.columns:
         from tltsim.errors import InputError
 
         raise InputError(f"cannot colour by '{by}': not a trace column", field="--by")
-    stem = Path(trace).stem
-    written = save_figure(length_cdf(df, by), out / f"{stem}_length_cdf")
-    written += save_figure(straggler_factor(df, by), out / f"{stem}_straggler")
-    for p in written:
-        typer.echo(str(p))
+    names = []
+    with atomic_dir(out, kind="trace-plot", force=force, inputs=inputs) as tmp:
+        names += [p.name for p in save_figure(length_cdf(df, by), tmp / f"{stem}_length_cdf")]
+        names += [p.name for p in save_figure(straggler_factor(df, by), tmp / f"{stem}_straggler")]
+    for name in names:
+        typer.echo(str(out / name))

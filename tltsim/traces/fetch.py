@@ -1,0 +1,258 @@
+"""`tlt trace fetch NAME`: download a catalogued public trace from its original source, check it, cache it.
+
+A fresh clone has no ``../shared/traces``. Every catalogued trace whose bytes can be rebuilt from its
+upstream repository carries a ``[traces.NAME.fetch]`` table: the upstream files (pinned to a commit)
+with their size and sha256, and the converter (:mod:`tltsim.traces.upstream`) that turns them into
+the canonical CSV the catalog's ``sha256`` describes. Fetching:
+
+1. downloads each file with :mod:`urllib` (no extra dependency) into a hidden temp folder inside the
+   cache, refusing a server that announces or sends more bytes than the catalog says, a truncated
+   body, or bytes whose sha256 differs;
+2. converts them and checks the result against the catalog's sha256;
+3. moves the result into the cache (:func:`tltsim.traces.catalog.cache_dir`) with an atomic rename.
+
+So the cache holds a verified file or nothing: any failure (a refused checksum, a server that is
+down, Ctrl-C) removes the temp folder. A cached file whose checksum matches is a cache hit: nothing is
+downloaded unless ``--force``. ``$TLT_TRACE_MIRROR`` (or ``--mirror``) replaces
+``https://raw.githubusercontent.com/`` with another base URL laid out the same way
+(``OWNER/REPO/COMMIT/PATH``; ``http://``, ``https://`` or ``file://``): a mirror, or a local server in
+the tests. ``$TLT_FETCH_TIMEOUT`` (seconds, default 60) bounds every wait on the network, so a
+server that never answers cannot hang the command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.client
+import os
+import re
+import shutil
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tltsim.errors import InputError
+from tltsim.traces.catalog import CatalogEntry, cache_dir, catalog, find_file, sha256_of
+
+GITHUB_RAW = "https://raw.githubusercontent.com/"
+MIRROR_ENV = "TLT_TRACE_MIRROR"
+TIMEOUT_ENV = "TLT_FETCH_TIMEOUT"
+DEFAULT_TIMEOUT_S = 60.0
+#: Downloads at least this large show a progress bar (on a terminal's stderr).
+PROGRESS_MIN_BYTES = 1 << 20
+_CHUNK = 1 << 16
+_TMP_PREFIX = ".fetch-"
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """What :func:`fetch` did: the file now on the search path and whether it was downloaded."""
+
+    path: Path | None
+    downloaded: bool
+    message: str
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def timeout_s() -> float:
+    """The network timeout: ``$TLT_FETCH_TIMEOUT`` seconds, else 60."""
+    raw = os.environ.get(TIMEOUT_ENV, "")
+    if not raw:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 3600:
+        raise InputError(f"'{raw}' is not a number of seconds in (0, 3600]", field=TIMEOUT_ENV)
+    return value
+
+
+def source_url(base_url: str, path: str, mirror: str | None = None) -> str:
+    """Where one upstream file is downloaded from: ``base_url + path``, with the GitHub raw prefix
+    replaced by ``mirror`` (or ``$TLT_TRACE_MIRROR``) when one is given."""
+    mirror = mirror if mirror is not None else os.environ.get(MIRROR_ENV) or None
+    url = base_url + urllib.parse.quote(path)
+    if mirror is not None and url.startswith(GITHUB_RAW):
+        url = mirror.rstrip("/") + "/" + url[len(GITHUB_RAW):]
+    scheme = urllib.parse.urlsplit(url).scheme
+    if scheme not in ("http", "https", "file"):
+        raise InputError(f"cannot download '{url}': only http://, https:// and file:// URLs are supported",
+                         field="--mirror" if mirror is not None else "base_url")
+    return url
+
+
+def _lookup(name: str) -> CatalogEntry:
+    from tltsim.config_tree import suggest
+
+    entry = catalog().get(name)
+    if entry is None:
+        fetchable = [n for n, e in catalog().items() if e.fetch is not None and e.fetch.unavailable is None]
+        raise InputError(f"unknown trace '{name}'{suggest(name, list(catalog()))}; downloadable traces: "
+                         f"{', '.join(fetchable)} (tlt trace list shows all)")
+    return entry
+
+
+def _cache_folder() -> Path:
+    """The cache folder, created if needed; one line naming it when it cannot be."""
+    cache = cache_dir()
+    if cache is None:
+        raise InputError("no home folder to keep downloads in; set XDG_CACHE_HOME to a writable folder")
+    if cache.exists() and not cache.is_dir():
+        raise InputError("the trace cache is a file, not a folder; move it away or set XDG_CACHE_HOME",
+                         path=cache)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=cache):
+            pass
+    except OSError as exc:
+        raise InputError(f"cannot write the trace cache ({_one_line(exc.strerror or exc)}); set XDG_CACHE_HOME to "
+                         "a writable folder", path=cache) from None
+    return cache
+
+
+def _sweep_stale(cache: Path) -> None:
+    """Remove temp folders of fetches that were killed (their names carry the dead writer's pid)."""
+    from tltsim.atomic import pid_alive
+
+    for p in cache.iterdir():
+        m = re.match(rf"^{re.escape(_TMP_PREFIX)}.*-(\d+)-[A-Za-z0-9_]+$", p.name)
+        if m and p.is_dir() and not p.is_symlink() and not pid_alive(int(m.group(1))):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _progress(total: int, label: str) -> Iterator[Callable[[int], None] | None]:
+    """A rich download bar on stderr for large downloads on a terminal; nothing otherwise (so a
+    failure in a script or a test stays one line)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+    console = Console(stderr=True)
+    if total < PROGRESS_MIN_BYTES or not console.is_terminal:
+        yield None
+        return
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  TimeRemainingColumn(), console=console, transient=True) as progress:
+        task = progress.add_task(label, total=total)
+        yield lambda n: progress.advance(task, n)
+
+
+def download(url: str, dest: Path, size: int, sha256: str, *, timeout: float,
+             advance: Callable[[int], None] | None = None) -> None:
+    """Stream ``url`` into ``dest``, refusing in one line anything but exactly ``size`` bytes with
+    ``sha256``. Never reads more than ``size + 1`` bytes, whatever the server claims."""
+    request = urllib.request.Request(url, headers={"User-Agent": "tlt-trace-fetch"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            announced = resp.headers.get("Content-Length")
+            if announced is not None and announced.strip().isdigit() and int(announced) != size:
+                raise InputError(f"{url}: the server announces {int(announced):,} bytes, the catalogued file has "
+                                 f"{size:,}; refusing it (nothing was cached)")
+            h, got = hashlib.sha256(), 0
+            with dest.open("wb") as fh:
+                while chunk := resp.read(min(_CHUNK, size + 1 - got)):
+                    got += len(chunk)
+                    if got > size:
+                        raise InputError(f"{url}: the server sent more than the catalogued {size:,} bytes; refusing "
+                                         "it (nothing was cached)")
+                    h.update(chunk)
+                    fh.write(chunk)
+                    if advance is not None:
+                        advance(len(chunk))
+    except InputError:
+        raise
+    except urllib.error.HTTPError as exc:
+        raise InputError(f"{url}: the server answered HTTP {exc.code} {_one_line(exc.reason)} (nothing was cached)"
+                         ) from None
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        if isinstance(reason, TimeoutError):
+            raise InputError(f"{url}: no answer within {timeout:g} s ({TIMEOUT_ENV}); nothing was cached") from None
+        raise InputError(f"cannot download {url}: {_one_line(getattr(reason, 'strerror', None) or reason)} "
+                         "(check the network or set TLT_TRACE_MIRROR; nothing was cached)") from None
+    except TimeoutError:
+        raise InputError(f"{url}: no answer within {timeout:g} s ({TIMEOUT_ENV}); nothing was cached") from None
+    except http.client.HTTPException as exc:
+        raise InputError(f"{url}: broken HTTP response ({type(exc).__name__}: {_one_line(exc)}); nothing was "
+                         "cached") from None
+    except OSError as exc:
+        raise InputError(f"cannot download {url}: {_one_line(exc.strerror or exc)} (nothing was cached)") from None
+    except ValueError as exc:
+        raise InputError(f"cannot download '{url}': {_one_line(exc)}") from None
+    if got < size:
+        raise InputError(f"{url}: download truncated at {got:,} of {size:,} bytes; refusing it (nothing was cached)")
+    if h.hexdigest() != sha256:
+        raise InputError(f"{url}: checksum mismatch (sha256 {h.hexdigest()[:16]}..., the catalog pins "
+                         f"{sha256[:16]}...); refusing it (nothing was cached)")
+
+
+def fetch(name: str, *, force: bool = False, mirror: str | None = None) -> FetchResult:
+    """Make catalogued trace ``name`` available on the search path, downloading it if need be.
+
+    Returns without touching the network when the trace needs no file (a parametric profile), is
+    already in the cache with the catalogued checksum, or is found elsewhere on the search path with
+    it (``force`` downloads a fresh copy into the cache in both cases). Refuses, in one line, an
+    unknown name, an entry that cannot be rebuilt from upstream, and every download problem.
+    """
+    entry = _lookup(name)
+    if entry.file is None:
+        return FetchResult(None, False, f"{name} is a parametric profile: nothing to download, use it by name")
+    spec = entry.fetch
+    found = find_file(entry.file)
+    cache = cache_dir()
+    cached = cache / entry.file if cache is not None else None
+    ok = found is not None and sha256_of(found) == entry.sha256
+    if spec is None or spec.unavailable is not None:
+        if ok and found is not None:
+            return FetchResult(found, False, f"{name} is already available at {found}; nothing to download")
+        why = spec.unavailable if spec is not None else "the catalog has no download source for it"
+        raise InputError(f"cannot fetch '{name}': {why}")
+    if ok and found is not None and not force:
+        where = "cache hit" if found == cached else "already available"
+        return FetchResult(found, False, f"{name}: {where} at {found} (sha256 ok); nothing downloaded "
+                                         "(--force downloads it again)")
+    cache = _cache_folder()
+    target = cache / entry.file
+    timeout = timeout_s()
+    urls = [(path, source_url(spec.base_url, path, mirror), size, sha) for path, size, sha in spec.files]
+    total = sum(size for _, _, size, _ in urls)
+    _sweep_stale(cache)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{name[:60]}-{os.getpid()}-", dir=cache))
+    try:
+        local: dict[str, Path] = {}
+        with _progress(total, f"fetching {name}") as advance:
+            for i, (path, url, size, sha) in enumerate(urls):
+                local[path] = tmp / f"{i:04d}{Path(path).suffix[:16]}"
+                download(url, local[path], size, sha, timeout=timeout, advance=advance)
+        if spec.convert:
+            from tltsim.traces.upstream import convert
+
+            data = convert(spec.convert, local)
+        else:
+            data = next(iter(local.values())).read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != entry.sha256:
+            raise InputError(f"cannot fetch '{name}': the converted file has sha256 {digest[:16]}..., the catalog "
+                             f"pins {str(entry.sha256)[:16]}...; nothing was cached")
+        from tltsim.atomic import write_with
+
+        write_with(target, lambda p: Path(p).write_bytes(data), field="cache")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    note = ""
+    shadow = find_file(entry.file)
+    if shadow is not None and shadow != target:
+        note = f"; note: {shadow} comes first on the search path"
+    first_path, first_url = urls[0][0], urls[0][1]
+    origin = first_url[: len(first_url) - len(urllib.parse.quote(first_path))]
+    return FetchResult(target, True, f"fetched {name}: {target} ({len(urls)} file(s), {total:,} bytes from "
+                                     f"{origin}, sha256 ok){note}")
