@@ -3,12 +3,12 @@
 import csv
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.paper_fidelity import paper_tables_dir
 from tltsim.acceptance import ChainAcceptance, paper_qwen32b_tp4
 from tltsim.cost import (
     DEFAULT_DRAFT_STEP_OVERHEAD_S,
@@ -25,7 +25,7 @@ from tltsim.hardware import get_gpu
 from tltsim.model_shape import get_model
 from tltsim.policy.base import NO_SD, SDConfig
 
-PAPER = Path(__file__).resolve().parents[2].parent / "shared" / "paper"
+PAPER = paper_tables_dir()  # ../shared/paper, else the vendored tests/data/paper: never skipped
 QWEN7B = get_model("Qwen2.5-7B")
 H100 = get_gpu("h100")
 
@@ -139,8 +139,6 @@ def test_prefill_scales_with_new_tokens_and_cache():
 
 def _paper_no_sd_tokens_per_s():
     path = PAPER / "sd_by_gpu_qwen7b_bs1.csv"
-    if not path.exists():
-        pytest.skip(f"paper tables not found at {PAPER}")
     with path.open() as fh:
         return {row["gpu"]: float(row["tokens_per_s_no_sd"]) for row in csv.DictReader(fh)}
 
@@ -155,8 +153,6 @@ def test_roofline_batch1_tokens_per_s_against_paper_within_2x():
 
 def _paper_sd_points():
     path = PAPER / "sd_depth_verify_bs1.csv"
-    if not path.exists():
-        pytest.skip(f"paper tables not found at {PAPER}")
     with path.open() as fh:
         return [SDMeasurement(1, int(r["depth"]), 8, int(r["verify_tokens"]), float(r["accept_length"]),
                               float(r["speedup"])) for r in csv.DictReader(fh)]
