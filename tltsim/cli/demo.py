@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from tltsim.scenario import Scenario
 
 DEFAULT_TRACE = "polytrace_rl_rollouts"
+#: What the demo analyses when the scenario's trace is not downloaded (a fresh clone has no
+#: ../shared/traces): the published Intern-S1 math RLVR length mixture, generated, so ``make run``
+#: works anywhere; it has the long reasoning tail the demo is about (our own GRPO trace is capped at 400).
+FALLBACK_TRACE = "intern_s1_math"
 DEFAULT_SCENARIO = "dapo_qwen32b_polytrace"  # a bundled scenario (tltsim/data/scenarios/)
 #: Whole-RL-run presets the demo compares with ``verl`` (always added as the baseline).
 DEMO_PRESETS = ("tlt", "tlt-base", "static-drafter")
@@ -39,14 +43,36 @@ def _with_trace(s: Scenario, trace: str | None) -> tuple[Scenario, str]:
     """
     from dataclasses import replace
 
+    from tltsim.errors import InputError
     from tltsim.scenario import apply_override
     from tltsim.traces.catalog import resolve
 
-    if trace is None or resolve(trace) == resolve(s.trace.name):
+    if trace is None or trace == s.trace.name:
+        return s, ""
+    try:
+        same = resolve(trace) == resolve(s.trace.name)
+    except InputError:  # the scenario's own trace is not downloaded: certainly not the same
+        same = False
+    if same:
         return s, ""
     s = apply_override(s, "trace.name", trace, path="--trace")
     s = replace(s, trace=replace(s.trace, source=None, step=None))
     return s, f" --trace {trace} --set trace.source=none --set trace.step=none"
+
+
+def _default_trace(scenario: str) -> tuple[str, str | None]:
+    """The trace the demo analyses when none is given: the scenario's, or :data:`FALLBACK_TRACE` when
+    that is a catalogued file not on the search path. Returns (trace, the one-line note saying so or
+    None). A trace the user names is never replaced: a missing one is an error that says how to get it."""
+    from tltsim.scenario import load_scenario
+    from tltsim.traces.catalog import catalog, find_file, how_to_get
+
+    name = load_scenario(scenario).trace.name
+    entry = catalog().get(name)
+    if entry is None or entry.file is None or find_file(entry.file) is not None:
+        return name, None
+    return FALLBACK_TRACE, (f"trace {name} is not downloaded, so this demo uses {FALLBACK_TRACE} (a published "
+                            f"math RLVR length mixture) instead; for the real one: {how_to_get(entry)}")
 
 
 def _simulate(scenario: str, trace: str | None = None) -> tuple[Any, ...]:
@@ -156,18 +182,19 @@ def demo(trace: Annotated[str | None, typer.Option(
     from tltsim.scenario import scenario_toml
     from tltsim.traces import load_trace, trace_stats
 
-    check_output_dir(out, force)
+    check_output_dir(out, force, kind="demo", inputs=[scenario, *([trace] if trace else [])])
+    note = None
     if trace is None:
-        from tltsim.scenario import load_scenario
-
-        trace = load_scenario(scenario).trace.name
+        trace, note = _default_trace(scenario)
+        if note is not None:
+            typer.echo(f"tlt: note: {note}", err=True)
     df = load_trace(trace)
     stats = trace_stats(df, ["source"])
     s, events, summary, trace_flags = _simulate(scenario, trace)
     shown_path = scenario + trace_flags
     cases, rl_steps, rl_summary = _rl_runs(s)
     first_case = next(iter(cases))
-    with atomic_dir(out, force=force) as tmp:
+    with atomic_dir(out, kind="demo", force=force) as tmp:
         write_text(tmp / "sim_summary.csv", summary.to_csv(index=False))
         write_text(tmp / "scenario.resolved.toml", scenario_toml(s))
         save_figure(rollout_timeline(events), tmp / "rollout_timeline")
@@ -191,6 +218,7 @@ def demo(trace: Annotated[str | None, typer.Option(
             "",
             f"Reproduce: `tlt demo --trace {trace}`.",
             "",
+            *([f"Note: {note}.", ""] if note else []),
             "Response-length statistics (tokens). `top5_share` = share of all tokens in the 5% longest",
             "responses; `straggler_mean` = mean over steps of max/mean length, the factor by which the",
             "slowest response stretches a synchronous rollout step.",
