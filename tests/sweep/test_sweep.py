@@ -406,3 +406,22 @@ def test_a_fifo_as_the_spec_is_refused_not_waited_on(tmp_path):
     for cmd in ("run", "points", "status"):
         res = invoke_cli("sweep", cmd, str(fifo))
         assert res.returncode == 2 and "FIFO" in res.stderr and str(fifo) in res.stderr, res.stderr
+
+
+def test_compaction_leaves_a_damaged_part_where_it_is(tmp_path):
+    """Compaction deletes only what it read: a damaged part is neither merged nor deleted (a run moves
+    it aside first; a reader warns about it once)."""
+    path = spec_file(tmp_path, '[[axes]]\n"seed" = [1, 2]\n')
+    spec = load_spec(path)
+    a, b = expand(spec)
+    store = SweepStore(tmp_path / "out")
+    store.check_writable()
+    frame = pd.DataFrame({"policy": ["no-sd"], "step": [0], "speedup": [1.0]})
+    for p in (a, b):
+        store.write_point(result_rows(p, Outcome(p.key, frame, None, "", 1.0, "h"), spec.axis_fields), p.key)
+    bad = store.results / "part-00000000000000000000-1-bad.parquet"
+    bad.write_bytes(b"PAR1 cut short")
+    assert store.compact() == 2
+    assert bad.read_bytes() == b"PAR1 cut short" and len(list(store.results.glob("part-*.parquet"))) == 2
+    assert set(store.status_by_key()) == {a.key, b.key} and list(store.damaged) == [bad]
+    assert store.quarantine_damaged() == [bad.with_name(bad.name + ".damaged")]

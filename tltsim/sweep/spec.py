@@ -262,7 +262,10 @@ def _base_scenario(base: str | None, inline: Any, path: Path) -> Scenario:
     start = Scenario()
     if base is not None:
         beside = path.parent / base
-        start = load_scenario(beside if beside.is_file() else base)
+        try:
+            start = load_scenario(beside if beside.is_file() else base)
+        except InputError as exc:  # name the spec too: the user typed `base` there
+            raise InputError(str(exc), path=path, field="base") from None
     if not inline:
         return start
     merged = _deep_merge(config_tree.to_dict(start), inline)
