@@ -5,11 +5,12 @@ upstream repository carries a ``[traces.NAME.fetch]`` table: the upstream files 
 with their size and sha256, and the converter (:mod:`tltsim.traces.upstream`) that turns them into
 the canonical CSV the catalog's ``sha256`` describes. Fetching:
 
-1. downloads each file with :mod:`urllib` (no extra dependency) into a hidden temp folder inside the
-   cache, refusing a server that announces or sends more bytes than the catalog says, a truncated
-   body, or bytes whose sha256 differs;
+1. downloads each file with :mod:`urllib` (no extra dependency) into a temp folder (removed
+   afterwards, or by the next fetch if this one was killed), refusing a server that announces or
+   sends more bytes than the catalog says, a truncated body, or bytes whose sha256 differs;
 2. converts them and checks the result against the catalog's sha256;
-3. moves the result into the cache (:func:`tltsim.traces.catalog.cache_dir`) with an atomic rename.
+3. only then creates the cache folder (:func:`tltsim.traces.catalog.cache_dir`) if need be and moves
+   the result in with an atomic rename.
 
 So the cache holds a verified file or nothing: any failure (a refused checksum, a server that is
 down, Ctrl-C) removes the temp folder. A cached file whose checksum matches is a cache hit: nothing is
@@ -46,7 +47,7 @@ DEFAULT_TIMEOUT_S = 60.0
 #: Downloads at least this large show a progress bar (on a terminal's stderr).
 PROGRESS_MIN_BYTES = 1 << 20
 _CHUNK = 1 << 16
-_TMP_PREFIX = ".fetch-"
+_TMP_PREFIX = ".tlt-fetch-"
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,12 @@ def source_url(base_url: str, path: str, mirror: str | None = None) -> str:
     url = base_url + urllib.parse.quote(path)
     if mirror is not None and url.startswith(GITHUB_RAW):
         url = mirror.rstrip("/") + "/" + url[len(GITHUB_RAW):]
-    scheme = urllib.parse.urlsplit(url).scheme
+    try:
+        parts = urllib.parse.urlsplit(url)
+        scheme, _ = parts.scheme, parts.port
+    except ValueError as exc:  # "Invalid IPv6 URL", a port that is not a number
+        raise InputError(f"cannot download '{url}': {_one_line(exc)}",
+                         field="--mirror" if mirror is not None else "base_url") from None
     if scheme not in ("http", "https", "file"):
         raise InputError(f"cannot download '{url}': only http://, https:// and file:// URLs are supported",
                          field="--mirror" if mirror is not None else "base_url")
@@ -101,29 +107,41 @@ def _lookup(name: str) -> CatalogEntry:
     return entry
 
 
-def _cache_folder() -> Path:
-    """The cache folder, created if needed; one line naming it when it cannot be."""
+def _check_cache() -> Path:
+    """The cache folder, checked before any download but not created: a failed fetch leaves no
+    trace of itself, not even an empty folder. One line naming it when it cannot be written."""
     cache = cache_dir()
     if cache is None:
         raise InputError("no home folder to keep downloads in; set XDG_CACHE_HOME to a writable folder")
     if cache.exists() and not cache.is_dir():
         raise InputError("the trace cache is a file, not a folder; move it away or set XDG_CACHE_HOME",
                          path=cache)
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=cache):
-            pass
-    except OSError as exc:
-        raise InputError(f"cannot write the trace cache ({_one_line(exc.strerror or exc)}); set XDG_CACHE_HOME to "
-                         "a writable folder", path=cache) from None
+    existing = cache
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write the trace cache ({existing} is not a writable folder); set XDG_CACHE_HOME "
+                         "to a writable folder", path=cache)
     return cache
 
 
-def _sweep_stale(cache: Path) -> None:
+def _make_cache(cache: Path) -> None:
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot write the trace cache ({_one_line(exc.strerror or exc)}); set XDG_CACHE_HOME to "
+                         "a writable folder", path=cache) from None
+
+
+def _sweep_stale(folder: Path) -> None:
     """Remove temp folders of fetches that were killed (their names carry the dead writer's pid)."""
     from tltsim.atomic import pid_alive
 
-    for p in cache.iterdir():
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return
+    for p in entries:
         m = re.match(rf"^{re.escape(_TMP_PREFIX)}.*-(\d+)-[A-Za-z0-9_]+$", p.name)
         if m and p.is_dir() and not p.is_symlink() and not pid_alive(int(m.group(1))):
             shutil.rmtree(p, ignore_errors=True)
@@ -220,13 +238,18 @@ def fetch(name: str, *, force: bool = False, mirror: str | None = None) -> Fetch
         where = "cache hit" if found == cached else "already available"
         return FetchResult(found, False, f"{name}: {where} at {found} (sha256 ok); nothing downloaded "
                                          "(--force downloads it again)")
-    cache = _cache_folder()
+    cache = _check_cache()
     target = cache / entry.file
+    if target.is_dir():
+        raise InputError("is a folder where the downloaded trace would go; move it away", path=target, field="cache")
     timeout = timeout_s()
     urls = [(path, source_url(spec.base_url, path, mirror), size, sha) for path, size, sha in spec.files]
     total = sum(size for _, _, size, _ in urls)
-    _sweep_stale(cache)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{name[:60]}-{os.getpid()}-", dir=cache))
+    # Downloads go to the system temp folder; only the verified result enters the cache (write_with:
+    # a temp name beside the target, then an atomic rename).
+    scratch = Path(tempfile.gettempdir())
+    _sweep_stale(scratch)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{name[:60]}-{os.getpid()}-", dir=scratch))
     try:
         local: dict[str, Path] = {}
         with _progress(total, f"fetching {name}") as advance:
@@ -245,6 +268,7 @@ def fetch(name: str, *, force: bool = False, mirror: str | None = None) -> Fetch
                              f"pins {str(entry.sha256)[:16]}...; nothing was cached")
         from tltsim.atomic import write_with
 
+        _make_cache(cache)
         write_with(target, lambda p: Path(p).write_bytes(data), field="cache")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
