@@ -116,3 +116,102 @@ def test_intern_s1_profile_matches_published_mixture() -> None:
     assert capped.groupby("group_id").size().eq(8).all()
     pd.testing.assert_frame_equal(INTERN_S1_MATH.sample(10, seed=5), INTERN_S1_MATH.sample(10, seed=5))
     assert len(load_trace("intern_s1_math")) == 512 * 8
+
+
+# ---- converters of `tlt trace fetch` (tltsim/traces/upstream.py), on hand-made upstream files ----------
+
+
+def test_aime_converter_keeps_one_copy_sorted_and_marks_the_cap(tmp_path: Path) -> None:
+    import csv
+
+    from fake_upstream import upstream_csv
+
+    from tltsim.traces.upstream import AIME_COLUMNS, task_hardness_aime
+
+    (tmp_path / "u.csv").write_bytes(upstream_csv())
+    data = task_hardness_aime({"x": tmp_path / "u.csv"})
+    assert data.count(b"\r\n") == 17  # header + 16 rows, csv's line ends as in the catalogued file
+    rows = list(csv.DictReader(data.decode().splitlines()))
+    assert list(rows[0]) == AIME_COLUMNS and len(rows) == 16  # the results/ duplicates are dropped
+    assert [r["prompt_id"] for r in rows[:9:8]] == ["aime_1999_I_12", "aime_2001_II_3"]
+    assert [r["sample_idx"] for r in rows[:8]] == [str(k) for k in range(8)]
+    capped = [r for r in rows if r["hit_cap"] == "1"]
+    assert [(r["prompt_id"], r["sample_idx"], r["response_tokens"]) for r in capped] == [
+        ("aime_2001_II_3", "7", "16000")]
+    assert rows[0]["correct"] == "1" and rows[1]["correct"] == "0" and rows[0]["run"] == "run0"
+
+
+def _jsonl(path: Path, records: list[dict]) -> Path:
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_polytrace_converter_global_prompt_index_tp0_only_and_dapo_flags(tmp_path: Path) -> None:
+    import csv
+
+    from tltsim.traces.upstream import POLYTRACE_RUNS, polytrace_packed_lengths
+
+    verl = POLYTRACE_RUNS[0][0]
+    rec = {"step": 0, "n_sampling": 2, "validate": False}
+    files = {
+        f"{verl}/packed_lengths_step_0.jsonl": _jsonl(tmp_path / "a.jsonl", [
+            {**rec, "rank": 4, "dp_rank": 1, "tp_rank": 0, "local_index": 0, "input": 7, "output": [5, 6]},
+            {**rec, "rank": 0, "dp_rank": 0, "tp_rank": 0, "local_index": 1, "input": 8, "output": [1, 2]},
+            {**rec, "rank": 0, "dp_rank": 0, "tp_rank": 0, "local_index": 0, "input": 9, "output": [3, 4]},
+            {**rec, "rank": 1, "dp_rank": 0, "tp_rank": 1, "local_index": 0, "input": 9, "output": [3, 4]},
+            {**rec, "rank": 0, "dp_rank": 0, "tp_rank": 0, "local_index": 0, "input": 9, "output": [9],
+             "validate": True},
+        ]),
+        f"{verl}/dapo_filter_indices.jsonl": _jsonl(tmp_path / "f.jsonl", [
+            {"workload_step": 0, "trainer_step": 1, "kept_prompt_indices": [0, 2], "used_prompt_indices": [2]}]),
+    }
+    rows = list(csv.DictReader(polytrace_packed_lengths(files).decode().splitlines()))
+    assert [(r["prompt_id"], r["sample_idx"], r["response_tokens"]) for r in rows] == [
+        ("s0_p0", "0", "3"), ("s0_p0", "1", "4"), ("s0_p1", "0", "1"), ("s0_p1", "1", "2"),
+        ("s0_p2", "0", "5"), ("s0_p2", "1", "6")]  # dp-major: 2 prompts per dp rank, tp rank 1 dropped
+    assert [(r["dapo_kept"], r["dapo_used"]) for r in rows[::2]] == [("1", "0"), ("0", "0"), ("1", "1")]
+    assert {r["trainer_step"] for r in rows} == {"1"} and {r["hit_cap"] for r in rows} == {""}
+
+
+def test_search_r1_converter_sums_turns_and_tools(tmp_path: Path) -> None:
+    import csv
+
+    from tltsim.traces.upstream import polytrace_search_r1
+
+    rec = {"step": 3, "prompt_group_id": 5, "sample_id": 1, "prompt_len": 300, "final_response_len": 1200,
+           "max_response_len": 3000, "turn_count": 2, "tool_call_count": 1, "finish_reason": "stop",
+           "turns": [{"completion_tokens": 40, "engine_latency_s": 1.23456}, {"completion_tokens": 131,
+                                                                               "engine_latency_s": 2.0}],
+           "tool_calls": [{"response_token_len": 1027, "latency_s": 0.074059}]}
+    files = {"x/multiturn_workload_step_3.jsonl": _jsonl(tmp_path / "s.jsonl", [rec, {**rec, "validate": True}])}
+    (row,) = csv.DictReader(polytrace_search_r1(files).decode().splitlines())
+    assert (row["prompt_id"], row["model_generated_tokens"], row["tool_response_tokens"]) == ("s3_g5", "171", "1027")
+    assert (row["turn_completion_tokens"], row["turn_engine_latency_s"], row["tool_latency_s"]) == (
+        "40;131", "1.235;2.000", "0.0741")
+
+
+def test_converter_on_the_wrong_layout_is_one_input_error(tmp_path: Path) -> None:
+    from tltsim.errors import InputError
+    from tltsim.traces.upstream import convert
+
+    (tmp_path / "u.csv").write_text("path,tok_len\nexperiment_archive/r/a/b/c/d/2001/I/3/gen_0/x,notanumber\n")
+    with pytest.raises(InputError, match="task_hardness_aime"):
+        convert("task_hardness_aime", {"x": tmp_path / "u.csv"})
+    (tmp_path / "b.jsonl").write_text("{not json\n")
+    with pytest.raises(InputError, match="not JSON lines"):
+        convert("polytrace_search_r1", {"a_step_0.jsonl": tmp_path / "b.jsonl"})
+
+
+@needs_shared_traces()
+def test_fetch_converters_reproduce_the_catalogued_files_when_upstream_is_at_hand() -> None:
+    """With ../shared: the shared copies carry the catalogued sha256 that fetch's converters must
+    reproduce from upstream (checked when the session was built; upstream is not reachable here)."""
+    from tltsim.traces.catalog import catalog, find_file, sha256_of
+
+    for entry in catalog().values():
+        if entry.fetch is not None and entry.fetch.files:
+            found = find_file(entry.file)
+            assert found is not None and sha256_of(found) == entry.sha256
