@@ -85,3 +85,19 @@ def test_compact_kernel_matches_reference(layers, slots, heads, plen, dim, b, dt
     compact_kv_triton(got, slot_ids, base, src, counts)
     assert torch.equal(got, expected)
     assert not torch.equal(expected, cache)  # something actually moved
+
+
+def test_triton_is_within_the_verified_range():
+    """The `real` extra states the Triton range these kernels were verified on (pinned and newest);
+    the version this run imports must lie in it, and is printed so a log shows which one ran."""
+    import tomllib
+
+    import triton
+    from packaging.requirements import Requirement
+
+    from conftest import REPO
+
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["real"]
+    spec = next(Requirement(r).specifier for r in extra if Requirement(r).name == "triton")
+    print(f"\ntriton {triton.__version__} from {triton.__file__}; verified range {spec}")
+    assert spec.contains(triton.__version__), f"triton {triton.__version__} is outside {spec}"

@@ -27,14 +27,18 @@ def _compact_kernel(cache_ptr, slots_ptr, base_ptr, src_ptr, count_ptr, max_coun
     count = tl.load(count_ptr + b).to(tl.int64)
     hh = tl.arange(0, BLOCK_H)[:, None]
     dd = tl.arange(0, BLOCK_D)[None, :]
-    inside = (hh < heads) & (dd < dim)
+    in_dim = dd < dim
     row = cache_ptr + layer * stride_l + slot * stride_s + hh * stride_h + dd
     for i in range(1, max_count):
         src = tl.load(src_ptr + b * stride_srcb + i).to(tl.int64)
         ok = (i < count) & (src != i) & (src >= 0)
         src = tl.where(ok, src, i)
-        vals = tl.load(row + (base + src) * stride_p, mask=inside & ok, other=0.0)
-        tl.store(row + (base + i) * stride_p, vals, mask=inside & ok)
+        # The scalar condition becomes a bound on the head index rather than `block_mask & ok`: Triton's
+        # interpreter (3.8+) turns a block-&-scalar of booleans into int32, which its load/store refuse
+        # ("mask has unsupported dtype"). Comparing two blocks keeps the mask boolean on every version.
+        mask = (hh < tl.where(ok, heads, 0)) & in_dim
+        vals = tl.load(row + (base + src) * stride_p, mask=mask, other=0.0)
+        tl.store(row + (base + i) * stride_p, vals, mask=mask)
 
 
 def compact_kv_triton(cache: torch.Tensor, slots: torch.Tensor, base: torch.Tensor, src: torch.Tensor,
