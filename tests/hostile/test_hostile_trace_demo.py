@@ -178,6 +178,10 @@ CASES: list[Case] = [
     Case("plot-trace-not-downloaded", "trace plot",
          lambda c: ["trace", "plot", "polytrace_rl_rollouts", "--out", str(c.root / "p")],
          "tlt trace fetch polytrace_rl_rollouts"),
+    Case("plot-out-checked-before-any-work", "trace plot",  # the --out error comes first, not the --by one
+         lambda c: ["trace", "plot", OURS, "--by", "nope", "--out", _users_folder(c)], "pass --force"),
+    Case("plot-missing-trace-with-bad-out", "trace plot",
+         lambda c: ["trace", "plot", str(c.root / "nope.csv"), "--out", _a_file(c)], "unknown trace"),
     Case("plot-bad-colour-column", "trace plot",
          lambda c: ["trace", "plot", OURS, "--by", "nope", "--out", str(c.root / "p")], "cannot colour by"),
     # ---- trace list / stats
