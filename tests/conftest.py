@@ -12,7 +12,16 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+
+
+def _shared() -> Path:
+    from tltsim.traces.catalog import shared_dir
+
+    return shared_dir()
+
+
+#: ../shared beside the checkout, or $TLT_SHARED_DIR (set it to a missing folder to act as a fresh clone).
+SHARED = _shared()
 
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -46,5 +55,15 @@ def cli():
     return invoke_cli
 
 
+def real_traces_available() -> bool:
+    """Whether every third-party catalogued trace is on the search path (../shared, the fetch cache or
+    $TLT_TRACE_PATH): tests of the real traces' contents need them; a fresh clone has none."""
+    from tltsim.traces.catalog import catalog, find_file
+
+    files = [e.file for e in catalog().values() if e.file]
+    return all(find_file(f) is not None for f in files)
+
+
 def needs_shared_traces() -> pytest.MarkDecorator:
-    return pytest.mark.skipif(not (SHARED / "traces").is_dir(), reason="../shared/traces not beside the repo")
+    return pytest.mark.skipif(not real_traces_available(),
+                              reason="the real traces are not on the search path (no ../shared; tlt trace fetch)")
