@@ -188,12 +188,17 @@ def demo(trace: Annotated[str | None, typer.Option(
         trace, note = _default_trace(scenario)
         if note is not None:
             typer.echo(f"tlt: note: {note}", err=True)
+    # Progress, one line per phase: the demo takes about half a minute and should not look stuck.
+    typer.echo(f"demo: reading trace {trace}")
     df = load_trace(trace)
     stats = trace_stats(df, ["source"])
+    typer.echo(f"demo: simulating one rollout step of scenario {scenario} under SD policies")
     s, events, summary, trace_flags = _simulate(scenario, trace)
     shown_path = scenario + trace_flags
+    typer.echo("demo: simulating whole RL runs (verl, tlt, tlt-base, static-drafter)")
     cases, rl_steps, rl_summary = _rl_runs(s)
     first_case = next(iter(cases))
+    typer.echo(f"demo: writing figures and README to {out}")
     with atomic_dir(out, kind="demo", force=force) as tmp:
         write_text(tmp / "sim_summary.csv", summary.to_csv(index=False))
         write_text(tmp / "scenario.resolved.toml", scenario_toml(s))
