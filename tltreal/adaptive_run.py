@@ -227,6 +227,22 @@ def _speedups(big: Transformer, drafters: dict[str, EagleDrafter], prompts: Sequ
     return out
 
 
+def record_path(path: Path | None, placeholder: str) -> str | None:
+    """A path as a committed record may show it: as typed when relative, relative to the working
+    folder when under it, else ``placeholder`` -- never an absolute path of the machine that made the
+    run (a temporary folder, a home directory), which means nothing anywhere else and leaks its layout.
+    The run folder records where its own inputs came from this way (``config.json``, the report's
+    reproduce command)."""
+    if path is None:
+        return None
+    if not path.is_absolute():
+        return str(path)
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return placeholder
+
+
 # ---- the run -----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RunOutputs:
@@ -239,7 +255,7 @@ class RunOutputs:
 def _load_target(cfg: AdaptiveRunConfig, log: Callable[[str], None]) -> tuple[Transformer, TaskTokenizer, dict]:
     if cfg.pretrained is not None:
         target, tokenizer = load_pretrained(cfg.pretrained)
-        return target, tokenizer, {"pretrained": str(cfg.pretrained)}
+        return target, tokenizer, {"pretrained": record_path(Path(cfg.pretrained), "PRETRAINED")}
     log(f"pre-training the policy ({cfg.pretrain.steps} steps)")
     target, tokenizer, metrics = pretrain(cfg.pretrain)
     return target, tokenizer, {"pretrain_seconds": metrics.seconds, "pretrain_final_loss": metrics.final_loss}
@@ -254,7 +270,7 @@ def run_adaptive(cfg: AdaptiveRunConfig, out: str | Path, *, force: bool = False
     the swap (the CLI writes the report with it)."""
     from tltsim.atomic import atomic_dir
 
-    with atomic_dir(out, force=force) as tmp:
+    with atomic_dir(out, kind="real-rl", force=force, inputs=[cfg.pretrained] if cfg.pretrained else ()) as tmp:
         result = _run(cfg, tmp, log, command)
         if finish is not None:
             finish(tmp)
@@ -389,7 +405,9 @@ def _write_outputs(out: Path, cfg: AdaptiveRunConfig, steps: pd.DataFrame, trace
     write_text(out / "steps.csv", steps.to_csv(index=False))
     write_text(out / "trace.csv", trace.to_csv(index=False))
     write_text(out / "drafter_dynamics.json", json.dumps(dynamics, indent=1) + "\n")
-    write_text(out / "config.json", json.dumps({"config": asdict(cfg), **info}, indent=1) + "\n")
+    recorded = asdict(replace(cfg, pretrained=record_path(Path(cfg.pretrained), "PRETRAINED")
+                              if cfg.pretrained is not None else None))
+    write_text(out / "config.json", json.dumps({"config": recorded, **info}, indent=1) + "\n")
 
 
 __all__ = [
@@ -399,6 +417,7 @@ __all__ = [
     "RunOutputs",
     "drafter_with_state",
     "generate",
+    "record_path",
     "run_adaptive",
     "trace_rows",
     "train_initial_drafter",

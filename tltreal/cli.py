@@ -1,15 +1,38 @@
-"""`tlt real …`: real execution with the native engine. Imports torch lazily inside commands."""
+"""`tlt real …`: real execution with the native engine. Imports torch lazily inside commands.
+
+Every path a command reads or writes is checked here, before torch is imported or a model is built,
+so bad input costs milliseconds: inputs must be regular files or folders (a FIFO would block the
+read forever, ``/dev/zero`` would fill the memory), and every output -- not only ``--out`` but each
+companion file a command writes beside it -- must be writable, must not be one of the inputs, and,
+for a companion the user did not name, must be one tlt wrote (``--force`` overwrites it; nothing is
+ever deleted).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
+import os
+import stat
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from tltsim.errors import InputError
 
 app = typer.Typer(help="Run the real engine (needs the `real` extra: torch, triton).", no_args_is_help=True)
+
+GENERATE_COMMAND = "tlt real generate"
+#: bounds of `tlt real rl`'s flags, checked before anything is imported or trained
+RL_BOUNDS = {"--steps": (1, 100_000), "--prompts": (1, 4_096), "--pretrain-steps": (1, 10_000_000),
+             "--workers": (1, 64), "--speedup-every": (0, 100_000), "--eval-prompts": (1, 100_000),
+             "--seed": (0, 2**31 - 1)}
+#: a response must fit GRPO's packed row (1024 tokens) beside the task's prompts (at most ~26 tokens)
+RL_MAX_NEW_TOKENS = 960
 
 
 @app.callback()
@@ -17,9 +40,119 @@ def _real() -> None:
     """Real execution: native PyTorch/Triton engine with lossless tree speculative decoding."""
 
 
+# ---- inputs and outputs ----------------------------------------------------------------------------
+def check_input(path: Path, field: str, *, folder: bool | None = False) -> None:
+    """Refuse an input that is missing or not a regular file (``folder=False``), not a folder
+    (``True``), or neither (``None``): a FIFO or a device would make the read block or never end."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise InputError("not found", path=path, field=field) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or type(exc).__name__}", path=path, field=field) from None
+    if stat.S_ISDIR(mode):
+        if folder is False:
+            raise InputError("is a folder; give a file", path=path, field=field)
+        return
+    if not stat.S_ISREG(mode):
+        raise InputError("is not a regular file (a FIFO, socket or device); give a file", path=path, field=field)
+    if folder is True:
+        raise InputError("is a file; give a folder", path=path, field=field)
+
+
+def generate_outputs(out: Path) -> dict[str, Path]:
+    """Every file ``tlt real generate --out OUT`` writes: the event log, the generated tokens
+    (``<stem>.tokens.jsonl``) and the resolved settings with the written files' digests
+    (``<stem>.config.json``)."""
+    return {"events": out, "tokens": out.with_name(out.stem + ".tokens.jsonl"),
+            "config": out.with_name(out.stem + ".config.json")}
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file's bytes: how a later run knows a companion file is still the one tlt wrote."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def recorded_outputs(config: Path) -> dict[str, str] | None:
+    """``{file name: sha256}`` that a ``tlt real generate`` run recorded in its ``<stem>.config.json``;
+    None if that file is not one tlt wrote (or is not a regular file, or is damaged)."""
+    try:
+        if not stat.S_ISREG(os.stat(config).st_mode) or os.stat(config).st_size > 1 << 24:
+            return None
+        data = json.loads(config.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or data.get("tool") != "tlt" or data.get("command") != GENERATE_COMMAND:
+        return None
+    files = data.get("files")
+    if not isinstance(files, dict):
+        return None
+    return {str(k): str(v) for k, v in files.items()}
+
+
+def _is_tlts(path: Path, recorded: dict[str, str] | None) -> bool:
+    """Whether companion ``path`` is what tlt's last run to this --out wrote there, unchanged."""
+    if recorded is None or path.name not in recorded:
+        return False
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode) and file_digest(path) == recorded[path.name]
+    except OSError:
+        return False
+
+
+def check_generate_outputs(out: Path, force: bool, inputs: Iterable[Path | None]) -> dict[str, Path]:
+    """Check every file ``tlt real generate --out`` writes before any work: each must be a writable
+    file path that is not an input; ``--out`` itself was named by the user and may be replaced, but a
+    companion file beside it is replaced only if tlt wrote it (its ``.config.json`` records the digest)
+    or with ``--force``. One line naming the file otherwise."""
+    from tltsim.atomic import check_not_inputs, check_output_file
+
+    if out.suffix not in (".parquet", ".csv"):
+        raise InputError(f"'{out.suffix or out.name}' is not .parquet or .csv", field="--out")
+    files = generate_outputs(out)
+    given = [p for p in inputs if p is not None]
+    for path in files.values():
+        check_output_file(path, field="--out")
+        check_not_inputs(path, given, field="--out")
+    if force:
+        return files
+    config = files["config"]
+    recorded = recorded_outputs(config) if os.path.lexists(config) else {}
+    for path in (config, files["tokens"]):
+        if not os.path.lexists(path):
+            continue
+        mine = recorded is not None if path == config else _is_tlts(path, recorded)
+        if not mine:
+            raise InputError(f"would overwrite {path}, which tlt did not write (or which changed since); move it, "
+                             "choose another --out, or pass --force to overwrite it", path=out, field="--out")
+    return files
+
+
+def _check_range(values: dict[str, tuple[object, tuple[int, int]]]) -> None:
+    for flag, (value, (lo, hi)) in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise InputError(f"must be an integer in [{lo}, {hi:,}], got {value}", field=flag)
+
+
+def _check_rate(value: float, flag: str) -> None:
+    if not (math.isfinite(value) and 0 < value <= 1):
+        raise InputError(f"must be a learning rate in (0, 1], got {value}", field=flag)
+
+
+# ---- commands --------------------------------------------------------------------------------------
+#: Typer renders help as rich markup, where "[ids]" reads as a style tag and vanishes: escaped.
+PROMPTS_FILE_HELP = escape('JSONL prompts, one per line: [ids] (token ids, e.g. [1, 5, 9]), {"tokens": [ids]} or '
+                           '{"text": "..."} (needs --tokenizer); replaces --prompts/--prompt-len.')
+
+
 @app.command()
 def generate(
-    config: Annotated[Path, typer.Option("--config", help="HF config.json of the target (Llama / Qwen2).")],
+    config: Annotated[Path, typer.Option("--config", help="HF config.json of the target (Llama / Qwen2), or "
+                                         "its folder. A tiny one ships: examples/tiny-llama/config.json.")],
     prompts: Annotated[int, typer.Option("--prompts", help="Number of random prompts.")] = 8,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="New tokens per prompt.")] = 64,
     policy: Annotated[str, typer.Option("--policy", help="SD policy spec, e.g. no-sd, static:4_2_6, "
@@ -29,31 +162,40 @@ def generate(
     batch: Annotated[int, typer.Option("--batch", help="Max running batch (0: all prompts).")] = 0,
     prompt_len: Annotated[int, typer.Option("--prompt-len", help="Max prompt length (random tokens).")] = 16,
     temperature: Annotated[float, typer.Option("--temperature", help="0 = greedy.")] = 0.0,
-    top_p: Annotated[float, typer.Option("--top-p")] = 1.0,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling: sample from the smallest set of "
+                                         "tokens whose probability reaches this, in (0, 1] (1 = off; unused "
+                                         "when greedy).")] = 1.0,
+    seed: Annotated[int, typer.Option("--seed", help="Seeds the random weights, the random prompts, the "
+                                      "random drafter and each request's sampling.")] = 0,
     dtype: Annotated[str, typer.Option("--dtype", help="float32 | float64 | bfloat16 | float16")] = "float32",
     weights: Annotated[Path | None, typer.Option("--weights", help="safetensors file or folder (default: "
                                                  "random weights from --seed).")] = None,
     triton: Annotated[bool | None, typer.Option("--triton/--no-triton", help="Use the Triton kernels "
                                                 "(default: when CUDA is available).")] = None,
-    out: Annotated[Path | None, typer.Option("--out", help="Write the event log here (.parquet or .csv); the "
-                                             "generated tokens go beside it as <stem>.tokens.jsonl.")] = None,
-    prompts_file: Annotated[Path | None, typer.Option("--prompts-file", help="JSONL prompts, one per line: [ids], "
-                                                      '{"tokens": [ids]} or {"text": "..."} (needs --tokenizer); '
-                                                      "replaces --prompts/--prompt-len.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Write the event log here (.parquet or .csv); beside "
+                                             "it go <stem>.tokens.jsonl (the generated tokens) and "
+                                             "<stem>.config.json (the settings).")] = None,
+    prompts_file: Annotated[Path | None, typer.Option("--prompts-file", help=PROMPTS_FILE_HELP)] = None,
     tokenizer: Annotated[Path | None, typer.Option("--tokenizer", help="Local tokenizer folder for text prompts.")]
     = None,
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Do not stop at the config's eos_token_id "
                                              "(every request runs to --max-tokens).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite <stem>.tokens.jsonl / <stem>.config.json "
+                                        "beside --out even if tlt did not write them (nothing is deleted).")]
+    = False,
 ) -> None:
     """Generate from random prompts or a prompts file; print tokens/s, mean accept length and latency
-    per iteration, and with --out write the event log and the generated tokens."""
-    from tltsim.atomic import check_output_file
+    per iteration, and with --out write the event log and the generated tokens.
 
-    if out is not None:  # before loading anything: a bad --out fails in milliseconds
-        check_output_file(out)
-        if out.suffix not in (".parquet", ".csv"):
-            raise InputError(f"'{out.suffix or out.name}' is not .parquet or .csv", field="--out")
+    Example: tlt real generate --config examples/tiny-llama/config.json --policy static:4_2_6 --drafter oracle
+    """
+    # Before loading anything: a bad path fails in milliseconds, and no read can block.
+    check_input(config, "--config", folder=None)
+    for path, flag, folder in ((prompts_file, "--prompts-file", False), (weights, "--weights", None),
+                               (tokenizer, "--tokenizer", True)):
+        if path is not None:
+            check_input(path, flag, folder=folder)
+    files = check_generate_outputs(out, force, (config, prompts_file, weights, tokenizer)) if out else None
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -84,9 +226,9 @@ def generate(
     if len(dec):
         typer.echo(f"latency/iteration   mean {lat.mean():.2f} ms  p50 {lat.median():.2f} ms  "
                    f"p99 {lat.quantile(0.99):.2f} ms")
-    if out is not None:
+    if out is not None and files is not None:
         write_results(result, settings, cfg, out)
-        typer.echo(f"events -> {out}, tokens -> {out.with_name(out.stem + '.tokens.jsonl')}")
+        typer.echo(f"events -> {out}, tokens -> {files['tokens']}, settings -> {files['config']}")
 
 
 @app.command()
@@ -96,7 +238,8 @@ def rl(
     seed: Annotated[int, typer.Option("--seed", help="Every random choice of the run comes from it.")] = 0,
     steps: Annotated[int, typer.Option("--steps", help="RL steps.")] = 20,
     prompts: Annotated[int, typer.Option("--prompts", help="Prompts per step (each answered 8 times).")] = 8,
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Response cap (tokens).")] = 400,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Response cap (tokens, at most "
+                                                f"{RL_MAX_NEW_TOKENS}).")] = 400,
     pretrained: Annotated[Path | None, typer.Option("--pretrained", help="A folder written by "
                                                     "`python -m tltreal.pretrain` (default: pre-train now).")]
     = None,
@@ -112,8 +255,12 @@ def rl(
                                                "speedup every N steps (0: never).")] = 5,
     eval_prompts: Annotated[int, typer.Option("--eval-prompts", help="Prompts the two drafters are "
                                               "measured on each step.")] = 48,
-    tiny: Annotated[bool, typer.Option("--tiny", help="A few-second smoke-test run: a 2-layer 64-wide policy "
-                                       "pre-trained for --pretrain-steps, small drafter budgets.")] = False,
+    tiny: Annotated[bool, typer.Option("--tiny", help="A small run: a 2-layer 64-wide policy pre-trained for "
+                                       "--pretrain-steps, small drafter budgets. Not seconds: with the other "
+                                       "defaults (600 pre-training steps, 20 RL steps) it takes about 3 CPU minutes "
+                                       "(174 s measured, more wall time on a busy machine); CI's smoke test adds "
+                                       "--steps 2 --pretrain-steps 40 --max-new-tokens 48 --eval-prompts 4 "
+                                       "(about 20 CPU seconds).")] = False,
     force: Annotated[bool, typer.Option("--force", help="Write into an existing folder tlt did not create.")]
     = False,
 ) -> None:
@@ -124,9 +271,28 @@ def rl(
 
     from tltsim.atomic import check_output_dir
 
-    check_output_dir(out, force)  # before the expensive work
+    # Every flag and path before anything is imported or trained: a typo costs milliseconds, not the
+    # minutes of pre-training that would come before the first use of the flag.
+    _check_range({"--seed": (seed, RL_BOUNDS["--seed"]), "--steps": (steps, RL_BOUNDS["--steps"]),
+                  "--prompts": (prompts, RL_BOUNDS["--prompts"]),
+                  "--max-new-tokens": (max_new_tokens, (1, RL_MAX_NEW_TOKENS)),
+                  "--pretrain-steps": (pretrain_steps, RL_BOUNDS["--pretrain-steps"]),
+                  "--workers": (workers, RL_BOUNDS["--workers"]),
+                  "--speedup-every": (speedup_every, RL_BOUNDS["--speedup-every"]),
+                  "--eval-prompts": (eval_prompts, RL_BOUNDS["--eval-prompts"])})
+    _check_rate(lr, "--lr")
+    _check_rate(drafter_lr, "--drafter-lr")
+    if bubble not in ("spot", "budget"):
+        raise InputError(f"must be spot or budget, got '{bubble}'", field="--bubble")
+    if pretrained is not None:
+        check_input(pretrained, "--pretrained", folder=True)
+        for name in ("config.json", "model.safetensors", "tokenizer.json"):
+            if not (pretrained / name).is_file():
+                raise InputError(f"lacks {name}; give a folder written by `python -m tltreal.pretrain --out DIR`",
+                                 path=pretrained, field="--pretrained")
+    check_output_dir(out, force, kind="real-rl", inputs=[pretrained] if pretrained else ())
     from analysis.adaptive_report import write_report
-    from tltreal.adaptive_run import AdaptiveRunConfig, run_adaptive
+    from tltreal.adaptive_run import AdaptiveRunConfig, record_path, run_adaptive
     from tltreal.grpo import GRPOConfig
     from tltreal.pretrain import PretrainConfig
 
@@ -141,11 +307,11 @@ def rl(
                             grpo=GRPOConfig(lr=lr), online_lr=drafter_lr, bubble=bubble, workers=workers,
                             speedup_every=speedup_every, eval_prompts=eval_prompts, **extra)  # type: ignore[arg-type]
     given = {"--seed": seed, "--steps": steps, "--prompts": prompts, "--max-new-tokens": max_new_tokens,
-             "--pretrained": pretrained, "--pretrain-steps": pretrain_steps, "--lr": lr, "--drafter-lr": drafter_lr,
-             "--bubble": bubble, "--workers": workers, "--speedup-every": speedup_every,
+             "--pretrained": record_path(pretrained, "PRETRAINED"), "--pretrain-steps": pretrain_steps, "--lr": lr,
+             "--drafter-lr": drafter_lr, "--bubble": bubble, "--workers": workers, "--speedup-every": speedup_every,
              "--eval-prompts": eval_prompts}
     command = " ".join(["tlt real rl", *(["--tiny"] if tiny else []),
                         *(f"{k} {shlex.quote(str(v))}" for k, v in given.items() if v is not None),
-                        f"--out {shlex.quote(str(out))}"])
+                        f"--out {shlex.quote(str(record_path(out, 'RUN')))}"])
     result = run_adaptive(cfg, out, force=force, log=typer.echo, finish=write_report, command=command)
     typer.echo(f"run -> {result.folder} (README.md, steps.csv, trace.csv, drafter_dynamics.json)")

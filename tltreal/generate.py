@@ -83,9 +83,13 @@ def read_prompts(path: str | Path, cfg: ModelConfig, tokenizer: str | None = Non
     ``{"text": "..."}`` (needs ``tokenizer``, a local Hugging Face tokenizer folder). Every problem is
     one line naming the file and line."""
     import json
+    import os
+    import stat
 
     path = Path(path)
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the read, /dev/zero never end it
+            raise InputError("is not a regular file; give a JSONL file", path=path, field="--prompts-file")
         lines = path.read_bytes().decode("utf-8-sig").splitlines()
     except FileNotFoundError:
         raise InputError("file not found", path=path, field="--prompts-file") from None
@@ -233,16 +237,23 @@ def tokens_jsonl(result: RunResult, eos_token_ids: tuple[int, ...]) -> str:
 
 def write_results(result: RunResult, settings: GenerateSettings, cfg: ModelConfig, out: Path) -> None:
     """Event log (Parquet, or CSV if ``out`` ends in .csv), the generated tokens as JSONL
-    (``<stem>.tokens.jsonl``) and the resolved settings as JSON (``<stem>.config.json``)."""
+    (``<stem>.tokens.jsonl``) and, last, the resolved settings as JSON (``<stem>.config.json``) with
+    the SHA-256 of the other two: that record is how a later run tells the companion files tlt wrote
+    from a user's files of the same name (:func:`tltreal.cli.check_generate_outputs`). Written last, so
+    a run killed before it leaves files the next run refuses to overwrite without --force: the safe side."""
     import json
 
+    from tltreal.cli import GENERATE_COMMAND, file_digest, generate_outputs
     from tltsim.atomic import write_text, write_with
 
+    files = generate_outputs(out)
     eos = () if settings.ignore_eos else cfg.eos_token_ids
-    write_text(out.with_name(out.stem + ".tokens.jsonl"), tokens_jsonl(result, eos))
+    write_text(files["tokens"], tokens_jsonl(result, eos))
     if out.suffix == ".csv":
         write_with(out, lambda tmp: result.events.to_csv(tmp, index=False))
     else:
         write_with(out, lambda tmp: result.events.to_parquet(tmp, index=False))
-    resolved = {"settings": settings.to_dict(), "model": cfg.to_hf_dict()}
-    write_text(out.with_name(out.stem + ".config.json"), json.dumps(resolved, indent=2) + "\n")
+    resolved = {"tool": "tlt", "command": GENERATE_COMMAND,
+                "files": {files[k].name: file_digest(files[k]) for k in ("events", "tokens")},
+                "settings": settings.to_dict(), "model": cfg.to_hf_dict()}
+    write_text(files["config"], json.dumps(resolved, indent=2) + "\n")

@@ -27,6 +27,7 @@ import argparse
 import json
 import math
 import random
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -257,7 +258,7 @@ def save_pretrained(model: Transformer, tokenizer: TaskTokenizer, folder: str | 
     from tltsim.atomic import atomic_dir
 
     ids = {"bos_token_id": tokenizer.bos_id, "eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.pad_id}
-    with atomic_dir(folder, force=force, field="folder") as tmp:
+    with atomic_dir(folder, kind="model", force=force, field="folder") as tmp:
         (tmp / "config.json").write_text(json.dumps(hf_config(model, tokenizer), indent=1) + "\n", encoding="utf-8")
         (tmp / "generation_config.json").write_text(json.dumps(ids, indent=1) + "\n", encoding="utf-8")
         save_model(model, tmp / "model.safetensors")
@@ -287,6 +288,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--eval-per-difficulty", type=int, default=50)
     ap.add_argument("--force", action="store_true", help="write into an existing folder tlt did not create")
     args = ap.parse_args(argv)
+    from tltsim.atomic import check_output_dir
+
+    check_output_dir(args.out, args.force, kind="model")  # before minutes of training, not after
     cfg = PretrainConfig(steps=args.steps, seed=args.seed, hidden=args.hidden, layers=args.layers,
                          intermediate=3 * args.hidden)
     model, tokenizer, metrics = pretrain(cfg, log=True)
@@ -303,4 +307,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except InputError as exc:  # one line, exit 2, as tlt's own commands end on bad input
+        print(f"python -m tltreal.pretrain: error: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -114,3 +114,30 @@ def test_the_padded_target_follows_the_policy_from_step_to_step():
     expected, _ = policy.forward_train(tokens)
     got, _ = again.forward_train(tokens)
     assert torch.allclose(got, expected, atol=1e-10)
+
+
+def test_records_carry_no_machine_paths(tmp_path, monkeypatch):
+    """A run folder is meant to be committed and moved: it records its --pretrained as typed when
+    relative, relative to the working folder when under it, else as a placeholder -- never a path of
+    the machine that made it (the committed report once recorded /tmp/me/pre400)."""
+    from pathlib import Path
+
+    from tltreal.adaptive_run import _write_outputs, record_path
+
+    monkeypatch.chdir(tmp_path)
+    assert record_path(Path("runs/pre"), "PRETRAINED") == "runs/pre"
+    assert record_path(tmp_path / "runs" / "pre", "PRETRAINED") == "runs/pre"
+    assert record_path(Path("/tmp/me/pre400"), "PRETRAINED") == "PRETRAINED"
+    assert record_path(None, "PRETRAINED") is None
+    cfg = AdaptiveRunConfig(pretrained="/tmp/me/pre400")
+    _write_outputs(tmp_path, cfg, pd.DataFrame({"step": [0]}), pd.DataFrame({"step": [0]}), {}, {"pretrained": "x"})
+    assert json.loads((tmp_path / "config.json").read_text())["config"]["pretrained"] == "PRETRAINED"
+
+
+def test_the_committed_adaptive_run_records_no_machine_paths():
+    from conftest import REPO
+
+    folder = REPO / "reports" / "adaptive-drafter"
+    for name in ("config.json", "README.md", "drafter_dynamics.json"):
+        text = (folder / name).read_text()
+        assert not any(root in text for root in ("/tmp/", "/home/", "/work/", "/Users/")), name

@@ -77,3 +77,67 @@ def test_bad_input_is_one_line_exit_2(config_path, args, message):
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_companion_files_are_checked_up_front_and_only_tlts_are_replaced(config_path, tmp_path):
+    """`--out r.parquet` writes r.tokens.jsonl and r.config.json beside it: a rerun replaces the ones
+    tlt wrote (their digests are in r.config.json), a user's file of either name is refused in one
+    line before any work (its bytes kept), and --force overwrites it without deleting anything."""
+    from conftest import invoke_cli
+
+    out = tmp_path / "r.parquet"
+    base = ["real", "generate", "--config", str(config_path), "--prompts", "2", "--max-tokens", "3", "--out", str(out)]
+    assert invoke_cli(*base).returncode == 0
+    first = (tmp_path / "r.tokens.jsonl").read_bytes()
+    assert invoke_cli(*base, "--seed", "1").returncode == 0  # tlt's own companions: replaced
+    assert (tmp_path / "r.tokens.jsonl").read_bytes() != first
+    for name, mine in (("r.tokens.jsonl", b"my notes\n"), ("r.config.json", b'{"mine": true}\n')):
+        (tmp_path / name).write_bytes(mine)
+        before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+        res = invoke_cli(*base)
+        assert res.returncode == 2 and res.stderr.count("\n") == 1 and name in res.stderr, res.stderr
+        assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+        assert invoke_cli(*base, "--force").returncode == 0
+        assert (tmp_path / name).read_bytes() != mine
+    (tmp_path / "r.tokens.jsonl").write_bytes(b"edited\n")  # a tlt file the user changed is theirs now
+    assert invoke_cli(*base).returncode == 2
+
+
+def test_an_output_that_is_an_input_is_refused(tmp_path):
+    """`--out run.csv` would write run.config.json: refused when that is the --config being read."""
+    from conftest import invoke_cli
+
+    config = tmp_path / "run.config.json"
+    config.write_text(json.dumps(CFG.to_hf_dict()))
+    res = invoke_cli("real", "generate", "--config", str(config), "--out", str(tmp_path / "run.csv"), "--force")
+    assert res.returncode == 2 and "input" in res.stderr, res.stderr
+    assert json.loads(config.read_text()) == CFG.to_hf_dict()
+
+
+def test_generate_help_shows_the_prompt_examples_and_every_option_has_text():
+    """Rich markup swallowed the `[ids]` examples; --top-p and --seed had no text."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from tltsim.cli import app
+
+    res = CliRunner().invoke(app, ["real", "generate", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert res.exit_code == 0
+    text = " ".join(res.output.split())
+    assert 'one per line: [ids] (token ids, e.g. [1, 5, 9]), {"tokens": [ids]} or {"text": "..."}' in text
+    assert "Nucleus sampling" in text and "Seeds the random weights" in text
+    rows = re.findall(r"│ +(?:\* +)?(--[a-z-]+)(?: +--no-[a-z-]+)? +<\w+> +(\S*)", res.output)
+    assert len(rows) >= 18 and all(first and first != "[default:" for _, first in rows), rows
+
+
+def test_rl_tiny_help_states_its_measured_cost():
+    """`--tiny` said "a few-second" run; with the defaults it takes about 3 CPU minutes (measured)."""
+    from typer.testing import CliRunner
+
+    from tltsim.cli import app
+
+    res = CliRunner().invoke(app, ["real", "rl", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    text = " ".join(res.output.split())
+    assert "few-second" not in text and "a few seconds" not in text
+    assert "about 3 CPU minutes" in text
