@@ -363,20 +363,42 @@ def test_limit_counts_each_point_once_and_refuses_zero(tmp_path):
     assert "1 points to run (1 already have results)" in second.stdout
 
 
-def test_points_of_a_million_point_grid_resolves_only_what_it_lists(tmp_path, monkeypatch):
+def test_points_of_a_big_grid_resolves_only_what_it_lists(tmp_path, monkeypatch):
     """The count is the axes' product; only the listed points are resolved (validated, hashed)."""
     import tltsim.sweep.spec as spec_mod
 
-    seeds = ", ".join(str(i) for i in range(1000))
+    seeds = ", ".join(str(i) for i in range(40))
     path = spec_file(tmp_path, f'[[axes]]\nseed = [{seeds}]\n"drafter.quality" = [{seeds.replace(", ", ".0, ")}.0]\n')
     calls = []
     real = spec_mod.validate
     monkeypatch.setattr(spec_mod, "validate", lambda s: calls.append(1) or real(s))
     res = invoke_cli("sweep", "points", str(path), "--show", "3")
     assert res.returncode == 0, res.stderr
-    assert "1,000,000 points" in res.stdout and "the first 3 listed" in res.stdout and len(calls) == 3
+    assert "1,600 points" in res.stdout and "the first 3 listed" in res.stdout and len(calls) == 3
     bad = invoke_cli("sweep", "points", str(path), "--show", "-1")
     assert bad.returncode == 2 and "--show" in bad.stderr
+
+
+def test_points_of_a_million_point_grid_lists_its_head_at_once(tmp_path):
+    """Before: every point was resolved first (more than 150 s for 90,000). A SIGALRM bound makes a
+    regression a failure, not a hang."""
+    seeds = ", ".join(str(i) for i in range(1000))
+    path = spec_file(tmp_path, f'[[axes]]\nseed = [{seeds}]\n"drafter.quality" = [{seeds.replace(", ", ".0, ")}.0]\n')
+
+    class Hung(BaseException):  # not an OSError: no `except OSError` in tlt may swallow it
+        pass
+
+    def on_alarm(signum, frame):
+        raise Hung("tlt sweep points did not list the head of a 1M grid in 60 s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, 60)
+    try:
+        res = invoke_cli("sweep", "points", str(path), "--show", "2")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert res.returncode == 0 and "1,000,000 points" in res.stdout, res.stderr
 
 
 def test_iter_points_gives_expands_points_in_order(tmp_path):
