@@ -16,9 +16,10 @@ Every case runs in-process under a SIGALRM bound (``timeout_s``): a command that
 as a spec used to wait forever for a writer) fails the case instead of hanging the suite. Each case
 runs in its own temp folder, which is also the working directory, so default output paths land where
 the snapshot sees them.
-"""
 
-from __future__ import annotations
+No ``from __future__ import annotations``: the corpus-coverage test loads this module without
+registering it in ``sys.modules``, where ``dataclasses`` cannot resolve string annotations.
+"""
 
 import os
 import shutil
