@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import stat
 import tomllib
 import types
 import typing
@@ -28,6 +29,8 @@ from typing import Any
 
 from tltsim.errors import InputError
 
+#: Config files (scenarios, sweep specs) are a few kB; anything larger is not one.
+MAX_CONFIG_BYTES = 4 * 2**20
 #: TOML integers are signed 64-bit; every int field is bounded by this before anything else.
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 _TRUE = {"true", "yes", "on", "1"}
@@ -75,7 +78,16 @@ def read_file(name_or_path: str | Path, bundled: dict[str, Path], what: str) -> 
     if p.is_dir():
         raise InputError(f"is a folder, not a {what} file", path=p)
     try:
-        return p, p.read_text(encoding="utf-8")
+        # A FIFO nobody writes blocks open() forever and /dev/zero never ends: refuse anything but a
+        # regular file before opening it, and read at most MAX_CONFIG_BYTES.
+        if not stat.S_ISREG(p.stat().st_mode):
+            raise InputError(f"is not a regular file (a pipe, device or socket), not a {what} file", path=p)
+        with p.open("rb") as fh:
+            data = fh.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise InputError(f"is larger than {MAX_CONFIG_BYTES // 2**20} MiB; a {what} file is a few lines of TOML",
+                             path=p)
+        return p, data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as read_text() would
     except FileNotFoundError:
         raise InputError(f"{what} file not found", path=p) from None
     except (OSError, UnicodeDecodeError) as exc:

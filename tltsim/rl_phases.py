@@ -33,6 +33,9 @@ from tltsim.errors import InputError
 from tltsim.hardware import GPUSpec
 from tltsim.model_shape import ModelShape
 
+#: PPO epochs per step: RL recipes use 1-4; beyond 100 a "step" is no longer an RL step.
+MAX_PPO_EPOCHS = 100
+
 
 @dataclass(frozen=True)
 class RLPhaseConfig:
@@ -61,8 +64,9 @@ class RLPhaseConfig:
                 raise InputError(f"must be in (0, 1], got {v}", field=f"rl.{name}")
         if self.reward_parallelism < 1:
             raise InputError(f"must be >= 1, got {self.reward_parallelism}", field="rl.reward_parallelism")
-        if self.ppo_epochs < 0:
-            raise InputError(f"must be >= 0, got {self.ppo_epochs}", field="rl.ppo_epochs")
+        if not 1 <= self.ppo_epochs <= MAX_PPO_EPOCHS:  # 0 would run RL steps that never update the actor
+            raise InputError(f"must be in [1, {MAX_PPO_EPOCHS}] (0 epochs never update the actor), got "
+                             f"{self.ppo_epochs}", field="rl.ppo_epochs")
 
 
 @dataclass(frozen=True)

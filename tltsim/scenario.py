@@ -21,6 +21,7 @@ vs ``elastic+beg-mab``, the paper-fitted tree acceptance in expected-value mode.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -38,8 +39,11 @@ MAX_GPUS = 1_000_000
 MAX_TP = 1024
 MAX_BATCH = 1_000_000
 MAX_PREFILL_BUDGET = 10**8
-MAX_STEPS = 100_000
+MAX_STEPS = 10_000  # ~0.1 s per small step and policy: 10^4 steps is already tens of minutes
 MAX_PROMPTS = 10**7
+MAX_WORKERS = 65_536  # rollout workers (gpus / tp); each costs milliseconds even when it gets no prompt
+MAX_RESPONSES = 10**7  # responses over all simulated steps, checked before any step is built
+MAX_SECONDS = 3600.0  # any per-sample, per-checkpoint or per-sync time: an hour is already absurd
 MAX_SEED = 2**63 - 1
 CUDA_GRAPH_MODES = ("none", "decode", "naive", "bucketed")
 
@@ -54,8 +58,13 @@ class TraceSection:
     whose ``source`` column equals it. ``prompts_per_step``, ``samples``, ``expand_samples``
     (with ``dispersion_sigma``), ``cap`` and ``snap_capped`` reshape the steps (see
     ``tltsim.traces.workload``); ``deal``: ``shuffle`` (a data loader's seeded shuffle, the default)
-    or ``trace`` (trace order) decides which worker serves which prompt group; ``seed`` drives the
-    sampling and the dealing.
+    or ``trace`` (trace order) decides which worker serves which prompt group.
+
+    ``seed`` (``trace.seed``) decides *which responses* make up the workload, and nothing else: the
+    prompt groups ``prompts_per_step`` samples, the siblings ``expand_samples`` draws and the rows a
+    parametric profile generates. A trace used whole draws nothing, so ``trace.seed`` changes
+    nothing there (``tlt sim run`` warns). Dealing groups to workers, stochastic acceptance and the
+    policies' exploration follow the scenario's top-level ``seed``.
     """
 
     name: str = DEFAULT_TRACE
@@ -218,7 +227,12 @@ class RLSection:
 class Scenario:
     """Everything one ``tlt sim run`` needs. ``policies`` always gets ``no-sd`` as baseline.
     With ``presets`` (:mod:`tltsim.presets`) the run is whole RL steps instead (rollout, drafter
-    training, reward, log-probs, actor update, weight sync) and ``verl`` is the baseline."""
+    training, reward, log-probs, actor update, weight sync), ``verl`` is the baseline and
+    ``policies`` is not used (each preset names its own SD policy).
+
+    ``seed`` is the simulation's seed: which worker serves which prompt group (``trace.deal =
+    "shuffle"``), the stochastic accept lengths and the policies' own randomness. It never changes
+    which responses are simulated; that is ``trace.seed``."""
 
     trace: TraceSection = field(default_factory=TraceSection)
     model: ModelSection = field(default_factory=ModelSection)
@@ -297,9 +311,8 @@ def bundled_scenarios() -> dict[str, Path]:
 
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario TOML file, or a bundled one by name (a UTF-8 byte-order mark is
-    fine)."""
-    p, text = config_tree.read_file(path, bundled_scenarios(), "scenario")
-    return scenario_from_dict(config_tree.load_toml_text(text, path=str(p)), path=p)
+    fine), with the same checks as :func:`resolve` (which also reports what is set but unused)."""
+    return resolve(path).scenario
 
 
 def apply_override(scenario: Scenario, dotted: str, value: Any, *, path: str | None = "override") -> Scenario:
@@ -309,6 +322,151 @@ def apply_override(scenario: Scenario, dotted: str, value: Any, *, path: str | N
     new = config_tree.override(scenario, dotted.strip(), value, path=path, splitters=_SPLITTERS)
     validate(new, path=path)
     return new
+
+
+# ---- one path from a file and settings to a checked scenario ---------------------------------------
+#: Fields only whole RL runs (``presets``) read: set without presets, they change nothing.
+RL_ONLY_FIELDS = ("drafter.stale_quality", "drafter.drift", "drafter.recovery_samples")
+RL_ONLY_SECTIONS = ("spot.", "rl.")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A scenario built from its layers (defaults, a scenario file, then settings such as
+    command-line flags and ``--set``) and validated once, after every setting was applied.
+
+    ``given`` maps each explicitly set dotted field to where it was set (the file's path or the
+    flag), so an error found later (:func:`prepare`) still names the file or flag a user can fix;
+    ``warnings`` are one line each (without the ``tlt: warning:`` prefix) for settings that are valid
+    but change nothing."""
+
+    scenario: Scenario
+    given: dict[str, str]
+    file: str | None = None
+    flags: tuple[str, ...] = ()
+    notes: tuple[tuple[str, str], ...] = ()  # (kind, warning): kinds rl-only, policies, trace-seed
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return tuple(text for _, text in self.notes)
+
+    def locate(self, exc: InputError) -> InputError:
+        """``exc`` located at the file or flag that set its field (a path it already names, e.g. a
+        cost table's, is kept); a field nobody set is blamed on the file, else on the flags given."""
+        return _locate(exc, self.given, self.file, self.flags)
+
+
+def _locate(exc: InputError, given: dict[str, str], file: str | None, flags: tuple[str, ...]) -> InputError:
+    if exc.path is not None:
+        return exc
+    where = given.get(exc.field or "") or file or (", ".join(dict.fromkeys(flags)) if flags else None)
+    return InputError(exc.message, path=where, row=exc.row, field=exc.field)
+
+
+def _leaf_paths(data: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted paths of the leaves of parsed TOML (every table is a section)."""
+    out: list[str] = []
+    for key, value in data.items():
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        out += _leaf_paths(value, dotted) if isinstance(value, dict) else [dotted]
+    return out
+
+
+def _get(tree: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        tree = getattr(tree, part)
+    return tree
+
+
+def resolve(scenario: str | Path | None = None, settings: Sequence[tuple[str, Any, str]] = ()) -> Resolved:
+    """The one way from a scenario file (or the defaults) and ``(dotted field, value, source)``
+    settings to a checked scenario: what ``tlt sim run`` flags, ``--set`` and ``tlt validate`` use,
+    with the same :func:`validate` that sweep points and files get.
+
+    Every setting is applied first and the result validated once, so their order never matters
+    (``--set cost.model=table --set cost.table=X`` is the same as the reverse). A field given twice
+    with different values is refused (which one wins would depend on the order); ``None`` values
+    are skipped (a flag not given). ``policies`` and ``presets`` set in the same layer are refused:
+    a whole RL run takes each preset's own SD policy, so the policies would be silently ignored."""
+    file: str | None = None
+    given: dict[str, str] = {}
+    if scenario is not None:
+        p, text = config_tree.read_file(scenario, bundled_scenarios(), "scenario")
+        file = str(p)
+        data = config_tree.load_toml_text(text, path=file)
+        s = _relative_to(config_tree.from_dict(Scenario, data, path=file), p.parent)
+        given = dict.fromkeys(_leaf_paths(data), file)
+    else:
+        s = Scenario()
+    by_flag: dict[str, tuple[str, Any]] = {}
+    flags: list[str] = []
+    for dotted, value, source in settings:
+        if value is None:
+            continue
+        dotted = dotted.strip()
+        new = config_tree.override(s, dotted, value, path=source, splitters=_SPLITTERS)
+        parsed = _get(new, dotted)
+        if dotted in by_flag and by_flag[dotted][1] != parsed:
+            first, before = by_flag[dotted]
+            raise InputError(f"given twice with different values ({first}: {before!r}, {source}: {parsed!r}); give "
+                             "it once (which one wins would depend on the order)", path=source, field=dotted)
+        by_flag[dotted] = (source, parsed)
+        flags.append(source)
+        s = new
+    given.update({dotted: source for dotted, (source, _) in by_flag.items()})
+    _check_policies_vs_presets(s, given, by_flag)
+    try:
+        validate(s)
+    except InputError as exc:
+        raise _locate(exc, given, file, tuple(flags)) from None
+    return Resolved(s, given, file, tuple(flags), tuple(_notes(s, given, by_flag)))
+
+
+def _check_policies_vs_presets(s: Scenario, given: dict[str, str], by_flag: dict[str, tuple[str, Any]]) -> None:
+    """Refuse ``policies`` given beside ``presets`` in the same layer, or on the command line over a
+    scenario's presets: no preset run would use them."""
+    if not s.presets or "policies" not in given:
+        return
+    policies_flag, presets_flag = "policies" in by_flag, "presets" in by_flag
+    if policies_flag or not presets_flag:  # same layer, or --policy over a file's presets
+        where = given["presets"] if "presets" in given else given["policies"]
+        raise InputError(f"policies ({given['policies']}) are not used with presets ({where}): each preset runs its "
+                         "own SD policy (tlt sim run --help lists them); give policies or presets, not both (--set "
+                         "presets= clears a scenario's presets)", path=given["policies"], field="policies")
+
+
+def _notes(s: Scenario, given: dict[str, str], by_flag: dict[str, tuple[str, Any]]) -> list[tuple[str, str]]:
+    """``(kind, one line)`` for each setting that is valid but changes nothing in this run."""
+    out = []
+    rl_only = [f for f in given if f.startswith(RL_ONLY_SECTIONS) or f in RL_ONLY_FIELDS]
+    if rl_only and not s.presets:
+        where = ", ".join(dict.fromkeys(given[f] for f in rl_only))
+        shown = ", ".join(rl_only[:4]) + (f" and {len(rl_only) - 4} more" if len(rl_only) > 4 else "")
+        verb = "is" if len(rl_only) == 1 else "are"
+        out.append(("rl-only", f"{where}: {shown} {verb} used only by whole RL runs (presets, --preset); this run "
+                    "compares rollout policies, so changing it does nothing"))
+    if s.presets and "policies" in given and "policies" not in by_flag:
+        out.append(("policies", f"{given['policies']}: field 'policies' is not used: {given['presets']} runs whole "
+                    "RL runs of presets, each with its own SD policy"))
+    if "trace.seed" in given and not _trace_draws(s.trace):
+        out.append(("trace-seed", f"{given['trace.seed']}: field 'trace.seed' changes nothing here: it picks which "
+                    "responses are simulated (trace.prompts_per_step, trace.expand_samples, parametric profiles) and "
+                    f"{s.trace.name} is used whole; the top-level seed deals groups to workers"))
+    return out
+
+
+def _trace_draws(t: TraceSection) -> bool:
+    """Whether ``trace.seed`` can change the workload: steps sampled, samples expanded, or a
+    generated (parametric) profile. An unknown trace counts as drawing (its error comes later)."""
+    if t.prompts_per_step is not None or t.expand_samples is not None:
+        return True
+    from tltsim.traces.catalog import CatalogEntry
+    from tltsim.traces.catalog import resolve as resolve_trace
+
+    try:
+        return isinstance(resolve_trace(t.name), CatalogEntry)
+    except (InputError, OSError):
+        return True
 
 
 # ---- validation -----------------------------------------------------------------------------------
@@ -361,6 +519,9 @@ def validate(s: Scenario, *, path: str | None = None) -> None:
     _in_range(c.tp, "cluster.tp", path, 1, MAX_TP)
     if c.gpus % c.tp:
         raise InputError(f"gpus={c.gpus} is not divisible by tp={c.tp}", path=path, field="cluster.gpus")
+    if s.n_workers > MAX_WORKERS:
+        raise InputError(f"gpus / tp = {s.n_workers:,} rollout workers; the simulator takes at most {MAX_WORKERS:,} "
+                         "(raise cluster.tp or lower cluster.gpus)", path=path, field="cluster.gpus")
     _in_range(c.flops_efficiency, "cluster.flops_efficiency", path, 1e-3, 1)
     _in_range(c.bandwidth_efficiency, "cluster.bandwidth_efficiency", path, 1e-3, 1)
     e = s.engine
@@ -388,6 +549,7 @@ def validate(s: Scenario, *, path: str | None = None) -> None:
         _in_range(getattr(a, name), f"acceptance.{name}", path, 0, 1)
     for name in ("depth_decay", "depth_power"):
         _in_range(getattr(a, name), f"acceptance.{name}", path, 0, 100)
+    _check_paths(s, path)
     d = s.drafter
     _in_range(d.quality, "drafter.quality", path, 0, 10)
     for v in d.position_scale:
@@ -438,12 +600,30 @@ def _check_rl_sections(s: Scenario, path: str | None) -> None:
     d = s.drafter
     _one_of(d.kind, DRAFTER_KINDS, "drafter.kind", path)
     _in_range(d.ngram_lookup_s, "drafter.ngram_lookup_s", path, 0, 1)
+    # The floor a drafter never trained again decays to. Above the trained ceiling it would be clamped
+    # to it (no staleness at all), so refuse it wherever the user set it or a whole RL run uses it;
+    # the default riding above a lowered drafter.quality in a rollout-only run is harmless.
+    stale_used = bool(s.presets) or d.stale_quality != DrafterSection.stale_quality
+    if stale_used and not 0 <= d.stale_quality <= d.quality:
+        raise InputError(f"must be in [0, drafter.quality = {d.quality:g}] (a stale drafter is never better than "
+                         f"the trained one), got {d.stale_quality:g}", path=path, field="drafter.stale_quality")
     sp = s.spot
     _in_range(sp.min_workers, "spot.min_workers", path, 1, MAX_GPUS)
+    if sp.min_workers > s.n_workers:
+        raise InputError(f"{sp.min_workers:,} released workers can never gather: the cluster has {s.n_workers:,} "
+                         f"rollout workers (cluster.gpus / cluster.tp = {s.cluster.gpus} / {s.cluster.tp}), so the "
+                         "Spot Trainer would train 0 samples", path=path, field="spot.min_workers")
+    _in_range(sp.samples_per_s, "spot.samples_per_s", path, 1e-6, 1e6)
+    _in_range(sp.max_samples, "spot.max_samples", path, 1, 10**9)  # 0: a session that trains nothing
+    _in_range(sp.checkpoint_every, "spot.checkpoint_every", path, 1, 10**9)
     _in_range(sp.window_tokens, "spot.window_tokens", path, 1, 10**7)
-    _in_range(sp.bubble_budget, "spot.bubble_budget", path, 0, 10**9)
+    _in_range(sp.bubble_budget, "spot.bubble_budget", path, 1, 10**9)  # 0: speco-bubble would train nothing
     for name in ("selective_checkpoint_s", "full_checkpoint_s"):
-        _in_range(getattr(sp, name), f"spot.{name}", path, 0, 3600)
+        _in_range(getattr(sp, name), f"spot.{name}", path, 0, MAX_SECONDS)
+    r = s.rl
+    _in_range(r.reward_s_per_sample, "rl.reward_s_per_sample", path, 0, MAX_SECONDS)
+    _in_range(r.reward_parallelism, "rl.reward_parallelism", path, 1, 10**7)
+    _in_range(r.weight_sync_overhead_s, "rl.weight_sync_overhead_s", path, 0, MAX_SECONDS)
     try:
         ngram_acceptance(d.ngram_alpha)
         drafter_dynamics(s)
@@ -458,6 +638,22 @@ def _check_rl_sections(s: Scenario, path: str | None) -> None:
         get_model(d.draft_model)
     except InputError as exc:
         raise _relocated(exc, path=path, dotted="drafter.draft_model") from None
+
+
+def _check_paths(s: Scenario, path: str | None) -> None:
+    """Refuse a FIFO, a device or a socket where a file is read (trace, model config, cost table):
+    reading one would hang on a pipe nobody writes or never end on ``/dev/zero``."""
+    import stat
+
+    for dotted, name in (("trace.name", s.trace.name), ("model.name", s.model.name), ("cost.table", s.cost.table)):
+        if name is None:
+            continue
+        try:
+            mode = Path(name).expanduser().stat().st_mode
+        except (OSError, ValueError):
+            continue  # not a path (a catalog or preset name) or unreadable: the reader says which
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise InputError(f"'{name}' is not a regular file (a pipe, device or socket)", path=path, field=dotted)
 
 
 def drafter_dynamics(s: Scenario):
@@ -591,8 +787,10 @@ def load_steps(t: TraceSection) -> tuple[Any, ...]:
                   default_prompt_tokens=t.default_prompt_tokens, seed=t.seed)
     trace_steps = sorted(int(x) for x in df["step"].unique())
     first = t.step if t.step is not None else (trace_steps[0] if len(trace_steps) > 1 else 0)
+    per_step = len(trace_steps) > 1 or (t.prompts_per_step is None and t.num_steps == 1)
+    _check_workload_size(df, t, per_step, first)
     try:
-        if len(trace_steps) > 1 or (t.prompts_per_step is None and t.num_steps == 1):
+        if per_step:
             if first not in trace_steps:
                 raise InputError(f"trace {t.name} has no step {first} (steps: {trace_steps[:20]})", field="trace.step")
             wanted = [s for s in trace_steps if s >= first][:t.num_steps]
@@ -608,6 +806,32 @@ def load_steps(t: TraceSection) -> tuple[Any, ...]:
                   "samples_per_prompt": "trace.samples", "steps": "trace.step"}
         raise _relocated(exc, path=None, dotted=fields.get(exc.field or "", exc.field or "trace")) from None
     return tuple(steps)
+
+
+def _check_workload_size(df: Any, t: TraceSection, per_step: bool, first: int) -> None:
+    """Refuse, before a single step is built, a workload of more than :data:`MAX_RESPONSES` responses
+    (steps x prompt groups x samples): cutting a one-step trace into 10,000 steps of 596 groups would
+    otherwise spend minutes building steps and hours simulating them, with no word."""
+    group_sizes = df.groupby(["step", "group_id"], sort=False).size()
+    if group_sizes.empty:
+        return
+    per_group = float(group_sizes.mean())
+    if t.samples is not None:
+        per_group = min(per_group, t.samples)
+    if t.expand_samples is not None:
+        per_group *= t.expand_samples
+    groups = group_sizes.groupby(level=0).size()
+    if per_step:
+        chosen = [int(g) for step, g in groups.items() if int(step) >= first][:t.num_steps]
+    else:
+        chosen = [int(groups.max())] * t.num_steps
+    limit = t.prompts_per_step if t.prompts_per_step is not None else max(chosen, default=0)
+    total = sum(min(g, limit) for g in chosen) * per_group
+    if total > MAX_RESPONSES:
+        raise InputError(f"{len(chosen):,} steps of up to {min(max(chosen), limit):,} prompt groups x "
+                         f"{per_group:g} samples is {total:,.0f} responses to simulate; the simulator takes at most "
+                         f"{MAX_RESPONSES:,} (lower trace.num_steps, trace.prompts_per_step or "
+                         "trace.expand_samples)", field="trace.num_steps")
 
 
 def acceptance_model(a: AcceptanceSection):

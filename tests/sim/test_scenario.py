@@ -245,3 +245,138 @@ def test_scenario_and_sweep_spec_files_share_one_reader_with_one_line_errors(tmp
             load(tmp_path / "bad.toml")
         with pytest.raises(InputError, match=f"{what} file not found"):
             load(tmp_path / "nope" / "missing.toml")
+
+
+# ---- one path: every setting applied, then validated once (issue 21) --------------------------------
+def test_settings_are_applied_before_validation_so_their_order_never_matters(tmp_path):
+    from tltsim.scenario import resolve
+
+    table = str(tmp_path / "costs.csv")
+    a = resolve(None, [("cost.model", "table", "--set"), ("cost.table", table, "--set")])
+    b = resolve(None, [("cost.table", table, "--set"), ("cost.model", "table", "--set")])
+    assert a.scenario == b.scenario and a.scenario.cost.table == table
+    # a file that is invalid alone (table model, no table) is completed by a setting
+    path = tmp_path / "s.toml"
+    path.write_text('[cost]\nmodel = "table"\n')
+    assert resolve(path, [("cost.table", table, "--set")]).scenario.cost.model == "table"
+    # flags in any order give the same scenario; two values for one field are refused in both orders
+    flags = [("cluster.gpus", 8, "--gpus"), ("cluster.tp", 2, "--tp"), ("spot.min_workers", "4", "--set")]
+    assert resolve(None, flags).scenario == resolve(None, flags[::-1]).scenario
+    for pair in ([("cluster.tp", 2, "--tp"), ("cluster.tp", "4", "--set")],
+                 [("cluster.tp", "4", "--set"), ("cluster.tp", 2, "--tp")]):
+        with pytest.raises(InputError, match="given twice"):
+            resolve(None, pair)
+    assert resolve(None, [("cluster.tp", 2, "--tp"), ("cluster.tp", "2", "--set")]).scenario.cluster.tp == 2
+
+
+def test_sweep_axes_over_dependent_fields_work_in_either_order(tmp_path):
+    from tltsim.sweep.spec import expand, load_spec
+
+    table = tmp_path / "costs.csv"
+    for i, keys in enumerate((('"cost.model"', '"cost.table"'), ('"cost.table"', '"cost.model"'))):
+        values = {'"cost.model"': '["table"]', '"cost.table"': f'["{table}"]'}
+        spec = tmp_path / f"spec{i}.toml"
+        spec.write_text(f'name = "x{i}"\nbase = "aime_qwen7b_64xh100"\n[[axes]]\nkind = "zip"\n'
+                        + "".join(f"{k} = {values[k]}\n" for k in keys))
+        points = expand(load_spec(spec))
+        assert len(points) == 1 and points[0].invalid is None and points[0].scenario.cost.model == "table"
+
+
+def test_an_error_names_the_file_or_flag_that_set_the_field(tmp_path):
+    from tltsim.scenario import prepare, resolve
+
+    path = tmp_path / "s.toml"
+    path.write_text('[trace]\nname = "polytrace_rl_rollouts"\nstep = 999\n')
+    resolved = resolve(path)
+    with pytest.raises(InputError) as exc:
+        prepare(resolved.scenario)
+    assert str(resolved.locate(exc.value)).startswith(f"{path}, field 'trace.step'")
+    resolved = resolve(path, [("trace.step", 998, "--step")])
+    with pytest.raises(InputError) as exc:
+        prepare(resolved.scenario)
+    assert str(resolved.locate(exc.value)).startswith("--step, field 'trace.step'")
+    with pytest.raises(InputError, match=r"^--tp, field 'cluster.gpus'"):  # a default field: blamed on the flags
+        resolve(None, [("cluster.tp", 3, "--tp")])
+
+
+def test_refusals_that_make_a_run_meaningless():
+    from tltsim.scenario import resolve
+
+    for setting, dotted in ((("spot.min_workers", "17"), "spot.min_workers"),
+                            (("drafter.stale_quality", "5"), "drafter.stale_quality"),
+                            (("rl.ppo_epochs", "0"), "rl.ppo_epochs"),
+                            (("spot.max_samples", "0"), "spot.max_samples"),
+                            (("spot.bubble_budget", "0"), "spot.bubble_budget"),
+                            (("cluster.gpus", "1000000"), "cluster.gpus")):
+        with pytest.raises(InputError, match=rf"^--set, field '{dotted}'"):
+            resolve(None, [(*setting, "--set"), ("cluster.tp", "1" if dotted == "cluster.gpus" else "4", "--tp")])
+    # the default stale floor above a lowered quality is harmless without presets, refused with them
+    assert resolve(None, [("drafter.quality", "0.8", "--set")]).scenario.drafter.quality == 0.8
+    with pytest.raises(InputError, match=r"drafter\.stale_quality"):
+        resolve(None, [("drafter.quality", "0.8", "--set"), ("presets", "tlt", "--preset")])
+    with pytest.raises(InputError, match=r"^--policy, field 'policies'"):
+        resolve(None, [("presets", "tlt", "--preset"), ("policies", "beg-mab", "--policy")])
+
+
+def test_valid_settings_that_change_nothing_get_one_warning_each(tmp_path):
+    from tltsim.scenario import resolve
+
+    path = tmp_path / "s.toml"
+    path.write_text("policies = ['beg-mab']\n[rl]\nppo_epochs = 2\n[spot]\nmin_workers = 2\n[trace]\nseed = 3\n")
+    notes = dict(resolve(path).notes)
+    assert set(notes) == {"rl-only", "trace-seed"}
+    assert notes["rl-only"].startswith(f"{path}: rl.ppo_epochs, spot.min_workers are used only by whole RL runs")
+    assert "top-level seed deals" in notes["trace-seed"]
+    with_presets = dict(resolve(path, [("presets", "tlt", "--preset")]).notes)
+    assert set(with_presets) == {"policies", "trace-seed"} and "--preset" in with_presets["policies"]
+    # trace.seed does change a sampled workload: no warning there, and it really changes the steps
+    sampled = resolve(None, [("trace.seed", "3", "--set"), ("trace.prompts_per_step", "8", "--set")])
+    assert sampled.notes == ()
+    assert resolve(None).notes == () and resolve("aime_qwen7b_64xh100").notes == ()
+
+
+def test_trace_seed_picks_responses_and_seed_deals():
+    """Each seed has one meaning: trace.seed changes which responses a sampled step holds (never the
+    dealing); the top-level seed changes the dealing (never the responses)."""
+    from tltsim.rollout import deal
+    from tltsim.scenario import load_steps, resolve
+
+    def step(*settings):
+        s = resolve(None, [("trace.prompts_per_step", "16", "--set"), *settings]).scenario
+        return s, load_steps(s.trace)[0]
+
+    s0, w0 = step()
+    _, w1 = step(("trace.seed", "1", "--set"))
+    s2, w2 = step(("seed", "1", "--set"))
+    assert sorted(w0.group_ids) != sorted(w1.group_ids)  # trace.seed: other prompts
+    assert list(w0.group_ids) == list(w2.group_ids)  # seed: the same prompts ...
+    parts = [deal(w0.group_ids, 4, "shuffle", s.seed) for s in (s0, s2)]
+    assert any(list(a) != list(b) for a, b in zip(*parts, strict=True))  # ... dealt otherwise
+
+
+def test_scenario_files_that_are_not_regular_files_are_refused_without_reading(tmp_path):
+    import os
+
+    from tltsim.config_tree import MAX_CONFIG_BYTES
+
+    os.mkfifo(tmp_path / "pipe.toml")
+    with pytest.raises(InputError, match="not a regular file"):
+        load_scenario(tmp_path / "pipe.toml")
+    big = tmp_path / "big.toml"
+    big.write_text("#" * (MAX_CONFIG_BYTES + 1))
+    with pytest.raises(InputError, match="larger than"):
+        load_scenario(big)
+    crlf = tmp_path / "crlf.toml"
+    crlf.write_bytes(b"seed = 3\r\n[cluster]\r\ngpus = 8\r\n")
+    assert load_scenario(crlf).cluster.gpus == 8
+
+
+def test_workload_size_is_bounded_before_steps_are_built():
+    from tltsim.scenario import MAX_RESPONSES, load_steps, resolve
+
+    s = resolve(None, [("trace.prompts_per_step", "596", "--set"), ("trace.num_steps", "10000", "--set")]).scenario
+    with pytest.raises(InputError, match="responses to simulate") as exc:
+        load_steps(s.trace)
+    assert exc.value.field == "trace.num_steps" and f"{MAX_RESPONSES:,}" in str(exc.value)
+    ok = resolve(None, [("trace.prompts_per_step", "4", "--set"), ("trace.num_steps", "3", "--set")]).scenario
+    assert len(load_steps(ok.trace)) == 3

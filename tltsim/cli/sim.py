@@ -28,11 +28,10 @@ from tltsim.errors import InputError
 from tltsim.scenario import (
     Scenario,
     SimInputs,
-    apply_override,
     compare_policies,
-    load_scenario,
     policies_with_baseline,
     prepare,
+    resolve,
     scenario_hash,
     scenario_toml,
 )
@@ -63,13 +62,9 @@ class Perfetto(StrEnum):
 PERFETTO_AUTO_MAX_BYTES = 64 * 2**20
 
 
-def build_scenario(scenario: Path | None, overrides: list[tuple[str, object, str]]) -> Scenario:
-    """The scenario file (or the defaults) with ``(dotted field, value, flag)`` overrides applied."""
-    s = load_scenario(scenario) if scenario is not None else Scenario()
-    for dotted, value, flag in overrides:
-        if value is not None:
-            s = apply_override(s, dotted, value, path=flag)
-    return s
+def warn(message: str) -> None:
+    """One ``tlt: warning:`` line on stderr: a setting that is valid but changes nothing."""
+    print(f"tlt: warning: {message}", file=sys.stderr)
 
 
 def _parse_sets(items: list[str]) -> list[tuple[str, object, str]]:
@@ -139,13 +134,19 @@ def run(
     gpus: Annotated[int | None, typer.Option(help="Total GPUs (cluster.gpus).")] = None,
     tp: Annotated[int | None, typer.Option(help="Tensor-parallel size per rollout worker (cluster.tp).")] = None,
     policy: Annotated[list[str] | None, typer.Option(
-        help="SD policy spec, repeatable (replaces the scenario's list; no-sd is always added).")] = None,
+        help="SD policy spec, repeatable (replaces the scenario's list; no-sd is always added). Not with "
+             "--preset or a scenario's presets: each preset runs its own SD policy.")] = None,
     preset: Annotated[list[str] | None, typer.Option(
         help="Whole RL runs of a named system, repeatable: verl, tlt-base, static-drafter, tlt, tlt-no-spot, "
-             "tlt-no-elastic, tlt-no-mab, speco-bubble (replaces the scenario's presets; verl is always added).")
+             "tlt-no-elastic, tlt-no-mab, speco-bubble (replaces the scenario's presets; verl is always added). "
+             "Each names its own SD policy, so not with --policy.")
     ] = None,
     steps: Annotated[int | None, typer.Option(help="Consecutive RL steps to simulate (trace.num_steps).")] = None,
-    seed: Annotated[int | None, typer.Option(help="Simulation seed.")] = None,
+    seed: Annotated[int | None, typer.Option(
+        help="Simulation seed (seed): which worker serves which prompt group, stochastic accept lengths, the "
+             "policies' exploration. Which responses are simulated is trace.seed (--set trace.seed=N): it "
+             "samples trace.prompts_per_step groups, trace.expand_samples siblings and parametric profiles.")
+    ] = None,
     acceptance: Annotated[Mode | None, typer.Option(help="Acceptance mode (acceptance.mode).")] = None,
     switch: Annotated[Switch | None, typer.Option(help="What switching SD on costs (engine.switch).")] = None,
     perfetto: Annotated[Perfetto, typer.Option(
@@ -172,10 +173,17 @@ def run(
         ("engine.switch", switch.value if switch else None, "--switch"),
     ]
     if out is not None:
-        check_output_dir(out, force)  # before the simulation: a bad --out fails in milliseconds
-    s = build_scenario(scenario, overrides + _parse_sets(set_ or []))
+        # before the simulation: a bad --out (or one that would replace the scenario or trace read) fails at once
+        check_output_dir(out, force, kind="sim-run", inputs=[str(p) for p in (scenario, trace) if p])
+    resolved = resolve(scenario, overrides + _parse_sets(set_ or []))
+    s = resolved.scenario
+    try:
+        inputs = prepare(s)
+    except InputError as exc:
+        raise resolved.locate(exc) from None
+    for message in resolved.warnings:
+        warn(message)
     console = Console(width=None if sys.stdout.isatty() else 120)
-    inputs = prepare(s)
     console.print(describe_workload(s, inputs))
     if s.presets:
         _run_presets(s, inputs, console, out, perfetto, force)
@@ -263,7 +271,7 @@ def write_results(dest: Path, events: pd.DataFrame, summary: pd.DataFrame, s: Sc
 
     small = estimated_bytes(events) <= PERFETTO_AUTO_MAX_BYTES
     trace = perfetto is Perfetto.on or (perfetto is Perfetto.auto and small)
-    with atomic_dir(dest, force=force) as tmp:
+    with atomic_dir(dest, kind="sim-run", force=force) as tmp:
         events.to_parquet(tmp / "events.parquet", index=False)
         summary.to_csv(tmp / "summary.csv", index=False)
         if steps is not None:
@@ -274,18 +282,38 @@ def write_results(dest: Path, events: pd.DataFrame, summary: pd.DataFrame, s: Sc
     return trace
 
 
+#: Bundled scenarios named ``validation_*`` are for ``tlt validate``: it replays their trace steps and
+#: policies on this machine with its own small model, so their model, cluster and engine are not used.
+VALIDATION_PREFIX = "validation_"
+
+
+def scenario_row(name: str, s: Scenario) -> tuple[str, ...]:
+    """``(name, command, trace, model, cluster, policies)`` as ``tlt sim scenarios`` shows a bundled
+    scenario: what actually runs, so a ``tlt validate`` scenario is not described by the simulator
+    defaults it never uses."""
+    t = s.trace
+    steps = f"step {t.step or 0}" if t.num_steps == 1 else f"steps {t.step or 0}-{(t.step or 0) + t.num_steps - 1}"
+    groups = f", {t.prompts_per_step} prompts per step" if t.prompts_per_step else ""
+    trace = f"{t.source or t.name} ({steps}{groups})"
+    policies = ", ".join(policies_with_baseline(s.policies))
+    if name.startswith(VALIDATION_PREFIX):
+        return (name, "tlt validate", trace, "small random model (--model; default 4 layers, hidden 256), lengths "
+                "x --length-scale", "this machine's CPU, 1 engine", policies)
+    return (name, "tlt sim run", trace, s.model.name, f"{s.cluster.gpus} x {s.cluster.gpu}, TP {s.cluster.tp} "
+            f"({s.n_workers} rollout workers)", policies)
+
+
 @app.command()
 def scenarios() -> None:
-    """List the example scenarios shipped with tlt (use them by name: --scenario NAME)."""
+    """List the example scenarios shipped with tlt (use them by name: --scenario NAME). Those named
+    validation_* are for tlt validate, which runs them on this machine's CPU with a small model."""
     from tltsim.scenario import bundled_scenarios, load_scenario
 
-    table = Table(title="Bundled scenarios (tlt sim run --scenario NAME)")
-    for col in ("name", "trace", "model", "cluster", "policies"):
+    table = Table(title="Bundled scenarios (--scenario NAME)")
+    for col in ("name", "for", "trace", "model", "cluster", "policies"):
         table.add_column(col, overflow="fold")
     for name, path in bundled_scenarios().items():
-        s = load_scenario(path)
-        table.add_row(name, s.trace.name, s.model.name, f"{s.cluster.gpus} x {s.cluster.gpu}, TP {s.cluster.tp}",
-                      ", ".join(s.policies))
+        table.add_row(*scenario_row(name, load_scenario(path)))
     Console(width=160).print(table)
 
 
