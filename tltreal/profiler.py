@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import platform
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -155,11 +156,18 @@ def _expected_accept(probs: np.ndarray, config: SDConfig) -> float:
     return 1.0 + float(eagle_tree_reach(rows, config.depth, config.topk, config.verify_tokens).sum())
 
 
+def grid_points(grid: ProfileGrid) -> int:
+    """How many points :func:`profile_native` measures (each calls its ``on_point`` once): per batch
+    size, every prefill length and every context."""
+    return len(grid.batch_sizes) * (len(grid.prefill_lengths) + len(grid.contexts))
+
+
 def profile_native(target: Transformer, grid: ProfileGrid, *, position_probs: dict[SDConfig, np.ndarray],
-                   seed: int = 0) -> pd.DataFrame:
+                   seed: int = 0, on_point: Callable[[int], None] | None = None) -> pd.DataFrame:
     """The cost-table rows (see module docstring). ``position_probs[config]`` is the pinned drafter's
     table for each SD shape of the grid. Every quantity is the median over ``grid.repeats`` fresh
-    engines (different prompts)."""
+    engines (different prompts). ``on_point(1)`` is called after each of the :func:`grid_points`
+    points (a profile takes minutes: progress)."""
     probs = {cfg: position_probs[cfg] for cfg in grid.sd_configs}
     _decode_point(target, grid.batch_sizes[0], grid.contexts[0], grid, seed)  # first runs are slower: not timed
     if probs:
@@ -171,17 +179,20 @@ def profile_native(target: Transformer, grid: ProfileGrid, *, position_probs: di
             for i, kind in enumerate(("prefill", "drafter_prefill")):
                 rows.append({"kind": kind, "batch_size": b, "context": length,
                              "seconds": statistics.median(x[i] for x in runs)})
+            if on_point is not None:
+                on_point(1)
         for c in grid.contexts:
             rows.append({"kind": "decode", "batch_size": b, "context": c,
                          "seconds": statistics.median(_decode_point(target, b, c, grid, seed + r)
                                                       for r in range(grid.repeats))})
-            if not probs:
-                continue
-            sd = [_sd_points(target, b, c, grid, probs, seed + r) for r in range(grid.repeats)]
-            for config in probs:
-                rows.append({"kind": "sd", "batch_size": b, "context": c, "depth": config.depth, "topk": config.topk,
-                             "verify_tokens": config.verify_tokens,
-                             "seconds": statistics.median(x[config] for x in sd)})
+            if probs:
+                sd = [_sd_points(target, b, c, grid, probs, seed + r) for r in range(grid.repeats)]
+                for config in probs:
+                    rows.append({"kind": "sd", "batch_size": b, "context": c, "depth": config.depth,
+                                 "topk": config.topk, "verify_tokens": config.verify_tokens,
+                                 "seconds": statistics.median(x[config] for x in sd)})
+            if on_point is not None:
+                on_point(1)
     return table_frame(rows)
 
 

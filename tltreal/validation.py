@@ -30,7 +30,7 @@ import pandas as pd
 import torch
 
 from tltreal.model import Transformer, random_model
-from tltreal.profiler import PROFILE_DEVICE, ProfileGrid, profile_metadata, profile_native
+from tltreal.profiler import PROFILE_DEVICE, ProfileGrid, grid_points, profile_metadata, profile_native
 from tltreal.replay import (
     RealRun,
     RecordingPolicy,
@@ -98,10 +98,42 @@ def _real_run(step: int, spec: str, result, recorder: RecordingPolicy) -> RealRu
                    {c: np.asarray(v) for c, v in accepted.items()})
 
 
+class _Silent:
+    """No progress display."""
+
+    def phase(self, name: str, total: int | None = None, unit: str = "units") -> None:
+        pass
+
+    def advance(self, n: int = 1) -> None:
+        pass
+
+
+class _Messages(_Silent):
+    """A plain ``progress(message)`` callable, told each phase's name."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+
+    def phase(self, name: str, total: int | None = None, unit: str = "units") -> None:
+        self.say(name)
+
+
+def phases(progress) -> _Silent:
+    """``progress`` as an object with ``phase(name, total, unit)`` and ``advance(n)`` (e.g.
+    :class:`tltsim.cli.progress.PhaseProgress`): None is silent, a plain callable gets each phase's
+    name."""
+    if progress is None:
+        return _Silent()
+    if hasattr(progress, "phase") and hasattr(progress, "advance"):
+        return progress
+    return _Messages(progress)
+
+
 def run_real(target: Transformer, requests: ReplayRequests, specs: Sequence[str], accept: Positional, *,
-             max_batch: int, seed: int, repeats: int = 1) -> list[RealRun]:
+             max_batch: int, seed: int, repeats: int = 1, on_run: Callable[[], None] | None = None) -> list[RealRun]:
     """The reference (``no-sd``) and every speculative policy on one step's requests; each policy runs
-    ``repeats`` times and the run with the median makespan is kept (CPU timings vary from run to run)."""
+    ``repeats`` times and the run with the median makespan is kept (CPU timings vary from run to run).
+    ``on_run()`` is called after each run (progress)."""
     probs = accept.position_probs(PINNED_DEPTH, PINNED_TOPK)
     # The truth for the pinned drafter runs PINNED_DEPTH tokens past every response's end: a drafter
     # blind past the end would censor the measured acceptance of every request's last iterations.
@@ -117,6 +149,8 @@ def run_real(target: Transformer, requests: ReplayRequests, specs: Sequence[str]
                 result = speculative_run(target, requests, reference, recorder, position_probs=probs,
                                          max_batch=max_batch, seed=seed)
             tries.append(_real_run(requests.step, spec, result, recorder))
+            if on_run is not None:
+                on_run()
         tries.sort(key=lambda r: r.makespan)
         runs.append(tries[len(tries) // 2])
     return runs
@@ -165,8 +199,9 @@ def cpu_roofline(cfg: ModelConfig, seconds: float = 0.5) -> RooflineCostModel:
 
 
 def profile_table(target: Transformer, runs: Sequence[RealRun], settings: NativeSettings, accept: Positional,
-                  command: str) -> tuple[pd.DataFrame, dict[str, str]]:
-    """Profile the engine over the batch sizes, contexts and draft shapes the real runs reached."""
+                  command: str, progress=None) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Profile the engine over the batch sizes, contexts and draft shapes the real runs reached
+    (``progress``: see :func:`phases`; one phase, one unit per grid point)."""
     contexts = [max(c) for r in runs for c in r.iterations["contexts"] if len(c)]
     hi = int(max(contexts)) if contexts else 64
     grid_contexts = tuple(sorted({int(x) for x in np.geomspace(32, max(64, hi), 4).round()}))
@@ -176,7 +211,10 @@ def profile_table(target: Transformer, runs: Sequence[RealRun], settings: Native
                        contexts=grid_contexts, prefill_lengths=lengths, sd_configs=configs,
                        iterations=settings.grid_iterations, repeats=settings.grid_repeats)
     probs = accept.position_probs(PINNED_DEPTH, PINNED_TOPK)
-    df = profile_native(target, grid, position_probs=dict.fromkeys(configs, probs), seed=settings.seed)
+    shown = phases(progress)
+    shown.phase("profiling the engine", grid_points(grid), "grid points")
+    df = profile_native(target, grid, position_probs=dict.fromkeys(configs, probs), seed=settings.seed,
+                        on_point=shown.advance)
     meta = profile_metadata(target, command=command, model_fingerprint=shape_fingerprint(shape_of(settings.model)))
     return df, meta
 
@@ -239,9 +277,9 @@ def compare(steps: Sequence, specs: Sequence[str], runs: Sequence[RealRun], resu
     ``result``'s makespan, per-iteration and accept-length tables."""
     by_key = {(r.step, r.policy): r for r in runs}
     make_rows, acc_rows, sim_logs = [], [], []
+    shown = phases(progress)
     for w in steps:
-        if progress:
-            progress(f"simulating step {w.step}")
+        shown.phase(f"simulating step {w.step}", len(specs), "policies")
         for spec in specs:
             real = by_key[(w.step, spec)]
             row = {"step": w.step, "policy": spec, "real_s": real.makespan}
@@ -260,6 +298,7 @@ def compare(steps: Sequence, specs: Sequence[str], runs: Sequence[RealRun], resu
             sd = real.iterations[real.iterations["config"] != NO_SD] if len(real.iterations) else real.iterations
             real_accept = float(np.average(sd["accept_length"], weights=sd["batch_size"])) if len(sd) else np.nan
             acc_rows.append({"step": w.step, "policy": spec, "real": real_accept, **sim_accept})
+            shown.advance()
     iter_rows = []
     for r in runs:
         for cost_name in ("calibrated", "analytic"):
@@ -282,6 +321,8 @@ def validate_native(workloads: Sequence, specs: Sequence[str], accept: Positiona
                     progress=None) -> tuple[ValidationResult, pd.DataFrame | None, dict[str, str] | None]:
     """Run, profile (unless ``table``), simulate and compare (module docstring). Returns the result and
     the table rows and metadata when it was profiled now (for the caller to write)."""
+    shown = phases(progress)
+    shown.phase("building the model, warm-up run")
     torch.manual_seed(settings.seed)
     target = random_model(settings.model, seed=settings.seed, dtype=torch.float32)
     steps = [scaled(w, settings.length_scale) for w in workloads]
@@ -290,21 +331,18 @@ def validate_native(workloads: Sequence, specs: Sequence[str], accept: Positiona
     reference_run(target, all_requests[0], max_batch=settings.max_batch)  # warm-up: first runs are slower, untimed
     runs: list[RealRun] = []
     for requests in all_requests:
-        if progress:
-            progress(f"real runs, step {requests.step}")
+        shown.phase(f"real runs, step {requests.step}", len(specs) * settings.real_repeats, "runs")
         runs += run_real(target, requests, specs, accept, max_batch=settings.max_batch, seed=settings.seed,
-                         repeats=settings.real_repeats)
+                         repeats=settings.real_repeats, on_run=shown.advance)
     rows, meta = None, None
     if table is None:
-        if progress:
-            progress("profiling the engine")
-        rows, meta = profile_table(target, runs, settings, accept, command)
+        rows, meta = profile_table(target, runs, settings, accept, command, progress=shown)
         table = TableCostModel.from_frame(rows, meta, source="profile")
     result = _empty_result(table, cpu_roofline(settings.model))
     # Each run's own accept-length distribution per shape (pooling runs by shape let the last run that
     # used a shape stand for all of them).
     compare(steps, specs, runs, result, engine=native_engine(settings.max_batch), seed=settings.seed,
-            deal_mode=deal_mode, progress=progress,
+            deal_mode=deal_mode, progress=shown,
             accept_sources=lambda real: {"predicted": accept, "measured": MeasuredAcceptance(real.accepted, accept)})
     return result, rows, meta
 
@@ -366,16 +404,15 @@ def validate_vllm(workloads: Sequence, specs: Sequence[str], settings: NativeSet
                       max_model_len=max(VllmSettings.max_model_len, 2 ** int(np.ceil(np.log2(longest + 64)))))
     target_dir, draft_dir = write_models(Path(workdir), settings.model, seed=settings.seed,
                                          late_scale=vllm.late_scale)
-    if progress:
-        progress("real runs on vLLM")
+    shown = phases(progress)
+    shown.phase(f"real runs on vLLM ({len(specs)} policies x {len(all_requests)} steps x {settings.real_repeats})")
     runs = run_policies(target_dir, draft_dir, vs, all_requests, specs, repeats=settings.real_repeats)
     # A draft length a run never used (the sim's batch may differ) falls back to every run's acceptance.
     pooled = fitted_chain([r.accepted for r in runs])
     contexts = [max(c) for r in runs for c in r.iterations["contexts"] if len(c)]
     hi = int(max(contexts)) if contexts else 64
     prompts = [len(p) for r in all_requests for p in r.prompts]
-    if progress:
-        progress("profiling vLLM")
+    shown.phase("profiling vLLM")
     rows = profile_vllm(target_dir, draft_dir, vs, batch_sizes=[b for b in settings.grid_batches
                                                                 if b <= settings.max_batch],
                         contexts=sorted({int(x) for x in np.geomspace(16, max(32, hi), 4).round()}),
@@ -390,7 +427,7 @@ def validate_vllm(workloads: Sequence, specs: Sequence[str], settings: NativeSet
                            plain_table=TableCostModel.from_frame(plain, meta, source="profile (vLLM, plain)"))
     engine = SimEngineConfig(max_batch=settings.max_batch, prefill_budget=vs.max_batched_tokens, switch="in_step",
                              acceptance_mode="stochastic", mixed_prefill=True)
-    compare(steps, specs, runs, result, engine=engine, seed=settings.seed, deal_mode=deal_mode, progress=progress,
+    compare(steps, specs, runs, result, engine=engine, seed=settings.seed, deal_mode=deal_mode, progress=shown,
             accept_sources=lambda real: {"measured": MeasuredAcceptance(real.accepted, pooled)})
     return result, tables, meta
 
@@ -408,6 +445,7 @@ __all__ = [
     "fitted_chain",
     "iteration_errors",
     "native_engine",
+    "phases",
     "profile_table",
     "run_real",
     "scaled",

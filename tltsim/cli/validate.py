@@ -40,6 +40,51 @@ def _command() -> str:
     return "tlt " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
+#: Scenario sections ``tlt validate`` never reads: it runs the trace steps and policies on this machine
+#: with its own small model (--model), engine (--max-batch) and a profiled or given (--table) cost table.
+UNUSED_BY_VALIDATE = ("model.", "cluster.", "engine.", "cost.", "drafter.", "spot.", "rl.", "acceptance.mode")
+
+
+def validation_scenario(scenario: str, backend: Backend):
+    """The scenario ``tlt validate`` replays, checked before any work: refused with presets (whole
+    simulated RL runs, which a validation of rollout policies cannot run; it used to ignore them
+    and run silent for minutes), with one warning line naming the fields it does not use."""
+    from tltsim.cli.sim import warn
+    from tltsim.scenario import resolve
+
+    resolved = resolve(scenario)
+    s = resolved.scenario
+    if s.presets:
+        raise InputError("tlt validate runs rollout policies on a real engine; presets are whole simulated RL runs "
+                         "it cannot run (use tlt sim run --scenario ... for them, or remove presets)",
+                         path=resolved.given.get("presets"), field="presets")
+    unused = UNUSED_BY_VALIDATE + (("acceptance.",) if backend is Backend.vllm else ())
+    ignored = [f for f in resolved.given if f.startswith(unused)]
+    if ignored:
+        shown = ", ".join(ignored[:5]) + (f" and {len(ignored) - 5} more" if len(ignored) > 5 else "")
+        warn(f"{resolved.file}: {shown} not used by tlt validate (it replays the trace steps and policies on this "
+             "machine with --model, --max-batch and a profiled cost table)")
+    for kind, text in resolved.notes:
+        if kind == "trace-seed":
+            warn(text)
+    return s
+
+
+def _phase_plan(n_steps: int, backend: Backend, profiled: bool) -> int:
+    """How many phases ``tlt validate`` shows: native: warm-up, real runs per step, the profile (unless
+    --table), simulation per step; vLLM: real runs, profile, simulation per step; then the report."""
+    if backend is Backend.vllm:
+        return 2 + n_steps + 1
+    return 1 + 2 * n_steps + int(profiled) + 1
+
+
+def phase_console():
+    """The stderr console the phase progress draws on (a bar on a terminal, lines elsewhere)."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
 def validate(
     scenario: Annotated[str, typer.Option(help="Scenario TOML or bundled name: trace steps and the policies to run.")]
     = "validation_dapo_cpu",
@@ -76,45 +121,49 @@ def validate(
         raise InputError(f"must be in [1, 256], got {max_batch}", field="--max-batch")
     if not 1 <= repeats <= 20:
         raise InputError(f"must be in [1, 20], got {repeats}", field="--repeats")
-    check_output_dir(out, force)
+    if backend is Backend.vllm and table is not None:
+        raise InputError("the vLLM backend profiles vLLM itself; --table is for the native backend",
+                         field="--table")
+    s = validation_scenario(scenario, backend)
+    check_output_dir(out, force, kind="validation", inputs=[scenario, *(p for p in (model, table) if p)])
     _need_torch()
     import pandas as pd
 
     from analysis.validation_report import write_validation_report
     from tltreal.validation import NativeSettings, validate_native
+    from tltsim.cli.progress import PhaseProgress
     from tltsim.cost import TableCostModel
-    from tltsim.scenario import acceptance_model, load_scenario, load_steps, policies_with_baseline
+    from tltsim.scenario import acceptance_model, load_steps, policies_with_baseline
 
-    s = load_scenario(scenario)
     settings = NativeSettings(model=_model_config(model), length_scale=length_scale, max_batch=max_batch,
                               seed=s.seed, grid_repeats=repeats, real_repeats=repeats)
     workloads = load_steps(s.trace)
     specs = policies_with_baseline(s.policies)
+    bar = PhaseProgress(phase_console(), planned=_phase_plan(len(workloads), backend, table is None))
     if backend is Backend.vllm:
         import tempfile
 
         from tltreal.validation import VllmValidation, validate_vllm, vllm_chains
 
-        if table is not None:
-            raise InputError("the vLLM backend profiles vLLM itself; --table is for the native backend",
-                             field="--table")
         vllm_chains(specs, max_batch, s.seed)  # refuses a policy vLLM cannot run before anything starts
         vllm_settings = VllmValidation(drafter=drafter, late_scale=late_scale)
-        with tempfile.TemporaryDirectory(prefix="tlt-vllm-") as workdir:
+        with bar, tempfile.TemporaryDirectory(prefix="tlt-vllm-") as workdir:
             result, tables, meta = validate_vllm(workloads, specs, settings, vllm_settings,
                                                  workdir=workdir, deal_mode=s.trace.deal, command=_command(),
-                                                 progress=lambda msg: typer.echo(msg))
-        metrics = pd.DataFrame([{"step": r.step, "policy": r.policy, **r.metrics} for r in result.real_runs])
-        write_validation_report(out, result, s, settings, command=_command(), profile=(tables["drafter"], meta),
-                                force=force, vllm=vllm_settings,
-                                extra={"cost_table_plain": tables["plain"], "vllm_metrics": metrics})
+                                                 progress=bar)
+            bar.phase("writing the report")
+            metrics = pd.DataFrame([{"step": r.step, "policy": r.policy, **r.metrics} for r in result.real_runs])
+            write_validation_report(out, result, s, settings, command=_command(), profile=(tables["drafter"], meta),
+                                    force=force, vllm=vllm_settings,
+                                    extra={"cost_table_plain": tables["plain"], "vllm_metrics": metrics})
     else:
         given = TableCostModel.from_file(table) if table is not None else None
         accept = acceptance_model(s.acceptance)
-        result, rows, meta = validate_native(workloads, specs, accept, settings, table=given,
-                                             deal_mode=s.trace.deal, command=_command(),
-                                             progress=lambda msg: typer.echo(msg))
-        write_validation_report(out, result, s, settings, command=_command(), profile=(rows, meta), force=force)
+        with bar:
+            result, rows, meta = validate_native(workloads, specs, accept, settings, table=given,
+                                                 deal_mode=s.trace.deal, command=_command(), progress=bar)
+            bar.phase("writing the report")
+            write_validation_report(out, result, s, settings, command=_command(), profile=(rows, meta), force=force)
     typer.echo(f"wrote {out}/README.md")
 
 
@@ -166,9 +215,10 @@ def profile(
     import torch
 
     from tltreal.model import random_model
-    from tltreal.profiler import ProfileGrid, profile_metadata, profile_native
+    from tltreal.profiler import ProfileGrid, grid_points, profile_metadata, profile_native
     from tltreal.validation import PINNED_DEPTH, PINNED_TOPK, shape_of
     from tltsim.acceptance import get_acceptance
+    from tltsim.cli.progress import PhaseProgress
     from tltsim.cost import shape_fingerprint, write_table
 
     cfg = _model_config(config)
@@ -176,13 +226,17 @@ def profile(
         _profile_vllm(cfg, shapes, batches, contexts, repeats, drafter, out)
         return
     accept = get_acceptance(acceptance)
-    target = random_model(cfg, seed=0, dtype=torch.float32)
-    grid = ProfileGrid(batch_sizes=batches, contexts=contexts, sd_configs=shapes, repeats=repeats,
-                       prefill_lengths=tuple(sorted({1, 8, 64, max(contexts)})))
-    probs = accept.position_probs(PINNED_DEPTH, PINNED_TOPK)
-    df = profile_native(target, grid, position_probs=dict.fromkeys(shapes, probs))
-    write_table(df, profile_metadata(target, command=_command(), model_fingerprint=shape_fingerprint(shape_of(cfg))),
-                out)
+    with PhaseProgress(phase_console(), planned=3) as bar:
+        bar.phase("building the model")
+        target = random_model(cfg, seed=0, dtype=torch.float32)
+        grid = ProfileGrid(batch_sizes=batches, contexts=contexts, sd_configs=shapes, repeats=repeats,
+                           prefill_lengths=tuple(sorted({1, 8, 64, max(contexts)})))
+        probs = accept.position_probs(PINNED_DEPTH, PINNED_TOPK)
+        bar.phase(f"profiling {len(shapes)} draft shapes, {repeats} repeats", grid_points(grid), "grid points")
+        df = profile_native(target, grid, position_probs=dict.fromkeys(shapes, probs), on_point=bar.advance)
+        bar.phase("writing the table")
+        write_table(df, profile_metadata(target, command=_command(),
+                                         model_fingerprint=shape_fingerprint(shape_of(cfg))), out)
     typer.echo(f"{len(df)} measurements -> {out}")
 
 
@@ -196,14 +250,19 @@ def _profile_vllm(cfg, shapes, batches, contexts, repeats: int, drafter: str, ou
 
     plain_out = out.with_name(out.stem + "-plain.parquet")
     check_output_file(plain_out)
+    from tltsim.cli.progress import PhaseProgress
+
     settings = VllmSettings(model=cfg, drafter=drafter, max_batch=max(batches),
                             max_model_len=max(2048, 2 * max(contexts)))
-    with tempfile.TemporaryDirectory(prefix="tlt-vllm-") as workdir:
+    with PhaseProgress(phase_console(), planned=3) as bar, tempfile.TemporaryDirectory(prefix="tlt-vllm-") as workdir:
+        bar.phase("writing the vLLM model folders")
         target_dir, draft_dir = write_models(Path(workdir), cfg, seed=0, late_scale=settings.late_scale)
+        bar.phase(f"profiling vLLM ({len(batches)} batch sizes x {len(contexts)} contexts, {repeats} repeats)")
         rows = profile_vllm(target_dir, draft_dir, settings, batch_sizes=batches, contexts=contexts,
                             chains=sorted({c.depth for c in shapes}), prefill_lengths=sorted({1, 8, 64, max(contexts)}),
                             repeats=repeats)
-    meta = vllm_metadata(settings, command=_command(), model_fingerprint=shape_fingerprint(shape_of(cfg)))
-    for name, path in (("drafter", out), ("plain", plain_out)):
-        write_table(rows[rows["engine"] == name].drop(columns="engine").reset_index(drop=True), meta, path)
+        bar.phase("writing the tables")
+        meta = vllm_metadata(settings, command=_command(), model_fingerprint=shape_fingerprint(shape_of(cfg)))
+        for name, path in (("drafter", out), ("plain", plain_out)):
+            write_table(rows[rows["engine"] == name].drop(columns="engine").reset_index(drop=True), meta, path)
     typer.echo(f"{len(rows)} measurements -> {out} (drafter engine), {plain_out} (plain engine)")

@@ -1,0 +1,107 @@
+"""Progress of long commands (issue 21: `tlt validate` printed three lines in 13-21 minutes).
+
+:class:`~tltsim.cli.progress.PhaseProgress` draws a bar with ETA per phase on a terminal and one
+line per phase with the elapsed time elsewhere; ``tltreal.validation`` and ``tltreal.profiler``
+report their phases and units to it. A full ``tlt validate`` takes 15+ minutes, so the plumbing is
+tested on a tiny real run (one step, two prompt groups, grid of two batch sizes).
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from tltsim.cli.progress import PhaseProgress
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_off_a_terminal_one_line_per_phase_with_elapsed_time() -> None:
+    buf, clock = io.StringIO(), Clock()
+    with PhaseProgress(Console(file=buf, force_terminal=False, width=200), planned=3, clock=clock) as bar:
+        bar.phase("warm-up")
+        clock.t = 75
+        bar.phase("real runs, step 0", 12, "runs")
+        for _ in range(12):
+            bar.advance()  # silent off a terminal: a line per unit would flood a log
+        clock.t = 3725
+        bar.phase("writing the report")
+    assert buf.getvalue().splitlines() == ["[0:00:00] phase 1/3: warm-up",
+                                           "[0:01:15] phase 2/3: real runs, step 0 (12 runs)",
+                                           "[1:02:05] phase 3/3: writing the report", "[1:02:05] done"]
+
+
+def test_on_a_terminal_a_bar_per_phase_with_units_and_eta() -> None:
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=120)
+    with PhaseProgress(console, planned=2) as bar:
+        bar.phase("profiling the engine", 4, "grid points")
+        bar.advance(3)
+        assert bar._bar is not None
+        task = bar._bar.tasks[-1]
+        assert (task.completed, task.total, task.description) == (3, 4, "[1/2] profiling the engine")
+        bar.phase("writing the table")
+        assert bar._bar.tasks[0].finished  # an earlier phase is shown complete
+    out = buf.getvalue()
+    assert "profiling the engine" in out and "ETA" in out and "[2/2] writing the table" in out
+
+
+def test_validation_takes_a_plain_callable_or_a_phase_display() -> None:
+    pytest.importorskip("torch")
+    from tltreal.validation import phases
+
+    said: list[str] = []
+    shown = phases(said.append)
+    shown.phase("real runs, step 0", 4, "runs")
+    shown.advance()
+    assert said == ["real runs, step 0"]
+    bar = PhaseProgress(Console(file=io.StringIO()))
+    assert phases(bar) is bar and phases(None).phase("x") is None
+
+
+class Recorder:
+    """Records what a phase display is told."""
+
+    def __init__(self) -> None:
+        self.phases: list[tuple[str, int | None]] = []
+        self.done: list[int] = []
+
+    def phase(self, name: str, total: int | None = None, unit: str = "units") -> None:
+        self.phases.append((name, total))
+        self.done.append(0)
+
+    def advance(self, n: int = 1) -> None:
+        self.done[-1] += n
+
+
+def test_validate_native_reports_every_phase_and_unit(monkeypatch) -> None:
+    """A tiny real validation: the phases are the ones `tlt validate` plans (tltsim.cli.validate
+    ._phase_plan, less the report it writes itself) and each phase's units all arrive."""
+    pytest.importorskip("torch")
+    from tltreal.validation import NativeSettings, validate_native
+    from tltsim.cli.validate import Backend, _phase_plan
+    from tltsim.scenario import acceptance_model, load_steps, policies_with_baseline, resolve
+
+    s = resolve(None, [("trace.name", "polytrace_rl_rollouts", "t"), ("trace.source", "polytrace/verl_dapo_qwen2.5-32b",
+                                                                      "t"),
+                       ("trace.prompts_per_step", "1", "t"), ("policies", "static:2_1_2", "t")]).scenario
+    workloads = load_steps(s.trace)
+    settings = NativeSettings(length_scale=1 / 128, max_batch=2, grid_batches=(1, 2), grid_iterations=2,
+                              grid_repeats=1, real_repeats=1)
+    rec = Recorder()
+    specs = policies_with_baseline(s.policies)
+    validate_native(workloads, specs, acceptance_model(s.acceptance), settings, progress=rec)
+    names = [name for name, _ in rec.phases]
+    assert names[0].startswith("building the model") and names[1] == "real runs, step 0"
+    assert names[2] == "profiling the engine" and names[3] == "simulating step 0"
+    assert len(names) == _phase_plan(len(workloads), Backend.native, profiled=True) - 1
+    for (_, total), done in zip(rec.phases, rec.done, strict=True):
+        assert done == (total or 0)  # every unit announced arrives, no more
