@@ -37,8 +37,9 @@ FILE = "{file}"  # in ``expect``: the case's scenario (or sweep spec) path
 class Case:
     """One hostile command line. ``scenario``: TOML written to ``s.toml`` in the case's folder and
     passed as ``--scenario`` (``sweep points``: the spec itself); ``special``: a special file used
-    instead (``fifo``, ``devzero``, ``big``, ``fifo-link``); ``expect``: the words the error line
-    must hold, ``{file}`` standing for that path."""
+    instead (``fifo``, ``devzero``, ``big``, ``fifo-link``; ``fifo-arg``: a FIFO ``{dir}/pipe`` the
+    arguments name); ``expect``: the words the error line
+    must hold, ``{file}`` standing for that path; ``{dir}`` in ``args`` is the case's folder."""
 
     id: str
     command: str
@@ -117,6 +118,10 @@ CASES: list[Case] = [
     Case("trace-devzero", "sim run", ("--trace", "/dev/zero"), expect=("--trace", "field 'trace.name'")),
     Case("model-devzero", "sim run", ("--model", "/dev/zero"), expect=("--model", "field 'model.name'",
                                                                         "not a regular file")),
+    Case("model-fifo", "sim run", ("--model", "{dir}/pipe"), special="fifo-arg",
+         expect=("--model", "field 'model.name'", "not a regular file")),
+    Case("trace-fifo", "sim run", ("--set", "trace.name={dir}/pipe"), special="fifo-arg",
+         expect=("--set", "field 'trace.name'")),
     sim("cost-table-devzero", "--set", "cost.model=table", "--set", "cost.table=/dev/zero",
         expect=("--set", "field 'cost.table'", "not a regular file")),
     # rl.*
@@ -248,6 +253,9 @@ def _scenario_path(case: Case, root: Path) -> Path | None:
         (root / "s.toml").symlink_to(root / "pipe")
     elif case.special == "big":
         (root / "s.toml").write_text("# padding\n" * 500_000)
+    elif case.special == "fifo-arg":  # a FIFO named in the arguments as {dir}/pipe
+        os.mkfifo(root / "pipe")
+        return None
     elif case.special == "devzero":
         return Path("/dev/zero")
     elif case.scenario is not None:
@@ -263,7 +271,8 @@ def _argv(case: Case, root: Path, scenario: Path | None) -> list[str]:
         assert scenario is not None
         return ["sweep", "points", str(scenario)]
     given = ["--scenario", str(scenario)] if scenario is not None else []
-    return [*case.command.split(), *given, *case.args, "--out", str(out)]
+    args = [a.replace("{dir}", str(root)) for a in case.args]
+    return [*case.command.split(), *given, *args, "--out", str(out)]
 
 
 class Hang(Exception):
