@@ -99,3 +99,33 @@ def test_bundled_scenarios_are_listed_and_capped_responses_reported(tmp_path):
                       "--out", str(tmp_path / "aime"))
     assert proc.returncode == 0, proc.stderr
     assert "hit the length cap; simulated at the cap" in proc.stdout
+
+
+def test_validation_scenarios_are_described_as_what_tlt_validate_runs():
+    """The CPU validation scenarios used to be listed as "Qwen2.5-7B, 64 x H100, TP 4": the simulator
+    defaults tlt validate never uses."""
+    from conftest import invoke_cli
+    from tltsim.cli.sim import scenario_row
+    from tltsim.scenario import bundled_scenarios, load_scenario
+
+    for name in ("validation_dapo_cpu", "validation_vllm_cpu"):
+        row = scenario_row(name, load_scenario(bundled_scenarios()[name]))
+        assert row[1] == "tlt validate" and "H100" not in " ".join(row) and "Qwen2.5-7B" not in " ".join(row)
+        assert "small random model" in row[3] and "CPU" in row[4] and "steps 0-1, 16 prompts" in row[2]
+    row = scenario_row("dapo_qwen32b_polytrace", load_scenario(bundled_scenarios()["dapo_qwen32b_polytrace"]))
+    assert row[1:5] == ("tlt sim run", "polytrace/verl_dapo_qwen2.5-32b (step 0)", "Qwen2.5-32B",
+                        "32 x H100, TP 4 (8 rollout workers)")
+    listed = invoke_cli("sim", "scenarios")
+    assert listed.returncode == 0 and listed.stdout.count("tlt validate") == 2
+
+
+def test_warnings_are_one_line_each_before_the_run(tmp_path):
+    """Valid settings that change nothing run, with one warning line each (the trace ships with tlt)."""
+    from conftest import invoke_cli
+
+    res = invoke_cli("sim", "run", "--set", "rl.ppo_epochs=2", "--set", "trace.seed=3", "--trace",
+                     "tlt_grpo_arith_seed0", "--gpus", "8", "--out", str(tmp_path / "r"))
+    assert res.returncode == 0, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert [line.split(":")[1].strip() for line in lines] == ["warning", "warning"], lines
+    assert "rl.ppo_epochs is used only by whole RL runs" in lines[0] and "trace.seed" in lines[1]
