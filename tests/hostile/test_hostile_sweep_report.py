@@ -9,7 +9,7 @@ One data-driven corpus (:data:`CASES`), one contract per case:
   naming the damaged file; the folder is unchanged (a reader only reads), or, for a command that
   repairs, ``recovered`` asserts exactly what changed (the damaged part moved aside with its bytes,
   only its point evaluated again).
-* ``usage``: a malformed option value is refused by the option parser itself (click's message, exit
+* ``usage``: a malformed option value is refused by the option parser itself (click's message as one line, exit
   2), before tlt runs; nothing written.
 
 Every case runs in-process under a SIGALRM bound (``timeout_s``): a command that blocks (a FIFO given
@@ -561,7 +561,8 @@ def test_hostile_input(case: Case, built, tmp_path, monkeypatch):
     assert "Traceback" not in text, text
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     if case.outcome == "usage":
-        assert proc.returncode == 2 and "Usage:" in proc.stderr, proc.stderr
+        assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("tlt: error:"), proc.stderr
+        assert f"see 'tlt {case.command} --help'" in lines[0], lines[0]
         assert all(w in proc.stderr for w in words), (words, proc.stderr)
         assert after == before
         return

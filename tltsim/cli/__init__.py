@@ -13,6 +13,11 @@ import typer
 
 from tltsim.errors import EXIT_INPUT_ERROR, InputError
 
+try:  # typer 0.2x vendors click; older typer uses click itself
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover
+    from click import exceptions as click_errors  # type: ignore[no-redef]
+
 app = typer.Typer(
     name="tlt",
     help="Simulate, compare, run and validate adaptive speculative decoding for RL rollouts.",
@@ -74,26 +79,45 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise Terminated
 
 
+def _usage_line(exc: click_errors.ClickException) -> str:
+    """A click usage error (unknown option, bad value, missing argument) as the one line every other
+    bad input gets, keeping click's own suggestion ("Did you mean --trace?") and naming the help."""
+    text = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    return f"{text} (see '{ctx.command_path} --help')" if ctx is not None else text
+
+
 def main() -> None:
-    """Console-script entry point: input errors are one line and exit 2; Ctrl-C exits 130 and
-    SIGTERM 143 (the shell's 128 + signal), both after cleaning up. (Typer turns an interrupt into
-    exit 130 itself; the flag tells the two signals apart.)"""
+    """Console-script entry point: input errors, click's usage errors included, are one line and exit
+    2; Ctrl-C exits 130 and SIGTERM 143 (the shell's 128 + signal), both after cleaning up. (Typer
+    turns an interrupt into exit 130 itself; the flag tells the two signals apart.)"""
     global _terminated
     _terminated = False
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        app()
+        code = app(prog_name="tlt", standalone_mode=False)
+        code = code if isinstance(code, int) else 0
+    except click_errors.NoArgsIsHelpError as exc:  # `tlt sim`: the help, as typer shows it
+        from typer import rich_utils
+
+        rich_utils.rich_format_error(exc)
+        code = exc.exit_code
+    except click_errors.ClickException as exc:
+        print(f"tlt: error: {_usage_line(exc)}", file=sys.stderr)
+        code = EXIT_INPUT_ERROR if isinstance(exc, click_errors.UsageError) else exc.exit_code
+    except typer.Abort:  # end of input at a prompt
+        print("tlt: aborted", file=sys.stderr)
+        code = 1
     except InputError as exc:
         print(f"tlt: error: {exc}", file=sys.stderr)
-        sys.exit(EXIT_INPUT_ERROR)
-    except (SystemExit, KeyboardInterrupt) as exc:
-        code = exc.code if isinstance(exc, SystemExit) else 128 + signal.SIGINT
+        code = EXIT_INPUT_ERROR
+    except KeyboardInterrupt:
+        code = 128 + signal.SIGINT
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if code == 128 + signal.SIGINT:
         if _terminated:
             print("tlt: terminated (SIGTERM); nothing half written was left behind", file=sys.stderr)
             sys.exit(128 + signal.SIGTERM)
-        if code == 128 + signal.SIGINT:
-            print("tlt: interrupted; nothing half written was left behind", file=sys.stderr)
-            sys.exit(code)
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        print("tlt: interrupted; nothing half written was left behind", file=sys.stderr)
+    sys.exit(code)
