@@ -344,7 +344,7 @@ class Resolved:
     given: dict[str, str]
     file: str | None = None
     flags: tuple[str, ...] = ()
-    notes: tuple[tuple[str, str], ...] = ()  # (kind, warning): kinds rl-only, policies, trace-seed
+    notes: tuple[tuple[str, str], ...] = ()  # (kind, warning): rl-only, stale-default, policies, trace-seed
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -445,6 +445,11 @@ def _notes(s: Scenario, given: dict[str, str], by_flag: dict[str, tuple[str, Any
         verb = "is" if len(rl_only) == 1 else "are"
         out.append(("rl-only", f"{where}: {shown} {verb} used only by whole RL runs (presets, --preset); this run "
                     "compares rollout policies, so changing it does nothing"))
+    d = s.drafter
+    if s.presets and d.stale_quality > d.quality:  # only the default gets here (validate refuses a set one)
+        out.append(("stale-default", f"{given.get('drafter.quality', given['presets'])}: drafter.quality = "
+                    f"{d.quality:g} is below the default drafter.stale_quality = {d.stale_quality:g}, so the "
+                    "drafter never goes stale in these RL runs; set drafter.stale_quality <= drafter.quality"))
     if s.presets and "policies" in given and "policies" not in by_flag:
         out.append(("policies", f"{given['policies']}: field 'policies' is not used: {given['presets']} runs whole "
                     "RL runs of presets, each with its own SD policy"))
@@ -601,10 +606,10 @@ def _check_rl_sections(s: Scenario, path: str | None) -> None:
     _one_of(d.kind, DRAFTER_KINDS, "drafter.kind", path)
     _in_range(d.ngram_lookup_s, "drafter.ngram_lookup_s", path, 0, 1)
     # The floor a drafter never trained again decays to. Above the trained ceiling it would be clamped
-    # to it (no staleness at all), so refuse it wherever the user set it or a whole RL run uses it;
-    # the default riding above a lowered drafter.quality in a rollout-only run is harmless.
-    stale_used = bool(s.presets) or d.stale_quality != DrafterSection.stale_quality
-    if stale_used and not 0 <= d.stale_quality <= d.quality:
+    # to it (no staleness at all), so a value the user set there is refused. The default riding above
+    # a lowered drafter.quality is not: applied one at a time (apply_override), --set drafter.quality=0.7
+    # --set drafter.stale_quality=0.6 passes through it; resolve() warns when a whole RL run meets it.
+    if d.stale_quality != DrafterSection.stale_quality and not 0 <= d.stale_quality <= d.quality:
         raise InputError(f"must be in [0, drafter.quality = {d.quality:g}] (a stale drafter is never better than "
                          f"the trained one), got {d.stale_quality:g}", path=path, field="drafter.stale_quality")
     sp = s.spot

@@ -76,8 +76,8 @@ CASES: list[Case] = [
     sets("stale-quality-nan", "drafter.stale_quality=nan", "finite"),
     simfile("stale-above-quality", "[drafter]\nquality = 0.9\nstale_quality = 0.95", "drafter.stale_quality",
             "drafter.quality = 0.9"),
-    simfile("stale-default-above-quality-presets", 'presets = ["static-drafter"]\n[drafter]\nquality = 0.8',
-            "drafter.stale_quality", "got 0.89"),
+    sim("stale-above-quality-presets", "--preset", "tlt", "--set", "drafter.quality=0.9", "--set",
+        "drafter.stale_quality=0.95", expect=("--set", "field 'drafter.stale_quality'", "drafter.quality = 0.9")),
     # 3. RL steps that never update the actor
     sets("ppo-epochs-0", "rl.ppo_epochs=0", "never update the actor"),
     sets("ppo-epochs-negative", "rl.ppo_epochs=-1"),
