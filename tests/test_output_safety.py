@@ -441,6 +441,33 @@ def test_sigkill_leftovers_are_swept_by_the_next_run(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == [".res.keep-me", "res"]
 
 
+_HOLD_FILE = """
+import sys, time
+from pathlib import Path
+from tltsim.atomic import write_with
+def slow(tmp):
+    Path(tmp).write_text("partial")
+    print("writing", flush=True)
+    time.sleep(60)
+write_with(Path(sys.argv[1]), slow)
+"""
+
+
+def test_killed_file_writers_temps_are_swept_by_the_next_write(tmp_path: Path) -> None:
+    """write_with's temp files carry the pid too: ten killed writers leave nothing after the next write."""
+    out = tmp_path / "table.parquet"
+    for _ in range(10):
+        proc = subprocess.Popen([sys.executable, "-c", _HOLD_FILE, str(out)], stdout=subprocess.PIPE, text=True,
+                                cwd=REPO)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "writing"
+        proc.kill()
+        proc.wait(timeout=30)
+    assert len([p for p in tmp_path.iterdir() if ".tlt-tmp-" in p.name]) == 1  # each writer swept the one before
+    (tmp_path / ".table.other-tool-tmp").write_text("not tlt's naming: never swept")
+    write_text(out, "done")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".table.other-tool-tmp", "table.parquet"]
+
+
 def test_sweep_spares_a_live_writer(tmp_path: Path) -> None:
     out = tmp_path / "res"
     proc = _hold_open(out)

@@ -42,7 +42,7 @@ from typing import BinaryIO
 import torch
 from torch import nn
 
-from tltsim.atomic import _umask, pid_alive  # _umask: the race-free umask reader
+from tltsim.atomic import _umask, sweep_dead  # _umask: the race-free umask reader
 from tltsim.errors import InputError
 
 FORMAT = "tlt-eagle-drafter-1"
@@ -135,16 +135,9 @@ def sweep_temps(folder: Path) -> list[Path]:
     """Remove temp files of checkpoint writers that are no longer running (killed mid-write).
 
     The pid in the temp name tells a dead writer's file from one a live writer (another thread of
-    this process, or another process on the same folder) is still filling; liveness is
-    :func:`tltsim.atomic.pid_alive`, the test tlt's results folders use."""
-    removed = []
-    for p in folder.iterdir() if folder.is_dir() else ():
-        m = _TEMP.match(p.name)
-        if m and not pid_alive(int(m.group(1))):
-            with contextlib.suppress(FileNotFoundError):
-                p.unlink()
-            removed.append(p)
-    return removed
+    this process, or another process on the same folder) is still filling; the sweep is
+    :func:`tltsim.atomic.sweep_dead`, the one tlt's results folders use."""
+    return sweep_dead(folder, _TEMP)
 
 
 def list_checkpoints(folder: str | Path) -> list[tuple[int, Path]]:

@@ -84,7 +84,8 @@ def _err(path: Path, message: str, field: str) -> InputError:
     return InputError(message, path=path, field=field)
 
 
-def _check_path_text(path: Path, raw: str, field: str) -> None:
+def check_path_text(path: Path, raw: str, field: str) -> None:
+    """Refuse a path no file system can hold (empty, NUL, a component over 255 bytes, 4 KiB in all)."""
     if raw.strip() == "":
         raise InputError("is empty; give a folder name", field=field)
     if "\x00" in raw:
@@ -199,7 +200,7 @@ def check_output_dir(path: str | Path, force: bool = False, *, kind: str, field:
     _check_kind(kind)
     raw = str(path)
     path = Path(path)
-    _check_path_text(path, raw, field)
+    check_path_text(path, raw, field)
     check_not_inputs(path, inputs, field=field)
     here = path.absolute() == Path.cwd() or path.absolute() in Path.cwd().parents or str(path) in (".", "..")
     if here and not force:
@@ -218,7 +219,7 @@ def check_output_file(path: str | Path, *, field: str = "--out") -> Path:
     """Refuse a file target that is a folder, lies under a file, or cannot be written."""
     raw = str(path)
     path = Path(path)
-    _check_path_text(path, raw, field)
+    check_path_text(path, raw, field)
     if path.is_dir():
         raise _err(path, "is a folder; give a file name", field)
     if path.exists() and not os.access(path, os.W_OK):
@@ -255,6 +256,7 @@ def write_with(path: str | Path, writer: Callable[[Path], object], *, field: str
     path = check_output_file(path, field=field)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        sweep_dead(path.parent, _file_temp_pattern(path))  # a killed earlier writer's temp file
         fd, tmp = tempfile.mkstemp(prefix=f".{path.stem[:100]}.{_TMP}-{os.getpid()}-", suffix=path.suffix[:20],
                                    dir=path.parent)
     except OSError as exc:
@@ -287,21 +289,38 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def sweep_stale(path: Path) -> list[Path]:
-    """Remove temp folders of tlt's own naming next to ``path`` whose writing process is gone
-    (a run killed by SIGKILL, or by a scheduler's SIGTERM before cleanup). Returns what was removed."""
-    pattern = re.compile(rf"^\.{re.escape(path.name[:80])}\.(?:{_TMP}|{_OLD})-(\d+)-[A-Za-z0-9_]+$")
-    removed = []
+def sweep_dead(folder: Path, pattern: re.Pattern[str]) -> list[Path]:
+    """Remove the entries of ``folder`` whose name matches ``pattern`` (group 1: the writer's pid)
+    and whose writer is gone: what a SIGKILLed writer (or a scheduler's SIGTERM before cleanup)
+    stranded. A live writer's temp and anything behind a symbolic link are left alone. The one
+    sweep behind every tlt writer: results folders, single files, sweep parts, drafter checkpoints."""
+    removed: list[Path] = []
     try:
-        siblings = list(path.parent.iterdir())
+        entries = list(folder.iterdir())
     except OSError:
         return removed
-    for p in siblings:
+    for p in entries:
         m = pattern.match(p.name)
-        if m and p.is_dir() and not p.is_symlink() and not pid_alive(int(m.group(1))):
+        if not m or p.is_symlink() or pid_alive(int(m.group(1))):
+            continue
+        if p.is_dir():
             shutil.rmtree(p, ignore_errors=True)
-            removed.append(p)
+        else:
+            with contextlib.suppress(OSError):
+                p.unlink()
+        removed.append(p)
     return removed
+
+
+def sweep_stale(path: Path) -> list[Path]:
+    """Remove the temp folders of killed writers of results folder ``path`` (see :func:`sweep_dead`)."""
+    name = re.escape(path.name[:80])
+    return sweep_dead(path.parent, re.compile(rf"^\.{name}\.(?:{_TMP}|{_OLD})-(\d+)-[A-Za-z0-9_]+$"))
+
+
+def _file_temp_pattern(path: Path) -> re.Pattern[str]:
+    """The names :func:`write_with` gives its temp files for ``path`` (``mkstemp``'s random part)."""
+    return re.compile(rf"^\.{re.escape(path.stem[:100])}\.{_TMP}-(\d+)-[A-Za-z0-9_]+{re.escape(path.suffix[:20])}$")
 
 
 @contextlib.contextmanager

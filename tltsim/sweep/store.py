@@ -47,7 +47,7 @@ from typing import Any
 
 import pandas as pd
 
-from tltsim.atomic import pid_alive, write_text, write_with
+from tltsim.atomic import check_path_text, sweep_dead, write_text, write_with
 from tltsim.errors import InputError
 
 META = "sweep.json"
@@ -105,6 +105,7 @@ class SweepStore:
         """Refuse, before any work, a target that is a file or a folder of someone else's files: a
         sweep appends into its folder and must never mix its files with a user's."""
         root = self.root
+        check_path_text(root, str(root), field)
         if root.exists() and not root.is_dir():
             raise InputError("exists and is not a folder; choose another path", path=root, field=field)
         if root.is_dir():
@@ -213,16 +214,7 @@ class SweepStore:
 
     def remove_stale_temps(self) -> list[Path]:
         """Delete temp files of writers that died (SIGKILL mid-write); a live writer's are kept."""
-        removed = []
-        for folder in (self.root, self.results):
-            with contextlib.suppress(OSError):
-                for p in folder.iterdir():
-                    m = _STALE_TEMP.match(p.name)
-                    if m and p.is_file() and not pid_alive(int(m.group(1))):
-                        with contextlib.suppress(OSError):
-                            p.unlink()
-                            removed.append(p)
-        return removed
+        return [p for folder in (self.root, self.results) for p in sweep_dead(folder, _STALE_TEMP)]
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:

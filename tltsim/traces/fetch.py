@@ -135,16 +135,9 @@ def _make_cache(cache: Path) -> None:
 
 def _sweep_stale(folder: Path) -> None:
     """Remove temp folders of fetches that were killed (their names carry the dead writer's pid)."""
-    from tltsim.atomic import pid_alive
+    from tltsim.atomic import sweep_dead
 
-    try:
-        entries = list(folder.iterdir())
-    except OSError:
-        return
-    for p in entries:
-        m = re.match(rf"^{re.escape(_TMP_PREFIX)}.*-(\d+)-[A-Za-z0-9_]+$", p.name)
-        if m and p.is_dir() and not p.is_symlink() and not pid_alive(int(m.group(1))):
-            shutil.rmtree(p, ignore_errors=True)
+    sweep_dead(folder, re.compile(rf"^{re.escape(_TMP_PREFIX)}.*-(\d+)-[A-Za-z0-9_]+$"))
 
 
 @contextlib.contextmanager
