@@ -10,7 +10,6 @@ it does (a table of every setting below 1x).
 
 from __future__ import annotations
 
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from analysis.sd_plots import sd_speedup_heatmap, sd_speedup_vs_batch
 from analysis.style import save_figure
 from analysis.sweep_plots import response_curves, response_surface, with_elastic_columns
 from tltsim.errors import InputError
+from tltsim.input_files import check_input
 
 #: Runs whose baseline is this row are rollout-only policy comparisons; ``verl`` marks RL runs.
 BASELINES = ("no-sd", "verl")
@@ -75,21 +75,8 @@ def kind_of(path: Path) -> str:
         raise InputError(f"neither a sweep folder (no sweep.json) nor a run folder (missing {', '.join(missing)})",
                          path=path)
     for name in (*RUN_FILES, "steps.csv"):
-        _check_regular(path / name)
+        check_input(path / name, what="a file of a `tlt sim run` results folder", missing_ok=True)
     return "run"
-
-
-def _check_regular(path: Path) -> None:
-    """Refuse a FIFO, socket or device (reading a FIFO nobody writes to blocks forever) and a folder
-    where a run's file belongs; a missing file is the caller's to explain."""
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return
-    if not stat.S_ISREG(mode):
-        what = ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
-                else "a socket" if stat.S_ISSOCK(mode) else "a device")
-        raise InputError(f"is {what}, not a file of a `tlt sim run` results folder", path=path)
 
 
 def build_report(path: Path, command: str) -> Report:

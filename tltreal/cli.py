@@ -23,6 +23,7 @@ import typer
 from rich.markup import escape
 
 from tltsim.errors import InputError
+from tltsim.input_files import check_input
 
 app = typer.Typer(help="Run the real engine (needs the `real` extra: torch, triton).", no_args_is_help=True)
 
@@ -41,25 +42,6 @@ def _real() -> None:
 
 
 # ---- inputs and outputs ----------------------------------------------------------------------------
-def check_input(path: Path, field: str, *, folder: bool | None = False) -> None:
-    """Refuse an input that is missing or not a regular file (``folder=False``), not a folder
-    (``True``), or neither (``None``): a FIFO or a device would make the read block or never end."""
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        raise InputError("not found", path=path, field=field) from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or type(exc).__name__}", path=path, field=field) from None
-    if stat.S_ISDIR(mode):
-        if folder is False:
-            raise InputError("is a folder; give a file", path=path, field=field)
-        return
-    if not stat.S_ISREG(mode):
-        raise InputError("is not a regular file (a FIFO, socket or device); give a file", path=path, field=field)
-    if folder is True:
-        raise InputError("is a file; give a folder", path=path, field=field)
-
-
 def generate_outputs(out: Path) -> dict[str, Path]:
     """Every file ``tlt real generate --out OUT`` writes: the event log, the generated tokens
     (``<stem>.tokens.jsonl``) and the resolved settings with the written files' digests

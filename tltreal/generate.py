@@ -19,6 +19,7 @@ from tltreal.model import Transformer, load_model, random_model
 from tltreal.proposers import DraftModel, NgramProposer, OracleDrafter, random_drafter
 from tltreal.sampling import SamplingParams
 from tltsim.errors import InputError
+from tltsim.input_files import check_input
 from tltsim.model_config import ModelConfig
 from tltsim.policy.base import MAX_DEPTH, MAX_TOPK, MAX_VERIFY, SDPolicy
 from tltsim.policy.shapes import policy_shapes, tree_limits
@@ -83,13 +84,10 @@ def read_prompts(path: str | Path, cfg: ModelConfig, tokenizer: str | None = Non
     ``{"text": "..."}`` (needs ``tokenizer``, a local Hugging Face tokenizer folder). Every problem is
     one line naming the file and line."""
     import json
-    import os
-    import stat
 
     path = Path(path)
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the read, /dev/zero never end it
-            raise InputError("is not a regular file; give a JSONL file", path=path, field="--prompts-file")
+        check_input(path, "--prompts-file", what="a JSONL file", missing_ok=True)
         lines = path.read_bytes().decode("utf-8-sig").splitlines()
     except FileNotFoundError:
         raise InputError("file not found", path=path, field="--prompts-file") from None

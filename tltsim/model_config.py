@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tltsim.errors import InputError
+from tltsim.input_files import check_input
 
 SUPPORTED_TYPES = ("llama", "qwen2")
 ROPE_TYPES = ("default", "linear", "llama3")
@@ -177,6 +178,7 @@ class ModelConfig:
             if not (path / "config.json").is_file():
                 raise InputError("is a folder without a config.json; give the config.json file", path=path)
             path = path / "config.json"
+        check_input(path, what="a config.json file", missing_ok=True)  # a FIFO or /dev/zero: one line, no hang
         try:
             raw = json.loads(path.read_bytes().decode("utf-8-sig"))
         except FileNotFoundError:

@@ -424,8 +424,10 @@ def resolve(scenario: str | Path | None = None, settings: Sequence[tuple[str, An
 
 def _check_policies_vs_presets(s: Scenario, given: dict[str, str], by_flag: dict[str, tuple[str, Any]]) -> None:
     """Refuse ``policies`` given beside ``presets`` in the same layer, or on the command line over a
-    scenario's presets: no preset run would use them."""
-    if not s.presets or "policies" not in given:
+    scenario's presets: no preset run would use them. The default policies beside presets are what
+    ``scenario.resolved.toml`` of every preset run states (a resolved file lists every field), so they
+    are read back without a word."""
+    if not s.presets or "policies" not in given or s.policies == DEFAULT_POLICIES:
         return
     policies_flag, presets_flag = "policies" in by_flag, "presets" in by_flag
     if policies_flag or not presets_flag:  # same layer, or --policy over a file's presets

@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from tltsim.errors import InputError
+from tltsim.policy.base import SDConfig
 
 
 class Backend(StrEnum):
@@ -194,7 +195,7 @@ def profile(
     vllm = backend is Backend.vllm
     default_shapes = tuple(SDConfig.chain(k) for k in (1, 3, 5)) if vllm else (
         *DEFAULT_ARMS, *(SDConfig.chain(k) for k in (1, 3, 5)))
-    shapes = tuple(SDConfig.parse(x) for x in shape) if shape else default_shapes
+    shapes = tuple(_draft_shape(x) for x in shape) if shape else default_shapes
     if vllm and any(c.topk != 1 or c.verify_tokens != c.depth for c in shapes):
         raise InputError("vLLM drafts chains only: give K_1_K shapes", field="--shape")
     if drafter not in ("draft", "ngram"):
@@ -208,9 +209,11 @@ def profile(
         raise InputError(f"must be in [1, 20], got {repeats}", field="--repeats")
     if out.suffix != ".parquet":
         raise InputError("the cost table is written as Parquet: give a .parquet path", field="--out")
-    from tltsim.atomic import check_output_file
+    from tltsim.atomic import check_not_inputs, check_output_file
 
-    check_output_file(out)
+    for path in (out, _plain_table(out)) if vllm else (out,):  # every file it writes, before any work
+        check_output_file(path)
+        check_not_inputs(path, [config] if config else [])
     _need_torch()
     import torch
 
@@ -240,17 +243,31 @@ def profile(
     typer.echo(f"{len(df)} measurements -> {out}")
 
 
+def _draft_shape(text: str) -> SDConfig:
+    """One ``--shape``: a draft shape to time (``off`` is none: plain decoding has no shape to profile)."""
+    try:
+        shape = SDConfig.parse(text)
+    except InputError as exc:
+        raise InputError(exc.message, field="--shape") from None
+    if shape.depth == 0:
+        raise InputError(f"'{text}' is no draft shape; give depth_topk_verify, e.g. 8_4_32", field="--shape")
+    return shape
+
+
+def _plain_table(out: Path) -> Path:
+    """Where ``--backend vllm`` writes the plain engine's table, beside ``out``."""
+    return out.with_name(out.stem + "-plain.parquet")
+
+
 def _profile_vllm(cfg, shapes, batches, contexts, repeats: int, drafter: str, out: Path) -> None:
     import tempfile
 
     from tltreal.validation import shape_of
     from tltreal.vllm_backend import VllmSettings, profile_vllm, vllm_metadata, write_models
-    from tltsim.atomic import check_output_file
+    from tltsim.cli.progress import PhaseProgress
     from tltsim.cost import shape_fingerprint, write_table
 
-    plain_out = out.with_name(out.stem + "-plain.parquet")
-    check_output_file(plain_out)
-    from tltsim.cli.progress import PhaseProgress
+    plain_out = _plain_table(out)
 
     settings = VllmSettings(model=cfg, drafter=drafter, max_batch=max(batches),
                             max_model_len=max(2048, 2 * max(contexts)))

@@ -45,7 +45,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
-import stat
 import types
 import typing
 from collections.abc import Iterator, Mapping
@@ -57,6 +56,7 @@ import numpy as np
 
 from tltsim import config_tree
 from tltsim.errors import InputError
+from tltsim.input_files import check_input
 from tltsim.scenario import (
     Scenario,
     field_paths,
@@ -203,21 +203,10 @@ def bundled_specs() -> dict[str, Path]:
 
 def load_spec(name_or_path: str | Path) -> SweepSpec:
     """Read, check and return a sweep spec (one-line InputErrors naming the file and the axis)."""
-    _check_regular(config_tree.find_file(name_or_path, bundled_specs(), "sweep spec"))
+    check_input(config_tree.find_file(name_or_path, bundled_specs(), "sweep spec"), folder=None,
+                what="a sweep spec file", missing_ok=True)
     p, text = config_tree.read_file(name_or_path, bundled_specs(), "sweep spec")
     return parse_spec(text, path=p)
-
-
-def _check_regular(p: Path) -> None:
-    """Refuse a FIFO, socket or device before opening it: reading a FIFO nobody writes to blocks
-    forever, and ``/dev/zero`` never ends. (A folder or a missing file is the reader's to explain.)"""
-    try:
-        mode = p.stat().st_mode
-    except OSError:
-        return
-    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
-        raise InputError(f"is {kind}, not a sweep spec file", path=p)
 
 
 def parse_spec(text: str, *, path: Path) -> SweepSpec:
