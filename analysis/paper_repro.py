@@ -21,6 +21,7 @@ import pandas as pd
 
 from analysis.markdown import markdown_table
 from analysis.memory_plots import cuda_graph_memory
+from analysis.paper_fidelity import paper_tables_dir
 from analysis.provenance import git_commit
 from analysis.rl_plots import accept_over_steps, speedup_bars, step_breakdown
 from analysis.style import save_figure
@@ -31,7 +32,6 @@ from tltsim.model_shape import get_model
 from tltsim.rl_run import compare_presets
 from tltsim.scenario import Scenario, apply_override, load_scenario
 
-PAPER = Path(__file__).resolve().parents[2] / "shared" / "paper"
 SCENARIOS = Path(__file__).resolve().parents[1] / "reports" / "paper-repro" / "scenarios"
 ABLATION = "qwen7b_2node"
 NOT_PAYING_COLUMNS = ["scenario", "tlt speedup", "tlt rollout speedup", "tlt-base speedup", "veRL rollout share"]
@@ -84,13 +84,13 @@ def _run(s: Scenario) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
 
 
 def paper_e2e() -> pd.DataFrame:
-    df = pd.read_csv(PAPER / "e2e_speedup_vs_verl.csv", dtype={"speedup": str})
+    df = pd.read_csv(paper_tables_dir() / "e2e_speedup_vs_verl.csv", dtype={"speedup": str})
     df["paper"] = pd.to_numeric(df["speedup"], errors="coerce")
     return df.drop(columns="speedup")
 
 
 def paper_value(quantity: str) -> float:
-    df = pd.read_csv(PAPER / "drafter_and_system.csv")
+    df = pd.read_csv(paper_tables_dir() / "drafter_and_system.csv")
     return float(df.loc[df["quantity"] == quantity, "value"].iloc[0])
 
 

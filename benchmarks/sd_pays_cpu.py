@@ -59,11 +59,13 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from tltreal.adaptive_run import record_path
     from tltreal.drafter_checkpoint import load_checkpoint, load_latest, restore
     from tltreal.padded_target import measure_sd_speedups, pad_target, parameter_count, rebind_drafter
     from tltreal.pretrain import load_pretrained
     from tltreal.proposers.eagle import EagleDrafter
     from tltreal.rl_task import sample_problems
+    from tltsim.atomic import write_text, write_with
 
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
@@ -85,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.extra_layers} appended), hidden {c.hidden_size}, MLP {small.cfg.intermediate_size} -> "
           f"{c.intermediate_size}, {n_params / 1e6:.1f}M parameters ({parameter_count(small) / 1e6:.2f}M trained), "
           f"{bytes_ / 2**30:.2f} GiB {args.dtype}, built in {pad_s:.1f}s")
-    print(f"# drafter: {ckpt.path} (version {ckpt.version}, {ckpt.step} steps), "
+    print(f"# drafter: {record_path(Path(ckpt.path), 'DRAFTER')} (version {ckpt.version}, {ckpt.step} steps), "
           f"{parameter_count(rebound) / 1e6:.2f}M parameters")
     print(f"# torch {torch.__version__}, {torch.get_num_threads()} thread(s), {os.cpu_count()} CPUs "
           f"({platform.processor() or platform.machine()}), repeats {args.repeats} (medians, plain/SD interleaved), "
@@ -110,13 +112,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         if args.out.suffix == ".csv":
-            with args.out.open("w", newline="") as fh:
-                writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-                writer.writeheader()
-                writer.writerows(rows)
+            def write_csv(tmp: Path) -> None:
+                with tmp.open("w", newline="") as fh:
+                    writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+                    writer.writeheader()
+                    writer.writerows(rows)
+
+            write_with(args.out, write_csv)
         else:
-            args.out.write_text(json.dumps(rows, indent=1) + "\n")
-        print(f"# wrote {args.out}")
+            write_text(args.out, json.dumps(rows, indent=1) + "\n")
+        print(f"# wrote {record_path(args.out, 'OUT')}")  # a committed log never shows a machine's path
     return 0 if all(r["outputs_identical"] for r in rows) else 1
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import difflib
 import json
 import math
-import stat
 import tomllib
 import types
 import typing
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tltsim.errors import InputError
+from tltsim.input_files import check_input
 
 #: Config files (scenarios, sweep specs) are a few kB; anything larger is not one.
 MAX_CONFIG_BYTES = 4 * 2**20
@@ -80,8 +80,7 @@ def read_file(name_or_path: str | Path, bundled: dict[str, Path], what: str) -> 
     try:
         # A FIFO nobody writes blocks open() forever and /dev/zero never ends: refuse anything but a
         # regular file before opening it, and read at most MAX_CONFIG_BYTES.
-        if not stat.S_ISREG(p.stat().st_mode):
-            raise InputError(f"is not a regular file (a pipe, device or socket), not a {what} file", path=p)
+        check_input(p, what=f"a {what} file", missing_ok=True)
         with p.open("rb") as fh:
             data = fh.read(MAX_CONFIG_BYTES + 1)
         if len(data) > MAX_CONFIG_BYTES:

@@ -652,6 +652,8 @@ def _check_paths(s: Scenario, path: str | None) -> None:
     reading one would hang on a pipe nobody writes or never end on ``/dev/zero``."""
     import stat
 
+    from tltsim.input_files import file_kind
+
     for dotted, name in (("trace.name", s.trace.name), ("model.name", s.model.name), ("cost.table", s.cost.table)):
         if name is None:
             continue
@@ -660,7 +662,8 @@ def _check_paths(s: Scenario, path: str | None) -> None:
         except (OSError, ValueError):
             continue  # not a path (a catalog or preset name) or unreadable: the reader says which
         if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-            raise InputError(f"'{name}' is not a regular file (a pipe, device or socket)", path=path, field=dotted)
+            raise InputError(f"'{name}' is {file_kind(mode)}, not a regular file: reading it would block or never "
+                             "end", path=path, field=dotted)
 
 
 def drafter_dynamics(s: Scenario):

@@ -39,7 +39,9 @@ TRACE_FIELD_HELP = {
     "snap_capped": "simulate every capped response at exactly its cap",
     "default_prompt_tokens": "prompt length where the trace records none",
     "deal": "which worker serves which group: shuffle (seeded) or trace (trace order)",
-    "seed": "seed of step sampling, sample expansion and dealing",
+    "seed": "which responses are simulated: samples trace.prompts_per_step groups, trace.expand_samples siblings "
+            "and parametric profiles; dealing groups to workers and the policies' randomness follow the top-level "
+            "seed (--seed)",
 }
 
 
