@@ -64,6 +64,22 @@ def real_traces_available() -> bool:
     return all(find_file(f) is not None for f in files)
 
 
+MISSING_TRACE = "is not downloaded: tlt trace fetch"
+NEEDS_TRACES = "needs the real traces (no ../shared here; tlt trace fetch NAME gets them)"
+
+
+def require_real_traces() -> None:
+    """Skip (in a fixture or test body) where the real traces are not on the search path."""
+    if not real_traces_available():
+        pytest.skip(NEEDS_TRACES)
+
+
+def skip_if_trace_missing(stderr: str) -> None:
+    """A data-driven case whose command stopped at a trace that is not downloaded skips in a clone
+    without the real traces (its check needs their contents); with them, it runs and must pass."""
+    if MISSING_TRACE in stderr and not real_traces_available():
+        pytest.skip(NEEDS_TRACES)
+
+
 def needs_shared_traces() -> pytest.MarkDecorator:
-    return pytest.mark.skipif(not real_traces_available(),
-                              reason="the real traces are not on the search path (no ../shared; tlt trace fetch)")
+    return pytest.mark.skipif(not real_traces_available(), reason=NEEDS_TRACES)

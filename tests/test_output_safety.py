@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, invoke_cli
+from conftest import REPO, invoke_cli, needs_shared_traces
 from tltsim.atomic import MARKER, atomic_dir, check_output_dir, read_marker, sweep_stale, write_text, write_with
 from tltsim.errors import InputError
 
@@ -286,6 +286,7 @@ def test_refused_in_milliseconds_before_simulating(tmp_path: Path) -> None:
     assert res.returncode == 2 and time.perf_counter() - t0 < 2.0
 
 
+@needs_shared_traces()
 def test_sim_run_never_deletes_a_file_it_did_not_write(tmp_path: Path) -> None:
     """The issue's reproduction, then --force: the new results land beside thesis.tex, which survives."""
     mydata = tmp_path / "mydata"
@@ -302,6 +303,7 @@ def test_sim_run_never_deletes_a_file_it_did_not_write(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["mydata"]  # no temp folders left
 
 
+@needs_shared_traces()
 def test_results_are_replaced_only_when_tlt_wrote_them(tmp_path: Path) -> None:
     out = tmp_path / "res"
     assert invoke_cli(*SIM, "--out", str(out)).returncode == 0
@@ -316,6 +318,7 @@ def test_results_are_replaced_only_when_tlt_wrote_them(tmp_path: Path) -> None:
     assert (out / "my-notes.md").read_text() == "mine"
 
 
+@needs_shared_traces()
 def test_default_results_folders_of_other_scenarios_survive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Default out is results/sim/<hash>: a second scenario adds a folder, never removes the first."""
     monkeypatch.chdir(tmp_path)
@@ -479,6 +482,7 @@ def test_sweep_spares_a_live_writer(tmp_path: Path) -> None:
         proc.wait(timeout=30)
 
 
+@needs_shared_traces()
 def test_sigterm_to_the_cli_exits_143_with_one_line_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "big"
     proc = subprocess.Popen([sys.executable, "-m", "tltsim.cli", "sim", "run", "--scenario", "dapo_qwen32b_polytrace",

@@ -29,6 +29,7 @@ from analysis.style import save_figure
 from analysis.sweep_plots import response_curves, response_surface, with_elastic_columns
 from analysis.trace_plots import length_cdf, straggler_factor
 from analysis.validation_report import makespan_bars as validation_makespan_bars
+from conftest import require_real_traces
 from tltsim.policy.base import SDConfig, max_tree_nodes
 from tltsim.rl_run import compare_presets
 from tltsim.scenario import Scenario, apply_override, compare_policies, prepare
@@ -46,18 +47,21 @@ def _scenario(**sets: str) -> Scenario:
 
 @pytest.fixture(scope="module")
 def rl_run() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    require_real_traces()
     s = apply_override(_scenario(), "presets", "tlt,static-drafter,tlt-base")
     return compare_presets(s)
 
 
 @pytest.fixture(scope="module")
 def rollout_run() -> tuple[pd.DataFrame, pd.DataFrame]:
+    require_real_traces()
     s = apply_override(_scenario(**{"trace.num_steps": "1"}), "policies", "elastic+beg-mab,static:8_4_32")
     return compare_policies(s)
 
 
 @pytest.fixture(scope="module")
 def sd_tables() -> tuple[pd.DataFrame, pd.DataFrame]:
+    require_real_traces()
     inputs = prepare(_scenario())
     grid = sd_speedup_table(inputs.cost, inputs.accept, grid_configs([2, 4, 8], [4, 16, 32]), [1])
     curves = sd_speedup_table(inputs.cost, inputs.accept, [SDConfig.parse(c) for c in ("8_4_8", "8_4_32")],

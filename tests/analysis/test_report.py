@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from analysis.report import sweep_view
-from conftest import invoke_cli
+from conftest import invoke_cli, needs_shared_traces
 from tltsim.errors import InputError
 from tltsim.sweep import SweepStore, load_spec, run_sweep
 from tltsim.sweep.runner import check_reachable, evaluate_point
@@ -145,6 +145,7 @@ def test_an_unreachable_ray_address_fails_fast_with_one_line(tmp_path):
     assert res.returncode == 2 and "cannot reach a Ray cluster" in res.stderr, res.stderr
 
 
+@needs_shared_traces()
 def test_demo_compares_presets_where_sd_pays_and_where_it_does_not(tmp_path):
     out = tmp_path / "demo"
     res = invoke_cli("demo", "--out", str(out))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, invoke_cli
+from conftest import REPO, invoke_cli, skip_if_trace_missing
 
 BOUND_S = 20.0
 COMMANDS = ("sim run", "validate", "demo", "real profile", "sweep points")
@@ -311,6 +311,7 @@ def test_hostile_setting_is_refused_in_one_line(case: Case, tmp_path: Path, alar
     proc = invoke_cli(*_argv(case, root, scenario))
     elapsed = time.monotonic() - start
     lines = proc.stderr.strip().splitlines()
+    skip_if_trace_missing(proc.stderr)
     assert proc.returncode == 2, (case.id, proc.stdout[-2000:], proc.stderr)
     assert "Traceback" not in proc.stderr, proc.stderr
     assert len(lines) == 1 and lines[0].startswith("tlt: error:"), proc.stderr

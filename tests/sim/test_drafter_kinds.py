@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from conftest import needs_shared_traces
 from tltsim.cost import RooflineCostModel
 from tltsim.drafter_kinds import ModelFreeDraftCost, ngram_acceptance
 from tltsim.errors import InputError
@@ -56,6 +57,7 @@ def test_ngram_acceptance_is_a_constant_alpha_chain() -> None:
         ngram_acceptance(1.5)
 
 
+@needs_shared_traces()
 def test_presets_get_their_drafters_cost_and_acceptance() -> None:
     s = _scenario()
     inputs = prepare(s)

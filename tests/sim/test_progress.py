@@ -13,6 +13,7 @@ import io
 import pytest
 from rich.console import Console
 
+from conftest import needs_shared_traces
 from tltsim.cli.progress import PhaseProgress
 
 
@@ -82,6 +83,7 @@ class Recorder:
         self.done[-1] += n
 
 
+@needs_shared_traces()
 def test_validate_native_reports_every_phase_and_unit(monkeypatch) -> None:
     """A tiny real validation: the phases are the ones `tlt validate` plans (tltsim.cli.validate
     ._phase_plan, less the report it writes itself) and each phase's units all arrive."""

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import needs_shared_traces, require_real_traces
 from tltsim.errors import InputError
 from tltsim.events import BUSY_KINDS, CLUSTER, check_event_log
 from tltsim.hardware import get_gpu
@@ -31,6 +32,7 @@ ROOMY = {"trace.cap": "8192", "spot.samples_per_s": "2000", "spot.checkpoint_eve
 
 @pytest.fixture(scope="module")
 def roomy_runs() -> dict[str, object]:
+    require_real_traces()
     s = _scenario(**ROOMY)
     inputs = prepare(s)
     return {name: run_preset(s, name, inputs) for name in ("verl", "tlt", "tlt-no-spot", "static-drafter")}
@@ -127,6 +129,7 @@ def test_no_spot_is_slower_than_tlt_when_the_bubble_holds_the_training(roomy_run
     assert inline["step_s"].sum() > tlt["step_s"].sum()
 
 
+@needs_shared_traces()
 def test_drift_zero_never_degrades_the_drafter_in_a_run() -> None:
     s = _scenario(**{**ROOMY, "drafter.drift": "0", "drafter.quality": "0.97", "drafter.stale_quality": "0.9"})
     for name in ("tlt", "static-drafter"):
@@ -134,6 +137,7 @@ def test_drift_zero_never_degrades_the_drafter_in_a_run() -> None:
         assert q.is_monotonic_increasing and q.iloc[0] == pytest.approx(0.97)
 
 
+@needs_shared_traces()
 def test_compare_presets_reports_speedups_over_verl() -> None:
     s = _scenario(**ROOMY, presets="tlt,tlt-base,speco-bubble,tlt-no-elastic,tlt-no-mab")
     events, steps, summary = compare_presets(s)
@@ -152,6 +156,7 @@ def test_compare_presets_reports_speedups_over_verl() -> None:
     assert set(events["policy"]) == set(summary["preset"])
 
 
+@needs_shared_traces()
 def test_32b_on_one_node_is_reported_out_of_memory() -> None:
     s = _scenario(**{"model.name": "Qwen2.5-32B", "cluster.tp": "4", "presets": "tlt"})
     _, steps, summary = compare_presets(s)
@@ -160,6 +165,7 @@ def test_32b_on_one_node_is_reported_out_of_memory() -> None:
     assert steps.empty
 
 
+@needs_shared_traces()
 def test_same_seed_same_run() -> None:
     s = _scenario(**{**ROOMY, "acceptance.mode": "stochastic"})
     a, b = run_preset(s, "tlt"), run_preset(s, "tlt")
@@ -167,6 +173,7 @@ def test_same_seed_same_run() -> None:
     pd.testing.assert_frame_equal(a.events, b.events)
 
 
+@needs_shared_traces()
 def test_cli_runs_presets_and_writes_the_step_table(tmp_path) -> None:
     from typer.testing import CliRunner
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import needs_shared_traces
 from tltsim.errors import InputError
 from tltsim.scenario import (
     Scenario,
@@ -51,6 +52,7 @@ def test_empty_file_gives_the_documented_defaults(tmp_path):
     assert s.n_workers == 16 and s.cluster.tp == 4 and s.trace.name == "r1distill_qwen1.5b_aime_8samples"
 
 
+@needs_shared_traces()
 def test_full_file_round_trips_through_the_resolved_toml(tmp_path):
     s = load_scenario(write(tmp_path, """
 seed = 3
@@ -205,6 +207,7 @@ def test_result_hash_covers_trace_content_and_version(tmp_path, monkeypatch):
     assert scenario_hash(s) != first
 
 
+@needs_shared_traces()
 def test_scenarios_cross_process_boundaries(tmp_path):
     """A scenario (not a closure) is what a sweep ships to another process; the result is the same."""
     import pickle
@@ -283,6 +286,7 @@ def test_sweep_axes_over_dependent_fields_work_in_either_order(tmp_path):
         assert len(points) == 1 and points[0].invalid is None and points[0].scenario.cost.model == "table"
 
 
+@needs_shared_traces()
 def test_an_error_names_the_file_or_flag_that_set_the_field(tmp_path):
     from tltsim.scenario import prepare, resolve
 
@@ -325,6 +329,7 @@ def test_refusals_that_make_a_run_meaningless():
         resolve(None, [("presets", "tlt", "--preset"), ("policies", "beg-mab", "--policy")])
 
 
+@needs_shared_traces()
 def test_valid_settings_that_change_nothing_get_one_warning_each(tmp_path):
     from tltsim.scenario import resolve
 
@@ -342,6 +347,7 @@ def test_valid_settings_that_change_nothing_get_one_warning_each(tmp_path):
     assert resolve(None).notes == () and resolve("aime_qwen7b_64xh100").notes == ()
 
 
+@needs_shared_traces()
 def test_trace_seed_picks_responses_and_seed_deals():
     """Each seed has one meaning: trace.seed changes which responses a sampled step holds (never the
     dealing); the top-level seed changes the dealing (never the responses)."""
@@ -378,6 +384,7 @@ def test_scenario_files_that_are_not_regular_files_are_refused_without_reading(t
     assert load_scenario(crlf).cluster.gpus == 8
 
 
+@needs_shared_traces()
 def test_workload_size_is_bounded_before_steps_are_built():
     from tltsim.scenario import MAX_RESPONSES, load_steps, resolve
 

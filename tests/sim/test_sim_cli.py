@@ -10,11 +10,13 @@ import sys
 import pandas as pd
 from typer.testing import CliRunner
 
+from conftest import needs_shared_traces
 from tltsim.cli import app
 from tltsim.events import check_event_log
 from tltsim.scenario import load_scenario
 
 
+@needs_shared_traces()
 def test_run_on_polytrace_step_writes_results_and_elastic_beats_no_sd(tmp_path):
     out = tmp_path / "res"
     result = CliRunner().invoke(app, ["sim", "run", "--trace", "polytrace_rl_rollouts", "--step", "0",
@@ -64,6 +66,7 @@ def test_bad_flag_value_and_unknown_trace_exit_2(tmp_path):
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
 
 
+@needs_shared_traces()
 def test_multi_step_run_progress_off_terminal_and_perfetto_switch(tmp_path, monkeypatch):
     """Several steps back to back: a per-step table and whole-run totals; off a terminal the progress
     is plain lines within each policy; --perfetto off skips trace.json, auto skips it when too big."""
@@ -90,6 +93,7 @@ def test_multi_step_run_progress_off_terminal_and_perfetto_switch(tmp_path, monk
     assert not (tmp_path / "auto" / "trace.json").exists()
 
 
+@needs_shared_traces()
 def test_bundled_scenarios_are_listed_and_capped_responses_reported(tmp_path):
     from conftest import invoke_cli
 

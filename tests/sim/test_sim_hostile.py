@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, invoke_cli
+from conftest import REPO, invoke_cli, skip_if_trace_missing
 
 # (scenario text, what the error line must name)
 SCENARIOS: list[tuple[str, str]] = [
@@ -134,6 +134,7 @@ def check_refused(args: list[str], needle: str, out: Path) -> None:
     before = set((REPO / "results").rglob("*")) if (REPO / "results").exists() else set()
     proc = invoke_cli("sim", "run", *args, "--out", str(out))
     lines = proc.stderr.strip().splitlines()
+    skip_if_trace_missing(proc.stderr)
     assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
     assert len(lines) == 1 and lines[0].startswith("tlt: error:"), proc.stderr
     assert "Traceback" not in proc.stderr and needle in lines[0], (needle, lines[0])
