@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +48,27 @@ def invoke_cli(*args: str) -> subprocess.CompletedProcess:
     finally:
         sys.argv = old_argv
     return subprocess.CompletedProcess(["tlt", *args], code, out.getvalue(), err.getvalue())
+
+
+class Hang(BaseException):
+    """SIGALRM in a bounded command: a BaseException, so no ``except Exception`` in tlt swallows it."""
+
+
+def invoke_bounded(seconds: float, *args: str) -> subprocess.CompletedProcess:
+    """:func:`invoke_cli` that fails the test instead of hanging the suite when the command has not
+    finished after ``seconds`` (a FIFO read, a server that never answers): the hostile corpora's bound."""
+    def fire(signum: int, frame: object) -> None:
+        raise Hang
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return invoke_cli(*args)
+    except Hang:
+        pytest.fail(f"`tlt {' '.join(args)}` did not finish in {seconds:g} s (a hang)")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ bundled scenarios), so the corpus runs in a clone without ``../shared``.
 from __future__ import annotations
 
 import json
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from pathlib import Path
 import pytest
 from test_output_safety import snapshot
 
-from conftest import invoke_cli
+from conftest import invoke_bounded
 from tltsim.atomic import MARKER, atomic_dir
 
 BOUND_S = 20.0
@@ -220,14 +219,6 @@ OVERLAPS: list[Case] = [
 CASES: list[Case] = [_cross(c, t) for c in WRITERS for t in TARGETS] + OVERLAPS
 
 
-class _Hang(Exception):
-    pass
-
-
-def _alarm(signum: int, frame: object) -> None:
-    raise _Hang
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_hostile_output_is_one_line_exit_2_and_nothing_changes(case: Case, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
@@ -236,16 +227,8 @@ def test_hostile_output_is_one_line_exit_2_and_nothing_changes(case: Case, tmp_p
     monkeypatch.chdir(root)
     argv = case.argv(root)
     before = snapshot(tmp_path)
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(int(BOUND_S) * 3)
     start = time.perf_counter()
-    try:
-        res = invoke_cli(*argv)
-    except _Hang:
-        pytest.fail(f"tlt {' '.join(argv)} did not finish in {BOUND_S * 3:.0f} s")
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    res = invoke_bounded(BOUND_S * 3, *argv)
     elapsed = time.perf_counter() - start
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2, (argv, res.returncode, res.stdout[-500:], res.stderr[-2000:])

@@ -18,15 +18,13 @@ repeated here.
 from __future__ import annotations
 
 import os
-import signal
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, invoke_cli, skip_if_trace_missing
+from conftest import REPO, invoke_bounded, skip_if_trace_missing
 
 BOUND_S = 20.0
 COMMANDS = ("sim run", "validate", "demo", "real profile", "sweep points")
@@ -275,24 +273,6 @@ def _argv(case: Case, root: Path, scenario: Path | None) -> list[str]:
     return [*case.command.split(), *given, *args, "--out", str(out)]
 
 
-class Hang(Exception):
-    """The alarm fired: the command did not finish within BOUND_S."""
-
-
-@pytest.fixture
-def alarm() -> Iterator[None]:
-    def fire(signum: int, frame: object) -> None:
-        raise Hang(f"no answer within {BOUND_S} s")
-
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, BOUND_S)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def test_case_ids_are_unique_and_every_case_names_where() -> None:
     ids = [c.id for c in CASES]
     assert len(ids) == len(set(ids)) and len(CASES) >= 80
@@ -301,14 +281,14 @@ def test_case_ids_are_unique_and_every_case_names_where() -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_hostile_setting_is_refused_in_one_line(case: Case, tmp_path: Path, alarm: None) -> None:
+def test_hostile_setting_is_refused_in_one_line(case: Case, tmp_path: Path) -> None:
     root = tmp_path / "case"
     root.mkdir()
     scenario = _scenario_path(case, root)
     before = _snapshot(root)
     results_before = _listing(REPO / "results")
     start = time.monotonic()
-    proc = invoke_cli(*_argv(case, root, scenario))
+    proc = invoke_bounded(BOUND_S, *_argv(case, root, scenario))
     elapsed = time.monotonic() - start
     lines = proc.stderr.strip().splitlines()
     skip_if_trace_missing(proc.stderr)

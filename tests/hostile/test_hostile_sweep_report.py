@@ -23,7 +23,6 @@ registering it in ``sys.modules``, where ``dataclasses`` cannot resolve string a
 
 import os
 import shutil
-import signal
 import stat
 import subprocess
 from collections.abc import Callable
@@ -34,7 +33,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from conftest import invoke_cli
+from conftest import invoke_bounded, invoke_cli
 from tltsim.sweep import SweepStore, load_spec, run_sweep
 
 COMMANDS = ("sweep run", "sweep status", "sweep points", "report")
@@ -497,25 +496,6 @@ def snapshot(root: Path) -> dict[str, tuple]:
     return out
 
 
-class CaseTimeout(BaseException):
-    """Raised by SIGALRM in the case's command: not an Exception, so no handler in tlt swallows it."""
-
-
-def _bounded(seconds: float, args: list[str]) -> subprocess.CompletedProcess:
-    def on_alarm(signum: int, frame: object) -> None:
-        raise CaseTimeout
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        return invoke_cli(*args)
-    except CaseTimeout:
-        pytest.fail(f"`tlt {' '.join(args)}` did not finish in {seconds:g} s (a hang)")
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> dict[str, Path]:
     """Built once: a finished two-point sweep split into one part per point, and a rollout run."""
@@ -554,7 +534,7 @@ def test_hostile_input(case: Case, built, tmp_path, monkeypatch):
     ctx = Ctx(tmp_path, built)
     args = case.make(ctx)
     before = snapshot(tmp_path)
-    proc = _bounded(case.timeout_s, [*case.command.split(), *args])
+    proc = invoke_bounded(case.timeout_s, *case.command.split(), *args)
     after = snapshot(tmp_path)
     words = [w.format(tmp=tmp_path, **ctx.notes) for w in case.words]
     text = proc.stdout + proc.stderr

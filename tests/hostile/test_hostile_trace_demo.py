@@ -13,7 +13,6 @@ tests/traces/test_trace_hostile.py's corpus, not repeated here.
 from __future__ import annotations
 
 import os
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ import pytest
 from fake_upstream import closed_port, fresh_clone_env, make_upstream, serve
 from test_output_safety import snapshot
 
-from conftest import REPO, invoke_cli
+from conftest import REPO, invoke_bounded
 from tltsim.atomic import atomic_dir
 
 BOUND_S = 20.0
@@ -227,14 +226,6 @@ def server(tmp_path_factory: pytest.TempPathFactory):
         yield upstream, srv
 
 
-class _Hang(Exception):
-    pass
-
-
-def _alarm(signum: int, frame: object) -> None:
-    raise _Hang
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_hostile_trace_and_demo_input(case: Case, server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     upstream, srv = server
@@ -252,16 +243,8 @@ def test_hostile_trace_and_demo_input(case: Case, server, tmp_path: Path, monkey
         case.setup(ctx)
     argv = case.argv(ctx)
     before = snapshot(root)
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(int(BOUND_S) + 5)
     start = time.monotonic()
-    try:
-        res = invoke_cli(*argv)
-    except _Hang:
-        pytest.fail(f"{case.id}: hung for {BOUND_S + 5:.0f} s")
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    res = invoke_bounded(BOUND_S + 5, *argv)
     elapsed = time.monotonic() - start
     lines = res.stderr.splitlines()
     assert res.returncode == 2, (case.id, res.returncode, res.stderr[-2000:])
