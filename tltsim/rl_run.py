@@ -49,7 +49,7 @@ from tltsim.scenario import (
     make_policies,
     prepare,
     rl_phase_config,
-    scenario_hash,
+    run_each,
     trainer_config,
 )
 from tltsim.spot_trainer import NO_TRAINING, TrainingResult, inline_train, spot_train
@@ -186,13 +186,8 @@ def compare_presets(s: Scenario, inputs: SimInputs | None = None, *, progress=No
                     on_preset: Callable[[str], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Run every preset of the scenario (``verl`` first) on the same workloads: (one event log, the
     per-(preset, step) table, the per-preset summary with speedups over ``verl``)."""
-    inputs = inputs or prepare(s)
-    run_id = scenario_hash(s)
-    results = []
-    for name in presets_with_baseline(s.presets):
-        if on_preset is not None:
-            on_preset(name)
-        results.append(run_preset(s, name, inputs, run_id=run_id, progress=progress))
+    _, results = run_each(s, presets_with_baseline(s.presets), run_preset, inputs, progress=progress,
+                          on_each=on_preset)
     events = pd.concat([r.events for r in results], ignore_index=True)
     steps = pd.concat([r.steps for r in results if not r.steps.empty], ignore_index=True) \
         if any(not r.steps.empty for r in results) else pd.DataFrame()

@@ -21,11 +21,11 @@ vs ``elastic+beg-mab``, the paper-fitted tree acceptance in expected-value mode.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tltsim import config_tree
 from tltsim.errors import InputError
@@ -965,6 +965,27 @@ def run_policy(s: Scenario, spec: str, inputs: SimInputs | None = None, *, run_i
     return run.events()
 
 
+_Run = TypeVar("_Run")
+
+
+def run_each(s: Scenario, names: Sequence[str], run_one: Callable[..., _Run], inputs: SimInputs | None = None, *,
+             progress: Callable[[int], None] | None = None,
+             on_each: Callable[[str], None] | None = None) -> tuple[SimInputs, list[_Run]]:
+    """``run_one(s, name, inputs, run_id=, progress=)`` for each name in order: the loop both
+    :func:`compare_policies` and :func:`tltsim.rl_run.compare_presets` run, kept in one place so
+    that every compared policy or preset sees the same prepared workloads and is labelled with the
+    same run id (the scenario hash). ``on_each(name)`` is called before each. Returns the inputs
+    (prepared here when not given) with the results."""
+    inputs = inputs or prepare(s)
+    run_id = scenario_hash(s)
+    results = []
+    for name in names:
+        if on_each is not None:
+            on_each(name)
+        results.append(run_one(s, name, inputs, run_id=run_id, progress=progress))
+    return inputs, results
+
+
 def compare_policies(s: Scenario, inputs: SimInputs | None = None, *, progress=None,
                      on_policy=None) -> tuple[Any, Any]:
     """Run every policy of the scenario (``no-sd`` first) on the same workloads and return (one event
@@ -974,13 +995,8 @@ def compare_policies(s: Scenario, inputs: SimInputs | None = None, *, progress=N
 
     from tltsim.summary import summary_table
 
-    inputs = inputs or prepare(s)
-    run_id = scenario_hash(s)
-    logs = []
-    for spec in policies_with_baseline(s.policies):
-        if on_policy is not None:
-            on_policy(spec)
-        logs.append(run_policy(s, spec, inputs, run_id=run_id, progress=progress))
+    inputs, logs = run_each(s, policies_with_baseline(s.policies), run_policy, inputs, progress=progress,
+                            on_each=on_policy)
     events = pd.concat(logs, ignore_index=True)
     summary = summary_table(events, gpus=s.cluster.gpus, tp=s.cluster.tp, baseline=BASELINE_POLICY)
     capped = {w.step: w.capped for w in inputs.workloads}
