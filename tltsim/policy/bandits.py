@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from random import Random
 
 from tltsim.errors import InputError
-from tltsim.policy.base import BatchView, Decision, Outcome, SDConfig
-from tltsim.policy.beg_mab import DEFAULT_ARMS, DEFAULT_EPS, validate_arms, validate_eps
+from tltsim.policy.arm_bandit import ArmBandit, validate_eps, validate_window
+from tltsim.policy.base import Outcome, SDConfig
+from tltsim.policy.beg_mab import DEFAULT_ARMS, DEFAULT_EPS
 from tltsim.policy.reward_window import RewardWindow
 
 
@@ -41,23 +42,14 @@ class _ArmStats:
         return self._sum / self.count if self.count else 0.0
 
 
-def _validate_window(window: int | None) -> int | None:
-    if window is not None and window < 1:
-        raise InputError(f"reward window must be >= 1 or None, got {window}")
-    return window
-
-
-class EpsilonGreedy:
+class EpsilonGreedy(ArmBandit):
     """Epsilon-greedy on the mean reward, one global arm set; untried arms first (in order)."""
 
     def __init__(self, arms: Sequence[SDConfig] = DEFAULT_ARMS, eps: float = DEFAULT_EPS,
                  window: int | None = None, seed: int = 0, name: str = "eps-greedy") -> None:
-        self.arms = validate_arms(arms)
+        super().__init__(arms, seed, name)
         self.eps = validate_eps(eps)
-        self.window = _validate_window(window)
-        self.seed = seed
-        self.name = name
-        self._decisions = {a: Decision(a) for a in self.arms}
+        self.window = validate_window(window, optional=True)
         self.clear()
 
     def clear(self) -> None:
@@ -65,10 +57,7 @@ class EpsilonGreedy:
         self._rng = Random(self.seed)
         self._stats = {a: _ArmStats(self.window) for a in self.arms}
 
-    def decide(self, view: BatchView) -> Decision:
-        return self._decisions[self._pick()]
-
-    def _pick(self) -> SDConfig:
+    def _pick(self, batch_size: int) -> SDConfig:
         for arm in self.arms:
             if self._stats[arm].count == 0:
                 return arm
@@ -76,16 +65,13 @@ class EpsilonGreedy:
             return self.arms[self._rng.randrange(len(self.arms))]
         return max(self.arms, key=lambda a: self._stats[a].mean())
 
-    def observe(self, outcome: Outcome) -> None:
+    def _record(self, outcome: Outcome) -> None:
         stats = self._stats.get(outcome.config)
-        if stats is not None and outcome.batch_size > 0 and outcome.elapsed_s > 0:
+        if stats is not None:
             stats.add(outcome.throughput)
 
-    def reset(self, step: int) -> None:
-        return None
 
-
-class UCB1:
+class UCB1(ArmBandit):
     """UCB1 (Auer et al. 2002), one global arm set: argmax of ``mean/scale + c*sqrt(2 ln n / n_i)``.
 
     UCB1 assumes rewards in [0, 1]; throughput is in tokens/s with no a-priori bound, so means are
@@ -95,14 +81,11 @@ class UCB1:
 
     def __init__(self, arms: Sequence[SDConfig] = DEFAULT_ARMS, c: float = 1.0,
                  window: int | None = None, seed: int = 0, name: str = "ucb1") -> None:
-        self.arms = validate_arms(arms)
+        super().__init__(arms, seed, name)
         if c < 0:
             raise InputError(f"UCB1 exploration constant must be >= 0, got {c}")
         self.c = float(c)
-        self.window = _validate_window(window)
-        self.seed = seed
-        self.name = name
-        self._decisions = {a: Decision(a) for a in self.arms}
+        self.window = validate_window(window, optional=True)
         self.clear()
 
     def clear(self) -> None:
@@ -119,17 +102,14 @@ class UCB1:
         mean = stats.mean() / self._scale if self._scale > 0 else 0.0
         return mean + self.c * math.sqrt(2.0 * math.log(self._total) / stats.count)
 
-    def decide(self, view: BatchView) -> Decision:
-        return self._decisions[max(self.arms, key=self.score)]
+    def _pick(self, batch_size: int) -> SDConfig:
+        return max(self.arms, key=self.score)
 
-    def observe(self, outcome: Outcome) -> None:
+    def _record(self, outcome: Outcome) -> None:
         stats = self._stats.get(outcome.config)
-        if stats is None or outcome.batch_size <= 0 or outcome.elapsed_s <= 0:
+        if stats is None:
             return
         reward = outcome.throughput
         stats.add(reward)
         self._total += 1
         self._scale = max(self._scale, reward)
-
-    def reset(self, step: int) -> None:
-        return None

@@ -35,7 +35,8 @@ from itertools import pairwise
 from random import Random
 
 from tltsim.errors import InputError
-from tltsim.policy.base import BatchView, Decision, Outcome, SDConfig
+from tltsim.policy.arm_bandit import ArmBandit, validate_eps, validate_window
+from tltsim.policy.base import Outcome, SDConfig
 from tltsim.policy.reward_window import RewardWindow
 
 DEFAULT_ARMS: tuple[SDConfig, ...] = (  # TLT's published arms (DESIGN §1)
@@ -49,22 +50,6 @@ DEFAULT_EPS = 0.1
 DEFAULT_WINDOW = 300
 
 
-def validate_arms(arms: Sequence[SDConfig]) -> tuple[SDConfig, ...]:
-    """Arms as a tuple; at least one, no duplicates (a duplicate would get two windows)."""
-    arms = tuple(arms)
-    if not arms:
-        raise InputError("a bandit needs at least one arm")
-    if len(set(arms)) != len(arms):
-        raise InputError(f"duplicate bandit arms in {[a.name for a in arms]}")
-    return arms
-
-
-def validate_eps(eps: float) -> float:
-    if not 0.0 <= eps <= 1.0:
-        raise InputError(f"epsilon must be in [0, 1], got {eps}")
-    return float(eps)
-
-
 def bucket_arms(arms: Sequence[SDConfig], n_buckets: int) -> list[tuple[SDConfig, ...]]:
     """Arms of each batch-size bucket: bucket *i* gets the arms with the *i*-th largest verify
     budget (see the module docstring for fewer/more budgets than buckets). Arm order is kept."""
@@ -75,26 +60,22 @@ def bucket_arms(arms: Sequence[SDConfig], n_buckets: int) -> list[tuple[SDConfig
     return [tuple(a for a in arms if a.verify_tokens in w) for w in wanted]
 
 
-class BucketedEpsilonGreedy:
+class BucketedEpsilonGreedy(ArmBandit):
     """BEG-MAB. See the module docstring for the exact rules."""
 
     def __init__(self, arms: Sequence[SDConfig] = DEFAULT_ARMS,
                  thresholds: Sequence[int] = DEFAULT_THRESHOLDS, eps: float = DEFAULT_EPS,
                  window: int = DEFAULT_WINDOW, seed: int = 0, name: str = "beg-mab") -> None:
-        self.arms = validate_arms(arms)
+        super().__init__(arms, seed, name)
         self.thresholds = tuple(int(t) for t in thresholds)
         if not self.thresholds or any(b <= a for a, b in pairwise(self.thresholds)):
             raise InputError(f"bucket thresholds must be a strictly increasing list, got {list(thresholds)}")
         if self.thresholds[0] < 0:
             raise InputError(f"bucket thresholds must be >= 0, got {list(thresholds)}")
         self.eps = validate_eps(eps)
-        if window < 1:
-            raise InputError(f"reward window must be >= 1, got {window}")
+        validate_window(window, optional=False)
         self.window = window
-        self.seed = seed
-        self.name = name
         self.buckets = bucket_arms(self.arms, len(self.thresholds))
-        self._decisions = {a: Decision(a) for a in self.arms}  # one iteration each: it learns every time
         self.clear()
 
     def clear(self) -> None:
@@ -113,9 +94,6 @@ class BucketedEpsilonGreedy:
         window = self._windows[self.bucket_of(batch_size)].get(arm)
         return window.values() if window is not None else []
 
-    def decide(self, view: BatchView) -> Decision:
-        return self._decisions[self._pick(view.batch_size)]
-
     def _pick(self, batch_size: int) -> SDConfig:
         b = self.bucket_of(batch_size)
         group, windows = self.buckets[b], self._windows[b]
@@ -128,19 +106,12 @@ class BucketedEpsilonGreedy:
             return group[self._rng.randrange(len(group))]
         return max(group, key=lambda a: windows[a].median())  # max keeps the first of equal keys
 
-    def observe(self, outcome: Outcome) -> None:
-        """Record the outcome's throughput for its arm in its batch-size bucket. Outcomes of configs
-        that are not arms of that bucket (not this tuner's decision) and empty or zero-time
-        iterations are ignored."""
-        if outcome.batch_size <= 0 or outcome.elapsed_s <= 0:
-            return
+    def _record(self, outcome: Outcome) -> None:
+        """The outcome's throughput, into its arm's window in its batch-size bucket (outcomes of configs
+        that are not arms of that bucket are ignored)."""
         window = self._windows[self.bucket_of(outcome.batch_size)].get(outcome.config)
         if window is not None:
             window.add(outcome.throughput)
-
-    def reset(self, step: int) -> None:
-        """New rollout step: nothing per-rollout to clear; learned windows persist (module doc)."""
-        return None
 
 
 BegMab = BucketedEpsilonGreedy

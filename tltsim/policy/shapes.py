@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from functools import singledispatch
 
-from tltsim.policy.bandits import UCB1, EpsilonGreedy
+from tltsim.policy.arm_bandit import ArmBandit
 from tltsim.policy.base import NoSD, SDConfig, SDPolicy, Static
-from tltsim.policy.beg_mab import BucketedEpsilonGreedy
 from tltsim.policy.elastic import Elastic
 from tltsim.policy.oracle import Oracle
 from tltsim.policy.sglang_ema import SglangEma
@@ -41,10 +40,8 @@ def _(policy: Static) -> tuple[SDConfig, ...]:
     return _enabled([policy.config])
 
 
-@policy_shapes.register(EpsilonGreedy)
-@policy_shapes.register(UCB1)
-@policy_shapes.register(BucketedEpsilonGreedy)
-def _(policy: EpsilonGreedy | UCB1 | BucketedEpsilonGreedy) -> tuple[SDConfig, ...]:
+@policy_shapes.register
+def _(policy: ArmBandit) -> tuple[SDConfig, ...]:
     return _enabled(policy.arms)
 
 
