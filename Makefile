@@ -54,6 +54,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -n 2 -m "not timing"
 	$(PY) -m pytest -q -m timing
 

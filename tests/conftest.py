@@ -28,13 +28,13 @@ SHARED = _shared()
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``tlt`` in a subprocess (so exit codes and stderr are the user's)."""
     full_env = {**os.environ, "MPLBACKEND": "Agg", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "tltsim.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tltcli", *args], capture_output=True, text=True,
                           cwd=cwd or REPO, env=full_env, timeout=600)
 
 
 def invoke_cli(*args: str) -> subprocess.CompletedProcess:
     """Run ``tlt`` in this process (fast): same entry point, exit code, stdout and stderr."""
-    from tltsim.cli import main
+    from tltcli import main
 
     out, err = io.StringIO(), io.StringIO()
     old_argv = sys.argv

@@ -402,7 +402,7 @@ _HOLD = """
 import signal, sys, time
 from pathlib import Path
 from tltsim.atomic import atomic_dir
-from tltsim.cli import _on_sigterm
+from tltcli import _on_sigterm
 signal.signal(signal.SIGTERM, _on_sigterm)
 with atomic_dir(Path(sys.argv[1]), kind="sim-run") as d:
     (d / "a").write_text("new")
@@ -485,7 +485,7 @@ def test_sweep_spares_a_live_writer(tmp_path: Path) -> None:
 @needs_shared_traces()
 def test_sigterm_to_the_cli_exits_143_with_one_line_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "big"
-    proc = subprocess.Popen([sys.executable, "-m", "tltsim.cli", "sim", "run", "--scenario", "dapo_qwen32b_polytrace",
+    proc = subprocess.Popen([sys.executable, "-m", "tltcli", "sim", "run", "--scenario", "dapo_qwen32b_polytrace",
                              "--steps", "6", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=tmp_path, env={**os.environ, "MPLBACKEND": "Agg"})
     assert proc.stdout is not None

@@ -237,11 +237,11 @@ def write_results(result: RunResult, settings: GenerateSettings, cfg: ModelConfi
     """Event log (Parquet, or CSV if ``out`` ends in .csv), the generated tokens as JSONL
     (``<stem>.tokens.jsonl``) and, last, the resolved settings as JSON (``<stem>.config.json``) with
     the SHA-256 of the other two: that record is how a later run tells the companion files tlt wrote
-    from a user's files of the same name (:func:`tltreal.cli.check_generate_outputs`). Written last, so
+    from a user's files of the same name (:func:`tltreal.outputs.check_generate_outputs`). Written last, so
     a run killed before it leaves files the next run refuses to overwrite without --force: the safe side."""
     import json
 
-    from tltreal.cli import GENERATE_COMMAND, file_digest, generate_outputs
+    from tltreal.outputs import GENERATE_COMMAND, file_digest, generate_outputs
     from tltsim.atomic import write_text, write_with
 
     files = generate_outputs(out)

@@ -120,7 +120,7 @@ class _Messages(_Silent):
 
 def phases(progress) -> _Silent:
     """``progress`` as an object with ``phase(name, total, unit)`` and ``advance(n)`` (e.g.
-    :class:`tltsim.cli.progress.PhaseProgress`): None is silent, a plain callable gets each phase's
+    :class:`tltcli.progress.PhaseProgress`): None is silent, a plain callable gets each phase's
     name."""
     if progress is None:
         return _Silent()

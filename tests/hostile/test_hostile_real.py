@@ -31,7 +31,7 @@ pytest.importorskip("torch")  # imported here, once, so that no case's time incl
 from test_output_safety import snapshot
 
 from conftest import REPO, invoke_cli
-from tltreal.cli import file_digest
+from tltreal.outputs import file_digest
 
 BOUND_S = 5.0  # in this process; the cases refuse in milliseconds, this is the margin of a busy machine
 CHILD_BOUND_S = 20.0  # a child process: interpreter start-up and imports on top
@@ -313,7 +313,7 @@ CASES: list[Case] = [
 def _run_child(args: list[str], root: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     try:
-        return subprocess.run([sys.executable, "-m", "tltsim.cli", *args], capture_output=True, text=True, cwd=root,
+        return subprocess.run([sys.executable, "-m", "tltcli", *args], capture_output=True, text=True, cwd=root,
                               env=env, timeout=CHILD_BOUND_S)
     except subprocess.TimeoutExpired:
         pytest.fail(f"tlt {' '.join(args)} hung (still running after {CHILD_BOUND_S} s)")

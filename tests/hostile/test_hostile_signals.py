@@ -46,7 +46,7 @@ def test_signal_mid_command_leaves_nothing_half_written(case: Case, tmp_path: Pa
     (tmp_path / "notes.md").write_text("mine")
     before = snapshot(tmp_path)
     env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "tltsim.cli", *case.argv, "--out", "out"], cwd=tmp_path, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "tltcli", *case.argv, "--out", "out"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     try:

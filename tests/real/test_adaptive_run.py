@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from tltcli import app
 from tltreal.adaptive_run import TRACE_SOURCE, AdaptiveRunConfig, trace_rows
 from tltreal.grpo import Rollout
 from tltreal.rl_task import sample_problems
-from tltsim.cli import app
 from tltsim.errors import InputError
 from tltsim.traces import load_trace
 

@@ -20,7 +20,7 @@ CFG = ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidd
 
 
 def tlt(*args: str) -> subprocess.CompletedProcess:
-    code = "import sys; from tltsim.cli import main; sys.argv = ['tlt', *sys.argv[1:]]; main()"
+    code = "import sys; from tltcli import main; sys.argv = ['tlt', *sys.argv[1:]]; main()"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
                           env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
 
@@ -120,7 +120,7 @@ def test_generate_help_shows_the_prompt_examples_and_every_option_has_text():
 
     from typer.testing import CliRunner
 
-    from tltsim.cli import app
+    from tltcli import app
 
     res = CliRunner().invoke(app, ["real", "generate", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
     assert res.exit_code == 0
@@ -135,7 +135,7 @@ def test_rl_tiny_help_states_its_measured_cost():
     """`--tiny` said "a few-second" run; with the defaults it takes about 3 CPU minutes (measured)."""
     from typer.testing import CliRunner
 
-    from tltsim.cli import app
+    from tltcli import app
 
     res = CliRunner().invoke(app, ["real", "rl", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
     text = " ".join(res.output.split())

@@ -1,6 +1,6 @@
 """Progress of long commands (issue 21: `tlt validate` printed three lines in 13-21 minutes).
 
-:class:`~tltsim.cli.progress.PhaseProgress` draws a bar with ETA per phase on a terminal and one
+:class:`~tltcli.progress.PhaseProgress` draws a bar with ETA per phase on a terminal and one
 line per phase with the elapsed time elsewhere; ``tltreal.validation`` and ``tltreal.profiler``
 report their phases and units to it. A full ``tlt validate`` takes 15+ minutes, so the plumbing is
 tested on a tiny real run (one step, two prompt groups, grid of two batch sizes).
@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 
 from conftest import needs_shared_traces
-from tltsim.cli.progress import PhaseProgress
+from tltcli.progress import PhaseProgress
 
 
 class Clock:
@@ -85,11 +85,11 @@ class Recorder:
 
 @needs_shared_traces()
 def test_validate_native_reports_every_phase_and_unit(monkeypatch) -> None:
-    """A tiny real validation: the phases are the ones `tlt validate` plans (tltsim.cli.validate
+    """A tiny real validation: the phases are the ones `tlt validate` plans (tltcli.validate
     ._phase_plan, less the report it writes itself) and each phase's units all arrive."""
     pytest.importorskip("torch")
+    from tltcli.validate import Backend, _phase_plan
     from tltreal.validation import NativeSettings, validate_native
-    from tltsim.cli.validate import Backend, _phase_plan
     from tltsim.scenario import acceptance_model, load_steps, policies_with_baseline, resolve
 
     s = resolve(None, [("trace.name", "polytrace_rl_rollouts", "t"), ("trace.source", "polytrace/verl_dapo_qwen2.5-32b",

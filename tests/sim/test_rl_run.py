@@ -177,7 +177,7 @@ def test_same_seed_same_run() -> None:
 def test_cli_runs_presets_and_writes_the_step_table(tmp_path) -> None:
     from typer.testing import CliRunner
 
-    from tltsim.cli import app
+    from tltcli import app
 
     out = tmp_path / "run"
     args = ["sim", "run", "--preset", "tlt", "--preset", "static-drafter", "--steps", "2", "--gpus", "8", "--tp", "2",

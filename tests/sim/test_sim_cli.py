@@ -11,7 +11,7 @@ import pandas as pd
 from typer.testing import CliRunner
 
 from conftest import needs_shared_traces
-from tltsim.cli import app
+from tltcli import app
 from tltsim.events import check_event_log
 from tltsim.scenario import load_scenario
 
@@ -42,7 +42,7 @@ def test_run_on_polytrace_step_writes_results_and_elastic_beats_no_sd(tmp_path):
 
 def _tlt(*args: str, cwd) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-c", "from tltsim.cli import main; main()", *args],
+    return subprocess.run([sys.executable, "-c", "from tltcli import main; main()", *args],
                           capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
 
 
@@ -84,7 +84,7 @@ def test_multi_step_run_progress_off_terminal_and_perfetto_switch(tmp_path, monk
     events = pd.read_parquet(out / "events.parquet")
     stages = events[events["kind"] == "stage"].sort_values(["policy", "step"])
     assert len(stages) == 6 and (stages.groupby("policy")["t_start"].diff().dropna() > 0).all()
-    import tltsim.cli.sim as sim_cli
+    import tltcli.sim as sim_cli
 
     monkeypatch.setattr(sim_cli, "PERFETTO_AUTO_MAX_BYTES", 10)
     proc = invoke_cli("sim", "run", "--scenario", "dapo_qwen32b_polytrace", "--policy", "no-sd",
@@ -109,7 +109,7 @@ def test_validation_scenarios_are_described_as_what_tlt_validate_runs():
     """The CPU validation scenarios used to be listed as "Qwen2.5-7B, 64 x H100, TP 4": the simulator
     defaults tlt validate never uses."""
     from conftest import invoke_cli
-    from tltsim.cli.sim import scenario_row
+    from tltcli.sim import scenario_row
     from tltsim.scenario import bundled_scenarios, load_scenario
 
     for name in ("validation_dapo_cpu", "validation_vllm_cpu"):

@@ -84,7 +84,7 @@ def test_demo_simulates_the_trace_it_analyses(cli, tmp_path: Path) -> None:
 @needs_traces
 def test_demo_keeps_the_scenarios_selection_for_its_own_trace() -> None:
     """The same trace (by name or by path) keeps the scenario's trace.source and trace.step."""
-    from tltsim.cli.demo import _with_trace
+    from tltcli.demo import _with_trace
     from tltsim.scenario import load_scenario
 
     s = load_scenario("dapo_qwen32b_polytrace")
@@ -152,7 +152,7 @@ def test_undefined_statistics_are_null_in_json_and_a_dash_in_tables(cli, tmp_pat
 # ---- 4. distinct, unit-bearing column names --------------------------------------------------------------
 def test_stats_table_headers_are_distinct_and_name_their_units(tmp_path: Path) -> None:
     """Before: two columns were both called 'max' (longest response, and the largest straggler factor)."""
-    from tltsim.cli.trace import STAT_LABELS, stats_table
+    from tltcli.trace import STAT_LABELS, stats_table
     from tltsim.traces import read_trace, trace_stats
 
     out = trace_stats(read_trace(_write_trace(tmp_path / "t.csv")), ["source"])

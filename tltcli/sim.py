@@ -22,8 +22,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tltcli.progress import policy_progress
 from tltsim.atomic import atomic_dir, check_output_dir
-from tltsim.cli.progress import policy_progress
 from tltsim.errors import InputError
 from tltsim.scenario import (
     Scenario,

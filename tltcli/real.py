@@ -10,24 +10,21 @@ ever deleted).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import os
-import stat
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 
+from tltcli.validate import Backend, command_line, need_torch, phase_console, target_config
+from tltreal.outputs import check_generate_outputs
 from tltsim.errors import InputError
 from tltsim.input_files import check_input
+from tltsim.policy.base import SDConfig
 
 app = typer.Typer(help="Run the real engine (needs the `real` extra: torch, triton).", no_args_is_help=True)
 
-GENERATE_COMMAND = "tlt real generate"
 #: bounds of `tlt real rl`'s flags, checked before anything is imported or trained
 RL_BOUNDS = {"--steps": (1, 100_000), "--prompts": (1, 4_096), "--pretrain-steps": (1, 10_000_000),
              "--workers": (1, 64), "--speedup-every": (0, 100_000), "--eval-prompts": (1, 100_000),
@@ -39,79 +36,6 @@ RL_MAX_NEW_TOKENS = 960
 @app.callback()
 def _real() -> None:
     """Real execution: native PyTorch/Triton engine with lossless tree speculative decoding."""
-
-
-# ---- inputs and outputs ----------------------------------------------------------------------------
-def generate_outputs(out: Path) -> dict[str, Path]:
-    """Every file ``tlt real generate --out OUT`` writes: the event log, the generated tokens
-    (``<stem>.tokens.jsonl``) and the resolved settings with the written files' digests
-    (``<stem>.config.json``)."""
-    return {"events": out, "tokens": out.with_name(out.stem + ".tokens.jsonl"),
-            "config": out.with_name(out.stem + ".config.json")}
-
-
-def file_digest(path: Path) -> str:
-    """SHA-256 of a file's bytes: how a later run knows a companion file is still the one tlt wrote."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def recorded_outputs(config: Path) -> dict[str, str] | None:
-    """``{file name: sha256}`` that a ``tlt real generate`` run recorded in its ``<stem>.config.json``;
-    None if that file is not one tlt wrote (or is not a regular file, or is damaged)."""
-    try:
-        if not stat.S_ISREG(os.stat(config).st_mode) or os.stat(config).st_size > 1 << 24:
-            return None
-        data = json.loads(config.read_bytes())
-    except (OSError, ValueError, RecursionError):
-        return None
-    if not isinstance(data, dict) or data.get("tool") != "tlt" or data.get("command") != GENERATE_COMMAND:
-        return None
-    files = data.get("files")
-    if not isinstance(files, dict):
-        return None
-    return {str(k): str(v) for k, v in files.items()}
-
-
-def _is_tlts(path: Path, recorded: dict[str, str] | None) -> bool:
-    """Whether companion ``path`` is what tlt's last run to this --out wrote there, unchanged."""
-    if recorded is None or path.name not in recorded:
-        return False
-    try:
-        return stat.S_ISREG(os.stat(path).st_mode) and file_digest(path) == recorded[path.name]
-    except OSError:
-        return False
-
-
-def check_generate_outputs(out: Path, force: bool, inputs: Iterable[Path | None]) -> dict[str, Path]:
-    """Check every file ``tlt real generate --out`` writes before any work: each must be a writable
-    file path that is not an input; ``--out`` itself was named by the user and may be replaced, but a
-    companion file beside it is replaced only if tlt wrote it (its ``.config.json`` records the digest)
-    or with ``--force``. One line naming the file otherwise."""
-    from tltsim.atomic import check_not_inputs, check_output_file
-
-    if out.suffix not in (".parquet", ".csv"):
-        raise InputError(f"'{out.suffix or out.name}' is not .parquet or .csv", field="--out")
-    files = generate_outputs(out)
-    given = [p for p in inputs if p is not None]
-    for path in files.values():
-        check_output_file(path, field="--out")
-        check_not_inputs(path, given, field="--out")
-    if force:
-        return files
-    config = files["config"]
-    recorded = recorded_outputs(config) if os.path.lexists(config) else {}
-    for path in (config, files["tokens"]):
-        if not os.path.lexists(path):
-            continue
-        mine = recorded is not None if path == config else _is_tlts(path, recorded)
-        if not mine:
-            raise InputError(f"would overwrite {path}, which tlt did not write (or which changed since); move it, "
-                             "choose another --out, or pass --force to overwrite it", path=out, field="--out")
-    return files
 
 
 def _check_range(values: dict[str, tuple[object, tuple[int, int]]]) -> None:
@@ -297,3 +221,122 @@ def rl(
                         f"--out {shlex.quote(str(record_path(out, 'RUN')))}"])
     result = run_adaptive(cfg, out, force=force, log=typer.echo, finish=write_report, command=command)
     typer.echo(f"run -> {result.folder} (README.md, steps.csv, trace.csv, drafter_dynamics.json)")
+
+
+# ---- tlt real profile ------------------------------------------------------------------------------
+@app.command("profile")
+def profile(
+    config: Annotated[Path | None, typer.Option("--config", help="config.json of the target (default: the "
+                                                "validation model).")] = None,
+    shape: Annotated[list[str] | None, typer.Option("--shape", help="Draft shape depth_topk_verify, repeatable "
+                                                    "(default: TLT's arms and chains 1/3/5).")] = None,
+    batch: Annotated[list[int] | None, typer.Option("--batch", help="Batch size, repeatable.")] = None,
+    context: Annotated[list[int] | None, typer.Option("--context", help="Context length, repeatable.")] = None,
+    repeats: Annotated[int, typer.Option(help="Fresh engines per point; medians kept.")] = 3,
+    acceptance: Annotated[str, typer.Option(help="Acceptance preset of the pinned drafter.")] = "paper-qwen32b",
+    out: Annotated[Path, typer.Option("--out", help="Cost table to write (.parquet).")] = Path("profile.parquet"),
+    backend: Annotated[Backend, typer.Option(help="Engine to measure.")] = Backend.native,
+    drafter: Annotated[str, typer.Option(help="vLLM backend: 'draft' (early-exit draft model) or 'ngram'.")]
+    = "draft",
+) -> None:
+    """Measure an engine's iteration latencies on this machine and write a cost table the simulator
+    reads (cost.model = "table", cost.table = PATH). With --backend vllm, OUT holds the drafter
+    engine's table (SD policies) and OUT-plain.parquet the plain engine's (no-sd).
+
+    Example: tlt real profile --shape 8_4_32 --shape 4_1_4 --out calibration/cpu/profile.parquet
+    Example: tlt real profile --backend vllm --shape 3_1_3 --context 64 --out calibration/cpu/vllm.parquet
+    """
+    from tltsim.policy.base import SDConfig
+    from tltsim.policy.beg_mab import DEFAULT_ARMS
+
+    vllm = backend is Backend.vllm
+    default_shapes = tuple(SDConfig.chain(k) for k in (1, 3, 5)) if vllm else (
+        *DEFAULT_ARMS, *(SDConfig.chain(k) for k in (1, 3, 5)))
+    shapes = tuple(_draft_shape(x) for x in shape) if shape else default_shapes
+    if vllm and any(c.topk != 1 or c.verify_tokens != c.depth for c in shapes):
+        raise InputError("vLLM drafts chains only: give K_1_K shapes", field="--shape")
+    if drafter not in ("draft", "ngram"):
+        raise InputError(f"must be 'draft' or 'ngram', got '{drafter}'", field="--drafter")
+    batches = tuple(batch) if batch else (1, 2, 4, 8, 16, 32)
+    contexts = tuple(context) if context else (64, 256, 1024)
+    for name, values, hi in (("--batch", batches, 1024), ("--context", contexts, 65536)):
+        if any(not 1 <= v <= hi for v in values):
+            raise InputError(f"values must be in [1, {hi}], got {list(values)}", field=name)
+    if not 1 <= repeats <= 20:
+        raise InputError(f"must be in [1, 20], got {repeats}", field="--repeats")
+    if out.suffix != ".parquet":
+        raise InputError("the cost table is written as Parquet: give a .parquet path", field="--out")
+    from tltsim.atomic import check_not_inputs, check_output_file
+
+    for path in (out, _plain_table(out)) if vllm else (out,):  # every file it writes, before any work
+        check_output_file(path)
+        check_not_inputs(path, [config] if config else [])
+    need_torch()
+    import torch
+
+    from tltcli.progress import PhaseProgress
+    from tltreal.model import random_model
+    from tltreal.profiler import ProfileGrid, grid_points, profile_metadata, profile_native
+    from tltreal.validation import PINNED_DEPTH, PINNED_TOPK, shape_of
+    from tltsim.acceptance import get_acceptance
+    from tltsim.cost import shape_fingerprint, write_table
+
+    cfg = target_config(config)
+    if vllm:
+        _profile_vllm(cfg, shapes, batches, contexts, repeats, drafter, out)
+        return
+    accept = get_acceptance(acceptance)
+    with PhaseProgress(phase_console(), planned=3) as bar:
+        bar.phase("building the model")
+        target = random_model(cfg, seed=0, dtype=torch.float32)
+        grid = ProfileGrid(batch_sizes=batches, contexts=contexts, sd_configs=shapes, repeats=repeats,
+                           prefill_lengths=tuple(sorted({1, 8, 64, max(contexts)})))
+        probs = accept.position_probs(PINNED_DEPTH, PINNED_TOPK)
+        bar.phase(f"profiling {len(shapes)} draft shapes, {repeats} repeats", grid_points(grid), "grid points")
+        df = profile_native(target, grid, position_probs=dict.fromkeys(shapes, probs), on_point=bar.advance)
+        bar.phase("writing the table")
+        write_table(df, profile_metadata(target, command=command_line(),
+                                         model_fingerprint=shape_fingerprint(shape_of(cfg))), out)
+    typer.echo(f"{len(df)} measurements -> {out}")
+
+
+def _draft_shape(text: str) -> SDConfig:
+    """One ``--shape``: a draft shape to time (``off`` is none: plain decoding has no shape to profile)."""
+    try:
+        shape = SDConfig.parse(text)
+    except InputError as exc:
+        raise InputError(exc.message, field="--shape") from None
+    if shape.depth == 0:
+        raise InputError(f"'{text}' is no draft shape; give depth_topk_verify, e.g. 8_4_32", field="--shape")
+    return shape
+
+
+def _plain_table(out: Path) -> Path:
+    """Where ``--backend vllm`` writes the plain engine's table, beside ``out``."""
+    return out.with_name(out.stem + "-plain.parquet")
+
+
+def _profile_vllm(cfg, shapes, batches, contexts, repeats: int, drafter: str, out: Path) -> None:
+    import tempfile
+
+    from tltcli.progress import PhaseProgress
+    from tltreal.validation import shape_of
+    from tltreal.vllm_backend import VllmSettings, profile_vllm, vllm_metadata, write_models
+    from tltsim.cost import shape_fingerprint, write_table
+
+    plain_out = _plain_table(out)
+
+    settings = VllmSettings(model=cfg, drafter=drafter, max_batch=max(batches),
+                            max_model_len=max(2048, 2 * max(contexts)))
+    with PhaseProgress(phase_console(), planned=3) as bar, tempfile.TemporaryDirectory(prefix="tlt-vllm-") as workdir:
+        bar.phase("writing the vLLM model folders")
+        target_dir, draft_dir = write_models(Path(workdir), cfg, seed=0, late_scale=settings.late_scale)
+        bar.phase(f"profiling vLLM ({len(batches)} batch sizes x {len(contexts)} contexts, {repeats} repeats)")
+        rows = profile_vllm(target_dir, draft_dir, settings, batch_sizes=batches, contexts=contexts,
+                            chains=sorted({c.depth for c in shapes}), prefill_lengths=sorted({1, 8, 64, max(contexts)}),
+                            repeats=repeats)
+        bar.phase("writing the tables")
+        meta = vllm_metadata(settings, command=command_line(), model_fingerprint=shape_fingerprint(shape_of(cfg)))
+        for name, path in (("drafter", out), ("plain", plain_out)):
+            write_table(rows[rows["engine"] == name].drop(columns="engine").reset_index(drop=True), meta, path)
+    typer.echo(f"{len(rows)} measurements -> {out} (drafter engine), {plain_out} (plain engine)")

@@ -44,15 +44,14 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 def _mount() -> None:
-    from tltreal.cli import app as real_app
-    from tltsim.cli.demo import demo
-    from tltsim.cli.report import report
-    from tltsim.cli.sim import app as sim_app
-    from tltsim.cli.sweep import app as sweep_app
-    from tltsim.cli.trace import app as trace_app
-    from tltsim.cli.validate import profile, validate
+    from tltcli.demo import demo
+    from tltcli.real import app as real_app
+    from tltcli.report import report
+    from tltcli.sim import app as sim_app
+    from tltcli.sweep import app as sweep_app
+    from tltcli.trace import app as trace_app
+    from tltcli.validate import validate
 
-    real_app.command("profile")(profile)
     app.add_typer(trace_app, name="trace")
     app.add_typer(sim_app, name="sim")
     app.add_typer(sweep_app, name="sweep")

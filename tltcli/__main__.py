@@ -1,0 +1,5 @@
+"""`python -m tltcli` = `tlt`."""
+
+from tltcli import main
+
+main()

@@ -1,0 +1,167 @@
+"""`tlt validate` and `tlt real profile`: measure the real engine, calibrate the simulator, report its error.
+
+Both need the ``real`` extra (torch); they import it only inside the commands, so ``tlt --help``
+stays fast and works without torch.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tltsim.errors import InputError
+
+
+class Backend(StrEnum):
+    native = "native"
+    vllm = "vllm"
+
+
+def need_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise InputError("this command needs the real engine: pip install 'tlt[real]'") from None
+
+
+def target_config(path: Path | None):
+    from tltreal.validation import DEFAULT_MODEL
+    from tltsim.model_config import ModelConfig
+
+    return DEFAULT_MODEL if path is None else ModelConfig.from_json(path)
+
+
+def command_line() -> str:
+    return "tlt " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+#: Scenario sections ``tlt validate`` never reads: it runs the trace steps and policies on this machine
+#: with its own small model (--model), engine (--max-batch) and a profiled or given (--table) cost table.
+UNUSED_BY_VALIDATE = ("model.", "cluster.", "engine.", "cost.", "drafter.", "spot.", "rl.", "acceptance.mode")
+
+
+def validation_scenario(scenario: str, backend: Backend):
+    """The scenario ``tlt validate`` replays, checked before any work: refused with presets (whole
+    simulated RL runs, which a validation of rollout policies cannot run; it used to ignore them
+    and run silent for minutes), with one warning line naming the fields it does not use."""
+    from tltcli.sim import warn
+    from tltsim.scenario import resolve
+
+    resolved = resolve(scenario)
+    s = resolved.scenario
+    if s.presets:
+        raise InputError("tlt validate runs rollout policies on a real engine; presets are whole simulated RL runs "
+                         "it cannot run (use tlt sim run --scenario ... for them, or remove presets)",
+                         path=resolved.given.get("presets"), field="presets")
+    unused = UNUSED_BY_VALIDATE + (("acceptance.",) if backend is Backend.vllm else ())
+    ignored = [f for f in resolved.given if f.startswith(unused)]
+    if ignored:
+        shown = ", ".join(ignored[:5]) + (f" and {len(ignored) - 5} more" if len(ignored) > 5 else "")
+        warn(f"{resolved.file}: {shown} not used by tlt validate (it replays the trace steps and policies on this "
+             "machine with --model, --max-batch and a profiled cost table)")
+    for kind, text in resolved.notes:
+        if kind == "trace-seed":
+            warn(text)
+    return s
+
+
+def _phase_plan(n_steps: int, backend: Backend, profiled: bool) -> int:
+    """How many phases ``tlt validate`` shows: native: warm-up, real runs per step, the profile (unless
+    --table), simulation per step; vLLM: real runs, profile, simulation per step; then the report."""
+    if backend is Backend.vllm:
+        return 2 + n_steps + 1
+    return 1 + 2 * n_steps + int(profiled) + 1
+
+
+def phase_console():
+    """The stderr console the phase progress draws on (a bar on a terminal, lines elsewhere)."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def validate(
+    scenario: Annotated[str, typer.Option(help="Scenario TOML or bundled name: trace steps and the policies to run.")]
+    = "validation_dapo_cpu",
+    backend: Annotated[Backend, typer.Option(help="Real backend to measure.")] = Backend.native,
+    model: Annotated[Path | None, typer.Option(help="config.json of the small target (default: 4 layers, hidden 256).")]
+    = None,
+    length_scale: Annotated[float, typer.Option(help="Traced prompt and response lengths are multiplied by this.")]
+    = 1 / 32,
+    max_batch: Annotated[int, typer.Option(help="Running requests of the native engine.")] = 32,
+    table: Annotated[Path | None, typer.Option(help="Use this cost table instead of profiling now.")] = None,
+    repeats: Annotated[int, typer.Option(help="Real runs per (step, policy) and profile repeats; medians kept.")] = 3,
+    out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/validation/cpu"),
+    force: Annotated[bool, typer.Option(help="Write into an existing folder tlt did not create.")] = False,
+    drafter: Annotated[str, typer.Option(help="vLLM backend: 'draft' (early-exit draft model) or 'ngram'.")]
+    = "draft",
+    late_scale: Annotated[float, typer.Option(help="vLLM backend: the target's layers after the first have their "
+                                              "output projections scaled by this (the draft model's agreement).")]
+    = 0.05,
+) -> None:
+    """Run a scenario's steps for real and in simulation; report the simulator's error.
+
+    Example: tlt validate --scenario validation_dapo_cpu --out reports/validation/cpu
+    Example: tlt validate --backend vllm --scenario validation_vllm_cpu --out reports/validation/cpu-vllm
+    """
+    from tltsim.atomic import check_output_dir
+
+    if drafter not in ("draft", "ngram"):
+        raise InputError(f"must be 'draft' or 'ngram', got '{drafter}'", field="--drafter")
+    if not 0 < late_scale <= 1:
+        raise InputError(f"must be in (0, 1], got {late_scale}", field="--late-scale")
+    if not 0 < length_scale <= 1:
+        raise InputError(f"must be in (0, 1], got {length_scale}", field="--length-scale")
+    if not 1 <= max_batch <= 256:
+        raise InputError(f"must be in [1, 256], got {max_batch}", field="--max-batch")
+    if not 1 <= repeats <= 20:
+        raise InputError(f"must be in [1, 20], got {repeats}", field="--repeats")
+    if backend is Backend.vllm and table is not None:
+        raise InputError("the vLLM backend profiles vLLM itself; --table is for the native backend",
+                         field="--table")
+    s = validation_scenario(scenario, backend)
+    check_output_dir(out, force, kind="validation", inputs=[scenario, *(p for p in (model, table) if p)])
+    need_torch()
+    import pandas as pd
+
+    from analysis.validation_report import write_validation_report
+    from tltcli.progress import PhaseProgress
+    from tltreal.validation import NativeSettings, validate_native
+    from tltsim.cost import TableCostModel
+    from tltsim.scenario import acceptance_model, load_steps, policies_with_baseline
+
+    settings = NativeSettings(model=target_config(model), length_scale=length_scale, max_batch=max_batch,
+                              seed=s.seed, grid_repeats=repeats, real_repeats=repeats)
+    workloads = load_steps(s.trace)
+    specs = policies_with_baseline(s.policies)
+    bar = PhaseProgress(phase_console(), planned=_phase_plan(len(workloads), backend, table is None))
+    if backend is Backend.vllm:
+        import tempfile
+
+        from tltreal.validation import VllmValidation, validate_vllm, vllm_chains
+
+        vllm_chains(specs, max_batch, s.seed)  # refuses a policy vLLM cannot run before anything starts
+        vllm_settings = VllmValidation(drafter=drafter, late_scale=late_scale)
+        with bar, tempfile.TemporaryDirectory(prefix="tlt-vllm-") as workdir:
+            result, tables, meta = validate_vllm(workloads, specs, settings, vllm_settings,
+                                                 workdir=workdir, deal_mode=s.trace.deal, command=command_line(),
+                                                 progress=bar)
+            bar.phase("writing the report")
+            metrics = pd.DataFrame([{"step": r.step, "policy": r.policy, **r.metrics} for r in result.real_runs])
+            write_validation_report(out, result, s, settings, command=command_line(), profile=(tables["drafter"], meta),
+                                    force=force, vllm=vllm_settings,
+                                    extra={"cost_table_plain": tables["plain"], "vllm_metrics": metrics})
+    else:
+        given = TableCostModel.from_file(table) if table is not None else None
+        accept = acceptance_model(s.acceptance)
+        with bar:
+            result, rows, meta = validate_native(workloads, specs, accept, settings, table=given,
+                                                 deal_mode=s.trace.deal, command=command_line(), progress=bar)
+            bar.phase("writing the report")
+            write_validation_report(out, result, s, settings, command=command_line(), profile=(rows, meta), force=force)
+    typer.echo(f"wrote {out}/README.md")

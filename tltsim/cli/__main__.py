@@ -1,5 +1,0 @@
-"""`python -m tltsim.cli` = `tlt`."""
-
-from tltsim.cli import main
-
-main()
