@@ -20,7 +20,8 @@ spec                        policy
 Options (``k=v``, separated by ``:``): ``beg-mab`` takes ``eps``, ``window``, ``arms`` (config names
 joined by ``,``) and ``thresholds`` (ints joined by ``,``); ``eps-greedy`` takes ``eps``, ``window``,
 ``arms``; ``ucb1`` takes ``c``, ``window``, ``arms``; ``sglang-ema`` takes ``depths``, ``ranges``,
-``smoothing``, ``prior``, ``hysteresis``; ``oracle`` takes ``arms``. E.g.
+``smoothing``, ``prior``, ``hysteresis`` (it prices depths with ``cost_model`` when one is given, as
+the oracle does); ``oracle`` takes ``arms``. E.g.
 ``elastic:16:5+beg-mab:eps=0.05:window=100``.
 
 Every problem with a spec raises :class:`~tltsim.errors.InputError` naming the spec and the valid
@@ -154,7 +155,7 @@ def _base(base: str, args: list[str], seed: int, accept_model: OracleAcceptance 
         }, base)
         if "prior" in opts:
             opts["prior_accept_rate"] = opts.pop("prior")
-        return SglangEma(**opts)
+        return SglangEma(cost_model=cost_model, **opts)  # priced as the engine is timed, not by a proxy
     if base == "oracle":
         if accept_model is None or cost_model is None:
             raise _SpecError("oracle needs accept_model and cost_model (it knows the true models)")
@@ -194,8 +195,8 @@ def make_policy(spec: str, *, seed: int = 0, accept_model: OracleAcceptance | No
                 cost_model: OracleCost | None = None) -> SDPolicy:
     """The policy described by ``spec`` (see the module docstring), seeded with ``seed``.
 
-    ``accept_model`` and ``cost_model`` are only needed by ``oracle``. The result's ``name`` is
-    ``spec`` (stripped).
+    ``accept_model`` and ``cost_model`` are needed by ``oracle``; ``sglang-ema`` prices its depths
+    with ``cost_model`` when given (else with a proxy). The result's ``name`` is ``spec`` (stripped).
     """
     text = spec.strip() if isinstance(spec, str) else ""
     if not text:

@@ -18,9 +18,13 @@ Approximations, stated plainly:
   chain formula at the depth it was measured), because the depth changes under us and an accept
   length measured at depth 3 says little directly about depth 7. For a tree config the depth alone is
   used, which over-estimates ``a`` (a tree accepts more than a chain of the same depth).
-* The default cost is a roofline proxy, not a measurement (see :func:`chain_cost_proxy`); pass
-  ``cost`` (any ``(batch_size, depth) -> time``, depth 0 = plain decode, any consistent unit) to use
-  a real cost model.
+* SGLang measures what each step count costs on its hardware; the simulator's stand-in for that
+  measurement is the scenario's own cost model (``cost_model``, what the engine is timed with), priced
+  at the batch's per-request context lengths, as the oracle prices its candidates. Only without one
+  (the real engine, or a bare policy in a test) does it fall back to ``cost`` (any
+  ``(batch_size, depth) -> time``, depth 0 = plain decode, any consistent unit), by default a roofline
+  proxy (:func:`chain_cost_proxy`) that knows nothing of contexts or the model: comparing it against
+  policies that see the true costs would bias the comparison against it.
 * If ``0`` is among the candidate depths and wins, that range gets no further observations, so its
   EMA freezes there: like SGLang (which never turns SD off), the default candidates exclude 0.
 
@@ -33,8 +37,11 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 from itertools import pairwise
 
+import numpy as np
+
 from tltsim.errors import InputError
 from tltsim.policy.base import MAX_DEPTH, BatchView, Decision, Outcome, SDConfig
+from tltsim.policy.oracle import OracleCost
 
 DEFAULT_DEPTHS: tuple[int, ...] = (1, 3, 7)
 DEFAULT_RANGES: tuple[int, ...] = (1, 64, 128)
@@ -96,7 +103,7 @@ class SglangEma:
     def __init__(self, depths: Sequence[int] = DEFAULT_DEPTHS, ranges: Sequence[int] = DEFAULT_RANGES,
                  smoothing: float = DEFAULT_SMOOTHING, prior_accept_rate: float = DEFAULT_PRIOR_ACCEPT_RATE,
                  hysteresis: float = DEFAULT_HYSTERESIS, cost: CostFn | None = None,
-                 name: str = "sglang-ema") -> None:
+                 cost_model: OracleCost | None = None, name: str = "sglang-ema") -> None:
         self.depths = tuple(int(d) for d in depths)
         if not self.depths or any(not 0 <= d <= MAX_DEPTH for d in self.depths) or len(set(self.depths)) != len(
                 self.depths):
@@ -115,7 +122,10 @@ class SglangEma:
         self.smoothing = float(smoothing)
         self.prior_accept_rate = float(prior_accept_rate)
         self.hysteresis = float(hysteresis)
+        if cost is not None and cost_model is not None:
+            raise InputError("sglang-ema takes a cost callable or a cost model, not both")
         self.cost: CostFn = cost if cost is not None else chain_cost_proxy
+        self.cost_model = cost_model  # not touched here: scenario validation builds policies with placeholders
         self.name = name
         self.clear()
 
@@ -135,14 +145,25 @@ class SglangEma:
         """The current EMA acceptance rate of ``batch_size``'s range."""
         return self._rate[self.range_of(batch_size)]
 
-    def score(self, rate: float, batch_size: int, depth: int) -> float:
-        """Expected tokens per unit cost of a ``depth`` chain."""
-        cost = float(self.cost(max(batch_size, 1), depth))
+    def score(self, rate: float, batch_size: int, depth: int, context_lens: np.ndarray | None = None) -> float:
+        """Expected tokens per unit cost of a ``depth`` chain: priced by ``cost_model`` at
+        ``context_lens`` (empty contexts when not given) when there is one, else by ``cost``."""
+        if self.cost_model is None:
+            cost = float(self.cost(max(batch_size, 1), depth))
+        else:
+            ctx = context_lens if context_lens is not None else np.zeros(max(batch_size, 1), dtype=np.int64)
+            cost = float(self.cost_model.sd_time(ctx, SDConfig.chain(depth)) if depth > 0
+                         else self.cost_model.decode_time(ctx))
         return chain_tokens(rate, depth) / cost if cost > 0 else 0.0
 
     def decide(self, view: BatchView) -> Decision:
         r = self.range_of(view.batch_size)
-        scores = {d: self.score(self._rate[r], view.batch_size, d) for d in self.depths}
+        ctx = None
+        if self.cost_model is not None:
+            ctx = np.asarray(view.context_lens, dtype=np.int64)
+            if len(ctx) == 0:  # the engine gave no context lengths: assume empty contexts, as the oracle does
+                ctx = np.zeros(max(view.batch_size, 1), dtype=np.int64)
+        scores = {d: self.score(self._rate[r], view.batch_size, d, ctx) for d in self.depths}
         best = max(self.depths, key=scores.__getitem__)
         current = self._current[r]
         if current is None or scores[best] > scores[current] * (1.0 + self.hysteresis):
