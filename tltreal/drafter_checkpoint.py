@@ -42,7 +42,7 @@ from typing import BinaryIO
 import torch
 from torch import nn
 
-from tltsim.atomic import _umask, sweep_dead  # _umask: the race-free umask reader
+from tltsim.atomic import current_umask, sweep_dead
 from tltsim.errors import InputError
 
 FORMAT = "tlt-eagle-drafter-1"
@@ -117,7 +117,7 @@ def atomic_write(path: Path, writer: Callable[[BinaryIO], object]) -> Path:
     own ``.tmpXXXXXX`` sibling, which a kill would strand without a pid to sweep it by."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # what a plain open() would give, not mkstemp's 0600
+        os.fchmod(fd, 0o666 & ~current_umask())  # what a plain open() would give, not mkstemp's 0600
         with os.fdopen(fd, "wb") as fh:
             writer(fh)
             fh.flush()

@@ -57,7 +57,7 @@ _OLD = "tlt-old"
 _NAME_MAX = 255
 
 
-def _umask() -> int:
+def current_umask() -> int:
     """The process umask, read without changing it where the kernel reports it (Linux 4.7+).
 
     ``os.umask`` can only be read by setting it: for that instant another thread (a sweep's writer
@@ -77,7 +77,7 @@ def _umask() -> int:
 
 def _chmod_default(path: Path, *, folder: bool) -> None:
     """mkstemp/mkdtemp create 0600/0700; give what a plain open()/mkdir() would under the umask."""
-    os.chmod(path, (0o777 if folder else 0o666) & ~_umask())
+    os.chmod(path, (0o777 if folder else 0o666) & ~current_umask())
 
 
 def _err(path: Path, message: str, field: str) -> InputError:
