@@ -25,8 +25,6 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
-from drafter_fixtures import KILL_CFG, progressions, train_target  # noqa: E402
-
 from tltreal.drafter_checkpoint import (  # noqa: E402
     AsyncCheckpointer,
     list_checkpoints,
@@ -54,6 +52,8 @@ from tltreal.proposers.eagle import random_drafter  # noqa: E402
 from tltsim.errors import InputError  # noqa: E402
 from tltsim.model_config import ModelConfig  # noqa: E402
 from tltsim.policy.base import NoSD  # noqa: E402
+
+from .drafter_fixtures import KILL_CFG, progressions  # noqa: E402
 
 SMALL = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                     num_key_value_heads=2, max_position_embeddings=256)
@@ -216,10 +216,10 @@ def test_training_is_deterministic_given_the_seed_and_preemptible():
 
 # ---- training improves acceptance (trained target) -------------------------------------------------
 @pytest.fixture(scope="module")
-def trained():
-    """A target trained on progressions, two RL steps of its greedy rollouts in a buffer, and a
-    drafter trained on them; held-out prompts come from another seed."""
-    target = train_target(steps=150)
+def trained(progression_target):
+    """A target trained on progressions (the session's), two RL steps of its greedy rollouts in a
+    buffer, and a drafter trained on them; held-out prompts come from another seed."""
+    target = progression_target
     buf = DataBuffer()
     for step in (0, 1):
         buf.start_step(step)

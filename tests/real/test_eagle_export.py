@@ -32,8 +32,6 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
-from drafter_fixtures import CFG, progressions, train_target  # noqa: E402
-
 from tltreal.drafter_train import (  # noqa: E402
     DataBuffer,
     DrafterTrainer,
@@ -48,6 +46,8 @@ from tltreal.proposers.eagle import random_drafter  # noqa: E402
 from tltsim.errors import InputError  # noqa: E402
 from tltsim.model_config import ModelConfig  # noqa: E402
 from tltsim.policy.base import NoSD  # noqa: E402
+
+from .drafter_fixtures import CFG, progressions  # noqa: E402
 
 vllm_needed = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                  reason="vLLM is not installed (pip install 'tlt[vllm]')")
@@ -106,11 +106,11 @@ def test_export_refuses_targets_vllm_has_no_eagle1_for_and_foreign_folders(tmp_p
 
 # ---- the round trip ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    """Trained target + trained and random drafters, exported; our engine's greedy outputs and
-    acceptance on held-out prompts."""
+def models(progression_target, tmp_path_factory):
+    """Trained target (the session's) + trained and random drafters, exported; our engine's greedy
+    outputs and acceptance on held-out prompts."""
     t0 = time.perf_counter()
-    target = train_target(steps=150)
+    target = progression_target
     buf = DataBuffer()
     for seq in progressions(64, 48, seed=7):
         buf.add(target_sample(target, seq))
@@ -182,7 +182,7 @@ def test_vllm_acceptance_is_far_above_random_and_close_to_our_engine(models, vll
     print(f"\n1 + accepted/drafts (chain {K}): ours trained {ours['trained']:.3f} random {ours['random']:.3f}; "
           f"vLLM trained {theirs['trained']:.3f} random {theirs['random']:.3f}; "
           f"our engine's accept length {models['ours']['trained'].accept_length:.3f}; "
-          f"target + drafter training {models['prep_s']:.1f} s")
+          f"drafter training and exports {models['prep_s']:.1f} s")
     assert theirs["trained"] > theirs["random"] + 2.0 and theirs["trained"] > ours["random"] + 2.0
     assert abs(theirs["trained"] - ours["trained"]) <= TOLERANCE
     assert abs(theirs["random"] - ours["random"]) <= TOLERANCE

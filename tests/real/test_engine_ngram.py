@@ -20,18 +20,20 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
-from test_real_sampling import chi2_pvalue  # noqa: E402  (tests/real is on the path, as drafter_fixtures)
-
 from tltreal import verify  # noqa: E402
 from tltreal.engine import Engine, EngineConfig, RunResult  # noqa: E402
-from tltreal.model import Transformer, causal_mask, random_model  # noqa: E402
+from tltreal.model import Transformer, random_model  # noqa: E402
 from tltreal.proposers import NgramProposer, OracleDrafter, ProposalContext  # noqa: E402
 from tltreal.proposers.ngram import extend_periodic  # noqa: E402
-from tltreal.sampling import SamplingParams, target_probs  # noqa: E402
+from tltreal.sampling import SamplingParams  # noqa: E402
 from tltreal.tree import make_tree  # noqa: E402
-from tltsim.model_config import ModelConfig  # noqa: E402
 from tltsim.policy.base import NO_SD, NoSD, SDConfig, Static  # noqa: E402
 from tltsim.policy.registry import make_policy  # noqa: E402
+
+from .test_real_sampling import chi2_pvalue  # noqa: E402
+from .tiny_models import TINY as CFG  # noqa: E402
+from .tiny_models import TINY_V64 as LOOP_CFG  # noqa: E402
+from .tiny_models import random_prompts, two_token_marginals  # noqa: E402
 
 ALPHA_OK = 1e-3
 ALPHA_BROKEN = 1e-6
@@ -102,12 +104,6 @@ def test_ngram_matches_naive_reference_while_sequences_grow():
 
 
 # --------------------------------------------------------------------------------- engine, greedy
-CFG = ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2)
-LOOP_CFG = ModelConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2)
-
-
 def loop_model(scale: float, noise: float, period: int = 4, seed: int = 0) -> Transformer:
     """A target that loops: token x is followed (with logit margin ~8 * scale) by its successor in a
     cycle of ``period`` tokens, plus ``noise`` in every weight. Repetitive text by construction."""
@@ -126,16 +122,9 @@ def loop_model(scale: float, noise: float, period: int = 4, seed: int = 0) -> Tr
 
 
 @pytest.fixture(scope="module")
-def target():
-    return random_model(CFG, seed=1, dtype=torch.float64, std=0.1)
-
-
-@pytest.fixture(scope="module")
 def prompts():
     """4 groups of 4 identical prompts (GRPO-style) and 8 prompts of their own."""
-    g = torch.Generator().manual_seed(0)
-    rand = [torch.randint(0, CFG.vocab_size, (int(torch.randint(3, 16, (1,), generator=g)),), generator=g).tolist()
-            for _ in range(12)]
+    rand = random_prompts(12, 16, CFG.vocab_size)
     return [p for p in rand[:4] for _ in range(4)] + rand[4:]
 
 
@@ -147,8 +136,8 @@ def run(target, prompts, policy, batch: int, n_new: int = 48, **engine_kwargs) -
 
 
 @pytest.fixture(scope="module")
-def reference(target, prompts):
-    return run(target, prompts, NoSD(), batch=len(prompts))
+def reference(tiny_target, prompts):
+    return run(tiny_target, prompts, NoSD(), batch=len(prompts))
 
 
 @pytest.mark.parametrize(("policy", "batch", "proposer"), [
@@ -159,8 +148,8 @@ def reference(target, prompts):
     ("elastic:10:2+static:4_1_4", 24, NgramProposer),
     ("vllm-table", 11, lambda: NgramProposer(min_n=2)),
 ])
-def test_ngram_greedy_equals_target_alone(target, prompts, reference, policy, batch, proposer):
-    result = run(target, prompts, make_policy(policy, seed=0), batch, proposer=proposer())
+def test_ngram_greedy_equals_target_alone(tiny_target, prompts, reference, policy, batch, proposer):
+    result = run(tiny_target, prompts, make_policy(policy, seed=0), batch, proposer=proposer())
     assert result.outputs == reference.outputs
     sd = result.decode_events[result.decode_events["depth"] > 0]
     assert int(sd["drafted"].sum()) > 0 and int(sd["accepted"].sum()) > 0
@@ -193,12 +182,12 @@ def accept_per_request(result: RunResult) -> list[float]:
     return [t / n for t, n in per]
 
 
-def test_identical_siblings_are_copied(target, prompts):
+def test_identical_siblings_are_copied(tiny_target, prompts):
     """One request at a time: each later member of a group finds its whole greedy answer in the
     finished sibling's (aligned occurrence), which only sibling retrieval can see."""
     group = [prompts[0]] * 4
-    with_sib = run(target, group, Static(SDConfig(4, 1, 4)), batch=1, proposer=NgramProposer())
-    alone = run(target, group, Static(SDConfig(4, 1, 4)), batch=1, proposer=NgramProposer(siblings=False))
+    with_sib = run(tiny_target, group, Static(SDConfig(4, 1, 4)), batch=1, proposer=NgramProposer())
+    alone = run(tiny_target, group, Static(SDConfig(4, 1, 4)), batch=1, proposer=NgramProposer(siblings=False))
     assert with_sib.outputs == alone.outputs
     longest = max(alone.outputs.values(), key=len)
     assert all(out == longest[: len(out)] for out in alone.outputs.values())  # greedy: one answer, cut at 3 lengths
@@ -224,34 +213,35 @@ class Stub:
         return [[c.tokens[-1]] * k if i % 2 == 0 else [] for i, c in enumerate(contexts)]
 
 
-def test_no_proposal_falls_back_to_plain_steps(target, prompts, reference):
-    result = run(target, prompts, Static(SDConfig(4, 1, 4)), 8, proposer=Stub("none"))
+def test_no_proposal_falls_back_to_plain_steps(tiny_target, prompts, reference):
+    result = run(tiny_target, prompts, Static(SDConfig(4, 1, 4)), 8, proposer=Stub("none"))
     assert result.outputs == reference.outputs
     dec = result.decode_events
     assert (dec["depth"] == 4).all() and int(dec["drafted"].sum()) == 0 and int(dec["accepted"].sum()) == 0
     assert result.mean_accept_length == 1.0
-    plain = run(target, prompts, NoSD(), 8)
+    plain = run(tiny_target, prompts, NoSD(), 8)
     assert dec["iterations"].sum() == plain.decode_events["iterations"].sum()
 
 
-def test_requests_without_proposals_share_a_batch_with_drafting_ones(target, prompts, reference):
-    result = run(target, prompts, Static(SDConfig(3, 1, 3)), 7, proposer=Stub("some"))
+def test_requests_without_proposals_share_a_batch_with_drafting_ones(tiny_target, prompts, reference):
+    result = run(tiny_target, prompts, Static(SDConfig(3, 1, 3)), 7, proposer=Stub("some"))
     assert result.outputs == reference.outputs
     sd = result.decode_events
     assert int(sd["drafted"].sum()) > 0
 
 
 @pytest.mark.parametrize(("mode", "message"), [("bad-token", "vocabulary"), ("too-long", "at most")])
-def test_bad_proposals_are_refused(target, prompts, mode, message):
+def test_bad_proposals_are_refused(tiny_target, prompts, mode, message):
     with pytest.raises(ValueError, match=message):
-        run(target, prompts[:2], Static(SDConfig(3, 1, 3)), 2, proposer=Stub(mode))
+        run(tiny_target, prompts[:2], Static(SDConfig(3, 1, 3)), 2, proposer=Stub(mode))
 
 
-def test_trees_and_two_proposers_are_refused(target, prompts):
+def test_trees_and_two_proposers_are_refused(tiny_target, prompts):
     with pytest.raises(ValueError, match="chains"):
-        run(target, prompts[:2], Static(SDConfig(3, 2, 4)), 2, proposer=NgramProposer())
+        run(tiny_target, prompts[:2], Static(SDConfig(3, 2, 4)), 2, proposer=NgramProposer())
     with pytest.raises(ValueError, match="not both"):
-        Engine(target, NoSD(), OracleDrafter(target), EngineConfig(max_batch=2, max_len=40), proposer=NgramProposer())
+        Engine(tiny_target, NoSD(), OracleDrafter(tiny_target), EngineConfig(max_batch=2, max_len=40),
+               proposer=NgramProposer())
 
 
 # ------------------------------------------------------------------------------- sampling, exact
@@ -307,24 +297,7 @@ def soft_loop():
 @pytest.fixture(scope="module")
 def loop_marginals(soft_loop):
     """p(x2) and p(x3) under the target alone, by enumerating all x1 and (x1, x2)."""
-    v = LOOP_CFG.vocab_size
-    temp = torch.full((1,), SAMPLING["temperature"], dtype=torch.float64)
-    top_p = torch.full((1,), SAMPLING["top_p"], dtype=torch.float64)
-
-    def next_dist(contexts: torch.Tensor) -> torch.Tensor:
-        b, t = contexts.shape
-        logits, _ = soft_loop(contexts, torch.arange(t).expand(b, t), soft_loop.new_cache(b, t), torch.arange(b),
-                              torch.zeros(b, dtype=torch.long), causal_mask(b, t))
-        return target_probs(logits[:, -1], temp.expand(b), top_p.expand(b))
-
-    prompt = torch.tensor(LOOP_PROMPT)
-    p1 = next_dist(prompt[None])[0]
-    ctx2 = torch.cat([prompt.expand(v, -1), torch.arange(v)[:, None]], 1)
-    p2_given_1 = next_dist(ctx2)
-    ctx3 = torch.cat([ctx2.repeat_interleave(v, 0), torch.arange(v).repeat(v)[:, None]], 1)
-    p3_given_12 = next_dist(ctx3).view(v, v, v)
-    joint12 = p1[:, None] * p2_given_1
-    return joint12.sum(0), (joint12[..., None] * p3_given_12).sum((0, 1))
+    return two_token_marginals(soft_loop, LOOP_PROMPT, **SAMPLING)
 
 
 def ngram_draws(target, siblings: bool) -> tuple[torch.Tensor, torch.Tensor, float]:
@@ -352,7 +325,7 @@ def test_engine_ngram_test_rejects_broken_residual(soft_loop, loop_marginals, mo
     assert chi2_pvalue(torch.bincount(x2, minlength=LOOP_CFG.vocab_size), loop_marginals[0]) < ALPHA_BROKEN
 
 
-def test_no_sd_config_with_proposer_is_plain(target, prompts, reference):
-    result = run(target, prompts, Static(NO_SD), 5, proposer=NgramProposer())
+def test_no_sd_config_with_proposer_is_plain(tiny_target, prompts, reference):
+    result = run(tiny_target, prompts, Static(NO_SD), 5, proposer=NgramProposer())
     assert result.outputs == reference.outputs
     assert (result.decode_events["depth"] == 0).all()

@@ -20,29 +20,22 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
 from tltreal.engine import Engine, EngineConfig, FinishedRequest, RunResult  # noqa: E402
-from tltreal.model import Transformer, causal_mask, random_model  # noqa: E402
+from tltreal.model import Transformer, causal_mask  # noqa: E402
 from tltreal.proposers import NgramProposer, OracleDrafter  # noqa: E402
 from tltreal.sampling import SamplingParams, target_probs  # noqa: E402
-from tltsim.model_config import ModelConfig  # noqa: E402
 from tltsim.policy.base import NoSD, SDConfig, SDPolicy, Static  # noqa: E402
 from tltsim.policy.registry import make_policy  # noqa: E402
 
-CFG = ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2)
+from .tiny_models import TINY as CFG  # noqa: E402
+from .tiny_models import random_prompts  # noqa: E402
+
 TOL = 1e-9
 RECORD = {"record_logprobs": True, "record_hidden": True}
 
 
 @pytest.fixture(scope="module")
-def target() -> Transformer:
-    return random_model(CFG, seed=1, dtype=torch.float64, std=0.1)
-
-
-@pytest.fixture(scope="module")
 def prompts() -> list[list[int]]:
-    g = torch.Generator().manual_seed(0)
-    rand = [torch.randint(0, CFG.vocab_size, (int(torch.randint(3, 16, (1,), generator=g)),), generator=g).tolist()
-            for _ in range(8)]
+    rand = random_prompts(8, 16, CFG.vocab_size)
     return rand + [rand[0]] * 3  # a group, for sibling retrieval
 
 
@@ -86,8 +79,8 @@ def assert_matches_fresh(target, result: RunResult, sampling: SamplingParams | N
 
 
 @pytest.fixture(scope="module")
-def plain(target, prompts) -> RunResult:
-    return run(target, prompts, NoSD(), batch=len(prompts))
+def plain(tiny_target, prompts) -> RunResult:
+    return run(tiny_target, prompts, NoSD(), batch=len(prompts))
 
 
 @pytest.mark.parametrize(("name", "policy", "kwargs", "batch"), [
@@ -96,8 +89,8 @@ def plain(target, prompts) -> RunResult:
     ("elastic-reprefill", lambda: make_policy("elastic:6:2+static:4_2_6", seed=0),
      lambda t: {"drafter": OracleDrafter(t, noise=0.3), "switch": "reprefill"}, 11),
 ])
-def test_greedy_records_equal_with_sd_on_and_off(target, prompts, plain, name, policy, kwargs, batch):
-    sd = run(target, prompts, policy(), batch, **kwargs(target))
+def test_greedy_records_equal_with_sd_on_and_off(tiny_target, prompts, plain, name, policy, kwargs, batch):
+    sd = run(tiny_target, prompts, policy(), batch, **kwargs(tiny_target))
     if name == "elastic-reprefill":
         assert (sd.events["kind"] == "switch_reprefill").sum() == 1
     assert sd.outputs == plain.outputs
@@ -110,62 +103,62 @@ def test_greedy_records_equal_with_sd_on_and_off(target, prompts, plain, name, p
         torch.testing.assert_close(got.hidden, ref.hidden, rtol=0, atol=TOL)
 
 
-def test_plain_records_equal_a_fresh_forward(target, prompts, plain):
-    assert_matches_fresh(target, plain)
+def test_plain_records_equal_a_fresh_forward(tiny_target, prompts, plain):
+    assert_matches_fresh(tiny_target, plain)
 
 
 @pytest.mark.parametrize("mode", ["plain", "ngram", "tree"])
-def test_sampled_records_equal_a_fresh_forward(target, prompts, mode):
+def test_sampled_records_equal_a_fresh_forward(tiny_target, prompts, mode):
     """Sampled tokens (temperature + top-p): ``logprobs`` is the log of target_probs, the
     distribution each token was drawn from; finite for every emitted token (lossless sampling never
     emits a token outside the top-p set)."""
     sampling = SamplingParams(temperature=0.8, top_p=0.9)
     policy, kwargs = {"plain": (NoSD(), {}), "ngram": (Static(SDConfig(3, 1, 3)), {"proposer": NgramProposer()}),
-                      "tree": (Static(SDConfig(3, 2, 5)), {"drafter": OracleDrafter(target, noise=0.3)})}[mode]
-    result = run(target, prompts, policy, 4, sampling, **kwargs)
-    assert_matches_fresh(target, result, sampling)
+                      "tree": (Static(SDConfig(3, 2, 5)), {"drafter": OracleDrafter(tiny_target, noise=0.3)})}[mode]
+    result = run(tiny_target, prompts, policy, 4, sampling, **kwargs)
+    assert_matches_fresh(tiny_target, result, sampling)
     for f in result.finished.values():
         assert torch.isfinite(f.logprobs).all() and (f.logprobs <= 0).all()
         assert not torch.allclose(f.logprobs, f.raw_logprobs)  # temperature and top-p: not the raw ones
 
 
-def test_records_stop_where_the_response_stops(target, prompts, plain):
+def test_records_stop_where_the_response_stops(tiny_target, prompts, plain):
     """EOS inside an accepted draft and the length cap: records cover exactly what was emitted."""
     eos = plain.outputs[1][10]
-    result = run(target, prompts, Static(SDConfig(5, 1, 5)), 4, eos=(eos,), proposer=NgramProposer())
+    result = run(tiny_target, prompts, Static(SDConfig(5, 1, 5)), 4, eos=(eos,), proposer=NgramProposer())
     assert result.outputs[1] == plain.outputs[1][: plain.outputs[1].index(eos) + 1]
-    assert_matches_fresh(target, result)
+    assert_matches_fresh(tiny_target, result)
 
 
-def test_one_token_responses_have_records(target, prompts):
+def test_one_token_responses_have_records(tiny_target, prompts):
     cfg = EngineConfig(max_batch=4, max_len=40, **RECORD)
-    engine = Engine(target, NoSD(), config=cfg)
+    engine = Engine(tiny_target, NoSD(), config=cfg)
     rid = engine.add_request(prompts[0], 1)
     f = engine.run().finished[rid]
     assert len(f.output) == len(f.logprobs) == 1 and f.hidden.shape[0] == len(prompts[0]) + 1
 
 
-def test_records_are_off_by_default(target, prompts):
+def test_records_are_off_by_default(tiny_target, prompts):
     calls = []
-    engine = Engine(target, NoSD(), config=EngineConfig(max_batch=4, max_len=80))
+    engine = Engine(tiny_target, NoSD(), config=EngineConfig(max_batch=4, max_len=80))
     for p in prompts[:4]:
         engine.add_request(p, 8)
-    original = target.forward
+    original = tiny_target.forward
 
     def counting(*args, **kwargs):
         calls.append(args[0].shape)
         return original(*args, **kwargs)
 
-    target.forward = counting
+    tiny_target.forward = counting
     try:
         result = engine.run()
     finally:
-        del target.forward
+        del tiny_target.forward
     assert all(f.logprobs is None and f.raw_logprobs is None and f.hidden is None for f in result.finished.values())
     assert len(calls) == 1 + 7  # one prefill, 7 decode steps: no extra forward for the last tokens
 
 
-def test_drafter_pairs_are_tokens_with_the_recorded_previous_hidden(target, prompts, monkeypatch):
+def test_drafter_pairs_are_tokens_with_the_recorded_previous_hidden(tiny_target, prompts, monkeypatch):
     """Every pair the engine feeds the drafter (catch-up and draft root) is ``(t_j, h_{j-1})``
     (``h_{-1} = 0``) with ``h`` the hidden states it records: the alignment drafter training uses."""
     import tltreal.engine as engine_module
@@ -182,7 +175,8 @@ def test_drafter_pairs_are_tokens_with_the_recorded_previous_hidden(target, prom
 
     monkeypatch.setattr(engine_module, "catch_up", spy)
     cfg = EngineConfig(max_batch=4, max_len=80, **RECORD)
-    engine = Engine(target, make_policy("elastic:3:2+static:3_2_4", seed=0), OracleDrafter(target, noise=0.3), cfg)
+    engine = Engine(tiny_target, make_policy("elastic:3:2+static:3_2_4", seed=0), OracleDrafter(tiny_target, noise=0.3),
+                    cfg)
     for i, p in enumerate(prompts[:7]):
         engine.add_request(p, 12 + 3 * i)
     result = engine.run()

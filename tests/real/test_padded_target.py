@@ -19,8 +19,6 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
-from drafter_fixtures import progressions  # noqa: E402
-
 from tltreal.drafter_train import (  # noqa: E402
     DataBuffer,
     DrafterTrainerConfig,
@@ -41,6 +39,8 @@ from tltreal.padded_target import (  # noqa: E402
 from tltreal.proposers.eagle import EagleDrafter, random_drafter  # noqa: E402
 from tltsim.model_config import ModelConfig  # noqa: E402
 from tltsim.policy.base import SDConfig, Static  # noqa: E402
+
+from .drafter_fixtures import progressions  # noqa: E402
 
 SMALL = ModelConfig(vocab_size=48, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
                     num_key_value_heads=2, max_position_embeddings=256)
@@ -73,7 +73,7 @@ def _greedy(target, prompts, new_tokens, drafter=None, config: SDConfig | None =
 def trained():
     """A float64 target that predicts arithmetic progressions and a drafter trained on it (a random
     pair would accept almost nothing, and the acceptance paths would go untested)."""
-    from drafter_fixtures import train_target
+    from .drafter_fixtures import train_target
 
     cfg = dataclasses.replace(SMALL, vocab_size=64, hidden_size=64, intermediate_size=96)
     target = train_target(cfg, steps=120, batch=16, length=32, seed=0, lr=3e-3).to(torch.float64)

@@ -19,25 +19,18 @@ from tltreal.engine import Engine, EngineConfig, RunResult  # noqa: E402
 from tltreal.model import random_model  # noqa: E402
 from tltreal.proposers import OracleDrafter, random_drafter  # noqa: E402
 from tltsim.events import check_event_log  # noqa: E402
-from tltsim.model_config import ModelConfig  # noqa: E402
 from tltsim.policy.base import NO_SD, BatchView, Decision, NoSD, Outcome, SDConfig, Static  # noqa: E402
 from tltsim.policy.registry import make_policy  # noqa: E402
 
-CFG = ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2)
+from .tiny_models import TINY as CFG  # noqa: E402
+from .tiny_models import random_prompts  # noqa: E402
+
 N_PROMPTS = 32
 
 
 @pytest.fixture(scope="module")
-def target():
-    return random_model(CFG, seed=1, dtype=torch.float64, std=0.1)
-
-
-@pytest.fixture(scope="module")
 def prompts():
-    g = torch.Generator().manual_seed(0)
-    return [torch.randint(0, CFG.vocab_size, (int(torch.randint(3, 20, (1,), generator=g)),), generator=g).tolist()
-            for _ in range(N_PROMPTS)]
+    return random_prompts(N_PROMPTS, 20, CFG.vocab_size)
 
 
 def run(target, prompts, policy, drafter, batch: int, n_new: int = 128, switch: str = "catch_up") -> RunResult:
@@ -48,8 +41,8 @@ def run(target, prompts, policy, drafter, batch: int, n_new: int = 128, switch: 
 
 
 @pytest.fixture(scope="module")
-def reference(target, prompts):
-    return run(target, prompts, NoSD(), None, batch=N_PROMPTS)
+def reference(tiny_target, prompts):
+    return run(tiny_target, prompts, NoSD(), None, batch=N_PROMPTS)
 
 
 class FlipFlop:
@@ -72,8 +65,8 @@ class FlipFlop:
         self.i = 0
 
 
-def test_plain_decoding_is_batch_independent(target, prompts, reference):
-    small = run(target, prompts, NoSD(), None, batch=3)
+def test_plain_decoding_is_batch_independent(tiny_target, prompts, reference):
+    small = run(tiny_target, prompts, NoSD(), None, batch=3)
     assert small.outputs == reference.outputs
     assert all(len(v) >= 128 for v in reference.outputs.values())
 
@@ -88,9 +81,9 @@ def test_plain_decoding_is_batch_independent(target, prompts, reference):
      lambda t: OracleDrafter(t, noise=0.3), 16),
     ("flip-flop", FlipFlop, lambda t: random_drafter(t, seed=5), 6),
 ])
-def test_speculative_greedy_equals_plain(target, prompts, reference, case, policy, drafter, batch):
+def test_speculative_greedy_equals_plain(tiny_target, prompts, reference, case, policy, drafter, batch):
     switch = "reprefill" if case == "elastic-reprefill" else "catch_up"
-    result = run(target, prompts, policy(), drafter(target), batch, switch=switch)
+    result = run(tiny_target, prompts, policy(), drafter(tiny_target), batch, switch=switch)
     assert result.outputs == reference.outputs
     sd = result.decode_events[result.decode_events["depth"] > 0]
     assert len(sd) > 0
@@ -106,9 +99,9 @@ def test_speculative_greedy_equals_plain(target, prompts, reference, case, polic
         assert (result.events["kind"] == "switch_reprefill").sum() == 1
 
 
-def test_telemetry_follows_event_schema(target, prompts):
-    result = run(target, prompts[:6], make_policy("elastic:4:2+static:3_2_4", seed=0),
-                 random_drafter(target, seed=3), batch=4, n_new=16)
+def test_telemetry_follows_event_schema(tiny_target, prompts):
+    result = run(tiny_target, prompts[:6], make_policy("elastic:4:2+static:3_2_4", seed=0),
+                 random_drafter(tiny_target, seed=3), batch=4, n_new=16)
     ev = result.events
     check_event_log(ev)
     assert set(ev["kind"]) == {"prefill", "decode", "switch", "catch_up", "stage"}
@@ -126,10 +119,10 @@ def test_telemetry_follows_event_schema(target, prompts):
     assert set(sd["sd_config"]) == {"3_2_4"}
 
 
-def test_triton_path_is_lossless(target, prompts, reference):
+def test_triton_path_is_lossless(tiny_target, prompts, reference):
     kernels.set_use_triton(True)
     try:
-        result = run(target, prompts[:3], Static(SDConfig(3, 2, 5)), OracleDrafter(target, noise=0.3),
+        result = run(tiny_target, prompts[:3], Static(SDConfig(3, 2, 5)), OracleDrafter(tiny_target, noise=0.3),
                      batch=3, n_new=12)
     finally:
         kernels.set_use_triton(None)
@@ -138,12 +131,12 @@ def test_triton_path_is_lossless(target, prompts, reference):
     assert result.mean_accept_length > 1.2
 
 
-def test_eos_stops_requests_identically(target, prompts, reference):
+def test_eos_stops_requests_identically(tiny_target, prompts, reference):
     eos = reference.outputs[0][40]
     results = []
-    cases = [(NoSD(), None, 32), (Static(SDConfig(4, 2, 6)), OracleDrafter(target, noise=0.3), 5)]
+    cases = [(NoSD(), None, 32), (Static(SDConfig(4, 2, 6)), OracleDrafter(tiny_target, noise=0.3), 5)]
     for policy, drafter, batch in cases:
-        engine = Engine(target, policy, drafter, EngineConfig(max_batch=batch, max_len=200, eos_token_ids=(eos,)))
+        engine = Engine(tiny_target, policy, drafter, EngineConfig(max_batch=batch, max_len=200, eos_token_ids=(eos,)))
         for p in prompts[:8]:
             engine.add_request(p, 128)
         results.append(engine.run().outputs)
@@ -151,13 +144,13 @@ def test_eos_stops_requests_identically(target, prompts, reference):
     assert results[0][0] == reference.outputs[0][: reference.outputs[0].index(eos) + 1]
 
 
-def test_sampled_decoding_is_reproducible_per_request(target, prompts):
+def test_sampled_decoding_is_reproducible_per_request(tiny_target, prompts):
     """Per-request generators: the same seeds give the same tokens, whatever the batch composition."""
     from tltreal.sampling import SamplingParams
 
     outs = []
     for batch in (3, 8, 8):
-        engine = Engine(target, Static(SDConfig(3, 2, 5)), OracleDrafter(target, noise=0.3),
+        engine = Engine(tiny_target, Static(SDConfig(3, 2, 5)), OracleDrafter(tiny_target, noise=0.3),
                         EngineConfig(max_batch=batch, max_len=80))
         for i, p in enumerate(prompts[:8]):
             engine.add_request(p, 24, SamplingParams(temperature=0.9, top_p=0.9, seed=i))
@@ -166,7 +159,7 @@ def test_sampled_decoding_is_reproducible_per_request(target, prompts):
     assert len({tuple(v) for v in outs[0].values()}) == 8
 
 
-def test_engine_recent_accept_is_the_shared_ema(target, prompts):
+def test_engine_recent_accept_is_the_shared_ema(tiny_target, prompts):
     """The native engine shows policies the same recent-accept estimate as the simulator."""
     from tltsim.policy.recent_accept import RecentAccept
 
@@ -184,7 +177,7 @@ def test_engine_recent_accept_is_the_shared_ema(target, prompts):
             self.outcomes.append(outcome)
 
     spy = Spy()
-    run(target, prompts[:4], spy, OracleDrafter(target, noise=0.3), batch=4, n_new=20)
+    run(tiny_target, prompts[:4], spy, OracleDrafter(tiny_target, noise=0.3), batch=4, n_new=20)
     ema = RecentAccept()
     for view, outcome in zip(spy.views, spy.outcomes, strict=True):
         assert view.recent_accept == ema.value
@@ -193,7 +186,7 @@ def test_engine_recent_accept_is_the_shared_ema(target, prompts):
         assert len(outcome.accepted_per_request) == outcome.batch_size
 
 
-def test_model_clock_makes_bandit_runs_repeatable(target, prompts):
+def test_model_clock_makes_bandit_runs_repeatable(tiny_target, prompts):
     """Wall-clock rewards make BEG-MAB runs differ; with the modelled clock the whole event log repeats."""
     from tltsim.cost import RooflineCostModel
     from tltsim.hardware import get_gpu
@@ -204,8 +197,8 @@ def test_model_clock_makes_bandit_runs_repeatable(target, prompts):
     costs = RooflineCostModel(shape, get_gpu("h100"))
 
     def once():
-        engine = Engine(target, make_policy("beg-mab:arms=4_2_6,3_1_3,2_2_3:thresholds=1", seed=0),
-                        OracleDrafter(target, noise=0.3), EngineConfig(max_batch=6, max_len=80, clock="model"),
+        engine = Engine(tiny_target, make_policy("beg-mab:arms=4_2_6,3_1_3,2_2_3:thresholds=1", seed=0),
+                        OracleDrafter(tiny_target, noise=0.3), EngineConfig(max_batch=6, max_len=80, clock="model"),
                         costs=costs)
         for p in prompts[:6]:
             engine.add_request(p, 30)
@@ -220,7 +213,7 @@ def test_model_clock_makes_bandit_runs_repeatable(target, prompts):
     assert ctx0["t_end"] - ctx0["t_start"] > 0 and a.wall_s == pytest.approx(a.events["t_end"].max())
 
 
-def test_accepted_counts_whole_while_emitted_stops_at_the_response_end(target, prompts):
+def test_accepted_counts_whole_while_emitted_stops_at_the_response_end(tiny_target, prompts):
     """The simulator's words (Outcome): an oracle chain of 6 is accepted whole, but a request with 3
     tokens left emits only those 3, and the event log and recent-accept see the 3."""
 
@@ -233,7 +226,7 @@ def test_accepted_counts_whole_while_emitted_stops_at_the_response_end(target, p
             self.outcomes.append(outcome)
 
     spy = Spy()
-    engine = Engine(target, spy, OracleDrafter(target), EngineConfig(max_batch=2, max_len=40))
+    engine = Engine(tiny_target, spy, OracleDrafter(tiny_target), EngineConfig(max_batch=2, max_len=40))
     rid = engine.add_request(prompts[0][:5], 4)  # the prefill's first token leaves 3
     result = engine.run()
     first = next(o for o in spy.outcomes if o.config.enabled)

@@ -16,12 +16,14 @@ torch = pytest.importorskip("torch")
 
 from tltreal import verify  # noqa: E402
 from tltreal.engine import Engine, EngineConfig  # noqa: E402
-from tltreal.model import causal_mask, random_model  # noqa: E402
+from tltreal.model import random_model  # noqa: E402
 from tltreal.proposers import OracleDrafter, random_drafter  # noqa: E402
-from tltreal.sampling import SamplingParams, target_probs  # noqa: E402
+from tltreal.sampling import SamplingParams  # noqa: E402
 from tltreal.tree import make_tree  # noqa: E402
 from tltsim.model_config import ModelConfig  # noqa: E402
 from tltsim.policy.base import SDConfig, Static  # noqa: E402
+
+from .tiny_models import two_token_marginals  # noqa: E402
 
 ALPHA_OK = 1e-3  # a correct sampler fails with this probability (fixed seeds: deterministic)
 ALPHA_BROKEN = 1e-6  # the broken sampler must be rejected far beyond doubt
@@ -115,25 +117,7 @@ def target():
 @pytest.fixture(scope="module")
 def exact_marginals(target):
     """p(x2) and p(x3) under the target alone, by enumerating all x1 and (x1, x2)."""
-    v = CFG.vocab_size
-    temp = torch.full((1,), SAMPLING["temperature"], dtype=torch.float64)
-    top_p = torch.full((1,), SAMPLING["top_p"], dtype=torch.float64)
-
-    def next_dist(contexts: torch.Tensor) -> torch.Tensor:
-        b, t = contexts.shape
-        cache = target.new_cache(b, t)
-        logits, _ = target(contexts, torch.arange(t).expand(b, t), cache, torch.arange(b),
-                           torch.zeros(b, dtype=torch.long), causal_mask(b, t))
-        return target_probs(logits[:, -1], temp.expand(b), top_p.expand(b))
-
-    prompt = torch.tensor(PROMPT)
-    p1 = next_dist(prompt[None])[0]
-    ctx2 = torch.cat([prompt.expand(v, -1), torch.arange(v)[:, None]], 1)
-    p2_given_1 = next_dist(ctx2)  # [x1, x2]
-    ctx3 = torch.cat([ctx2.repeat_interleave(v, 0), torch.arange(v).repeat(v)[:, None]], 1)
-    p3_given_12 = next_dist(ctx3).view(v, v, v)
-    joint12 = p1[:, None] * p2_given_1
-    return joint12.sum(0), (joint12[..., None] * p3_given_12).sum((0, 1))
+    return two_token_marginals(target, PROMPT, **SAMPLING)
 
 
 def engine_draws(target, drafter, config: SDConfig) -> tuple[torch.Tensor, torch.Tensor, float]:

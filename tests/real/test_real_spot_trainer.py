@@ -27,8 +27,6 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
-from drafter_fixtures import progressions, train_target  # noqa: E402
-
 from tltreal.drafter_checkpoint import list_checkpoints, load_checkpoint, load_latest  # noqa: E402
 from tltreal.drafter_train import DrafterTrainerConfig  # noqa: E402
 from tltreal.engine import Engine, EngineConfig  # noqa: E402
@@ -45,6 +43,8 @@ from tltreal.spot_trainer import (  # noqa: E402
 from tltsim.atomic import pid_alive  # noqa: E402
 from tltsim.model_config import ModelConfig  # noqa: E402
 from tltsim.policy.base import NoSD  # noqa: E402
+
+from .drafter_fixtures import progressions, train_target  # noqa: E402
 
 CFG = ModelConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=512)

@@ -23,12 +23,12 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
-from drafter_fixtures import progressions  # noqa: E402
-
 from tltreal.drafter_checkpoint import list_checkpoints, load_latest  # noqa: E402
 from tltreal.drafter_train import DrafterTrainer, DrafterTrainerConfig, target_sample  # noqa: E402
 from tltreal.rollout_worker import RolloutWorker, Train, Trained, WorkerConfig, to_wire, weights_digest  # noqa: E402
 from tltsim.model_config import ModelConfig  # noqa: E402
+
+from .drafter_fixtures import progressions  # noqa: E402
 
 CFG = ModelConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=256)
