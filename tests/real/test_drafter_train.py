@@ -50,13 +50,12 @@ from tltreal.engine import Engine, EngineConfig  # noqa: E402
 from tltreal.model import padded_causal_mask, random_model  # noqa: E402
 from tltreal.proposers.eagle import random_drafter  # noqa: E402
 from tltsim.errors import InputError  # noqa: E402
-from tltsim.model_config import ModelConfig  # noqa: E402
 from tltsim.policy.base import NoSD  # noqa: E402
 
 from .drafter_fixtures import KILL_CFG, progressions  # noqa: E402
+from .tiny_models import MICRO  # noqa: E402
 
-SMALL = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                    num_key_value_heads=2, max_position_embeddings=256)
+SMALL = replace(MICRO, max_position_embeddings=256)
 HERE = Path(__file__).resolve().parent
 TRAIN = DrafterTrainerConfig(lr=3e-3, seed=0)
 

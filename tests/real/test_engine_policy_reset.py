@@ -9,6 +9,7 @@ iteration, exactly where TLT keeps SD off.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -18,12 +19,12 @@ torch = pytest.importorskip("torch")
 from tltreal.engine import Engine, EngineConfig, RunResult  # noqa: E402
 from tltreal.model import Transformer, random_model  # noqa: E402
 from tltreal.proposers import NgramProposer  # noqa: E402
-from tltsim.model_config import ModelConfig  # noqa: E402
 from tltsim.policy.base import SDConfig, SDPolicy, Static  # noqa: E402
 from tltsim.policy.elastic import Elastic  # noqa: E402
 
-CFG = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                  num_attention_heads=4, num_key_value_heads=2)
+from .tiny_models import MICRO  # noqa: E402
+
+CFG = replace(MICRO, num_hidden_layers=1)
 THRESHOLD = 2
 N_NEW = [4, 4, 4, 4, 4, 24]  # five short responses and one long tail
 

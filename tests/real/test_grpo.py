@@ -4,6 +4,7 @@ probability toward rewarded responses."""
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -20,10 +21,10 @@ from tltreal.grpo import (
 )
 from tltreal.model import random_model
 from tltsim.errors import InputError
-from tltsim.model_config import ModelConfig
 
-CFG = ModelConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+from .tiny_models import MICRO
+
+CFG = replace(MICRO, vocab_size=32, max_position_embeddings=128)
 PAD = 0
 
 

@@ -41,13 +41,12 @@ from tltreal.spot_trainer import (  # noqa: E402
     split_requests,
 )
 from tltsim.atomic import pid_alive  # noqa: E402
-from tltsim.model_config import ModelConfig  # noqa: E402
 from tltsim.policy.base import NoSD  # noqa: E402
 
 from .drafter_fixtures import progressions, train_target  # noqa: E402
+from .tiny_models import TINY_V64  # noqa: E402
 
-CFG = ModelConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=512)
+CFG = replace(TINY_V64, max_position_embeddings=512)
 SPOT = SpotConfig(n_workers=2, sd_policy="static:4_1_4", trainer=DrafterTrainerConfig(lr=3e-3, seed=0),
                   max_train_steps=1000, checkpoint_every=5, window_tokens=32, max_batch=8, max_len=256,
                   dtype="float64", timeout_s=60.0)

@@ -27,12 +27,12 @@ from tltreal.replay import (  # noqa: E402
 from tltsim.acceptance import ChainAcceptance, paper_qwen32b_tp4  # noqa: E402
 from tltsim.cost import TableCostModel  # noqa: E402
 from tltsim.errors import InputError  # noqa: E402
-from tltsim.model_config import ModelConfig  # noqa: E402
 from tltsim.policy.base import SDConfig, Static  # noqa: E402
 from tltsim.traces.workload import StepWorkload  # noqa: E402
 
-CFG = ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2)
+from .tiny_models import TINY  # noqa: E402
+
+CFG = TINY
 
 
 @pytest.fixture(scope="module")

@@ -27,11 +27,11 @@ torch = pytest.importorskip("torch")
 from tltreal.engine import Engine, EngineConfig, RunResult  # noqa: E402
 from tltreal.model import random_model  # noqa: E402
 from tltreal.proposers import OracleDrafter  # noqa: E402
-from tltsim.model_config import ModelConfig  # noqa: E402
 from tltsim.policy.base import NO_SD, BatchView, Decision, NoSD, Outcome, SDConfig  # noqa: E402
 
-CFG = ModelConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2)
+from .tiny_models import TINY_V64  # noqa: E402
+
+CFG = TINY_V64
 SWITCH_AT = 20  # plain iterations first: every context is then longer than catch_up_limit (16)
 CHAIN = SDConfig(3, 1, 3)
 TARGET_PER_TOKEN, DRAFTER_PER_TOKEN = 1e-3, 1e-4

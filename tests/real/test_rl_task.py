@@ -14,6 +14,7 @@ import itertools
 import json
 import random
 import statistics
+from dataclasses import replace
 
 import pytest
 
@@ -37,8 +38,9 @@ from tltreal.train_forward import next_token_logprobs, pack_sequences, token_log
 from tltsim.errors import InputError  # noqa: E402
 from tltsim.model_config import ModelConfig  # noqa: E402
 
-SMALL = ModelConfig(vocab_size=56, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                    num_key_value_heads=2)
+from .tiny_models import MICRO  # noqa: E402
+
+SMALL = replace(MICRO, vocab_size=56)
 TINY_PRETRAIN = PretrainConfig(steps=30, sequences=8, row_len=128, layers=2, hidden=32, heads=4, kv_heads=2,
                                intermediate=64, warmup=5, lr=3e-3)
 

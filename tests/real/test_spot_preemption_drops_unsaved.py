@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+from dataclasses import replace
 from multiprocessing import Pipe
 from pathlib import Path
 
@@ -26,12 +27,11 @@ torch = pytest.importorskip("torch")
 from tltreal.drafter_checkpoint import list_checkpoints, load_latest  # noqa: E402
 from tltreal.drafter_train import DrafterTrainer, DrafterTrainerConfig, target_sample  # noqa: E402
 from tltreal.rollout_worker import RolloutWorker, Train, Trained, WorkerConfig, to_wire, weights_digest  # noqa: E402
-from tltsim.model_config import ModelConfig  # noqa: E402
 
 from .drafter_fixtures import progressions  # noqa: E402
+from .tiny_models import TINY_V64  # noqa: E402
 
-CFG = ModelConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=256)
+CFG = replace(TINY_V64, num_hidden_layers=1, max_position_embeddings=256)
 EVERY = 5  # optimizer steps per committed checkpoint
 PREEMPT_AT = 7  # two steps past the first commit: work the preempted session must not save
 STEP = 1
