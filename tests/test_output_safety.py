@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from test_atomic import commit_then_fail
 
 from conftest import REPO, invoke_cli, needs_shared_traces
 from tltsim.atomic import MARKER, atomic_dir, check_output_dir, read_marker, sweep_stale, write_text, write_with
@@ -355,11 +356,7 @@ def test_force_never_replaces_a_file_with_a_folder_or_back(tmp_path: Path) -> No
 
 def test_failed_run_leaves_previous_results_and_no_temp(tmp_path: Path) -> None:
     out = tmp_path / "res"
-    with atomic_dir(out, kind="sim-run") as d:
-        (d / "a").write_text("old")
-    with pytest.raises(KeyboardInterrupt), atomic_dir(out, kind="sim-run") as d:
-        (d / "a").write_text("half")
-        raise KeyboardInterrupt
+    commit_then_fail(out, ("a", "old"), ("a", "half"), KeyboardInterrupt())
     assert (out / "a").read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["res"]
 
 
