@@ -86,6 +86,12 @@ def trained():
     return target, drafter.eval(), prompts
 
 
+@pytest.fixture()
+def small():
+    """A fresh float64 :data:`SMALL` (seed 0) for each test: some of them change its weights."""
+    return random_model(SMALL, seed=0, dtype=torch.float64)
+
+
 # ---- same behaviour ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_padded_logits_and_hidden_states_are_the_small_models(name):
@@ -98,15 +104,13 @@ def test_padded_logits_and_hidden_states_are_the_small_models(name):
         assert torch.allclose(got.detach(), want.detach(), rtol=0, atol=1e-12)
 
 
-def test_padded_greedy_outputs_are_identical():
-    small = random_model(SMALL, seed=0, dtype=torch.float64)
+def test_padded_greedy_outputs_are_identical(small):
     big = pad_target(small, extra_layers=EXTRA, intermediate_size=WIDTH)
     prompts = [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11, 12], [13]]
     assert _greedy(big, prompts, 12) == _greedy(small, prompts, 12)
 
 
-def test_refresh_follows_a_changed_small_model_and_padding_is_deterministic():
-    small = random_model(SMALL, seed=0, dtype=torch.float64)
+def test_refresh_follows_a_changed_small_model_and_padding_is_deterministic(small):
     big = pad_target(small, extra_layers=EXTRA, intermediate_size=WIDTH, seed=5)
     again = pad_target(small, extra_layers=EXTRA, intermediate_size=WIDTH, seed=5)
     assert all(torch.equal(a, b) for a, b in zip(big.state_dict().values(), again.state_dict().values(), strict=True))
@@ -120,8 +124,7 @@ def test_refresh_follows_a_changed_small_model_and_padding_is_deterministic():
     assert torch.allclose(_prefill(big, tokens)[0], _prefill(small, tokens)[0], rtol=0, atol=1e-12)
 
 
-def test_padding_only_widens_and_refresh_refuses_another_shape():
-    small = random_model(SMALL, seed=0, dtype=torch.float64)
+def test_padding_only_widens_and_refresh_refuses_another_shape(small):
     with pytest.raises(ValueError, match="only widen"):
         pad_target(small, extra_layers=1, intermediate_size=SMALL.intermediate_size - 1)
     with pytest.raises(ValueError, match="extra_layers"):
@@ -132,8 +135,7 @@ def test_padding_only_widens_and_refresh_refuses_another_shape():
 
 
 # ---- the added capacity is real --------------------------------------------------------------------
-def test_appended_layers_and_widened_units_hold_real_weights_and_really_compute():
-    small = random_model(SMALL, seed=0, dtype=torch.float64)
+def test_appended_layers_and_widened_units_hold_real_weights_and_really_compute(small):
     big = pad_target(small, extra_layers=EXTRA, intermediate_size=WIDTH)
     h, n0, layers = SMALL.hidden_size, SMALL.intermediate_size, SMALL.num_hidden_layers + EXTRA
     q, kv = SMALL.num_attention_heads * SMALL.head_dim, SMALL.num_key_value_heads * SMALL.head_dim
@@ -197,8 +199,7 @@ def test_rebound_drafter_proposes_exactly_what_it_proposed_and_sd_stays_lossless
         assert _greedy(big, prompts, 20, rebound, config) == plain
 
 
-def test_rebind_refuses_a_target_the_drafter_was_not_trained_for():
-    small = random_model(SMALL, seed=0, dtype=torch.float64)
+def test_rebind_refuses_a_target_the_drafter_was_not_trained_for(small):
     drafter = random_drafter(small, seed=1)
     with pytest.raises(ValueError, match="embed_tokens"):
         rebind_drafter(drafter, random_model(SMALL, seed=7, dtype=torch.float64))

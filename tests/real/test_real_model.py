@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -12,6 +13,10 @@ from tltreal.model import causal_mask, load_model, random_model, save_model  # n
 from tltreal.proposers import EagleDrafter, random_drafter  # noqa: E402
 from tltsim.errors import InputError  # noqa: E402
 from tltsim.model_config import ModelConfig  # noqa: E402
+
+#: 2 layers, 2 query heads on 1 KV head: the safetensors round trip (and its 1-layer twin) and the drafter.
+TWO_LAYERS = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1)
 
 HF_QWEN2 = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 96, "hidden_size": 32,
             "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -94,23 +99,18 @@ def test_qwen2_biases_and_tied_head_are_used():
 
 
 def test_safetensors_round_trip(tmp_path):
-    cfg = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1)
+    cfg = replace(TWO_LAYERS, num_hidden_layers=1)
     model = random_model(cfg, seed=5, dtype=torch.float32)
     save_model(model, tmp_path / "model.safetensors")
     loaded = load_model(cfg, tmp_path)
     tokens = torch.randint(0, 64, (1, 7), generator=torch.Generator().manual_seed(2))
     assert torch.equal(full_forward(model, tokens)[0], full_forward(loaded, tokens)[0])
-    other = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                        num_attention_heads=2, num_key_value_heads=1)
-    with pytest.raises(InputError, match="do not match"):
-        load_model(other, tmp_path / "model.safetensors")
+    with pytest.raises(InputError, match="do not match"):  # the same shape with a second layer
+        load_model(TWO_LAYERS, tmp_path / "model.safetensors")
 
 
 def test_drafter_shares_frozen_embedding_and_head():
-    cfg = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1)
-    target = random_model(cfg, seed=5)
+    target = random_model(TWO_LAYERS, seed=5)
     drafter = random_drafter(target, seed=1)
     names = set(dict(drafter.named_parameters()))
     assert names and not any("embed" in n or "lm_head" in n for n in names)
