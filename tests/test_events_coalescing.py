@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from rollout_fixtures import LinearCost, Work
 
 from tltsim.acceptance import ChainAcceptance
 from tltsim.events import EventLog, check_event_log
@@ -80,33 +81,6 @@ class Alternating:
 
     def reset(self, step: int) -> None:
         self.calls = 0
-
-
-class LinearCost:
-    """Iteration times linear in the summed context; SD iterations cost more with depth."""
-
-    def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
-        return 1e-2 + 1e-5 * float(np.sum(new_tokens))
-
-    def drafter_prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
-        return 2e-3 + 3e-6 * float(np.sum(new_tokens))
-
-    def decode_time(self, context_lens: np.ndarray) -> float:
-        return 1e-3 + 1e-6 * float(np.sum(context_lens))
-
-    def decode_span_time(self, context_lens: np.ndarray, n_iters: int) -> float:
-        return sum(self.decode_time(np.asarray(context_lens) + i) for i in range(n_iters))
-
-    def sd_time(self, context_lens: np.ndarray, config: SDConfig) -> float:
-        return 1.5 * self.decode_time(context_lens) + config.depth * 1e-4
-
-
-@dataclass(frozen=True)
-class Work:
-    step: int
-    group_ids: np.ndarray
-    prompt_tokens: np.ndarray
-    response_tokens: np.ndarray
 
 
 def test_simulated_log_reports_each_configs_iterations_whether_coalesced_or_not() -> None:

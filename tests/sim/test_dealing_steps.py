@@ -9,9 +9,8 @@ tltsim/rollout/dealing.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
+from rollout_fixtures import Work
 
 from tltsim.policy.base import NoSD
 from tltsim.rollout import RolloutRun, deal
@@ -46,14 +45,6 @@ def test_the_deal_depends_on_the_step_and_is_reproducible() -> None:
     once = deals(seed=1)
     assert once == deals(seed=1)
     assert len({str(d) for d in once}) == 6  # six steps, six different deals
-
-
-@dataclass(frozen=True)
-class Work:
-    step: int
-    group_ids: np.ndarray
-    prompt_tokens: np.ndarray
-    response_tokens: np.ndarray
 
 
 class FlatCost:

@@ -8,10 +8,9 @@ sizes where SD costs more than it saves, and the run would never pay (or log) a 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
+from rollout_fixtures import LinearCost, Work
 
 from tltsim.acceptance import ChainAcceptance
 from tltsim.policy.base import SDConfig, Static
@@ -21,38 +20,9 @@ from tltsim.rollout import EngineConfig, RolloutRun
 THRESHOLD = 4
 
 
-@dataclass(frozen=True)
-class StepRequests:
-    """One step's workload (the runner's ``StepRequests`` protocol)."""
-
-    step: int
-    group_ids: np.ndarray
-    prompt_tokens: np.ndarray
-    response_tokens: np.ndarray
-
-
-class LinearCost:
-    """Iteration times linear in the summed context (any positive cost model would do here)."""
-
-    def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
-        return 1e-2 + 1e-5 * float(np.sum(new_tokens))
-
-    def drafter_prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
-        return 2e-3 + 3e-6 * float(np.sum(new_tokens))
-
-    def decode_time(self, context_lens: np.ndarray) -> float:
-        return 1e-3 + 1e-6 * float(np.sum(context_lens))
-
-    def decode_span_time(self, context_lens: np.ndarray, n_iters: int) -> float:
-        return sum(self.decode_time(np.asarray(context_lens) + i) for i in range(n_iters))
-
-    def sd_time(self, context_lens: np.ndarray, config: SDConfig) -> float:
-        return 1.5 * self.decode_time(context_lens) + config.depth * 1e-4
-
-
-def step_requests(step: int) -> StepRequests:
+def step_requests(step: int) -> Work:
     """8 short responses and 2 long ones: batch 10 (> threshold) first, then a tail of 2."""
-    return StepRequests(step=step, group_ids=np.array([f"g{i}" for i in range(10)]),
+    return Work(step=step, group_ids=np.array([f"g{i}" for i in range(10)]),
                         prompt_tokens=np.full(10, 20, dtype=np.int64),
                         response_tokens=np.array([5] * 8 + [100] * 2, dtype=np.int64))
 

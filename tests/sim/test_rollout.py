@@ -3,11 +3,10 @@ models in both modes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 import pytest
+from rollout_fixtures import Work
 
 from tltsim.acceptance import ChainAcceptance, paper_qwen32b_tp4
 from tltsim.drafter_state import DrafterState
@@ -42,14 +41,6 @@ class LinearCost:
     def sd_time(self, context_lens, config):
         # drafting: depth cheap steps; verify: a target forward a bit dearer than plain decode
         return 1.5 * self.decode_time(context_lens) + config.depth * 1e-4
-
-
-@dataclass(frozen=True)
-class Work:
-    step: int
-    group_ids: np.ndarray
-    prompt_tokens: np.ndarray
-    response_tokens: np.ndarray
 
 
 def work(prompts, responses, groups=None, step=0) -> Work:
