@@ -25,7 +25,7 @@ padding, and each pair's loss is exactly what it would be alone (tested to 1e-9 
 **DataBuffer.** Finished responses of the last ``keep_steps`` (2) RL steps. With TLT's one-step
 offset, a step's windows are drawn half from the current step and half from the previous one (this
 step's finished responses alone are biased short: the long tail has not finished yet), the same
-vocabulary as the simulator's :class:`tltsim.data_buffer.DataBuffer`. A response is cut into aligned
+vocabulary as the simulator's :class:`tltsim.spot.coverage.DataBuffer`. A response is cut into aligned
 ``window_tokens`` windows (the simulator counts windows the same way).
 
 Everything is deterministic given ``DrafterTrainerConfig.seed`` (a numpy generator draws windows;

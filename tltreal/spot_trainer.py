@@ -1,9 +1,9 @@
 """The real Spot Trainer: rollout workers as processes that train the drafter when released (DESIGN §1).
 
-This is :mod:`tltsim.spot_trainer`'s mechanism run for real, on the shared drafter-training contract
-(:mod:`tltsim.policy.drafter_training`): a :class:`~tltsim.policy.drafter_training.WorkerCoordinator`
+This is :mod:`tltsim.spot.trainer`'s mechanism run for real, on the shared drafter-training contract
+(:mod:`tltsim.spot.coordinator`): a :class:`~tltsim.spot.coordinator.WorkerCoordinator`
 moves each rollout worker GENERATING -> RELEASED -> TRAINING, a
-:class:`~tltsim.policy.drafter_training.DrafterTrainingPolicy` decides which released workers train,
+:class:`~tltsim.spot.coordinator.DrafterTrainingPolicy` decides which released workers train,
 and every trainer is preempted when the step's last response finishes.
 
 **Processes.** :class:`SpotTrainer` (the coordinator, in the caller's process) starts ``n_workers``
@@ -94,13 +94,13 @@ from tltreal.rollout_worker import (
 )
 from tltsim.errors import InputError
 from tltsim.model_config import ModelConfig
-from tltsim.policy.drafter_training import (
+from tltsim.policy.registry import make_policy
+from tltsim.spot.coordinator import (
     DrafterTrainingPolicy,
     NeverTrain,
     WorkerCoordinator,
     WorkerState,
 )
-from tltsim.policy.registry import make_policy
 
 TRAININGS = ("spot", "budget", "never")
 START_METHODS = ("spawn", "forkserver")

@@ -1,7 +1,7 @@
 """Named systems a user compares over whole RL runs (``tlt sim run --preset NAME``).
 
 Each preset is a rollout SD policy (a policy spec, :mod:`tltsim.policy.registry`), a drafter kind
-(:mod:`tltsim.drafter_kinds`) and a drafter-training policy (:mod:`tltsim.policy.drafter_training`):
+(:mod:`tltsim.drafter_kinds`) and a drafter-training policy (:mod:`tltsim.spot.coordinator`):
 
 ============== ======================= =========== ==========================================
 preset         SD policy               drafter     drafter training

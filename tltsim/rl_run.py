@@ -5,7 +5,7 @@ One preset (:mod:`tltsim.presets`) runs every step of the scenario in order, on 
 1. **rollout** with the drafter the workers hold this step (:class:`~tltsim.rollout.RolloutRun`);
 2. **drafter training** on that step's data: the Spot Trainer on released workers during the
    rollout (``spot``; ``bubble`` with a fixed budget and full checkpoints), or a serial stage after
-   it (``inline``), or none (:mod:`tltsim.spot_trainer`, :mod:`tltsim.data_buffer`);
+   it (``inline``), or none (:mod:`tltsim.spot.trainer`, :mod:`tltsim.spot.coverage`);
 3. **reward, old log-probs, reference, actor update, weight sync**, cluster-wide, one after the
    other (:mod:`tltsim.rl_phases`);
 4. the **drafter for the next step**: the committed checkpoints' training recovers its quality, then
@@ -29,7 +29,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from tltsim.data_buffer import DataBuffer
 from tltsim.drafter_kinds import ngram_acceptance
 from tltsim.drafter_state import DrafterState
 from tltsim.events import CLUSTER, EventLog, empty_event_log
@@ -37,7 +36,6 @@ from tltsim.hardware import get_gpu
 from tltsim.memory import TrainingMemoryConfig, training_memory
 from tltsim.model_shape import get_model
 from tltsim.policy.base import NO_SD
-from tltsim.policy.drafter_training import Checkpoint, SpotTraining, TrainingSession
 from tltsim.presets import BASELINE_PRESET, Preset, get_preset, presets_with_baseline
 from tltsim.rl_phases import PhaseTimes, phase_times
 from tltsim.rollout import RolloutRun
@@ -52,7 +50,9 @@ from tltsim.scenario import (
     run_each,
     trainer_config,
 )
-from tltsim.spot_trainer import NO_TRAINING, TrainingResult, inline_train, spot_train
+from tltsim.spot.coordinator import Checkpoint, SpotTraining, TrainingSession
+from tltsim.spot.coverage import DataBuffer
+from tltsim.spot.trainer import NO_TRAINING, TrainingResult, inline_train, spot_train
 from tltsim.summary import summarize_step
 
 #: Phases after rollout, in the order they run.

@@ -183,7 +183,7 @@ class DrafterSection:
 
 @dataclass(frozen=True)
 class SpotSection:
-    """Drafter training (:mod:`tltsim.spot_trainer`, :mod:`tltsim.data_buffer`). ``min_workers``
+    """Drafter training (:mod:`tltsim.spot.trainer`, :mod:`tltsim.spot.coverage`). ``min_workers``
     released workers start the Spot Trainer; each trains ``samples_per_s`` samples per second (None:
     the paper's reference, 29.6 with ``packing``, 13.3 without); a session stops after
     ``max_samples`` samples (200 training steps x 4 samples); a checkpoint every
@@ -676,9 +676,9 @@ def drafter_dynamics(s: Scenario):
 
 
 def trainer_config(s: Scenario, *, bubble: bool = False):
-    """The Spot Trainer's :class:`~tltsim.spot_trainer.TrainerConfig` (``bubble``: the fixed-budget,
+    """The Spot Trainer's :class:`~tltsim.spot.trainer.TrainerConfig` (``bubble``: the fixed-budget,
     fully-checkpointed training of ``speco-bubble``)."""
-    from tltsim.spot_trainer import TrainerConfig
+    from tltsim.spot.trainer import TrainerConfig
 
     sp = s.spot
     rate = sp.samples_per_s if sp.samples_per_s is not None else (29.6 if sp.packing else 13.3)

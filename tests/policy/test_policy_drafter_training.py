@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tltsim.errors import InputError
-from tltsim.policy.drafter_training import (
+from tltsim.spot.coordinator import (
     Checkpoint,
     InlineTraining,
     NeverTrain,

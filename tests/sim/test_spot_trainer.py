@@ -8,12 +8,12 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
-from tltsim.data_buffer import DataBuffer
 from tltsim.drafter_dynamics import DrafterDynamics
 from tltsim.drafter_state import DrafterState
 from tltsim.errors import InputError
-from tltsim.policy.drafter_training import Checkpoint, SpotTraining, TrainingSession
-from tltsim.spot_trainer import TrainerConfig, inline_train, spot_train
+from tltsim.spot.coordinator import Checkpoint, SpotTraining, TrainingSession
+from tltsim.spot.coverage import DataBuffer
+from tltsim.spot.trainer import TrainerConfig, inline_train, spot_train
 
 
 # ---- drafter dynamics ---------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 One mechanism per module: ``base`` (the contract: SDConfig, BatchView, Decision, Outcome),
 ``elastic`` (TLT's elastic SD switch), ``beg_mab`` (TLT's bucketed ε-greedy tuner), ``bandits``
 (plain ε-greedy, UCB1), ``vllm_table`` and ``sglang_ema`` (peer systems), ``oracle`` (upper bound),
-``recent_accept`` (the engines' accept-length estimate), ``drafter_training`` (when and where the
-drafter trains: worker states, spot training, checkpoints), ``registry`` (spec strings -> policies).
+``recent_accept`` (the engines' accept-length estimate), ``registry`` (spec strings -> policies).
+When and where the drafter trains (worker states, spot training, checkpoints) is the Spot Trainer's
+contract: :mod:`tltsim.spot.coordinator`.
 """
 
 from tltsim.policy.bandits import UCB1, EpsilonGreedy

@@ -1,8 +1,8 @@
 """The Spot Trainer in the simulator: drafter training on rollout workers the long tail leaves idle.
 
-It runs the shared drafter-training contract (:mod:`tltsim.policy.drafter_training`: the
-:class:`~tltsim.policy.drafter_training.WorkerCoordinator` state machine, a
-:class:`~tltsim.policy.drafter_training.DrafterTrainingPolicy`, :class:`TrainingSession`
+It runs the shared drafter-training contract (:mod:`tltsim.spot.coordinator`: the
+:class:`~tltsim.spot.coordinator.WorkerCoordinator` state machine, a
+:class:`~tltsim.spot.coordinator.DrafterTrainingPolicy`, :class:`TrainingSession`
 checkpoints) over one step's worker finish times:
 
 * a worker is released when it finishes its responses; the policy decides which released workers
@@ -10,7 +10,7 @@ checkpoints) over one step's worker finish times:
   generation: it starts at or after its release.
 * training is data-parallel over the training workers, ``samples_per_s`` each (29.6 samples/s with
   sequence packing, 13.3 without, the paper's reference); it needs a non-empty
-  :class:`~tltsim.data_buffer.DataBuffer`.
+  :class:`~tltsim.spot.coverage.DataBuffer`.
 * every ``checkpoint_every`` samples a checkpoint is written, blocking training for
   ``checkpoint_s`` (selective asynchronous 0.097 s vs a full synchronous 0.893 s); it is committed
   when the write completes.
@@ -30,15 +30,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tltsim.data_buffer import DataBuffer
 from tltsim.errors import InputError
-from tltsim.policy.drafter_training import (
+from tltsim.spot.coordinator import (
     Checkpoint,
     DrafterTrainingPolicy,
     TrainingSession,
     WorkerCoordinator,
     WorkerState,
 )
+from tltsim.spot.coverage import DataBuffer
 
 _EPS = 1e-12
 
