@@ -51,7 +51,7 @@ from tltsim.scenario import (
     trainer_config,
 )
 from tltsim.spot.coordinator import Checkpoint, SpotTraining, TrainingSession
-from tltsim.spot.coverage import DataBuffer
+from tltsim.spot.coverage import DataCoverage
 from tltsim.spot.trainer import NO_TRAINING, TrainingResult, inline_train, spot_train
 from tltsim.summary import summarize_step
 
@@ -107,7 +107,7 @@ def run_preset(s: Scenario, name: str, inputs: SimInputs | None = None, *, run_i
     for workload in inputs.workloads:
         run.drafter = drafter
         res = run.step(workload, progress)
-        buffer = DataBuffer(res.response_finish, res.response_tokens, previous_tokens, s.spot.one_step_offset,
+        buffer = DataCoverage(res.response_finish, res.response_tokens, previous_tokens, s.spot.one_step_offset,
                             s.spot.window_tokens)
         if preset.training in ("spot", "bubble"):
             trained = spot_train(res.finish_times, res.t_end, policy=SpotTraining(s.spot.min_workers),

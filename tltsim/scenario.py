@@ -189,7 +189,7 @@ class SpotSection:
     ``max_samples`` samples (200 training steps x 4 samples); a checkpoint every
     ``checkpoint_every`` samples blocks training for ``selective_checkpoint_s`` (trainable weights,
     asynchronous) or ``full_checkpoint_s``. ``one_step_offset`` mixes the previous step's complete
-    responses into the DataBuffer; ``window_tokens`` is one training sample's length.
+    responses into the data buffer (DataCoverage); ``window_tokens`` is one training sample's length.
     ``bubble_budget``: samples per step of the ``speco-bubble`` preset's fixed-budget training."""
 
     min_workers: int = 1

@@ -1,4 +1,4 @@
-"""The drafter's dynamics, the DataBuffer and the Spot Trainer: the rules of DESIGN §1 as tests."""
+"""The drafter's dynamics, the DataCoverage and the Spot Trainer: the rules of DESIGN §1 as tests."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tltsim.drafter_dynamics import DrafterDynamics
 from tltsim.drafter_state import DrafterState
 from tltsim.errors import InputError
 from tltsim.spot.coordinator import Checkpoint, SpotTraining, TrainingSession
-from tltsim.spot.coverage import DataBuffer
+from tltsim.spot.coverage import DataCoverage
 from tltsim.spot.trainer import TrainerConfig, inline_train, spot_train
 
 
@@ -64,9 +64,9 @@ def test_bad_dynamics_name_their_field(kw, field) -> None:
         DrafterDynamics(**kw)
 
 
-# ---- DataBuffer ----------------------------------------------------------------------------------
+# ---- DataCoverage ----------------------------------------------------------------------------------
 def test_buffer_holds_only_finished_responses() -> None:
-    buf = DataBuffer(np.array([3.0, 1.0, 2.0]), np.array([600, 100, 300]), window_tokens=512)
+    buf = DataCoverage(np.array([3.0, 1.0, 2.0]), np.array([600, 100, 300]), window_tokens=512)
     assert buf.windows_at(0.5) == 0
     assert buf.windows_at(1.0) == 1 and buf.coverage_at(1.0) == pytest.approx(0.1)
     assert buf.windows_at(2.5) == 2 and buf.coverage_at(2.5) == pytest.approx(0.4)
@@ -75,9 +75,9 @@ def test_buffer_holds_only_finished_responses() -> None:
 
 def test_one_step_offset_mixes_in_the_previous_step() -> None:
     kw = dict(finish_times=np.array([1.0, 5.0]), response_tokens=np.array([100, 900]), window_tokens=100)
-    own = DataBuffer(**kw, previous_tokens=1000, one_step_offset=False)
-    mixed = DataBuffer(**kw, previous_tokens=1000, one_step_offset=True)
-    first = DataBuffer(**kw, previous_tokens=0, one_step_offset=True)
+    own = DataCoverage(**kw, previous_tokens=1000, one_step_offset=False)
+    mixed = DataCoverage(**kw, previous_tokens=1000, one_step_offset=True)
+    first = DataCoverage(**kw, previous_tokens=0, one_step_offset=True)
     assert own.windows_at(0.0) == 0 and mixed.windows_at(0.0) == 10
     assert own.value_at(2.0) == pytest.approx(0.1) and mixed.value_at(2.0) == pytest.approx(0.55)
     assert first.value_at(2.0) == own.value_at(2.0)
@@ -88,8 +88,8 @@ def _session(every: int = 10) -> TrainingSession:
     return TrainingSession(Checkpoint(version=0, step=-1, trained_samples=0), checkpoint_every=every)
 
 
-def _full_buffer() -> DataBuffer:
-    return DataBuffer(np.array([0.0]), np.array([10_000]))
+def _full_buffer() -> DataCoverage:
+    return DataCoverage(np.array([0.0]), np.array([10_000]))
 
 
 def test_training_starts_at_release_and_is_preempted_at_the_rollout_end() -> None:
@@ -150,7 +150,7 @@ def test_a_checkpoint_still_being_written_at_the_end_is_lost() -> None:
 
 
 def test_no_data_no_training() -> None:
-    empty = DataBuffer(np.array([50.0]), np.array([100]))
+    empty = DataCoverage(np.array([50.0]), np.array([100]))
     cfg = TrainerConfig(samples_per_s=1.0, max_samples=100, checkpoint_every=1, checkpoint_s=0.0)
     res = spot_train(np.array([1.0, 10.0]), 10.0, policy=SpotTraining(), session=_session(1), cfg=cfg, buffer=empty,
                      step=0)

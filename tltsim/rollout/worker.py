@@ -67,7 +67,7 @@ class RolloutWorker:
         self.finish_time = t0
         self.row_closed = False
         self._accept_len: dict[SDConfig, float] = {}
-        self.done_at: list[np.ndarray] = []  # finish time of every finished response (the DataBuffer's input)
+        self.done_at: list[np.ndarray] = []  # finish time of every finished response (DataCoverage's input)
         self.done_tokens: list[np.ndarray] = []
 
     # ---- admission, prefill and the drafter's state ----------------------------------------------

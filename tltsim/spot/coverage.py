@@ -1,4 +1,5 @@
-"""The DataBuffer: which rollout data the drafter can train on, and when (DESIGN §1).
+"""DataCoverage, the simulator's model of TLT's DataBuffer: which rollout data the drafter can train
+on, and when (DESIGN §1). (The real engine's sample store is :class:`tltreal.drafter_train.DataBuffer`.)
 
 The Spot Trainer starts before the step's slowest responses finish, so it can only train on
 *finished* responses: at time ``t`` the buffer holds the responses of this step that finished by
@@ -8,9 +9,9 @@ there), which is why TLT mixes the previous step in.
 
 The simulator needs two numbers from the buffer:
 
-* :meth:`DataBuffer.windows_at` — training windows (``window_tokens``-token pieces of responses)
+* :meth:`DataCoverage.windows_at` — training windows (``window_tokens``-token pieces of responses)
   available at ``t``; training cannot start on an empty buffer.
-* :meth:`DataBuffer.value_at` — how much one training sample drawn at ``t`` is worth to the drafter's
+* :meth:`DataCoverage.value_at` — how much one training sample drawn at ``t`` is worth to the drafter's
   recovery, in [0, 1]. Our modelling assumption (the paper motivates the offset but publishes no
   curve): a sample drawn from this step's finished responses is worth the share of this step's
   response tokens already finished (``coverage_at``), because the drafter only learns the contexts
@@ -26,7 +27,7 @@ import numpy as np
 
 
 @dataclass(frozen=True)
-class DataBuffer:
+class DataCoverage:
     """One step's buffer: this step's responses with their finish times (absolute seconds), plus the
     previous step's complete responses (``previous_tokens`` = 0 at the first step)."""
 

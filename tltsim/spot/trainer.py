@@ -10,7 +10,7 @@ checkpoints) over one step's worker finish times:
   generation: it starts at or after its release.
 * training is data-parallel over the training workers, ``samples_per_s`` each (29.6 samples/s with
   sequence packing, 13.3 without, the paper's reference); it needs a non-empty
-  :class:`~tltsim.spot.coverage.DataBuffer`.
+  :class:`~tltsim.spot.coverage.DataCoverage`.
 * every ``checkpoint_every`` samples a checkpoint is written, blocking training for
   ``checkpoint_s`` (selective asynchronous 0.097 s vs a full synchronous 0.893 s); it is committed
   when the write completes.
@@ -38,7 +38,7 @@ from tltsim.spot.coordinator import (
     WorkerCoordinator,
     WorkerState,
 )
-from tltsim.spot.coverage import DataBuffer
+from tltsim.spot.coverage import DataCoverage
 
 _EPS = 1e-12
 
@@ -86,7 +86,7 @@ class CheckpointWrite:
 @dataclass(frozen=True)
 class TrainingResult:
     """One step's drafter training: the segments, the committed checkpoints, and the samples
-    committed (``committed``), their worth to the drafter (``effective``, see DataBuffer) and the
+    committed (``committed``), their worth to the drafter (``effective``, see DataCoverage) and the
     samples lost to preemption (``lost``)."""
 
     segments: tuple[TrainingSegment, ...]
@@ -104,7 +104,7 @@ NO_TRAINING = TrainingResult((), (), 0, 0.0, 0.0)
 
 
 def spot_train(release_times: np.ndarray, t_end: float, *, policy: DrafterTrainingPolicy, session: TrainingSession,
-               cfg: TrainerConfig, buffer: DataBuffer, step: int) -> TrainingResult:
+               cfg: TrainerConfig, buffer: DataCoverage, step: int) -> TrainingResult:
     """Train on released workers from their release until ``t_end`` (the rollout's end) or until
     ``cfg.max_samples`` are committed. ``release_times[w]``: when worker ``w`` finished its responses
     (absolute seconds; at or after ``t_end`` means never released in time). ``session`` carries the
@@ -165,7 +165,7 @@ def spot_train(release_times: np.ndarray, t_end: float, *, policy: DrafterTraini
                           effective, pending)
 
 
-def inline_train(t0: float, n_workers: int, *, session: TrainingSession, cfg: TrainerConfig, buffer: DataBuffer,
+def inline_train(t0: float, n_workers: int, *, session: TrainingSession, cfg: TrainerConfig, buffer: DataCoverage,
                  step: int) -> TrainingResult:
     """``cfg.max_samples`` samples on every worker as a serial stage starting at ``t0`` (after the
     rollout: the whole step's data is there), checkpointing as it goes; never preempted."""
