@@ -82,7 +82,7 @@ def _usage_line(exc: click_errors.ClickException) -> str:
     """A click usage error (unknown option, bad value, missing argument) as the one line every other
     bad input gets, keeping click's own suggestion ("Did you mean --trace?") and naming the help."""
     text = " ".join(exc.format_message().split())
-    ctx = getattr(exc, "ctx", None)
+    ctx = exc.ctx if isinstance(exc, click_errors.UsageError) else None
     return f"{text} (see '{ctx.command_path} --help')" if ctx is not None else text
 
 

@@ -111,25 +111,23 @@ def _check_parent(path: Path, field: str) -> None:
         raise _err(path, f"folder {parent} is not writable", field)
 
 
-def read_marker(path: Path) -> list[str] | None:
-    """The entries tlt wrote in results folder ``path``, or None if it is not a tlt results folder."""
+def _read_marker(path: Path) -> tuple[str, list[str]] | None:
+    """``(kind, entries)`` tlt recorded in results folder ``path`` (kind ``""`` for a folder written
+    before kinds were recorded), or None if it is not a tlt results folder. One read of the marker."""
     try:
         data = json.loads((path / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("tool") != "tlt" or not isinstance(data.get("entries"), list):
         return None
-    return [str(e) for e in data["entries"]]
-
-
-def read_kind(path: Path) -> str | None:
-    """The kind of result tlt recorded in folder ``path`` (a key of :data:`KINDS`), ``""`` for a tlt
-    folder written before kinds were recorded, None if ``path`` is not a tlt results folder."""
-    if read_marker(path) is None:
-        return None
-    data = json.loads((path / MARKER).read_text(encoding="utf-8"))
     kind = data.get("kind")
-    return kind if isinstance(kind, str) else ""
+    return (kind if isinstance(kind, str) else ""), [str(e) for e in data["entries"]]
+
+
+def read_marker(path: Path) -> list[str] | None:
+    """The entries tlt wrote in results folder ``path``, or None if it is not a tlt results folder."""
+    marker = _read_marker(path)
+    return None if marker is None else marker[1]
 
 
 def _check_kind(kind: str) -> None:
@@ -152,10 +150,10 @@ def _foreign_reason(path: Path, kind: str) -> str | None:
         return "is a folder tlt cannot read"
     if not names:
         return None
-    entries = read_marker(path)
-    if entries is not None:
+    marker = _read_marker(path)
+    if marker is not None:
+        held, entries = marker
         extra = sorted(set(names) - set(entries) - {MARKER})
-        held = read_kind(path)
         if held != kind:
             what = f"{held} results (written by {KINDS[held]})" if held in KINDS else (
                 "results of an older tlt that did not record their kind" if held == "" else f"'{held}' results")
