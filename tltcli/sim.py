@@ -24,7 +24,7 @@ from rich.table import Table
 
 from tltcli.progress import policy_progress
 from tltsim.atomic import atomic_dir, check_output_dir
-from tltsim.errors import InputError
+from tltsim.errors import InputError, warn
 from tltsim.scenario import (
     Scenario,
     SimInputs,
@@ -60,11 +60,6 @@ class Perfetto(StrEnum):
 
 #: ``--perfetto auto`` writes trace.json only up to this estimated size (large runs: ~250 B per row).
 PERFETTO_AUTO_MAX_BYTES = 64 * 2**20
-
-
-def warn(message: str) -> None:
-    """One ``tlt: warning:`` line on stderr: a setting that is valid but changes nothing."""
-    print(f"tlt: warning: {message}", file=sys.stderr)
 
 
 def _parse_sets(items: list[str]) -> list[tuple[str, object, str]]:

@@ -135,9 +135,10 @@ def run(
 
 def _status_frames(target: str, out: Path | None) -> tuple[Path, pd.DataFrame, pd.DataFrame]:
     """(sweep folder, its points, its deduplicated results) for a spec or a sweep folder."""
+    from tltsim.errors import warn
     from tltsim.sweep.runner import points_frame
     from tltsim.sweep.spec import expand, load_spec
-    from tltsim.sweep.store import DamagedFile, SweepStore, warn
+    from tltsim.sweep.store import DamagedFile, SweepStore
 
     p = Path(target)
     if p.is_dir():

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from tltsim.errors import InputError
+from tltsim.errors import InputError, warn
 
 
 class Backend(StrEnum):
@@ -49,7 +49,6 @@ def validation_scenario(scenario: str, backend: Backend):
     """The scenario ``tlt validate`` replays, checked before any work: refused with presets (whole
     simulated RL runs, which a validation of rollout policies cannot run; it used to ignore them
     and run silent for minutes), with one warning line naming the fields it does not use."""
-    from tltcli.sim import warn
     from tltsim.scenario import resolve
 
     resolved = resolve(scenario)

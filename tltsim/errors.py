@@ -7,6 +7,8 @@ traceback for a malformed file and nothing is written.
 
 from __future__ import annotations
 
+import sys
+
 
 class InputError(ValueError):
     """Bad user input: a malformed file, an unknown name, an impossible configuration."""
@@ -26,3 +28,9 @@ class InputError(ValueError):
 
 
 EXIT_INPUT_ERROR = 2
+
+
+def warn(message: str) -> None:
+    """One ``tlt: warning:`` line on stderr: something was wrong or changes nothing, but the command
+    goes on. (Bad input that stops a command is an :class:`InputError`; both are one line.)"""
+    print(f"tlt: warning: {' '.join(message.split())}", file=sys.stderr, flush=True)

@@ -42,10 +42,10 @@ from typing import Any, Protocol
 
 import pandas as pd
 
-from tltsim.errors import InputError
+from tltsim.errors import InputError, warn
 from tltsim.scenario import Scenario, scenario_toml
 from tltsim.sweep.spec import Point, SweepSpec, expand
-from tltsim.sweep.store import POINTS, SweepStore, cell, warn
+from tltsim.sweep.store import POINTS, SweepStore, cell
 
 BACKENDS = ("local", "ray")
 DEFAULT_SWEEPS = Path("results/sweeps")

@@ -39,7 +39,6 @@ import fcntl
 import json
 import os
 import re
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,7 +47,7 @@ from typing import Any
 import pandas as pd
 
 from tltsim.atomic import check_path_text, sweep_dead, write_text, write_with
-from tltsim.errors import InputError
+from tltsim.errors import InputError, warn
 
 META = "sweep.json"
 SPEC_COPY = "spec.toml"
@@ -61,11 +60,6 @@ BOOKKEEPING = ("attempt", "row", "wall_s", "finished_at", "host")
 REQUIRED = ("key", "status", "attempt", "row", "finished_at")
 DAMAGED_SUFFIX = ".damaged"
 _STALE_TEMP = re.compile(r"^\..*\.tlt-tmp-(\d+)-[A-Za-z0-9_]+(\.[A-Za-z]+)?$")
-
-
-def warn(message: str) -> None:
-    """One ``tlt: warning:`` line on stderr: something was wrong but the command could go on."""
-    print(f"tlt: warning: {' '.join(message.split())}", file=sys.stderr, flush=True)
 
 
 def _why(exc: BaseException) -> str:
