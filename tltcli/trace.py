@@ -21,8 +21,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tltsim.input_files import sha256_of
 from tltsim.traces import catalog, load_trace, search_path, select_sources, trace_stats
-from tltsim.traces.catalog import find_file, how_to_get, sha256_of
+from tltsim.traces.catalog import find_file, how_to_get
 from tltsim.traces.readers import parse_mapping
 
 #: What each ``trace.*`` scenario field does, in one line (defaults are appended from the schema).

@@ -241,8 +241,9 @@ def write_results(result: RunResult, settings: GenerateSettings, cfg: ModelConfi
     a run killed before it leaves files the next run refuses to overwrite without --force: the safe side."""
     import json
 
-    from tltreal.outputs import GENERATE_COMMAND, file_digest, generate_outputs
+    from tltreal.outputs import GENERATE_COMMAND, generate_outputs
     from tltsim.atomic import write_text, write_with
+    from tltsim.input_files import sha256_of
 
     files = generate_outputs(out)
     eos = () if settings.ignore_eos else cfg.eos_token_ids
@@ -252,6 +253,6 @@ def write_results(result: RunResult, settings: GenerateSettings, cfg: ModelConfi
     else:
         write_with(out, lambda tmp: result.events.to_parquet(tmp, index=False))
     resolved = {"tool": "tlt", "command": GENERATE_COMMAND,
-                "files": {files[k].name: file_digest(files[k]) for k in ("events", "tokens")},
+                "files": {files[k].name: sha256_of(files[k]) for k in ("events", "tokens")},
                 "settings": settings.to_dict(), "model": cfg.to_hf_dict()}
     write_text(files["config"], json.dumps(resolved, indent=2) + "\n")

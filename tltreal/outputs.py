@@ -8,7 +8,6 @@ Kept apart from the engine so the command checks all of this before torch is imp
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
@@ -16,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from tltsim.errors import InputError
+from tltsim.input_files import sha256_of
 
 GENERATE_COMMAND = "tlt real generate"
 
@@ -28,20 +28,12 @@ def generate_outputs(out: Path) -> dict[str, Path]:
             "config": out.with_name(out.stem + ".config.json")}
 
 
-def file_digest(path: Path) -> str:
-    """SHA-256 of a file's bytes: how a later run knows a companion file is still the one tlt wrote."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def recorded_outputs(config: Path) -> dict[str, str] | None:
     """``{file name: sha256}`` that a ``tlt real generate`` run recorded in its ``<stem>.config.json``;
     None if that file is not one tlt wrote (or is not a regular file, or is damaged)."""
     try:
-        if not stat.S_ISREG(os.stat(config).st_mode) or os.stat(config).st_size > 1 << 24:
+        info = os.stat(config)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > 1 << 24:
             return None
         data = json.loads(config.read_bytes())
     except (OSError, ValueError, RecursionError):
@@ -59,7 +51,7 @@ def _is_tlts(path: Path, recorded: dict[str, str] | None) -> bool:
     if recorded is None or path.name not in recorded:
         return False
     try:
-        return stat.S_ISREG(os.stat(path).st_mode) and file_digest(path) == recorded[path.name]
+        return stat.S_ISREG(os.stat(path).st_mode) and sha256_of(path) == recorded[path.name]
     except OSError:
         return False
 

@@ -8,6 +8,7 @@ instead of a hang or a ``MemoryError``.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from pathlib import Path
@@ -52,3 +53,13 @@ def check_input(path: str | Path, field: str | None = None, *, folder: bool | No
     if folder is True:
         raise InputError("is a file; give a folder", path=path, field=field)
     return path
+
+
+def sha256_of(path: str | Path) -> str:
+    """A file's SHA-256: whether a found trace is the catalogued one, whether a companion file is
+    still the one tlt wrote, what a scenario's table was."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

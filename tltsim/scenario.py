@@ -751,7 +751,7 @@ def trace_fingerprint(name: str, seed: int) -> str:
 @lru_cache(maxsize=64)
 def _file_sha256(path: str, mtime_ns: int) -> str:
     """Checksum cached by (path, modification time): a sweep hashes the same trace thousands of times."""
-    from tltsim.traces.catalog import sha256_of
+    from tltsim.input_files import sha256_of
 
     return sha256_of(Path(path))
 

@@ -31,7 +31,7 @@ pytest.importorskip("torch")  # imported here, once, so that no case's time incl
 from test_output_safety import snapshot
 
 from conftest import REPO, invoke_cli
-from tltreal.outputs import file_digest
+from tltsim.input_files import sha256_of
 
 BOUND_S = 5.0  # in this process; the cases refuse in milliseconds, this is the margin of a busy machine
 CHILD_BOUND_S = 20.0  # a child process: interpreter start-up and imports on top
@@ -85,7 +85,7 @@ def _tlt_companions(root: Path, tokens: bytes = b'{"request": 0}\n') -> None:
     """What a previous ``generate --out r.parquet`` left: tokens and a settings file recording its digest."""
     _write(root, "r.tokens.jsonl", tokens)
     _write(root, "r.config.json", json.dumps({"tool": "tlt", "command": "tlt real generate",
-                                              "files": {"r.tokens.jsonl": file_digest(root / "r.tokens.jsonl")}}))
+                                              "files": {"r.tokens.jsonl": sha256_of(root / "r.tokens.jsonl")}}))
 
 
 def _edited_companion(root: Path) -> None:

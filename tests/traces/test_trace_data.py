@@ -10,8 +10,9 @@ import pytest
 
 from conftest import needs_shared_traces
 from tltsim.errors import InputError
+from tltsim.input_files import sha256_of
 from tltsim.traces import build_workload, catalog, load_trace, trace_stats
-from tltsim.traces.catalog import find_file, search_path, sha256_of
+from tltsim.traces.catalog import find_file, search_path
 from tltsim.traces.profiles import INTERN_S1_MATH
 from tltsim.traces.stats import top_share
 
@@ -209,7 +210,7 @@ def test_converter_on_the_wrong_layout_is_one_input_error(tmp_path: Path) -> Non
 def test_fetch_converters_reproduce_the_catalogued_files_when_upstream_is_at_hand() -> None:
     """With ../shared: the shared copies carry the catalogued sha256 that fetch's converters must
     reproduce from upstream (checked when the session was built; upstream is not reachable here)."""
-    from tltsim.traces.catalog import catalog, find_file, sha256_of
+    from tltsim.traces.catalog import catalog, find_file
 
     for entry in catalog().values():
         if entry.fetch is not None and entry.fetch.files:

@@ -14,7 +14,6 @@ Parametric profiles (``intern_s1_math``) need no file at all. The catalog itself
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tomllib
 from dataclasses import dataclass
@@ -183,12 +182,3 @@ def resolve(name_or_path: str | os.PathLike) -> Path | CatalogEntry:
 
     raise InputError(f"unknown trace '{text}'{suggest(text, list(catalog()))}: not a file, not in the catalog "
                      f"({', '.join(catalog())}), not on the search path")
-
-
-def sha256_of(path: Path) -> str:
-    """Checksum of a file, to tell whether a found copy is the catalogued one."""
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()

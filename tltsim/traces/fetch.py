@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tltsim.errors import InputError
-from tltsim.traces.catalog import CatalogEntry, cache_dir, catalog, find_file, sha256_of
+from tltsim.input_files import sha256_of
+from tltsim.traces.catalog import CatalogEntry, cache_dir, catalog, find_file
 
 GITHUB_RAW = "https://raw.githubusercontent.com/"
 MIRROR_ENV = "TLT_TRACE_MIRROR"
