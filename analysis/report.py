@@ -25,7 +25,7 @@ from analysis.rollout_plots import gpu_utilisation, makespan_bars, rollout_timel
 from analysis.sd_plots import sd_speedup_heatmap, sd_speedup_vs_batch
 from analysis.style import save_figure
 from analysis.sweep_plots import response_curves, response_surface, with_elastic_columns
-from tltsim.errors import InputError
+from tltsim.errors import InputError, reason
 from tltsim.input_files import check_input
 
 #: Runs whose baseline is this row are rollout-only policy comparisons; ``verl`` marks RL runs.
@@ -92,7 +92,7 @@ def _read_csv(path: Path, needed: tuple[str, ...] = (), numeric: tuple[str, ...]
     try:
         df = pd.read_csv(path)
     except (OSError, ValueError, pd.errors.ParserError) as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
+        first = reason(exc, 120)
         raise InputError(f"not a readable CSV table ({first})", path=path) from None
     missing = [c for c in needed if c not in df.columns]
     if missing:
@@ -115,7 +115,7 @@ def _read_events(path: Path) -> pd.DataFrame:
     try:
         events = pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ValueError, ... for a damaged file
-        first = (" ".join(str(exc).split()) or type(exc).__name__)[:120]
+        first = reason(exc, 120, collapse=True)
         raise InputError(f"not a readable event log ({first})", path=path) from None
     missing = [c for c in EVENT_NEEDED if c not in events.columns]
     if missing:

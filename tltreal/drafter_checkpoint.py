@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from tltsim.atomic import current_umask, sweep_dead
-from tltsim.errors import InputError
+from tltsim.errors import InputError, reason
 
 FORMAT = "tlt-eagle-drafter-1"
 OPTIMIZER_PREFIX = "optimizer."
@@ -245,7 +245,7 @@ def load_checkpoint(path: str | Path) -> DrafterCheckpoint:
             meta = fh.metadata() or {}
             tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118 (safe_open is not a dict)
     except Exception as exc:  # SafetensorError, OSError, ...: a file we cannot read
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        first = reason(exc, 200)
         raise InputError(f"not a readable checkpoint ({first})", path=path) from None
     if meta.get("format") != FORMAT:
         raise InputError(f"not a drafter checkpoint (format {meta.get('format')!r}, expected {FORMAT!r})", path=path)

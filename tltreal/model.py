@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from tltreal.kv_cache import KVCache
-from tltsim.errors import InputError
+from tltsim.errors import InputError, reason
 from tltsim.model_config import ModelConfig
 
 
@@ -474,7 +474,7 @@ def load_model(cfg: ModelConfig, weights: str | Path, *, dtype: torch.dtype = to
         try:
             state.update(load_file(str(f)))
         except Exception as exc:  # SafetensorError, OSError, ...: a file we cannot read is bad input
-            first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+            first = reason(exc, 200)
             raise InputError(f"not a readable safetensors file ({first})", path=f) from None
     model = Transformer(cfg)
     expected = set(model.state_dict())

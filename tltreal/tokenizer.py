@@ -26,7 +26,7 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
 from tltreal.rl_task import ANSWER_WORD, PROMPT_WORDS
-from tltsim.errors import InputError
+from tltsim.errors import InputError, reason
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)
@@ -120,7 +120,7 @@ def load(folder: str | Path) -> TaskTokenizer:
     try:
         backend = Tokenizer.from_file(str(path))
     except Exception as exc:  # tokenizers raises plain Exception subclasses for bad JSON / schema
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        first = reason(exc, 200)
         raise InputError(f"not a readable tokenizer.json ({first})", path=path) from None
     try:
         return TaskTokenizer(backend)

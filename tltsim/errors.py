@@ -30,6 +30,14 @@ class InputError(ValueError):
 EXIT_INPUT_ERROR = 2
 
 
+def reason(exc: BaseException, limit: int | None = None, *, collapse: bool = False) -> str:
+    """A library's exception as the reason part of a one-line error: its first line (``collapse``:
+    all of it on one line), cut at ``limit`` characters; the exception's type name when it says
+    nothing. Parsers' messages span lines and repeat the path the error line already names."""
+    text = " ".join(str(exc).split()) if collapse else (str(exc).splitlines() or [""])[0]
+    return (text or type(exc).__name__)[:limit]
+
+
 def warn(message: str) -> None:
     """One ``tlt: warning:`` line on stderr: something was wrong or changes nothing, but the command
     goes on. (Bad input that stops a command is an :class:`InputError`; both are one line.)"""

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from tltsim.cost.lengths import as_lengths
-from tltsim.errors import InputError
+from tltsim.errors import InputError, reason
 from tltsim.model_shape import ModelShape
 from tltsim.policy.base import SDConfig
 
@@ -217,7 +217,7 @@ class TableCostModel:
         except InputError:
             raise
         except (OSError, UnicodeDecodeError, csv.Error, ValueError, ArithmeticError, TypeError) as exc:
-            first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+            first = reason(exc, 160)
             raise InputError(f"not a readable cost table ({first})", path=path) from None
         if df.empty:
             raise InputError("no rows", path=path)
@@ -236,7 +236,7 @@ class TableCostModel:
             table = pq.read_table(path)
             rows = table.to_pylist()
         except (pa.ArrowException, OSError, ValueError) as exc:
-            first = (" ".join(str(exc).split()) or type(exc).__name__)[:160]
+            first = reason(exc, 160, collapse=True)
             raise InputError(f"not a readable Parquet cost table ({first})", path=path) from None
         raw = (table.schema.metadata or {}).get(META_KEY)
         try:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tltsim.errors import InputError
+from tltsim.errors import InputError, reason
 from tltsim.traces.schema import TRACE_COLUMNS, check_unique_columns, column_name, column_names, normalize
 
 SUFFIXES = (".csv", ".parquet", ".jsonl", ".ndjson")
@@ -113,7 +113,7 @@ def _read_raw(path: Path) -> pd.DataFrame:
     except pd.errors.EmptyDataError:
         raise InputError("file is empty", path=path) from None
     except (pd.errors.ParserError, UnicodeDecodeError, OSError, ValueError) as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        first = reason(exc)
         raise InputError(f"cannot parse {suffix[1:]} file: {first}", path=path) from None
 
 
