@@ -269,7 +269,7 @@ def test_killing_the_training_worker_never_leaves_a_checkpoint_that_fails_to_loa
             killer = threading.Thread(target=_kill_training_worker, args=(trainer, rng.uniform(0.02, 0.4), aim, killed))
             killer.start()
             try:
-                trainer.run_step(2 * trial + 1, target, requests(2 * trial + 1, groups=4))
+                trainer.run_step(2 * trial + 1, target, requests(2 * trial + 1, groups=4, long=2 * LONG))
             except WorkerError as exc:
                 assert killed and "while training" in str(exc)
                 kills += 1
