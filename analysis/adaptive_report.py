@@ -17,7 +17,7 @@ from analysis.drafter_plots import accept_curves, bubble_training, dynamics_fit,
 from analysis.markdown import markdown_table
 from analysis.provenance import package_version, provenance_line
 from analysis.report import Report
-from tltsim.errors import InputError
+from tltcore.errors import InputError
 
 STEP_COLUMNS = {"step": "d", "reward": ".3f", "eval_reward": ".3f", "hidden_drift": ".3f",
                 "mean_response_tokens": ".1f",
@@ -78,8 +78,8 @@ def _speedup_section(steps: pd.DataFrame, batch: int, depth: int) -> list[str]:
 
 def write_report(folder: str | Path) -> list[str]:
     """Write ``README.md`` and figures (PNG + PDF) into the run ``folder``; returns the files."""
+    from tltcore.drafter.dynamics import DrafterDynamics
     from tltreal.dynamics_fit import adaptive_curve, static_curve
-    from tltsim.drafter_dynamics import DrafterDynamics
 
     folder = Path(folder)
     steps, config, dynamics = _read(folder)

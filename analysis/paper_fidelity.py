@@ -32,12 +32,12 @@ import numpy as np
 import pandas as pd
 
 from analysis.markdown import markdown_table
-from tltsim.acceptance import nelder_mead, paper_qwen32b_tp4
-from tltsim.cost import RooflineCostModel
-from tltsim.cost.roofline import DEFAULT_DRAFT_STEP_OVERHEAD_S, DEFAULT_SD_OVERHEAD_S
-from tltsim.hardware import get_gpu
-from tltsim.model_shape import get_model
-from tltsim.policy.base import NoSD, SDConfig, Static
+from tltcore.acceptance import nelder_mead, paper_qwen32b_tp4
+from tltcore.cost import RooflineCostModel
+from tltcore.cost.roofline import DEFAULT_DRAFT_STEP_OVERHEAD_S, DEFAULT_SD_OVERHEAD_S
+from tltcore.hardware import get_gpu
+from tltcore.model_shape import get_model
+from tltcore.policy.base import NoSD, SDConfig, Static
 from tltsim.rollout import EngineConfig, simulate_step
 
 #: The paper's tables vendored as test data, for a clone without ``../shared`` (tests/data/paper/README.md).
@@ -222,9 +222,9 @@ def write_report(out: Path, paper: Path = PAPER) -> None:
     """The paper-fidelity report (README, CSVs, figures), written atomically."""
     import platform
 
-    import tltsim
+    import tltcore
     from analysis.style import save_figure
-    from tltsim.atomic import atomic_dir, write_text
+    from tltcore.atomic import atomic_dir, write_text
     from tltsim.traces import load_trace
 
     tables = load_tables(paper)
@@ -254,7 +254,7 @@ def write_report(out: Path, paper: Path = PAPER) -> None:
         "# Paper fidelity: the simulator against every published table",
         "",
         "Reproduce: `python -m analysis.paper_fidelity --out reports/paper-fidelity` (any machine; "
-        f"tlt {tltsim.__version__}, Python {platform.python_version()}). Tables: `../shared/paper/` "
+        f"tlt {tltcore.__version__}, Python {platform.python_version()}). Tables: `../shared/paper/` "
         "(TLT, ASPLOS 2026, arXiv 2511.16665). Model: the analytic roofline with its default constants and the "
         "paper-fitted tree acceptance.",
         "",

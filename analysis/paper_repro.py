@@ -25,11 +25,11 @@ from analysis.paper_fidelity import paper_tables_dir
 from analysis.provenance import git_commit
 from analysis.rl_plots import accept_over_steps, speedup_bars, step_breakdown
 from analysis.style import save_figure
-from tltsim import __version__
-from tltsim.atomic import write_text
-from tltsim.memory import PAPER_ARMS, cuda_graph_bytes
-from tltsim.model_shape import get_model
-from tltsim.rl_run import compare_presets
+from tltcore import __version__
+from tltcore.atomic import write_text
+from tltcore.model_shape import get_model
+from tltsim.rl.gpu_memory import PAPER_ARMS, cuda_graph_bytes
+from tltsim.rl.run import compare_presets
 from tltsim.scenario import Scenario, apply_override, load_scenario
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "reports" / "paper-repro" / "scenarios"
@@ -127,7 +127,7 @@ def graph_memory_figure() -> plt.Figure:
              "naive, 4 strategies": paper_value("cuda_graph_memory_naive_multi_strategy"),
              "bucketed, 4 strategies": paper_value("cuda_graph_memory_bucketed")}
     table = pd.DataFrame([{"case": c, "source": src, "gb": v} for src, d in
-                          (("paper", paper), ("model (tltsim.memory)", ours)) for c, v in d.items()])
+                          (("paper", paper), ("model (tltsim.rl.gpu_memory)", ours)) for c, v in d.items()])
     return cuda_graph_memory(table, title="CUDA graphs of the SD strategies, Qwen2.5-32B TP 4")
 
 
@@ -202,7 +202,7 @@ def _readme(table: pd.DataFrame, ab: pd.DataFrame, ab_steps: pd.DataFrame, nots:
     return f"""# Paper reproduction: whole simulated RL runs vs TLT's end-to-end results
 
 Regenerate: `{cmd}` ({wall / 60:.0f} min on this 2-core CPU box; tlt {__version__}, commit {git_commit()},
-Python {platform.python_version()}). Simulated device: H100-SXM presets (`tltsim.hardware`); no GPU was used.
+Python {platform.python_version()}). Simulated device: H100-SXM presets (`tltcore.hardware`); no GPU was used.
 
 Every number below comes from the simulator's defaults: nothing was fitted to the end-to-end table. The
 inputs that are ours, not the paper's, are listed at the end; each can be changed in the scenario files
@@ -218,7 +218,7 @@ inputs that are ours, not the paper's, are listed at the end; each can be change
 veRL's step spent generating (computed, never assumed); `rollout_speedup` is TLT's rollout alone;
 `static_drafter` and `tlt_base` are the same runs' speedups of those presets. {n_within} of the six
 published speedups are within ±15%. The 32B rows at 1 and 2 nodes are out of memory in the actor update,
-as in the paper (`tltsim.memory`: FSDP states, saved activations and fp32 logits exceed the 76 GB usable
+as in the paper (`tltsim.rl.gpu_memory`: FSDP states, saved activations and fp32 logits exceed the 76 GB usable
 per GPU; the breakdown is printed by `tlt sim run` for such a run).
 
 ### Why ours differs from the paper
@@ -244,7 +244,7 @@ per GPU; the breakdown is printed by `tlt sim run` for such a run).
 Mean accept length per step (Qwen2.5-7B, 2 nodes, {ablation_steps} steps): adaptive `tlt`
 {tlt_acc.iloc[0]:.2f} → {tlt_acc.iloc[-1]:.2f}, static drafter {st_acc.iloc[0]:.2f} → {st_acc.iloc[-1]:.2f};
 the paper reports 6.53 (adapted) and 4.59 (stale)
-averaged over its runs. The model (`tltsim.drafter_dynamics`): each policy update moves the drafter's quality
+averaged over its runs. The model (`tltcore.drafter.dynamics`): each policy update moves the drafter's quality
 toward `drafter.stale_quality` by `drafter.drift` (0.3); training recovers it toward `drafter.quality` with
 `drafter.recovery_samples` (400) per e-folding. The ceiling and floor were chosen so BEG-MAB's arms land around
 the paper's two numbers; drift and recovery are not published and are the first things the real
@@ -275,7 +275,7 @@ adaptive-drafter runs should measure.
 
 ![graphs](cuda_graph_memory.png)
 
-`tltsim.memory.cuda_graph_bytes` (per-runner buffers + a per-graph overhead, two constants fitted to
+`tltsim.rl.gpu_memory.cuda_graph_bytes` (per-runner buffers + a per-graph overhead, two constants fitted to
 these three numbers: this figure is circular). The paper scenarios use `engine.cuda_graphs = "bucketed"`,
 which takes the graphs' memory out of the KV cache.
 
@@ -287,7 +287,7 @@ which takes the graphs' memory out of the KV cache.
   the ablation run shows them part over steps.
 * Rollout: TP 1 for 7B, TP 4 for 32B; veRL's engine limits (`max_num_seqs` 1024, 90% memory,
   8,192-token prefill budget); the roofline cost model; the paper-fitted tree acceptance.
-* RL phases (`tltsim.rl_phases`): rule-based reward 10 ms/sample, old log-probs + reference forward at
+* RL phases (`tltsim.rl.phases`): rule-based reward 10 ms/sample, old log-probs + reference forward at
   45% MFU, actor update with activation recompute at 35% MFU, weight sync 3 s + bytes/NVLink.
 * Spot Trainer: 29.6 samples/s per released worker (the paper's packed throughput), ≤ 800 samples per step,
   checkpoints every 64 samples at 97 ms (selective, asynchronous), one-step-offset DataBuffer.

@@ -46,7 +46,7 @@ def provenance_line() -> str:
     """One Markdown line: tlt version and commit, Python, CPU and core count."""
     import os
 
-    from tltsim import __version__
+    from tltcore import __version__
 
     return (f"tlt {__version__} (commit {git_commit()}), Python {platform.python_version()}, pandas "
             f"{package_version('pandas')}, simpy {package_version('simpy')}; host: {host_cpu()}, "

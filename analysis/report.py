@@ -25,8 +25,8 @@ from analysis.rollout_plots import gpu_utilisation, makespan_bars, rollout_timel
 from analysis.sd_plots import sd_speedup_heatmap, sd_speedup_vs_batch
 from analysis.style import save_figure
 from analysis.sweep_plots import response_curves, response_surface, with_elastic_columns
-from tltsim.errors import InputError, reason
-from tltsim.input_files import check_input
+from tltcore.errors import InputError, reason
+from tltcore.input_files import check_input
 
 #: Runs whose baseline is this row are rollout-only policy comparisons; ``verl`` marks RL runs.
 BASELINES = ("no-sd", "verl")
@@ -196,16 +196,16 @@ def _rl_sections(rep: Report, summary: pd.DataFrame, steps: pd.DataFrame) -> Non
 
 
 def _sd_sections(rep: Report, s) -> None:
-    from tltsim.policy.base import SDConfig
+    from tltcore.policy.base import SDConfig
+    from tltcore.sd_speedup import grid_configs, sd_speedup_table
     from tltsim.scenario import acceptance_model, cost_model
-    from tltsim.sd_speedup import grid_configs, sd_speedup_table
 
     cost, accept = cost_model(s), acceptance_model(s.acceptance)
     grid = sd_speedup_table(cost, accept, grid_configs(HEATMAP_DEPTHS, HEATMAP_VERIFY), [1])
     curves = sd_speedup_table(cost, accept, [SDConfig.parse(c) for c in CURVE_CONFIGS], CURVE_BATCHES)
     rep.sections += ["## One SD iteration on this model and GPU",
                      "Tokens per second with SD over without, per draft shape, at 2,048 context tokens per "
-                     "request (`tltsim.sd_speedup`): what the elastic switch and the bandit weigh."]
+                     "request (`tltcore.sd_speedup`): what the elastic switch and the bandit weigh."]
     rep.figure("sd_heatmap", f"SD speedup per iteration at batch 1 ({s.model.name}, {s.cluster.gpu}, TP "
                f"{s.cluster.tp}); blue pays, red does not", lambda: sd_speedup_heatmap(grid))
     rep.figure("sd_vs_batch", "SD speedup per iteration vs running batch; below the dashed line SD does not pay",
@@ -339,7 +339,7 @@ def _sweep_figures(rep: Report, view: SweepView) -> None:
 
 def write_report(path: str | Path, out: str | Path, *, command: str, force: bool = False) -> list[str]:
     """Build the report of ``path`` and write it to ``out`` atomically; return the files written."""
-    from tltsim.atomic import atomic_dir, check_output_dir
+    from tltcore.atomic import atomic_dir, check_output_dir
 
     check_output_dir(out, force, kind="report")
     rep = build_report(Path(path), command)

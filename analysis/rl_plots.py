@@ -1,4 +1,4 @@
-"""Figures of whole RL runs (:func:`tltsim.rl_run.compare_presets`): where a step's time goes, speedup
+"""Figures of whole RL runs (:func:`tltsim.rl.run.compare_presets`): where a step's time goes, speedup
 bars by setting and preset, and the drafter's accept length over RL steps.
 
 Inputs are the tidy tables the simulator writes (``summary.csv`` and ``steps.csv`` of ``tlt sim run
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.style import category_ticks, colors_for, legend_outside, paper_rc
-from tltsim.rl_run import LATER_PHASES
+from tltsim.rl.run import LATER_PHASES
 
 #: summary column -> legend label, in the order the stack is drawn (rollout at the bottom).
 PHASE_LABELS = {"rollout_s": "rollout", "drafter_train_s": "drafter training (serial)", "reward_s": "reward",

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.style import colors_for, legend_outside, paper_rc
-from tltsim.events import BUSY_KINDS
+from tltcore.events import BUSY_KINDS
 
 #: Height (in running-batch units, log axis) of the strip under each timeline panel where a worker's
 #: time after its last response is drawn: idle, or training the drafter (Spot Trainer).

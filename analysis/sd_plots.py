@@ -1,4 +1,4 @@
-"""Figures of single-iteration SD speedup (:func:`tltsim.sd_speedup.sd_speedup_table`): a depth x
+"""Figures of single-iteration SD speedup (:func:`tltcore.sd_speedup.sd_speedup_table`): a depth x
 verify heat map at one batch size, and speedup against batch size per draft shape.
 
 Both mark 1x plainly: the heat map's colour scale is centred on 1 (blue pays, red does not), and the

@@ -33,7 +33,7 @@ import matplotlib.pyplot as plt
 from matplotlib.colors import to_hex, to_rgb
 from matplotlib.legend import Legend
 
-from tltsim.atomic import write_with
+from tltcore.atomic import write_with
 
 #: Colours for names without a fixed one, in the order they are handed out: Okabe-Ito (colour-blind
 #: safe), then Paul Tol's muted set; yellow last (weak on white).

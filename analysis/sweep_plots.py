@@ -15,7 +15,7 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.ticker import ScalarFormatter
 
 from analysis.style import annotate_cells, colors_for, legend_outside, natural_key, paper_rc
-from tltsim.policy.registry import elastic_split
+from tltcore.policy.registry import elastic_split
 
 
 def with_elastic_columns(results: pd.DataFrame, column: str = "policy") -> pd.DataFrame:

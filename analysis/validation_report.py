@@ -115,9 +115,9 @@ def write_validation_report(out: Path, result, scenario, settings, *, command: s
     """``out``/README.md, the CSV tables, the cost table used and the figures, written atomically."""
     import torch
 
-    import tltsim
-    from tltsim.atomic import atomic_dir, write_text
-    from tltsim.cost import write_table
+    import tltcore
+    from tltcore.atomic import atomic_dir, write_text
+    from tltcore.cost import write_table
 
     rows, meta = profile
     nums = summary_numbers(result)
@@ -174,7 +174,7 @@ def write_validation_report(out: Path, result, scenario, settings, *, command: s
         "",
         f"Reproduce: `{command}`",
         "",
-        f"Machine: {host_cpu()}, {torch.get_num_threads()} torch thread(s); tlt {tltsim.__version__}, "
+        f"Machine: {host_cpu()}, {torch.get_num_threads()} torch thread(s); tlt {tltcore.__version__}, "
         f"torch {torch.__version__}, Python {platform.python_version()}.",
         f"Model: random-weight Llama, {settings.model.num_hidden_layers} layers, hidden {settings.model.hidden_size}, "
         f"vocab {settings.model.vocab_size}; trace `{scenario.trace.name}`"

@@ -71,7 +71,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def model_config(args: argparse.Namespace):
-    from tltsim.model_config import ModelConfig
+    from tltcore.model_config import ModelConfig
 
     return ModelConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.hidden * 8 // 3,
                        num_hidden_layers=args.layers, num_attention_heads=args.heads,
@@ -98,10 +98,10 @@ def run_ours(args: argparse.Namespace) -> list[dict]:
     """Every (batch, SD mode) cell on our engine: runs, tokens/s, accept length, outputs' digest."""
     import torch
 
+    from tltcore.policy.base import NoSD, SDConfig, Static
     from tltreal.engine import Engine, EngineConfig
     from tltreal.model import load_model
     from tltreal.proposers import NgramProposer
-    from tltsim.policy.base import NoSD, SDConfig, Static
 
     torch.set_num_threads(args.threads)
     cfg = model_config(args)
@@ -222,9 +222,9 @@ def overhead(args: argparse.Namespace) -> None:
 
     import torch
 
+    from tltcore.policy.base import NoSD, SDConfig, Static
     from tltreal.model import Transformer, random_model
     from tltreal.proposers import NgramProposer, random_drafter
-    from tltsim.policy.base import NoSD, SDConfig, Static
 
     torch.set_num_threads(args.threads)
     if args.engine_file:

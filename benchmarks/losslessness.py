@@ -26,11 +26,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tltcore.model_config import ModelConfig
+from tltcore.policy.base import NoSD, SDConfig, SDPolicy, Static
 from tltreal.engine import Engine, EngineConfig
 from tltreal.model import Transformer, random_model
 from tltreal.proposers import OracleDrafter, random_drafter
-from tltsim.model_config import ModelConfig
-from tltsim.policy.base import NoSD, SDConfig, SDPolicy, Static
 
 CFG = ModelConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
                   num_attention_heads=4, num_key_value_heads=2)
@@ -97,7 +97,7 @@ def measure(dtypes: dict[str, torch.dtype] = DTYPES) -> pd.DataFrame:
 
 
 def write(out: Path, df: pd.DataFrame) -> None:
-    from tltsim.atomic import atomic_dir, write_text
+    from tltcore.atomic import atomic_dir, write_text
 
     lines = ["| weights | dtype | run | prompts diverging from the reference | median first divergent token |",
              "|---|---|---|---|---|"]

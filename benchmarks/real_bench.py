@@ -36,9 +36,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from tltcore.model_config import ModelConfig
     from tltreal import kernels
     from tltreal.generate import GenerateSettings, build_target, generate
-    from tltsim.model_config import ModelConfig
 
     torch.set_num_threads(args.threads)
     kernels.set_use_triton(args.triton)

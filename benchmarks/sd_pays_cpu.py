@@ -59,13 +59,13 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from tltcore.atomic import write_text, write_with
     from tltreal.adaptive_run import record_path
     from tltreal.drafter_checkpoint import load_checkpoint, load_latest, restore
     from tltreal.padded_target import measure_sd_speedups, pad_target, parameter_count, rebind_drafter
     from tltreal.pretrain import load_pretrained
     from tltreal.proposers.eagle import EagleDrafter
     from tltreal.rl_task import sample_problems
-    from tltsim.atomic import write_text, write_with
 
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tltsim.policy.base import SDConfig
+from tltcore.policy.base import SDConfig
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tltsim.atomic import atomic_dir, write_text, write_with
+from tltcore.atomic import atomic_dir, write_text, write_with
 
 
 def test_failed_writer_leaves_old_file_and_no_temp(tmp_path: Path) -> None:

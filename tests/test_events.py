@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tltsim.events import CLUSTER, EVENT_COLUMNS, EventLog, check_event_log, read_event_log
-from tltsim.policy.base import NO_SD, SDConfig
+from tltcore.events import CLUSTER, EVENT_COLUMNS, EventLog, check_event_log, read_event_log
+from tltcore.policy.base import NO_SD, SDConfig
 
 
 def sample_log(coalesce: bool = True) -> EventLog:

@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 from rollout_fixtures import LinearCost, Work
 
-from tltsim.acceptance import ChainAcceptance
-from tltsim.events import EventLog, check_event_log
-from tltsim.policy.base import NO_SD, BatchView, Decision, Outcome, SDConfig
+from tltcore.acceptance import ChainAcceptance
+from tltcore.events import EventLog, check_event_log
+from tltcore.policy.base import NO_SD, BatchView, Decision, Outcome, SDConfig
 from tltsim.rollout import EngineConfig, simulate_step
 
 CONFIGS = (NO_SD, SDConfig.chain(2), SDConfig(4, 2, 6))

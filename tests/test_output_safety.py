@@ -22,8 +22,8 @@ import pytest
 from test_atomic import commit_then_fail
 
 from conftest import REPO, invoke_cli, needs_shared_traces
-from tltsim.atomic import MARKER, atomic_dir, check_output_dir, read_marker, sweep_stale, write_text, write_with
-from tltsim.errors import InputError
+from tltcore.atomic import MARKER, atomic_dir, check_output_dir, read_marker, sweep_stale, write_text, write_with
+from tltcore.errors import InputError
 
 SIM = ("sim", "run", "--trace", "polytrace_rl_rollouts", "--step", "0", "--policy", "no-sd", "--perfetto", "off")
 
@@ -398,7 +398,7 @@ def test_check_output_dir_accepts_new_empty_and_own(tmp_path: Path) -> None:
 _HOLD = """
 import signal, sys, time
 from pathlib import Path
-from tltsim.atomic import atomic_dir
+from tltcore.atomic import atomic_dir
 from tltcli import _on_sigterm
 signal.signal(signal.SIGTERM, _on_sigterm)
 with atomic_dir(Path(sys.argv[1]), kind="sim-run") as d:
@@ -444,7 +444,7 @@ def test_sigkill_leftovers_are_swept_by_the_next_run(tmp_path: Path) -> None:
 _HOLD_FILE = """
 import sys, time
 from pathlib import Path
-from tltsim.atomic import write_with
+from tltcore.atomic import write_with
 def slow(tmp):
     Path(tmp).write_text("partial")
     print("writing", flush=True)

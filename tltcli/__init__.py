@@ -1,7 +1,7 @@
 """The one command-line tool, ``tlt``.
 
 Sub-commands live one per module (``trace``, ``sim``, ``sweep``, ``real``, ``demo``, ``report``) and are mounted here.
-:func:`main` turns :class:`~tltsim.errors.InputError` into one line on stderr and exit code 2.
+:func:`main` turns :class:`~tltcore.errors.InputError` into one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from tltsim.errors import EXIT_INPUT_ERROR, InputError
+from tltcore.errors import EXIT_INPUT_ERROR, InputError
 
 try:  # typer 0.2x vendors click; older typer uses click itself
     from typer._click import exceptions as click_errors
@@ -31,7 +31,7 @@ def _version(value: bool) -> None:
     if value:
         import platform
 
-        from tltsim import __version__
+        from tltcore import __version__
 
         typer.echo(f"tlt {__version__} (Python {platform.python_version()})")
         raise typer.Exit()

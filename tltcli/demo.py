@@ -43,7 +43,7 @@ def _with_trace(s: Scenario, trace: str | None) -> tuple[Scenario, str]:
     """
     from dataclasses import replace
 
-    from tltsim.errors import InputError
+    from tltcore.errors import InputError
     from tltsim.scenario import apply_override
     from tltsim.traces.catalog import resolve
 
@@ -104,7 +104,7 @@ def _rl_runs(s: Scenario) -> tuple[Any, ...]:
 
     import pandas as pd
 
-    from tltsim.rl_run import compare_presets
+    from tltsim.rl.run import compare_presets
 
     n = _rl_steps(s)
     cases, steps, summaries = {}, [], []
@@ -178,7 +178,7 @@ def demo(trace: Annotated[str | None, typer.Option(
     from analysis.rollout_plots import makespan_bars, rollout_timeline
     from analysis.style import save_figure
     from analysis.trace_plots import length_cdf, straggler_factor
-    from tltsim.atomic import atomic_dir, check_output_dir, write_text
+    from tltcore.atomic import atomic_dir, check_output_dir, write_text
     from tltsim.scenario import scenario_toml
     from tltsim.traces import load_trace, trace_stats
 

@@ -17,11 +17,11 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from tltcli.validate import Backend, command_line, need_torch, phase_console, target_config
+from tltcli.validate import RealBackend, command_line, need_torch, phase_console, target_config
+from tltcore.errors import InputError
+from tltcore.input_files import check_input
+from tltcore.policy.base import SDConfig
 from tltreal.outputs import check_generate_outputs
-from tltsim.errors import InputError
-from tltsim.input_files import check_input
-from tltsim.policy.base import SDConfig
 
 app = typer.Typer(help="Run the real engine (needs the `real` extra: torch, triton).", no_args_is_help=True)
 
@@ -106,12 +106,12 @@ def generate(
         import torch  # noqa: F401
     except ImportError:
         raise InputError("the real engine needs torch: pip install 'tlt[real]'") from None
+    from tltcore.model_config import ModelConfig
+    from tltcore.policy.registry import make_policy
+    from tltcore.policy.shapes import policy_shapes
     from tltreal import kernels
     from tltreal.generate import GenerateSettings, write_results
     from tltreal.generate import generate as run_generate
-    from tltsim.model_config import ModelConfig
-    from tltsim.policy.registry import make_policy
-    from tltsim.policy.shapes import policy_shapes
 
     cfg = ModelConfig.from_json(config)
     settings = GenerateSettings(prompts=prompts, max_tokens=max_tokens, prompt_len=prompt_len, policy=policy,
@@ -175,7 +175,7 @@ def rl(
     drafter dynamics fitted to the run, and a report with figures."""
     import shlex
 
-    from tltsim.atomic import check_output_dir
+    from tltcore.atomic import check_output_dir
 
     # Every flag and path before anything is imported or trained: a typo costs milliseconds, not the
     # minutes of pre-training that would come before the first use of the flag.
@@ -235,7 +235,7 @@ def profile(
     repeats: Annotated[int, typer.Option(help="Fresh engines per point; medians kept.")] = 3,
     acceptance: Annotated[str, typer.Option(help="Acceptance preset of the pinned drafter.")] = "paper-qwen32b",
     out: Annotated[Path, typer.Option("--out", help="Cost table to write (.parquet).")] = Path("profile.parquet"),
-    backend: Annotated[Backend, typer.Option(help="Engine to measure.")] = Backend.native,
+    backend: Annotated[RealBackend, typer.Option(help="Engine to measure.")] = RealBackend.native,
     drafter: Annotated[str, typer.Option(help="vLLM backend: 'draft' (early-exit draft model) or 'ngram'.")]
     = "draft",
 ) -> None:
@@ -246,10 +246,10 @@ def profile(
     Example: tlt real profile --shape 8_4_32 --shape 4_1_4 --out calibration/cpu/profile.parquet
     Example: tlt real profile --backend vllm --shape 3_1_3 --context 64 --out calibration/cpu/vllm.parquet
     """
-    from tltsim.policy.base import SDConfig
-    from tltsim.policy.beg_mab import DEFAULT_ARMS
+    from tltcore.policy.base import SDConfig
+    from tltcore.policy.beg_mab import DEFAULT_ARMS
 
-    vllm = backend is Backend.vllm
+    vllm = backend is RealBackend.vllm
     default_shapes = tuple(SDConfig.chain(k) for k in (1, 3, 5)) if vllm else (
         *DEFAULT_ARMS, *(SDConfig.chain(k) for k in (1, 3, 5)))
     shapes = tuple(_draft_shape(x) for x in shape) if shape else default_shapes
@@ -266,7 +266,7 @@ def profile(
         raise InputError(f"must be in [1, 20], got {repeats}", field="--repeats")
     if out.suffix != ".parquet":
         raise InputError("the cost table is written as Parquet: give a .parquet path", field="--out")
-    from tltsim.atomic import check_not_inputs, check_output_file
+    from tltcore.atomic import check_not_inputs, check_output_file
 
     for path in (out, _plain_table(out)) if vllm else (out,):  # every file it writes, before any work
         check_output_file(path)
@@ -275,11 +275,11 @@ def profile(
     import torch
 
     from tltcli.progress import PhaseProgress
+    from tltcore.acceptance import get_acceptance
+    from tltcore.cost import shape_fingerprint, write_table
     from tltreal.model import random_model
     from tltreal.profiler import ProfileGrid, grid_points, profile_metadata, profile_native
     from tltreal.validation import PINNED_DEPTH, PINNED_TOPK, shape_of
-    from tltsim.acceptance import get_acceptance
-    from tltsim.cost import shape_fingerprint, write_table
 
     cfg = target_config(config)
     if vllm:
@@ -320,9 +320,9 @@ def _profile_vllm(cfg, shapes, batches, contexts, repeats: int, drafter: str, ou
     import tempfile
 
     from tltcli.progress import PhaseProgress
+    from tltcore.cost import shape_fingerprint, write_table
     from tltreal.validation import shape_of
     from tltreal.vllm_backend import VllmSettings, profile_vllm, vllm_metadata, write_models
-    from tltsim.cost import shape_fingerprint, write_table
 
     plain_out = _plain_table(out)
 

@@ -21,7 +21,7 @@ def report(path: Annotated[Path, typer.Argument(help="A `tlt sim run` or `tlt sw
       tlt sweep run elastic_threshold_gpu && tlt report results/sweeps/elastic_threshold_gpu --out reports/etg
     """
     from analysis.report import write_report
-    from tltsim.atomic import check_output_dir
+    from tltcore.atomic import check_output_dir
 
     # Before any reading: a report written into (or around) the folder it reads would replace it.
     check_output_dir(out, force, kind="report", inputs=[path])

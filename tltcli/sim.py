@@ -6,7 +6,7 @@ override single fields; ``--set dotted.field=value`` reaches any other field. Re
 ``results/sim/<hash of the resolved scenario>/`` unless ``--out`` says otherwise, written as one
 atomic folder: ``events.parquet``, ``summary.csv``, ``trace.json``, ``scenario.resolved.toml``.
 With ``--preset`` (or ``presets`` in the scenario) it simulates whole RL steps of named systems
-(:mod:`tltsim.presets`, :mod:`tltsim.rl_run`) and adds ``steps.csv``, one row per (preset, step).
+(:mod:`tltsim.rl.presets`, :mod:`tltsim.rl.run`) and adds ``steps.csv``, one row per (preset, step).
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from rich.console import Console
 from rich.table import Table
 
 from tltcli.progress import policy_progress
-from tltsim.atomic import atomic_dir, check_output_dir
-from tltsim.errors import InputError, warn
+from tltcore.atomic import atomic_dir, check_output_dir
+from tltcore.errors import InputError, warn
+from tltcore.summary import run_totals
 from tltsim.scenario import (
     Scenario,
     SimInputs,
@@ -35,7 +36,6 @@ from tltsim.scenario import (
     scenario_hash,
     scenario_toml,
 )
-from tltsim.summary import run_totals
 
 app = typer.Typer(help="Simulate RL rollout steps under speculative-decoding policies.", no_args_is_help=True)
 
@@ -204,8 +204,8 @@ def run(
 def _run_presets(s: Scenario, inputs: SimInputs, console: Console, out: Path | None, perfetto: Perfetto,
                  force: bool) -> None:
     """Whole RL runs of the scenario's presets: per-step table, run summary, results folder."""
-    from tltsim.presets import presets_with_baseline
-    from tltsim.rl_run import compare_presets
+    from tltsim.rl.presets import presets_with_baseline
+    from tltsim.rl.run import compare_presets
 
     names = presets_with_baseline(s.presets)
     responses = sum(w.n_requests for w in inputs.workloads)

@@ -31,7 +31,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from tltsim.errors import InputError
+from tltcore.errors import InputError
 
 app = typer.Typer(help="Sweep scenario fields over grids, zips and random samples, resumably, locally or on Ray.",
                   no_args_is_help=True)
@@ -39,7 +39,7 @@ app = typer.Typer(help="Sweep scenario fields over grids, zips and random sample
 SPEC_HELP = "Sweep spec TOML, or a bundled spec's name (elastic_threshold_gpu)."
 
 
-class BackendChoice(StrEnum):
+class ExecutorChoice(StrEnum):
     local = "local"
     ray = "ray"
 
@@ -79,7 +79,8 @@ class _PlainProgress:
 def run(
     spec: Annotated[str, typer.Argument(help=SPEC_HELP, show_default=False)],
     out: Annotated[Path | None, typer.Option(help="Sweep folder (default results/sweeps/<spec name>).")] = None,
-    backend: Annotated[BackendChoice, typer.Option(help="local worker processes, or Ray tasks.")] = BackendChoice.local,
+    backend: Annotated[ExecutorChoice, typer.Option(
+        help="local worker processes, or Ray tasks.")] = ExecutorChoice.local,
     workers: Annotated[int | None, typer.Option(
         help="Local worker processes, or CPUs of a local Ray (default: min(cores, 4)).")] = None,
     address: Annotated[str | None, typer.Option(
@@ -135,7 +136,7 @@ def run(
 
 def _status_frames(target: str, out: Path | None) -> tuple[Path, pd.DataFrame, pd.DataFrame]:
     """(sweep folder, its points, its deduplicated results) for a spec or a sweep folder."""
-    from tltsim.errors import warn
+    from tltcore.errors import warn
     from tltsim.sweep.runner import points_frame
     from tltsim.sweep.spec import expand, load_spec
     from tltsim.sweep.store import DamagedFile, SweepStore

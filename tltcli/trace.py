@@ -21,7 +21,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tltsim.input_files import sha256_of
+from tltcore.input_files import sha256_of
 from tltsim.traces import catalog, load_trace, search_path, select_sources, trace_stats
 from tltsim.traces.catalog import find_file, how_to_get
 from tltsim.traces.readers import parse_mapping
@@ -244,7 +244,7 @@ def plot(trace: TraceArg,
     """
     from analysis.style import save_figure
     from analysis.trace_plots import length_cdf, straggler_factor
-    from tltsim.atomic import atomic_dir, check_output_dir
+    from tltcore.atomic import atomic_dir, check_output_dir
     from tltsim.traces.catalog import resolve
 
     stem = trace if trace in catalog() else Path(trace).stem  # r1distill_qwen1.5b_... is a name, not a suffix
@@ -257,7 +257,7 @@ def plot(trace: TraceArg,
     check_output_dir(out, force, kind="trace-plot", inputs=inputs)
     df = select_sources(load_trace(trace, parse_mapping(mapping)), source, trace=trace)
     if by not in df.columns:
-        from tltsim.errors import InputError
+        from tltcore.errors import InputError
 
         raise InputError(f"cannot colour by '{by}': not a trace column", field="--by")
     names = []

@@ -14,10 +14,10 @@ from typing import Annotated
 
 import typer
 
-from tltsim.errors import InputError, warn
+from tltcore.errors import InputError, warn
 
 
-class Backend(StrEnum):
+class RealBackend(StrEnum):
     native = "native"
     vllm = "vllm"
 
@@ -30,8 +30,8 @@ def need_torch() -> None:
 
 
 def target_config(path: Path | None):
+    from tltcore.model_config import ModelConfig
     from tltreal.validation import DEFAULT_MODEL
-    from tltsim.model_config import ModelConfig
 
     return DEFAULT_MODEL if path is None else ModelConfig.from_json(path)
 
@@ -45,7 +45,7 @@ def command_line() -> str:
 UNUSED_BY_VALIDATE = ("model.", "cluster.", "engine.", "cost.", "drafter.", "spot.", "rl.", "acceptance.mode")
 
 
-def validation_scenario(scenario: str, backend: Backend):
+def validation_scenario(scenario: str, backend: RealBackend):
     """The scenario ``tlt validate`` replays, checked before any work: refused with presets (whole
     simulated RL runs, which a validation of rollout policies cannot run; it used to ignore them
     and run silent for minutes), with one warning line naming the fields it does not use."""
@@ -57,7 +57,7 @@ def validation_scenario(scenario: str, backend: Backend):
         raise InputError("tlt validate runs rollout policies on a real engine; presets are whole simulated RL runs "
                          "it cannot run (use tlt sim run --scenario ... for them, or remove presets)",
                          path=resolved.given.get("presets"), field="presets")
-    unused = UNUSED_BY_VALIDATE + (("acceptance.",) if backend is Backend.vllm else ())
+    unused = UNUSED_BY_VALIDATE + (("acceptance.",) if backend is RealBackend.vllm else ())
     ignored = [f for f in resolved.given if f.startswith(unused)]
     if ignored:
         shown = ", ".join(ignored[:5]) + (f" and {len(ignored) - 5} more" if len(ignored) > 5 else "")
@@ -69,10 +69,10 @@ def validation_scenario(scenario: str, backend: Backend):
     return s
 
 
-def _phase_plan(n_steps: int, backend: Backend, profiled: bool) -> int:
+def _phase_plan(n_steps: int, backend: RealBackend, profiled: bool) -> int:
     """How many phases ``tlt validate`` shows: native: warm-up, real runs per step, the profile (unless
     --table), simulation per step; vLLM: real runs, profile, simulation per step; then the report."""
-    if backend is Backend.vllm:
+    if backend is RealBackend.vllm:
         return 2 + n_steps + 1
     return 1 + 2 * n_steps + int(profiled) + 1
 
@@ -87,7 +87,7 @@ def phase_console():
 def validate(
     scenario: Annotated[str, typer.Option(help="Scenario TOML or bundled name: trace steps and the policies to run.")]
     = "validation_dapo_cpu",
-    backend: Annotated[Backend, typer.Option(help="Real backend to measure.")] = Backend.native,
+    backend: Annotated[RealBackend, typer.Option(help="Real backend to measure.")] = RealBackend.native,
     model: Annotated[Path | None, typer.Option(help="config.json of the small target (default: 4 layers, hidden 256).")]
     = None,
     length_scale: Annotated[float, typer.Option(help="Traced prompt and response lengths are multiplied by this.")]
@@ -108,7 +108,7 @@ def validate(
     Example: tlt validate --scenario validation_dapo_cpu --out reports/validation/cpu
     Example: tlt validate --backend vllm --scenario validation_vllm_cpu --out reports/validation/cpu-vllm
     """
-    from tltsim.atomic import check_output_dir
+    from tltcore.atomic import check_output_dir
 
     if drafter not in ("draft", "ngram"):
         raise InputError(f"must be 'draft' or 'ngram', got '{drafter}'", field="--drafter")
@@ -120,7 +120,7 @@ def validate(
         raise InputError(f"must be in [1, 256], got {max_batch}", field="--max-batch")
     if not 1 <= repeats <= 20:
         raise InputError(f"must be in [1, 20], got {repeats}", field="--repeats")
-    if backend is Backend.vllm and table is not None:
+    if backend is RealBackend.vllm and table is not None:
         raise InputError("the vLLM backend profiles vLLM itself; --table is for the native backend",
                          field="--table")
     s = validation_scenario(scenario, backend)
@@ -130,8 +130,9 @@ def validate(
 
     from analysis.validation_report import write_validation_report
     from tltcli.progress import PhaseProgress
+    from tltcore.cost import TableCostModel
     from tltreal.validation import NativeSettings, validate_native
-    from tltsim.cost import TableCostModel
+    from tltsim.rollout import simulate_policy_step
     from tltsim.scenario import acceptance_model, load_steps, policies_with_baseline
 
     settings = NativeSettings(model=target_config(model), length_scale=length_scale, max_batch=max_batch,
@@ -139,7 +140,7 @@ def validate(
     workloads = load_steps(s.trace)
     specs = policies_with_baseline(s.policies)
     bar = PhaseProgress(phase_console(), planned=_phase_plan(len(workloads), backend, table is None))
-    if backend is Backend.vllm:
+    if backend is RealBackend.vllm:
         import tempfile
 
         from tltreal.validation import VllmValidation, validate_vllm, vllm_chains
@@ -148,8 +149,8 @@ def validate(
         vllm_settings = VllmValidation(drafter=drafter, late_scale=late_scale)
         with bar, tempfile.TemporaryDirectory(prefix="tlt-vllm-") as workdir:
             result, tables, meta = validate_vllm(workloads, specs, settings, vllm_settings,
-                                                 workdir=workdir, deal_mode=s.trace.deal, command=command_line(),
-                                                 progress=bar)
+                                                 workdir=workdir, simulate=simulate_policy_step,
+                                                 deal_mode=s.trace.deal, command=command_line(), progress=bar)
             bar.phase("writing the report")
             metrics = pd.DataFrame([{"step": r.step, "policy": r.policy, **r.metrics} for r in result.real_runs])
             write_validation_report(out, result, s, settings, command=command_line(), profile=(tables["drafter"], meta),
@@ -159,8 +160,9 @@ def validate(
         given = TableCostModel.from_file(table) if table is not None else None
         accept = acceptance_model(s.acceptance)
         with bar:
-            result, rows, meta = validate_native(workloads, specs, accept, settings, table=given,
-                                                 deal_mode=s.trace.deal, command=command_line(), progress=bar)
+            result, rows, meta = validate_native(workloads, specs, accept, settings, simulate=simulate_policy_step,
+                                                 table=given, deal_mode=s.trace.deal, command=command_line(),
+                                                 progress=bar)
             bar.phase("writing the report")
             write_validation_report(out, result, s, settings, command=command_line(), profile=(rows, meta), force=force)
     typer.echo(f"wrote {out}/README.md")

@@ -52,6 +52,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tltcore.errors import InputError
+from tltcore.policy.base import NoSD, SDConfig, Static
 from tltreal.drafter_checkpoint import trainable_tensors
 from tltreal.drafter_train import DataBuffer, DrafterTrainer, DrafterTrainerConfig, Sample, target_hidden
 from tltreal.engine import Engine, EngineConfig
@@ -62,8 +64,6 @@ from tltreal.proposers.eagle import EagleDrafter, random_drafter
 from tltreal.rl_task import Problem, TaskConfig, reward, sample_problems
 from tltreal.sampling import SamplingParams
 from tltreal.tokenizer import TaskTokenizer
-from tltsim.errors import InputError
-from tltsim.policy.base import NoSD, SDConfig, Static
 
 TRACE_SOURCE = "tlt-grpo-arith"
 BUBBLES = ("spot", "budget")
@@ -265,10 +265,10 @@ def run_adaptive(cfg: AdaptiveRunConfig, out: str | Path, *, force: bool = False
                  log: Callable[[str], None] = print, finish: Callable[[Path], object] | None = None,
                  command: str | None = None) -> RunOutputs:
     """One run (module docstring). ``out`` is built in a temporary sibling and swapped in at the end
-    (:func:`tltsim.atomic.atomic_dir`): a failed or interrupted run leaves nothing half written, and a
+    (:func:`tltcore.atomic.atomic_dir`): a failed or interrupted run leaves nothing half written, and a
     folder tlt did not write is refused unless ``force``. ``finish(folder)`` adds to the folder before
     the swap (the CLI writes the report with it)."""
-    from tltsim.atomic import atomic_dir
+    from tltcore.atomic import atomic_dir
 
     with atomic_dir(out, kind="real-rl", force=force, inputs=[cfg.pretrained] if cfg.pretrained else ()) as tmp:
         result = _run(cfg, tmp, log, command)
@@ -400,7 +400,7 @@ def _fit(steps: pd.DataFrame, cfg: AdaptiveRunConfig) -> dict[str, object]:
 
 def _write_outputs(out: Path, cfg: AdaptiveRunConfig, steps: pd.DataFrame, trace: pd.DataFrame,
                    dynamics: dict[str, object], info: dict[str, object]) -> None:
-    from tltsim.atomic import write_text
+    from tltcore.atomic import write_text
 
     write_text(out / "steps.csv", steps.to_csv(index=False))
     write_text(out / "trace.csv", trace.to_csv(index=False))

@@ -42,8 +42,8 @@ from typing import BinaryIO
 import torch
 from torch import nn
 
-from tltsim.atomic import current_umask, sweep_dead
-from tltsim.errors import InputError, reason
+from tltcore.atomic import current_umask, sweep_dead
+from tltcore.errors import InputError, reason
 
 FORMAT = "tlt-eagle-drafter-1"
 OPTIMIZER_PREFIX = "optimizer."
@@ -136,7 +136,7 @@ def sweep_temps(folder: Path) -> list[Path]:
 
     The pid in the temp name tells a dead writer's file from one a live writer (another thread of
     this process, or another process on the same folder) is still filling; the sweep is
-    :func:`tltsim.atomic.sweep_dead`, the one tlt's results folders use."""
+    :func:`tltcore.atomic.sweep_dead`, the one tlt's results folders use."""
     return sweep_dead(folder, _TEMP)
 
 

@@ -42,9 +42,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from tltcore.errors import InputError
 from tltreal.model import Transformer, causal_mask
 from tltreal.proposers.eagle import EagleDrafter
-from tltsim.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -366,8 +366,8 @@ def engine_acceptance(target: Transformer, drafter: EagleDrafter, prompts: Seque
                       max_batch: int = 8) -> AcceptStats:
     """Run our engine greedily with a static ``depth_topk_verify`` draft (a chain by default) over
     ``prompts``; its acceptance and outputs (which must equal the target's own greedy outputs)."""
+    from tltcore.policy.base import SDConfig, Static
     from tltreal.engine import Engine, EngineConfig
-    from tltsim.policy.base import SDConfig, Static
 
     config = SDConfig(depth, topk, verify_tokens or depth * topk)
     longest = max(len(p) for p in prompts)

@@ -1,7 +1,7 @@
 """Fit the simulator's drafter dynamics to accept lengths measured over a real RL run.
 
 The simulator moves a drafter's ``quality`` (a multiplier of every per-position acceptance
-probability; :mod:`tltsim.drafter_dynamics`) with three numbers the paper does not publish:
+probability; :mod:`tltcore.drafter.dynamics`) with three numbers the paper does not publish:
 ``stale_quality`` and ``drift`` (how fast a drafter trained once goes stale as the policy changes)
 and ``recovery_samples`` (how much training brings it back). A real run measures, per RL step, the
 accept length of the static drafter (trained once before RL) and of the adaptive one (trained on
@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from tltsim.drafter_dynamics import DrafterDynamics
-from tltsim.drafter_state import DrafterState
+from tltcore.drafter.dynamics import DrafterDynamics
+from tltcore.drafter.state import DrafterState
 
 
 def expected_accept_length(rate: float, depth: int) -> float:

@@ -17,7 +17,7 @@
 
 vLLM's EAGLE-1 exists for Llama targets only (there is no ``EagleQwen2ForCausalLM``), so a Qwen2
 target is refused with one line. Each folder is built aside and swapped in whole
-(:func:`tltsim.atomic.atomic_dir`): a failed export leaves no half-written model.
+(:func:`tltcore.atomic.atomic_dir`): a failed export leaves no half-written model.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ import json
 import shutil
 from pathlib import Path
 
+from tltcore.atomic import atomic_dir
+from tltcore.errors import InputError
+from tltcore.model_config import ModelConfig
 from tltreal.model import Transformer, save_model
 from tltreal.proposers.eagle import EagleDrafter
-from tltsim.atomic import atomic_dir
-from tltsim.errors import InputError
-from tltsim.model_config import ModelConfig
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                    "vocab.json", "merges.txt", "added_tokens.json")

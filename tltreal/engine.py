@@ -5,16 +5,17 @@ admitted into free cache slots and prefilled together (one forward, a ``prefill`
 each request's first token); then each decode iteration asks the policy for a :class:`Decision` for
 the current running batch, runs it, reports an :class:`Outcome` (per-request accepted counts
 included) and logs one ``decode`` event through the event log shared with the simulator
-(:class:`tltsim.events.EventLog`). Finished requests leave and free their slot. The policy's
-``recent_accept`` view is the shared :class:`~tltsim.policy.recent_accept.RecentAccept`.
+(:class:`tltcore.events.EventLog`). Finished requests leave and free their slot. The policy's
+``recent_accept`` view is the shared :class:`~tltcore.policy.recent_accept.RecentAccept`.
 
 A plain iteration feeds every request's last token. An SD iteration:
 1. brings the drafter up to date (pending pairs of token + target hidden state, see
    :mod:`tltreal.proposers.base`). When the decision has ``switch_on`` (the elastic switch), every live
-   request is brought up to date first, by the engine's switch mode: ``catch_up`` (default: the
-   engine keeps every request's target hidden states, so a drafter-only ``catch_up`` pass over
-   what the drafter missed suffices) or ``reprefill`` (TLT's mechanism, for comparison with the
-   simulator: a ``switch_reprefill`` of every live context through target and drafter). Requests
+   request is brought up to date first, by the engine's switch mode (``EngineLimits.switch``, one
+   default for both engines): ``reprefill`` (default, TLT's mechanism: a ``switch_reprefill`` of every
+   live context through target and drafter) or ``catch_up`` (this engine keeps every request's target
+   hidden states, so a drafter-only ``catch_up`` pass over what the drafter missed suffices; the
+   validation replays use it). Requests
    whose drafter lags by more than ``catch_up_limit`` pairs are caught up in a separate
    ``catch_up`` forward;
 2. expands the draft tree (``depth``, ``topk``, ``verify_tokens``);
@@ -63,6 +64,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
+from tltcore.engine_limits import EngineLimits
+from tltcore.events import CLUSTER, EventLog
+from tltcore.policy.base import BatchView, Outcome, SDConfig, SDPolicy
+from tltcore.policy.recent_accept import RecentAccept
 from tltreal import kernels
 from tltreal.kv_cache import SlotPool
 from tltreal.model import Transformer, padded_causal_mask
@@ -71,12 +77,8 @@ from tltreal.sampling import SamplingParams, draw_uniforms, sample_inverse_cdf, 
 from tltreal.tree import DraftTree
 from tltreal.tree_search import expand_tree
 from tltreal.verify import greedy_chain_accept
-from tltsim.drafter_state import INITIAL_DRAFTER, DrafterState
-from tltsim.events import CLUSTER, EventLog
-from tltsim.policy.base import BatchView, Outcome, SDConfig, SDPolicy
-from tltsim.policy.recent_accept import RecentAccept
 
-SWITCH_MODES = ("catch_up", "reprefill")
+NATIVE_SWITCH_MODES = ("reprefill", "catch_up")  # SWITCH_MODES less vLLM's in_step
 CLOCKS = ("wall", "model")
 PADDING_SKIP_MIN = (8, 32)  # skip padded tokens in a target forward from 8 padded of >= 32 in all
 
@@ -89,17 +91,14 @@ def skip_padding(real: int, total: int) -> bool:
 
 
 @dataclass(frozen=True)
-class EngineConfig:
-    """Capacity and bookkeeping. ``max_len`` bounds prompt + generated tokens per request."""
+class EngineConfig(EngineLimits):
+    """The shared limits (:class:`~tltcore.engine_limits.EngineLimits`: ``max_batch``,
+    ``prefill_budget``, ``switch`` …) plus capacity and bookkeeping only the native engine has.
+    ``max_len`` bounds prompt + generated tokens per request."""
 
-    max_batch: int = 16
     max_len: int = 1024
     max_verify: int = 64  # largest verify_tokens a policy may pick
     max_draft_nodes: int = 64  # largest (depth - 1) * topk (drafter scratch per request)
-    catch_up_limit: int = 16  # pending drafter pairs above which a request is caught up apart
-    switch: str = "catch_up"  # what SD switching on does (SWITCH_MODES; see module docstring)
-    switch_prefill_fraction: float = 0.25  # reprefill passes hold this share of max_prefill_tokens
-    max_prefill_tokens: int = 8192  # tokens per prefill pass of a switch re-prefill
     clock: str = "wall"  # "wall" or "model" (module docstring)
     eos_token_ids: tuple[int, ...] = ()  # a request finishes when it emits any of these
     record_logprobs: bool = False  # FinishedRequest.logprobs / raw_logprobs (module docstring)
@@ -109,18 +108,18 @@ class EngineConfig:
     run_id: str = ""
 
     def __post_init__(self) -> None:
-        if self.max_batch < 1 or self.max_len < 2:
-            raise ValueError("max_batch must be >= 1 and max_len >= 2")
-        if self.switch not in SWITCH_MODES:
-            raise ValueError(f"switch must be one of {SWITCH_MODES}, got {self.switch!r}")
+        super().__post_init__()
+        if self.max_len < 2:
+            raise ValueError("max_len must be >= 2")
+        if self.switch not in NATIVE_SWITCH_MODES:
+            raise ValueError(f"switch {self.switch!r} is modelled by the simulator only; the native engine "
+                             f"supports {NATIVE_SWITCH_MODES}")
         if self.clock not in CLOCKS:
             raise ValueError(f"clock must be one of {CLOCKS}, got {self.clock!r}")
-        if not 0 < self.switch_prefill_fraction <= 1 or self.max_prefill_tokens < 1:
-            raise ValueError("switch_prefill_fraction must be in (0, 1] and max_prefill_tokens >= 1")
 
 
 class ModelledCosts(Protocol):
-    """What the modelled clock needs: the simulator's cost-model contract (tltsim.cost.CostModel)."""
+    """What the modelled clock needs: the simulator's cost-model contract (tltcore.cost.CostModel)."""
 
     def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float: ...
 
@@ -556,9 +555,9 @@ class Engine:
     def _reprefill(self, reqs: list[Request]) -> None:
         """TLT's switch: every live context re-prefilled through the target (KV and hidden states
         rebuilt: the same values, recomputed) and then the drafter, in passes of at most
-        ``max_prefill_tokens * switch_prefill_fraction`` tokens."""
+        ``prefill_budget * switch_prefill_fraction`` tokens."""
         t_start = self._now()
-        budget = max(1, int(self.cfg.max_prefill_tokens * self.cfg.switch_prefill_fraction))
+        budget = self.cfg.switch_budget
         groups: list[list[Request]] = [[]]
         for r in reqs:  # pack whole requests into passes (a request longer than the budget runs alone)
             if groups[-1] and sum(x.cache_len for x in groups[-1]) + r.cache_len > budget:

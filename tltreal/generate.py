@@ -1,7 +1,7 @@
 """One generation run from plain settings: the code behind ``tlt real generate`` and the benchmark.
 
 Builds the target (random weights from a seed, or safetensors), a drafter (random EAGLE layer,
-oracle = the target itself, or none), the policy (``tltsim.policy.registry.make_policy`` spec),
+oracle = the target itself, or none), the policy (``tltcore.policy.registry.make_policy`` spec),
 random prompts, and runs the engine.
 """
 
@@ -13,16 +13,16 @@ from pathlib import Path
 
 import torch
 
+from tltcore.errors import InputError
+from tltcore.input_files import check_input
+from tltcore.model_config import ModelConfig
+from tltcore.policy.base import MAX_DEPTH, MAX_TOPK, MAX_VERIFY, SDPolicy
+from tltcore.policy.shapes import policy_shapes, tree_limits
 from tltreal.engine import Engine, EngineConfig, RunResult
 from tltreal.memory import HEADROOM, available_bytes, estimate
 from tltreal.model import Transformer, load_model, random_model
 from tltreal.proposers import DraftModel, NgramProposer, OracleDrafter, random_drafter
 from tltreal.sampling import SamplingParams
-from tltsim.errors import InputError
-from tltsim.input_files import check_input
-from tltsim.model_config import ModelConfig
-from tltsim.policy.base import MAX_DEPTH, MAX_TOPK, MAX_VERIFY, SDPolicy
-from tltsim.policy.shapes import policy_shapes, tree_limits
 
 MAX_DRAFT_NODES = (MAX_DEPTH - 1) * MAX_TOPK  # policies whose shapes are unknown: the SDConfig bounds
 
@@ -195,7 +195,7 @@ def random_prompts(n: int, prompt_len: int, vocab: int, seed: int) -> list[list[
 
 def generate(cfg: ModelConfig, settings: GenerateSettings, target: Transformer | None = None) -> RunResult:
     """Run ``settings.prompts`` random prompts through the engine under ``settings.policy``."""
-    from tltsim.policy.registry import make_policy
+    from tltcore.policy.registry import make_policy
 
     given = read_prompts(settings.prompts_file, cfg, settings.tokenizer) if settings.prompts_file else None
     if given is not None:
@@ -241,9 +241,9 @@ def write_results(result: RunResult, settings: GenerateSettings, cfg: ModelConfi
     a run killed before it leaves files the next run refuses to overwrite without --force: the safe side."""
     import json
 
+    from tltcore.atomic import write_text, write_with
+    from tltcore.input_files import sha256_of
     from tltreal.outputs import GENERATE_COMMAND, generate_outputs
-    from tltsim.atomic import write_text, write_with
-    from tltsim.input_files import sha256_of
 
     files = generate_outputs(out)
     eos = () if settings.ignore_eos else cfg.eos_token_ids

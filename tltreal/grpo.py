@@ -37,9 +37,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from tltcore.errors import InputError
 from tltreal.model import Transformer
 from tltreal.train_forward import PackedBatch, pack_sequences, token_logprobs
-from tltsim.errors import InputError
 
 
 @dataclass(frozen=True)

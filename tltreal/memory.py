@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tltsim.model_config import ModelConfig
-from tltsim.model_shape import ModelShape
+from tltcore.model_config import ModelConfig
+from tltcore.model_shape import ModelShape
 
 LOGIT_COPIES = 3  # verify logits, their softmax and the sampler's working copy, float32 each
 HEADROOM = 0.9  # never plan to use more than this share of the free memory

@@ -3,7 +3,7 @@
 RMSNorm (in float32, as transformers), rotary position embeddings (HF "rotate half" layout; default,
 linear or Llama-3.1 frequency scaling), grouped-query attention over a slab KV cache (optionally a
 sliding window on Qwen2's sliding layers), gated MLP with SiLU/GELU/ReLU, tied or untied LM head,
-the biases each family has. Every field comes from :mod:`tltsim.model_config`, the one reader of
+the biases each family has. Every field comes from :mod:`tltcore.model_config`, the one reader of
 ``config.json``. Parameter names match Hugging Face checkpoints
 (``model.layers.0.self_attn.q_proj.weight`` ...) so safetensors load as is, and logits match
 ``transformers`` (tests/real/test_real_transformers_parity.py).
@@ -33,9 +33,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from tltcore.errors import InputError, reason
+from tltcore.model_config import ModelConfig
 from tltreal.kv_cache import KVCache
-from tltsim.errors import InputError, reason
-from tltsim.model_config import ModelConfig
 
 
 class RMSNorm(nn.Module):
@@ -497,7 +497,7 @@ def save_model(model: Transformer, path: str | Path) -> None:
     """Write HF-named weights to one safetensors file (atomically)."""
     from safetensors.torch import save_file
 
-    from tltsim.atomic import write_with
+    from tltcore.atomic import write_with
 
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     if model.cfg.tie_word_embeddings:

@@ -14,8 +14,8 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from tltsim.errors import InputError
-from tltsim.input_files import sha256_of
+from tltcore.errors import InputError
+from tltcore.input_files import sha256_of
 
 GENERATE_COMMAND = "tlt real generate"
 
@@ -61,7 +61,7 @@ def check_generate_outputs(out: Path, force: bool, inputs: Iterable[Path | None]
     file path that is not an input; ``--out`` itself was named by the user and may be replaced, but a
     companion file beside it is replaced only if tlt wrote it (its ``.config.json`` records the digest)
     or with ``--force``. One line naming the file otherwise."""
-    from tltsim.atomic import check_not_inputs, check_output_file
+    from tltcore.atomic import check_not_inputs, check_output_file
 
     if out.suffix not in (".parquet", ".csv"):
         raise InputError(f"'{out.suffix or out.name}' is not .parquet or .csv", field="--out")

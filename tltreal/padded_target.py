@@ -235,8 +235,8 @@ def _run(target: Transformer, drafter: EagleDrafter | None, prompts: Sequence[Se
          new_tokens: int, depth: int, eos_token_ids: tuple[int, ...]
          ) -> tuple[float, float, float, dict[int, list[int]]]:
     """One engine run: (wall s, prefill s, accept length, outputs)."""
+    from tltcore.policy.base import SDConfig, Static
     from tltreal.engine import Engine, EngineConfig
-    from tltsim.policy.base import SDConfig, Static
 
     config = SDConfig(depth, 1, depth) if drafter is not None else SDConfig()
     longest = max(len(p) for p in prompts)

@@ -15,7 +15,7 @@ seeded :class:`random.Random`, weights from :func:`tltreal.model.init_weights`; 
 count two runs give identical losses.
 
 ``save_pretrained`` writes an HF-style model folder (``config.json`` in Llama format, which
-:class:`tltsim.model_config.ModelConfig` reads, ``model.safetensors``, the tokenizer files) into a
+:class:`tltcore.model_config.ModelConfig` reads, ``model.safetensors``, the tokenizer files) into a
 temporary sibling folder and renames it into place, so a reader never sees half a model.
 
 Run: ``python -m tltreal.pretrain --out runs/pretrained --steps 600`` (see ``--help``).
@@ -35,13 +35,13 @@ from pathlib import Path
 
 import torch
 
+from tltcore.errors import InputError
+from tltcore.model_config import ModelConfig
 from tltreal.model import Transformer, causal_mask, init_weights, load_model, padded_causal_mask, save_model
 from tltreal.rl_task import Problem, TaskConfig, make_problem, reward, sample_difficulty, sample_problems
 from tltreal.tokenizer import TaskTokenizer, build_tokenizer
 from tltreal.tokenizer import load as load_tokenizer
 from tltreal.train_forward import PackedBatch, pack_sequences, token_logprobs
-from tltsim.errors import InputError
-from tltsim.model_config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -254,8 +254,8 @@ def save_pretrained(model: Transformer, tokenizer: TaskTokenizer, folder: str | 
     """Write an HF-style model folder atomically (built in a temporary sibling, then renamed).
 
     An existing folder is replaced only if tlt wrote it and nothing was added since (see
-    :func:`tltsim.atomic.atomic_dir`); ``force`` writes into any folder without deleting."""
-    from tltsim.atomic import atomic_dir
+    :func:`tltcore.atomic.atomic_dir`); ``force`` writes into any folder without deleting."""
+    from tltcore.atomic import atomic_dir
 
     ids = {"bos_token_id": tokenizer.bos_id, "eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.pad_id}
     with atomic_dir(folder, kind="model", force=force, field="folder") as tmp:
@@ -288,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--eval-per-difficulty", type=int, default=50)
     ap.add_argument("--force", action="store_true", help="write into an existing folder tlt did not create")
     args = ap.parse_args(argv)
-    from tltsim.atomic import check_output_dir
+    from tltcore.atomic import check_output_dir
 
     check_output_dir(args.out, args.force, kind="model")  # before minutes of training, not after
     cfg = PretrainConfig(steps=args.steps, seed=args.seed, hidden=args.hidden, layers=args.layers,

@@ -11,9 +11,9 @@ through the engine and times, from the engine's own event log:
   catch-up over them when SD switches on (both gridded on ``prefill_lengths`` tokens per request).
 
 Each point is the median of ``iterations`` timed iterations after ``warmup`` untimed ones. The table
-is written as Parquet (:func:`tltsim.cost.write_table`) with the device, the model fingerprint, TP 1,
+is written as Parquet (:func:`tltcore.cost.write_table`) with the device, the model fingerprint, TP 1,
 the dtype, the ``max`` context rule (the slab engine pads attention to the longest request),
-versions, date and the command, so :class:`tltsim.cost.TableCostModel` can refuse it for another
+versions, date and the command, so :class:`tltcore.cost.TableCostModel` can refuse it for another
 model or device.
 """
 
@@ -29,13 +29,13 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tltcore.acceptance import eagle_tree_reach
+from tltcore.cost import table_frame
+from tltcore.policy.base import NoSD, SDConfig, Static
+from tltcore.policy.elastic import Elastic
 from tltreal.engine import Engine, EngineConfig
 from tltreal.model import Transformer
 from tltreal.proposers import PinnedDrafter, random_drafter
-from tltsim.acceptance import eagle_tree_reach
-from tltsim.cost import table_frame
-from tltsim.policy.base import NoSD, SDConfig, Static
-from tltsim.policy.elastic import Elastic
 
 PROFILE_DEVICE = "cpu-calibrated"
 
@@ -74,7 +74,8 @@ def _prompts(target: Transformer, b: int, length: int, seed: int) -> list[list[i
 
 def _engine(target: Transformer, policy, drafter, prompts: list[list[int]], new_tokens: int) -> Engine:
     """An engine holding ``prompts``, each to generate ``new_tokens``."""
-    cfg = EngineConfig(max_batch=len(prompts), max_len=len(prompts[0]) + new_tokens + 2)
+    # catch_up: the switch cost profiled is the drafter's catch-up (the validation replays switch so)
+    cfg = EngineConfig(max_batch=len(prompts), max_len=len(prompts[0]) + new_tokens + 2, switch="catch_up")
     engine = Engine(target, policy, drafter, cfg)
     for p in prompts:
         engine.add_request(p, new_tokens)
@@ -198,13 +199,13 @@ def profile_native(target: Transformer, grid: ProfileGrid, *, position_probs: di
 
 def profile_metadata(target: Transformer, *, command: str, model_fingerprint: str) -> dict[str, str]:
     """What was measured where (stored with the table)."""
-    import tltsim
+    import tltcore
 
     return {
         "device": PROFILE_DEVICE, "model": model_fingerprint, "tp": "1",
         "dtype": str(target.dtype).removeprefix("torch."), "context_rule": "max", "engine": "native",
         "host": f"{platform.machine()} {platform.processor() or platform.platform()}",
         "threads": str(torch.get_num_threads()),
-        "versions": f"tlt {tltsim.__version__}, torch {torch.__version__}, python {platform.python_version()}",
+        "versions": f"tlt {tltcore.__version__}, torch {torch.__version__}, python {platform.python_version()}",
         "date": datetime.now(UTC).strftime("%Y-%m-%d"), "command": command,
     }

@@ -19,12 +19,12 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tltcore.dealing import deal
+from tltcore.errors import InputError
+from tltcore.policy.base import BatchView, Decision, NoSD, Outcome, SDConfig, SDPolicy
 from tltreal.engine import Engine, EngineConfig, RunResult
 from tltreal.model import Transformer
 from tltreal.proposers import PinnedDrafter, random_drafter
-from tltsim.errors import InputError
-from tltsim.policy.base import BatchView, Decision, NoSD, Outcome, SDConfig, SDPolicy
-from tltsim.rollout import deal
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,8 @@ class RecordingPolicy:
 
 def _engine(target: Transformer, policy: SDPolicy, drafter, requests: ReplayRequests, max_batch: int,
             config_kwargs: dict) -> Engine:
+    # The replay's switch is the drafter catch-up its simulated twin (tltsim's native_engine) models.
+    config_kwargs = {"switch": "catch_up", **config_kwargs}
     cfg = EngineConfig(max_batch=max_batch, max_len=requests.max_len + 1, step=requests.step, **config_kwargs)
     engine = Engine(target, policy, drafter, cfg)
     for prompt, n in zip(requests.prompts, requests.lengths, strict=True):

@@ -34,7 +34,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from tltsim.errors import InputError
+from tltcore.errors import InputError
 
 ANSWER_WORD = "answer"
 PROMPT_WORDS = ("start", "add", "repeat")

@@ -100,7 +100,7 @@ class WorkerConfig:
     """What a worker needs to know for its life (everything picklable: it crosses ``spawn``)."""
 
     worker: int
-    model_config: Any  # tltsim.model_config.ModelConfig
+    model_config: Any  # tltcore.model_config.ModelConfig
     dtype: str
     sd_policy: str
     max_batch: int
@@ -342,9 +342,9 @@ class RolloutWorker:
     # -- generation
     def generate(self, cmd: Generate) -> Generated:
         """Run the share through one engine, streaming each response as it finishes."""
+        from tltcore.policy.registry import make_policy
         from tltreal.engine import Engine, EngineConfig
         from tltreal.sampling import SamplingParams
-        from tltsim.policy.registry import make_policy
 
         start = time.monotonic()
         if not cmd.requests:

@@ -1,9 +1,9 @@
 """The real Spot Trainer: rollout workers as processes that train the drafter when released (DESIGN §1).
 
-This is :mod:`tltsim.spot.trainer`'s mechanism run for real, on the shared drafter-training contract
-(:mod:`tltsim.spot.coordinator`): a :class:`~tltsim.spot.coordinator.WorkerCoordinator`
+This is :mod:`tltsim.spot.analytic_trainer`'s mechanism run for real, on the shared drafter-training contract
+(:mod:`tltcore.spot_coordinator`): a :class:`~tltcore.spot_coordinator.WorkerCoordinator`
 moves each rollout worker GENERATING -> RELEASED -> TRAINING, a
-:class:`~tltsim.spot.coordinator.DrafterTrainingPolicy` decides which released workers train,
+:class:`~tltcore.spot_coordinator.DrafterTrainingPolicy` decides which released workers train,
 and every trainer is preempted when the step's last response finishes.
 
 **Processes.** :class:`SpotTrainer` (the coordinator, in the caller's process) starts ``n_workers``
@@ -66,6 +66,15 @@ from typing import Any
 
 import torch
 
+from tltcore.errors import InputError
+from tltcore.model_config import ModelConfig
+from tltcore.policy.registry import make_policy
+from tltcore.spot_coordinator import (
+    DrafterTrainingPolicy,
+    NeverTrain,
+    WorkerCoordinator,
+    WorkerState,
+)
 from tltreal.drafter_checkpoint import load_latest
 from tltreal.drafter_train import DataBuffer, DrafterTrainerConfig, Sample
 from tltreal.model import Transformer, init_weights, save_model
@@ -91,15 +100,6 @@ from tltreal.rollout_worker import (
     to_wire,
     weights_digest,
     worker_main,
-)
-from tltsim.errors import InputError
-from tltsim.model_config import ModelConfig
-from tltsim.policy.registry import make_policy
-from tltsim.spot.coordinator import (
-    DrafterTrainingPolicy,
-    NeverTrain,
-    WorkerCoordinator,
-    WorkerState,
 )
 
 TRAININGS = ("spot", "budget", "never")
@@ -189,7 +189,7 @@ class SpotConfig:
     """Spot Trainer knobs. ``training``: ``"spot"`` (TLT: train on the first released worker until
     preempted), ``"budget"`` (repeatable: worker 0 trains exactly ``max_train_steps`` steps once
     released, on its own share plus the previous step; the step waits for it) or ``"never"`` (the
-    static drafter). ``sd_policy``: a :func:`tltsim.policy.registry.make_policy` spec; the default is
+    static drafter). ``sd_policy``: a :func:`tltcore.policy.registry.make_policy` spec; the default is
     deterministic (a 4-token chain once the running batch is <= 8). ``max_train_steps``: optimizer
     steps per session (TLT: <= 200); ``checkpoint_every``: optimizer steps per committed
     checkpoint; ``window_tokens`` / ``keep_steps``: the DataBuffer's (``trainer.samples_per_step``
@@ -374,7 +374,7 @@ class SpotTrainer:
     def _write_initial(self, state: dict[str, torch.Tensor] | None) -> None:
         from safetensors.torch import save_file
 
-        from tltsim.atomic import write_with
+        from tltcore.atomic import write_with
 
         dtype = DTYPES[self.config.dtype]
         shapes = {n: tuple(p.shape) for n, p in self._template.named_parameters()}
@@ -404,7 +404,7 @@ class SpotTrainer:
         if self.config.start_method == "forkserver":
             # What every worker imports, once in the server (torch._dynamo: a process's first AdamW imports it).
             ctx.set_forkserver_preload(["tltreal.rollout_worker", "tltreal.engine", "tltreal.drafter_checkpoint",
-                                        "tltsim.policy.registry", "safetensors.torch", "torch._dynamo"])
+                                        "tltcore.policy.registry", "safetensors.torch", "torch._dynamo"])
         for i in range(self.config.n_workers):
             recv, send = ctx.Pipe(duplex=False)
             commands, preempt = ctx.Queue(), ctx.Event()

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
+from tltcore.errors import InputError, reason
 from tltreal.rl_task import ANSWER_WORD, PROMPT_WORDS
-from tltsim.errors import InputError, reason
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)
@@ -90,7 +90,7 @@ class TaskTokenizer:
         """Write the Hugging Face tokenizer files into ``folder`` (created if needed), each one
         atomically. ``tokenizer_config.json`` names :data:`TOKENIZER_CLASS` so that transformers 4
         and 5 (and vLLM on either) load it through ``AutoTokenizer`` without network access."""
-        from tltsim.atomic import write_text
+        from tltcore.atomic import write_text
 
         folder = Path(folder)
         with tempfile.TemporaryDirectory() as tmp:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tltsim.errors import InputError
+from tltcore.errors import InputError
 
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import torch
 
+from tltcore.policy.base import SDConfig
 from tltreal.kv_cache import KVCache
 from tltreal.proposers.base import DraftModel
 from tltreal.tree import DraftTree, ancestor_mask
-from tltsim.policy.base import SDConfig
 
 
 def expand_tree(drafter: DraftModel, cache: KVCache, slots: torch.Tensor, draft_lens: torch.Tensor,

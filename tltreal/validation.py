@@ -29,6 +29,17 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tltcore.acceptance import ChainAcceptance, TreeAcceptance
+from tltcore.cost import CostModel, RooflineCostModel, TableCostModel, shape_fingerprint
+from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
+from tltcore.engine_limits import EngineLimits
+from tltcore.hardware import GPUSpec
+from tltcore.model_config import ModelConfig
+from tltcore.model_shape import ModelShape
+from tltcore.policy.base import NO_SD, SDConfig
+from tltcore.policy.registry import make_policy
+from tltcore.step_simulator import SimulatedEngine, StepSimulator
+from tltcore.summary import summarize_step
 from tltreal.model import Transformer, random_model
 from tltreal.profiler import PROFILE_DEVICE, ProfileGrid, grid_points, profile_metadata, profile_native
 from tltreal.replay import (
@@ -40,17 +51,6 @@ from tltreal.replay import (
     speculative_run,
     with_extra_tokens,
 )
-from tltsim.acceptance import ChainAcceptance, TreeAcceptance
-from tltsim.cost import CostModel, RooflineCostModel, TableCostModel, shape_fingerprint
-from tltsim.drafter_state import INITIAL_DRAFTER, DrafterState
-from tltsim.hardware import GPUSpec
-from tltsim.model_config import ModelConfig
-from tltsim.model_shape import ModelShape
-from tltsim.policy.base import NO_SD, SDConfig
-from tltsim.policy.registry import make_policy
-from tltsim.rollout import EngineConfig as SimEngineConfig
-from tltsim.rollout import RolloutRun
-from tltsim.summary import summarize_step
 
 #: A small Llama-shaped target the CPU replays in seconds (hidden 256, 4 layers, vocab 2,048).
 DEFAULT_MODEL = ModelConfig(vocab_size=2048, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
@@ -219,19 +219,11 @@ def profile_table(target: Transformer, runs: Sequence[RealRun], settings: Native
     return df, meta
 
 
-def native_engine(max_batch: int, mode: str = "stochastic") -> SimEngineConfig:
+def native_engine(max_batch: int, mode: str = "stochastic") -> SimulatedEngine:
     """The simulator's engine for the native engine: every admitted request prefilled in one pass, the
-    drafter caught up at the switch."""
-    return SimEngineConfig(max_batch=max_batch, prefill_budget=10**8, switch="catch_up", acceptance_mode=mode)
-
-
-def simulate(workload, spec: str, cost: CostModel, accept, *, engine: SimEngineConfig, seed: int,
-             deal_mode: str) -> pd.DataFrame:
-    """One step on one rollout worker under ``engine`` (the real backend's scheduling)."""
-    run = RolloutRun([make_policy(spec, seed=seed, accept_model=accept, cost_model=cost)], cost=cost, accept=accept,
-                     engine=engine, seed=seed, deal_mode=deal_mode, policy_name=spec)
-    run.step(workload)
-    return run.events()
+    drafter caught up at the switch (the replay pins ``switch="catch_up"`` too)."""
+    return SimulatedEngine(EngineLimits(max_batch=max_batch, prefill_budget=10**8, switch="catch_up"),
+                           acceptance_mode=mode)
 
 
 def iteration_errors(run: RealRun, cost: CostModel) -> np.ndarray:
@@ -272,7 +264,8 @@ class ValidationResult:
 
 def compare(steps: Sequence, specs: Sequence[str], runs: Sequence[RealRun], result: ValidationResult, *,
             accept_sources: Callable[[RealRun], dict[str, Positional | MeasuredAcceptance]],
-            engine: SimEngineConfig, seed: int, deal_mode: str, progress=None) -> ValidationResult:
+            engine: SimulatedEngine, simulate: StepSimulator, seed: int, deal_mode: str,
+            progress=None) -> ValidationResult:
     """Simulate every (step, policy) with both cost models and every acceptance source, and fill in
     ``result``'s makespan, per-iteration and accept-length tables."""
     by_key = {(r.step, r.policy): r for r in runs}
@@ -317,8 +310,9 @@ def _empty_result(table: TableCostModel, analytic: CostModel, **kw) -> Validatio
 
 
 def validate_native(workloads: Sequence, specs: Sequence[str], accept: Positional, settings: NativeSettings, *,
-                    table: TableCostModel | None = None, deal_mode: str = "shuffle", command: str = "",
-                    progress=None) -> tuple[ValidationResult, pd.DataFrame | None, dict[str, str] | None]:
+                    simulate: StepSimulator, table: TableCostModel | None = None, deal_mode: str = "shuffle",
+                    command: str = "", progress=None
+                    ) -> tuple[ValidationResult, pd.DataFrame | None, dict[str, str] | None]:
     """Run, profile (unless ``table``), simulate and compare (module docstring). Returns the result and
     the table rows and metadata when it was profiled now (for the caller to write)."""
     shown = phases(progress)
@@ -341,7 +335,8 @@ def validate_native(workloads: Sequence, specs: Sequence[str], accept: Positiona
     result = _empty_result(table, cpu_roofline(settings.model))
     # Each run's own accept-length distribution per shape (pooling runs by shape let the last run that
     # used a shape stand for all of them).
-    compare(steps, specs, runs, result, engine=native_engine(settings.max_batch), seed=settings.seed,
+    compare(steps, specs, runs, result, engine=native_engine(settings.max_batch), simulate=simulate,
+            seed=settings.seed,
             deal_mode=deal_mode, progress=shown,
             accept_sources=lambda real: {"predicted": accept, "measured": MeasuredAcceptance(real.accepted, accept)})
     return result, rows, meta
@@ -384,7 +379,7 @@ def vllm_chains(specs: Sequence[str], max_batch: int, seed: int) -> tuple[int, .
 
 
 def validate_vllm(workloads: Sequence, specs: Sequence[str], settings: NativeSettings, vllm: VllmValidation, *,
-                  workdir, deal_mode: str = "shuffle", command: str = "", progress=None
+                  workdir, simulate: StepSimulator, deal_mode: str = "shuffle", command: str = "", progress=None
                   ) -> tuple[ValidationResult, dict[str, pd.DataFrame], dict[str, str]]:
     """The vLLM backend's validation: run every policy on vLLM, profile vLLM (a plain engine and one
     engine per draft length), simulate with measured acceptance and compare. ``workdir`` receives
@@ -425,9 +420,10 @@ def validate_vllm(workloads: Sequence, specs: Sequence[str], settings: NativeSet
     result = _empty_result(TableCostModel.from_frame(drafter, meta, source="profile (vLLM, drafter engine)"),
                            cpu_roofline(settings.model), backend="vllm",
                            plain_table=TableCostModel.from_frame(plain, meta, source="profile (vLLM, plain)"))
-    engine = SimEngineConfig(max_batch=settings.max_batch, prefill_budget=vs.max_batched_tokens, switch="in_step",
-                             acceptance_mode="stochastic", mixed_prefill=True)
-    compare(steps, specs, runs, result, engine=engine, seed=settings.seed, deal_mode=deal_mode, progress=shown,
+    engine = SimulatedEngine(EngineLimits(max_batch=settings.max_batch, prefill_budget=vs.max_batched_tokens,
+                                          switch="in_step"), acceptance_mode="stochastic", mixed_prefill=True)
+    compare(steps, specs, runs, result, engine=engine, simulate=simulate, seed=settings.seed, deal_mode=deal_mode,
+            progress=shown,
             accept_sources=lambda real: {"measured": MeasuredAcceptance(real.accepted, pooled)})
     return result, tables, meta
 
@@ -450,7 +446,6 @@ __all__ = [
     "run_real",
     "scaled",
     "shape_of",
-    "simulate",
     "validate_native",
     "validate_vllm",
     "vllm_chains",

@@ -51,15 +51,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tltcore.cost import table_frame
+from tltcore.errors import InputError
+from tltcore.events import CLUSTER, EventLog
+from tltcore.model_config import ModelConfig
+from tltcore.policy.base import NO_SD, NoSD, SDConfig, SDPolicy, Static
+from tltcore.policy.elastic import Elastic
+from tltcore.policy.registry import make_policy
+from tltcore.policy.vllm_table import VllmTable
 from tltreal.replay import RealRun, ReplayRequests
-from tltsim.cost import table_frame
-from tltsim.errors import InputError
-from tltsim.events import CLUSTER, EventLog
-from tltsim.model_config import ModelConfig
-from tltsim.policy.base import NO_SD, NoSD, SDConfig, SDPolicy, Static
-from tltsim.policy.elastic import Elastic
-from tltsim.policy.registry import make_policy
-from tltsim.policy.vllm_table import VllmTable
 
 DRAFTERS = ("draft", "ngram")
 #: Environment vLLM needs in this process (CPU-STACK.md): in-process engine core, a bounded KV cache.
@@ -407,14 +407,14 @@ def vllm_metadata(settings: VllmSettings, *, command: str, model_fingerprint: st
     import torch
     import vllm
 
-    import tltsim
+    import tltcore
 
     return {
         "device": "cpu-vllm", "model": model_fingerprint, "tp": "1", "dtype": "float32", "context_rule": "sum",
         "engine": f"vllm ({settings.drafter} drafter, late_scale {settings.late_scale:g})",
         "host": f"{platform.machine()} {platform.processor() or platform.platform()}",
         "threads": str(torch.get_num_threads()),
-        "versions": f"tlt {tltsim.__version__}, vllm {vllm.__version__}, torch {torch.__version__}, "
+        "versions": f"tlt {tltcore.__version__}, vllm {vllm.__version__}, torch {torch.__version__}, "
                     f"python {platform.python_version()}",
         "date": datetime.now(UTC).strftime("%Y-%m-%d"), "command": command,
     }

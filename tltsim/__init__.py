@@ -1,4 +1,6 @@
-"""tltsim: discrete-event simulator of speculative decoding in RL rollouts, plus the policy layer
-shared with the real engine (``tltreal``)."""
+"""tltsim: discrete-event simulator of speculative decoding in RL rollouts. The policies, cost and
+acceptance models it replays live in ``tltcore``, shared with the real engine (``tltreal``)."""
 
-__version__ = "0.2.0"  # 0.2: core v2 (event log v2, explicit policy decisions)
+from tltcore import __version__
+
+__all__ = ["__version__"]

@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from tltsim.events import CLUSTER, check_event_log
+from tltcore.events import CLUSTER, check_event_log
 
 _US = 1e6
 

@@ -3,7 +3,7 @@
 A scenario names the trace steps, the model, the cluster layout, the engine limits, the cost and
 acceptance models, the drafter, the SD policies to compare and a seed. Every field has a dotted path
 (``cluster.tp``, ``cost.sd_overhead_s``, ``policies``) used in error messages, by ``--set`` and by
-sweeps; the generic machinery (parsing, overrides, TOML) is :mod:`tltsim.config_tree`, this module
+sweeps; the generic machinery (parsing, overrides, TOML) is :mod:`tltcore.config_tree`, this module
 is the schema, its validation and the step from a scenario to simulation inputs.
 
 Every model constant a user may question is a field: GPU efficiencies, SD overheads, the switch
@@ -27,8 +27,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tltsim import config_tree
-from tltsim.errors import InputError
+from tltcore import config_tree
+from tltcore.errors import InputError
 
 DEFAULT_TRACE = "r1distill_qwen1.5b_aime_8samples"
 DEFAULT_POLICIES = ("no-sd", "elastic+beg-mab")
@@ -114,7 +114,7 @@ class EngineSection:
     ``catch_up_limit``: tokens a request's drafter may miss before it is caught up apart;
     ``mixed_prefill``: requests admitted while others decode join the decode iteration (as vLLM
     schedules them) and pay only their marginal prefill cost. ``cuda_graphs``: what the engine's
-    captured CUDA graphs take from the KV cache (:func:`tltsim.memory.cuda_graph_bytes`): ``none``
+    captured CUDA graphs take from the KV cache (:func:`tltsim.rl.gpu_memory.cuda_graph_bytes`): ``none``
     (not modelled), ``decode`` (plain decode graphs only), ``naive`` (BEG-MAB's four tree strategies
     captured at every SD batch size) or ``bucketed`` (TLT: each only for its bucket).
     """
@@ -133,7 +133,7 @@ class EngineSection:
 class CostSection:
     """The cost model. ``model``: ``roofline`` (analytic) or ``table`` (measured times from the CSV
     at ``table``). The constants override the roofline's defaults (None: default); see
-    ``tltsim.cost.roofline``."""
+    ``tltcore.cost.roofline``."""
 
     model: str = "roofline"
     table: str | None = None
@@ -158,14 +158,14 @@ class AcceptanceSection:
 
 @dataclass(frozen=True)
 class DrafterSection:
-    """The drafter the workers hold (:class:`~tltsim.drafter_state.DrafterState`): ``quality``
+    """The drafter the workers hold (:class:`~tltcore.drafter.state.DrafterState`): ``quality``
     multiplies every per-position acceptance (1 = as fitted, < 1 = stale); ``position_scale``
     refines it per draft position.
 
     Whole RL runs (``presets``) start from ``quality`` (the drafter trained for the initial policy)
-    and move it (:mod:`tltsim.drafter_dynamics`): each policy update decays it toward
+    and move it (:mod:`tltcore.drafter.dynamics`): each policy update decays it toward
     ``stale_quality`` by the fraction ``drift``, training recovers it toward ``quality`` with
-    ``recovery_samples`` samples per e-folding. ``kind`` (:mod:`tltsim.drafter_kinds`): ``eagle``
+    ``recovery_samples`` samples per e-folding. ``kind`` (:mod:`tltcore.drafter.kinds`): ``eagle``
     (TLT's one-layer drafter), ``draft-model`` (the separate LM ``draft_model``) or ``ngram``
     (model-free, chain acceptance ``ngram_alpha``, ``ngram_lookup_s`` of CPU per SD iteration); a
     preset names its own kind."""
@@ -183,7 +183,7 @@ class DrafterSection:
 
 @dataclass(frozen=True)
 class SpotSection:
-    """Drafter training (:mod:`tltsim.spot.trainer`, :mod:`tltsim.spot.coverage`). ``min_workers``
+    """Drafter training (:mod:`tltsim.spot.analytic_trainer`, :mod:`tltsim.spot.coverage`). ``min_workers``
     released workers start the Spot Trainer; each trains ``samples_per_s`` samples per second (None:
     the paper's reference, 29.6 with ``packing``, 13.3 without); a session stops after
     ``max_samples`` samples (200 training steps x 4 samples); a checkpoint every
@@ -207,9 +207,9 @@ class SpotSection:
 
 @dataclass(frozen=True)
 class RLSection:
-    """The phases of an RL step after rollout (:mod:`tltsim.rl_phases`), in whole RL runs, and the
+    """The phases of an RL step after rollout (:mod:`tltsim.rl.phases`), in whole RL runs, and the
     tokens per GPU per micro-batch of the actor update that its memory check assumes
-    (``micro_batch_tokens``, veRL's ``ppo_max_token_len_per_gpu``; :mod:`tltsim.memory`)."""
+    (``micro_batch_tokens``, veRL's ``ppo_max_token_len_per_gpu``; :mod:`tltsim.rl.gpu_memory`)."""
 
     reward_s_per_sample: float = 0.01
     reward_parallelism: int = 64
@@ -226,7 +226,7 @@ class RLSection:
 @dataclass(frozen=True)
 class Scenario:
     """Everything one ``tlt sim run`` needs. ``policies`` always gets ``no-sd`` as baseline.
-    With ``presets`` (:mod:`tltsim.presets`) the run is whole RL steps instead (rollout, drafter
+    With ``presets`` (:mod:`tltsim.rl.presets`) the run is whole RL steps instead (rollout, drafter
     training, reward, log-probs, actor update, weight sync), ``verl`` is the baseline and
     ``policies`` is not used (each preset names its own SD policy).
 
@@ -256,7 +256,7 @@ class Scenario:
 def split_policy_specs(text: str) -> list[str]:
     """Split ``"no-sd,beg-mab:arms=8_4_32,4_2_6"`` into specs: a comma starts a new spec only where
     the next piece begins with a policy or wrapper name (commas inside option values stay)."""
-    from tltsim.policy.registry import POLICY_NAMES, WRAPPER_NAMES
+    from tltcore.policy.registry import POLICY_NAMES, WRAPPER_NAMES
 
     starts = POLICY_NAMES + WRAPPER_NAMES
     out: list[str] = []
@@ -504,9 +504,9 @@ def _one_of(value: str, choices: tuple[str, ...], dotted: str, path: str | None)
 def validate(s: Scenario, *, path: str | None = None) -> None:
     """Check every field's range and the combinations (layout, weights vs memory, policy specs,
     names). Cheap: builds no workload and no cost model."""
-    from tltsim.hardware import get_gpu
-    from tltsim.model_shape import get_model
-    from tltsim.policy.registry import check_spec
+    from tltcore.hardware import get_gpu
+    from tltcore.model_shape import get_model
+    from tltcore.policy.registry import check_spec
     from tltsim.rollout import ACCEPTANCE_MODES, DEAL_MODES, SWITCH_MODES
 
     t = s.trace
@@ -588,7 +588,7 @@ def validate(s: Scenario, *, path: str | None = None) -> None:
             raise _relocated(exc, path=path, dotted="policies") from None
     try:
         accept = acceptance_model(a)
-        from tltsim.drafter_state import DrafterState
+        from tltcore.drafter.state import DrafterState
 
         accept.check_drafter(DrafterState(quality=d.quality, position_scale=d.position_scale))
     except InputError as exc:
@@ -600,9 +600,9 @@ def validate(s: Scenario, *, path: str | None = None) -> None:
 
 def _check_rl_sections(s: Scenario, path: str | None) -> None:
     """The whole-RL-run fields: drafter kind and dynamics, Spot Trainer, RL phases, presets."""
-    from tltsim.drafter_kinds import DRAFTER_KINDS, ngram_acceptance
-    from tltsim.model_shape import get_model
-    from tltsim.presets import get_preset
+    from tltcore.drafter.kinds import DRAFTER_KINDS, ngram_acceptance
+    from tltcore.model_shape import get_model
+    from tltsim.rl.presets import get_preset
 
     d = s.drafter
     _one_of(d.kind, DRAFTER_KINDS, "drafter.kind", path)
@@ -652,7 +652,7 @@ def _check_paths(s: Scenario, path: str | None) -> None:
     reading one would hang on a pipe nobody writes or never end on ``/dev/zero``."""
     import stat
 
-    from tltsim.input_files import file_kind
+    from tltcore.input_files import file_kind
 
     for dotted, name in (("trace.name", s.trace.name), ("model.name", s.model.name), ("cost.table", s.cost.table)):
         if name is None:
@@ -667,8 +667,8 @@ def _check_paths(s: Scenario, path: str | None) -> None:
 
 
 def drafter_dynamics(s: Scenario):
-    """The scenario's :class:`~tltsim.drafter_dynamics.DrafterDynamics` (ceiling = ``drafter.quality``)."""
-    from tltsim.drafter_dynamics import DrafterDynamics
+    """The scenario's :class:`~tltcore.drafter.dynamics.DrafterDynamics` (ceiling = ``drafter.quality``)."""
+    from tltcore.drafter.dynamics import DrafterDynamics
 
     d = s.drafter
     return DrafterDynamics(trained_quality=d.quality, stale_quality=min(d.stale_quality, d.quality), drift=d.drift,
@@ -676,9 +676,9 @@ def drafter_dynamics(s: Scenario):
 
 
 def trainer_config(s: Scenario, *, bubble: bool = False):
-    """The Spot Trainer's :class:`~tltsim.spot.trainer.TrainerConfig` (``bubble``: the fixed-budget,
+    """The Spot Trainer's :class:`~tltsim.spot.analytic_trainer.TrainerConfig` (``bubble``: the fixed-budget,
     fully-checkpointed training of ``speco-bubble``)."""
-    from tltsim.spot.trainer import TrainerConfig
+    from tltsim.spot.analytic_trainer import TrainerConfig
 
     sp = s.spot
     rate = sp.samples_per_s if sp.samples_per_s is not None else (29.6 if sp.packing else 13.3)
@@ -690,8 +690,8 @@ def trainer_config(s: Scenario, *, bubble: bool = False):
 
 
 def rl_phase_config(s: Scenario):
-    """The scenario's :class:`~tltsim.rl_phases.RLPhaseConfig`."""
-    from tltsim.rl_phases import RLPhaseConfig
+    """The scenario's :class:`~tltsim.rl.phases.RLPhaseConfig`."""
+    from tltsim.rl.phases import RLPhaseConfig
 
     fields = config_tree.to_dict(s.rl)
     del fields["micro_batch_tokens"]
@@ -710,7 +710,7 @@ def policies_with_baseline(specs: tuple[str, ...]) -> tuple[str, ...]:
 
 def resolved_dict(s: Scenario) -> dict[str, Any]:
     """The scenario as nested plain data, with ``no-sd`` first among the policies."""
-    from tltsim.presets import presets_with_baseline
+    from tltsim.rl.presets import presets_with_baseline
 
     d = config_tree.to_dict(s)
     d["policies"] = list(policies_with_baseline(s.policies))
@@ -728,7 +728,7 @@ def scenario_hash(s: Scenario, length: int = 10) -> str:
     """Short content hash of a run: the resolved scenario, the trace's content and the package
     version. Editing a trace file or upgrading tlt gives a new results folder, never a silently
     overwritten one."""
-    from tltsim import __version__
+    from tltcore import __version__
 
     h = hashlib.sha256(scenario_toml(s).encode())
     h.update(trace_fingerprint(s.trace.name, s.trace.seed).encode())
@@ -751,7 +751,7 @@ def trace_fingerprint(name: str, seed: int) -> str:
 @lru_cache(maxsize=64)
 def _file_sha256(path: str, mtime_ns: int) -> str:
     """Checksum cached by (path, modification time): a sweep hashes the same trace thousands of times."""
-    from tltsim.input_files import sha256_of
+    from tltcore.input_files import sha256_of
 
     return sha256_of(Path(path))
 
@@ -763,10 +763,10 @@ class SimInputs:
 
     scenario: Scenario
     workloads: tuple[Any, ...]  # tltsim.traces.workload.StepWorkload per simulated step
-    cost: Any  # tltsim.cost.CostModel
-    accept: Any  # tltsim.acceptance.AcceptanceModel
+    cost: Any  # tltcore.cost.CostModel
+    accept: Any  # tltcore.acceptance.AcceptanceModel
     engine: Any  # tltsim.rollout.EngineConfig
-    drafter: Any  # tltsim.drafter_state.DrafterState
+    drafter: Any  # tltcore.drafter.state.DrafterState
 
     @property
     def n_workers(self) -> int:
@@ -846,7 +846,7 @@ def _check_workload_size(df: Any, t: TraceSection, per_step: bool, first: int) -
 
 def acceptance_model(a: AcceptanceSection):
     """The acceptance preset with the section's parameter overrides applied."""
-    from tltsim.acceptance import TreeAcceptance, get_acceptance
+    from tltcore.acceptance import TreeAcceptance, get_acceptance
 
     model = get_acceptance(a.preset)
     overrides = {k: getattr(a, k) for k in ("coverage", "rank_ratio", "depth_decay", "depth_power")
@@ -861,18 +861,18 @@ def acceptance_model(a: AcceptanceSection):
 
 def cost_model(s: Scenario, drafter_kind: str | None = None):
     """The scenario's cost model (roofline with its constant overrides, or a measured table), for the
-    drafter kind ``drafter_kind`` (None: ``drafter.kind``; see :mod:`tltsim.drafter_kinds`)."""
-    from tltsim.cost import RooflineCostModel, TableCostModel
-    from tltsim.drafter_kinds import ModelFreeDraftCost
-    from tltsim.hardware import get_gpu
-    from tltsim.model_shape import get_model
+    drafter kind ``drafter_kind`` (None: ``drafter.kind``; see :mod:`tltcore.drafter.kinds`)."""
+    from tltcore.cost import RooflineCostModel, TableCostModel
+    from tltcore.drafter.kinds import ModelFreeDraftCost
+    from tltcore.hardware import get_gpu
+    from tltcore.model_shape import get_model
 
     kind = drafter_kind or s.drafter.kind
     if s.cost.model == "table" and kind != "eagle":
         raise InputError(f"drafter kind '{kind}' needs the roofline cost model (a measured table holds one "
                          "drafter's costs)", field="drafter.kind")
     if s.cost.model == "table":
-        from tltsim.cost import shape_fingerprint
+        from tltcore.cost import shape_fingerprint
 
         try:
             table = TableCostModel.from_file(s.cost.table)
@@ -900,10 +900,10 @@ def cost_model(s: Scenario, drafter_kind: str | None = None):
 def prepare(s: Scenario) -> SimInputs:
     """Resolve names into models, load the workloads and check that every request fits a worker's
     KV cache before anything runs."""
-    from tltsim.drafter_state import DrafterState
-    from tltsim.hardware import get_gpu
-    from tltsim.memory import kv_capacity_tokens
-    from tltsim.model_shape import get_model
+    from tltcore.drafter.state import DrafterState
+    from tltcore.hardware import get_gpu
+    from tltcore.model_shape import get_model
+    from tltsim.rl.gpu_memory import kv_capacity_tokens
     from tltsim.rollout import EngineConfig
 
     model, gpu = get_model(s.model.name), get_gpu(s.cluster.gpu)
@@ -932,8 +932,8 @@ def prepare(s: Scenario) -> SimInputs:
 
 def graph_memory_bytes(s: Scenario) -> float:
     """Per-GPU bytes of the rollout engine's CUDA graphs under ``engine.cuda_graphs``."""
-    from tltsim.memory import PAPER_ARMS, cuda_graph_bytes
-    from tltsim.model_shape import get_model
+    from tltcore.model_shape import get_model
+    from tltsim.rl.gpu_memory import PAPER_ARMS, cuda_graph_bytes
 
     mode = s.engine.cuda_graphs
     if mode == "none":
@@ -944,7 +944,7 @@ def graph_memory_bytes(s: Scenario) -> float:
 
 def make_policies(spec: str, inputs: SimInputs) -> list[Any]:
     """One fresh policy per worker, seeded from (scenario seed, worker)."""
-    from tltsim.policy.registry import make_policy
+    from tltcore.policy.registry import make_policy
 
     return [make_policy(spec, seed=inputs.scenario.seed * 1_000_003 + w, accept_model=inputs.accept,
                         cost_model=inputs.cost) for w in range(inputs.n_workers)]
@@ -972,7 +972,7 @@ def run_each(s: Scenario, names: Sequence[str], run_one: Callable[..., _Run], in
              progress: Callable[[int], None] | None = None,
              on_each: Callable[[str], None] | None = None) -> tuple[SimInputs, list[_Run]]:
     """``run_one(s, name, inputs, run_id=, progress=)`` for each name in order: the loop both
-    :func:`compare_policies` and :func:`tltsim.rl_run.compare_presets` run, kept in one place so
+    :func:`compare_policies` and :func:`tltsim.rl.run.compare_presets` run, kept in one place so
     that every compared policy or preset sees the same prepared workloads and is labelled with the
     same run id (the scenario hash). ``on_each(name)`` is called before each. Returns the inputs
     (prepared here when not given) with the results."""
@@ -993,7 +993,7 @@ def compare_policies(s: Scenario, inputs: SimInputs | None = None, *, progress=N
     what ``tlt sim run`` and ``tlt demo`` both report. ``on_policy(spec)`` is called before each."""
     import pandas as pd
 
-    from tltsim.summary import summary_table
+    from tltcore.summary import summary_table
 
     inputs, logs = run_each(s, policies_with_baseline(s.policies), run_policy, inputs, progress=progress,
                             on_each=on_policy)

@@ -30,10 +30,10 @@ from analysis.sweep_plots import response_curves, response_surface, with_elastic
 from analysis.trace_plots import length_cdf, straggler_factor
 from analysis.validation_report import makespan_bars as validation_makespan_bars
 from conftest import require_real_traces
-from tltsim.policy.base import SDConfig, max_tree_nodes
-from tltsim.rl_run import compare_presets
+from tltcore.policy.base import SDConfig, max_tree_nodes
+from tltcore.sd_speedup import grid_configs, sd_speedup_table
+from tltsim.rl.run import compare_presets
 from tltsim.scenario import Scenario, apply_override, compare_policies, prepare
-from tltsim.sd_speedup import grid_configs, sd_speedup_table
 
 
 def _scenario(**sets: str) -> Scenario:

@@ -10,7 +10,7 @@ import pytest
 
 from analysis.report import sweep_view
 from conftest import invoke_cli, needs_shared_traces
-from tltsim.errors import InputError
+from tltcore.errors import InputError
 from tltsim.sweep import SweepStore, load_spec, run_sweep
 from tltsim.sweep.runner import check_reachable, evaluate_point
 

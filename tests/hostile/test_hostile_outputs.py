@@ -23,7 +23,7 @@ import pytest
 from test_output_safety import snapshot
 
 from conftest import invoke_bounded
-from tltsim.atomic import MARKER, atomic_dir
+from tltcore.atomic import MARKER, atomic_dir
 
 BOUND_S = 20.0
 TRACE = "tlt_grpo_arith_seed0"

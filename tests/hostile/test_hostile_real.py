@@ -31,7 +31,7 @@ pytest.importorskip("torch")  # imported here, once, so that no case's time incl
 from test_output_safety import snapshot
 
 from conftest import REPO, invoke_cli
-from tltsim.input_files import sha256_of
+from tltcore.input_files import sha256_of
 
 BOUND_S = 5.0  # in this process; the cases refuse in milliseconds, this is the margin of a busy machine
 CHILD_BOUND_S = 20.0  # a child process: interpreter start-up and imports on top

@@ -23,7 +23,7 @@ from fake_upstream import closed_port, fresh_clone_env, make_upstream, serve
 from test_output_safety import snapshot
 
 from conftest import REPO, invoke_bounded
-from tltsim.atomic import atomic_dir
+from tltcore.atomic import atomic_dir
 
 BOUND_S = 20.0
 COMMANDS = ("trace fetch", "trace plot", "trace list", "trace stats", "demo")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tltsim.errors import InputError
-from tltsim.policy.base import BatchView, Outcome, SDConfig
-from tltsim.policy.beg_mab import DEFAULT_ARMS, BucketedEpsilonGreedy, bucket_arms
+from tltcore.errors import InputError
+from tltcore.policy.base import BatchView, Outcome, SDConfig
+from tltcore.policy.beg_mab import DEFAULT_ARMS, BucketedEpsilonGreedy, bucket_arms
 
 A48, A32, A16, A8 = DEFAULT_ARMS
 

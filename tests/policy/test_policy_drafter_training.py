@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tltsim.errors import InputError
-from tltsim.spot.coordinator import (
+from tltcore.errors import InputError
+from tltcore.spot_coordinator import (
     Checkpoint,
     InlineTraining,
     NeverTrain,

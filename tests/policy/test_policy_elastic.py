@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tltsim.errors import InputError
-from tltsim.policy.base import HOLD_UNTIL_EVENT, NO_SD, BatchView, Decision, Outcome, SDConfig, Static
-from tltsim.policy.elastic import Elastic
+from tltcore.errors import InputError
+from tltcore.policy.base import HOLD_UNTIL_EVENT, NO_SD, BatchView, Decision, Outcome, SDConfig, Static
+from tltcore.policy.elastic import Elastic
 
 SD = SDConfig(8, 4, 16)
 

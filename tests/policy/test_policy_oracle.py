@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 
-from tltsim.drafter_state import INITIAL_DRAFTER, DrafterState
-from tltsim.policy.base import NO_SD, BatchView, SDConfig
-from tltsim.policy.beg_mab import DEFAULT_ARMS
-from tltsim.policy.oracle import Oracle
+from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
+from tltcore.policy.base import NO_SD, BatchView, SDConfig
+from tltcore.policy.beg_mab import DEFAULT_ARMS
+from tltcore.policy.oracle import Oracle
 
 
 class ChainAcceptance:
@@ -77,10 +77,10 @@ def test_missing_contexts_do_not_crash() -> None:
 def test_with_the_project_models_budget_shrinks_as_the_batch_grows() -> None:
     """Against the roofline cost model and the paper-fitted tree acceptance, the oracle rediscovers
     TLT's rule: the widest verify budget at batch 1, never a wider one as the batch grows."""
-    from tltsim.acceptance import get_acceptance
-    from tltsim.cost import RooflineCostModel
-    from tltsim.hardware import get_gpu
-    from tltsim.model_shape import get_model
+    from tltcore.acceptance import get_acceptance
+    from tltcore.cost import RooflineCostModel
+    from tltcore.hardware import get_gpu
+    from tltcore.model_shape import get_model
 
     cost = RooflineCostModel(get_model("qwen2.5-32b"), get_gpu("h100"), tp=4)
     oracle = Oracle(get_acceptance("paper-qwen32b"), cost)
@@ -94,10 +94,10 @@ def test_with_the_project_models_budget_shrinks_as_the_batch_grows() -> None:
 def test_reads_the_drafter_it_is_shown_not_a_frozen_copy() -> None:
     """A stale drafter (quality down) makes deep trees worth less: the oracle shrinks or stops
     speculating as soon as the view carries the new drafter state."""
-    from tltsim.acceptance import get_acceptance
-    from tltsim.cost import RooflineCostModel
-    from tltsim.hardware import get_gpu
-    from tltsim.model_shape import get_model
+    from tltcore.acceptance import get_acceptance
+    from tltcore.cost import RooflineCostModel
+    from tltcore.hardware import get_gpu
+    from tltcore.model_shape import get_model
 
     cost = RooflineCostModel(get_model("qwen2.5-32b"), get_gpu("h100"), tp=4)
     oracle = Oracle(get_acceptance("paper-qwen32b"), cost)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tltsim.errors import InputError
-from tltsim.policy.bandits import UCB1, EpsilonGreedy
-from tltsim.policy.base import HOLD_UNTIL_EVENT, NO_SD, BatchView, Outcome, SDConfig
-from tltsim.policy.beg_mab import DEFAULT_ARMS
-from tltsim.policy.reward_window import RewardWindow
-from tltsim.policy.sglang_ema import SglangEma, chain_cost_proxy, chain_tokens, implied_rate
-from tltsim.policy.vllm_table import VllmTable
+from tltcore.errors import InputError
+from tltcore.policy.bandits import UCB1, EpsilonGreedy
+from tltcore.policy.base import HOLD_UNTIL_EVENT, NO_SD, BatchView, Outcome, SDConfig
+from tltcore.policy.beg_mab import DEFAULT_ARMS
+from tltcore.policy.reward_window import RewardWindow
+from tltcore.policy.sglang_ema import SglangEma, chain_cost_proxy, chain_tokens, implied_rate
+from tltcore.policy.vllm_table import VllmTable
 
 
 def test_vllm_table_default() -> None:

@@ -7,9 +7,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tltsim.drafter_state import INITIAL_DRAFTER, DrafterState
-from tltsim.policy.base import NO_SD, BatchView, Outcome, SDConfig, max_tree_nodes
-from tltsim.policy.registry import make_policy
+from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
+from tltcore.policy.base import NO_SD, BatchView, Outcome, SDConfig, max_tree_nodes
+from tltcore.policy.registry import make_policy
 
 SPECS = ["no-sd", "static:8_4_16", "beg-mab", "eps-greedy", "ucb1", "vllm-table", "sglang-ema",
          "sglang-ema:depths=0,1,3,7", "oracle", "elastic+beg-mab", "elastic:2:1+oracle",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tltsim.policy.recent_accept import WEIGHT, RecentAccept
+from tltcore.policy.recent_accept import WEIGHT, RecentAccept
 
 
 def test_weight_and_values_are_pinned() -> None:

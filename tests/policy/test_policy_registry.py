@@ -5,16 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tltsim.drafter_state import INITIAL_DRAFTER, DrafterState
-from tltsim.errors import InputError
-from tltsim.policy.bandits import UCB1, EpsilonGreedy
-from tltsim.policy.base import NoSD, SDConfig, SDPolicy, Static
-from tltsim.policy.beg_mab import BucketedEpsilonGreedy
-from tltsim.policy.elastic import Elastic
-from tltsim.policy.oracle import Oracle
-from tltsim.policy.registry import POLICY_NAMES, make_policy
-from tltsim.policy.sglang_ema import SglangEma
-from tltsim.policy.vllm_table import VllmTable
+from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
+from tltcore.errors import InputError
+from tltcore.policy.bandits import UCB1, EpsilonGreedy
+from tltcore.policy.base import NoSD, SDConfig, SDPolicy, Static
+from tltcore.policy.beg_mab import BucketedEpsilonGreedy
+from tltcore.policy.elastic import Elastic
+from tltcore.policy.oracle import Oracle
+from tltcore.policy.registry import POLICY_NAMES, make_policy
+from tltcore.policy.sglang_ema import SglangEma
+from tltcore.policy.vllm_table import VllmTable
 
 
 class FlatAcceptance:

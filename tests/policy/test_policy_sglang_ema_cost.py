@@ -12,10 +12,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tltsim.errors import InputError
-from tltsim.policy.base import NO_SD, BatchView, SDConfig
-from tltsim.policy.elastic import Elastic
-from tltsim.policy.sglang_ema import SglangEma, chain_tokens
+from tltcore.errors import InputError
+from tltcore.policy.base import NO_SD, BatchView, SDConfig
+from tltcore.policy.elastic import Elastic
+from tltcore.policy.sglang_ema import SglangEma, chain_tokens
 from tltsim.scenario import ClusterSection, Scenario, SimInputs, acceptance_model, cost_model, make_policies
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from tltcore.model_config import ModelConfig
 from tltreal.model import Transformer, random_model
-from tltsim.model_config import ModelConfig
 
 #: head_dim 32 (vLLM's CPU attention backend supports it); 2 layers, so hidden states carry context.
 CFG = ModelConfig(vocab_size=128, hidden_size=128, intermediate_size=256, num_hidden_layers=2,

@@ -11,10 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 from tltcli import app
+from tltcore.errors import InputError
 from tltreal.adaptive_run import TRACE_SOURCE, AdaptiveRunConfig, trace_rows
 from tltreal.grpo import Rollout
 from tltreal.rl_task import sample_problems
-from tltsim.errors import InputError
 from tltsim.traces import load_trace
 
 TINY = ["real", "rl", "--tiny", "--steps", "2", "--prompts", "2", "--max-new-tokens", "48", "--pretrain-steps", "40",
@@ -96,9 +96,9 @@ def test_config_refuses_bad_values():
 def test_the_padded_target_follows_the_policy_from_step_to_step():
     import torch
 
+    from tltcore.model_config import ModelConfig
     from tltreal.adaptive_run import _padded
     from tltreal.model import random_model
-    from tltsim.model_config import ModelConfig
 
     cfg = ModelConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)

@@ -25,6 +25,8 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
+from tltcore.errors import InputError  # noqa: E402
+from tltcore.policy.base import NoSD  # noqa: E402
 from tltreal.drafter_checkpoint import (  # noqa: E402
     AsyncCheckpointer,
     list_checkpoints,
@@ -49,8 +51,6 @@ from tltreal.drafter_train import (  # noqa: E402
 from tltreal.engine import Engine, EngineConfig  # noqa: E402
 from tltreal.model import padded_causal_mask, random_model  # noqa: E402
 from tltreal.proposers.eagle import random_drafter  # noqa: E402
-from tltsim.errors import InputError  # noqa: E402
-from tltsim.policy.base import NoSD  # noqa: E402
 
 from .drafter_fixtures import KILL_CFG, progressions  # noqa: E402
 from .tiny_models import MICRO  # noqa: E402

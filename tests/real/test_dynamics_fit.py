@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tltcore.drafter.dynamics import DrafterDynamics
 from tltreal.dynamics_fit import (
     adaptive_curve,
     expected_accept_length,
@@ -14,7 +15,6 @@ from tltreal.dynamics_fit import (
     scenario_section,
     static_curve,
 )
-from tltsim.drafter_dynamics import DrafterDynamics
 from tltsim.scenario import DrafterSection
 
 

@@ -32,6 +32,9 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
+from tltcore.errors import InputError  # noqa: E402
+from tltcore.model_config import ModelConfig  # noqa: E402
+from tltcore.policy.base import NoSD  # noqa: E402
 from tltreal.drafter_train import (  # noqa: E402
     DataBuffer,
     DrafterTrainer,
@@ -43,9 +46,6 @@ from tltreal.eagle_export import eagle_config, export_eagle, export_for_vllm, ex
 from tltreal.engine import Engine, EngineConfig  # noqa: E402
 from tltreal.model import load_model, random_model  # noqa: E402
 from tltreal.proposers.eagle import random_drafter  # noqa: E402
-from tltsim.errors import InputError  # noqa: E402
-from tltsim.model_config import ModelConfig  # noqa: E402
-from tltsim.policy.base import NoSD  # noqa: E402
 
 from .drafter_fixtures import CFG, progressions  # noqa: E402
 

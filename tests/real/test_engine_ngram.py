@@ -20,6 +20,8 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
+from tltcore.policy.base import NO_SD, NoSD, SDConfig, Static  # noqa: E402
+from tltcore.policy.registry import make_policy  # noqa: E402
 from tltreal import verify  # noqa: E402
 from tltreal.engine import Engine, EngineConfig, RunResult  # noqa: E402
 from tltreal.model import Transformer, random_model  # noqa: E402
@@ -27,8 +29,6 @@ from tltreal.proposers import NgramProposer, OracleDrafter, ProposalContext  # n
 from tltreal.proposers.ngram import extend_periodic  # noqa: E402
 from tltreal.sampling import SamplingParams  # noqa: E402
 from tltreal.tree import make_tree  # noqa: E402
-from tltsim.policy.base import NO_SD, NoSD, SDConfig, Static  # noqa: E402
-from tltsim.policy.registry import make_policy  # noqa: E402
 
 from .test_real_sampling import chi2_pvalue  # noqa: E402
 from .tiny_models import TINY as CFG  # noqa: E402

@@ -19,12 +19,12 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
+from tltcore.policy.base import NoSD, SDConfig, SDPolicy, Static  # noqa: E402
+from tltcore.policy.registry import make_policy  # noqa: E402
 from tltreal.engine import Engine, EngineConfig, FinishedRequest, RunResult  # noqa: E402
 from tltreal.model import Transformer, causal_mask  # noqa: E402
 from tltreal.proposers import NgramProposer, OracleDrafter  # noqa: E402
 from tltreal.sampling import SamplingParams, target_probs  # noqa: E402
-from tltsim.policy.base import NoSD, SDConfig, SDPolicy, Static  # noqa: E402
-from tltsim.policy.registry import make_policy  # noqa: E402
 
 from .tiny_models import TINY as CFG  # noqa: E402
 from .tiny_models import random_prompts  # noqa: E402

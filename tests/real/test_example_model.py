@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("torch")
 
 from conftest import REPO, invoke_cli
-from tltsim.model_config import ModelConfig
+from tltcore.model_config import ModelConfig
 
 EXAMPLE = REPO / "examples" / "tiny-llama"
 

@@ -15,6 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tltcore.model_config import ModelConfig  # noqa: E402
 from tltreal.kv_cache import KVCache  # noqa: E402
 from tltreal.model import (  # noqa: E402
     Attention,
@@ -29,7 +30,6 @@ from tltreal.model import (  # noqa: E402
     slot_run,
 )
 from tltreal.verify import greedy_chain_accept, tree_accept_reference  # noqa: E402
-from tltsim.model_config import ModelConfig  # noqa: E402
 
 
 def tiny_config(**kw) -> ModelConfig:
@@ -183,10 +183,10 @@ def test_engine_skipping_padding_changes_nothing(monkeypatch, temperature):
     """Prefill of prompts of different lengths and n-gram chain verification with padded nodes, with
     the padding skipped (``keep``) from 1 padded token on, and never: the same tokens, log-probs and
     hidden states (float64, greedy and sampled)."""
+    from tltcore.policy.base import SDConfig, Static
     from tltreal import engine as engine_mod
     from tltreal.proposers import NgramProposer
     from tltreal.sampling import SamplingParams
-    from tltsim.policy.base import SDConfig, Static
 
     cfg = tiny_config(vocab_size=24)  # a small vocabulary: n-gram drafts get accepted
     target = random_model(cfg, seed=7, dtype=torch.float64, std=0.3)

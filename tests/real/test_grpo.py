@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from tltcore.errors import InputError
 from tltreal.grpo import (
     GRPOConfig,
     GRPOTrainer,
@@ -20,7 +21,6 @@ from tltreal.grpo import (
     policy_batch,
 )
 from tltreal.model import random_model
-from tltsim.errors import InputError
 
 from .tiny_models import MICRO
 

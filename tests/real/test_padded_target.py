@@ -19,6 +19,8 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
+from tltcore.model_config import ModelConfig  # noqa: E402
+from tltcore.policy.base import SDConfig, Static  # noqa: E402
 from tltreal.drafter_train import (  # noqa: E402
     DataBuffer,
     DrafterTrainerConfig,
@@ -37,8 +39,6 @@ from tltreal.padded_target import (  # noqa: E402
     refresh_padded_target,
 )
 from tltreal.proposers.eagle import EagleDrafter, random_drafter  # noqa: E402
-from tltsim.model_config import ModelConfig  # noqa: E402
-from tltsim.policy.base import SDConfig, Static  # noqa: E402
 
 from .drafter_fixtures import progressions  # noqa: E402
 

@@ -12,8 +12,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tltsim.events import check_event_log
-from tltsim.model_config import ModelConfig
+from tltcore.events import check_event_log
+from tltcore.model_config import ModelConfig
 
 CFG = ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=2, num_key_value_heads=1, model_type="qwen2", qkv_bias=True)
@@ -41,7 +41,8 @@ def test_generate_prints_metrics_and_writes_events(config_path, tmp_path):
     assert "tokens/s" in proc.stdout and "mean accept length" in proc.stdout and "latency/iteration" in proc.stdout
     events = pd.read_parquet(out)
     check_event_log(events)
-    assert set(events["kind"]) == {"prefill", "decode", "switch", "catch_up", "stage"}
+    # the one default switch (EngineLimits.switch): TLT's re-prefill
+    assert set(events["kind"]) == {"prefill", "decode", "switch", "switch_reprefill", "stage"}
     assert (events["source"] == "real").all()
     resolved = json.loads((tmp_path / "events.config.json").read_text())
     assert resolved["settings"]["policy"] == "elastic:3:2+static:3_2_4"

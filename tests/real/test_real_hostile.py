@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("torch")
 
 from conftest import invoke_cli
-from tltsim.model_config import ModelConfig
+from tltcore.model_config import ModelConfig
 
 CFG = ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=2, num_key_value_heads=1, model_type="qwen2", qkv_bias=True,
@@ -179,11 +179,11 @@ def test_memory_estimate_matches_the_engines_allocations() -> None:
     """The up-front estimate is pinned to what the engine really allocates, term by term."""
     import torch
 
+    from tltcore.policy.base import Static
     from tltreal.engine import Engine, EngineConfig
     from tltreal.memory import estimate, model_params
     from tltreal.model import random_model
     from tltreal.proposers import random_drafter
-    from tltsim.policy.base import Static
 
     for cfg in (CFG, ModelConfig(vocab_size=96, hidden_size=48, intermediate_size=80, num_hidden_layers=3,
                                  num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True),

@@ -14,13 +14,13 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
+from tltcore.events import check_event_log  # noqa: E402
+from tltcore.policy.base import NO_SD, BatchView, Decision, NoSD, Outcome, SDConfig, Static  # noqa: E402
+from tltcore.policy.registry import make_policy  # noqa: E402
 from tltreal import kernels  # noqa: E402
 from tltreal.engine import Engine, EngineConfig, RunResult  # noqa: E402
 from tltreal.model import random_model  # noqa: E402
 from tltreal.proposers import OracleDrafter, random_drafter  # noqa: E402
-from tltsim.events import check_event_log  # noqa: E402
-from tltsim.policy.base import NO_SD, BatchView, Decision, NoSD, Outcome, SDConfig, Static  # noqa: E402
-from tltsim.policy.registry import make_policy  # noqa: E402
 
 from .tiny_models import TINY as CFG  # noqa: E402
 from .tiny_models import random_prompts  # noqa: E402
@@ -161,7 +161,7 @@ def test_sampled_decoding_is_reproducible_per_request(tiny_target, prompts):
 
 def test_engine_recent_accept_is_the_shared_ema(tiny_target, prompts):
     """The native engine shows policies the same recent-accept estimate as the simulator."""
-    from tltsim.policy.recent_accept import RecentAccept
+    from tltcore.policy.recent_accept import RecentAccept
 
     class Spy(Static):
         def __init__(self) -> None:
@@ -188,9 +188,9 @@ def test_engine_recent_accept_is_the_shared_ema(tiny_target, prompts):
 
 def test_model_clock_makes_bandit_runs_repeatable(tiny_target, prompts):
     """Wall-clock rewards make BEG-MAB runs differ; with the modelled clock the whole event log repeats."""
-    from tltsim.cost import RooflineCostModel
-    from tltsim.hardware import get_gpu
-    from tltsim.model_shape import ModelShape
+    from tltcore.cost import RooflineCostModel
+    from tltcore.hardware import get_gpu
+    from tltcore.model_shape import ModelShape
 
     shape = ModelShape("tiny", CFG.num_hidden_layers, CFG.hidden_size, CFG.num_attention_heads,
                        CFG.num_key_value_heads, CFG.intermediate_size, CFG.vocab_size)

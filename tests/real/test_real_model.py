@@ -9,10 +9,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tltcore.errors import InputError  # noqa: E402
+from tltcore.model_config import ModelConfig  # noqa: E402
 from tltreal.model import causal_mask, load_model, random_model, save_model  # noqa: E402
 from tltreal.proposers import EagleDrafter, random_drafter  # noqa: E402
-from tltsim.errors import InputError  # noqa: E402
-from tltsim.model_config import ModelConfig  # noqa: E402
 
 #: 2 layers, 2 query heads on 1 KV head: the safetensors round trip (and its 1-layer twin) and the drafter.
 TWO_LAYERS = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
@@ -149,7 +149,7 @@ def test_oracle_generation_at_qwen_vocabulary_stays_within_2_gb(tmp_path):
     code = (
         "import sys\n"
         "from tltreal.generate import GenerateSettings, generate\n"
-        "from tltsim.model_config import ModelConfig\n"
+        "from tltcore.model_config import ModelConfig\n"
         "cfg = ModelConfig.from_json(sys.argv[1])\n"
         "r = generate(cfg, GenerateSettings(prompts=2, max_tokens=8, prompt_len=8, policy='static:4_2_6',\n"
         "                                   drafter='oracle'))\n"

@@ -14,14 +14,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tltcore.model_config import ModelConfig  # noqa: E402
+from tltcore.policy.base import SDConfig, Static  # noqa: E402
 from tltreal import verify  # noqa: E402
 from tltreal.engine import Engine, EngineConfig  # noqa: E402
 from tltreal.model import random_model  # noqa: E402
 from tltreal.proposers import OracleDrafter, random_drafter  # noqa: E402
 from tltreal.sampling import SamplingParams  # noqa: E402
 from tltreal.tree import make_tree  # noqa: E402
-from tltsim.model_config import ModelConfig  # noqa: E402
-from tltsim.policy.base import SDConfig, Static  # noqa: E402
 
 from .tiny_models import two_token_marginals  # noqa: E402
 

@@ -27,6 +27,8 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
+from tltcore.atomic import pid_alive  # noqa: E402
+from tltcore.policy.base import NoSD  # noqa: E402
 from tltreal.drafter_checkpoint import list_checkpoints, load_checkpoint, load_latest  # noqa: E402
 from tltreal.drafter_train import DrafterTrainerConfig  # noqa: E402
 from tltreal.engine import Engine, EngineConfig  # noqa: E402
@@ -40,8 +42,6 @@ from tltreal.spot_trainer import (  # noqa: E402
     WorkerError,
     split_requests,
 )
-from tltsim.atomic import pid_alive  # noqa: E402
-from tltsim.policy.base import NoSD  # noqa: E402
 
 from .drafter_fixtures import progressions, train_target  # noqa: E402
 from .tiny_models import TINY_V64  # noqa: E402

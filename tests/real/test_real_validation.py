@@ -15,6 +15,10 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
+from tltcore.acceptance import ChainAcceptance, paper_qwen32b_tp4  # noqa: E402
+from tltcore.cost import TableCostModel  # noqa: E402
+from tltcore.errors import InputError  # noqa: E402
+from tltcore.policy.base import SDConfig, Static  # noqa: E402
 from tltreal.model import random_model  # noqa: E402
 from tltreal.profiler import ProfileGrid, profile_native  # noqa: E402
 from tltreal.replay import (  # noqa: E402
@@ -24,10 +28,6 @@ from tltreal.replay import (  # noqa: E402
     speculative_run,
     with_extra_tokens,
 )
-from tltsim.acceptance import ChainAcceptance, paper_qwen32b_tp4  # noqa: E402
-from tltsim.cost import TableCostModel  # noqa: E402
-from tltsim.errors import InputError  # noqa: E402
-from tltsim.policy.base import SDConfig, Static  # noqa: E402
 from tltsim.traces.workload import StepWorkload  # noqa: E402
 
 from .tiny_models import TINY  # noqa: E402
@@ -109,6 +109,7 @@ def test_small_validation_holds_its_bound_and_a_wrong_cost_model_fails_it():
     """End to end on a real trace step scaled down: the calibrated simulator stays within a bound a
     noisy 2-core machine can hold, and the same comparison with the table scaled x1.5 breaks it."""
     from tltreal.validation import NativeSettings, validate_native
+    from tltsim.rollout import simulate_policy_step
     from tltsim.scenario import Scenario, acceptance_model, apply_override, load_steps
 
     pytest.importorskip("pyarrow")
@@ -124,9 +125,10 @@ def test_small_validation_holds_its_bound_and_a_wrong_cost_model_fails_it():
                               grid_iterations=4, grid_repeats=1, real_repeats=2)
     specs = ["no-sd", "static:4_1_4", "elastic:8:2+static:6_4_16"]
     accept = acceptance_model(s.acceptance)
-    result, rows, meta = validate_native(workloads, specs, accept, settings)
+    result, rows, meta = validate_native(workloads, specs, accept, settings, simulate=simulate_policy_step)
     good = np.median(np.abs(result.makespans["calibrated_measured_err"]))
     assert good <= 0.25, result.makespans
     wrong = TableCostModel.from_frame(rows.assign(seconds=rows["seconds"] * 1.5), meta)
-    scaled, _, _ = validate_native(workloads, specs, accept, settings, table=wrong)
+    scaled, _, _ = validate_native(workloads, specs, accept, settings, simulate=simulate_policy_step,
+                                    table=wrong)
     assert np.median(np.abs(scaled.makespans["calibrated_measured_err"])) > 0.25, scaled.makespans

@@ -16,18 +16,18 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
+from tltcore.acceptance import ChainAcceptance  # noqa: E402
+from tltcore.cost import RooflineCostModel  # noqa: E402
+from tltcore.errors import InputError  # noqa: E402
+from tltcore.events import EVENT_COLUMNS  # noqa: E402
+from tltcore.hardware import get_gpu  # noqa: E402
+from tltcore.model_config import ModelConfig  # noqa: E402
+from tltcore.model_shape import ModelShape  # noqa: E402
+from tltcore.policy.base import SDConfig  # noqa: E402
+from tltcore.policy.registry import make_policy  # noqa: E402
 from tltreal.replay import ReplayRequests  # noqa: E402
 from tltreal.validation import fitted_chain, vllm_chains  # noqa: E402
 from tltreal.vllm_backend import VllmSettings, draft_tokens_at, vllm_schedule  # noqa: E402
-from tltsim.acceptance import ChainAcceptance  # noqa: E402
-from tltsim.cost import RooflineCostModel  # noqa: E402
-from tltsim.errors import InputError  # noqa: E402
-from tltsim.events import EVENT_COLUMNS  # noqa: E402
-from tltsim.hardware import get_gpu  # noqa: E402
-from tltsim.model_config import ModelConfig  # noqa: E402
-from tltsim.model_shape import ModelShape  # noqa: E402
-from tltsim.policy.base import SDConfig  # noqa: E402
-from tltsim.policy.registry import make_policy  # noqa: E402
 from tltsim.rollout import EngineConfig, RolloutRun  # noqa: E402
 from tltsim.traces.workload import StepWorkload  # noqa: E402
 

@@ -24,10 +24,10 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
+from tltcore.policy.base import NO_SD, BatchView, Decision, NoSD, Outcome, SDConfig  # noqa: E402
 from tltreal.engine import Engine, EngineConfig, RunResult  # noqa: E402
 from tltreal.model import random_model  # noqa: E402
 from tltreal.proposers import OracleDrafter  # noqa: E402
-from tltsim.policy.base import NO_SD, BatchView, Decision, NoSD, Outcome, SDConfig  # noqa: E402
 
 from .tiny_models import TINY_V64  # noqa: E402
 

@@ -21,6 +21,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
+from tltcore.errors import InputError  # noqa: E402
+from tltcore.model_config import ModelConfig  # noqa: E402
 from tltreal.model import causal_mask, random_model  # noqa: E402
 from tltreal.pretrain import (  # noqa: E402
     PretrainConfig,
@@ -35,8 +37,6 @@ from tltreal.pretrain import (  # noqa: E402
 from tltreal.rl_task import Problem, TaskConfig, make_problem, parse_answer, reward, sample_problems  # noqa: E402
 from tltreal.tokenizer import build_tokenizer, load  # noqa: E402
 from tltreal.train_forward import next_token_logprobs, pack_sequences, token_logprobs  # noqa: E402
-from tltsim.errors import InputError  # noqa: E402
-from tltsim.model_config import ModelConfig  # noqa: E402
 
 from .tiny_models import MICRO  # noqa: E402
 

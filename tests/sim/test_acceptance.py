@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from analysis.paper_fidelity import paper_tables_dir
-from tltsim.acceptance import (
+from tltcore.acceptance import (
     PAPER_QWEN32B_TP4_PARAMS,
     PAPER_TOPK,
     AcceptanceModel,
@@ -17,9 +17,9 @@ from tltsim.acceptance import (
     load_depth_verify_table,
     paper_qwen32b_tp4,
 )
-from tltsim.drafter_state import DrafterState
-from tltsim.errors import InputError
-from tltsim.policy.base import NO_SD, SDConfig
+from tltcore.drafter.state import DrafterState
+from tltcore.errors import InputError
+from tltcore.policy.base import NO_SD, SDConfig
 
 PAPER = paper_tables_dir()  # ../shared/paper, else the vendored tests/data/paper: never skipped
 

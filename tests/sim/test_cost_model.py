@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from analysis.paper_fidelity import paper_tables_dir
-from tltsim.acceptance import ChainAcceptance, paper_qwen32b_tp4
-from tltsim.cost import (
+from tltcore.acceptance import ChainAcceptance, paper_qwen32b_tp4
+from tltcore.cost import (
     DEFAULT_DRAFT_STEP_OVERHEAD_S,
     DEFAULT_SD_OVERHEAD_S,
     CostModel,
@@ -20,10 +20,10 @@ from tltsim.cost import (
     fit_sd_overheads,
     padded_batch,
 )
-from tltsim.errors import InputError
-from tltsim.hardware import get_gpu
-from tltsim.model_shape import get_model
-from tltsim.policy.base import NO_SD, SDConfig
+from tltcore.errors import InputError
+from tltcore.hardware import get_gpu
+from tltcore.model_shape import get_model
+from tltcore.policy.base import NO_SD, SDConfig
 
 PAPER = paper_tables_dir()  # ../shared/paper, else the vendored tests/data/paper: never skipped
 QWEN7B = get_model("Qwen2.5-7B")
@@ -308,7 +308,7 @@ def test_table_span_equals_sum_of_steps(tmp_path):
 
 
 def test_parquet_round_trip_with_metadata_and_mismatch_refused(tmp_path):
-    from tltsim.cost import shape_fingerprint, write_table
+    from tltcore.cost import shape_fingerprint, write_table
 
     df = pd.read_csv(_write_table_from(roofline(), tmp_path / "costs.csv"))
     meta = {"device": "H100-SXM", "model": shape_fingerprint(QWEN7B), "tp": "1", "context_rule": "max"}
@@ -387,7 +387,7 @@ def test_parquet_table_ignores_hostile_pandas_metadata(tmp_path, pandas_meta):
     never trusted, so a malformed one cannot crash the reader or hide a column."""
     import pyarrow.parquet as pq
 
-    from tltsim.cost import write_table
+    from tltcore.cost import write_table
 
     df = pd.read_csv(_write_table_from(roofline(), tmp_path / "costs.csv"))
     good = TableCostModel.from_file(write_table(df, {"context_rule": "max"}, tmp_path / "good.parquet"))
@@ -410,7 +410,7 @@ def test_parquet_table_ignores_hostile_pandas_metadata(tmp_path, pandas_meta):
 def test_parquet_table_with_bad_metadata_or_columns_is_one_line(tmp_path, mutate, match):
     import pyarrow.parquet as pq
 
-    from tltsim.cost import write_table
+    from tltcore.cost import write_table
 
     df = pd.read_csv(_write_table_from(roofline(), tmp_path / "costs.csv"))
     write_table(df, {}, tmp_path / "good.parquet")

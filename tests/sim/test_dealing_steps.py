@@ -4,7 +4,7 @@ Traces usually label a step's groups by position (``0 .. G-1`` again every step)
 can track difficulty (the loader's order, a dataset's order). A shuffle that ignored the step would
 give every step the same permutation: the same slot, hence the same kind of prompt, would land on
 the same worker step after step, a systematic tail the shuffle exists to average out (see
-tltsim/rollout/dealing.py).
+tltcore/dealing.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from rollout_fixtures import Work
 
-from tltsim.policy.base import NoSD
+from tltcore.policy.base import NoSD
 from tltsim.rollout import RolloutRun, deal
 
 N_GROUPS, GROUP_SIZE, N_WORKERS, N_STEPS = 8, 4, 4, 240

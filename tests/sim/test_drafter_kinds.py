@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from conftest import needs_shared_traces
-from tltsim.cost import RooflineCostModel
-from tltsim.drafter_kinds import ModelFreeDraftCost, ngram_acceptance
-from tltsim.errors import InputError
-from tltsim.policy.base import SDConfig
-from tltsim.presets import get_preset
-from tltsim.rl_run import preset_inputs
+from tltcore.cost import RooflineCostModel
+from tltcore.drafter.kinds import ModelFreeDraftCost, ngram_acceptance
+from tltcore.errors import InputError
+from tltcore.policy.base import SDConfig
+from tltsim.rl.presets import get_preset
+from tltsim.rl.run import preset_inputs
 from tltsim.scenario import Scenario, apply_override, cost_model, prepare
 
 CTX = np.array([500, 2000, 9000])

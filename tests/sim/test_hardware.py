@@ -2,8 +2,8 @@
 
 import pytest
 
-from tltsim.errors import InputError
-from tltsim.hardware import GPU_NAMES, get_gpu
+from tltcore.errors import InputError
+from tltcore.hardware import GPU_NAMES, get_gpu
 
 
 def test_aliases_are_case_insensitive():

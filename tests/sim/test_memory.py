@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from tltsim.errors import InputError
-from tltsim.hardware import get_gpu
-from tltsim.memory import (
+from tltcore.errors import InputError
+from tltcore.hardware import get_gpu
+from tltcore.model_shape import get_model
+from tltsim.rl.gpu_memory import (
     GB,
     GRAPH_OVERHEAD_BYTES,
     GRAPH_TOKEN_ROWS,
@@ -24,7 +25,6 @@ from tltsim.memory import (
     rollout_memory,
     training_memory,
 )
-from tltsim.model_shape import get_model
 
 H100 = get_gpu("H100")
 Q7, Q32 = get_model("Qwen2.5-7B"), get_model("Qwen2.5-32B")

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from tltsim.errors import InputError
-from tltsim.model_shape import MODEL_NAMES, get_model, load_config_json
+from tltcore.errors import InputError
+from tltcore.model_shape import MODEL_NAMES, get_model, load_config_json
 
 # Published parameter counts (model cards), in billions.
 PUBLISHED = {"Qwen2.5-7B": 7.62, "Qwen2.5-32B": 32.8, "Llama-3.3-70B": 70.6, "Qwen2.5-1.5B": 1.54,

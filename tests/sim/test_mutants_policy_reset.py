@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 from rollout_fixtures import LinearCost, Work
 
-from tltsim.acceptance import ChainAcceptance
-from tltsim.policy.base import SDConfig, Static
-from tltsim.policy.elastic import Elastic
+from tltcore.acceptance import ChainAcceptance
+from tltcore.policy.base import SDConfig, Static
+from tltcore.policy.elastic import Elastic
 from tltsim.rollout import EngineConfig, RolloutRun
 
 THRESHOLD = 4

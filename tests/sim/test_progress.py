@@ -88,8 +88,9 @@ def test_validate_native_reports_every_phase_and_unit(monkeypatch) -> None:
     """A tiny real validation: the phases are the ones `tlt validate` plans (tltcli.validate
     ._phase_plan, less the report it writes itself) and each phase's units all arrive."""
     pytest.importorskip("torch")
-    from tltcli.validate import Backend, _phase_plan
+    from tltcli.validate import RealBackend, _phase_plan
     from tltreal.validation import NativeSettings, validate_native
+    from tltsim.rollout import simulate_policy_step
     from tltsim.scenario import acceptance_model, load_steps, policies_with_baseline, resolve
 
     s = resolve(None, [("trace.name", "polytrace_rl_rollouts", "t"), ("trace.source", "polytrace/verl_dapo_qwen2.5-32b",
@@ -100,10 +101,11 @@ def test_validate_native_reports_every_phase_and_unit(monkeypatch) -> None:
                               grid_repeats=1, real_repeats=1)
     rec = Recorder()
     specs = policies_with_baseline(s.policies)
-    validate_native(workloads, specs, acceptance_model(s.acceptance), settings, progress=rec)
+    validate_native(workloads, specs, acceptance_model(s.acceptance), settings, simulate=simulate_policy_step,
+                    progress=rec)
     names = [name for name, _ in rec.phases]
     assert names[0].startswith("building the model") and names[1] == "real runs, step 0"
     assert names[2] == "profiling the engine" and names[3] == "simulating step 0"
-    assert len(names) == _phase_plan(len(workloads), Backend.native, profiled=True) - 1
+    assert len(names) == _phase_plan(len(workloads), RealBackend.native, profiled=True) - 1
     for (_, total), done in zip(rec.phases, rec.done, strict=True):
         assert done == (total or 0)  # every unit announced arrives, no more

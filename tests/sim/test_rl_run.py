@@ -7,13 +7,13 @@ import pandas as pd
 import pytest
 
 from conftest import needs_shared_traces, require_real_traces
-from tltsim.errors import InputError
-from tltsim.events import BUSY_KINDS, CLUSTER, check_event_log
-from tltsim.hardware import get_gpu
-from tltsim.model_shape import get_model
-from tltsim.presets import PRESET_NAMES, get_preset, presets_with_baseline
-from tltsim.rl_phases import RLPhaseConfig, forward_flops, phase_times
-from tltsim.rl_run import LATER_PHASES, compare_presets, run_preset
+from tltcore.errors import InputError
+from tltcore.events import BUSY_KINDS, CLUSTER, check_event_log
+from tltcore.hardware import get_gpu
+from tltcore.model_shape import get_model
+from tltsim.rl.phases import RLPhaseConfig, forward_flops, phase_times
+from tltsim.rl.presets import PRESET_NAMES, get_preset, presets_with_baseline
+from tltsim.rl.run import LATER_PHASES, compare_presets, run_preset
 from tltsim.scenario import Scenario, apply_override, prepare
 
 

@@ -8,15 +8,15 @@ import pandas as pd
 import pytest
 from rollout_fixtures import Work
 
-from tltsim.acceptance import ChainAcceptance, paper_qwen32b_tp4
-from tltsim.drafter_state import DrafterState
-from tltsim.events import check_event_log
-from tltsim.policy.base import BatchView, Decision, NoSD, Outcome, SDConfig, Static
-from tltsim.policy.beg_mab import BucketedEpsilonGreedy
-from tltsim.policy.elastic import Elastic
-from tltsim.policy.recent_accept import RecentAccept
+from tltcore.acceptance import ChainAcceptance, paper_qwen32b_tp4
+from tltcore.drafter.state import DrafterState
+from tltcore.events import check_event_log
+from tltcore.policy.base import BatchView, Decision, NoSD, Outcome, SDConfig, Static
+from tltcore.policy.beg_mab import BucketedEpsilonGreedy
+from tltcore.policy.elastic import Elastic
+from tltcore.policy.recent_accept import RecentAccept
+from tltcore.summary import summarize_step, summary_table
 from tltsim.rollout import EngineConfig, RolloutRun, deal, simulate_step
-from tltsim.summary import summarize_step, summary_table
 
 A, B, C, D = 1e-3, 1e-6, 1e-2, 1e-5  # decode: A + B*sum(ctx); target prefill pass: C + D*sum(new)
 E, F = 2e-3, 3e-6  # drafter prefill pass: E + F*sum(new)
@@ -242,7 +242,7 @@ def test_summary_table_speedup_and_accept_length():
 def test_training_rows_never_count_as_generation():
     """A drafter-training row on a released worker, and an actor update after the rollout, are not
     generation: the rollout summary reads the rollout phase only."""
-    from tltsim.events import CLUSTER, EventLog
+    from tltcore.events import CLUSTER, EventLog
 
     res = run(work([2, 2], [1, 3]), n=2)
     log = EventLog(run_id="", source="sim", policy="no-sd")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import needs_shared_traces
-from tltsim.errors import InputError
+from tltcore.errors import InputError
 from tltsim.scenario import (
     Scenario,
     apply_override,
@@ -152,7 +152,7 @@ def test_policy_lists_split_only_between_specs():
 
 def test_generic_machinery_reaches_any_depth():
     """Schemas of any depth get the same paths, parsing and errors (whole-run sections nest deeper)."""
-    from tltsim import config_tree
+    from tltcore import config_tree
 
     assert config_tree.field_paths(Root) == ["mid.leaf.rate", "mid.leaf.on", "mid.names", "n"]
     r = config_tree.override(Root(), "mid.leaf.on", "true")
@@ -202,8 +202,8 @@ def test_result_hash_covers_trace_content_and_version(tmp_path, monkeypatch):
     import os
     os.utime(trace, ns=(1, 1))  # a new modification time, as an edit gives
     assert scenario_hash(s) != first
-    import tltsim
-    monkeypatch.setattr(tltsim, "__version__", "9.9.9")
+    import tltcore
+    monkeypatch.setattr(tltcore, "__version__", "9.9.9")
     assert scenario_hash(s) != first
 
 
@@ -370,7 +370,7 @@ def test_trace_seed_picks_responses_and_seed_deals():
 def test_scenario_files_that_are_not_regular_files_are_refused_without_reading(tmp_path):
     import os
 
-    from tltsim.config_tree import MAX_CONFIG_BYTES
+    from tltcore.config_tree import MAX_CONFIG_BYTES
 
     os.mkfifo(tmp_path / "pipe.toml")
     with pytest.raises(InputError, match="not a regular file"):

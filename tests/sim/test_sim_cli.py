@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from conftest import needs_shared_traces
 from tltcli import app
-from tltsim.events import check_event_log
+from tltcore.events import check_event_log
 from tltsim.scenario import load_scenario
 
 

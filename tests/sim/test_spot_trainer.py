@@ -8,12 +8,12 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
-from tltsim.drafter_dynamics import DrafterDynamics
-from tltsim.drafter_state import DrafterState
-from tltsim.errors import InputError
-from tltsim.spot.coordinator import Checkpoint, SpotTraining, TrainingSession
+from tltcore.drafter.dynamics import DrafterDynamics
+from tltcore.drafter.state import DrafterState
+from tltcore.errors import InputError
+from tltcore.spot_coordinator import Checkpoint, SpotTraining, TrainingSession
+from tltsim.spot.analytic_trainer import TrainerConfig, inline_train, spot_train
 from tltsim.spot.coverage import DataCoverage
-from tltsim.spot.trainer import TrainerConfig, inline_train, spot_train
 
 
 # ---- drafter dynamics ---------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tltsim.errors import InputError
+from tltcore.errors import InputError
 from tltsim.sweep.spec import MAX_POINTS, iter_points, load_spec
 
 

@@ -20,9 +20,9 @@ import pandas as pd
 import pytest
 
 from conftest import invoke_cli
-from tltsim.errors import InputError
+from tltcore.errors import InputError
 from tltsim.sweep import SweepStore, expand, load_spec, parse_spec, run_sweep
-from tltsim.sweep.runner import Outcome, result_rows
+from tltsim.sweep.runner import PointResult, result_rows
 from tltsim.sweep.spec import iter_points
 
 HERE = Path(__file__).resolve().parent
@@ -140,13 +140,14 @@ def test_reader_keeps_one_attempt_per_key_whatever_the_files_hold(tmp_path):
     store = SweepStore(tmp_path / "out")
     store.check_writable()
     frame = pd.DataFrame({"policy": ["no-sd", "p"], "step": [0, 0], "speedup": [1.0, 1.5]})
-    first = store.write_point(result_rows(a, Outcome(a.key, frame, None, "", 1.0, "h"), spec.axis_fields), a.key)
+    first = store.write_point(result_rows(a, PointResult(a.key, frame, None, "", 1.0, "h"), spec.axis_fields), a.key)
     (store.results / "part-copy.parquet").write_bytes(first.read_bytes())  # a compaction that died before deleting
-    store.write_point(result_rows(b, Outcome(b.key, None, "ValueError: boom", "tb", 1.0, "h"), spec.axis_fields), b.key)
+    boom = PointResult(b.key, None, "ValueError: boom", "tb", 1.0, "h")
+    store.write_point(result_rows(b, boom, spec.axis_fields), b.key)
     time.sleep(0.01)
-    retried = Outcome(b.key, frame, None, "", 1.0, "h")
+    retried = PointResult(b.key, frame, None, "", 1.0, "h")
     store.write_point(result_rows(b, retried, spec.axis_fields), b.key)
-    store.write_point(result_rows(b, Outcome(b.key, None, "later error", "", 1.0, "h"), spec.axis_fields), b.key)
+    store.write_point(result_rows(b, PointResult(b.key, None, "later error", "", 1.0, "h"), spec.axis_fields), b.key)
     (store.results / ".part-x.tlt-tmp-999999999-abc.parquet").write_bytes(b"half a file")  # SIGKILL mid-write
     df = store.read()
     assert sorted(df["key"]) == sorted([a.key, a.key, b.key, b.key])
@@ -440,7 +441,7 @@ def test_compaction_leaves_a_damaged_part_where_it_is(tmp_path):
     store.check_writable()
     frame = pd.DataFrame({"policy": ["no-sd"], "step": [0], "speedup": [1.0]})
     for p in (a, b):
-        store.write_point(result_rows(p, Outcome(p.key, frame, None, "", 1.0, "h"), spec.axis_fields), p.key)
+        store.write_point(result_rows(p, PointResult(p.key, frame, None, "", 1.0, "h"), spec.axis_fields), p.key)
     bad = store.results / "part-00000000000000000000-1-bad.parquet"
     bad.write_bytes(b"PAR1 cut short")
     assert store.compact() == 2

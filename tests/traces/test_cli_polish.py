@@ -223,7 +223,7 @@ def test_plot_outputs_get_the_umask_permissions(cli, tmp_path: Path, umask: int,
 @pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="needs Linux /proc")
 def test_umask_is_read_without_setting_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Setting the umask to read it leaves a window where another thread creates world-writable files."""
-    from tltsim.atomic import write_text
+    from tltcore.atomic import write_text
 
     old = os.umask(0o022)
     try:

@@ -14,7 +14,7 @@ import pytest
 from fake_upstream import BASE, UPSTREAM_PATH, fresh_clone_env, make_upstream, serve
 
 from conftest import needs_shared_traces
-from tltsim.atomic import MARKER
+from tltcore.atomic import MARKER
 
 needs_shared = needs_shared_traces()
 

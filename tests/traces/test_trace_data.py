@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from conftest import needs_shared_traces
-from tltsim.errors import InputError
-from tltsim.input_files import sha256_of
+from tltcore.errors import InputError
+from tltcore.input_files import sha256_of
 from tltsim.traces import build_workload, catalog, load_trace, trace_stats
 from tltsim.traces.catalog import find_file, search_path
 from tltsim.traces.profiles import INTERN_S1_MATH
@@ -195,7 +195,7 @@ def test_search_r1_converter_sums_turns_and_tools(tmp_path: Path) -> None:
 
 
 def test_converter_on_the_wrong_layout_is_one_input_error(tmp_path: Path) -> None:
-    from tltsim.errors import InputError
+    from tltcore.errors import InputError
     from tltsim.traces.upstream import convert
 
     (tmp_path / "u.csv").write_text("path,tok_len\nexperiment_archive/r/a/b/c/d/2001/I/3/gen_0/x,notanumber\n")

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import run_cli
-from tltsim.errors import InputError
+from tltcore.errors import InputError
 from tltsim.traces import read_trace
 from tltsim.traces.readers import parse_mapping
 

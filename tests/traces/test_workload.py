@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from conftest import needs_shared_traces
-from tltsim.errors import InputError
+from tltcore.errors import InputError
 from tltsim.traces import build_workload, load_trace
 from tltsim.traces.schema import normalize
 from tltsim.traces.workload import DEFAULT_DISPERSION_SIGMA, expand_samples

@@ -6,7 +6,7 @@ EAGLE drafter forward at every draft step (so drafting costs what it costs), the
 proposals: it knows each request's greedy continuation from a plain (no-SD) reference run, and
 at every draft node that carries the true token it puts the true next token among its top-k
 children at sibling rank ``r`` with probability ``p(d, r)`` of an acceptance model's positional table
-(:meth:`tltsim.acceptance.TreeAcceptance.position_probs`), or leaves it out with the remaining
+(:meth:`tltcore.acceptance.TreeAcceptance.position_probs`), or leaves it out with the remaining
 probability. The other children are random wrong tokens. Their draft scores are ``log p(d, r)``, so
 tree expansion and the verify-node selection rank nodes as the acceptance model assumes.
 

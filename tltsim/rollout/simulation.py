@@ -4,7 +4,7 @@ A :class:`RolloutRun` is one policy's run over consecutive RL steps. What persis
 what persists in a real engine: each worker's policy object (``reset(step)`` is called at every
 step start, so BEG-MAB's reward windows carry over as in TLT), each worker's recent-accept estimate
 and the run-level clock of the event log. Each step deals its responses to the workers
-(:mod:`tltsim.rollout.dealing`), runs every worker to completion, marks workers that finished
+(:mod:`tltcore.dealing`), runs every worker to completion, marks workers that finished
 early as idle until the step's makespan and writes one cluster-wide ``stage`` row spanning the
 step's rollout. Whole RL steps (reward, actor update, drafter training) build on this.
 
@@ -21,13 +21,15 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from tltsim.acceptance import AcceptanceModel, AcceptSampler
-from tltsim.cost import CostModel
-from tltsim.drafter_state import INITIAL_DRAFTER, DrafterState
-from tltsim.events import CLUSTER, EventLog
-from tltsim.policy.base import SDPolicy
-from tltsim.policy.recent_accept import RecentAccept
-from tltsim.rollout.dealing import deal
+from tltcore.acceptance import AcceptanceModel, AcceptSampler
+from tltcore.cost import CostModel
+from tltcore.dealing import deal
+from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
+from tltcore.events import CLUSTER, EventLog
+from tltcore.policy.base import SDPolicy
+from tltcore.policy.recent_accept import RecentAccept
+from tltcore.policy.registry import make_policy
+from tltcore.step_simulator import SimulatedEngine
 from tltsim.rollout.entities import EngineConfig, StepRequests
 from tltsim.rollout.worker import RolloutWorker
 
@@ -145,3 +147,16 @@ def simulate_step(workload: StepRequests, *, policies: Sequence[SDPolicy], cost:
                      policy_name=policy_name, drafter=drafter)
     res = run.step(workload)
     return RolloutResult(run.name, res.step, run.events(), res.finish_times - res.t_start, res.makespan)
+
+
+def simulate_policy_step(workload: StepRequests, spec: str, cost: CostModel, accept: AcceptanceModel | None, *,
+                         engine: SimulatedEngine, seed: int, deal_mode: str) -> pd.DataFrame:
+    """One step of the policy ``spec`` on one worker, scheduled as ``engine`` describes a real backend;
+    the event log. This is the :class:`~tltcore.step_simulator.StepSimulator` the validator is given."""
+    from dataclasses import asdict
+
+    config = EngineConfig(**asdict(engine.limits), acceptance_mode=engine.acceptance_mode,
+                          mixed_prefill=engine.mixed_prefill)
+    policy = make_policy(spec, seed=seed, accept_model=accept, cost_model=cost)
+    return simulate_step(workload, policies=[policy], cost=cost, accept=accept, engine=config, seed=seed,
+                         deal_mode=deal_mode, policy_name=spec).events

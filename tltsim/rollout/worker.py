@@ -8,15 +8,15 @@ Each unit of work (:meth:`RolloutWorker.advance`) is one of:
 * **the switch**, when the decision has ``switch_on``: a ``switch`` marker, then either a
   ``switch_reprefill`` of every live request through target and drafter (TLT), a drafter
   ``catch_up`` (the native engine), or nothing (``in_step``: vLLM's drafter runs every iteration),
-  as :data:`~tltsim.rollout.entities.SWITCH_MODES` says;
+  as :data:`~tltcore.engine_limits.SWITCH_MODES` says;
 * **drafter catch-up** of requests whose drafter missed more than ``catch_up_limit`` tokens (e.g.
   admitted while SD was on, or after plain iterations under a policy that toggles SD);
 * **a decode span**: up to ``decision.hold`` iterations with the decided config, ending early at the
   first finishing request. Plain spans use the cost model's closed form
-  (:meth:`~tltsim.cost.CostModel.decode_span_time`); SD spans loop over iterations. An SD iteration
+  (:meth:`~tltcore.cost.CostModel.decode_span_time`); SD spans loop over iterations. An SD iteration
   emits each request's accept length (bonus included), never beyond what it has left: the expected
   value (fractional progress) in ``expected`` mode, a draw from the worker's seeded RNG through
-  :class:`~tltsim.acceptance.AcceptSampler` in ``stochastic`` mode. The policy is told one
+  :class:`~tltcore.acceptance.AcceptSampler` in ``stochastic`` mode. The policy is told one
   :class:`Outcome` per span.
 
 Workers never interact within a step, so each keeps a local clock and the SimPy process yields once
@@ -30,13 +30,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tltsim.acceptance import AcceptanceModel, AcceptSampler
-from tltsim.cost import CostModel
-from tltsim.drafter_state import DrafterState
-from tltsim.errors import InputError
-from tltsim.events import EventLog
-from tltsim.policy.base import NO_SD, BatchView, Outcome, SDConfig, SDPolicy
-from tltsim.policy.recent_accept import RecentAccept
+from tltcore.acceptance import AcceptanceModel, AcceptSampler
+from tltcore.cost import CostModel
+from tltcore.drafter.state import DrafterState
+from tltcore.errors import InputError
+from tltcore.events import EventLog
+from tltcore.policy.base import NO_SD, BatchView, Outcome, SDConfig, SDPolicy
+from tltcore.policy.recent_accept import RecentAccept
 from tltsim.rollout.entities import EngineConfig, LiveRequests
 from tltsim.rollout.scheduling import admissible, prefill_passes
 

@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 
-from tltsim.errors import InputError, warn
+from tltcore.errors import InputError, warn
 from tltsim.scenario import Scenario, scenario_toml
 from tltsim.sweep.spec import Point, SweepSpec, expand
 from tltsim.sweep.store import POINTS, SweepStore, cell
@@ -57,13 +57,13 @@ def evaluate_point(scenario: Scenario) -> pd.DataFrame:
     """Simulate one point; the single swappable evaluation of a sweep.
 
     With ``presets`` (whole RL runs): every preset against ``verl`` on the same workloads,
-    :func:`tltsim.rl_run.compare_presets`'s per-preset summary (end-to-end ``speedup``,
+    :func:`tltsim.rl.run.compare_presets`'s per-preset summary (end-to-end ``speedup``,
     ``rollout_speedup``, time per phase, accept length; an out-of-memory preset is a row with
     ``run_status = "oom"``, since ``status`` is the sweep's own column). Otherwise: every policy
     against ``no-sd`` for the rollout alone, :func:`tltsim.scenario.compare_policies`'s summary, one
     row per (policy, step) with makespan, speedup, GPU idle share, accept length and tokens/s."""
     if scenario.presets:
-        from tltsim.rl_run import compare_presets
+        from tltsim.rl.run import compare_presets
 
         _, _, summary = compare_presets(scenario)
         return summary.rename(columns={"status": "run_status"})
@@ -83,7 +83,7 @@ def default_workers() -> int:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class PointResult:
     """What came back for one point from wherever it ran."""
 
     key: str
@@ -104,7 +104,7 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def run_task(evaluate: Evaluator | None, key: str, scenario: Scenario) -> Outcome:
+def run_task(evaluate: Evaluator | None, key: str, scenario: Scenario) -> PointResult:
     """Evaluate one point where it runs (worker process or Ray task), catching its failure.
 
     Top-level so that it pickles by reference; ``evaluate=None`` means this module's
@@ -120,11 +120,11 @@ def run_task(evaluate: Evaluator | None, key: str, scenario: Scenario) -> Outcom
             raise ValueError("the evaluation returned no rows")
     except Exception as exc:  # a point's failure is its result; the sweep goes on
         tb = "".join(traceback.format_exception(exc)[-20:])
-        return Outcome(key, None, _one_line(exc), tb, time.perf_counter() - t0, host)
-    return Outcome(key, frame.reset_index(drop=True), None, "", time.perf_counter() - t0, host)
+        return PointResult(key, None, _one_line(exc), tb, time.perf_counter() - t0, host)
+    return PointResult(key, frame.reset_index(drop=True), None, "", time.perf_counter() - t0, host)
 
 
-def result_rows(point: Point, outcome: Outcome, axis_fields: Sequence[str]) -> pd.DataFrame:
+def result_rows(point: Point, outcome: PointResult, axis_fields: Sequence[str]) -> pd.DataFrame:
     """The rows stored for one point: key, status, error, axis columns, the evaluation's columns,
     bookkeeping (see :mod:`tltsim.sweep.store`)."""
     head: dict[str, Any] = {"key": point.key, "status": "ok" if outcome.ok else "error",
@@ -155,7 +155,7 @@ def points_frame(spec: SweepSpec, points: Sequence[Point]) -> pd.DataFrame:
 
 
 # ---- backends -------------------------------------------------------------------------------------
-class Backend(Protocol):
+class PointExecutor(Protocol):
     """Where points run. ``submit`` returns a handle; ``wait`` blocks until at least one handle is
     done and returns (handle, outcome) pairs; ``close`` stops everything, cancelling queued work."""
 
@@ -163,7 +163,7 @@ class Backend(Protocol):
 
     def submit(self, evaluate: Evaluator | None, point: Point) -> Any: ...
 
-    def wait(self, handles: Iterable[Any]) -> list[tuple[Any, Outcome]]: ...
+    def wait(self, handles: Iterable[Any]) -> list[tuple[Any, PointResult]]: ...
 
     def close(self, *, cancel: bool) -> None: ...
 
@@ -176,7 +176,7 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-class LocalBackend:
+class LocalExecutor:
     """``concurrent.futures.ProcessPoolExecutor`` on this machine, started from a forkserver."""
 
     def __init__(self, workers: int) -> None:
@@ -191,7 +191,7 @@ class LocalBackend:
     def submit(self, evaluate: Evaluator | None, point: Point) -> Future:
         return self.pool.submit(run_task, evaluate, point.key, point.scenario)
 
-    def wait(self, handles: Iterable[Future]) -> list[tuple[Future, Outcome]]:
+    def wait(self, handles: Iterable[Future]) -> list[tuple[Future, PointResult]]:
         done, _ = wait_futures(list(handles), return_when=FIRST_COMPLETED)
         out = []
         for fut in done:
@@ -247,7 +247,7 @@ def check_reachable(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> N
                          path="--address") from None
 
 
-class RayBackend:
+class RayExecutor:
     """Ray tasks, on an existing cluster (``address``) or on a local Ray started here with
     ``workers`` CPUs. A Ray this process did not start is left running."""
 
@@ -276,7 +276,7 @@ class RayBackend:
         self.inflight.add(ref)
         return ref
 
-    def wait(self, handles: Iterable[Any]) -> list[tuple[Any, Outcome]]:
+    def wait(self, handles: Iterable[Any]) -> list[tuple[Any, PointResult]]:
         refs = list(handles)
         done, _ = self.ray.wait(refs, num_returns=1)
         out = []
@@ -285,7 +285,7 @@ class RayBackend:
             try:
                 out.append((ref, self.ray.get(ref)))
             except Exception as exc:  # the task's worker died (e.g. OOM) after its retry: the point's result
-                out.append((ref, Outcome("", None, _one_line(exc), "", 0.0, "ray")))
+                out.append((ref, PointResult("", None, _one_line(exc), "", 0.0, "ray")))
         return out
 
     def close(self, *, cancel: bool) -> None:
@@ -317,7 +317,7 @@ class RunReport:
         return 60.0 * n / self.wall_s if n and self.wall_s > 0 else float("nan")
 
 
-Progress = Callable[[Point, Outcome], None]
+Progress = Callable[[Point, PointResult], None]
 
 
 def plan(spec: SweepSpec, store: SweepStore, *, retry_failed: bool = False,
@@ -374,7 +374,7 @@ def run_sweep(spec: SweepSpec, out: str | Path | None = None, *, backend: str = 
         on_start(report.planned, report.skipped)
     t0 = time.perf_counter()
 
-    def commit(point: Point, outcome: Outcome) -> None:
+    def commit(point: Point, outcome: PointResult) -> None:
         store.write_point(result_rows(point, outcome, spec.axis_fields), point.key)
         if outcome.ok:
             report.ok += 1
@@ -384,11 +384,11 @@ def run_sweep(spec: SweepSpec, out: str | Path | None = None, *, backend: str = 
             progress(point, outcome)
 
     for p in invalid:  # cannot be simulated: recorded without a worker
-        commit(p, Outcome(p.key, None, p.invalid, "", 0.0, f"{socket.gethostname()}:{os.getpid()}"))
+        commit(p, PointResult(p.key, None, p.invalid, "", 0.0, f"{socket.gethostname()}:{os.getpid()}"))
     if todo:
         n_workers = workers or default_workers()
-        runner: Backend = (LocalBackend(min(n_workers, len(todo))) if backend == "local"
-                           else RayBackend(n_workers, address))
+        runner: PointExecutor = (LocalExecutor(min(n_workers, len(todo))) if backend == "local"
+                           else RayExecutor(n_workers, address))
         clean = False
         try:
             _drive(runner, todo, evaluate, commit)
@@ -401,8 +401,8 @@ def run_sweep(spec: SweepSpec, out: str | Path | None = None, *, backend: str = 
     return report
 
 
-def _drive(runner: Backend, todo: Sequence[Point], evaluate: Evaluator | None,
-           commit: Callable[[Point, Outcome], None]) -> None:
+def _drive(runner: PointExecutor, todo: Sequence[Point], evaluate: Evaluator | None,
+           commit: Callable[[Point, PointResult], None]) -> None:
     """Keep ~2 tasks per slot in flight, committing each outcome as it arrives."""
     window = 2 * runner.slots
     queue = iter(todo)

@@ -54,9 +54,9 @@ from typing import Any
 
 import numpy as np
 
-from tltsim import config_tree
-from tltsim.errors import InputError
-from tltsim.input_files import check_input
+from tltcore import config_tree
+from tltcore.errors import InputError
+from tltcore.input_files import check_input
 from tltsim.scenario import (
     Scenario,
     field_paths,

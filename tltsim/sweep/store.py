@@ -9,7 +9,7 @@ Layout of ``results/sweeps/<spec stem>/``::
     results/part-*.parquet  result rows, one file per committed point (merged by ``compact``)
 
 Why it cannot be corrupted by a crash: every file is written to a hidden temp name and renamed into
-place (:func:`tltsim.atomic.write_with`), so a reader sees a whole file or none; the result files
+place (:func:`tltcore.atomic.write_with`), so a reader sees a whole file or none; the result files
 themselves are the only record of what is finished (no separate index that could disagree with them
 after a crash between two writes). A point may nevertheless end up in two files -- a crash between
 a compaction's write and its deletes, two runs of one spec at once, a ``--retry-failed`` re-run of an
@@ -46,8 +46,8 @@ from typing import Any
 
 import pandas as pd
 
-from tltsim.atomic import check_path_text, sweep_dead, write_text, write_with
-from tltsim.errors import InputError, warn
+from tltcore.atomic import check_path_text, sweep_dead, write_text, write_with
+from tltcore.errors import InputError, warn
 
 META = "sweep.json"
 SPEC_COPY = "spec.toml"
@@ -124,7 +124,7 @@ class SweepStore:
     def write_meta(self, *, spec_text: str, spec_name: str, spec_sha256: str, base_toml: str,
                    points: pd.DataFrame, axis_fields: tuple[str, ...]) -> None:
         """Store the spec, its resolved base and its points beside the results (each file atomic)."""
-        from tltsim import __version__
+        from tltcore import __version__
 
         write_text(self.root / SPEC_COPY, spec_text)
         write_text(self.root / BASE_COPY, base_toml)

@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from tltsim.config_tree import suggest
-from tltsim.errors import InputError
+from tltcore.config_tree import suggest
+from tltcore.errors import InputError
 from tltsim.traces.catalog import CatalogEntry, catalog, resolve, search_path
 from tltsim.traces.profiles import PROFILES
 from tltsim.traces.readers import read_trace

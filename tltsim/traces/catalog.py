@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from tltsim.errors import InputError
+from tltcore.errors import InputError
 
 CATALOG_FILE = Path(__file__).resolve().parents[1] / "data" / "catalog.toml"
 SHARED_ENV = "TLT_SHARED_DIR"
@@ -178,7 +178,7 @@ def resolve(name_or_path: str | os.PathLike) -> Path | CatalogEntry:
     found = find_file(text)
     if found is not None:
         return found
-    from tltsim.config_tree import suggest
+    from tltcore.config_tree import suggest
 
     raise InputError(f"unknown trace '{text}'{suggest(text, list(catalog()))}: not a file, not in the catalog "
                      f"({', '.join(catalog())}), not on the search path")

@@ -37,8 +37,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tltsim.errors import InputError
-from tltsim.input_files import sha256_of
+from tltcore.errors import InputError
+from tltcore.input_files import sha256_of
 from tltsim.traces.catalog import CatalogEntry, cache_dir, catalog, find_file
 
 GITHUB_RAW = "https://raw.githubusercontent.com/"
@@ -98,7 +98,7 @@ def source_url(base_url: str, path: str, mirror: str | None = None) -> str:
 
 
 def _lookup(name: str) -> CatalogEntry:
-    from tltsim.config_tree import suggest
+    from tltcore.config_tree import suggest
 
     entry = catalog().get(name)
     if entry is None:
@@ -136,7 +136,7 @@ def _make_cache(cache: Path) -> None:
 
 def _sweep_stale(folder: Path) -> None:
     """Remove temp folders of fetches that were killed (their names carry the dead writer's pid)."""
-    from tltsim.atomic import sweep_dead
+    from tltcore.atomic import sweep_dead
 
     sweep_dead(folder, re.compile(rf"^{re.escape(_TMP_PREFIX)}.*-(\d+)-[A-Za-z0-9_]+$"))
 
@@ -260,7 +260,7 @@ def fetch(name: str, *, force: bool = False, mirror: str | None = None) -> Fetch
         if digest != entry.sha256:
             raise InputError(f"cannot fetch '{name}': the converted file has sha256 {digest[:16]}..., the catalog "
                              f"pins {str(entry.sha256)[:16]}...; nothing was cached")
-        from tltsim.atomic import write_with
+        from tltcore.atomic import write_with
 
         _make_cache(cache)
         write_with(target, lambda p: Path(p).write_bytes(data), field="cache")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tltsim.errors import InputError, reason
+from tltcore.errors import InputError, reason
 from tltsim.traces.schema import TRACE_COLUMNS, check_unique_columns, column_name, column_names, normalize
 
 SUFFIXES = (".csv", ".parquet", ".jsonl", ".ndjson")

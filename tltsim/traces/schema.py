@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tltsim.errors import InputError
+from tltcore.errors import InputError
 
 #: canonical column -> pandas dtype
 TRACE_COLUMNS: dict[str, str] = {

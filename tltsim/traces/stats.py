@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from tltsim.errors import InputError
+from tltcore.errors import InputError
 
 #: The label of the group of rows whose ``by`` key is empty.
 EMPTY_KEY = "(empty)"

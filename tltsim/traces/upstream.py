@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from tltsim.errors import InputError
+from tltcore.errors import InputError
 
 Converter = Callable[[Mapping[str, Path]], bytes]
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tltsim.errors import InputError
+from tltcore.errors import InputError
 
 DEFAULT_DISPERSION_SIGMA = 0.33
 MAX_SAMPLES_PER_PROMPT = 1024

@@ -1,0 +1,22 @@
+"""Cost models: how long one engine iteration takes (DESIGN §2.2).
+
+One concept per module: ``protocol`` (the :class:`CostModel` contract both engines' simulations
+use), ``roofline`` (analytic, from a model shape and a GPU), ``table`` (interpolated measurements),
+``calibration`` (fitting constants to measured or published speedups), ``lengths`` (input checks).
+"""
+
+from tltcore.cost.calibration import SDMeasurement, fit_sd_overheads
+from tltcore.cost.protocol import CostModel
+from tltcore.cost.roofline import (
+    CUDA_GRAPH_BATCH_SIZES,
+    DEFAULT_DRAFT_STEP_OVERHEAD_S,
+    DEFAULT_ITERATION_OVERHEAD_S,
+    DEFAULT_SD_OVERHEAD_S,
+    RooflineCostModel,
+    padded_batch,
+)
+from tltcore.cost.table import TABLE_COLUMNS, TABLE_KINDS, TableCostModel, shape_fingerprint, table_frame, write_table
+
+__all__ = ["CUDA_GRAPH_BATCH_SIZES", "DEFAULT_DRAFT_STEP_OVERHEAD_S", "DEFAULT_ITERATION_OVERHEAD_S",
+           "DEFAULT_SD_OVERHEAD_S", "TABLE_COLUMNS", "TABLE_KINDS", "CostModel", "RooflineCostModel", "SDMeasurement",
+           "TableCostModel", "fit_sd_overheads", "padded_batch", "shape_fingerprint", "table_frame", "write_table"]

@@ -1,0 +1,45 @@
+"""The cost-model contract: how long one engine iteration takes on one rollout worker.
+
+All times are seconds on one rollout worker (a tensor-parallel group). Context lengths are *per
+request* numpy int arrays, never a batch mean: with long tails the mean mis-states KV traffic and
+attention work. ``context_lens[i]`` is request i's prompt + generated tokens (the engines'
+``BatchView.context_lens``).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from tltcore.policy.base import SDConfig
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """Iteration costs for one rollout instance."""
+
+    def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
+        """One prefill pass: request i processes ``new_tokens[i]`` tokens on top of
+        ``cached_tokens[i]`` already in its KV cache."""
+        ...
+
+    def decode_time(self, context_lens: np.ndarray) -> float:
+        """One plain decode iteration (one token per request) at these context lengths."""
+        ...
+
+    def decode_span_time(self, context_lens: np.ndarray, n_iters: int) -> float:
+        """Sum of ``n_iters`` consecutive plain decode iterations starting at ``context_lens``,
+        every context growing by one token per iteration. Lets the simulator advance in closed
+        form between events."""
+        ...
+
+    def sd_time(self, context_lens: np.ndarray, config: SDConfig) -> float:
+        """One speculative iteration: ``config.depth`` drafter steps plus one target verify
+        forward over ``config.verify_tokens`` (+1 root) tokens per request."""
+        ...
+
+    def drafter_prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
+        """One drafter-only prefill pass (no LM head): what bringing a drafter up to date over
+        already generated tokens costs (elastic switch, drafter catch-up)."""
+        ...

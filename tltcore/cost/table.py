@@ -1,0 +1,342 @@
+"""The calibrated cost model: iteration times interpolated from a measured table (the profiler's).
+
+A table is tidy rows ``kind, batch_size, context, depth, topk, verify_tokens, seconds`` (CSV or
+Parquet; ``depth``/``topk``/``verify_tokens`` only where a kind needs them) plus metadata saying
+what was measured where (Parquet schema metadata; ``tlt real profile`` writes it):
+
+==================== ============================================ ==========================================
+kind                 grid                                         one measurement is
+==================== ============================================ ==========================================
+``decode``           batch_size x context                          a plain decode iteration
+``sd``               batch_size x context, per (depth, topk,      a whole SD iteration of that draft shape
+                     verify_tokens)
+``draft_step``       batch_size x context, per topk                one drafter step (composes SD shapes that
+``verify``           batch_size x context, per verify_tokens       have no ``sd`` rows, with ``sd_overhead``
+``sd_overhead``      batch_size                                    per SD iteration)
+``prefill``          batch_size x context (new tokens per request) one prefill pass of the target
+``drafter_prefill``  batch_size x context (new tokens per request) one drafter-only pass (switch, catch-up)
+==================== ============================================ ==========================================
+
+Rows are measured at uniform contexts; a batch is looked up **per request, never at the mean**, by
+the table's ``context_rule``: ``sum`` (a paged-KV engine such as vLLM, whose attention reads each
+request's own KV: ``T = T(b, 0) + sum_i [T(b, c_i) - T(b, 0)] / b``) or ``max`` (an engine whose
+attention pads every request to the longest, such as the native slab engine: ``T = T(b, max_i c_i)``).
+Within the grid values are multilinear, beyond it linear (KV traffic keeps growing with context).
+
+Metadata keys (all optional, strings): ``device`` (GPU preset the times belong to), ``model``
+(:func:`shape_fingerprint`), ``tp``, ``dtype``, ``context_rule``,
+``engine``, ``versions``, ``date``, ``command``. :meth:`TableCostModel.check_matches` refuses a table
+measured for another model or device than the scenario's.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tltcore.cost.lengths import as_lengths
+from tltcore.errors import InputError, reason
+from tltcore.model_shape import ModelShape
+from tltcore.policy.base import SDConfig
+
+TABLE_COLUMNS = ("kind", "batch_size", "context", "seconds")
+SHAPE_COLUMNS = ("depth", "topk", "verify_tokens")
+# kind -> the shape columns that select a sub-table (each sub-table is gridded on batch x context)
+TABLE_KINDS: dict[str, tuple[str, ...]] = {
+    "decode": (),
+    "sd": ("depth", "topk", "verify_tokens"),
+    "draft_step": ("topk",),
+    "verify": ("verify_tokens",),
+    "sd_overhead": (),
+    "prefill": (),
+    "drafter_prefill": (),
+}
+CONTEXT_RULES = ("sum", "max")
+META_KEY = b"tlt.cost_table"
+
+
+def table_frame(rows: list[dict]) -> pd.DataFrame:
+    """Profiler rows as a table frame: every shape column present (NaN where a kind has none)."""
+    df = pd.DataFrame(rows)
+    for col in SHAPE_COLUMNS:
+        if col not in df.columns:
+            df[col] = np.nan
+    return df
+
+
+def shape_fingerprint(shape: ModelShape) -> str:
+    """The architecture numbers that decide iteration cost, as one comparable string."""
+    s = shape
+    return (f"L{s.num_hidden_layers}-h{s.hidden_size}-a{s.num_attention_heads}-kv{s.num_key_value_heads}"
+            f"-hd{s.head_dim}-i{s.intermediate_size}-v{s.vocab_size}")
+
+
+def _bracket(points: np.ndarray, x: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+    """Left index and weight for piecewise-linear interpolation, extrapolating linearly past both ends."""
+    i = np.clip(np.searchsorted(points, x, side="right") - 1, 0, len(points) - 2)
+    return i, (x - points[i]) / (points[i + 1] - points[i])
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """Measured seconds on a full batch x context grid (a single context column is allowed)."""
+
+    batches: np.ndarray
+    contexts: np.ndarray
+    values: np.ndarray  # (len(batches), len(contexts))
+
+    def _row(self, b: float) -> np.ndarray:
+        """Values along the context axis, interpolated at batch ``b``."""
+        if len(self.batches) == 1:
+            return self.values[0]
+        i, w = _bracket(self.batches, float(b))
+        return self.values[i] * (1 - w) + self.values[i + 1] * w
+
+    def at(self, b: float, contexts: np.ndarray | float) -> np.ndarray:
+        """Seconds at batch ``b`` for each context (vectorised), never below 0."""
+        row = self._row(b)
+        c = np.asarray(contexts, dtype=np.float64)
+        if len(self.contexts) == 1:
+            return np.maximum(np.full(c.shape, row[0]), 0.0)
+        i, w = _bracket(self.contexts, c)
+        return np.maximum(row[i] * (1 - w) + row[i + 1] * w, 0.0)
+
+
+def _grid_from(rows: pd.DataFrame, where: str, path: object) -> _Grid:
+    batches = np.array(sorted(rows["batch_size"].unique()), dtype=np.float64)
+    contexts = np.array(sorted(rows["context"].unique()), dtype=np.float64)
+    values = np.full((len(batches), len(contexts)), np.nan)
+    for b, c, s in zip(rows["batch_size"], rows["context"], rows["seconds"], strict=True):
+        i, j = int(np.searchsorted(batches, b)), int(np.searchsorted(contexts, c))
+        if not np.isnan(values[i, j]):
+            raise InputError(f"duplicate {where} row at batch {b:g}, context {c:g}", path=path, field="kind")
+        values[i, j] = s
+    if np.isnan(values).any():
+        i, j = np.argwhere(np.isnan(values))[0]
+        raise InputError(f"{where} rows must form a full batch x context grid; missing batch {batches[i]:g}, "
+                         f"context {contexts[j]:g}", path=path, field="kind")
+    return _Grid(batches, contexts, values)
+
+
+def _number(rec: dict, col: str, path: object, row: int, *, required: bool = True) -> float | None:
+    raw = rec.get(col)
+    if raw is None or (isinstance(raw, str) and not raw.strip()) or (isinstance(raw, float) and math.isnan(raw)):
+        if required:
+            raise InputError("missing value", path=path, row=row, field=col)
+        return None
+    if isinstance(raw, bool):
+        raise InputError(f"not a number: {raw!r}", path=path, row=row, field=col)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise InputError(f"not a number: {raw!r}", path=path, row=row, field=col) from None
+    if not math.isfinite(value) or value < 0:
+        raise InputError(f"must be a finite number >= 0, got {raw!r}", path=path, row=row, field=col)
+    return value
+
+
+def _check_rows(df: pd.DataFrame, path: object) -> pd.DataFrame:
+    """Validated rows with numeric columns (errors name file, 1-based CSV row and field)."""
+    for col in TABLE_COLUMNS:
+        if col not in df.columns:
+            raise InputError("missing column", path=path, field=col)
+    out: dict[str, list] = {c: [] for c in (*TABLE_COLUMNS, *SHAPE_COLUMNS)}
+    for i, rec in enumerate(df.to_dict("records"), start=2):
+        kind = str(rec.get("kind") or "").strip()
+        if kind not in TABLE_KINDS:
+            raise InputError(f"unknown kind '{kind}'; known: {', '.join(TABLE_KINDS)}", path=path, row=i,
+                             field="kind")
+        out["kind"].append(kind)
+        for col in ("batch_size", "context", "seconds"):
+            out[col].append(_number(rec, col, path, i))
+        for col in SHAPE_COLUMNS:
+            needed = col in TABLE_KINDS[kind]
+            if needed and col not in df.columns:
+                raise InputError(f"{kind} rows need a {col} column", path=path, row=i, field=col)
+            out[col].append(_number(rec, col, path, i, required=needed) if col in df.columns else None)
+        if out["batch_size"][-1] < 1:
+            raise InputError("must be >= 1", path=path, row=i, field="batch_size")
+    return pd.DataFrame(out)
+
+
+@dataclass(frozen=True)
+class TableCostModel:
+    """Iteration costs interpolated from measured times (see module docstring)."""
+
+    grids: dict[tuple, _Grid]
+    context_rule: str = "sum"
+    metadata: dict[str, str] = field(default_factory=dict)
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.context_rule not in CONTEXT_RULES:
+            raise InputError(f"context_rule must be one of {CONTEXT_RULES}, got '{self.context_rule}'",
+                             path=self.source or None, field="context_rule")
+
+    # ---- reading and writing ------------------------------------------------------------------
+    @classmethod
+    def from_frame(cls, df: pd.DataFrame, metadata: dict[str, str] | None = None, *,
+                   source: str = "") -> TableCostModel:
+        meta = {str(k): str(v) for k, v in (metadata or {}).items()}
+        path = source or None
+        rows = _check_rows(df, path)
+        grids: dict[tuple, _Grid] = {}
+        for kind, shape_cols in TABLE_KINDS.items():
+            part = rows[rows["kind"] == kind]
+            if part.empty:
+                continue
+            keys = [tuple(int(v) for v in k) for k in part[list(shape_cols)].drop_duplicates().itertuples(
+                index=False)] if shape_cols else [()]
+            for key in keys:
+                sel = part
+                for col, v in zip(shape_cols, key, strict=True):
+                    sel = sel[sel[col] == v]
+                label = kind + "".join(f" {c}={v}" for c, v in zip(shape_cols, key, strict=True))
+                grids[(kind, *key)] = _grid_from(sel, label, path)
+        if ("decode",) not in grids:
+            raise InputError("no decode rows", path=path, field="kind")
+        return cls(grids, context_rule=meta.get("context_rule", "sum"), metadata=meta, source=source)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> TableCostModel:
+        """Read a table written as CSV or Parquet (Parquet carries the metadata)."""
+        path = Path(path)
+        if not path.is_file():
+            raise InputError("cost table not found" if not path.exists() else "not a file", path=path)
+        try:
+            if path.suffix.lower() == ".parquet":
+                return cls._from_parquet(path)
+            with path.open(newline="", encoding="utf-8") as fh:
+                df = pd.DataFrame(list(csv.DictReader(fh)))
+        except InputError:
+            raise
+        except (OSError, UnicodeDecodeError, csv.Error, ValueError, ArithmeticError, TypeError) as exc:
+            first = reason(exc, 160)
+            raise InputError(f"not a readable cost table ({first})", path=path) from None
+        if df.empty:
+            raise InputError("no rows", path=path)
+        return cls.from_frame(df, source=str(path))
+
+    @classmethod
+    def _from_parquet(cls, path: Path) -> TableCostModel:
+        """A Parquet table read with pyarrow alone: its rows as plain Python values, its tlt metadata
+        checked. The ``pandas`` schema metadata is never used: ``to_pandas`` trusts it (index columns,
+        dtypes), so a file whose metadata is malformed or names missing columns would crash there with
+        a KeyError, and every column the table needs is a plain column anyway."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(path)
+            rows = table.to_pylist()
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            first = reason(exc, 160, collapse=True)
+            raise InputError(f"not a readable Parquet cost table ({first})", path=path) from None
+        raw = (table.schema.metadata or {}).get(META_KEY)
+        try:
+            meta = json.loads(raw) if raw else {}
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InputError(f"the table's {META_KEY.decode()} metadata is not JSON ({exc})", path=path) from None
+        if not isinstance(meta, dict):
+            raise InputError("table metadata is not a JSON object", path=path)
+        names = list(table.column_names)
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise InputError(f"column{'s' if len(twice) > 1 else ''} {', '.join(twice)} appear more than once",
+                             path=path, field=twice[0])
+        df = pd.DataFrame(rows, columns=names)
+        if df.empty:
+            raise InputError("no rows", path=path)
+        return cls.from_frame(df, meta, source=str(path))
+
+    from_csv = from_file
+
+    def check_matches(self, *, model: str | None = None, device: str | None = None, tp: int | None = None) -> None:
+        """Refuse a table measured for another model shape, device or TP size than asked for (keys the
+        table does not record are not checked)."""
+        for key, want in (("model", model), ("device", device), ("tp", None if tp is None else str(tp))):
+            have = self.metadata.get(key)
+            if want is not None and have is not None and have != want:
+                raise InputError(f"the cost table was measured for {key} {have!r}, not {want!r}",
+                                 path=self.source or None, field=key)
+
+    # ---- lookups ---------------------------------------------------------------------------------
+    def _grid(self, *key) -> _Grid:
+        grid = self.grids.get(key)
+        if grid is None:
+            what = key[0] + "".join(f" {c}={v}" for c, v in zip(TABLE_KINDS[key[0]], key[1:], strict=True))
+            raise InputError(f"the cost table has no {what} rows", path=self.source or None, field="kind")
+        return grid
+
+    def _lookup(self, grid: _Grid, ctx: np.ndarray) -> float:
+        """One iteration at per-request contexts ``ctx`` by the table's context rule."""
+        b = ctx.size
+        if self.context_rule == "max":
+            return float(grid.at(b, float(ctx.max()))[()])
+        base = float(grid.at(b, 0.0)[()])
+        return base + float((grid.at(b, ctx) - base).sum()) / b
+
+    def decode_time(self, context_lens: np.ndarray) -> float:
+        ctx = as_lengths(context_lens, "context_lens")
+        return self._lookup(self._grid("decode"), ctx) if ctx.size else 0.0
+
+    def decode_span_time(self, context_lens: np.ndarray, n_iters: int) -> float:
+        ctx = as_lengths(context_lens, "context_lens")
+        n = int(n_iters)
+        if ctx.size == 0 or n <= 0:
+            return 0.0
+        grid, b = self._grid("decode"), ctx.size
+        steps = np.arange(n, dtype=np.float64)
+        if self.context_rule == "max":
+            return float(grid.at(b, float(ctx.max()) + steps).sum())
+        base = float(grid.at(b, 0.0)[()])
+        total = n * base
+        for chunk in np.array_split(ctx, max(1, ctx.size * n // 2_000_000 + 1)):  # bounded memory
+            total += float((grid.at(b, np.add.outer(chunk.astype(np.float64), steps)) - base).sum()) / b
+        return total
+
+    def sd_time(self, context_lens: np.ndarray, config: SDConfig) -> float:
+        if not config.enabled:
+            return self.decode_time(context_lens)
+        ctx = as_lengths(context_lens, "context_lens")
+        if ctx.size == 0:
+            return 0.0
+        whole = self.grids.get(("sd", config.depth, config.topk, config.verify_tokens))
+        if whole is not None:
+            return self._lookup(whole, ctx)
+        total = (config.depth * self._lookup(self._grid("draft_step", config.topk), ctx)
+                 + self._lookup(self._grid("verify", config.verify_tokens), ctx))
+        overhead = self.grids.get(("sd_overhead",))
+        return total + (float(overhead.at(ctx.size, 0.0)[()]) if overhead is not None else 0.0)
+
+    def _prefill(self, kind: str, new_tokens: np.ndarray) -> float:
+        new = as_lengths(new_tokens, "new_tokens")
+        new = new[new > 0]
+        return self._lookup(self._grid(kind), new) if new.size else 0.0
+
+    def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
+        """One target prefill pass, looked up at the pass's requests and their new tokens."""
+        return self._prefill("prefill", new_tokens)
+
+    def drafter_prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
+        """From ``drafter_prefill`` rows; a table without them cannot price an elastic switch or a
+        drafter catch-up (an error, never free)."""
+        return self._prefill("drafter_prefill", new_tokens)
+
+
+def write_table(df: pd.DataFrame, metadata: dict[str, str], path: str | Path) -> Path:
+    """Write a cost table as Parquet with its metadata (atomically)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tltcore.atomic import write_with
+
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: json.dumps(metadata)})
+    return write_with(path, lambda tmp: pq.write_table(table, tmp))

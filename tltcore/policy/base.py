@@ -1,0 +1,236 @@
+"""The contract between speculative-decoding policies and the engines that run them.
+
+The simulator (``tltsim.rollout``) and the real engine (``tltreal.engine``) both drive the *same*
+policy objects through this interface, so this module (and the whole ``tltcore.policy`` package)
+imports no SimPy, torch or vLLM.
+
+Life cycle. One policy object lives for a whole run on one rollout worker. At the start of every RL
+step the engine calls ``reset(step)`` (per-rollout state such as the elastic switch re-arms; learned
+state such as BEG-MAB's reward windows persists, as in TLT). Before a decode iteration the engine
+builds a :class:`BatchView` and asks ``decide(view)`` for a :class:`Decision`; it runs the decision
+for ``n`` iterations (``1 <= n <= decision.hold``, fewer when a request finishes or is admitted) and
+reports what happened in one :class:`Outcome` with ``iterations == n`` through ``observe``. A policy's
+state after that ``observe`` must be what ``n`` single-iteration rounds would have left.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
+from tltcore.errors import InputError
+
+_NAME = re.compile(r"^(\d+)_(\d+)_(\d+)$")
+# Bounds of a draft tree, far above any published configuration (TLT: depth <= 12, topk 8, verify
+# <= 64; EAGLE-2: topk 10), so a typo such as 1000_1000_1000 fails at once instead of building a
+# 10^9-node tree.
+MAX_DEPTH = 64
+MAX_TOPK = 64
+MAX_VERIFY = 1024
+
+
+def max_tree_nodes(depth: int, topk: int) -> int:
+    """Draft nodes an EAGLE-2 tree offers for verification: ``topk`` after the first step, then
+    each of the ``topk`` frontier nodes expands into ``topk`` children per later step
+    (``8_4_48`` verifies 48 of 116 nodes)."""
+    return topk + (depth - 1) * topk * topk if depth > 0 else 0
+
+
+@dataclass(frozen=True, order=True)
+class SDConfig:
+    """Draft-tree shape. ``depth`` drafting steps, ``topk`` children per step, ``verify_tokens``
+    tree nodes checked by one target forward. ``depth == 0`` means no speculative decoding.
+
+    A chain draft of k tokens is ``SDConfig(k, 1, k)``. Named ``depth_topk_verify`` as in TLT
+    (e.g. ``8_4_32``); ``"off"`` is no SD.
+    """
+
+    depth: int = 0
+    topk: int = 1
+    verify_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.depth < 0 or self.topk < 1 or self.verify_tokens < 0:
+            raise InputError(f"invalid SD config {self.depth}_{self.topk}_{self.verify_tokens}: depth and "
+                             "verify_tokens must be >= 0, topk >= 1")
+        if self.depth > MAX_DEPTH or self.topk > MAX_TOPK or self.verify_tokens > MAX_VERIFY:
+            raise InputError(f"SD config {self.depth}_{self.topk}_{self.verify_tokens} is beyond the bounds depth <= "
+                             f"{MAX_DEPTH}, topk <= {MAX_TOPK}, verify_tokens <= {MAX_VERIFY}")
+        if self.depth > 0 and not (1 <= self.verify_tokens <= max_tree_nodes(self.depth, self.topk)):
+            raise InputError(f"SDConfig {self.name}: verify_tokens must be in "
+                             f"[1, {max_tree_nodes(self.depth, self.topk)}] for an EAGLE-2 tree")
+
+    @property
+    def enabled(self) -> bool:
+        """True when this config drafts at all."""
+        return self.depth > 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.depth}_{self.topk}_{self.verify_tokens}" if self.enabled else "off"
+
+    @classmethod
+    def parse(cls, text: str) -> SDConfig:
+        """Parse ``"8_4_32"`` or ``"off"``."""
+        text = text.strip()
+        if text in ("off", "none", "0", ""):
+            return NO_SD
+        m = _NAME.match(text)
+        if not m:
+            raise InputError(f"SD config '{text}' is not of the form depth_topk_verify (e.g. 8_4_32) or 'off'")
+        return cls(int(m[1]), int(m[2]), int(m[3]))
+
+    @classmethod
+    def chain(cls, k: int) -> SDConfig:
+        """A chain draft of ``k`` tokens (topk 1)."""
+        return cls(k, 1, k) if k > 0 else NO_SD
+
+    def __str__(self) -> str:
+        return self.name
+
+
+NO_SD = SDConfig()
+
+
+
+#: ``Decision.hold`` of a policy whose answer cannot change while the running batch stays the same:
+#: the engine may run it until the next request finishes or is admitted.
+HOLD_UNTIL_EVENT = sys.maxsize
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a policy wants for the next decode iterations.
+
+    ``config``: the draft-tree shape (``NO_SD`` for a plain iteration). ``hold``: for how many
+    iterations the answer stands if the running batch does not change (``HOLD_UNTIL_EVENT`` when
+    only a finish or an admission can change it); engines may run up to that many iterations
+    without asking again, which lets the simulator advance non-learning policies in spans.
+    ``switch_on``: speculation is being switched on for the live requests (TLT's elastic switch):
+    the engine must bring every live request's drafter state up to date first, by its configured
+    switch mode (``switch_reprefill`` of target and drafter, or a drafter ``catch_up``).
+    """
+
+    config: SDConfig = NO_SD
+    hold: int = 1
+    switch_on: bool = False
+
+    def __post_init__(self) -> None:
+        if self.hold < 1:
+            raise ValueError(f"Decision.hold must be >= 1, got {self.hold}")
+        if self.switch_on and not self.config.enabled:
+            raise ValueError("a Decision that switches SD on must speculate")
+
+
+@dataclass(frozen=True)
+class BatchView:
+    """What a policy may look at before a decode iteration.
+
+    ``context_lens``: every running request's context (prompt + tokens generated so far), per
+    request, never a mean (long tails make the mean misleading). ``recent_accept``: the engine's
+    :class:`~tltcore.policy.recent_accept.RecentAccept` (tokens emitted per request per SD iteration,
+    bonus included; None before any SD iteration of the run). ``worker``: the rollout worker (a
+    tensor-parallel group) this view comes from. ``drafter``: the drafter the worker holds now
+    (version and quality), which the oracle and the acceptance model read. ``step``: the RL step.
+    """
+
+    batch_size: int
+    context_lens: tuple[int, ...] = ()
+    time: float = 0.0
+    iteration: int = 0
+    recent_accept: float | None = None
+    worker: int = 0
+    step: int = 0
+    drafter: DrafterState = INITIAL_DRAFTER
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened in ``iterations`` consecutive decode iterations run with ``config`` at
+    ``batch_size`` running requests.
+
+    ``emitted_tokens``: tokens the whole batch appended to its outputs, bonus tokens included (a
+    plain iteration emits ``batch_size``; never past a request's last token). ``drafted_tokens``:
+    draft tokens sent to verification; ``accepted_tokens``: draft tokens the target accepted in
+    verification, counted whole even where the request ends inside them -- acceptance is a property
+    of drafter and target, not of where a response stops (totals over the span and the batch). Both
+    halves count both words this way, so measured acceptance is never censored by response ends.
+    ``accepted_per_request``: accepted draft tokens of each request over the span, in view order
+    (expected values in the simulator's expected mode, counts otherwise; empty for plain
+    iterations). ``elapsed_s``: wall (or simulated) time of the span, drafting and verification
+    included; ``time``: when it ended.
+    """
+
+    config: SDConfig
+    batch_size: int
+    emitted_tokens: int
+    elapsed_s: float
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    time: float = 0.0
+    worker: int = 0
+    iterations: int = 1
+    accepted_per_request: tuple[float, ...] = ()
+
+    @property
+    def accept_length(self) -> float:
+        """Mean tokens emitted per request per iteration (TLT's "accept length")."""
+        n = self.batch_size * self.iterations
+        return self.emitted_tokens / n if n else 0.0
+
+    @property
+    def throughput(self) -> float:
+        """Tokens per second over the span (BEG-MAB's reward, = accept length x batch / time)."""
+        return self.emitted_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+@runtime_checkable
+class SDPolicy(Protocol):
+    """A speculative-decoding policy. Deterministic given its seed and the sequence of calls."""
+
+    name: str
+
+    def decide(self, view: BatchView) -> Decision: ...
+
+    def observe(self, outcome: Outcome) -> None: ...
+
+    def reset(self, step: int) -> None: ...
+
+
+_UNTIL_EVENT_OFF = Decision(NO_SD, HOLD_UNTIL_EVENT)
+
+
+@dataclass
+class NoSD:
+    """Never speculate: the veRL baseline."""
+
+    name: str = "no-sd"
+
+    def decide(self, view: BatchView) -> Decision:
+        return _UNTIL_EVENT_OFF
+
+    def observe(self, outcome: Outcome) -> None:
+        return None
+
+    def reset(self, step: int) -> None:
+        return None
+
+
+@dataclass
+class Static:
+    """Always the same draft shape, whatever the batch size."""
+
+    config: SDConfig = field(default_factory=lambda: SDConfig(8, 4, 32))
+    name: str = "static"
+
+    def decide(self, view: BatchView) -> Decision:
+        return Decision(self.config, HOLD_UNTIL_EVENT)
+
+    def observe(self, outcome: Outcome) -> None:
+        return None
+
+    def reset(self, step: int) -> None:
+        return None

@@ -1,0 +1,238 @@
+"""Build SD policies from short text specs, the names scenarios, sweeps and the CLI use.
+
+Grammar: ``[elastic[:THRESHOLD[:CONSECUTIVE]]+]BASE[:ARG...]``.
+
+=========================== ===========================================================
+spec                        policy
+=========================== ===========================================================
+``no-sd``                   :class:`~tltcore.policy.base.NoSD` (the veRL baseline)
+``static[:8_4_32]``         :class:`~tltcore.policy.base.Static` (default 8_4_32)
+``beg-mab[:k=v...]``        :class:`~tltcore.policy.beg_mab.BucketedEpsilonGreedy`
+``eps-greedy[:k=v...]``     :class:`~tltcore.policy.bandits.EpsilonGreedy`
+``ucb1[:k=v...]``           :class:`~tltcore.policy.bandits.UCB1`
+``vllm-table[:4=5,16=3]``   :class:`~tltcore.policy.vllm_table.VllmTable` (value: chain length or
+                            a config name; ``above=`` sets the config for larger batches)
+``sglang-ema[:k=v...]``     :class:`~tltcore.policy.sglang_ema.SglangEma`
+``oracle``                  :class:`~tltcore.policy.oracle.Oracle` (needs both models)
+``elastic[:32[:10]]+BASE``  :class:`~tltcore.policy.elastic.Elastic` around ``BASE``
+=========================== ===========================================================
+
+Options (``k=v``, separated by ``:``): ``beg-mab`` takes ``eps``, ``window``, ``arms`` (config names
+joined by ``,``) and ``thresholds`` (ints joined by ``,``); ``eps-greedy`` takes ``eps``, ``window``,
+``arms``; ``ucb1`` takes ``c``, ``window``, ``arms``; ``sglang-ema`` takes ``depths``, ``ranges``,
+``smoothing``, ``prior``, ``hysteresis`` (it prices depths with ``cost_model`` when one is given, as
+the oracle does); ``oracle`` takes ``arms``. E.g.
+``elastic:16:5+beg-mab:eps=0.05:window=100``.
+
+Every problem with a spec raises :class:`~tltcore.errors.InputError` naming the spec and the valid
+names. The returned policy's ``name`` is the spec string, so results are labelled by what the user
+wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tltcore.errors import InputError
+from tltcore.policy.bandits import UCB1, EpsilonGreedy
+from tltcore.policy.base import NO_SD, NoSD, SDConfig, SDPolicy, Static
+from tltcore.policy.beg_mab import DEFAULT_ARMS, BucketedEpsilonGreedy
+from tltcore.policy.elastic import DEFAULT_CONSECUTIVE, DEFAULT_THRESHOLD, Elastic
+from tltcore.policy.oracle import Oracle, OracleAcceptance, OracleCost
+from tltcore.policy.sglang_ema import SglangEma
+from tltcore.policy.vllm_table import VllmTable
+
+POLICY_NAMES: tuple[str, ...] = (
+    "no-sd", "static", "beg-mab", "eps-greedy", "ucb1", "vllm-table", "sglang-ema", "oracle",
+)
+WRAPPER_NAMES: tuple[str, ...] = ("elastic",)
+
+
+class _SpecError(Exception):
+    """A problem inside one spec component; ``make_policy`` turns it into an InputError."""
+
+
+def _valid_names() -> str:
+    return ", ".join(POLICY_NAMES) + "; wrapper: elastic[:threshold[:consecutive]]+<policy>"
+
+
+def _int(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise _SpecError(f"{what} must be an integer, got '{text}'") from None
+
+
+def _float(text: str, what: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise _SpecError(f"{what} must be a number, got '{text}'") from None
+
+
+def _config(text: str) -> SDConfig:
+    try:
+        return SDConfig.parse(text)
+    except ValueError as exc:
+        raise _SpecError(str(exc)) from None
+
+
+def _configs(text: str) -> tuple[SDConfig, ...]:
+    return tuple(_config(t) for t in text.split(","))
+
+
+def _ints(text: str, what: str) -> tuple[int, ...]:
+    return tuple(_int(t, what) for t in text.split(","))
+
+
+def _options(args: list[str], allowed: dict[str, Callable[[str], Any]], base: str) -> dict[str, Any]:
+    """Parse ``k=v`` arguments; ``allowed`` maps each accepted key to its value parser."""
+    out: dict[str, Any] = {}
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if not sep or not value:
+            raise _SpecError(f"'{base}' options are key=value, got '{arg}'")
+        if key not in allowed:
+            raise _SpecError(f"'{base}' has no option '{key}' (options: {', '.join(allowed)})")
+        out[key] = allowed[key](value)
+    return out
+
+
+_ARMS = {"arms": _configs}
+
+
+def _bandit_options(**extra: Callable[[str], Any]) -> dict[str, Callable[[str], Any]]:
+    return {"eps": lambda v: _float(v, "eps"), "window": lambda v: _int(v, "window"), **_ARMS, **extra}
+
+
+def _vllm_table(args: list[str]) -> VllmTable:
+    """``vllm-table:4=5,16=3,32=1,above=off``: ``max_batch=chain length or config name``."""
+    if not args:
+        return VllmTable()
+    if len(args) > 1:
+        raise _SpecError("vllm-table takes one argument, e.g. vllm-table:4=5,16=3,32=1")
+    rows: list[tuple[int, SDConfig]] = []
+    above = NO_SD
+    for item in args[0].split(","):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise _SpecError(f"vllm-table rows are max_batch=draft, got '{item}'")
+        draft = SDConfig.chain(_int(value, "chain length")) if value.isdigit() else _config(value)
+        if key == "above":
+            above = draft
+        else:
+            rows.append((_int(key, "vllm-table batch size"), draft))
+    return VllmTable(rows, above=above)
+
+
+def _base(base: str, args: list[str], seed: int, accept_model: OracleAcceptance | None,
+          cost_model: OracleCost | None) -> SDPolicy:
+    if base == "no-sd":
+        if args:
+            raise _SpecError("no-sd takes no arguments")
+        return NoSD()
+    if base == "static":
+        if len(args) > 1:
+            raise _SpecError("static takes one config, e.g. static:8_4_32")
+        return Static(_config(args[0])) if args else Static()
+    if base == "beg-mab":
+        opts = _options(args, _bandit_options(thresholds=lambda v: _ints(v, "threshold")), base)
+        return BucketedEpsilonGreedy(seed=seed, **opts)
+    if base == "eps-greedy":
+        return EpsilonGreedy(seed=seed, **_options(args, _bandit_options(), base))
+    if base == "ucb1":
+        opts = _options(args, {"c": lambda v: _float(v, "c"), "window": lambda v: _int(v, "window"), **_ARMS},
+                        base)
+        return UCB1(seed=seed, **opts)
+    if base == "vllm-table":
+        return _vllm_table(args)
+    if base == "sglang-ema":
+        opts = _options(args, {
+            "depths": lambda v: _ints(v, "depth"), "ranges": lambda v: _ints(v, "range"),
+            "smoothing": lambda v: _float(v, "smoothing"), "prior": lambda v: _float(v, "prior"),
+            "hysteresis": lambda v: _float(v, "hysteresis"),
+        }, base)
+        if "prior" in opts:
+            opts["prior_accept_rate"] = opts.pop("prior")
+        return SglangEma(cost_model=cost_model, **opts)  # priced as the engine is timed, not by a proxy
+    if base == "oracle":
+        if accept_model is None or cost_model is None:
+            raise _SpecError("oracle needs accept_model and cost_model (it knows the true models)")
+        opts = _options(args, dict(_ARMS), base)
+        return Oracle(accept_model, cost_model, candidates=opts.get("arms", DEFAULT_ARMS))
+    raise _SpecError(f"unknown policy '{base}'")
+
+
+def _elastic_args(args: list[str]) -> tuple[int, int]:
+    if len(args) > 2:
+        raise _SpecError("elastic takes at most threshold and consecutive, e.g. elastic:32:10")
+    threshold = _int(args[0], "elastic threshold") if args else DEFAULT_THRESHOLD
+    consecutive = _int(args[1], "elastic consecutive") if len(args) > 1 else DEFAULT_CONSECUTIVE
+    return threshold, consecutive
+
+
+def _build(spec: str, seed: int, accept_model: OracleAcceptance | None, cost_model: OracleCost | None) -> SDPolicy:
+    parts = [p.strip() for p in spec.split("+")]
+    if any(not p for p in parts):
+        raise _SpecError("empty component")
+    *wrappers, last = parts
+    base, *args = last.split(":")
+    if base in WRAPPER_NAMES:
+        raise _SpecError(f"'{base}' wraps another policy, e.g. {base}+beg-mab")
+    policy = _base(base, args, seed, accept_model, cost_model)
+    for wrapper in reversed(wrappers):
+        name, *wargs = wrapper.split(":")
+        if name not in WRAPPER_NAMES:
+            raise _SpecError(f"'{name}' cannot wrap another policy (only {', '.join(WRAPPER_NAMES)} can)")
+        if isinstance(policy, Elastic):
+            raise _SpecError("elastic may appear once")
+        policy = Elastic(policy, *_elastic_args(wargs))
+    return policy
+
+
+def make_policy(spec: str, *, seed: int = 0, accept_model: OracleAcceptance | None = None,
+                cost_model: OracleCost | None = None) -> SDPolicy:
+    """The policy described by ``spec`` (see the module docstring), seeded with ``seed``.
+
+    ``accept_model`` and ``cost_model`` are needed by ``oracle``; ``sglang-ema`` prices its depths
+    with ``cost_model`` when given (else with a proxy). The result's ``name`` is ``spec`` (stripped).
+    """
+    text = spec.strip() if isinstance(spec, str) else ""
+    if not text:
+        raise InputError(f"empty SD policy spec {spec!r}; valid: {_valid_names()}", field="policy")
+    try:
+        policy = _build(text, seed, accept_model, cost_model)
+    except (_SpecError, InputError) as exc:
+        raise InputError(f"bad SD policy spec '{text}': {exc}; valid: {_valid_names()}",
+                         field="policy") from None
+    policy.name = text
+    return policy
+
+
+class _NullModels:
+    """Stands in for both models when only a spec's syntax is checked (oracle specs need them)."""
+
+    def expected_accept_length(self, config: SDConfig, drafter: object = None) -> float:
+        return 1.0
+
+    def decode_time(self, context_lens: object) -> float:
+        return 1.0
+
+    def sd_time(self, context_lens: object, config: SDConfig) -> float:
+        return 1.0
+
+
+def elastic_split(spec: str) -> tuple[int | None, str]:
+    """``(threshold, inner spec)`` of an elastic spec (``elastic:8+beg-mab`` -> ``(8, "beg-mab")``),
+    ``(None, spec)`` for any other. Lets a sweep over policy specs be plotted against the threshold
+    as a number rather than as spec strings."""
+    policy = make_policy(spec, accept_model=_NullModels(), cost_model=_NullModels())
+    if not isinstance(policy, Elastic):
+        return None, spec.strip()
+    return policy.threshold, spec.strip().split("+", 1)[1].strip()
+
+
+def check_spec(spec: str) -> None:
+    """Raise :class:`InputError` unless ``spec`` is a valid policy spec (no models needed)."""
+    make_policy(spec, accept_model=_NullModels(), cost_model=_NullModels())

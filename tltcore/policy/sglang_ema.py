@@ -1,0 +1,182 @@
+"""SGLang-style adaptive SD: per batch-size range, an EMA of acceptance picks the chain depth.
+
+SGLang's adaptive speculative decoding (sgl-project/sglang PRs #21599, #24055, #28045) keeps, per
+batch-size range, an exponential moving average of observed accept lengths and switches the number of
+draft steps among a few candidates (default ranges ``[1,64)``, ``[64,128)``, ``[128,inf)``, default
+candidates ``1, 3, 7``), with hysteresis against flapping; its cost-aware variant weighs expected
+tokens against the measured cost of each step count. This module is that cost-aware variant:
+
+* per range, an EMA of the per-position acceptance rate ``a`` implied by each observed accept length;
+* per ``decide()``, the candidate depth ``k`` maximising ``tokens(a, k) / cost(batch, k)`` with the
+  chain formula ``tokens(a, k) = (1 - a^(k+1)) / (1 - a)`` (bonus token included);
+* a switch away from the range's current depth only when the best candidate beats it by more than
+  ``hysteresis`` (relative).
+
+Approximations, stated plainly:
+
+* SGLang averages *accept lengths*; we average the *acceptance rate* implied by each one (inverting the
+  chain formula at the depth it was measured), because the depth changes under us and an accept
+  length measured at depth 3 says little directly about depth 7. For a tree config the depth alone is
+  used, which over-estimates ``a`` (a tree accepts more than a chain of the same depth).
+* SGLang measures what each step count costs on its hardware; the simulator's stand-in for that
+  measurement is the scenario's own cost model (``cost_model``, what the engine is timed with), priced
+  at the batch's per-request context lengths, as the oracle prices its candidates. Only without one
+  (the real engine, or a bare policy in a test) does it fall back to ``cost`` (any
+  ``(batch_size, depth) -> time``, depth 0 = plain decode, any consistent unit), by default a roofline
+  proxy (:func:`chain_cost_proxy`) that knows nothing of contexts or the model: comparing it against
+  policies that see the true costs would bias the comparison against it.
+* If ``0`` is among the candidate depths and wins, that range gets no further observations, so its
+  EMA freezes there: like SGLang (which never turns SD off), the default candidates exclude 0.
+
+``reset(step)`` (a new rollout step) keeps the EMAs, as SGLang's server would; ``clear()`` forgets them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from itertools import pairwise
+
+import numpy as np
+
+from tltcore.errors import InputError
+from tltcore.policy.base import MAX_DEPTH, BatchView, Decision, Outcome, SDConfig
+from tltcore.policy.oracle import OracleCost
+
+DEFAULT_DEPTHS: tuple[int, ...] = (1, 3, 7)
+DEFAULT_RANGES: tuple[int, ...] = (1, 64, 128)
+DEFAULT_SMOOTHING = 0.2
+DEFAULT_PRIOR_ACCEPT_RATE = 0.7
+DEFAULT_HYSTERESIS = 0.02
+_MAX_RATE = 0.999
+
+CostFn = Callable[[int, int], float]
+
+
+def chain_tokens(rate: float, depth: int) -> float:
+    """Expected tokens emitted per request by a chain of ``depth`` draft tokens whose positions are
+    each accepted with probability ``rate`` (bonus token included): ``sum_{i=0..depth} rate^i``."""
+    if rate >= 1.0:
+        return float(depth + 1)
+    return (1.0 - rate ** (depth + 1)) / (1.0 - rate)
+
+
+@lru_cache(maxsize=8192)
+def implied_rate(accept_length: float, depth: int) -> float:
+    """The per-position acceptance rate at which a ``depth`` chain emits ``accept_length`` tokens on
+    average (bisection on the monotone :func:`chain_tokens`), clipped to ``[0, 0.999]``.
+
+    Cached: accept lengths are ratios of small integers (tokens / batch), so they repeat, and the
+    simulator observes every iteration."""
+    if depth <= 0 or accept_length <= 1.0:
+        return 0.0
+    if accept_length >= depth + 1:
+        return _MAX_RATE
+    lo, hi = 0.0, _MAX_RATE
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if chain_tokens(mid, depth) < accept_length:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def chain_cost_proxy(batch_size: int, depth: int, draft_ratio: float = 0.08, knee_tokens: int = 256) -> float:
+    """Time of one iteration, in units of one memory-bound target forward.
+
+    A forward over ``n`` tokens costs ``max(1, n / knee_tokens)``: flat while weight reads dominate
+    (memory-bound), linear once compute dominates. 256 tokens is near the bf16 ridge point of an H100
+    (~990 TFLOP/s / 3.35 TB/s ~ 300 FLOP/byte; a dense forward does ~1 FLOP per weight byte per token).
+    A drafter step costs ``draft_ratio`` of a target forward (a one-layer EAGLE head over a ~28-layer
+    target). KV-cache reads are ignored: this proxy knows nothing about context lengths.
+    """
+    per_forward = max(1.0, batch_size / knee_tokens)
+    if depth <= 0:
+        return per_forward
+    return depth * draft_ratio * per_forward + max(1.0, batch_size * (depth + 1) / knee_tokens)
+
+
+class SglangEma:
+    """Cost-aware EMA depth picker, one state per batch-size range (see module docstring)."""
+
+    def __init__(self, depths: Sequence[int] = DEFAULT_DEPTHS, ranges: Sequence[int] = DEFAULT_RANGES,
+                 smoothing: float = DEFAULT_SMOOTHING, prior_accept_rate: float = DEFAULT_PRIOR_ACCEPT_RATE,
+                 hysteresis: float = DEFAULT_HYSTERESIS, cost: CostFn | None = None,
+                 cost_model: OracleCost | None = None, name: str = "sglang-ema") -> None:
+        self.depths = tuple(int(d) for d in depths)
+        if not self.depths or any(not 0 <= d <= MAX_DEPTH for d in self.depths) or len(set(self.depths)) != len(
+                self.depths):
+            raise InputError(f"sglang-ema depths must be distinct ints in [0, {MAX_DEPTH}], got {list(depths)}")
+        self.ranges = tuple(int(r) for r in ranges)
+        if not self.ranges or any(b <= a for a, b in pairwise(self.ranges)):
+            raise InputError(f"sglang-ema ranges must be strictly increasing, got {list(ranges)}")
+        if not 0.0 < smoothing <= 1.0:
+            raise InputError(f"sglang-ema smoothing must be in (0, 1], got {smoothing}")
+        if not 0.0 <= prior_accept_rate <= _MAX_RATE:
+            raise InputError(
+                f"sglang-ema prior acceptance rate must be in [0, {_MAX_RATE}], got {prior_accept_rate}"
+            )
+        if hysteresis < 0:
+            raise InputError(f"sglang-ema hysteresis must be >= 0, got {hysteresis}")
+        self.smoothing = float(smoothing)
+        self.prior_accept_rate = float(prior_accept_rate)
+        self.hysteresis = float(hysteresis)
+        if cost is not None and cost_model is not None:
+            raise InputError("sglang-ema takes a cost callable or a cost model, not both")
+        self.cost: CostFn = cost if cost is not None else chain_cost_proxy
+        self.cost_model = cost_model  # not touched here: scenario validation builds policies with placeholders
+        self.name = name
+        self.clear()
+
+    def clear(self) -> None:
+        """Back to the prior acceptance rate and no current depth in every range."""
+        self._rate = [self.prior_accept_rate] * len(self.ranges)
+        self._current: list[int | None] = [None] * len(self.ranges)
+
+    def range_of(self, batch_size: int) -> int:
+        i = 0
+        for j, lower in enumerate(self.ranges):
+            if batch_size >= lower:
+                i = j
+        return i
+
+    def accept_rate(self, batch_size: int) -> float:
+        """The current EMA acceptance rate of ``batch_size``'s range."""
+        return self._rate[self.range_of(batch_size)]
+
+    def score(self, rate: float, batch_size: int, depth: int, context_lens: np.ndarray | None = None) -> float:
+        """Expected tokens per unit cost of a ``depth`` chain: priced by ``cost_model`` at
+        ``context_lens`` (empty contexts when not given) when there is one, else by ``cost``."""
+        if self.cost_model is None:
+            cost = float(self.cost(max(batch_size, 1), depth))
+        else:
+            ctx = context_lens if context_lens is not None else np.zeros(max(batch_size, 1), dtype=np.int64)
+            cost = float(self.cost_model.sd_time(ctx, SDConfig.chain(depth)) if depth > 0
+                         else self.cost_model.decode_time(ctx))
+        return chain_tokens(rate, depth) / cost if cost > 0 else 0.0
+
+    def decide(self, view: BatchView) -> Decision:
+        r = self.range_of(view.batch_size)
+        ctx = None
+        if self.cost_model is not None:
+            ctx = np.asarray(view.context_lens, dtype=np.int64)
+            if len(ctx) == 0:  # the engine gave no context lengths: assume empty contexts, as the oracle does
+                ctx = np.zeros(max(view.batch_size, 1), dtype=np.int64)
+        scores = {d: self.score(self._rate[r], view.batch_size, d, ctx) for d in self.depths}
+        best = max(self.depths, key=scores.__getitem__)
+        current = self._current[r]
+        if current is None or scores[best] > scores[current] * (1.0 + self.hysteresis):
+            self._current[r] = current = best
+        return Decision(SDConfig.chain(current))
+
+    def observe(self, outcome: Outcome) -> None:
+        """Fold the acceptance rate implied by this iteration into its range's EMA (SD iterations only)."""
+        if not outcome.config.enabled or outcome.batch_size <= 0:
+            return
+        r = self.range_of(outcome.batch_size)
+        observed = implied_rate(outcome.accept_length, outcome.config.depth)
+        self._rate[r] += self.smoothing * (observed - self._rate[r])
+
+    def reset(self, step: int) -> None:
+        return None
