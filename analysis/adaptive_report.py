@@ -66,8 +66,8 @@ def _speedup_section(steps: pd.DataFrame, batch: int, depth: int) -> list[str]:
         return ["No SD speedup was measured in this run (`--speedup-every 0`)."]
     measured = steps.loc[steps["speedup_adaptive"].notna(), ["step", *cols]]
     lines = [f"SD speedup on the padded target (this step's policy plus appended compute that changes no output; "
-             f"see `tltreal/padded_target.py`) at batch {batch}, greedy, a {depth}-token chain; tokens/s with SD over "
-             "tokens/s without:", "",
+             f"see `tltreal/rl/padded_target.py`) at batch {batch}, greedy, a {depth}-token chain; tokens/s with SD "
+             "over tokens/s without:", "",
              markdown_table(measured, {"step": "d", "padded_base_tok_s": ".1f"} | {
                  c: ".2f" for c in cols if c != "padded_base_tok_s"})]
     slow = measured[(measured["speedup_adaptive"] < 1) | (measured.get("speedup_static", 1) < 1)]
@@ -79,7 +79,7 @@ def _speedup_section(steps: pd.DataFrame, batch: int, depth: int) -> list[str]:
 def write_report(folder: str | Path) -> list[str]:
     """Write ``README.md`` and figures (PNG + PDF) into the run ``folder``; returns the files."""
     from tltcore.drafter.dynamics import DrafterDynamics
-    from tltreal.dynamics_fit import adaptive_curve, static_curve
+    from tltreal.validation.dynamics_fit import adaptive_curve, static_curve
 
     folder = Path(folder)
     steps, config, dynamics = _read(folder)
@@ -89,7 +89,7 @@ def write_report(folder: str | Path) -> list[str]:
     command = config.get("command") or f"tlt real rl --out RUN --seed {cfg['seed']} --steps {cfg['steps']}"
     report.sections += [
         "Reproduce: `" + command + "`" + (
-            "  (`--pretrained` names a folder written by `python -m tltreal.pretrain --out DIR`; without it the "
+            "  (`--pretrained` names a folder written by `python -m tltreal.rl.pretrain --out DIR`; without it the "
             "command pre-trains the policy itself)" if cfg.get("pretrained") else ""),
         f"Device: this CPU ({provenance_line()}); torch {package_version('torch')}. Rollout workers: "
         f"{cfg['workers']} processes, rollout SD policy `{cfg['sd_policy']}`, GRPO lr {cfg['grpo']['lr']}, "
@@ -116,8 +116,8 @@ def write_report(folder: str | Path) -> list[str]:
         fitted_static = static_curve(d["stale_quality"], d["drift"], n)
         fitted_adaptive = adaptive_curve(dyn, steps["train_windows"].tolist())
         report.sections += [
-            "Fitted to the two accept curves (`tltreal/dynamics_fit.py`; samples = training windows): a scenario "
-            "takes this `[drafter]` section as it is:",
+            "Fitted to the two accept curves (`tltreal/validation/dynamics_fit.py`; samples = training windows): a "
+            "scenario takes this `[drafter]` section as it is:",
             "```toml\n[drafter]\n" + "\n".join(f"{k} = {v:.4g}" for k, v in d.items()) + "\n```",
             f"Fit error (rms, quality units): static {dynamics['static_rms']:.3f}, adaptive "
             f"{dynamics['adaptive_rms']:.3f}."]

@@ -1,4 +1,4 @@
-"""Figures of a real adaptive-drafter RL run (``tlt real rl``, :mod:`tltreal.adaptive_run`).
+"""Figures of a real adaptive-drafter RL run (``tlt real rl``, :mod:`tltreal.rl.adaptive_run`).
 
 Input is the run's ``steps.csv`` (one row per RL step). Colours follow the presets they stand for:
 the static drafter is ``static-drafter``'s, the adaptive one ``tlt``'s, as in the simulator's figures.

@@ -1,4 +1,4 @@
-"""The validation report: figures and a README from a :class:`tltreal.validation.ValidationResult`.
+"""The validation report: figures and a README from a :class:`tltreal.validation.validate.ValidationResult`.
 
 Figures (PNG + PDF): predicted vs measured iteration latency (calibrated and analytic cost models),
 real vs simulated running batch over time, and real vs simulated makespan per step and policy.
@@ -23,7 +23,7 @@ COST_LABELS = {"calibrated": "calibrated (measured table)", "analytic": "analyti
 
 def iteration_scatter(result) -> plt.Figure:
     """Predicted vs measured seconds of every real decode iteration, per cost model, per policy."""
-    from tltreal.validation import iteration_errors
+    from tltreal.validation.validate import iteration_errors
 
     with plt.rc_context(paper_rc()):
         fig, axes = plt.subplots(1, 2, figsize=(7.0, 3.4), sharex=True, sharey=True)

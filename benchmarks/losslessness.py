@@ -28,9 +28,9 @@ import torch
 
 from tltcore.model_config import ModelConfig
 from tltcore.policy.base import NoSD, SDConfig, SDPolicy, Static
-from tltreal.engine import Engine, EngineConfig
-from tltreal.model import Transformer, random_model
-from tltreal.proposers import OracleDrafter, random_drafter
+from tltreal.engine.engine import Engine, EngineConfig
+from tltreal.model.transformer import Transformer, random_model
+from tltreal.spec_decode.proposers import OracleDrafter, random_drafter
 
 CFG = ModelConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
                   num_attention_heads=4, num_key_value_heads=2)
@@ -67,7 +67,7 @@ def _divergence(ref: dict[int, list[int]], out: dict[int, list[int]]) -> tuple[i
 
 def _ablate_norm() -> None:
     """Break-it check: RMSNorm in the input's dtype (the engine before it upcast like transformers)."""
-    from tltreal import model
+    from tltreal.model import transformer as model
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))

@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from tltcore.model_config import ModelConfig
-    from tltreal import kernels
-    from tltreal.generate import GenerateSettings, build_target, generate
+    from tltreal.engine.generate import GenerateSettings, build_target, generate
+    from tltreal.spec_decode import kernels
 
     torch.set_num_threads(args.threads)
     kernels.set_use_triton(args.triton)

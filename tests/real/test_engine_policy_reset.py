@@ -18,9 +18,9 @@ torch = pytest.importorskip("torch")
 
 from tltcore.policy.base import SDConfig, SDPolicy, Static  # noqa: E402
 from tltcore.policy.elastic import Elastic  # noqa: E402
-from tltreal.engine import Engine, EngineConfig, RunResult  # noqa: E402
-from tltreal.model import Transformer, random_model  # noqa: E402
-from tltreal.proposers import NgramProposer  # noqa: E402
+from tltreal.engine.engine import Engine, EngineConfig, RunResult  # noqa: E402
+from tltreal.model.transformer import Transformer, random_model  # noqa: E402
+from tltreal.spec_decode.proposers import NgramProposer  # noqa: E402
 
 from .tiny_models import MICRO  # noqa: E402
 

@@ -21,10 +21,10 @@ torch = pytest.importorskip("torch")
 
 from tltcore.policy.base import NoSD, SDConfig, SDPolicy, Static  # noqa: E402
 from tltcore.policy.registry import make_policy  # noqa: E402
-from tltreal.engine import Engine, EngineConfig, FinishedRequest, RunResult  # noqa: E402
-from tltreal.model import Transformer, causal_mask  # noqa: E402
-from tltreal.proposers import NgramProposer, OracleDrafter  # noqa: E402
-from tltreal.sampling import SamplingParams, target_probs  # noqa: E402
+from tltreal.engine.engine import Engine, EngineConfig, FinishedRequest, RunResult  # noqa: E402
+from tltreal.model.sampling import SamplingParams, target_probs  # noqa: E402
+from tltreal.model.transformer import Transformer, causal_mask  # noqa: E402
+from tltreal.spec_decode.proposers import NgramProposer, OracleDrafter  # noqa: E402
 
 from .tiny_models import TINY as CFG  # noqa: E402
 from .tiny_models import random_prompts  # noqa: E402
@@ -161,7 +161,7 @@ def test_records_are_off_by_default(tiny_target, prompts):
 def test_drafter_pairs_are_tokens_with_the_recorded_previous_hidden(tiny_target, prompts, monkeypatch):
     """Every pair the engine feeds the drafter (catch-up and draft root) is ``(t_j, h_{j-1})``
     (``h_{-1} = 0``) with ``h`` the hidden states it records: the alignment drafter training uses."""
-    import tltreal.engine as engine_module
+    import tltreal.engine.engine as engine_module
 
     fed: list[tuple[int, int, int, torch.Tensor]] = []  # (rid, j, token, feat)
     real_catch_up = engine_module.catch_up

@@ -20,7 +20,7 @@ EXAMPLE = REPO / "examples" / "tiny-llama"
 def test_the_example_config_is_a_tiny_llama():
     cfg = ModelConfig.from_json(EXAMPLE / "config.json")
     assert cfg.model_type == "llama" and cfg.num_hidden_layers <= 2 and cfg.hidden_size <= 64
-    from tltreal.memory import model_params
+    from tltreal.engine.memory_plan import model_params
 
     assert model_params(cfg) < 200_000  # well under a MB of float32 weights: milliseconds per token on CPU
 

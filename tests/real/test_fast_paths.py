@@ -16,8 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tltcore.model_config import ModelConfig  # noqa: E402
-from tltreal.kv_cache import KVCache  # noqa: E402
-from tltreal.model import (  # noqa: E402
+from tltreal.model.kv_cache import KVCache  # noqa: E402
+from tltreal.model.transformer import (  # noqa: E402
     Attention,
     RMSNorm,
     apply_rope,
@@ -29,7 +29,7 @@ from tltreal.model import (  # noqa: E402
     rope_tables,
     slot_run,
 )
-from tltreal.verify import greedy_chain_accept, tree_accept_reference  # noqa: E402
+from tltreal.spec_decode.verify import greedy_chain_accept, tree_accept_reference  # noqa: E402
 
 
 def tiny_config(**kw) -> ModelConfig:
@@ -144,7 +144,7 @@ def test_greedy_chain_accept_equals_the_reference(seed):
 def test_forward_keep_and_logits_at_equal_the_full_forward():
     """Skipping padding (``keep``) and the LM head at one position (``logits_at``) change nothing for
     the tokens computed: a padded prefill then a padded chain verify, against the full forwards."""
-    from tltreal.model import padded_causal_mask
+    from tltreal.model.transformer import padded_causal_mask
 
     cfg = tiny_config()
     model = random_model(cfg, seed=5, dtype=torch.float64)
@@ -184,9 +184,9 @@ def test_engine_skipping_padding_changes_nothing(monkeypatch, temperature):
     the padding skipped (``keep``) from 1 padded token on, and never: the same tokens, log-probs and
     hidden states (float64, greedy and sampled)."""
     from tltcore.policy.base import SDConfig, Static
-    from tltreal import engine as engine_mod
-    from tltreal.proposers import NgramProposer
-    from tltreal.sampling import SamplingParams
+    from tltreal.engine import engine as engine_mod
+    from tltreal.model.sampling import SamplingParams
+    from tltreal.spec_decode.proposers import NgramProposer
 
     cfg = tiny_config(vocab_size=24)  # a small vocabulary: n-gram drafts get accepted
     target = random_model(cfg, seed=7, dtype=torch.float64, std=0.3)

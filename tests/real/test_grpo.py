@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from tltcore.errors import InputError
-from tltreal.grpo import (
+from tltreal.model.transformer import random_model
+from tltreal.rl.grpo import (
     GRPOConfig,
     GRPOTrainer,
     Rollout,
@@ -20,7 +21,6 @@ from tltreal.grpo import (
     group_advantages,
     policy_batch,
 )
-from tltreal.model import random_model
 
 from .tiny_models import MICRO
 

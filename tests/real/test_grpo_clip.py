@@ -18,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tltreal.grpo import clipped_loss  # noqa: E402
+from tltreal.rl.grpo import clipped_loss  # noqa: E402
 
 EPS = 0.2
 

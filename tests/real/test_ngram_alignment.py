@@ -1,4 +1,4 @@
-"""The n-gram proposer only drafts from whole-token matches (tltreal.proposers.ngram).
+"""The n-gram proposer only drafts from whole-token matches (tltreal.spec_decode.proposers.ngram).
 
 The proposer searches packed 8-byte token ids with ``bytes.rfind``, so the bytes of the request's
 last ``n`` tokens can also turn up straddling two tokens: token 1 is ``01 00 00 00 00 00 00 00``, and
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from tltreal.proposers import NgramProposer, ProposalContext
-from tltreal.proposers.ngram import extend_periodic
+from tltreal.spec_decode.proposers import NgramProposer, ProposalContext
+from tltreal.spec_decode.proposers.ngram import extend_periodic
 
 #: Ids whose little-endian bytes overlap each other's at offsets that are not multiples of 8.
 COLLIDING = (0, 1, 2, 256, 257, 512, 65536, 2**40, 2**40 + 1, 2**56)

@@ -1,4 +1,4 @@
-"""The padded target (tltreal.padded_target): a big model with exactly a small model's behaviour.
+"""The padded target (tltreal.rl.padded_target): a big model with exactly a small model's behaviour.
 
 What must hold: the padded target's logits and hidden states are the small model's (float64, to
 rounding of a longer dot product) and its greedy outputs are identical; the added capacity is
@@ -21,16 +21,16 @@ torch = pytest.importorskip("torch")
 
 from tltcore.model_config import ModelConfig  # noqa: E402
 from tltcore.policy.base import SDConfig, Static  # noqa: E402
-from tltreal.drafter_train import (  # noqa: E402
+from tltreal.engine.engine import Engine, EngineConfig  # noqa: E402
+from tltreal.model.transformer import causal_mask, random_model  # noqa: E402
+from tltreal.rl.drafter_train import (  # noqa: E402
     DataBuffer,
     DrafterTrainerConfig,
     engine_acceptance,
     target_sample,
     train_steps,
 )
-from tltreal.engine import Engine, EngineConfig  # noqa: E402
-from tltreal.model import causal_mask, random_model  # noqa: E402
-from tltreal.padded_target import (  # noqa: E402
+from tltreal.rl.padded_target import (  # noqa: E402
     SDSpeedup,
     measure_sd_speedup,
     pad_target,
@@ -38,7 +38,7 @@ from tltreal.padded_target import (  # noqa: E402
     rebind_drafter,
     refresh_padded_target,
 )
-from tltreal.proposers.eagle import EagleDrafter, random_drafter  # noqa: E402
+from tltreal.spec_decode.proposers.eagle import EagleDrafter, random_drafter  # noqa: E402
 
 from .drafter_fixtures import progressions  # noqa: E402
 

@@ -180,10 +180,10 @@ def test_memory_estimate_matches_the_engines_allocations() -> None:
     import torch
 
     from tltcore.policy.base import Static
-    from tltreal.engine import Engine, EngineConfig
-    from tltreal.memory import estimate, model_params
-    from tltreal.model import random_model
-    from tltreal.proposers import random_drafter
+    from tltreal.engine.engine import Engine, EngineConfig
+    from tltreal.engine.memory_plan import estimate, model_params
+    from tltreal.model.transformer import random_model
+    from tltreal.spec_decode.proposers import random_drafter
 
     for cfg in (CFG, ModelConfig(vocab_size=96, hidden_size=48, intermediate_size=80, num_hidden_layers=3,
                                  num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True),

@@ -10,11 +10,11 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from tltreal.kernels import compact_kv_reference  # noqa: E402
-from tltreal.kernels.accept import tree_accept_triton  # noqa: E402
-from tltreal.kernels.compact import compact_kv_triton  # noqa: E402
-from tltreal.tree_search import select_tree  # noqa: E402
-from tltreal.verify import tree_accept_reference  # noqa: E402
+from tltreal.spec_decode.kernels import compact_kv_reference  # noqa: E402
+from tltreal.spec_decode.kernels.accept import tree_accept_triton  # noqa: E402
+from tltreal.spec_decode.kernels.compact import compact_kv_triton  # noqa: E402
+from tltreal.spec_decode.tree_search import select_tree  # noqa: E402
+from tltreal.spec_decode.verify import tree_accept_reference  # noqa: E402
 
 
 def random_tree(gen: torch.Generator, b: int, n: int, k: int, vocab: int):

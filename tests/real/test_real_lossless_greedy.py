@@ -1,7 +1,7 @@
 """Greedy speculative decoding is lossless: token-for-token equal to plain decoding.
 
 32 prompts x >= 128 new tokens, continuous batching (the running batch is smaller than the number
-of prompts, requests join as others finish), float64 (see tltreal.model's numerical policy). The
+of prompts, requests join as others finish), float64 (see tltreal.model.transformer's numerical policy). The
 reference is a plain no-SD run of the same engine with a *different* batch composition.
 """
 
@@ -17,10 +17,10 @@ torch = pytest.importorskip("torch")
 from tltcore.events import check_event_log  # noqa: E402
 from tltcore.policy.base import NO_SD, BatchView, Decision, NoSD, Outcome, SDConfig, Static  # noqa: E402
 from tltcore.policy.registry import make_policy  # noqa: E402
-from tltreal import kernels  # noqa: E402
-from tltreal.engine import Engine, EngineConfig, RunResult  # noqa: E402
-from tltreal.model import random_model  # noqa: E402
-from tltreal.proposers import OracleDrafter, random_drafter  # noqa: E402
+from tltreal.engine.engine import Engine, EngineConfig, RunResult  # noqa: E402
+from tltreal.model.transformer import random_model  # noqa: E402
+from tltreal.spec_decode import kernels  # noqa: E402
+from tltreal.spec_decode.proposers import OracleDrafter, random_drafter  # noqa: E402
 
 from .tiny_models import TINY as CFG  # noqa: E402
 from .tiny_models import random_prompts  # noqa: E402
@@ -146,7 +146,7 @@ def test_eos_stops_requests_identically(tiny_target, prompts, reference):
 
 def test_sampled_decoding_is_reproducible_per_request(tiny_target, prompts):
     """Per-request generators: the same seeds give the same tokens, whatever the batch composition."""
-    from tltreal.sampling import SamplingParams
+    from tltreal.model.sampling import SamplingParams
 
     outs = []
     for batch in (3, 8, 8):

@@ -11,8 +11,8 @@ torch = pytest.importorskip("torch")
 
 from tltcore.errors import InputError  # noqa: E402
 from tltcore.model_config import ModelConfig  # noqa: E402
-from tltreal.model import causal_mask, load_model, random_model, save_model  # noqa: E402
-from tltreal.proposers import EagleDrafter, random_drafter  # noqa: E402
+from tltreal.model.transformer import causal_mask, load_model, random_model, save_model  # noqa: E402
+from tltreal.spec_decode.proposers import EagleDrafter, random_drafter  # noqa: E402
 
 #: 2 layers, 2 query heads on 1 KV head: the safetensors round trip (and its 1-layer twin) and the drafter.
 TWO_LAYERS = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
@@ -72,7 +72,7 @@ def test_incremental_decode_matches_full_forward():
     cache = model.new_cache(3, 16)
     slots = torch.tensor([2, 0])
     lens = torch.tensor([4, 6])
-    from tltreal.model import padded_causal_mask
+    from tltreal.model.transformer import padded_causal_mask
     logits, _ = model(tokens[:, :6], torch.arange(6).expand(2, 6), cache, slots, torch.zeros(2, dtype=torch.long),
                       padded_causal_mask(lens, 6))
     assert torch.allclose(logits[0, :4], ref_logits[0, :4], atol=1e-12)
@@ -121,7 +121,7 @@ def test_drafter_shares_frozen_embedding_and_head():
 def test_noisy_oracle_is_o_vocab_at_qwen_vocabulary_and_perturbs_as_documented():
     """At Qwen's 151,936-token vocabulary the noisy oracle holds O(vocab) state (a vocab^2 table
     would be 92 GB in float32), and each logit's perturbation has standard deviation ~noise."""
-    from tltreal.proposers import OracleDrafter
+    from tltreal.spec_decode.proposers import OracleDrafter
 
     cfg = ModelConfig(vocab_size=151_936, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
                       num_attention_heads=2, num_key_value_heads=1)
@@ -148,7 +148,7 @@ def test_oracle_generation_at_qwen_vocabulary_stays_within_2_gb(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(cfg.to_hf_dict()))
     code = (
         "import sys\n"
-        "from tltreal.generate import GenerateSettings, generate\n"
+        "from tltreal.engine.generate import GenerateSettings, generate\n"
         "from tltcore.model_config import ModelConfig\n"
         "cfg = ModelConfig.from_json(sys.argv[1])\n"
         "r = generate(cfg, GenerateSettings(prompts=2, max_tokens=8, prompt_len=8, policy='static:4_2_6',\n"

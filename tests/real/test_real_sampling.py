@@ -16,12 +16,12 @@ torch = pytest.importorskip("torch")
 
 from tltcore.model_config import ModelConfig  # noqa: E402
 from tltcore.policy.base import SDConfig, Static  # noqa: E402
-from tltreal import verify  # noqa: E402
-from tltreal.engine import Engine, EngineConfig  # noqa: E402
-from tltreal.model import random_model  # noqa: E402
-from tltreal.proposers import OracleDrafter, random_drafter  # noqa: E402
-from tltreal.sampling import SamplingParams  # noqa: E402
-from tltreal.tree import make_tree  # noqa: E402
+from tltreal.engine.engine import Engine, EngineConfig  # noqa: E402
+from tltreal.model.sampling import SamplingParams  # noqa: E402
+from tltreal.model.transformer import random_model  # noqa: E402
+from tltreal.spec_decode import verify  # noqa: E402
+from tltreal.spec_decode.proposers import OracleDrafter, random_drafter  # noqa: E402
+from tltreal.spec_decode.tree import make_tree  # noqa: E402
 
 from .tiny_models import two_token_marginals  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The real Spot Trainer (tltreal.spot_trainer, tltreal.rollout_worker): rollout workers as processes
+"""The real Spot Trainer (tltreal.spot.trainer, tltreal.spot.worker_process): rollout workers as processes
 that train the drafter in the rollout's bubble.
 
 What must hold: a worker trains only after it is released (never while it generates); every trainer
@@ -29,12 +29,11 @@ torch = pytest.importorskip("torch")
 
 from tltcore.atomic import pid_alive  # noqa: E402
 from tltcore.policy.base import NoSD  # noqa: E402
-from tltreal.drafter_checkpoint import list_checkpoints, load_checkpoint, load_latest  # noqa: E402
-from tltreal.drafter_train import DrafterTrainerConfig  # noqa: E402
-from tltreal.engine import Engine, EngineConfig  # noqa: E402
-from tltreal.proposers.eagle import random_drafter  # noqa: E402
-from tltreal.rollout_worker import weights_digest  # noqa: E402
-from tltreal.spot_trainer import (  # noqa: E402
+from tltreal.engine.engine import Engine, EngineConfig  # noqa: E402
+from tltreal.rl.drafter_train import DrafterTrainerConfig  # noqa: E402
+from tltreal.spec_decode.proposers.eagle import random_drafter  # noqa: E402
+from tltreal.spot.drafter_checkpoint import list_checkpoints, load_checkpoint, load_latest  # noqa: E402
+from tltreal.spot.trainer import (  # noqa: E402
     RolloutRequest,
     SpotConfig,
     SpotTrainer,
@@ -42,6 +41,7 @@ from tltreal.spot_trainer import (  # noqa: E402
     WorkerError,
     split_requests,
 )
+from tltreal.spot.worker_process import weights_digest  # noqa: E402
 
 from .drafter_fixtures import progressions, train_target  # noqa: E402
 from .tiny_models import TINY_V64  # noqa: E402

@@ -19,9 +19,9 @@ from tltcore.acceptance import ChainAcceptance, paper_qwen32b_tp4  # noqa: E402
 from tltcore.cost import TableCostModel  # noqa: E402
 from tltcore.errors import InputError  # noqa: E402
 from tltcore.policy.base import SDConfig, Static  # noqa: E402
-from tltreal.model import random_model  # noqa: E402
-from tltreal.profiler import ProfileGrid, profile_native  # noqa: E402
-from tltreal.replay import (  # noqa: E402
+from tltreal.model.transformer import random_model  # noqa: E402
+from tltreal.validation.profiler import ProfileGrid, profile_native  # noqa: E402
+from tltreal.validation.replay import (  # noqa: E402
     RecordingPolicy,
     reference_run,
     replay_requests,
@@ -108,7 +108,7 @@ def test_profile_table_is_complete_and_grows_with_batch_and_shape(target):
 def test_small_validation_holds_its_bound_and_a_wrong_cost_model_fails_it():
     """End to end on a real trace step scaled down: the calibrated simulator stays within a bound a
     noisy 2-core machine can hold, and the same comparison with the table scaled x1.5 breaks it."""
-    from tltreal.validation import NativeSettings, validate_native
+    from tltreal.validation.validate import NativeSettings, validate_native
     from tltsim.rollout import simulate_policy_step
     from tltsim.scenario import Scenario, acceptance_model, apply_override, load_steps
 

@@ -25,9 +25,9 @@ from tltcore.model_config import ModelConfig  # noqa: E402
 from tltcore.model_shape import ModelShape  # noqa: E402
 from tltcore.policy.base import SDConfig  # noqa: E402
 from tltcore.policy.registry import make_policy  # noqa: E402
-from tltreal.replay import ReplayRequests  # noqa: E402
-from tltreal.validation import fitted_chain, vllm_chains  # noqa: E402
-from tltreal.vllm_backend import VllmSettings, draft_tokens_at, vllm_schedule  # noqa: E402
+from tltreal.backends.vllm_backend import VllmSettings, draft_tokens_at, vllm_schedule  # noqa: E402
+from tltreal.validation.replay import ReplayRequests  # noqa: E402
+from tltreal.validation.validate import fitted_chain, vllm_chains  # noqa: E402
 from tltsim.rollout import EngineConfig, RolloutRun  # noqa: E402
 from tltsim.traces.workload import StepWorkload  # noqa: E402
 
@@ -131,7 +131,7 @@ def _requests() -> ReplayRequests:
 
 @pytest.fixture(scope="module")
 def vllm_runs(tmp_path_factory):
-    from tltreal.vllm_backend import run_policies, write_models
+    from tltreal.backends.vllm_backend import run_policies, write_models
 
     settings = VllmSettings(model=CFG, max_batch=6, max_model_len=256, max_batched_tokens=512, late_scale=0.05)
     target, draft = write_models(tmp_path_factory.mktemp("vllm"), CFG, seed=0, late_scale=settings.late_scale)

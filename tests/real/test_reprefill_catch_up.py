@@ -1,4 +1,5 @@
-"""The real engine's re-prefill switch brings the drafter up to date too (tltreal.engine, ``switch="reprefill"``).
+"""The real engine's re-prefill switch brings the drafter up to date too (tltreal.engine.switch,
+``switch="reprefill"``).
 
 TLT's elastic switch, when SD turns on mid-generation, re-prefills every live context through the
 target *and the drafter*: the drafter has seen none of the tokens generated while SD was off. The
@@ -25,9 +26,9 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
 from tltcore.policy.base import NO_SD, BatchView, Decision, NoSD, Outcome, SDConfig  # noqa: E402
-from tltreal.engine import Engine, EngineConfig, RunResult  # noqa: E402
-from tltreal.model import random_model  # noqa: E402
-from tltreal.proposers import OracleDrafter  # noqa: E402
+from tltreal.engine.engine import Engine, EngineConfig, RunResult  # noqa: E402
+from tltreal.model.transformer import random_model  # noqa: E402
+from tltreal.spec_decode.proposers import OracleDrafter  # noqa: E402
 
 from .tiny_models import TINY_V64  # noqa: E402
 

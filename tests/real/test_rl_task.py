@@ -23,8 +23,10 @@ pytest.importorskip("tokenizers")
 
 from tltcore.errors import InputError  # noqa: E402
 from tltcore.model_config import ModelConfig  # noqa: E402
-from tltreal.model import causal_mask, random_model  # noqa: E402
-from tltreal.pretrain import (  # noqa: E402
+from tltreal.model.tokenizer import build_tokenizer, load  # noqa: E402
+from tltreal.model.train_forward import next_token_logprobs, pack_sequences, token_logprobs  # noqa: E402
+from tltreal.model.transformer import causal_mask, random_model  # noqa: E402
+from tltreal.rl.pretrain import (  # noqa: E402
     PretrainConfig,
     accuracy_by_difficulty,
     encode_example,
@@ -34,9 +36,7 @@ from tltreal.pretrain import (  # noqa: E402
     pretrain,
     save_pretrained,
 )
-from tltreal.rl_task import Problem, TaskConfig, make_problem, parse_answer, reward, sample_problems  # noqa: E402
-from tltreal.tokenizer import build_tokenizer, load  # noqa: E402
-from tltreal.train_forward import next_token_logprobs, pack_sequences, token_logprobs  # noqa: E402
+from tltreal.rl.task import Problem, TaskConfig, make_problem, parse_answer, reward, sample_problems  # noqa: E402
 
 from .tiny_models import MICRO  # noqa: E402
 

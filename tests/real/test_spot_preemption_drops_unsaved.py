@@ -1,4 +1,4 @@
-"""A preempted real training session drops the work since its last checkpoint (tltreal.rollout_worker).
+"""A preempted real training session drops the work since its last checkpoint (tltreal.spot.worker_process).
 
 The shared drafter-training contract (and the simulator's spot trainer, whose tests pin it) says a
 preempted session loses the optimizer steps after its last committed checkpoint: preemption means the
@@ -24,9 +24,9 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
-from tltreal.drafter_checkpoint import list_checkpoints, load_latest  # noqa: E402
-from tltreal.drafter_train import DrafterTrainer, DrafterTrainerConfig, target_sample  # noqa: E402
-from tltreal.rollout_worker import RolloutWorker, Train, Trained, WorkerConfig, to_wire, weights_digest  # noqa: E402
+from tltreal.rl.drafter_train import DrafterTrainer, DrafterTrainerConfig, target_sample  # noqa: E402
+from tltreal.spot.drafter_checkpoint import list_checkpoints, load_latest  # noqa: E402
+from tltreal.spot.worker_process import RolloutWorker, Train, Trained, WorkerConfig, to_wire, weights_digest  # noqa: E402
 
 from .drafter_fixtures import progressions  # noqa: E402
 from .tiny_models import TINY_V64  # noqa: E402

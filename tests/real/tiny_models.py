@@ -11,8 +11,8 @@ from dataclasses import replace
 import torch
 
 from tltcore.model_config import ModelConfig
-from tltreal.model import Transformer, causal_mask
-from tltreal.sampling import target_probs
+from tltreal.model.sampling import target_probs
+from tltreal.model.transformer import Transformer, causal_mask
 
 #: The engine tests' Llama: 2 layers, GQA (4 query heads on 2 KV heads), a 256-token vocabulary.
 TINY = ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

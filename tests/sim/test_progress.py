@@ -1,7 +1,7 @@
 """Progress of long commands (issue 21: `tlt validate` printed three lines in 13-21 minutes).
 
 :class:`~tltcli.progress.PhaseProgress` draws a bar with ETA per phase on a terminal and one
-line per phase with the elapsed time elsewhere; ``tltreal.validation`` and ``tltreal.profiler``
+line per phase with the elapsed time elsewhere; ``tltreal.validation.validate`` and ``tltreal.validation.profiler``
 report their phases and units to it. A full ``tlt validate`` takes 15+ minutes, so the plumbing is
 tested on a tiny real run (one step, two prompt groups, grid of two batch sizes).
 """
@@ -57,7 +57,7 @@ def test_on_a_terminal_a_bar_per_phase_with_units_and_eta() -> None:
 
 def test_validation_takes_a_plain_callable_or_a_phase_display() -> None:
     pytest.importorskip("torch")
-    from tltreal.validation import phases
+    from tltreal.validation.validate import phases
 
     said: list[str] = []
     shown = phases(said.append)
@@ -89,7 +89,7 @@ def test_validate_native_reports_every_phase_and_unit(monkeypatch) -> None:
     ._phase_plan, less the report it writes itself) and each phase's units all arrive."""
     pytest.importorskip("torch")
     from tltcli.validate import RealBackend, _phase_plan
-    from tltreal.validation import NativeSettings, validate_native
+    from tltreal.validation.validate import NativeSettings, validate_native
     from tltsim.rollout import simulate_policy_step
     from tltsim.scenario import acceptance_model, load_steps, policies_with_baseline, resolve
 

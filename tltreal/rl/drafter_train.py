@@ -1,0 +1,387 @@
+"""Online training of TLT's adaptive EAGLE drafter from rollout data (DESIGN §1, §2.3).
+
+**What a sample is.** A finished response: its token ids ``t_0 .. t_{n-1}`` (prompt + response) and
+the frozen target's last hidden states ``h_0 .. h_{n-1}`` (after the final norm, what the LM head
+and the drafter consume). The target's distribution at ``j`` is ``softmax(lm_head(h_j))``: exactly the
+target's logits, because :meth:`Transformer.forward` computes them that way, so the buffer keeps
+hidden states only (``n * H`` numbers instead of ``n * V``). :func:`target_sample` computes them
+with the ordinary cached forward, under ``no_grad``, over a fresh cache.
+
+**Alignment (the same pairs the engine feeds).** :mod:`tltreal.spec_decode.proposers.base`: drafter pair ``j``
+is ``(t_j, h_{j-1})`` with ``h_{-1} = 0``, at position ``j``; its output feature predicts ``h_j`` and,
+through the LM head, the target's distribution at ``j`` (the token after ``t_j``). The engine's
+``_pending`` builds exactly these pairs for ``catch_up`` and the draft root, so a window of pairs
+``[a, b)`` is ``tokens t[a:b]``, ``feats h[a-1:b-1]`` (zero for ``j = 0``), ``positions a..b-1``,
+targets ``h[a:b]``.
+
+**Loss** (EAGLE / TLT): per pair, ``hidden_weight * SmoothL1(pred_h, h_j)`` (mean over the hidden
+dimension) ``+ ce_weight * H(p_target, q_drafter)`` (soft cross-entropy, summed over the vocabulary);
+averaged over the pairs of a step. Weights 1.0 and 0.1, AdamW.
+
+**Sequence packing.** A step's windows (≤ ``samples_per_step`` of ≤ ``window_tokens`` pairs each)
+are concatenated into one row with a block-diagonal causal mask and per-window positions: no
+padding, and each pair's loss is exactly what it would be alone (tested to 1e-9 in float64).
+
+**DataBuffer.** Finished responses of the last ``keep_steps`` (2) RL steps. With TLT's one-step
+offset, a step's windows are drawn half from the current step and half from the previous one (this
+step's finished responses alone are biased short: the long tail has not finished yet), the same
+vocabulary as the simulator's :class:`tltsim.spot.coverage.DataBuffer`. A response is cut into aligned
+``window_tokens`` windows (the simulator counts windows the same way).
+
+Everything is deterministic given ``DrafterTrainerConfig.seed`` (a numpy generator draws windows;
+training has no dropout).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from tltcore.errors import InputError
+from tltreal.model.transformer import Transformer, causal_mask
+from tltreal.spec_decode.proposers.eagle import EagleDrafter
+
+
+@dataclass(frozen=True)
+class DrafterTrainerConfig:
+    """Drafter-training knobs. Defaults are TLT's (DESIGN §1): lr 1e-6 is for *online adaptation* of
+    an already trained drafter; a randomly initialised one needs ~1e-3 to learn in a few hundred
+    steps. ``max_steps`` bounds one Spot Trainer session (TLT: 200)."""
+
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.95)
+    samples_per_step: int = 4
+    window_tokens: int = 512
+    max_steps: int = 200
+    hidden_weight: float = 1.0
+    ce_weight: float = 0.1
+    max_grad_norm: float = 0.5  # EAGLE's clipping; 0 turns it off
+    one_step_offset: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0:
+            raise InputError(f"must be > 0, got {self.lr}", field="drafter.lr")
+        if self.samples_per_step < 1 or self.window_tokens < 1 or self.max_steps < 0:
+            raise InputError("samples_per_step and window_tokens must be >= 1, max_steps >= 0",
+                             field="drafter")
+        if self.hidden_weight < 0 or self.ce_weight < 0 or self.max_grad_norm < 0:
+            raise InputError("loss weights and max_grad_norm must be >= 0", field="drafter")
+
+
+# ---- samples and the buffer ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Sample:
+    """One finished response: ``tokens`` ``[n]`` (prompt + response) and the target's last hidden
+    states ``hidden`` ``[n, H]`` at each of them; ``step`` is the RL step that generated it."""
+
+    tokens: torch.Tensor
+    hidden: torch.Tensor
+    step: int = 0
+
+    def __post_init__(self) -> None:
+        if self.tokens.ndim != 1 or self.hidden.ndim != 2 or len(self.tokens) != len(self.hidden):
+            raise ValueError(f"tokens [n] and hidden [n, H] must align, got {tuple(self.tokens.shape)} and "
+                             f"{tuple(self.hidden.shape)}")
+        if len(self.tokens) == 0:
+            raise ValueError("empty sample")
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass(frozen=True)
+class Window:
+    """Pairs ``[start, end)`` of ``sample`` (module docstring: pair j = (t_j, h_{j-1}))."""
+
+    sample: Sample
+    start: int
+    end: int
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+
+@torch.no_grad()
+def target_hidden(target: Transformer, tokens: Sequence[int] | torch.Tensor) -> torch.Tensor:
+    """The target's last hidden states ``[n, H]`` over ``tokens``: one prefill through the ordinary
+    cached forward on a fresh single-slot cache (the cache is then dropped)."""
+    ids = torch.as_tensor(tokens, dtype=torch.long, device=target.model.embed_tokens.weight.device)
+    n = len(ids)
+    cache = target.new_cache(1, n)
+    zero = torch.zeros(1, dtype=torch.long, device=ids.device)
+    _, hidden = target(ids[None], torch.arange(n, device=ids.device)[None], cache, zero, zero,
+                       causal_mask(1, n, ids.device))
+    return hidden[0]
+
+
+def target_sample(target: Transformer, tokens: Sequence[int] | torch.Tensor, step: int = 0) -> Sample:
+    """A :class:`Sample` of ``tokens`` with the target's hidden states."""
+    ids = torch.as_tensor(tokens, dtype=torch.long).cpu()
+    return Sample(ids, target_hidden(target, ids).cpu(), step)
+
+
+class DataBuffer:
+    """Finished responses of the last ``keep_steps`` RL steps, drawn with TLT's one-step offset
+    (module docstring). Call :meth:`start_step` at each RL step's start, :meth:`add` as responses
+    finish."""
+
+    def __init__(self, *, keep_steps: int = 2, window_tokens: int = 512, one_step_offset: bool = True) -> None:
+        if keep_steps < 1 or window_tokens < 1:
+            raise ValueError("keep_steps and window_tokens must be >= 1")
+        self.keep_steps, self.window_tokens, self.one_step_offset = keep_steps, window_tokens, one_step_offset
+        self.step = 0
+        self._samples: dict[int, list[Sample]] = {}
+
+    def start_step(self, step: int) -> None:
+        """A new RL step begins: drop responses older than the last ``keep_steps`` steps."""
+        self.step = step
+        for old in [s for s in self._samples if s <= step - self.keep_steps]:
+            del self._samples[old]
+
+    def add(self, sample: Sample) -> None:
+        """Add a finished response (its ``step`` must be one the buffer keeps)."""
+        if not self.step - self.keep_steps < sample.step <= self.step:
+            raise ValueError(f"sample of step {sample.step} outside the buffer's steps "
+                             f"({self.step - self.keep_steps + 1}..{self.step})")
+        # Owned copies: an engine's hidden states are views of its slab, which it reuses for the next request.
+        own = Sample(sample.tokens.detach().clone(), sample.hidden.detach().clone(), sample.step)
+        self._samples.setdefault(sample.step, []).append(own)
+
+    def samples(self, step: int) -> list[Sample]:
+        return list(self._samples.get(step, []))
+
+    def windows(self, step: int) -> list[Window]:
+        """Step ``step``'s responses cut into aligned ``window_tokens`` windows."""
+        w = self.window_tokens
+        return [Window(s, a, min(a + w, len(s))) for s in self._samples.get(step, []) for a in range(0, len(s), w)]
+
+    def windows_available(self) -> int:
+        """Windows a training step can draw from now (0: training cannot start)."""
+        return sum(len(p) for p in self._pools())
+
+    def _pools(self) -> tuple[list[Window], list[Window]]:
+        current = self.windows(self.step)
+        previous = self.windows(self.step - 1) if self.one_step_offset else []
+        return current, previous
+
+    def draw(self, n: int, rng: np.random.Generator) -> list[Window]:
+        """Up to ``n`` distinct windows: half (rounded down) from the previous step when the offset
+        is on and both steps have data, the rest from the current step; a short pool's shortfall
+        is filled from the other one."""
+        current, previous = self._pools()
+        n_prev = n // 2 if current and previous else (n if previous else 0)
+        n_prev = min(n_prev, len(previous))
+        n_cur = min(n - n_prev, len(current))
+        n_prev = min(n - n_cur, len(previous))
+        picked = [previous[i] for i in sorted(rng.choice(len(previous), n_prev, replace=False))] if n_prev else []
+        picked += [current[i] for i in sorted(rng.choice(len(current), n_cur, replace=False))] if n_cur else []
+        return picked
+
+
+# ---- packing and the loss --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PackedWindows:
+    """Windows concatenated into one row ``[1, T]`` (module docstring)."""
+
+    tokens: torch.Tensor  # [1, T] t_j
+    feats: torch.Tensor  # [1, T, H] h_{j-1} (0 for j = 0)
+    positions: torch.Tensor  # [1, T] j
+    mask: torch.Tensor  # [1, T, T] block-diagonal causal
+    target_hidden: torch.Tensor  # [1, T, H] h_j
+    lengths: tuple[int, ...]
+
+
+def block_causal_mask(lengths: Sequence[int], device: torch.device | str = "cpu") -> torch.Tensor:
+    """``[T, T]``: causal inside each consecutive block of ``lengths``, nothing across blocks."""
+    seg = torch.repeat_interleave(torch.arange(len(lengths), device=device),
+                                  torch.as_tensor(list(lengths), device=device))
+    t = len(seg)
+    return (seg[:, None] == seg[None, :]) & torch.ones(t, t, dtype=torch.bool, device=device).tril()
+
+
+def window_pairs(w: Window) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(tokens, feats, positions, target_hidden)`` of one window's pairs (module docstring)."""
+    s = w.sample
+    feats = s.hidden.new_zeros(len(w), s.hidden.shape[1])
+    lo = max(w.start - 1, 0)
+    feats[lo + 1 - w.start:] = s.hidden[lo: w.end - 1]
+    return s.tokens[w.start: w.end], feats, torch.arange(w.start, w.end), s.hidden[w.start: w.end]
+
+
+def pack(windows: Sequence[Window], *, dtype: torch.dtype | None = None,
+         device: torch.device | str = "cpu") -> PackedWindows:
+    """One padding-free row of ``windows`` (``dtype``: of the features, the drafter's)."""
+    if not windows:
+        raise ValueError("nothing to pack")
+    parts = [window_pairs(w) for w in windows]
+    tokens, feats, positions, hidden = (torch.cat([p[i] for p in parts]) for i in range(4))
+    dtype = dtype or feats.dtype
+    lengths = tuple(len(w) for w in windows)
+    return PackedWindows(tokens[None].to(device), feats[None].to(device, dtype), positions[None].to(device),
+                         block_causal_mask(lengths, device)[None], hidden[None].to(device, dtype), lengths)
+
+
+@dataclass(frozen=True)
+class LossParts:
+    """Per-pair losses ``[T]`` of one packed row; :attr:`total` is what is minimised."""
+
+    hidden: torch.Tensor
+    ce: torch.Tensor
+    per_pair: torch.Tensor
+
+    @property
+    def total(self) -> torch.Tensor:
+        return self.per_pair.mean()
+
+
+def drafter_loss(drafter: EagleDrafter, batch: PackedWindows, *, hidden_weight: float = 1.0,
+                 ce_weight: float = 0.1) -> LossParts:
+    """SmoothL1 on the next hidden state + soft cross-entropy against the target's distribution
+    (module docstring), per pair."""
+    logits, pred = drafter.forward_train(batch.tokens, batch.feats, batch.positions, batch.mask)
+    target = drafter.__dict__["_target"]
+    with torch.no_grad():
+        p_target = nn.functional.linear(batch.target_hidden, target.lm_head.weight).softmax(-1)
+    hidden = nn.functional.smooth_l1_loss(pred, batch.target_hidden, reduction="none").mean(-1)[0]
+    ce = -(p_target * logits.log_softmax(-1)).sum(-1)[0]
+    return LossParts(hidden, ce, hidden_weight * hidden + ce_weight * ce)
+
+
+# ---- the trainer -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TrainMetrics:
+    """One call's training: per-step total / hidden / CE losses, windows and pairs trained on,
+    wall seconds, and whether it was preempted (``should_stop``) before ``n_steps``."""
+
+    losses: tuple[float, ...] = ()
+    hidden_losses: tuple[float, ...] = ()
+    ce_losses: tuple[float, ...] = ()
+    windows: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    preempted: bool = False
+
+    @property
+    def steps(self) -> int:
+        return len(self.losses)
+
+    @property
+    def samples_per_s(self) -> float:
+        """Windows (the paper's "samples") per second."""
+        return self.windows / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class DrafterTrainer:
+    """A drafter, its AdamW state and the window-drawing generator: a Spot Trainer session's
+    state. ``steps_done`` counts optimizer steps over the trainer's life (checkpoint metadata)."""
+
+    drafter: EagleDrafter
+    config: DrafterTrainerConfig = field(default_factory=DrafterTrainerConfig)
+    optimizer: torch.optim.AdamW = field(init=False)
+    steps_done: int = 0
+
+    def __post_init__(self) -> None:
+        c = self.config
+        self.optimizer = torch.optim.AdamW([p for _, p in self.drafter.named_parameters()], lr=c.lr,
+                                           betas=c.betas, weight_decay=c.weight_decay)
+        self._rng = np.random.default_rng(c.seed)
+
+    def step(self, windows: Sequence[Window]) -> LossParts:
+        """One optimizer step on ``windows`` packed into one row."""
+        c = self.config
+        self.drafter.train()
+        batch = pack(windows, dtype=self.drafter.dtype, device=self.drafter.fc.weight.device)
+        with torch.enable_grad():
+            parts = drafter_loss(self.drafter, batch, hidden_weight=c.hidden_weight, ce_weight=c.ce_weight)
+            self.optimizer.zero_grad(set_to_none=True)
+            parts.total.backward()
+        if c.max_grad_norm > 0:
+            nn.utils.clip_grad_norm_(self.drafter.parameters(), c.max_grad_norm)
+        self.optimizer.step()
+        self.steps_done += 1
+        self.drafter.eval()
+        return parts
+
+    def train(self, buffer: DataBuffer, n_steps: int, *,
+              should_stop: Callable[[], bool] | None = None) -> TrainMetrics:
+        """One session: up to ``n_steps`` (at most ``config.max_steps``) steps of
+        ``samples_per_step`` windows drawn from ``buffer``; stops early (preempted) when
+        ``should_stop()`` turns true between steps, or when the buffer is empty."""
+        t0 = time.perf_counter()
+        losses: list[tuple[float, float, float]] = []
+        windows = tokens = 0
+        preempted = False
+        for _ in range(min(n_steps, self.config.max_steps)):
+            if should_stop is not None and should_stop():
+                preempted = True
+                break
+            drawn = buffer.draw(self.config.samples_per_step, self._rng)
+            if not drawn:
+                break
+            parts = self.step(drawn)
+            losses.append((float(parts.total.detach()), float(parts.hidden.detach().mean()),
+                           float(parts.ce.detach().mean())))
+            windows += len(drawn)
+            tokens += sum(len(w) for w in drawn)
+        cols = tuple(zip(*losses, strict=True)) if losses else ((), (), ())
+        return TrainMetrics(cols[0], cols[1], cols[2], windows, tokens, time.perf_counter() - t0, preempted)
+
+
+def train_steps(drafter: EagleDrafter, buffer: DataBuffer, n_steps: int,
+                config: DrafterTrainerConfig | None = None, *,
+                should_stop: Callable[[], bool] | None = None) -> TrainMetrics:
+    """``n_steps`` steps of a fresh :class:`DrafterTrainer` (fresh AdamW state); deterministic given
+    ``config.seed``. Keep a :class:`DrafterTrainer` instead to carry AdamW state across calls."""
+    return DrafterTrainer(drafter, config or DrafterTrainerConfig()).train(buffer, n_steps, should_stop=should_stop)
+
+
+# ---- evaluation ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AcceptStats:
+    """Acceptance of one engine run. ``accept_length`` is the engine's own measure (tokens emitted
+    per request per SD iteration, bonus included, so a request's last iteration is cut at its
+    ``max_new_tokens``); :attr:`mean_accepted_plus_one` counts every accepted draft token, as vLLM's
+    spec-decode counters do (``1 + num_accepted_tokens / num_drafts``), so the two compare."""
+
+    accept_length: float
+    drafts: int  # request-iterations that verified a draft
+    accepted: int  # draft tokens accepted over them
+    outputs: dict[int, list[int]]
+
+    @property
+    def mean_accepted_plus_one(self) -> float:
+        return 1.0 + self.accepted / self.drafts if self.drafts else 1.0
+
+
+def engine_acceptance(target: Transformer, drafter: EagleDrafter, prompts: Sequence[Sequence[int]], *,
+                      new_tokens: int, depth: int = 4, topk: int = 1, verify_tokens: int | None = None,
+                      max_batch: int = 8) -> AcceptStats:
+    """Run our engine greedily with a static ``depth_topk_verify`` draft (a chain by default) over
+    ``prompts``; its acceptance and outputs (which must equal the target's own greedy outputs)."""
+    from tltcore.policy.base import SDConfig, Static
+    from tltreal.engine.engine import Engine, EngineConfig
+
+    config = SDConfig(depth, topk, verify_tokens or depth * topk)
+    longest = max(len(p) for p in prompts)
+    engine = Engine(target, Static(config), drafter,
+                    EngineConfig(max_batch=max_batch, max_len=longest + new_tokens + 1,
+                                 max_verify=config.verify_tokens, max_draft_nodes=max(1, (depth - 1) * topk)))
+    for p in prompts:
+        engine.add_request(list(p), new_tokens)
+    result = engine.run()
+    sd = result.decode_events[result.decode_events["depth"] > 0]
+    return AcceptStats(result.mean_accept_length, int((sd["batch_size"] * sd["iterations"]).sum()),
+                       int(sd["accepted"].sum()), result.outputs)
+
+
+__all__ = ["AcceptStats", "DataBuffer", "DrafterTrainer", "DrafterTrainerConfig", "LossParts", "PackedWindows",
+           "Sample", "TrainMetrics", "Window", "block_causal_mask", "drafter_loss", "engine_acceptance", "pack",
+           "target_hidden", "target_sample", "train_steps", "window_pairs"]

@@ -1,0 +1,481 @@
+"""A rollout worker process of the real Spot Trainer (DESIGN §1, :mod:`tltreal.spot.trainer`).
+
+One worker is one rollout instance: it holds a target (the current policy) and TLT's EAGLE
+drafter, generates its share of a step's responses with an :class:`~tltreal.engine.engine.Engine`, and,
+once released, trains the drafter in the step's bubble. It runs in its own process (started by the
+coordinator with the ``spawn`` method: a fresh interpreter that shares nothing with the coordinator
+but what the messages carry) and does one thing at a time, so it can never train while it generates.
+Before it says :class:`Ready` it takes one scratch optimizer step (the first AdamW step of a process
+imports ``torch._dynamo``, seconds that would otherwise come out of the first bubble).
+
+**Protocol.** Commands arrive on a ``multiprocessing.Queue`` (the coordinator is its only writer, so
+a dead worker cannot wedge it); replies leave on the write end of a one-way ``Pipe`` that only this
+worker holds, so if it dies mid-message the coordinator reads end-of-file instead of blocking. Every
+message is a small frozen dataclass of plain Python and numpy values (no torch tensors: torch would
+pass those as shared-memory handles that die with their sender).
+
+=================================== ===================================================================
+command                             reply
+=================================== ===================================================================
+(process start)                     :class:`Ready`
+:class:`LoadPolicy` (weights file)  :class:`Loaded` ``what="policy"`` with a digest of the weights
+:class:`LoadDrafter` (ckpt folder)  :class:`Loaded` ``what="drafter"``, the version and digest loaded
+:class:`Generate` (requests)        one :class:`Finished` per response *as soon as it finishes*
+                                    (tokens, the target's hidden states, the finish time), then
+                                    :class:`Generated` (the worker is released: its engine is gone)
+:class:`Train` (samples)            :class:`Trained` once the session stopped (preempted or done)
+                                    and its last checkpoint write is on disk
+:class:`AddSamples` (while training) nothing: the samples join the session's buffer
+:class:`Shutdown`                   the process exits
+(busy, silent for ``HEARTBEAT_S``)  :class:`Alive`
+=================================== ===================================================================
+
+Any exception becomes one :class:`Failed` reply (message + traceback) and the process exits, so the
+coordinator raises one clear error instead of waiting forever; :class:`Alive` heartbeats let it tell
+a long generation or session from a hung worker.
+
+**Training session.** Starts from the latest committed checkpoint (:func:`load_latest`) with a
+fresh :class:`~tltreal.rl.drafter_train.DrafterTrainer`. The worker keeps its own
+:class:`~tltreal.rl.drafter_train.DataBuffer`, a mirror of the coordinator's: the coordinator sends
+every sample it holds for the step and the previous one (TLT's one-step offset) with
+:class:`Train` and each new response's sample as it streams in (:class:`AddSamples`); the worker
+reads them between optimizer steps, so windows are drawn from everything finished so far (a
+non-streaming session, ``Train.streaming=False``, trains on what it was given and stops when that
+is empty: the repeatable "budget" mode).
+Every ``checkpoint_every`` optimizer steps a selective (trainable weights only) checkpoint is
+committed through :class:`~tltreal.spot.drafter_checkpoint.AsyncCheckpointer` (snapshot now, atomic
+write in the background). Preemption is a ``multiprocessing.Event`` checked between optimizer
+steps: the session stops after the step in progress; steps since the last commit are lost, as the
+shared contract says; a write already in flight is completed (it is already a consistent snapshot
+and takes milliseconds), so :class:`Trained` always means "nothing is being written any more". A
+session that reaches ``max_train_steps`` ends on its own and commits what is pending.
+
+Times are ``time.monotonic()`` stamps: one system-wide clock on Linux, so the coordinator can
+compare them with its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import queue
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from tltreal.rl.drafter_train import DrafterTrainerConfig, Sample
+
+#: A busy worker that has sent nothing for this long sends :class:`Alive`, so the coordinator can tell
+#: a long generation or training session from a hung worker.
+HEARTBEAT_S = 5.0
+
+#: Torch dtypes a worker may run in, by name (the config crosses the process boundary as text).
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+
+
+# ---- the contract's request ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RolloutRequest:
+    """One response to generate: ``prompt`` token ids, at most ``max_new_tokens`` new tokens; ``group``
+    is the prompt it answers (GRPO's group); ``seed`` seeds its own sampler (``temperature`` 0 is
+    greedy)."""
+
+    rid: int
+    prompt: tuple[int, ...]
+    max_new_tokens: int
+    group: int
+    seed: int
+    temperature: float = 1.0
+
+
+# ---- configuration ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What a worker needs to know for its life (everything picklable: it crosses ``spawn``)."""
+
+    worker: int
+    model_config: Any  # tltcore.model_config.ModelConfig
+    dtype: str
+    sd_policy: str
+    max_batch: int
+    max_len: int
+    eos_token_ids: tuple[int, ...]
+    trainer: DrafterTrainerConfig
+    checkpoint_dir: str
+    initial_drafter: str  # safetensors file with the version-0 drafter (used while no checkpoint exists)
+    max_train_steps: int
+    checkpoint_every: int
+    window_tokens: int
+    keep_steps: int
+    keep_checkpoints: int = 3
+    seed: int = 0
+
+
+# ---- messages: commands ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LoadPolicy:
+    path: str
+
+
+@dataclass(frozen=True)
+class LoadDrafter:
+    """Load the latest committed drafter checkpoint (the initial drafter if none exists)."""
+
+
+@dataclass(frozen=True)
+class Generate:
+    step: int
+    requests: tuple[RolloutRequest, ...]
+
+
+@dataclass(frozen=True)
+class WireSample:
+    """A :class:`~tltreal.rl.drafter_train.Sample` as plain arrays (tokens ``[n]``, hidden ``[n, H]``)."""
+
+    tokens: np.ndarray
+    hidden: np.ndarray
+    step: int
+
+
+@dataclass(frozen=True)
+class Train:
+    """Start a session on ``samples``; ``streaming``: more arrive as :class:`AddSamples` (spot), so
+    an empty buffer means wait, not stop."""
+
+    step: int
+    samples: tuple[WireSample, ...]
+    streaming: bool = True
+
+
+@dataclass(frozen=True)
+class AddSamples:
+    samples: tuple[WireSample, ...]
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    pass
+
+
+# ---- messages: replies -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Ready:
+    worker: int
+    pid: int
+
+
+@dataclass(frozen=True)
+class Loaded:
+    worker: int
+    what: str  # "policy" | "drafter"
+    version: int  # drafter version (0 for the initial drafter; -1 for a policy)
+    digest: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    worker: int
+    rid: int
+    output: tuple[int, ...]
+    hidden: np.ndarray  # [len(prompt) + len(output), H]: the target's last hidden state at every token
+    t: float
+
+
+@dataclass(frozen=True)
+class Generated:
+    """The worker's share is done and its engine freed: it is released."""
+
+    worker: int
+    requests: int
+    start_t: float
+    released_t: float
+    accept_length: float
+    sd_iterations: int  # decode iterations that verified a draft
+    sd_tokens: int  # tokens emitted by those iterations (bonus included)
+    sd_request_iterations: int  # sum of their batch sizes
+
+
+@dataclass(frozen=True)
+class Trained:
+    worker: int
+    start_t: float
+    end_t: float  # optimizer steps stopped here (before waiting for the last checkpoint write)
+    committed_t: float  # the last checkpoint write was on disk here
+    steps: int
+    windows: int
+    tokens: int
+    versions: tuple[int, ...]
+    preempted: bool
+    losses: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class Alive:
+    worker: int
+
+
+@dataclass(frozen=True)
+class Failed:
+    worker: int
+    message: str
+    traceback: str
+
+
+Reply = Ready | Loaded | Finished | Generated | Trained | Alive | Failed
+
+
+# ---- helpers shared with the coordinator -----------------------------------------------------------
+def weights_digest(tensors: Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 over names and bytes (sorted by name): equal digests, equal weights."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        h.update(name.encode())
+        h.update(tensors[name].detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _array(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().cpu()
+    return (t.float() if t.dtype == torch.bfloat16 else t).numpy()  # numpy has no bfloat16
+
+
+def to_wire(sample: Sample) -> WireSample:
+    return WireSample(_array(sample.tokens), _array(sample.hidden), sample.step)
+
+
+def from_wire(s: WireSample) -> Sample:
+    return Sample(torch.from_numpy(np.asarray(s.tokens, dtype=np.int64)), torch.from_numpy(np.asarray(s.hidden)),
+                  s.step)
+
+
+# ---- the worker ------------------------------------------------------------------------------------
+class ProtocolError(RuntimeError):
+    """A command the worker cannot take in its current state."""
+
+
+@dataclass
+class RolloutWorker:
+    """The worker's state between commands: target, drafter and the drafter version loaded."""
+
+    config: WorkerConfig
+    replies: Connection
+    preempt: Any  # multiprocessing.synchronize.Event
+    commands: Any  # multiprocessing.Queue
+    drafter_version: int = field(default=-1, init=False)
+    _last_sent: float = field(default=0.0, init=False)
+
+    def __post_init__(self) -> None:
+        from tltreal.model.transformer import Transformer
+        from tltreal.spec_decode.proposers.eagle import EagleDrafter
+
+        dtype = DTYPES[self.config.dtype]
+        self.target = Transformer(self.config.model_config).to(dtype).eval()
+        self.drafter = EagleDrafter(self.target).to(dtype).eval()
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """One optimizer step of a scratch drafter on a scratch sample, before the worker says Ready.
+
+        Why: the first AdamW of a process imports ``torch._dynamo`` (seconds on a CPU); paid inside
+        the first bubble, it would eat the training time the Spot Trainer exists to use."""
+        from tltreal.rl.drafter_train import DrafterTrainer, Window
+        from tltreal.spec_decode.proposers.eagle import EagleDrafter
+
+        scratch = EagleDrafter(self.target).to(self.drafter.dtype)
+        n = min(8, self.config.max_len)
+        sample = Sample(torch.zeros(n, dtype=torch.long),
+                        torch.zeros(n, self.config.model_config.hidden_size, dtype=self.drafter.dtype))
+        DrafterTrainer(scratch, self.config.trainer).step([Window(sample, 0, n)])
+
+    def send(self, message: Reply) -> None:
+        self.replies.send(message)
+        self._last_sent = time.monotonic()
+
+    def heartbeat(self) -> None:
+        if time.monotonic() - self._last_sent > HEARTBEAT_S:
+            self.send(Alive(self.config.worker))
+
+    # -- loading
+    def load_policy(self, cmd: LoadPolicy) -> Loaded:
+        """Copy the policy's weights into the target in place (the drafter shares its embedding and
+        LM head by reference, so it sees the new ones too)."""
+        from safetensors.torch import load_file
+
+        state = load_file(cmd.path)
+        missing, unexpected = self.target.load_state_dict(state, strict=False)
+        tied = {"lm_head.weight"} if self.config.model_config.tie_word_embeddings else set()
+        if set(missing) - tied or unexpected:
+            raise ValueError(f"policy weights {cmd.path} do not match the model config: missing "
+                             f"{sorted(set(missing) - tied)[:3]}, unexpected {sorted(unexpected)[:3]}")
+        return Loaded(self.config.worker, "policy", -1, weights_digest(dict(self.target.state_dict())))
+
+    def load_drafter(self) -> Loaded:
+        """The latest committed checkpoint, or the initial drafter (version 0) while there is none."""
+        from safetensors.torch import load_file
+
+        from tltreal.spot.drafter_checkpoint import load_latest, restore
+
+        latest = load_latest(self.config.checkpoint_dir, self.drafter)
+        if latest is not None:
+            restore(self.drafter, latest)
+            self.drafter_version = latest.version
+        else:
+            initial = load_file(self.config.initial_drafter)
+            params = dict(self.drafter.named_parameters())
+            if set(initial) != set(params):
+                raise ValueError(f"initial drafter {self.config.initial_drafter} has the wrong weights")
+            with torch.no_grad():
+                for name, value in initial.items():
+                    params[name].copy_(value)
+            self.drafter_version = 0
+        return Loaded(self.config.worker, "drafter", self.drafter_version, self.drafter_digest())
+
+    def drafter_digest(self) -> str:
+        return weights_digest({n: p for n, p in self.drafter.named_parameters() if p.requires_grad})
+
+    # -- generation
+    def generate(self, cmd: Generate) -> Generated:
+        """Run the share through one engine, streaming each response as it finishes."""
+        from tltcore.policy.registry import make_policy
+        from tltreal.engine.engine import Engine, EngineConfig
+        from tltreal.model.sampling import SamplingParams
+
+        start = time.monotonic()
+        if not cmd.requests:
+            return Generated(self.config.worker, 0, start, time.monotonic(), 0.0, 0, 0, 0)
+        c = self.config
+        engine = Engine(self.target, make_policy(c.sd_policy), self.drafter,
+                        EngineConfig(max_batch=c.max_batch, max_len=c.max_len, eos_token_ids=c.eos_token_ids,
+                                     record_hidden=True, step=cmd.step, worker=c.worker))
+        rids = {engine.add_request(list(r.prompt), r.max_new_tokens,
+                                   SamplingParams(temperature=r.temperature, seed=r.seed), group=r.group): r.rid
+                for r in cmd.requests}
+        engine.start()
+        sent: set[int] = set()
+        busy = True
+        while busy:
+            busy = engine.iterate()
+            self.heartbeat()
+            for erid in [k for k in engine.done if k not in sent]:
+                sent.add(erid)
+                self._stream(rids[erid], engine.done[erid])
+        result = engine.finish()
+        del engine  # the worker's memory is free: it is released
+        sd = result.decode_events[result.decode_events["depth"] > 0]
+        return Generated(c.worker, len(cmd.requests), start, time.monotonic(),
+                         result.mean_accept_length if len(sd) else 0.0, len(sd), int(sd["tokens"].sum()),
+                         int(sd["batch_size"].sum()))
+
+    def _stream(self, rid: int, req: Any) -> None:
+        if req.hidden is None:
+            raise RuntimeError("the engine recorded no hidden states (record_hidden)")
+        self.send(Finished(self.config.worker, rid, tuple(req.output), _array(req.hidden),
+                           time.monotonic()))
+
+    # -- training
+    def train(self, cmd: Train) -> Trained:
+        """One preemptible training session (module docstring)."""
+        from tltreal.rl.drafter_train import DataBuffer, DrafterTrainer
+        from tltreal.spot.drafter_checkpoint import AsyncCheckpointer
+
+        c = self.config
+        start = time.monotonic()
+        self.load_drafter()  # the latest committed drafter, not what a preempted session left
+        trainer = DrafterTrainer(self.drafter, replace(c.trainer, seed=c.trainer.seed + 7919 * cmd.step,
+                                                       max_steps=max(c.trainer.max_steps, 1)))
+        buffer = DataBuffer(keep_steps=c.keep_steps, window_tokens=c.window_tokens,
+                            one_step_offset=c.trainer.one_step_offset)
+        buffer.start_step(cmd.step)
+        for s in cmd.samples:
+            buffer.add(from_wire(s))
+        version, versions, losses = self.drafter_version, [], []
+        windows = tokens = 0
+        with AsyncCheckpointer(Path(c.checkpoint_dir), keep=c.keep_checkpoints) as checkpoints:
+            while len(losses) < c.max_train_steps and not self.preempt.is_set():
+                self.heartbeat()
+                if cmd.streaming:
+                    self._take_samples(buffer, wait=buffer.windows_available() == 0)
+                if buffer.windows_available() == 0:
+                    if not cmd.streaming:
+                        break  # nothing to train on, and nothing more will come
+                    continue
+                m = trainer.train(buffer, 1, should_stop=self.preempt.is_set)
+                if not m.steps:
+                    continue
+                losses.append(m.losses[0])
+                windows, tokens = windows + m.windows, tokens + m.tokens
+                if len(losses) % c.checkpoint_every == 0:
+                    version += 1
+                    checkpoints.save(self.drafter, version=version, step=cmd.step)
+                    versions.append(version)
+            end = time.monotonic()
+            preempted = self.preempt.is_set() and len(losses) < c.max_train_steps
+            if not preempted and len(losses) % c.checkpoint_every:  # ended on its own: commit what is pending
+                version += 1
+                checkpoints.save(self.drafter, version=version, step=cmd.step)
+                versions.append(version)
+        # Leaving the checkpointer waited for the write in flight: every version listed is on disk.
+        return Trained(c.worker, start, end, time.monotonic(), len(losses), windows, tokens, tuple(versions),
+                       preempted, tuple(losses))
+
+    def _take_samples(self, buffer: Any, *, wait: bool) -> None:
+        """Add samples that arrived meanwhile (waiting briefly for one if the buffer is empty)."""
+        timeout = 0.05 if wait else None
+        while True:
+            try:
+                cmd = self.commands.get(timeout=timeout) if timeout else self.commands.get_nowait()
+            except queue.Empty:
+                return
+            timeout = None
+            if not isinstance(cmd, AddSamples):
+                raise ProtocolError(f"worker {self.config.worker} got {type(cmd).__name__} while training")
+            for s in cmd.samples:
+                buffer.add(from_wire(s))
+
+    # -- dispatch
+    def handle(self, cmd: object) -> Reply | None:
+        if isinstance(cmd, LoadPolicy):
+            return self.load_policy(cmd)
+        if isinstance(cmd, LoadDrafter):
+            return self.load_drafter()
+        if isinstance(cmd, Generate):
+            return self.generate(cmd)
+        if isinstance(cmd, Train):
+            return self.train(cmd)
+        if isinstance(cmd, AddSamples):  # late samples for a session that already stopped
+            return None
+        raise ProtocolError(f"worker {self.config.worker} got an unknown command {cmd!r}")
+
+
+def worker_main(config: WorkerConfig, commands: Any, replies: Connection, preempt: Any) -> None:
+    """The process's entry point: serve commands until :class:`Shutdown`; one :class:`Failed` on error."""
+    import os
+
+    torch.set_num_threads(1)
+    try:
+        worker = RolloutWorker(config, replies, preempt, commands)
+        worker.send(Ready(config.worker, os.getpid()))
+        while not isinstance(cmd := commands.get(), Shutdown):
+            reply = worker.handle(cmd)
+            if reply is not None:
+                worker.send(reply)
+    except BaseException as exc:
+        first = (str(exc).splitlines() or [""])[0][:300]
+        try:
+            replies.send(Failed(config.worker, f"{type(exc).__name__}: {first}", traceback.format_exc()))
+        finally:
+            replies.close()
+        raise SystemExit(1) from None
+    replies.close()
+
+
+__all__ = ["DTYPES", "HEARTBEAT_S", "AddSamples", "Alive", "Failed", "Finished", "Generate", "Generated",
+           "LoadDrafter", "LoadPolicy", "Loaded", "ProtocolError", "Ready", "Reply", "RolloutRequest", "RolloutWorker",
+           "Shutdown", "Train", "Trained", "WireSample", "WorkerConfig", "from_wire", "to_wire", "weights_digest",
+           "worker_main"]

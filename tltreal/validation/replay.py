@@ -1,0 +1,136 @@
+"""Replaying a trace step on the native engine: the real half of ``tlt validate``.
+
+A step's requests become engine requests with the traced prompt lengths (seeded random token ids)
+and each response forced to its traced length (greedy, no EOS), admitted in the order the
+simulator deals them to one rollout worker, so the simulator and the engine serve the same requests
+in the same order. A plain (no-SD) run gives every request's reference continuation; speculative
+runs then use the :class:`~tltreal.spec_decode.proposers.pinned.PinnedDrafter`, whose acceptance follows an
+acceptance model's positional table, and must reproduce the reference exactly (lossless).
+
+Everything here is deterministic given the seed except the wall-clock times, which are the point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+import torch
+
+from tltcore.dealing import deal
+from tltcore.errors import InputError
+from tltcore.policy.base import BatchView, Decision, NoSD, Outcome, SDConfig, SDPolicy
+from tltreal.engine.engine import Engine, EngineConfig, RunResult
+from tltreal.model.transformer import Transformer
+from tltreal.spec_decode.proposers import PinnedDrafter, random_drafter
+
+
+@dataclass(frozen=True)
+class ReplayRequests:
+    """One step's requests in engine order: prompt token ids and forced response lengths."""
+
+    step: int
+    prompts: tuple[tuple[int, ...], ...]
+    lengths: tuple[int, ...]
+
+    @property
+    def max_len(self) -> int:
+        return max(len(p) + n for p, n in zip(self.prompts, self.lengths, strict=True))
+
+
+@dataclass
+class RealRun:
+    """One policy's real run of one step (any backend): what the sim-vs-real comparison reads."""
+
+    step: int
+    policy: str
+    events: pd.DataFrame
+    makespan: float
+    iterations: pd.DataFrame  # one row per decode iteration: batch_size, contexts, config, seconds, accept_length
+    accepted: dict[SDConfig, np.ndarray]  # per-request accepted draft tokens of every SD iteration
+
+
+def replay_requests(workload, *, vocab_size: int, seed: int, deal_mode: str = "shuffle") -> ReplayRequests:
+    """The workload's requests for one worker, in the simulator's dealing order, with seeded random
+    prompts of the traced lengths."""
+    (order,) = deal(workload.group_ids, 1, deal_mode, seed, int(workload.step))
+    g = torch.Generator().manual_seed(seed * 1_000_003 + int(workload.step))
+    prompts, lengths = [], []
+    for i in order.tolist():
+        n_prompt = max(1, int(workload.prompt_tokens[i]))
+        prompts.append(tuple(torch.randint(0, vocab_size, (n_prompt,), generator=g).tolist()))
+        lengths.append(max(1, int(workload.response_tokens[i])))
+    return ReplayRequests(int(workload.step), tuple(prompts), tuple(lengths))
+
+
+def with_extra_tokens(requests: ReplayRequests, extra: int) -> ReplayRequests:
+    """The same requests, each response ``extra`` tokens longer: a reference run on these tells the
+    pinned drafter what the target would say past each response's end, so acceptance in a request's
+    last iterations is the model's and not cut short by a drafter that cannot see past the end."""
+    return replace(requests, lengths=tuple(n + extra for n in requests.lengths))
+
+
+class RecordingPolicy:
+    """Wraps a policy and keeps every view it was shown and every outcome it was told: each decode
+    iteration's conditions (batch, per-request contexts, draft shape) and time, and the per-request
+    accepted counts that give the measured acceptance."""
+
+    def __init__(self, inner: SDPolicy) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.views: list[BatchView] = []
+        self.outcomes: list[Outcome] = []
+
+    def decide(self, view: BatchView) -> Decision:
+        self.views.append(view)
+        return self.inner.decide(view)
+
+    def observe(self, outcome: Outcome) -> None:
+        self.outcomes.append(outcome)
+        self.inner.observe(outcome)
+
+    def reset(self, step: int) -> None:
+        self.inner.reset(step)
+
+
+def _engine(target: Transformer, policy: SDPolicy, drafter, requests: ReplayRequests, max_batch: int,
+            config_kwargs: dict) -> Engine:
+    # The replay's switch is the drafter catch-up its simulated twin (tltsim's native_engine) models.
+    config_kwargs = {"switch": "catch_up", **config_kwargs}
+    cfg = EngineConfig(max_batch=max_batch, max_len=requests.max_len + 1, step=requests.step, **config_kwargs)
+    engine = Engine(target, policy, drafter, cfg)
+    for prompt, n in zip(requests.prompts, requests.lengths, strict=True):
+        engine.add_request(list(prompt), n)
+    return engine
+
+
+def reference_run(target: Transformer, requests: ReplayRequests, *, max_batch: int, policy: SDPolicy | None = None,
+                  **config_kwargs) -> RunResult:
+    """The plain run (``policy`` must never speculate; default no-SD): the reference continuations
+    and the baseline timings."""
+    return _engine(target, policy or NoSD(), None, requests, max_batch, config_kwargs).run()
+
+
+def speculative_run(target: Transformer, requests: ReplayRequests, reference: RunResult, policy: SDPolicy, *,
+                    position_probs: np.ndarray, max_batch: int, seed: int = 0, **config_kwargs) -> RunResult:
+    """The same requests under ``policy`` with a pinned drafter; refuses a run whose output differs
+    from the reference (that would be a losslessness bug, not a timing). ``reference`` may run longer
+    than ``requests`` (:func:`with_extra_tokens`); its outputs are then compared up to each length."""
+    sequences = [list(p) + reference.outputs[i] for i, p in enumerate(requests.prompts)]
+    engine: Engine | None = None
+
+    def truth(slot: int) -> tuple[Sequence[int], int]:
+        assert engine is not None
+        req = engine.request_in_slot(slot)
+        return sequences[req.rid], req.cache_len
+
+    drafter = PinnedDrafter(random_drafter(target, seed=seed + 1), position_probs, truth, seed=seed)
+    engine = _engine(target, policy, drafter, requests, max_batch, config_kwargs)
+    result = engine.run()
+    expected = {rid: out[: requests.lengths[rid]] for rid, out in reference.outputs.items()}
+    if result.outputs != expected:
+        raise InputError(f"policy {policy.name}: speculative output differs from the plain reference run "
+                         "(losslessness broken)")
+    return result
