@@ -28,8 +28,10 @@ import torch
 
 from tltcore.model_config import ModelConfig
 from tltcore.policy.base import NoSD, SDConfig, SDPolicy, Static
-from tltreal.engine.engine import Engine, EngineConfig
-from tltreal.model.transformer import Transformer, random_model
+from tltreal.engine.config import EngineConfig
+from tltreal.engine.engine import Engine
+from tltreal.model.transformer import Transformer
+from tltreal.model.weights import random_model
 from tltreal.spec_decode.proposers import OracleDrafter, random_drafter
 
 CFG = ModelConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4,

@@ -277,7 +277,7 @@ def profile(
     from tltcli.progress import PhaseProgress
     from tltcore.acceptance import get_acceptance
     from tltcore.cost import shape_fingerprint, write_table
-    from tltreal.model.transformer import random_model
+    from tltreal.model.weights import random_model
     from tltreal.validation.profiler import ProfileGrid, grid_points, profile_metadata, profile_native
     from tltreal.validation.validate import PINNED_DEPTH, PINNED_TOPK, shape_of
 

@@ -15,7 +15,7 @@ def tiny_target():
     """The engine tests' float64 target: :data:`~tiny_models.TINY` with seed 1 and std 0.1."""
     import torch
 
-    from tltreal.model.transformer import random_model
+    from tltreal.model.weights import random_model
 
     from .tiny_models import TINY
 

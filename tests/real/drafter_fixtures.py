@@ -21,7 +21,8 @@ import torch
 from torch import nn
 
 from tltcore.model_config import ModelConfig
-from tltreal.model.transformer import Transformer, random_model
+from tltreal.model.transformer import Transformer
+from tltreal.model.weights import random_model
 
 #: head_dim 32 (vLLM's CPU attention backend supports it); 2 layers, so hidden states carry context.
 CFG = ModelConfig(vocab_size=128, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
@@ -84,8 +85,9 @@ def kill_worker(folder: Path, seed: int) -> None:
         return out
 
     checkpoints.atomic_write = traced  # write_snapshot looks it up at call time
-    from tltreal.rl.drafter_train import DataBuffer, DrafterTrainer, DrafterTrainerConfig, target_sample
+    from tltreal.rl.drafter_train import DrafterTrainer, DrafterTrainerConfig
     from tltreal.spec_decode.proposers.eagle import random_drafter
+    from tltreal.spot.sample_buffer import SampleBuffer, target_sample
 
     torch.set_num_threads(1)
     target = random_model(KILL_CFG, seed=0)
@@ -98,7 +100,7 @@ def kill_worker(folder: Path, seed: int) -> None:
         restore(drafter, latest, trainer.optimizer)
         version = latest.version
     print("start", version, flush=True)
-    buffer = DataBuffer(window_tokens=16)
+    buffer = SampleBuffer(window_tokens=16)
     for seq in progressions(4, 32, seed, KILL_CFG.vocab_size):
         buffer.add(target_sample(target, seq))
     with AsyncCheckpointer(folder, keep=3) as background:

@@ -97,7 +97,7 @@ def test_the_padded_target_follows_the_policy_from_step_to_step():
     import torch
 
     from tltcore.model_config import ModelConfig
-    from tltreal.model.transformer import random_model
+    from tltreal.model.weights import random_model
     from tltreal.rl.adaptive_run import _padded
 
     cfg = ModelConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=1,

@@ -27,18 +27,16 @@ torch = pytest.importorskip("torch")
 
 from tltcore.errors import InputError  # noqa: E402
 from tltcore.policy.base import NoSD  # noqa: E402
-from tltreal.engine.engine import Engine, EngineConfig  # noqa: E402
-from tltreal.model.transformer import padded_causal_mask, random_model  # noqa: E402
+from tltreal.engine.config import EngineConfig  # noqa: E402
+from tltreal.engine.engine import Engine  # noqa: E402
+from tltreal.model.transformer import padded_causal_mask  # noqa: E402
+from tltreal.model.weights import random_model  # noqa: E402
 from tltreal.rl.drafter_train import (  # noqa: E402
-    DataBuffer,
     DrafterTrainer,
     DrafterTrainerConfig,
-    Sample,
-    Window,
     drafter_loss,
     engine_acceptance,
     pack,
-    target_sample,
     train_steps,
     window_pairs,
 )
@@ -51,6 +49,7 @@ from tltreal.spot.drafter_checkpoint import (  # noqa: E402
     restore,
     save_checkpoint,
 )
+from tltreal.spot.sample_buffer import Sample, SampleBuffer, Window, target_sample  # noqa: E402
 
 from .drafter_fixtures import KILL_CFG, progressions  # noqa: E402
 from .tiny_models import MICRO  # noqa: E402
@@ -138,10 +137,10 @@ def test_packed_loss_and_gradients_equal_per_window_ones():
     assert pack(windows).tokens.shape == (1, sum(len(w) for w in windows))  # no padding
 
 
-# ---- the DataBuffer --------------------------------------------------------------------------------
-def _buffer(**kw) -> tuple[DataBuffer, object]:
+# ---- the SampleBuffer --------------------------------------------------------------------------------
+def _buffer(**kw) -> tuple[SampleBuffer, object]:
     target, _ = _small(torch.float32)
-    return DataBuffer(**kw), target
+    return SampleBuffer(**kw), target
 
 
 def test_buffer_draws_half_from_the_previous_step_with_the_one_step_offset():
@@ -156,7 +155,7 @@ def test_buffer_draws_half_from_the_previous_step_with_the_one_step_offset():
     for _ in range(20):
         steps = sorted(w.sample.step for w in buf.draw(4, rng))
         assert steps == [0, 0, 1, 1]
-    no_offset = DataBuffer(window_tokens=8, one_step_offset=False)
+    no_offset = SampleBuffer(window_tokens=8, one_step_offset=False)
     no_offset.start_step(1)
     no_offset.add(_random_sample(target, 8, 0, step=1))
     assert [w.sample.step for w in no_offset.draw(4, rng)] == [1]
@@ -173,7 +172,7 @@ def test_buffer_falls_back_to_the_previous_step_and_keeps_two_steps():
     assert buf.windows_available() == 0 and buf.draw(4, np.random.default_rng(0)) == []
     with pytest.raises(ValueError, match="outside"):
         buf.add(_random_sample(target, 4, 1, step=3))
-    off = DataBuffer(one_step_offset=False)
+    off = SampleBuffer(one_step_offset=False)
     off.start_step(1)
     off.start_step(2)
     assert off.windows_available() == 0
@@ -219,7 +218,7 @@ def trained(progression_target):
     """A target trained on progressions (the session's), two RL steps of its greedy rollouts in a
     buffer, and a drafter trained on them; held-out prompts come from another seed."""
     target = progression_target
-    buf = DataBuffer()
+    buf = SampleBuffer()
     for step in (0, 1):
         buf.start_step(step)
         prompts = [p[:8] for p in progressions(16, 8, seed=100 + step)]
@@ -263,7 +262,7 @@ def _trainables(drafter) -> dict[str, tuple[int, ...]]:
 
 def test_checkpoint_holds_only_the_drafters_trainables_and_round_trips(tmp_path):
     target, drafter = _small(torch.float32)
-    buf = DataBuffer(window_tokens=16)
+    buf = SampleBuffer(window_tokens=16)
     buf.add(_random_sample(target, 40, 0))
     trainer = DrafterTrainer(drafter, DrafterTrainerConfig(lr=1e-3))
     trainer.train(buf, 3)

@@ -36,16 +36,12 @@ from tltcore.errors import InputError  # noqa: E402
 from tltcore.model_config import ModelConfig  # noqa: E402
 from tltcore.policy.base import NoSD  # noqa: E402
 from tltreal.backends.eagle_export import eagle_config, export_eagle, export_for_vllm, export_target  # noqa: E402
-from tltreal.engine.engine import Engine, EngineConfig  # noqa: E402
-from tltreal.model.transformer import load_model, random_model  # noqa: E402
-from tltreal.rl.drafter_train import (  # noqa: E402
-    DataBuffer,
-    DrafterTrainer,
-    DrafterTrainerConfig,
-    engine_acceptance,
-    target_sample,
-)
+from tltreal.engine.config import EngineConfig  # noqa: E402
+from tltreal.engine.engine import Engine  # noqa: E402
+from tltreal.model.weights import load_model, random_model  # noqa: E402
+from tltreal.rl.drafter_train import DrafterTrainer, DrafterTrainerConfig, engine_acceptance  # noqa: E402
 from tltreal.spec_decode.proposers.eagle import random_drafter  # noqa: E402
+from tltreal.spot.sample_buffer import SampleBuffer, target_sample  # noqa: E402
 
 from .drafter_fixtures import CFG, progressions  # noqa: E402
 
@@ -111,7 +107,7 @@ def models(progression_target, tmp_path_factory):
     outputs and acceptance on held-out prompts."""
     t0 = time.perf_counter()
     target = progression_target
-    buf = DataBuffer()
+    buf = SampleBuffer()
     for seq in progressions(64, 48, seed=7):
         buf.add(target_sample(target, seq))
     drafter = random_drafter(target, seed=3)

@@ -22,9 +22,12 @@ torch = pytest.importorskip("torch")
 
 from tltcore.policy.base import NO_SD, NoSD, SDConfig, Static  # noqa: E402
 from tltcore.policy.registry import make_policy  # noqa: E402
-from tltreal.engine.engine import Engine, EngineConfig, RunResult  # noqa: E402
+from tltreal.engine.config import EngineConfig  # noqa: E402
+from tltreal.engine.engine import Engine  # noqa: E402
+from tltreal.engine.requests import RunResult  # noqa: E402
 from tltreal.model.sampling import SamplingParams  # noqa: E402
-from tltreal.model.transformer import Transformer, random_model  # noqa: E402
+from tltreal.model.transformer import Transformer  # noqa: E402
+from tltreal.model.weights import random_model  # noqa: E402
 from tltreal.spec_decode import verify  # noqa: E402
 from tltreal.spec_decode.proposers import NgramProposer, OracleDrafter, ProposalContext  # noqa: E402
 from tltreal.spec_decode.proposers.ngram import extend_periodic  # noqa: E402

@@ -21,7 +21,9 @@ torch = pytest.importorskip("torch")
 
 from tltcore.policy.base import NoSD, SDConfig, SDPolicy, Static  # noqa: E402
 from tltcore.policy.registry import make_policy  # noqa: E402
-from tltreal.engine.engine import Engine, EngineConfig, FinishedRequest, RunResult  # noqa: E402
+from tltreal.engine.config import EngineConfig  # noqa: E402
+from tltreal.engine.engine import Engine  # noqa: E402
+from tltreal.engine.requests import FinishedRequest, RunResult  # noqa: E402
 from tltreal.model.sampling import SamplingParams, target_probs  # noqa: E402
 from tltreal.model.transformer import Transformer, causal_mask  # noqa: E402
 from tltreal.spec_decode.proposers import NgramProposer, OracleDrafter  # noqa: E402
@@ -161,10 +163,10 @@ def test_records_are_off_by_default(tiny_target, prompts):
 def test_drafter_pairs_are_tokens_with_the_recorded_previous_hidden(tiny_target, prompts, monkeypatch):
     """Every pair the engine feeds the drafter (catch-up and draft root) is ``(t_j, h_{j-1})``
     (``h_{-1} = 0``) with ``h`` the hidden states it records: the alignment drafter training uses."""
-    import tltreal.engine.engine as engine_module
+    import tltreal.engine.sd_step as sd_step_module
 
     fed: list[tuple[int, int, int, torch.Tensor]] = []  # (rid, j, token, feat)
-    real_catch_up = engine_module.catch_up
+    real_catch_up = sd_step_module.catch_up
 
     def spy(drafter, cache, slots, draft_lens, tokens, feats, counts):
         for b, slot in enumerate(slots.tolist()):
@@ -173,7 +175,7 @@ def test_drafter_pairs_are_tokens_with_the_recorded_previous_hidden(tiny_target,
                 fed.append((rid, int(draft_lens[b]) + i, int(tokens[b, i]), feats[b, i].clone()))
         return real_catch_up(drafter, cache, slots, draft_lens, tokens, feats, counts)
 
-    monkeypatch.setattr(engine_module, "catch_up", spy)
+    monkeypatch.setattr(sd_step_module, "catch_up", spy)
     cfg = EngineConfig(max_batch=4, max_len=80, **RECORD)
     engine = Engine(tiny_target, make_policy("elastic:3:2+static:3_2_4", seed=0), OracleDrafter(tiny_target, noise=0.3),
                     cfg)

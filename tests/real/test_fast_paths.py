@@ -24,11 +24,11 @@ from tltreal.model.transformer import (  # noqa: E402
     apply_rope_factors,
     attend_reference,
     causal_mask,
-    random_model,
     rope_factors,
     rope_tables,
     slot_run,
 )
+from tltreal.model.weights import random_model  # noqa: E402
 from tltreal.spec_decode.verify import greedy_chain_accept, tree_accept_reference  # noqa: E402
 
 
@@ -184,6 +184,7 @@ def test_engine_skipping_padding_changes_nothing(monkeypatch, temperature):
     the padding skipped (``keep``) from 1 padded token on, and never: the same tokens, log-probs and
     hidden states (float64, greedy and sampled)."""
     from tltcore.policy.base import SDConfig, Static
+    from tltreal.engine import config as engine_config
     from tltreal.engine import engine as engine_mod
     from tltreal.model.sampling import SamplingParams
     from tltreal.spec_decode.proposers import NgramProposer
@@ -194,7 +195,7 @@ def test_engine_skipping_padding_changes_nothing(monkeypatch, temperature):
     prompts = [torch.randint(0, cfg.vocab_size, (int(n),), generator=gen).tolist() for n in (3, 11, 6, 9, 4, 14)]
 
     def run(skip: tuple[int, int]):
-        monkeypatch.setattr(engine_mod, "PADDING_SKIP_MIN", skip)
+        monkeypatch.setattr(engine_config, "PADDING_SKIP_MIN", skip)
         eng = engine_mod.Engine(target, Static(SDConfig.chain(4)), proposer=NgramProposer(),
                                 config=engine_mod.EngineConfig(max_batch=6, max_len=64, record_logprobs=True,
                                                                record_hidden=True))

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tltcore.errors import InputError
-from tltreal.model.transformer import random_model
+from tltreal.model.weights import random_model
 from tltreal.rl.grpo import (
     GRPOConfig,
     GRPOTrainer,

@@ -21,15 +21,11 @@ torch = pytest.importorskip("torch")
 
 from tltcore.model_config import ModelConfig  # noqa: E402
 from tltcore.policy.base import SDConfig, Static  # noqa: E402
-from tltreal.engine.engine import Engine, EngineConfig  # noqa: E402
-from tltreal.model.transformer import causal_mask, random_model  # noqa: E402
-from tltreal.rl.drafter_train import (  # noqa: E402
-    DataBuffer,
-    DrafterTrainerConfig,
-    engine_acceptance,
-    target_sample,
-    train_steps,
-)
+from tltreal.engine.config import EngineConfig  # noqa: E402
+from tltreal.engine.engine import Engine  # noqa: E402
+from tltreal.model.transformer import causal_mask  # noqa: E402
+from tltreal.model.weights import random_model  # noqa: E402
+from tltreal.rl.drafter_train import DrafterTrainerConfig, engine_acceptance, train_steps  # noqa: E402
 from tltreal.rl.padded_target import (  # noqa: E402
     SDSpeedup,
     measure_sd_speedup,
@@ -39,6 +35,7 @@ from tltreal.rl.padded_target import (  # noqa: E402
     refresh_padded_target,
 )
 from tltreal.spec_decode.proposers.eagle import EagleDrafter, random_drafter  # noqa: E402
+from tltreal.spot.sample_buffer import SampleBuffer, target_sample  # noqa: E402
 
 from .drafter_fixtures import progressions  # noqa: E402
 
@@ -77,7 +74,7 @@ def trained():
 
     cfg = dataclasses.replace(SMALL, vocab_size=64, hidden_size=64, intermediate_size=96)
     target = train_target(cfg, steps=120, batch=16, length=32, seed=0, lr=3e-3).to(torch.float64)
-    buf = DataBuffer(window_tokens=64)
+    buf = SampleBuffer(window_tokens=64)
     for seq in progressions(32, 40, seed=7, vocab=cfg.vocab_size):
         buf.add(target_sample(target, seq))
     drafter = random_drafter(target, seed=1)

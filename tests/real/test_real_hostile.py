@@ -180,9 +180,10 @@ def test_memory_estimate_matches_the_engines_allocations() -> None:
     import torch
 
     from tltcore.policy.base import Static
-    from tltreal.engine.engine import Engine, EngineConfig
+    from tltreal.engine.config import EngineConfig
+    from tltreal.engine.engine import Engine
     from tltreal.engine.memory_plan import estimate, model_params
-    from tltreal.model.transformer import random_model
+    from tltreal.model.weights import random_model
     from tltreal.spec_decode.proposers import random_drafter
 
     for cfg in (CFG, ModelConfig(vocab_size=96, hidden_size=48, intermediate_size=80, num_hidden_layers=3,

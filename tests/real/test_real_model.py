@@ -11,7 +11,8 @@ torch = pytest.importorskip("torch")
 
 from tltcore.errors import InputError  # noqa: E402
 from tltcore.model_config import ModelConfig  # noqa: E402
-from tltreal.model.transformer import causal_mask, load_model, random_model, save_model  # noqa: E402
+from tltreal.model.transformer import causal_mask  # noqa: E402
+from tltreal.model.weights import load_model, random_model, save_model  # noqa: E402
 from tltreal.spec_decode.proposers import EagleDrafter, random_drafter  # noqa: E402
 
 #: 2 layers, 2 query heads on 1 KV head: the safetensors round trip (and its 1-layer twin) and the drafter.

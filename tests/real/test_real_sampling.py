@@ -16,9 +16,10 @@ torch = pytest.importorskip("torch")
 
 from tltcore.model_config import ModelConfig  # noqa: E402
 from tltcore.policy.base import SDConfig, Static  # noqa: E402
-from tltreal.engine.engine import Engine, EngineConfig  # noqa: E402
+from tltreal.engine.config import EngineConfig  # noqa: E402
+from tltreal.engine.engine import Engine  # noqa: E402
 from tltreal.model.sampling import SamplingParams  # noqa: E402
-from tltreal.model.transformer import random_model  # noqa: E402
+from tltreal.model.weights import random_model  # noqa: E402
 from tltreal.spec_decode import verify  # noqa: E402
 from tltreal.spec_decode.proposers import OracleDrafter, random_drafter  # noqa: E402
 from tltreal.spec_decode.tree import make_tree  # noqa: E402

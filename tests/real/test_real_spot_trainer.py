@@ -29,19 +29,14 @@ torch = pytest.importorskip("torch")
 
 from tltcore.atomic import pid_alive  # noqa: E402
 from tltcore.policy.base import NoSD  # noqa: E402
-from tltreal.engine.engine import Engine, EngineConfig  # noqa: E402
+from tltreal.engine.config import EngineConfig  # noqa: E402
+from tltreal.engine.engine import Engine  # noqa: E402
 from tltreal.rl.drafter_train import DrafterTrainerConfig  # noqa: E402
 from tltreal.spec_decode.proposers.eagle import random_drafter  # noqa: E402
+from tltreal.spot.contract import SpotConfig, StepReport, WorkerError  # noqa: E402
 from tltreal.spot.drafter_checkpoint import list_checkpoints, load_checkpoint, load_latest  # noqa: E402
-from tltreal.spot.trainer import (  # noqa: E402
-    RolloutRequest,
-    SpotConfig,
-    SpotTrainer,
-    StepReport,
-    WorkerError,
-    split_requests,
-)
-from tltreal.spot.worker_process import weights_digest  # noqa: E402
+from tltreal.spot.messages import RolloutRequest, weights_digest  # noqa: E402
+from tltreal.spot.trainer import SpotTrainer, split_requests  # noqa: E402
 
 from .drafter_fixtures import progressions, train_target  # noqa: E402
 from .tiny_models import TINY_V64  # noqa: E402

@@ -19,7 +19,7 @@ from tltcore.acceptance import ChainAcceptance, paper_qwen32b_tp4  # noqa: E402
 from tltcore.cost import TableCostModel  # noqa: E402
 from tltcore.errors import InputError  # noqa: E402
 from tltcore.policy.base import SDConfig, Static  # noqa: E402
-from tltreal.model.transformer import random_model  # noqa: E402
+from tltreal.model.weights import random_model  # noqa: E402
 from tltreal.validation.profiler import ProfileGrid, profile_native  # noqa: E402
 from tltreal.validation.replay import (  # noqa: E402
     RecordingPolicy,

@@ -26,8 +26,10 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
 from tltcore.policy.base import NO_SD, BatchView, Decision, NoSD, Outcome, SDConfig  # noqa: E402
-from tltreal.engine.engine import Engine, EngineConfig, RunResult  # noqa: E402
-from tltreal.model.transformer import random_model  # noqa: E402
+from tltreal.engine.config import EngineConfig  # noqa: E402
+from tltreal.engine.engine import Engine  # noqa: E402
+from tltreal.engine.requests import RunResult  # noqa: E402
+from tltreal.model.weights import random_model  # noqa: E402
 from tltreal.spec_decode.proposers import OracleDrafter  # noqa: E402
 
 from .tiny_models import TINY_V64  # noqa: E402

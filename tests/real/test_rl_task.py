@@ -25,7 +25,8 @@ from tltcore.errors import InputError  # noqa: E402
 from tltcore.model_config import ModelConfig  # noqa: E402
 from tltreal.model.tokenizer import build_tokenizer, load  # noqa: E402
 from tltreal.model.train_forward import next_token_logprobs, pack_sequences, token_logprobs  # noqa: E402
-from tltreal.model.transformer import causal_mask, random_model  # noqa: E402
+from tltreal.model.transformer import causal_mask  # noqa: E402
+from tltreal.model.weights import random_model  # noqa: E402
 from tltreal.rl.pretrain import (  # noqa: E402
     PretrainConfig,
     accuracy_by_difficulty,

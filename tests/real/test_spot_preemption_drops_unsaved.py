@@ -5,7 +5,7 @@ preempted session loses the optimizer steps after its last committed checkpoint:
 rollout is over and the next step must start now, so nothing new may be written. A session that ends
 on its own (it reached ``max_train_steps``) commits what is pending instead.
 
-Why in-process: the rule is about one worker's session, and running it on a :class:`RolloutWorker`
+Why in-process: the rule is about one worker's session, and running it on a :class:`WorkerProcess`
 in this process lets the test preempt it after an exact number of optimizer steps (the contract's
 unit: preemption is checked between optimizer steps) instead of racing a rollout's wall clock.
 """
@@ -24,9 +24,11 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
-from tltreal.rl.drafter_train import DrafterTrainer, DrafterTrainerConfig, target_sample  # noqa: E402
+from tltreal.rl.drafter_train import DrafterTrainer, DrafterTrainerConfig  # noqa: E402
 from tltreal.spot.drafter_checkpoint import list_checkpoints, load_latest  # noqa: E402
-from tltreal.spot.worker_process import RolloutWorker, Train, Trained, WorkerConfig, to_wire, weights_digest  # noqa: E402
+from tltreal.spot.messages import Train, Trained, WorkerConfig, to_wire, weights_digest  # noqa: E402
+from tltreal.spot.sample_buffer import target_sample  # noqa: E402
+from tltreal.spot.worker_process import WorkerProcess  # noqa: E402
 
 from .drafter_fixtures import progressions  # noqa: E402
 from .tiny_models import TINY_V64  # noqa: E402
@@ -38,7 +40,7 @@ STEP = 1
 _OPEN_PIPES: list[object] = []
 
 
-def make_worker(folder: Path, max_train_steps: int) -> RolloutWorker:
+def make_worker(folder: Path, max_train_steps: int) -> WorkerProcess:
     """A worker whose version-0 drafter is its freshly built one, checkpointing under ``folder``."""
     from safetensors.torch import save_file
 
@@ -49,13 +51,13 @@ def make_worker(folder: Path, max_train_steps: int) -> RolloutWorker:
                           checkpoint_dir=str(folder / "drafter"), initial_drafter=str(folder / "initial.safetensors"),
                           max_train_steps=max_train_steps, checkpoint_every=EVERY, window_tokens=16, keep_steps=2)
     receive, send = Pipe(duplex=False)
-    worker = RolloutWorker(config, send, threading.Event(), queue.Queue())
+    worker = WorkerProcess(config, send, threading.Event(), queue.Queue())
     _OPEN_PIPES.append(receive)  # the coordinator's end stays open: the session's heartbeats must not break it
     save_file({n: p.detach().contiguous() for n, p in worker.drafter.named_parameters()}, config.initial_drafter)
     return worker
 
 
-def session(worker: RolloutWorker, monkeypatch: pytest.MonkeyPatch, *, preempt_after: int | None) -> Trained:
+def session(worker: WorkerProcess, monkeypatch: pytest.MonkeyPatch, *, preempt_after: int | None) -> Trained:
     """One non-streaming session on fixed samples; ``preempt_after``: the coordinator's preemption
     arrives as that optimizer step finishes (None: never)."""
     samples = tuple(to_wire(target_sample(worker.target, p, STEP)) for p in progressions(6, 32, 7, CFG.vocab_size))

@@ -29,7 +29,8 @@ from pathlib import Path
 from tltcore.atomic import atomic_dir
 from tltcore.errors import InputError
 from tltcore.model_config import ModelConfig
-from tltreal.model.transformer import Transformer, save_model
+from tltreal.model.transformer import Transformer
+from tltreal.model.weights import save_model
 from tltreal.spec_decode.proposers.eagle import EagleDrafter
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",

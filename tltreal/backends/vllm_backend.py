@@ -144,7 +144,8 @@ def write_models(folder: Path, cfg: ModelConfig, *, seed: int, late_scale: float
     """The target and its early-exit draft model as HF folders under ``folder``; returns both paths."""
     import torch
 
-    from tltreal.model.transformer import Transformer, random_model, save_model
+    from tltreal.model.transformer import Transformer
+    from tltreal.model.weights import random_model, save_model
 
     target = random_model(cfg, seed=seed, dtype=torch.float32)
     with torch.no_grad():

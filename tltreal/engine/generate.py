@@ -18,10 +18,13 @@ from tltcore.input_files import check_input
 from tltcore.model_config import ModelConfig
 from tltcore.policy.base import MAX_DEPTH, MAX_TOPK, MAX_VERIFY, SDPolicy
 from tltcore.policy.shapes import policy_shapes, tree_limits
-from tltreal.engine.engine import Engine, EngineConfig, RunResult
+from tltreal.engine.config import EngineConfig
+from tltreal.engine.engine import Engine
 from tltreal.engine.memory_plan import HEADROOM, available_bytes, estimate
+from tltreal.engine.requests import RunResult
 from tltreal.model.sampling import SamplingParams
-from tltreal.model.transformer import Transformer, load_model, random_model
+from tltreal.model.transformer import Transformer
+from tltreal.model.weights import load_model, random_model
 from tltreal.spec_decode.proposers import DraftModel, NgramProposer, OracleDrafter, random_drafter
 
 MAX_DRAFT_NODES = (MAX_DEPTH - 1) * MAX_TOPK  # policies whose shapes are unknown: the SDConfig bounds

@@ -54,16 +54,18 @@ import torch
 
 from tltcore.errors import InputError
 from tltcore.policy.base import NoSD, SDConfig, Static
-from tltreal.engine.engine import Engine, EngineConfig
+from tltreal.engine.config import EngineConfig
+from tltreal.engine.engine import Engine
 from tltreal.model.sampling import SamplingParams
 from tltreal.model.tokenizer import TaskTokenizer
 from tltreal.model.transformer import Transformer
-from tltreal.rl.drafter_train import DataBuffer, DrafterTrainer, DrafterTrainerConfig, Sample, target_hidden
+from tltreal.rl.drafter_train import DrafterTrainer, DrafterTrainerConfig
 from tltreal.rl.grpo import GRPOConfig, GRPOTrainer, Rollout
 from tltreal.rl.pretrain import PretrainConfig, load_pretrained, pretrain, save_pretrained
 from tltreal.rl.task import Problem, TaskConfig, reward, sample_problems
 from tltreal.spec_decode.proposers.eagle import EagleDrafter, random_drafter
 from tltreal.spot.drafter_checkpoint import trainable_tensors
+from tltreal.spot.sample_buffer import Sample, SampleBuffer, target_hidden
 
 TRACE_SOURCE = "tlt-grpo-arith"
 BUBBLES = ("spot", "budget")
@@ -161,7 +163,7 @@ def train_initial_drafter(target: Transformer, tokenizer: TaskTokenizer, cfg: Ad
     seeds = [_seed(cfg.seed, "initial-drafter-sample", i) for i in range(len(prompts))]
     responses, _ = generate(target, tokenizer, prompts, seeds, max_new_tokens=cfg.max_new_tokens,
                             temperature=cfg.temperature, record_hidden=True)
-    buffer = DataBuffer(window_tokens=DrafterTrainerConfig.window_tokens)
+    buffer = SampleBuffer(window_tokens=DrafterTrainerConfig.window_tokens)
     buffer.start_step(0)
     for r in responses:
         assert r.hidden is not None
@@ -278,7 +280,9 @@ def run_adaptive(cfg: AdaptiveRunConfig, out: str | Path, *, force: bool = False
 
 
 def _run(cfg: AdaptiveRunConfig, out: Path, log: Callable[[str], None], command: str | None) -> RunOutputs:
-    from tltreal.spot.trainer import RolloutRequest, SpotConfig, SpotTrainer
+    from tltreal.spot.contract import SpotConfig
+    from tltreal.spot.messages import RolloutRequest
+    from tltreal.spot.trainer import SpotTrainer
 
     torch.manual_seed(cfg.seed)
     target, tokenizer, info = _load_target(cfg, log)

@@ -40,7 +40,8 @@ from tltcore.model_config import ModelConfig
 from tltreal.model.tokenizer import TaskTokenizer, build_tokenizer
 from tltreal.model.tokenizer import load as load_tokenizer
 from tltreal.model.train_forward import PackedBatch, pack_sequences, token_logprobs
-from tltreal.model.transformer import Transformer, causal_mask, init_weights, load_model, padded_causal_mask, save_model
+from tltreal.model.transformer import Transformer, causal_mask, padded_causal_mask
+from tltreal.model.weights import init_weights, load_model, save_model
 from tltreal.rl.task import Problem, TaskConfig, make_problem, reward, sample_difficulty, sample_problems
 
 

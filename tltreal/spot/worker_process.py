@@ -1,42 +1,19 @@
-"""A rollout worker process of the real Spot Trainer (DESIGN §1, :mod:`tltreal.spot.trainer`).
+"""The worker process of the real Spot Trainer (DESIGN §1, :mod:`tltreal.spot.trainer`).
 
 One worker is one rollout instance: it holds a target (the current policy) and TLT's EAGLE
-drafter, generates its share of a step's responses with an :class:`~tltreal.engine.engine.Engine`, and,
-once released, trains the drafter in the step's bubble. It runs in its own process (started by the
+drafter, generates its share of a step's responses with an :class:`~tltreal.engine.engine.Engine`,
+and, once released, trains the drafter in the step's bubble. It runs in its own process (started by the
 coordinator with the ``spawn`` method: a fresh interpreter that shares nothing with the coordinator
 but what the messages carry) and does one thing at a time, so it can never train while it generates.
 Before it says :class:`Ready` it takes one scratch optimizer step (the first AdamW step of a process
 imports ``torch._dynamo``, seconds that would otherwise come out of the first bubble).
 
-**Protocol.** Commands arrive on a ``multiprocessing.Queue`` (the coordinator is its only writer, so
-a dead worker cannot wedge it); replies leave on the write end of a one-way ``Pipe`` that only this
-worker holds, so if it dies mid-message the coordinator reads end-of-file instead of blocking. Every
-message is a small frozen dataclass of plain Python and numpy values (no torch tensors: torch would
-pass those as shared-memory handles that die with their sender).
-
-=================================== ===================================================================
-command                             reply
-=================================== ===================================================================
-(process start)                     :class:`Ready`
-:class:`LoadPolicy` (weights file)  :class:`Loaded` ``what="policy"`` with a digest of the weights
-:class:`LoadDrafter` (ckpt folder)  :class:`Loaded` ``what="drafter"``, the version and digest loaded
-:class:`Generate` (requests)        one :class:`Finished` per response *as soon as it finishes*
-                                    (tokens, the target's hidden states, the finish time), then
-                                    :class:`Generated` (the worker is released: its engine is gone)
-:class:`Train` (samples)            :class:`Trained` once the session stopped (preempted or done)
-                                    and its last checkpoint write is on disk
-:class:`AddSamples` (while training) nothing: the samples join the session's buffer
-:class:`Shutdown`                   the process exits
-(busy, silent for ``HEARTBEAT_S``)  :class:`Alive`
-=================================== ===================================================================
-
-Any exception becomes one :class:`Failed` reply (message + traceback) and the process exits, so the
-coordinator raises one clear error instead of waiting forever; :class:`Alive` heartbeats let it tell
-a long generation or session from a hung worker.
+The commands, the replies and the protocol (one :class:`Failed` reply on any exception,
+:class:`Alive` heartbeats while busy): :mod:`tltreal.spot.messages`.
 
 **Training session.** Starts from the latest committed checkpoint (:func:`load_latest`) with a
 fresh :class:`~tltreal.rl.drafter_train.DrafterTrainer`. The worker keeps its own
-:class:`~tltreal.rl.drafter_train.DataBuffer`, a mirror of the coordinator's: the coordinator sends
+:class:`~tltreal.spot.sample_buffer.SampleBuffer`, a mirror of the coordinator's: the coordinator sends
 every sample it holds for the step and the previous one (TLT's one-step offset) with
 :class:`Train` and each new response's sample as it streams in (:class:`AddSamples`); the worker
 reads them between optimizer steps, so windows are drawn from everything finished so far (a
@@ -56,202 +33,42 @@ compare them with its own.
 
 from __future__ import annotations
 
-import hashlib
 import queue
 import time
 import traceback
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from tltreal.rl.drafter_train import DrafterTrainerConfig, Sample
+from tltreal.spot.messages import (
+    DTYPES,
+    AddSamples,
+    Alive,
+    Failed,
+    Finished,
+    Generate,
+    Generated,
+    LoadDrafter,
+    Loaded,
+    LoadPolicy,
+    Ready,
+    Reply,
+    Shutdown,
+    Train,
+    Trained,
+    WorkerConfig,
+    from_wire,
+    weights_digest,
+    wire_array,
+)
+from tltreal.spot.sample_buffer import Sample
 
 #: A busy worker that has sent nothing for this long sends :class:`Alive`, so the coordinator can tell
 #: a long generation or training session from a hung worker.
 HEARTBEAT_S = 5.0
-
-#: Torch dtypes a worker may run in, by name (the config crosses the process boundary as text).
-DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
-
-
-# ---- the contract's request ------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RolloutRequest:
-    """One response to generate: ``prompt`` token ids, at most ``max_new_tokens`` new tokens; ``group``
-    is the prompt it answers (GRPO's group); ``seed`` seeds its own sampler (``temperature`` 0 is
-    greedy)."""
-
-    rid: int
-    prompt: tuple[int, ...]
-    max_new_tokens: int
-    group: int
-    seed: int
-    temperature: float = 1.0
-
-
-# ---- configuration ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class WorkerConfig:
-    """What a worker needs to know for its life (everything picklable: it crosses ``spawn``)."""
-
-    worker: int
-    model_config: Any  # tltcore.model_config.ModelConfig
-    dtype: str
-    sd_policy: str
-    max_batch: int
-    max_len: int
-    eos_token_ids: tuple[int, ...]
-    trainer: DrafterTrainerConfig
-    checkpoint_dir: str
-    initial_drafter: str  # safetensors file with the version-0 drafter (used while no checkpoint exists)
-    max_train_steps: int
-    checkpoint_every: int
-    window_tokens: int
-    keep_steps: int
-    keep_checkpoints: int = 3
-    seed: int = 0
-
-
-# ---- messages: commands ----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class LoadPolicy:
-    path: str
-
-
-@dataclass(frozen=True)
-class LoadDrafter:
-    """Load the latest committed drafter checkpoint (the initial drafter if none exists)."""
-
-
-@dataclass(frozen=True)
-class Generate:
-    step: int
-    requests: tuple[RolloutRequest, ...]
-
-
-@dataclass(frozen=True)
-class WireSample:
-    """A :class:`~tltreal.rl.drafter_train.Sample` as plain arrays (tokens ``[n]``, hidden ``[n, H]``)."""
-
-    tokens: np.ndarray
-    hidden: np.ndarray
-    step: int
-
-
-@dataclass(frozen=True)
-class Train:
-    """Start a session on ``samples``; ``streaming``: more arrive as :class:`AddSamples` (spot), so
-    an empty buffer means wait, not stop."""
-
-    step: int
-    samples: tuple[WireSample, ...]
-    streaming: bool = True
-
-
-@dataclass(frozen=True)
-class AddSamples:
-    samples: tuple[WireSample, ...]
-
-
-@dataclass(frozen=True)
-class Shutdown:
-    pass
-
-
-# ---- messages: replies -----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Ready:
-    worker: int
-    pid: int
-
-
-@dataclass(frozen=True)
-class Loaded:
-    worker: int
-    what: str  # "policy" | "drafter"
-    version: int  # drafter version (0 for the initial drafter; -1 for a policy)
-    digest: str
-
-
-@dataclass(frozen=True)
-class Finished:
-    worker: int
-    rid: int
-    output: tuple[int, ...]
-    hidden: np.ndarray  # [len(prompt) + len(output), H]: the target's last hidden state at every token
-    t: float
-
-
-@dataclass(frozen=True)
-class Generated:
-    """The worker's share is done and its engine freed: it is released."""
-
-    worker: int
-    requests: int
-    start_t: float
-    released_t: float
-    accept_length: float
-    sd_iterations: int  # decode iterations that verified a draft
-    sd_tokens: int  # tokens emitted by those iterations (bonus included)
-    sd_request_iterations: int  # sum of their batch sizes
-
-
-@dataclass(frozen=True)
-class Trained:
-    worker: int
-    start_t: float
-    end_t: float  # optimizer steps stopped here (before waiting for the last checkpoint write)
-    committed_t: float  # the last checkpoint write was on disk here
-    steps: int
-    windows: int
-    tokens: int
-    versions: tuple[int, ...]
-    preempted: bool
-    losses: tuple[float, ...] = ()
-
-
-@dataclass(frozen=True)
-class Alive:
-    worker: int
-
-
-@dataclass(frozen=True)
-class Failed:
-    worker: int
-    message: str
-    traceback: str
-
-
-Reply = Ready | Loaded | Finished | Generated | Trained | Alive | Failed
-
-
-# ---- helpers shared with the coordinator -----------------------------------------------------------
-def weights_digest(tensors: Mapping[str, torch.Tensor]) -> str:
-    """SHA-256 over names and bytes (sorted by name): equal digests, equal weights."""
-    h = hashlib.sha256()
-    for name in sorted(tensors):
-        h.update(name.encode())
-        h.update(tensors[name].detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
-def _array(t: torch.Tensor) -> np.ndarray:
-    t = t.detach().cpu()
-    return (t.float() if t.dtype == torch.bfloat16 else t).numpy()  # numpy has no bfloat16
-
-
-def to_wire(sample: Sample) -> WireSample:
-    return WireSample(_array(sample.tokens), _array(sample.hidden), sample.step)
-
-
-def from_wire(s: WireSample) -> Sample:
-    return Sample(torch.from_numpy(np.asarray(s.tokens, dtype=np.int64)), torch.from_numpy(np.asarray(s.hidden)),
-                  s.step)
 
 
 # ---- the worker ------------------------------------------------------------------------------------
@@ -260,7 +77,7 @@ class ProtocolError(RuntimeError):
 
 
 @dataclass
-class RolloutWorker:
+class WorkerProcess:
     """The worker's state between commands: target, drafter and the drafter version loaded."""
 
     config: WorkerConfig
@@ -284,8 +101,9 @@ class RolloutWorker:
 
         Why: the first AdamW of a process imports ``torch._dynamo`` (seconds on a CPU); paid inside
         the first bubble, it would eat the training time the Spot Trainer exists to use."""
-        from tltreal.rl.drafter_train import DrafterTrainer, Window
+        from tltreal.rl.drafter_train import DrafterTrainer
         from tltreal.spec_decode.proposers.eagle import EagleDrafter
+        from tltreal.spot.sample_buffer import Window
 
         scratch = EagleDrafter(self.target).to(self.drafter.dtype)
         n = min(8, self.config.max_len)
@@ -343,7 +161,8 @@ class RolloutWorker:
     def generate(self, cmd: Generate) -> Generated:
         """Run the share through one engine, streaming each response as it finishes."""
         from tltcore.policy.registry import make_policy
-        from tltreal.engine.engine import Engine, EngineConfig
+        from tltreal.engine.config import EngineConfig
+        from tltreal.engine.engine import Engine
         from tltreal.model.sampling import SamplingParams
 
         start = time.monotonic()
@@ -375,21 +194,22 @@ class RolloutWorker:
     def _stream(self, rid: int, req: Any) -> None:
         if req.hidden is None:
             raise RuntimeError("the engine recorded no hidden states (record_hidden)")
-        self.send(Finished(self.config.worker, rid, tuple(req.output), _array(req.hidden),
+        self.send(Finished(self.config.worker, rid, tuple(req.output), wire_array(req.hidden),
                            time.monotonic()))
 
     # -- training
     def train(self, cmd: Train) -> Trained:
         """One preemptible training session (module docstring)."""
-        from tltreal.rl.drafter_train import DataBuffer, DrafterTrainer
+        from tltreal.rl.drafter_train import DrafterTrainer
         from tltreal.spot.drafter_checkpoint import AsyncCheckpointer
+        from tltreal.spot.sample_buffer import SampleBuffer
 
         c = self.config
         start = time.monotonic()
         self.load_drafter()  # the latest committed drafter, not what a preempted session left
         trainer = DrafterTrainer(self.drafter, replace(c.trainer, seed=c.trainer.seed + 7919 * cmd.step,
                                                        max_steps=max(c.trainer.max_steps, 1)))
-        buffer = DataBuffer(keep_steps=c.keep_steps, window_tokens=c.window_tokens,
+        buffer = SampleBuffer(keep_steps=c.keep_steps, window_tokens=c.window_tokens,
                             one_step_offset=c.trainer.one_step_offset)
         buffer.start_step(cmd.step)
         for s in cmd.samples:
@@ -459,7 +279,7 @@ def worker_main(config: WorkerConfig, commands: Any, replies: Connection, preemp
 
     torch.set_num_threads(1)
     try:
-        worker = RolloutWorker(config, replies, preempt, commands)
+        worker = WorkerProcess(config, replies, preempt, commands)
         worker.send(Ready(config.worker, os.getpid()))
         while not isinstance(cmd := commands.get(), Shutdown):
             reply = worker.handle(cmd)
@@ -475,7 +295,4 @@ def worker_main(config: WorkerConfig, commands: Any, replies: Connection, preemp
     replies.close()
 
 
-__all__ = ["DTYPES", "HEARTBEAT_S", "AddSamples", "Alive", "Failed", "Finished", "Generate", "Generated",
-           "LoadDrafter", "LoadPolicy", "Loaded", "ProtocolError", "Ready", "Reply", "RolloutRequest", "RolloutWorker",
-           "Shutdown", "Train", "Trained", "WireSample", "WorkerConfig", "from_wire", "to_wire", "weights_digest",
-           "worker_main"]
+__all__ = ["HEARTBEAT_S", "ProtocolError", "WorkerProcess", "worker_main"]

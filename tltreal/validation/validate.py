@@ -40,7 +40,8 @@ from tltcore.policy.base import NO_SD, SDConfig
 from tltcore.policy.registry import make_policy
 from tltcore.step_simulator import SimulatedEngine, StepSimulator
 from tltcore.summary import summarize_step
-from tltreal.model.transformer import Transformer, random_model
+from tltreal.model.transformer import Transformer
+from tltreal.model.weights import random_model
 from tltreal.validation.profiler import PROFILE_DEVICE, ProfileGrid, grid_points, profile_metadata, profile_native
 from tltreal.validation.replay import (
     RealRun,

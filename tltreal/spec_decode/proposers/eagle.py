@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from tltreal.model.kv_cache import KVCache
-from tltreal.model.transformer import DecoderLayer, TrainBatch, Transformer, init_weights, make_attn_batch, rope_tables
+from tltreal.model.transformer import DecoderLayer, TrainBatch, Transformer, make_attn_batch, rope_tables
+from tltreal.model.weights import init_weights
 
 
 class EagleDrafter(nn.Module):
