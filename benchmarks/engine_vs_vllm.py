@@ -28,7 +28,6 @@ HEAD:tltreal/engine/engine.py > /tmp/engine_before.py``) for before/after compar
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -36,51 +35,62 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+import typer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from options import (
+    Batches,
+    Heads,
+    Hidden,
+    KvHeads,
+    Layers,
+    MaxTokens,
+    PromptLen,
+    Threads,
+    TinyTarget,
+    Vocab,
+    int_list,
+    run,
+)
 
 SD_MODES = ("off", "ngram")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--kv-heads", type=int, default=4)
-    parser.add_argument("--vocab", type=int, default=1024)
-    parser.add_argument("--batches", default="1,4,16,64")
-    parser.add_argument("--prompt-len", type=int, default=32)
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--k", type=int, default=4, help="n-gram chain length (draft tokens per step)")
-    parser.add_argument("--ngram-min", type=int, default=1)
-    parser.add_argument("--ngram-max", type=int, default=3)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="run the engine workers this many times in turn (ours, vLLM, ours, ...) and "
-                             "pool their runs: on a shared machine both engines then see the same load")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--late-scale", type=float, default=1.0,
-                        help="scale of layers >= 1 output projections (1: a plain random model)")
-    parser.add_argument("--engines", default="ours,vllm")
-    parser.add_argument("--overhead", action="store_true", help="per-iteration split of our engine instead")
-    parser.add_argument("--engine-file",
-                        help="with --overhead: an engine.py to measure instead of tltreal.engine.engine")
-    parser.add_argument("--worker", choices=("ours", "vllm"), help=argparse.SUPPRESS)
-    parser.add_argument("--model-dir", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+@dataclass(frozen=True)
+class Bench:
+    """One benchmark's settings (the command's options)."""
+
+    target: TinyTarget
+    batches: str
+    prompt_len: int
+    max_tokens: int
+    k: int
+    ngram_min: int
+    ngram_max: int
+    runs: int
+    rounds: int
+    threads: int
+    seed: int
+    late_scale: float
+    engines: str
+    overhead: bool
+    engine_file: str | None
+    model_dir: str | None = None  # the worker processes' HF folders
+
+    @property
+    def vocab(self) -> int:
+        return self.target.vocab
 
 
-def model_config(args: argparse.Namespace):
-    from tltcore.model_config import ModelConfig
-
-    return ModelConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.hidden * 8 // 3,
-                       num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                       num_key_value_heads=args.kv_heads,
-                       max_position_embeddings=max(2048, args.prompt_len + args.max_tokens + args.k + 8))
+def model_config(args: Bench):
+    return args.target.model_config(max(2048, args.prompt_len + args.max_tokens + args.k + 8))
 
 
-def prompts_for(args: argparse.Namespace, n: int) -> list[list[int]]:
+def prompts_for(args: Bench, n: int) -> list[list[int]]:
     import numpy as np
 
     rng = np.random.default_rng(args.seed)
@@ -95,13 +105,14 @@ def accept_length(events) -> float:
 
 
 # ---- workers (one per engine family, each in its own process) ----------------------------------------
-def run_ours(args: argparse.Namespace) -> list[dict]:
+def run_ours(args: Bench) -> list[dict]:
     """Every (batch, SD mode) cell on our engine: runs, tokens/s, accept length, outputs' digest."""
     import torch
 
     from tltcore.policy.base import NoSD, SDConfig, Static
-    from tltreal.engine.engine import Engine, EngineConfig
-    from tltreal.model.transformer import load_model
+    from tltreal.engine.config import EngineConfig
+    from tltreal.engine.engine import Engine
+    from tltreal.model.weights import load_model
     from tltreal.spec_decode.proposers import NgramProposer
 
     torch.set_num_threads(args.threads)
@@ -135,7 +146,7 @@ def run_ours(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def run_vllm(args: argparse.Namespace) -> list[dict]:
+def run_vllm(args: Bench) -> list[dict]:
     """The same cells on vLLM (one engine per SD mode, built once), through the vLLM backend's replay."""
     import torch
 
@@ -168,7 +179,7 @@ def run_vllm(args: argparse.Namespace) -> list[dict]:
 
 
 # ---- the driver --------------------------------------------------------------------------------------
-def spawn(worker: str, args: argparse.Namespace, argv: list[str], model_dir: Path) -> list[dict]:
+def spawn(worker: str, args: Bench, argv: list[str], model_dir: Path) -> list[dict]:
     # NUMBA_NUM_THREADS: vLLM's n-gram proposer (numba, OpenMP layer) otherwise resets the OpenMP
     # thread count it shares with torch to the core count after each proposal.
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "NUMBA_NUM_THREADS": str(args.threads),
@@ -217,14 +228,15 @@ def print_table(rows: list[dict]) -> None:
 
 
 # ---- --overhead ------------------------------------------------------------------------------------
-def overhead(args: argparse.Namespace) -> None:
+def overhead(args: Bench) -> None:
     """Median ms per decode iteration, split into target forward / drafter forward / the rest."""
     import importlib.util
 
     import torch
 
     from tltcore.policy.base import NoSD, SDConfig, Static
-    from tltreal.model.transformer import Transformer, random_model
+    from tltreal.model.transformer import Transformer
+    from tltreal.model.weights import random_model
     from tltreal.spec_decode.proposers import NgramProposer, random_drafter
 
     torch.set_num_threads(args.threads)
@@ -298,21 +310,48 @@ def overhead(args: argparse.Namespace) -> None:
                   flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
-    if args.worker:
-        rows = run_ours(args) if args.worker == "ours" else run_vllm(args)
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+@app.command(help=__doc__)
+def main(
+    layers: Layers = 4, hidden: Hidden = 256, heads: Heads = 8, kv_heads: KvHeads = 4, vocab: Vocab = 1024,
+    batches: Batches = "1,4,16,64", prompt_len: PromptLen = 32, max_tokens: MaxTokens = 64,
+    k: Annotated[int, typer.Option(help="n-gram chain length (draft tokens per step).")] = 4,
+    ngram_min: Annotated[int, typer.Option(help="Shortest n-gram matched.")] = 1,
+    ngram_max: Annotated[int, typer.Option(help="Longest n-gram matched.")] = 3,
+    runs: Annotated[int, typer.Option(help="Timed runs per cell (after one warm-up); the median is shown.")] = 3,
+    rounds: Annotated[int, typer.Option(
+        help="Run the engine workers this many times in turn (ours, vLLM, ours, ...) and pool their runs: on a "
+             "shared machine both engines then see the same load.")] = 1,
+    threads: Threads = 1,
+    seed: Annotated[int, typer.Option(help="Weights' and prompts' seed.")] = 0,
+    late_scale: Annotated[float, typer.Option(
+        help="Scale of layers >= 1 output projections (1: a plain random model).")] = 1.0,
+    engines: Annotated[str, typer.Option(help="Engines to time, comma-separated (ours, vllm).")] = "ours,vllm",
+    overhead_split: Annotated[bool, typer.Option(
+        "--overhead", help="Per-iteration split of our engine instead.")] = False,
+    engine_file: Annotated[str | None, typer.Option(
+        help="With --overhead: an engine.py to measure instead of tltreal.engine.engine.")] = None,
+    worker: Annotated[str | None, typer.Option(hidden=True)] = None,
+    model_dir: Annotated[str | None, typer.Option(hidden=True)] = None,
+) -> None:
+    int_list(batches, "--batches")
+    args = Bench(TinyTarget(layers, hidden, heads, kv_heads, vocab), batches, prompt_len, max_tokens, k, ngram_min,
+                 ngram_max, runs, rounds, threads, seed, late_scale, engines, overhead_split, engine_file, model_dir)
+    argv = sys.argv[1:]
+    if worker:
+        rows = run_ours(args) if worker == "ours" else run_vllm(args)
         print(json.dumps(rows))
-        return 0
+        return
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     if args.overhead:
         overhead(args)
-        return 0
+        return
     from tltreal.backends.vllm_backend import write_models
 
     cfg = model_config(args)
-    print(f"# {args.layers} layers, hidden {args.hidden}, heads {args.heads}/{args.kv_heads}, vocab {args.vocab}, "
+    print(f"# {args.target.describe()}, "
           f"fp32, {args.threads} thread(s), greedy, prompts {args.prompt_len}, {args.max_tokens} new tokens/request, "
           f"n-gram {args.ngram_min}..{args.ngram_max} chain {args.k}, median of {args.runs} runs x {args.rounds} "
           "round(s), tokens/s "
@@ -321,16 +360,15 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         write_models(Path(tmp), cfg, seed=args.seed, late_scale=args.late_scale)
         for _ in range(args.rounds):
-            for worker in args.engines.split(","):
-                for row in spawn(worker, args, argv, Path(tmp)):
+            for name in args.engines.split(","):
+                for row in spawn(name, args, argv, Path(tmp)):
                     key = (row["engine"], row["batch"], row["sd"])
                     if key in cells:  # pool the timings; the outputs are deterministic (greedy)
                         cells[key]["tok_s"].extend(row["tok_s"])
                     else:
                         cells[key] = row
     print_table(list(cells.values()))
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(app)

@@ -17,14 +17,19 @@ verification, batch composition), never the decision rule.
 
 from __future__ import annotations
 
-import argparse
 import platform
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
 import torch
+import typer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from options import run
 
 from tltcore.model_config import ModelConfig
 from tltcore.policy.base import NoSD, SDConfig, SDPolicy, Static
@@ -134,16 +139,18 @@ def write(out: Path, df: pd.DataFrame) -> None:
         write_text(tmp / "losslessness.csv", df.to_csv(index=False))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("reports/losslessness"))
-    args = parser.parse_args()
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+@app.command(help=__doc__)
+def main(out: Annotated[Path, typer.Option(help="Report folder (created; never one tlt did not create).")]
+         = Path("reports/losslessness")) -> None:
     torch.set_num_threads(1)
     df = measure()
     _ablate_norm()
     ablated = measure({"bfloat16": torch.bfloat16}).assign(dtype="bfloat16, RMSNorm in bf16 (ablation)")
-    write(args.out, pd.concat([df, ablated], ignore_index=True))
+    write(out, pd.concat([df, ablated], ignore_index=True))
 
 
 if __name__ == "__main__":
-    main()
+    run(app)

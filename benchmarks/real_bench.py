@@ -10,63 +10,77 @@ layer (nearly nothing accepted): the overhead floor. Greedy decoding, random wei
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from options import (
+    Batches,
+    Heads,
+    Hidden,
+    KvHeads,
+    Layers,
+    MaxTokens,
+    PromptLen,
+    Threads,
+    TinyTarget,
+    Vocab,
+    int_list,
+    run,
+)
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--kv-heads", type=int, default=4)
-    parser.add_argument("--vocab", type=int, default=1024)
-    parser.add_argument("--batches", default="1,4,16,64")
-    parser.add_argument("--sd", default="4_1_4,4_2_8", help="SD configs to compare with SD off")
-    parser.add_argument("--drafters", default="random,oracle")
-    parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--prompt-len", type=int, default=32)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--init-std", type=float, default=0.02)
-    parser.add_argument("--triton", action="store_true", help="use the Triton kernels (GPU, or interpreter)")
-    args = parser.parse_args(argv)
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+@app.command(help=__doc__)
+def main(
+    layers: Layers = 4, hidden: Hidden = 256, heads: Heads = 8, kv_heads: KvHeads = 4, vocab: Vocab = 1024,
+    batches: Batches = "1,4,16,64",
+    sd: Annotated[str, typer.Option(help="SD configs (depth_topk_verify) to compare with SD off.")] = "4_1_4,4_2_8",
+    drafters: Annotated[str, typer.Option(help="Drafters, comma-separated: random, oracle.")] = "random,oracle",
+    max_tokens: MaxTokens = 32, prompt_len: PromptLen = 32, threads: Threads = 1,
+    init_std: Annotated[float, typer.Option(help="Std of the random weights.")] = 0.02,
+    triton: Annotated[bool, typer.Option(help="Use the Triton kernels (GPU, or interpreter).")] = False,
+) -> None:
+    target_shape = TinyTarget(layers, hidden, heads, kv_heads, vocab)
+    batch_sizes = int_list(batches, "--batches")
+    runs = [("off", "none")] + [(shape, d) for shape in sd.split(",") for d in drafters.split(",")]
 
     import torch
 
-    from tltcore.model_config import ModelConfig
     from tltreal.engine.generate import GenerateSettings, build_target, generate
     from tltreal.spec_decode import kernels
 
-    torch.set_num_threads(args.threads)
-    kernels.set_use_triton(args.triton)
-    cfg = ModelConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.hidden * 8 // 3,
-                      num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                      num_key_value_heads=args.kv_heads)
-    base = GenerateSettings(max_tokens=args.max_tokens, prompt_len=args.prompt_len, init_std=args.init_std)
+    torch.set_num_threads(threads)
+    kernels.set_use_triton(triton)
+    cfg = target_shape.model_config()
+    base = GenerateSettings(max_tokens=max_tokens, prompt_len=prompt_len, init_std=init_std)
     target = build_target(cfg, base)
     generate(cfg, GenerateSettings(prompts=2, max_tokens=4, policy="static:2_2_3", drafter="random"), target)
 
-    print(f"# {args.layers} layers, hidden {args.hidden}, vocab {args.vocab}, fp32, {args.threads} thread(s), "
-          f"greedy, {args.max_tokens} new tokens/request, torch {torch.__version__}")
+    print(f"# {target_shape.describe()}, fp32, {threads} thread(s), "
+          f"greedy, {max_tokens} new tokens/request, torch {torch.__version__}")
     print(f"{'batch':>5} {'sd':>7} {'drafter':>8} {'tokens/s':>10} {'accept':>7} {'ms/iter':>8} {'speedup':>8}")
-    for batch in (int(b) for b in args.batches.split(",")):
-        runs = [("off", "none")] + [(sd, d) for sd in args.sd.split(",") for d in args.drafters.split(",")]
+    for batch in batch_sizes:
         baseline = None
-        for sd, drafter in runs:
-            policy = "no-sd" if sd == "off" else f"static:{sd}"
-            settings = GenerateSettings(prompts=batch, max_tokens=args.max_tokens, prompt_len=args.prompt_len,
-                                        policy=policy, drafter=drafter, init_std=args.init_std)
+        for shape, drafter in runs:
+            policy = "no-sd" if shape == "off" else f"static:{shape}"
+            settings = GenerateSettings(prompts=batch, max_tokens=max_tokens, prompt_len=prompt_len,
+                                        policy=policy, drafter=drafter, init_std=init_std)
             result = generate(cfg, settings, target)
             dec = result.decode_events
             tps = dec["tokens"].sum() / (dec["t_end"] - dec["t_start"]).sum()  # decode throughput
             baseline = baseline or tps
-            print(f"{batch:>5} {sd:>7} {drafter:>8} {tps:>10.1f} {result.mean_accept_length:>7.2f} "
+            print(f"{batch:>5} {shape:>7} {drafter:>8} {tps:>10.1f} {result.mean_accept_length:>7.2f} "
                   f"{result.mean_iteration_s * 1e3:>8.2f} {tps / baseline:>7.2f}x", flush=True)
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(app)

@@ -20,12 +20,18 @@ times the number of workers.
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Annotated
+
+import typer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from options import run
 
 from tltsim.sweep.runner import evaluate_point, run_sweep
 from tltsim.sweep.spec import expand, parse_spec
@@ -64,38 +70,41 @@ def _timed_sweep(spec, out: Path, backend: str, workers: int) -> tuple[float, fl
     return 60.0 * n / wall, steady, n
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workers", type=int, default=2, help="worker processes / Ray CPUs (default 2)")
-    ap.add_argument("--seeds", type=int, default=4, help="seeds per (GPU, switch) pair: points = 4 x seeds")
-    ap.add_argument("--no-ray", action="store_true", help="skip the Ray backend")
-    args = ap.parse_args()
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+@app.command(help=__doc__)
+def main(
+    workers: Annotated[int, typer.Option(help="Worker processes / Ray CPUs.")] = 2,
+    seeds: Annotated[int, typer.Option(help="Seeds per (GPU, switch) pair: points = 4 x seeds.")] = 4,
+    ray_too: Annotated[bool, typer.Option("--ray/--no-ray", help="Also time the Ray executor.")] = True,
+) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        spec = _spec(args.seeds, root)
+        spec = _spec(seeds, root)
         points = expand(spec)
         print(f"{len(points)} points; {os.cpu_count()} cores; Python {platform.python_version()}; "
-              f"workers={args.workers}")
+              f"workers={workers}")
         evaluate_point(points[0].scenario)  # warm imports and caches, as a worker's first point would
         t0 = time.perf_counter()
         for p in points:
             evaluate_point(p.scenario)
         serial = 60.0 * len(points) / (time.perf_counter() - t0)
         rows = [("serial (1 process, no store)", serial, serial)]
-        e2e, steady, _ = _timed_sweep(spec, root / "local", "local", args.workers)
-        rows.append((f"local, {args.workers} processes", e2e, steady))
-        if not args.no_ray:
+        e2e, steady, _ = _timed_sweep(spec, root / "local", "local", workers)
+        rows.append((f"local, {workers} processes", e2e, steady))
+        if ray_too:
             try:
                 import ray
             except ImportError:
                 print("ray not installed: skipping the Ray backend (pip install 'tlt[ray]')")
             else:
-                e2e, steady, _ = _timed_sweep(spec, root / "ray", "ray", args.workers)
-                rows.append((f"ray (local, {args.workers} CPUs) {ray.__version__}", e2e, steady))
+                e2e, steady, _ = _timed_sweep(spec, root / "ray", "ray", workers)
+                rows.append((f"ray (local, {workers} CPUs) {ray.__version__}", e2e, steady))
     print(f"{'backend':<40} {'end-to-end pts/min':>19} {'steady pts/min':>15}")
     for name, e2e, steady in rows:
         print(f"{name:<40} {e2e:>19.1f} {steady:>15.1f}")
 
 
 if __name__ == "__main__":
-    main()
+    run(app)
