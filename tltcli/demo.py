@@ -41,10 +41,8 @@ def _with_trace(s: Scenario, trace: str | None) -> tuple[Scenario, str]:
     scenario's own trace and would not exist in another. The same trace (by name or by path) keeps
     the scenario as it is.
     """
-    from dataclasses import replace
-
     from tltcore.errors import InputError
-    from tltsim.scenario import apply_override
+    from tltsim.scenario import apply_override, with_values
     from tltsim.traces.catalog import resolve
 
     if trace is None or trace == s.trace.name:
@@ -56,7 +54,7 @@ def _with_trace(s: Scenario, trace: str | None) -> tuple[Scenario, str]:
     if same:
         return s, ""
     s = apply_override(s, "trace.name", trace, path="--trace")
-    s = replace(s, trace=replace(s.trace, source=None, step=None))
+    s = with_values(s, {"trace.source": None, "trace.step": None})
     return s, f" --trace {trace} --set trace.source=none --set trace.step=none"
 
 
@@ -100,18 +98,17 @@ def _rl_steps(s: Scenario) -> int:
 def _rl_runs(s: Scenario) -> tuple[Any, ...]:
     """Whole RL runs of :data:`DEMO_PRESETS` (and verl) in each of :data:`DEMO_CASES`: (scenario per
     case label, the steps table and the summary table, both with a ``case`` column)."""
-    from dataclasses import replace
-
     import pandas as pd
 
     from tltsim.rl.run import compare_presets
+    from tltsim.scenario import with_values
 
     n = _rl_steps(s)
     cases, steps, summaries = {}, [], []
     for gpu, tp in DEMO_CASES:
         tp = tp or s.cluster.tp
-        case = replace(s, presets=DEMO_PRESETS, cluster=replace(s.cluster, gpu=gpu, tp=tp),
-                       trace=replace(s.trace, num_steps=n))
+        case = with_values(s, {"presets": DEMO_PRESETS, "cluster.gpu": gpu, "cluster.tp": tp,
+                               "trace.num_steps": n})
         label = f"{gpu}, TP {tp}"
         _, st, summ = compare_presets(case)
         cases[label] = case

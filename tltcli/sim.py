@@ -312,6 +312,51 @@ def scenarios() -> None:
     Console(width=160).print(table)
 
 
+#: The first key of a schema file ``tlt sim schema --out`` writes: what it may overwrite.
+SCHEMA_COMMENT = "written by tlt sim schema: the JSON schema of a tlt scenario file (TOML)"
+
+
+def scenario_schema_text() -> str:
+    """The scenario's JSON schema (``Scenario.model_json_schema()``), marked as written by tlt."""
+    import json
+
+    from tltsim.scenario import Scenario
+
+    return json.dumps({"$comment": SCHEMA_COMMENT, **Scenario.model_json_schema()}, indent=2) + "\n"
+
+
+def _written_by_schema(path: Path) -> bool:
+    import json
+
+    try:
+        with path.open("rb") as fh:
+            data = json.loads(fh.read(1 << 20).decode("utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("$comment") == SCHEMA_COMMENT
+
+
+@app.command()
+def schema(
+    out: Annotated[Path | None, typer.Option(help="Write the schema to this file instead of printing it; a file "
+                                             "that tlt sim schema did not write is never overwritten.")] = None,
+) -> None:
+    """Print the JSON schema of a scenario file (every section and field, with defaults, ranges and
+    choices), for editors that check TOML against a schema (e.g. Taplo, Even Better TOML)."""
+    from tltcore.atomic import check_output_file, write_text
+
+    text = scenario_schema_text()
+    if out is None:
+        sys.stdout.write(text)
+        return
+    check_output_file(out)
+    if out.exists() and not _written_by_schema(out):
+        raise InputError("exists and was not written by tlt sim schema; remove it or choose another file name",
+                         path=out, field="--out")
+    write_text(out, text)
+    typer.echo(f"schema: {out}")
+
+
 @app.command()
 def bench(
     repeats: Annotated[int, typer.Option(help="Timed runs; the median is reported.")] = 3,

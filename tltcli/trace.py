@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -61,9 +60,9 @@ def trace_fields_epilog() -> str:
 
     default = TraceSection()
     lines = ["Scenario fields trace.* (in a scenario file's trace table, or tlt sim run --set trace.FIELD=VALUE):"]
-    for f in fields(TraceSection):
-        what = TRACE_FIELD_HELP.get(f.name, "see tltsim.scenario.TraceSection")
-        lines.append(f"trace.{f.name}: {what} (default {_toml_text(getattr(default, f.name))}).")
+    for name in TraceSection.model_fields:
+        what = TRACE_FIELD_HELP.get(name, "see tltsim.scenario.TraceSection")
+        lines.append(f"trace.{name}: {what} (default {_toml_text(getattr(default, name))}).")
     lines.append("Example: tlt sim run --trace polytrace_rl_rollouts --set trace.source=polytrace/"
                  "verl_dapo_qwen2.5-32b --set trace.step=3")
     return "\n\n".join(lines)

@@ -14,7 +14,7 @@ import io
 import pstats
 import statistics
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -25,8 +25,7 @@ BENCH_POLICY = "elastic+beg-mab"
 
 def bench_scenario() -> Scenario:
     """The reference scenario (the defaults are already the reference layout)."""
-    return replace(Scenario(policies=(BENCH_POLICY,)),
-                   acceptance=AcceptanceSection(preset="paper-qwen32b", mode="stochastic"))
+    return Scenario(policies=(BENCH_POLICY,), acceptance=AcceptanceSection(preset="paper-qwen32b", mode="stochastic"))
 
 
 @dataclass(frozen=True)

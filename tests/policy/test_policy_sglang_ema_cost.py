@@ -7,8 +7,6 @@ tests pin that the scenario hands sglang-ema its cost model, and that this chang
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
@@ -22,7 +20,7 @@ from tltsim.scenario import ClusterSection, Scenario, SimInputs, acceptance_mode
 def small_inputs() -> SimInputs:
     """The default scenario's models (Qwen2.5-7B, H100, TP 4) on two workers; no workload is needed
     to build policies."""
-    s = replace(Scenario(), cluster=ClusterSection(gpus=8, tp=4))
+    s = Scenario(cluster=ClusterSection(gpus=8, tp=4))
     return SimInputs(scenario=s, workloads=(), cost=cost_model(s), accept=acceptance_model(s.acceptance),
                      engine=None, drafter=None)
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from pydantic import Field
 
 from conftest import needs_shared_traces
+from tltcore.config import Bool, ConfigModel, Float, Int, Str
 from tltcore.errors import InputError
 from tltsim.scenario import (
     Scenario,
@@ -22,22 +23,19 @@ from tltsim.scenario import (
 )
 
 
-@dataclass(frozen=True)
-class Leaf:
-    rate: float = 1.0
-    on: bool = False
+class Leaf(ConfigModel):
+    rate: Float = Field(1.0, ge=0, le=10)
+    on: Bool = False
 
 
-@dataclass(frozen=True)
-class Mid:
-    leaf: Leaf = field(default_factory=Leaf)
-    names: tuple[str, ...] = ()
+class Mid(ConfigModel):
+    leaf: Leaf = Field(default_factory=Leaf)
+    names: tuple[Str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Root:
-    mid: Mid = field(default_factory=Mid)
-    n: int = 0
+class Root(ConfigModel):
+    mid: Mid = Field(default_factory=Mid)
+    n: Int = 0
 
 
 def write(tmp_path, text: str):
@@ -152,17 +150,23 @@ def test_policy_lists_split_only_between_specs():
 
 def test_generic_machinery_reaches_any_depth():
     """Schemas of any depth get the same paths, parsing and errors (whole-run sections nest deeper)."""
-    from tltcore import config_tree
+    from tltcore import config
 
-    assert config_tree.field_paths(Root) == ["mid.leaf.rate", "mid.leaf.on", "mid.names", "n"]
-    r = config_tree.override(Root(), "mid.leaf.on", "true")
-    r = config_tree.override(r, "mid.leaf.rate", "2.5")
-    assert r.mid.leaf == Leaf(2.5, True)
-    text = config_tree.dump_toml(config_tree.to_dict(r))
-    assert "[mid.leaf]" in text
-    assert config_tree.from_dict(Root, tomllib.loads(text), path=None) == r
-    with pytest.raises(InputError, match=r"mid\.leaf\.rat.*did you mean mid\.leaf\.rate"):
-        config_tree.from_dict(Root, {"mid": {"leaf": {"rat": 1}}}, path="x.toml")
+    assert config.field_paths(Root) == ["mid.leaf.rate", "mid.leaf.on", "mid.names", "n"]
+    data = config.to_dict(Root())
+    for dotted, text in (("mid.leaf.on", "true"), ("mid.leaf.rate", "2.5"), ("mid.names", "a,b")):
+        data = config.set_dotted(data, dotted, config.parse_text(text, config.field_type(Root, dotted), where={}))
+    r = config.validate_tree(Root, data)
+    assert r.mid.leaf == Leaf(rate=2.5, on=True) and r.mid.names == ("a", "b")
+    text = config.dump_toml(config.to_dict(r))
+    assert "[mid.leaf]" in text and 'names = ["a", "b"]' in text
+    assert config.validate_tree(Root, tomllib.loads(text)) == r
+    with pytest.raises(InputError, match=r"x\.toml, field 'mid\.leaf\.rat'.*did you mean mid\.leaf\.rate"):
+        config.validate_tree(Root, {"mid": {"leaf": {"rat": 1}}}, path="x.toml")
+    with pytest.raises(InputError, match=r"field 'mid\.leaf\.rate': must be in \[0, 10\], got 11.0"):
+        config.validate_tree(Root, {"mid": {"leaf": {"rate": 11}}})
+    with pytest.raises(InputError, match=r"^field 'rate': must be in \[0, 10\], got 11.0$"):
+        Leaf(rate=11.0)  # a section built on its own: the same one line (at its SECTION, here none)
 
 
 def test_seeds_and_counts_are_bounded_before_anything_is_built(tmp_path):
@@ -238,7 +242,7 @@ gpus = 16
 
 def test_scenario_and_sweep_spec_files_share_one_reader_with_one_line_errors(tmp_path):
     """A folder, a missing file and an unreadable (non-UTF-8) file each get their own one-line
-    error naming the path, for scenarios and sweep specs alike (``config_tree.read_file``)."""
+    error naming the path, for scenarios and sweep specs alike (``config.read_file``)."""
     from tltsim.sweep import load_spec
 
     (tmp_path / "bad.toml").write_bytes(b"\xff\xfe\x00bad")
@@ -370,7 +374,7 @@ def test_trace_seed_picks_responses_and_seed_deals():
 def test_scenario_files_that_are_not_regular_files_are_refused_without_reading(tmp_path):
     import os
 
-    from tltcore.config_tree import MAX_CONFIG_BYTES
+    from tltcore.config import MAX_CONFIG_BYTES
 
     os.mkfifo(tmp_path / "pipe.toml")
     with pytest.raises(InputError, match="not a regular file"):
@@ -394,3 +398,92 @@ def test_workload_size_is_bounded_before_steps_are_built():
     assert exc.value.field == "trace.num_steps" and f"{MAX_RESPONSES:,}" in str(exc.value)
     ok = resolve(None, [("trace.prompts_per_step", "4", "--set"), ("trace.num_steps", "3", "--set")]).scenario
     assert len(load_steps(ok.trace)) == 3
+
+
+#: ``scenario_toml(Scenario())`` as the hand-written TOML writer rendered it before the config tree
+#: became pydantic models written by tomli_w: scenario hashes (results folders, sweep keys) hash it.
+DEFAULT_TOML = (
+    "policies = [\"no-sd\", \"elastic+beg-mab\"]\n"
+    "presets = []\n"
+    "seed = 0\n"
+    "\n"
+    "[trace]\n"
+    "name = \"r1distill_qwen1.5b_aime_8samples\"\n"
+    "num_steps = 1\n"
+    "dispersion_sigma = 0.33\n"
+    "snap_capped = true\n"
+    "default_prompt_tokens = 128\n"
+    "deal = \"shuffle\"\n"
+    "seed = 0\n"
+    "\n"
+    "[model]\n"
+    "name = \"Qwen2.5-7B\"\n"
+    "\n"
+    "[cluster]\n"
+    "gpu = \"H100\"\n"
+    "gpus = 64\n"
+    "tp = 4\n"
+    "\n"
+    "[engine]\n"
+    "max_batch = 1024\n"
+    "kv_mem_fraction = 0.9\n"
+    "prefill_budget = 8192\n"
+    "switch = \"reprefill\"\n"
+    "switch_prefill_fraction = 0.25\n"
+    "catch_up_limit = 16\n"
+    "mixed_prefill = false\n"
+    "cuda_graphs = \"none\"\n"
+    "\n"
+    "[cost]\n"
+    "model = \"roofline\"\n"
+    "\n"
+    "[acceptance]\n"
+    "preset = \"paper-qwen32b\"\n"
+    "mode = \"expected\"\n"
+    "\n"
+    "[drafter]\n"
+    "quality = 1.0\n"
+    "position_scale = []\n"
+    "kind = \"eagle\"\n"
+    "draft_model = \"Qwen2.5-0.5B\"\n"
+    "stale_quality = 0.89\n"
+    "drift = 0.3\n"
+    "recovery_samples = 400.0\n"
+    "ngram_alpha = 0.5\n"
+    "ngram_lookup_s = 5e-05\n"
+    "\n"
+    "[spot]\n"
+    "min_workers = 1\n"
+    "packing = true\n"
+    "max_samples = 800\n"
+    "checkpoint_every = 64\n"
+    "selective_checkpoint = true\n"
+    "selective_checkpoint_s = 0.097\n"
+    "full_checkpoint_s = 0.893\n"
+    "one_step_offset = true\n"
+    "window_tokens = 512\n"
+    "bubble_budget = 256\n"
+    "\n"
+    "[rl]\n"
+    "reward_s_per_sample = 0.01\n"
+    "reward_parallelism = 64\n"
+    "reference = true\n"
+    "old_log_prob = true\n"
+    "ppo_epochs = 1\n"
+    "activation_recompute = true\n"
+    "train_mfu = 0.35\n"
+    "forward_mfu = 0.45\n"
+    "weight_sync_overhead_s = 3.0\n"
+    "micro_batch_tokens = 32768\n"
+)
+
+
+def test_the_resolved_toml_is_byte_for_byte_what_it_always_was():
+    """Same content, same bytes, same hash: arrays on one line, sections and fields in their order
+    (the engine's shared limits and its own fields interleaved as before), None fields left out."""
+    assert scenario_toml(Scenario()) == DEFAULT_TOML
+    assert load_scenario_text(DEFAULT_TOML) == Scenario()
+
+
+def load_scenario_text(text: str) -> Scenario:
+    return scenario_from_dict(tomllib.loads(text))

@@ -133,3 +133,31 @@ def test_warnings_are_one_line_each_before_the_run(tmp_path):
     lines = res.stderr.strip().splitlines()
     assert [line.split(":")[1].strip() for line in lines] == ["warning", "warning"], lines
     assert "rl.ppo_epochs is used only by whole RL runs" in lines[0] and "trace.seed" in lines[1]
+
+
+def test_sim_schema_prints_and_writes_the_scenario_json_schema(tmp_path):
+    """``tlt sim schema`` prints ``Scenario.model_json_schema()`` (every section, ranges, choices) for
+    editors; ``--out`` writes it, rewrites a file it wrote, and refuses any other file."""
+    from tltsim.scenario import Scenario
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["sim", "schema"])
+    assert res.exit_code == 0, res.output
+    schema = json.loads(res.stdout)
+    assert schema["$comment"].startswith("written by tlt sim schema")
+    assert {k: v for k, v in schema.items() if k != "$comment"} == Scenario.model_json_schema()
+    assert set(schema["properties"]) == set(Scenario.model_fields)
+    defs = schema["$defs"]
+    assert defs["RLPhaseConfig"]["properties"]["ppo_epochs"]["minimum"] == 1
+    assert defs["EngineSection"]["properties"]["switch"]["enum"] == ["reprefill", "catch_up", "in_step"]
+    assert defs["ClusterSection"]["additionalProperties"] is False
+    out = tmp_path / "scenario.schema.json"
+    for _ in range(2):  # the second run overwrites its own file
+        res = runner.invoke(app, ["sim", "schema", "--out", str(out)])
+        assert res.exit_code == 0, res.output
+        assert json.loads(out.read_text()) == schema
+    other = tmp_path / "mine.json"
+    other.write_text('{"keep": true}\n')
+    res = runner.invoke(app, ["sim", "schema", "--out", str(other)])
+    assert "not written by tlt sim schema" in str(res.exception) and "field '--out'" in str(res.exception)
+    assert other.read_text() == '{"keep": true}\n'

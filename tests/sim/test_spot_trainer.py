@@ -8,11 +8,11 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
-from tltcore.drafter.dynamics import DrafterDynamics
+from tltcore.drafter.dynamics import DrafterConfig, DrafterDynamics
 from tltcore.drafter.state import DrafterState
 from tltcore.errors import InputError
 from tltcore.spot_coordinator import Checkpoint, SpotTraining, TrainingSession
-from tltsim.spot.analytic_trainer import TrainerConfig, inline_train, spot_train
+from tltsim.spot.analytic_trainer import SpotTrainerConfig, inline_train, spot_train
 from tltsim.spot.coverage import DataCoverage
 
 
@@ -28,6 +28,14 @@ def test_acceptance_drops_after_an_update_and_recovers_monotonically_with_sample
     assert qs[-1] <= 1.0 and qs[-1] == pytest.approx(1.0, abs=1e-9)
     assert dyn.after_training(stale, 100).quality == pytest.approx(1.0 - 0.08 * math.exp(-1))
 
+
+
+def _cfg(*, samples_per_s: float, max_samples: int, checkpoint_every: int, checkpoint_s: float) -> SpotTrainerConfig:
+    """The scenario's spot section with selective checkpoints of ``checkpoint_s``; ``max_samples`` 0
+    (no scenario allows it, the trainer handles it) set past validation."""
+    cfg = SpotTrainerConfig(samples_per_s=samples_per_s, checkpoint_every=checkpoint_every,
+                            selective_checkpoint_s=checkpoint_s)
+    return cfg.model_copy(update={"max_samples": max_samples})
 
 def test_a_drafter_never_trained_tends_to_the_stale_quality() -> None:
     dyn = DrafterDynamics(trained_quality=1.0, stale_quality=0.85, drift=0.3)
@@ -62,6 +70,20 @@ def test_training_counts_versions_and_samples() -> None:
 def test_bad_dynamics_name_their_field(kw, field) -> None:
     with pytest.raises(InputError, match=field.split(".")[1]):
         DrafterDynamics(**kw)
+    with pytest.raises(InputError) as info:  # the scenario's drafter section is the same class
+        DrafterConfig(**kw)
+    assert info.value.field == field
+
+
+def test_the_spot_section_is_the_trainer_config() -> None:
+    """The rate falls back to the paper's reference (packing or not); speco-bubble's fixed budget
+    trains ``bubble_budget`` samples with full checkpoints."""
+    cfg = SpotTrainerConfig()
+    assert cfg.rate == 29.6 and SpotTrainerConfig(packing=False).rate == 13.3
+    assert SpotTrainerConfig(samples_per_s=5.0).rate == 5.0
+    assert cfg.checkpoint_s == cfg.selective_checkpoint_s
+    bubble = cfg.bubble()
+    assert (bubble.max_samples, bubble.selective_checkpoint, bubble.checkpoint_s) == (256, False, 0.893)
 
 
 # ---- DataCoverage ----------------------------------------------------------------------------------
@@ -94,7 +116,7 @@ def _full_buffer() -> DataCoverage:
 
 def test_training_starts_at_release_and_is_preempted_at_the_rollout_end() -> None:
     release = np.array([2.0, 5.0, 10.0, 10.0])  # two stragglers end the rollout at 10
-    cfg = TrainerConfig(samples_per_s=1.0, max_samples=10**6, checkpoint_every=4, checkpoint_s=0.5)
+    cfg = _cfg(samples_per_s=1.0, max_samples=10**6, checkpoint_every=4, checkpoint_s=0.5)
     res = spot_train(release, 10.0, policy=SpotTraining(), session=_session(4), cfg=cfg, buffer=_full_buffer(),
                      step=0)
     assert {(s.worker, s.t_start, s.t_end, s.preempted) for s in res.segments} == {(0, 2.0, 10.0, True),
@@ -108,7 +130,7 @@ def test_training_starts_at_release_and_is_preempted_at_the_rollout_end() -> Non
 
 def test_min_workers_delays_training_until_enough_are_released() -> None:
     release = np.array([1.0, 4.0, 9.0])
-    cfg = TrainerConfig(samples_per_s=1.0, max_samples=100, checkpoint_every=1, checkpoint_s=0.0)
+    cfg = _cfg(samples_per_s=1.0, max_samples=100, checkpoint_every=1, checkpoint_s=0.0)
     res = spot_train(release, 9.0, policy=SpotTraining(min_workers=2), session=_session(1), cfg=cfg,
                      buffer=_full_buffer(), step=0)
     assert sorted((s.worker, s.t_start) for s in res.segments) == [(0, 4.0), (1, 4.0)]
@@ -116,7 +138,7 @@ def test_min_workers_delays_training_until_enough_are_released() -> None:
 
 
 def test_a_session_ends_on_its_own_at_max_samples() -> None:
-    cfg = TrainerConfig(samples_per_s=10.0, max_samples=20, checkpoint_every=8, checkpoint_s=0.1)
+    cfg = _cfg(samples_per_s=10.0, max_samples=20, checkpoint_every=8, checkpoint_s=0.1)
     res = spot_train(np.array([0.0, 100.0]), 100.0, policy=SpotTraining(), session=_session(8), cfg=cfg,
                      buffer=_full_buffer(), step=3)
     assert res.committed == 20 and res.lost == 0
@@ -132,8 +154,8 @@ def test_preemption_loses_at_most_the_work_since_the_last_checkpoint() -> None:
         release = np.sort(rng.uniform(0, 20, n))
         t_end = float(release[-1] + rng.uniform(0, 10))
         every = int(rng.integers(1, 40))
-        cfg = TrainerConfig(samples_per_s=float(rng.uniform(0.5, 30)), max_samples=int(rng.integers(0, 500)),
-                            checkpoint_every=every, checkpoint_s=float(rng.uniform(0, 1)))
+        cfg = _cfg(samples_per_s=float(rng.uniform(0.5, 30)), max_samples=int(rng.integers(0, 500)),
+                   checkpoint_every=every, checkpoint_s=float(rng.uniform(0, 1)))
         session = _session(every)
         res = spot_train(release, t_end, policy=SpotTraining(), session=session, cfg=cfg, buffer=_full_buffer(),
                          step=0)
@@ -143,7 +165,7 @@ def test_preemption_loses_at_most_the_work_since_the_last_checkpoint() -> None:
 
 
 def test_a_checkpoint_still_being_written_at_the_end_is_lost() -> None:
-    cfg = TrainerConfig(samples_per_s=1.0, max_samples=100, checkpoint_every=5, checkpoint_s=2.0)
+    cfg = _cfg(samples_per_s=1.0, max_samples=100, checkpoint_every=5, checkpoint_s=2.0)
     res = spot_train(np.array([0.0, 6.0]), 6.0, policy=SpotTraining(), session=_session(5), cfg=cfg,
                      buffer=_full_buffer(), step=0)
     assert res.committed == 0 and res.lost == 5 and res.checkpoints == ()
@@ -151,14 +173,14 @@ def test_a_checkpoint_still_being_written_at_the_end_is_lost() -> None:
 
 def test_no_data_no_training() -> None:
     empty = DataCoverage(np.array([50.0]), np.array([100]))
-    cfg = TrainerConfig(samples_per_s=1.0, max_samples=100, checkpoint_every=1, checkpoint_s=0.0)
+    cfg = _cfg(samples_per_s=1.0, max_samples=100, checkpoint_every=1, checkpoint_s=0.0)
     res = spot_train(np.array([1.0, 10.0]), 10.0, policy=SpotTraining(), session=_session(1), cfg=cfg, buffer=empty,
                      step=0)
     assert res.committed == 0
 
 
 def test_inline_training_is_a_serial_stage_on_every_worker() -> None:
-    cfg = TrainerConfig(samples_per_s=2.0, max_samples=40, checkpoint_every=16, checkpoint_s=0.5)
+    cfg = _cfg(samples_per_s=2.0, max_samples=40, checkpoint_every=16, checkpoint_s=0.5)
     res = inline_train(100.0, 4, session=_session(16), cfg=cfg, buffer=_full_buffer(), step=0)
     end = 100.0 + 40 / 8.0 + 3 * 0.5
     assert [(s.t_start, s.t_end) for s in res.segments] == [(100.0, pytest.approx(end))] * 4

@@ -371,8 +371,8 @@ def test_points_of_a_big_grid_resolves_only_what_it_lists(tmp_path, monkeypatch)
     seeds = ", ".join(str(i) for i in range(40))
     path = spec_file(tmp_path, f'[[axes]]\nseed = [{seeds}]\n"drafter.quality" = [{seeds.replace(", ", ".0, ")}.0]\n')
     calls = []
-    real = spec_mod.validate
-    monkeypatch.setattr(spec_mod, "validate", lambda s: calls.append(1) or real(s))
+    real = spec_mod.validate_point
+    monkeypatch.setattr(spec_mod, "validate_point", lambda data: calls.append(1) or real(data))
     res = invoke_cli("sweep", "points", str(path), "--show", "3")
     assert res.returncode == 0, res.stderr
     assert "1,600 points" in res.stdout and "the first 3 listed" in res.stdout and len(calls) == 3

@@ -5,17 +5,18 @@ TLT's premise (DESIGN §1, "Adaptive drafter"): RL updates the target every step
 trained once drifts out of alignment (the paper measures accept length 4.59 for the stale drafter
 during RL), while one trained continuously on fresh rollouts stays aligned (6.53). The simulator
 represents the drafter as a :class:`~tltcore.drafter.state.DrafterState` whose ``quality``
-multiplies every per-position acceptance probability, and this module moves that quality:
+multiplies every per-position acceptance probability, and the scenario's ``[drafter]`` section,
+:class:`DrafterConfig` (this module), moves that quality:
 
-* **after each policy update** (:meth:`DrafterDynamics.after_update`) the quality decays toward
+* **after each policy update** (:meth:`DrafterConfig.after_update`) the quality decays toward
   ``stale_quality`` by the fraction ``drift``: ``q <- stale + (q - stale) * (1 - drift)``. A drafter
   never trained again tends to ``stale_quality``; ``drift = 0`` leaves it unchanged.
-* **after training on n samples** (:meth:`DrafterDynamics.after_training`) the quality recovers
-  toward ``trained_quality``: ``q <- trained - (trained - q) * exp(-n / recovery_samples)``:
+* **after training on n samples** (:meth:`DrafterConfig.after_training`) the quality recovers
+  toward ``quality`` (the trained ceiling): ``q <- trained - (trained - q) * exp(-n / recovery_samples)``:
   monotone in ``n``, never above the ceiling, and never lower than before (training does not harm).
 
-``trained_quality`` is the scenario's ``drafter.quality`` (the drafter trained for the initial
-policy, which training can bring back); 1.0, the drafter the paper-fitted tree acceptance
+The ceiling is ``drafter.quality`` (the drafter trained for the initial policy, which training can
+bring back); 1.0, the drafter the paper-fitted tree acceptance
 (``paper-qwen32b``) describes, gives accept lengths 5.9-7.1 across BEG-MAB's arms, around the
 paper's adapted 6.53. ``stale_quality`` (0.89: 4.3-5.1 across the arms, around the paper's stale
 4.59), ``drift`` and ``recovery_samples`` are not published; the defaults make a stale drafter lose
@@ -28,17 +29,115 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Annotated, Literal
 
+from pydantic import Field, field_validator, model_validator
+
+from tltcore.config import ConfigModel, Float, Str
 from tltcore.drafter.state import DrafterState
 from tltcore.errors import InputError
+
+#: What drafts (:mod:`tltcore.drafter.kinds`, whose ``DRAFTER_KINDS`` is this list).
+DrafterKind = Literal["eagle", "draft-model", "ngram"]
+DEFAULT_STALE_QUALITY = 0.89
+_SCALE = Annotated[float, Field(allow_inf_nan=False, strict=True)]
+
+
+class DrafterConfig(ConfigModel):
+    """The drafter the workers hold (the scenario's ``[drafter]`` section) and how its quality moves.
+
+    ``quality`` multiplies every per-position acceptance (1 = as fitted, < 1 = stale; the initial
+    :class:`~tltcore.drafter.state.DrafterState` and the ceiling training recovers toward);
+    ``position_scale`` refines it per draft position. Whole RL runs (``presets``) move it (module
+    docstring): each policy update decays it toward ``stale_quality`` by the fraction ``drift``,
+    training recovers it toward ``quality`` with ``recovery_samples`` samples per e-folding. ``kind``
+    (:mod:`tltcore.drafter.kinds`): ``eagle`` (TLT's one-layer drafter), ``draft-model`` (the separate
+    LM ``draft_model``) or ``ngram`` (model-free, chain acceptance ``ngram_alpha``, ``ngram_lookup_s``
+    of CPU per SD iteration); a preset names its own kind.
+
+    ``stale_quality`` above ``quality`` would be no staleness at all, so a value set there is refused;
+    the default riding above a lowered ``quality`` is not (it is clamped to ``quality``, and a whole
+    RL run warns)."""
+
+    SECTION = "drafter"
+
+    quality: Float = Field(1.0, ge=0, le=10)
+    position_scale: tuple[_SCALE, ...] = ()
+    kind: DrafterKind = "eagle"
+    draft_model: Str = "Qwen2.5-0.5B"
+    stale_quality: Float = DEFAULT_STALE_QUALITY
+    drift: Float = Field(0.3, ge=0, le=1)
+    recovery_samples: Float = Field(400.0, gt=0)
+    ngram_alpha: Float = Field(0.5, ge=0, le=1)
+    ngram_lookup_s: Float = Field(5e-5, ge=0, le=1)
+
+    @field_validator("position_scale")
+    @classmethod
+    def _scales(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        for x in v:
+            if not 0 <= x <= 10:
+                raise InputError(f"must be in [0, 10], got {x}")
+        return v
+
+    @model_validator(mode="after")
+    def _stale(self) -> DrafterConfig:
+        if self.stale_quality != DEFAULT_STALE_QUALITY and not 0 <= self.stale_quality <= self.quality:
+            raise InputError(f"must be in [0, drafter.quality = {self.quality:g}] (a stale drafter is never better "
+                             f"than the trained one), got {self.stale_quality:g}", field="stale_quality")
+        return self
+
+    @property
+    def trained_quality(self) -> float:
+        """The ceiling training recovers toward: ``quality``."""
+        return self.quality
+
+    @property
+    def floor(self) -> float:
+        """What a drafter never trained again tends to: ``stale_quality``, never above ``quality``."""
+        return min(self.stale_quality, self.quality)
+
+    def initial(self) -> DrafterState:
+        """The drafter trained for the initial policy (version 0, at the ceiling)."""
+        return DrafterState(quality=self.quality, position_scale=self.position_scale)
+
+    def after_update(self, state: DrafterState) -> DrafterState:
+        """The same drafter after the policy changed under it (one actor update)."""
+        return decayed(state, self.floor, self.drift)
+
+    def after_training(self, state: DrafterState, samples: float, *, checkpoints: int = 1) -> DrafterState:
+        """The drafter after training on ``samples`` more samples of the current policy, committed in
+        ``checkpoints`` checkpoints (the version counts them). Zero samples: unchanged."""
+        return recovered(state, self.quality, self.recovery_samples, samples, checkpoints)
+
+
+def decayed(state: DrafterState, floor: float, drift: float) -> DrafterState:
+    """``state`` after one policy update: its quality decays toward ``floor`` by the fraction ``drift``."""
+    floor = min(floor, state.quality)  # a drafter already below the floor gets no better
+    return replace(state, quality=floor + (state.quality - floor) * (1.0 - drift))
+
+
+def recovered(state: DrafterState, ceiling: float, recovery_samples: float, samples: float,
+              checkpoints: int) -> DrafterState:
+    """``state`` after training on ``samples`` samples in ``checkpoints`` checkpoints: its quality
+    recovers toward ``ceiling`` (never above it, never below where it was)."""
+    if samples < 0:
+        raise ValueError(f"samples must be >= 0, got {samples}")
+    if samples == 0 or checkpoints == 0:
+        return state
+    ceiling = max(ceiling, state.quality)
+    q = ceiling - (ceiling - state.quality) * math.exp(-samples / recovery_samples)
+    return replace(state, version=state.version + checkpoints, quality=q,
+                   trained_samples=state.trained_samples + round(samples))
 
 
 @dataclass(frozen=True)
 class DrafterDynamics:
-    """Staleness and recovery of a drafter's quality (see module docstring)."""
+    """The dynamics alone (no drafter kind, no scenario), as ``tltreal``'s fit of measured curves and
+    the reports use them: the same math as :class:`DrafterConfig`, with ceiling ``trained_quality``
+    and a floor that may not exceed it. A scenario's drafter section is a :class:`DrafterConfig`."""
 
     trained_quality: float = 1.0
-    stale_quality: float = 0.89
+    stale_quality: float = DEFAULT_STALE_QUALITY
     drift: float = 0.3
     recovery_samples: float = 400.0
 
@@ -57,17 +156,8 @@ class DrafterDynamics:
 
     def after_update(self, state: DrafterState) -> DrafterState:
         """The same drafter after the policy changed under it (one actor update)."""
-        floor = min(self.stale_quality, state.quality)  # a drafter already below the floor gets no better
-        return replace(state, quality=floor + (state.quality - floor) * (1.0 - self.drift))
+        return decayed(state, self.stale_quality, self.drift)
 
     def after_training(self, state: DrafterState, samples: float, *, checkpoints: int = 1) -> DrafterState:
-        """The drafter after training on ``samples`` more samples of the current policy, committed in
-        ``checkpoints`` checkpoints (the version counts them). Zero samples: unchanged."""
-        if samples < 0:
-            raise ValueError(f"samples must be >= 0, got {samples}")
-        if samples == 0 or checkpoints == 0:
-            return state
-        ceiling = max(self.trained_quality, state.quality)
-        q = ceiling - (ceiling - state.quality) * math.exp(-samples / self.recovery_samples)
-        return replace(state, version=state.version + checkpoints, quality=q,
-                       trained_samples=state.trained_samples + round(samples))
+        """The drafter after training on ``samples`` more samples, committed in ``checkpoints`` checkpoints."""
+        return recovered(state, self.trained_quality, self.recovery_samples, samples, checkpoints)

@@ -24,11 +24,13 @@ The rollout's share of the step is what these make of it, never assumed.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
+from pydantic import Field
 
+from tltcore.config import MAX_SECONDS, Bool, ConfigModel, Float, Int, Why
 from tltcore.errors import InputError
 from tltcore.hardware import GPUSpec
 from tltcore.model_shape import ModelShape
@@ -37,36 +39,25 @@ from tltcore.model_shape import ModelShape
 MAX_PPO_EPOCHS = 100
 
 
-@dataclass(frozen=True)
-class RLPhaseConfig:
-    """Costs of the post-rollout phases (module docstring). Defaults: a rule-based reward, veRL's
-    GRPO with a reference policy and one PPO epoch, MFUs typical of FSDP training of 7-32B models
-    on long sequences (not published by the paper: assumptions shown in every report)."""
+class RLPhaseConfig(ConfigModel):
+    """Costs of the post-rollout phases (module docstring), the scenario's ``[rl]`` section.
+    Defaults: a rule-based reward, veRL's GRPO with a reference policy and one PPO epoch, MFUs typical
+    of FSDP training of 7-32B models on long sequences (not published by the paper: assumptions shown
+    in every report). ``micro_batch_tokens``: tokens per GPU per micro-batch of the actor update that
+    its memory check assumes (veRL's ``ppo_max_token_len_per_gpu``; :mod:`tltsim.rl.gpu_memory`)."""
 
-    reward_s_per_sample: float = 0.01
-    reward_parallelism: int = 64
-    reference: bool = True
-    old_log_prob: bool = True
-    ppo_epochs: int = 1
-    activation_recompute: bool = True
-    train_mfu: float = 0.35
-    forward_mfu: float = 0.45
-    weight_sync_overhead_s: float = 3.0
+    SECTION = "rl"
 
-    def __post_init__(self) -> None:
-        for name in ("reward_s_per_sample", "weight_sync_overhead_s"):
-            v = getattr(self, name)
-            if not (math.isfinite(v) and v >= 0):
-                raise InputError(f"must be >= 0, got {v}", field=f"rl.{name}")
-        for name in ("train_mfu", "forward_mfu"):
-            v = getattr(self, name)
-            if not 0 < v <= 1:
-                raise InputError(f"must be in (0, 1], got {v}", field=f"rl.{name}")
-        if self.reward_parallelism < 1:
-            raise InputError(f"must be >= 1, got {self.reward_parallelism}", field="rl.reward_parallelism")
-        if not 1 <= self.ppo_epochs <= MAX_PPO_EPOCHS:  # 0 would run RL steps that never update the actor
-            raise InputError(f"must be in [1, {MAX_PPO_EPOCHS}] (0 epochs never update the actor), got "
-                             f"{self.ppo_epochs}", field="rl.ppo_epochs")
+    reward_s_per_sample: Float = Field(0.01, ge=0, le=MAX_SECONDS)
+    reward_parallelism: Int = Field(64, ge=1, le=10**7)
+    reference: Bool = True
+    old_log_prob: Bool = True
+    ppo_epochs: Annotated[Int, Why("0 epochs never update the actor")] = Field(1, ge=1, le=MAX_PPO_EPOCHS)
+    activation_recompute: Bool = True
+    train_mfu: Float = Field(0.35, gt=0, le=1)
+    forward_mfu: Float = Field(0.45, gt=0, le=1)
+    weight_sync_overhead_s: Float = Field(3.0, ge=0, le=MAX_SECONDS)
+    micro_batch_tokens: Int = Field(32768, ge=1, le=10**8)
 
 
 @dataclass(frozen=True)
@@ -93,9 +84,10 @@ def forward_flops(model: ModelShape, seq_lens: np.ndarray) -> float:
 
 
 def phase_times(model: ModelShape, gpu: GPUSpec, gpus: int, prompt_tokens: np.ndarray, response_tokens: np.ndarray,
-                cfg: RLPhaseConfig = RLPhaseConfig()) -> PhaseTimes:
+                cfg: RLPhaseConfig | None = None) -> PhaseTimes:
     """The post-rollout phases of one step whose sequences are ``prompt_tokens + response_tokens``,
-    on ``gpus`` GPUs of ``gpu`` (all of them train: the colocated layout)."""
+    on ``gpus`` GPUs of ``gpu`` (all of them train: the colocated layout); ``cfg`` None: the defaults."""
+    cfg = cfg or RLPhaseConfig()
     if gpu.bf16_flops is None or gpu.interconnect_bytes_per_s is None:
         raise InputError(f"RL phases need analytic peaks; {gpu.name} has none", field="cluster.gpu")
     seqs = np.asarray(prompt_tokens, dtype=np.int64) + np.asarray(response_tokens, dtype=np.int64)

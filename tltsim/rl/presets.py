@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tltcore.config_tree import suggest
+from tltcore.config import suggest
 from tltcore.errors import InputError
 
 TRAINING_MODES = ("none", "never", "spot", "inline", "bubble")

@@ -41,17 +41,7 @@ from tltsim.rl.gpu_memory import TrainingMemoryConfig, training_memory
 from tltsim.rl.phases import PhaseTimes, phase_times
 from tltsim.rl.presets import BASELINE_PRESET, Preset, get_preset, presets_with_baseline
 from tltsim.rollout import RolloutRun
-from tltsim.scenario import (
-    Scenario,
-    SimInputs,
-    cost_model,
-    drafter_dynamics,
-    make_policies,
-    prepare,
-    rl_phase_config,
-    run_each,
-    trainer_config,
-)
+from tltsim.scenario import Scenario, SimInputs, cost_model, make_policies, prepare, run_each
 from tltsim.spot.analytic_trainer import NO_TRAINING, TrainingResult, inline_train, spot_train
 from tltsim.spot.coverage import DataCoverage
 
@@ -92,15 +82,14 @@ def run_preset(s: Scenario, name: str, inputs: SimInputs | None = None, *, run_i
     if oom is not None:
         return RLRunResult(preset.name, empty_event_log(), pd.DataFrame(), oom)
     inputs = preset_inputs(s, preset, inputs or prepare(s))
-    dyn = drafter_dynamics(s)
-    drafter = DrafterState(quality=s.drafter.quality, position_scale=s.drafter.position_scale)
+    dyn = s.drafter  # the drafter section moves its own quality (DrafterConfig.after_update/after_training)
+    drafter = dyn.initial()
     run = RolloutRun(make_policies(preset.sd_policy, inputs), cost=inputs.cost, accept=inputs.accept,
                      engine=inputs.engine, seed=s.seed, deal_mode=s.trace.deal, run_id=run_id,
                      policy_name=preset.name, drafter=drafter)
-    trainer = trainer_config(s, bubble=preset.training == "bubble")
+    trainer = s.spot.bubble() if preset.training == "bubble" else s.spot
     session = TrainingSession(Checkpoint(version=0, step=-1, trained_samples=0), trainer.checkpoint_every,
-                              trainer.selective)
-    rl_cfg = rl_phase_config(s)
+                              trainer.selective_checkpoint)
     model, gpu = get_model(s.model.name), get_gpu(s.cluster.gpu)
     rows = []
     previous_tokens = 0
@@ -120,7 +109,7 @@ def run_preset(s: Scenario, name: str, inputs: SimInputs | None = None, *, run_i
         _log_training(run.log, trained)
         t = max([res.t_end] + [c.t_end for c in trained.checkpoints] + [g.t_end for g in trained.segments])
         inline_s = t - res.t_end
-        phases = phase_times(model, gpu, s.cluster.gpus, workload.prompt_tokens, workload.response_tokens, rl_cfg)
+        phases = phase_times(model, gpu, s.cluster.gpus, workload.prompt_tokens, workload.response_tokens, s.rl)
         t = _log_phases(run.log, phases, t, len(workload.response_tokens))
         run.clock = t
         rows.append(_step_row(preset, res, trained, phases, inline_s, drafter, t))

@@ -7,8 +7,8 @@ hot path Python-bound.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, fields
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -45,6 +45,12 @@ class EngineConfig(EngineLimits):
     closed_form: bool = True
     coalesce: bool = True
     mixed_prefill: bool = False
+
+    @classmethod
+    def of(cls, limits: EngineLimits, **extra: Any) -> EngineConfig:
+        """The simulated engine for the shared ``limits`` (a scenario's ``engine`` section is one)
+        and the simulation's own fields ``extra``."""
+        return cls(**{f.name: getattr(limits, f.name) for f in fields(EngineLimits)}, **extra)
 
     def __post_init__(self) -> None:
         super().__post_init__()

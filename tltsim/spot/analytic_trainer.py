@@ -25,12 +25,12 @@ rows.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
+from pydantic import Field
 
-from tltcore.errors import InputError
+from tltcore.config import MAX_GPUS, MAX_SECONDS, Bool, ConfigModel, Float, Int
 from tltcore.spot_coordinator import (
     Checkpoint,
     DrafterTrainingPolicy,
@@ -43,25 +43,51 @@ from tltsim.spot.coverage import DataCoverage
 _EPS = 1e-12
 
 
-@dataclass(frozen=True)
-class TrainerConfig:
-    """Drafter-training throughput and checkpointing (see module docstring)."""
+#: The paper's reference training throughput per worker, samples/s, with and without sequence packing.
+PACKED_SAMPLES_PER_S, UNPACKED_SAMPLES_PER_S = 29.6, 13.3
 
-    samples_per_s: float = 29.6
-    max_samples: int = 800
-    checkpoint_every: int = 64
-    checkpoint_s: float = 0.097
-    selective: bool = True
 
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.samples_per_s) and self.samples_per_s > 0):
-            raise InputError(f"must be > 0, got {self.samples_per_s}", field="spot.samples_per_s")
-        if self.max_samples < 0:
-            raise InputError(f"must be >= 0, got {self.max_samples}", field="spot.max_samples")
-        if self.checkpoint_every < 1:
-            raise InputError(f"must be >= 1, got {self.checkpoint_every}", field="spot.checkpoint_every")
-        if not (math.isfinite(self.checkpoint_s) and self.checkpoint_s >= 0):
-            raise InputError(f"must be >= 0, got {self.checkpoint_s}", field="spot.checkpoint_s")
+class SpotTrainerConfig(ConfigModel):
+    """Drafter training (module docstring, :mod:`tltsim.spot.coverage`), the scenario's ``[spot]``
+    section. ``min_workers`` released workers start the Spot Trainer; each trains ``samples_per_s``
+    samples per second (None: the paper's reference, 29.6 with ``packing``, 13.3 without); a session
+    stops after ``max_samples`` samples (200 training steps x 4 samples); a checkpoint every
+    ``checkpoint_every`` samples blocks training for ``selective_checkpoint_s`` (trainable weights,
+    asynchronous) or ``full_checkpoint_s``. ``one_step_offset`` mixes the previous step's complete
+    responses into the data buffer (DataCoverage); ``window_tokens`` is one training sample's length.
+    ``bubble_budget``: samples per step of the ``speco-bubble`` preset's fixed-budget training
+    (:meth:`bubble`)."""
+
+    SECTION = "spot"
+
+    min_workers: Int = Field(1, ge=1, le=MAX_GPUS)
+    packing: Bool = True
+    samples_per_s: Float | None = Field(None, ge=1e-6, le=1e6)
+    max_samples: Int = Field(800, ge=1, le=10**9)  # 0: a session that trains nothing
+    checkpoint_every: Int = Field(64, ge=1, le=10**9)
+    selective_checkpoint: Bool = True
+    selective_checkpoint_s: Float = Field(0.097, ge=0, le=MAX_SECONDS)
+    full_checkpoint_s: Float = Field(0.893, ge=0, le=MAX_SECONDS)
+    one_step_offset: Bool = True
+    window_tokens: Int = Field(512, ge=1, le=10**7)
+    bubble_budget: Int = Field(256, ge=1, le=10**9)  # 0: speco-bubble would train nothing
+
+    @property
+    def rate(self) -> float:
+        """Samples per second per training worker."""
+        if self.samples_per_s is not None:
+            return self.samples_per_s
+        return PACKED_SAMPLES_PER_S if self.packing else UNPACKED_SAMPLES_PER_S
+
+    @property
+    def checkpoint_s(self) -> float:
+        """Seconds one checkpoint blocks training (selective or full)."""
+        return self.selective_checkpoint_s if self.selective_checkpoint else self.full_checkpoint_s
+
+    def bubble(self) -> SpotTrainerConfig:
+        """The fixed-budget, fully-checkpointed training of ``speco-bubble``: ``bubble_budget``
+        samples per step, full checkpoints."""
+        return self.model_copy(update={"max_samples": self.bubble_budget, "selective_checkpoint": False})
 
 
 @dataclass(frozen=True)
@@ -104,7 +130,7 @@ NO_TRAINING = TrainingResult((), (), 0, 0.0, 0.0)
 
 
 def spot_train(release_times: np.ndarray, t_end: float, *, policy: DrafterTrainingPolicy, session: TrainingSession,
-               cfg: TrainerConfig, buffer: DataCoverage, step: int) -> TrainingResult:
+               cfg: SpotTrainerConfig, buffer: DataCoverage, step: int) -> TrainingResult:
     """Train on released workers from their release until ``t_end`` (the rollout's end) or until
     ``cfg.max_samples`` are committed. ``release_times[w]``: when worker ``w`` finished its responses
     (absolute seconds; at or after ``t_end`` means never released in time). ``session`` carries the
@@ -129,7 +155,7 @@ def spot_train(release_times: np.ndarray, t_end: float, *, policy: DrafterTraini
             i += 1
         nxt = float(release_times[order[i]]) if i < len(order) else t_end
         training = coord.workers(WorkerState.TRAINING)
-        rate = len(training) * cfg.samples_per_s if buffer.windows_at(t) > 0 else 0.0
+        rate = len(training) * cfg.rate if buffer.windows_at(t) > 0 else 0.0
         if done or rate == 0:
             t = nxt
             continue
@@ -165,13 +191,13 @@ def spot_train(release_times: np.ndarray, t_end: float, *, policy: DrafterTraini
                           effective, pending)
 
 
-def inline_train(t0: float, n_workers: int, *, session: TrainingSession, cfg: TrainerConfig, buffer: DataCoverage,
+def inline_train(t0: float, n_workers: int, *, session: TrainingSession, cfg: SpotTrainerConfig, buffer: DataCoverage,
                  step: int) -> TrainingResult:
     """``cfg.max_samples`` samples on every worker as a serial stage starting at ``t0`` (after the
     rollout: the whole step's data is there), checkpointing as it goes; never preempted."""
     if cfg.max_samples == 0:
         return NO_TRAINING
-    rate = n_workers * cfg.samples_per_s
+    rate = n_workers * cfg.rate
     t, left, writes = t0, cfg.max_samples, []
     while left > 0:
         chunk = min(cfg.checkpoint_every, left)

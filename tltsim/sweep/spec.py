@@ -45,8 +45,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
-import types
-import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,18 +52,16 @@ from typing import Any
 
 import numpy as np
 
-from tltcore import config_tree
+from tltcore import config
 from tltcore.errors import InputError
 from tltcore.input_files import check_input
 from tltsim.scenario import (
     Scenario,
-    field_paths,
     load_scenario,
     scenario_from_dict,
     scenario_hash,
     scenario_toml,
     split_policy_specs,
-    validate,
 )
 
 AXIS_KINDS = ("grid", "zip", "random")
@@ -198,23 +194,23 @@ BUNDLED_SPECS = Path(__file__).resolve().parents[1] / "data" / "sweeps"
 
 def bundled_specs() -> dict[str, Path]:
     """The example sweep specs shipped with tlt, by name."""
-    return config_tree.bundled_files(BUNDLED_SPECS)
+    return config.bundled_files(BUNDLED_SPECS)
 
 
 def load_spec(name_or_path: str | Path) -> SweepSpec:
     """Read, check and return a sweep spec (one-line InputErrors naming the file and the axis)."""
-    check_input(config_tree.find_file(name_or_path, bundled_specs(), "sweep spec"), folder=None,
+    check_input(config.find_file(name_or_path, bundled_specs(), "sweep spec"), folder=None,
                 what="a sweep spec file", missing_ok=True)
-    p, text = config_tree.read_file(name_or_path, bundled_specs(), "sweep spec")
+    p, text = config.read_file(name_or_path, bundled_specs(), "sweep spec")
     return parse_spec(text, path=p)
 
 
 def parse_spec(text: str, *, path: Path) -> SweepSpec:
     """Parse spec text; ``path`` locates errors and relative file names."""
-    data = config_tree.load_toml_text(text, path=str(path))
+    data = config.load_toml_text(text, path=str(path))
     for key in data:
         if key not in TOP_LEVEL_KEYS:
-            raise InputError(f"unknown top-level key{config_tree.suggest(key, list(TOP_LEVEL_KEYS))}; valid: "
+            raise InputError(f"unknown top-level key{config.suggest(key, list(TOP_LEVEL_KEYS))}; valid: "
                              f"{', '.join(TOP_LEVEL_KEYS)}", path=path, field=key)
     base = data.get("base")
     if base is not None and (not isinstance(base, str) or not base.strip()):
@@ -257,7 +253,7 @@ def _base_scenario(base: str | None, inline: Any, path: Path) -> Scenario:
             raise InputError(str(exc), path=path, field="base") from None
     if not inline:
         return start
-    merged = _deep_merge(config_tree.to_dict(start), inline)
+    merged = _deep_merge(config.to_dict(start), inline)
     return scenario_from_dict(merged, path=path)
 
 
@@ -282,21 +278,17 @@ def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _check_field(name: str, where: str, path: Path) -> Any:
-    valid = field_paths()
-    if name not in valid:
-        is_section = any(v.startswith(name + ".") for v in valid)
-        why = ("is a section; address one of its fields" if is_section
-               else f"unknown scenario field{config_tree.suggest(name, valid)}")
-        raise InputError(why, path=path, field=where)
-    return config_tree.field_type(Scenario, name)
+    config.check_path(Scenario, name, path=str(path), what="unknown scenario field", field=where)
+    return config.field_type(Scenario, name)
 
 
 def _coerce(name: str, value: Any, where: str, path: Path) -> Any:
-    """A value as its field's type; text goes through the field's parser (``"a,b"`` for a list)."""
-    tp = config_tree.field_type(Scenario, name)
+    """A value as its field's type (its range is checked per point); text goes through the field's
+    parser (``"a,b"`` for a list)."""
+    tp = config.field_type(Scenario, name)
     splitter = split_policy_specs if name == "policies" else None
-    value = config_tree.coerce(value, tp, from_text=isinstance(value, str), where={"path": path, "field": where},
-                               splitter=splitter)
+    raw = config.parse_text(value, tp, where={"path": path, "field": where}, splitter=splitter)
+    value = config.check_type(Scenario, name, raw, path=str(path), field=where)
     if name in FILE_FIELDS and isinstance(value, str) and not Path(value).is_absolute():
         beside = path.parent / value
         if beside.exists():
@@ -311,7 +303,7 @@ def _parse_axis(index: int, raw: Any, path: Path) -> Axis:
     kind = raw.get("kind", "grid")
     if kind not in AXIS_KINDS:
         raise InputError(f"kind must be one of {', '.join(AXIS_KINDS)}, got {kind!r}"
-                         f"{config_tree.suggest(str(kind), list(AXIS_KINDS))}", path=path, field=f"{prefix}.kind")
+                         f"{config.suggest(str(kind), list(AXIS_KINDS))}", path=path, field=f"{prefix}.kind")
     # ``seed`` is also a scenario field: on a random axis an integer is the sampler's seed and a
     # distribution table samples the scenario's seed; elsewhere it is the scenario's seed.
     reserved = {"kind"} | ({"n"} if kind == "random" else set())
@@ -342,12 +334,6 @@ def _parse_axis(index: int, raw: Any, path: Path) -> Axis:
     return Axis(index=index, kind=kind, values=values)
 
 
-def _non_optional(tp: Any) -> Any:
-    """``int`` for ``int | None``: a random axis draws the value, never None."""
-    args = [a for a in typing.get_args(tp) if a is not type(None)]
-    return args[0] if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1 else tp
-
-
 def _parse_random(index: int, raw: Mapping[str, Any], items: dict[str, Any], path: Path) -> Axis:
     prefix = f"axes[{index}]"
     n = raw.get("n")
@@ -361,7 +347,7 @@ def _parse_random(index: int, raw: Mapping[str, Any], items: dict[str, Any], pat
     for name, spec in items.items():
         where = f"{prefix}.{name}"
         tp = _check_field(name, where, path)
-        base = _non_optional(tp)
+        base = config.scalar_kind(tp)
         if not isinstance(spec, Mapping) or len(spec) != 1 or next(iter(spec)) not in DISTRIBUTIONS:
             raise InputError("must be one distribution: { uniform = [low, high] }, { loguniform = [low, high] }, "
                              "{ int = [low, high] } or { choice = [values] }", path=path, field=where)
@@ -414,23 +400,30 @@ def _resolve(spec: SweepSpec) -> Iterator[tuple[tuple[dict[str, Any], ...], Poin
     in order. A repeated key (same scenario from another combination) gets index -1 and is dropped by
     the callers. Lazy: listing the first rows of a huge grid resolves only those."""
     seen: set[str] = set()
+    base = config.to_dict(spec.scenario)
     for combo in _combos(spec.axes):
         values: dict[str, Any] = {}
         for assignment in combo:
             values.update(assignment)
-        s = spec.scenario
+        data = base
         for name, value in values.items():
-            s = config_tree.override(s, name, value, path=str(spec.path))
+            data = config.set_dotted(data, name, value)
         error: InputError | None = None
         try:
-            validate(s)
+            s = validate_point(data)
         except InputError as exc:
             error = exc
+            s = config.construct(Scenario, data)  # invalid, but listed with its key
         key = point_key(s)
         first = key not in seen
         seen.add(key)
         yield combo, Point(index=len(seen) - 1 if first else -1, key=key, values=values, scenario=s,
                            invalid=None if error is None else str(error)), error, first
+
+
+def validate_point(data: dict[str, Any]) -> Scenario:
+    """A point's scenario from its raw data (the base with the axes' values set), validated."""
+    return config.validate_tree(Scenario, data)
 
 
 def iter_points(spec: SweepSpec) -> Iterator[Point]:

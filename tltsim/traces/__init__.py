@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from tltcore.config_tree import suggest
+from tltcore.config import suggest
 from tltcore.errors import InputError
 from tltsim.traces.catalog import CatalogEntry, catalog, resolve, search_path
 from tltsim.traces.profiles import PROFILES

@@ -178,7 +178,7 @@ def resolve(name_or_path: str | os.PathLike) -> Path | CatalogEntry:
     found = find_file(text)
     if found is not None:
         return found
-    from tltcore.config_tree import suggest
+    from tltcore.config import suggest
 
     raise InputError(f"unknown trace '{text}'{suggest(text, list(catalog()))}: not a file, not in the catalog "
                      f"({', '.join(catalog())}), not on the search path")

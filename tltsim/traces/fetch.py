@@ -98,7 +98,7 @@ def source_url(base_url: str, path: str, mirror: str | None = None) -> str:
 
 
 def _lookup(name: str) -> CatalogEntry:
-    from tltcore.config_tree import suggest
+    from tltcore.config import suggest
 
     entry = catalog().get(name)
     if entry is None:

@@ -1,0 +1,132 @@
+"""From a scenario to the simulation's inputs: acceptance and cost models, engine, workloads, policies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tltcore.errors import InputError
+from tltsim.scenario.schema import AcceptanceSection, Scenario, relocated
+from tltsim.scenario.workload import load_steps
+
+
+@dataclass(frozen=True)
+class SimInputs:
+    """The resolved objects a scenario names: workloads, cost and acceptance models, engine."""
+
+    scenario: Scenario
+    workloads: tuple[Any, ...]  # tltsim.traces.workload.StepWorkload per simulated step
+    cost: Any  # tltcore.cost.CostModel
+    accept: Any  # tltcore.acceptance.AcceptanceModel
+    engine: Any  # tltsim.rollout.EngineConfig
+    drafter: Any  # tltcore.drafter.state.DrafterState
+
+    @property
+    def n_workers(self) -> int:
+        return self.scenario.n_workers
+
+    @property
+    def workload(self) -> Any:
+        """The first simulated step."""
+        return self.workloads[0]
+
+
+def acceptance_model(a: AcceptanceSection):
+    """The acceptance preset with the section's parameter overrides applied."""
+    from tltcore.acceptance import TreeAcceptance, get_acceptance
+
+    model = get_acceptance(a.preset)
+    overrides = {k: getattr(a, k) for k in ("coverage", "rank_ratio", "depth_decay", "depth_power")
+                 if getattr(a, k) is not None}
+    if not overrides:
+        return model
+    if not isinstance(model, TreeAcceptance):
+        raise InputError(f"parameter overrides apply to tree presets; '{a.preset}' is a chain model",
+                         field="acceptance.preset")
+    return replace(model, **overrides)
+
+
+def cost_model(s: Scenario, drafter_kind: str | None = None):
+    """The scenario's cost model (roofline with its constant overrides, or a measured table), for the
+    drafter kind ``drafter_kind`` (None: ``drafter.kind``; see :mod:`tltcore.drafter.kinds`)."""
+    from tltcore.cost import RooflineCostModel, TableCostModel
+    from tltcore.drafter.kinds import ModelFreeDraftCost
+    from tltcore.hardware import get_gpu
+    from tltcore.model_shape import get_model
+
+    kind = drafter_kind or s.drafter.kind
+    if s.cost.model == "table" and kind != "eagle":
+        raise InputError(f"drafter kind '{kind}' needs the roofline cost model (a measured table holds one "
+                         "drafter's costs)", field="drafter.kind")
+    if s.cost.model == "table":
+        from tltcore.cost import shape_fingerprint
+
+        try:
+            table = TableCostModel.from_file(s.cost.table)
+            table.check_matches(model=shape_fingerprint(get_model(s.model.name)), device=get_gpu(s.cluster.gpu).name,
+                                tp=s.cluster.tp)
+        except InputError as exc:
+            raise relocated(exc, path=exc.path, dotted="cost.table") from None
+        return table
+    gpu = get_gpu(s.cluster.gpu)
+    effs = {k: v for k, v in (("flops_efficiency", s.cluster.flops_efficiency),
+                              ("bandwidth_efficiency", s.cluster.bandwidth_efficiency)) if v is not None}
+    gpu = replace(gpu, **effs) if effs else gpu
+    consts = {k: getattr(s.cost, k) for k in ("iteration_overhead_s", "draft_step_overhead_s", "sd_overhead_s",
+                                               "kv_block_size") if getattr(s.cost, k) is not None}
+    if kind == "draft-model":
+        consts["drafter"] = get_model(s.drafter.draft_model)
+    try:
+        roofline = RooflineCostModel(get_model(s.model.name), gpu, tp=s.cluster.tp, **consts)
+        return ModelFreeDraftCost(roofline, s.drafter.ngram_lookup_s) if kind == "ngram" else roofline
+    except InputError as exc:
+        raise relocated(exc, path=None, dotted={"tp": "cluster.tp", "gpu": "cluster.gpu"}.get(
+            exc.field or "", f"cost.{exc.field}" if exc.field else "model.name")) from None
+
+
+def prepare(s: Scenario) -> SimInputs:
+    """Resolve names into models, load the workloads and check that every request fits a worker's
+    KV cache before anything runs."""
+    from tltcore.hardware import get_gpu
+    from tltcore.model_shape import get_model
+    from tltsim.rl.gpu_memory import kv_capacity_tokens
+    from tltsim.rollout import EngineConfig
+
+    model, gpu = get_model(s.model.name), get_gpu(s.cluster.gpu)
+    cost = cost_model(s)
+    kv = kv_capacity_tokens(model, gpu, s.cluster.tp, s.engine.kv_mem_fraction, graph_memory_bytes(s))
+    if kv < 1:
+        raise InputError(f"{model.name}'s weights leave no room for a KV cache on {s.cluster.tp} x {gpu.name}; "
+                         "raise cluster.tp or engine.kv_mem_fraction", field="cluster.tp")
+    workloads = load_steps(s.trace)
+    for w in workloads:
+        need = int((w.prompt_tokens + w.response_tokens).max()) if w.n_requests else 0
+        if need > kv:
+            raise InputError(
+                f"a response of step {w.step} needs {need:,} KV tokens (prompt + response) but a rollout worker "
+                f"({s.cluster.tp} x {gpu.name}, {s.engine.kv_mem_fraction:.0%} of memory) holds {kv:,}; raise "
+                "cluster.tp (more GPUs per worker) or engine.kv_mem_fraction, or set trace.cap", field="cluster.tp")
+    engine = EngineConfig.of(s.engine, kv_capacity_tokens=kv, acceptance_mode=s.acceptance.mode,
+                             mixed_prefill=s.engine.mixed_prefill)
+    return SimInputs(scenario=s, workloads=workloads, cost=cost, accept=acceptance_model(s.acceptance),
+                     engine=engine, drafter=s.drafter.initial())
+
+
+def graph_memory_bytes(s: Scenario) -> float:
+    """Per-GPU bytes of the rollout engine's CUDA graphs under ``engine.cuda_graphs``."""
+    from tltcore.model_shape import get_model
+    from tltsim.rl.gpu_memory import PAPER_ARMS, cuda_graph_bytes
+
+    mode = s.engine.cuda_graphs
+    if mode == "none":
+        return 0.0
+    strategies = None if mode == "decode" else PAPER_ARMS
+    return cuda_graph_bytes(get_model(s.model.name), s.cluster.tp, strategies, "naive" if mode == "decode" else mode)
+
+
+def make_policies(spec: str, inputs: SimInputs) -> list[Any]:
+    """One fresh policy per worker, seeded from (scenario seed, worker)."""
+    from tltcore.policy.registry import make_policy
+
+    return [make_policy(spec, seed=inputs.scenario.seed * 1_000_003 + w, accept_model=inputs.accept,
+                        cost_model=inputs.cost) for w in range(inputs.n_workers)]

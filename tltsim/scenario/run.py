@@ -1,0 +1,64 @@
+"""Running a scenario: one policy, each of several policies or presets, the policies compared."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from tltsim.scenario.build import SimInputs, make_policies, prepare
+from tltsim.scenario.identity import policies_with_baseline, scenario_hash
+from tltsim.scenario.schema import BASELINE_POLICY, Scenario
+
+
+def run_policy(s: Scenario, spec: str, inputs: SimInputs | None = None, *, run_id: str = "",
+               progress=None) -> Any:
+    """Simulate every step of the scenario under one policy spec; returns the event log.
+    ``progress(n)`` is called as ``n`` more responses finish. Top-level and scenario-driven, so it
+    runs in another process as is."""
+    from tltsim.rollout import RolloutRun
+
+    inputs = inputs or prepare(s)
+    run = RolloutRun(make_policies(spec, inputs), cost=inputs.cost, accept=inputs.accept, engine=inputs.engine,
+                     seed=s.seed, deal_mode=s.trace.deal, run_id=run_id, policy_name=spec, drafter=inputs.drafter)
+    for w in inputs.workloads:
+        run.step(w, progress)
+    return run.events()
+
+
+_Run = TypeVar("_Run")
+
+
+def run_each(s: Scenario, names: Sequence[str], run_one: Callable[..., _Run], inputs: SimInputs | None = None, *,
+             progress: Callable[[int], None] | None = None,
+             on_each: Callable[[str], None] | None = None) -> tuple[SimInputs, list[_Run]]:
+    """``run_one(s, name, inputs, run_id=, progress=)`` for each name in order: the loop both
+    :func:`compare_policies` and :func:`tltsim.rl.run.compare_presets` run, kept in one place so
+    that every compared policy or preset sees the same prepared workloads and is labelled with the
+    same run id (the scenario hash). ``on_each(name)`` is called before each. Returns the inputs
+    (prepared here when not given) with the results."""
+    inputs = inputs or prepare(s)
+    run_id = scenario_hash(s)
+    results = []
+    for name in names:
+        if on_each is not None:
+            on_each(name)
+        results.append(run_one(s, name, inputs, run_id=run_id, progress=progress))
+    return inputs, results
+
+
+def compare_policies(s: Scenario, inputs: SimInputs | None = None, *, progress=None,
+                     on_policy=None) -> tuple[Any, Any]:
+    """Run every policy of the scenario (``no-sd`` first) on the same workloads and return (one event
+    log, the per-(policy, step) summary with speedups over ``no-sd`` and the capped-response count):
+    what ``tlt sim run`` and ``tlt demo`` both report. ``on_policy(spec)`` is called before each."""
+    import pandas as pd
+
+    from tltcore.summary import summary_table
+
+    inputs, logs = run_each(s, policies_with_baseline(s.policies), run_policy, inputs, progress=progress,
+                            on_each=on_policy)
+    events = pd.concat(logs, ignore_index=True)
+    summary = summary_table(events, gpus=s.cluster.gpus, tp=s.cluster.tp, baseline=BASELINE_POLICY)
+    capped = {w.step: w.capped for w in inputs.workloads}
+    summary["capped_responses"] = [capped.get(step, 0) for step in summary["step"]]
+    return events, summary

@@ -1,0 +1,334 @@
+"""The scenario's schema: one frozen pydantic model per section, constraints on the fields.
+
+Every section is the class the runtime code takes as it is: ``drafter`` is
+:class:`~tltcore.drafter.dynamics.DrafterConfig` (which also moves the drafter's quality), ``spot``
+the analytic Spot Trainer's :class:`~tltsim.spot.analytic_trainer.SpotTrainerConfig`, ``rl`` the RL
+phase model's :class:`~tltsim.rl.phases.RLPhaseConfig`, ``engine`` an
+:class:`~tltcore.engine_limits.EngineLimits` (plus the simulation's memory, CUDA-graph and
+mixed-prefill settings). Ranges and choices are declared on the fields (``Field(ge=, le=)``,
+``Literal``), combinations in validators; what needs the world (presets, model and GPU names, files,
+policy specs) is :func:`check_names`, run by the scenario's own validator, so a :class:`Scenario`
+that exists is valid.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+from pydantic.dataclasses import dataclass as config_dataclass
+
+from tltcore.config import MAX_GPUS, ConfigModel, Float, Int, Str, strip_strings
+from tltcore.drafter.dynamics import DEFAULT_STALE_QUALITY, DrafterConfig
+from tltcore.engine_limits import EngineLimits
+from tltcore.errors import InputError
+from tltsim.rl.phases import RLPhaseConfig
+from tltsim.spot.analytic_trainer import SpotTrainerConfig
+
+DEFAULT_TRACE = "r1distill_qwen1.5b_aime_8samples"
+DEFAULT_POLICIES = ("no-sd", "elastic+beg-mab")
+BASELINE_POLICY = "no-sd"
+
+# Bounds checked before anything is built from a number (a GPU count of 10^12 must not allocate).
+MAX_TP = 1024
+MAX_BATCH = 1_000_000
+MAX_PREFILL_BUDGET = 10**8
+MAX_STEPS = 10_000  # ~0.1 s per small step and policy: 10^4 steps is already tens of minutes
+MAX_PROMPTS = 10**7
+MAX_WORKERS = 65_536  # rollout workers (gpus / tp); each costs milliseconds even when it gets no prompt
+MAX_RESPONSES = 10**7  # responses over all simulated steps, checked before any step is built
+MAX_SEED = 2**63 - 1
+CUDA_GRAPH_MODES = ("none", "decode", "naive", "bucketed")
+
+DealMode = Literal["shuffle", "trace"]  # tltcore.dealing.DEAL_MODES
+SwitchMode = Literal["reprefill", "catch_up", "in_step"]  # tltcore.engine_limits.SWITCH_MODES
+AcceptanceMode = Literal["expected", "stochastic"]  # tltsim.rollout.ACCEPTANCE_MODES
+CudaGraphMode = Literal["none", "decode", "naive", "bucketed"]
+
+
+class TraceSection(ConfigModel):
+    """Which responses the RL steps must generate.
+
+    ``name``: a catalog name, a file on the trace search path, or a path (relative paths are taken
+    relative to the scenario file when a file exists there). ``step``: the first trace step to
+    simulate (None: the first); ``num_steps``: how many consecutive steps. ``source`` keeps only rows
+    whose ``source`` column equals it. ``prompts_per_step``, ``samples``, ``expand_samples``
+    (with ``dispersion_sigma``), ``cap`` and ``snap_capped`` reshape the steps (see
+    ``tltsim.traces.workload``); ``deal``: ``shuffle`` (a data loader's seeded shuffle, the default)
+    or ``trace`` (trace order) decides which worker serves which prompt group.
+
+    ``seed`` (``trace.seed``) decides *which responses* make up the workload, and nothing else: the
+    prompt groups ``prompts_per_step`` samples, the siblings ``expand_samples`` draws and the rows a
+    parametric profile generates. A trace used whole draws nothing, so ``trace.seed`` changes
+    nothing there (``tlt sim run`` warns). Dealing groups to workers, stochastic acceptance and the
+    policies' exploration follow the scenario's top-level ``seed``.
+    """
+
+    SECTION = "trace"
+
+    name: Str = DEFAULT_TRACE
+    step: Int | None = Field(None, ge=0, le=10**9)
+    num_steps: Int = Field(1, ge=1, le=MAX_STEPS)
+    source: Str | None = None
+    prompts_per_step: Int | None = Field(None, ge=1, le=MAX_PROMPTS)
+    samples: Int | None = Field(None, ge=1, le=1024)
+    expand_samples: Int | None = Field(None, ge=1, le=1024)
+    dispersion_sigma: Float = Field(0.33, ge=0, le=5)
+    cap: Int | None = Field(None, ge=1, le=10**7)
+    snap_capped: bool = Field(True, strict=True)
+    default_prompt_tokens: Int = Field(128, ge=0, le=10**7)
+    deal: DealMode = "shuffle"
+    seed: Int = Field(0, ge=0, le=MAX_SEED)
+
+
+class ModelSection(ConfigModel):
+    """Target model: a preset name (``Qwen2.5-7B``) or a path to an HF ``config.json``."""
+
+    SECTION = "model"
+
+    name: Str = "Qwen2.5-7B"
+
+
+class ClusterSection(ConfigModel):
+    """``gpus`` GPUs of one kind, split into ``gpus / tp`` rollout workers. The efficiencies
+    override the GPU preset's achieved fractions of peak FLOP/s and HBM bandwidth (None: preset)."""
+
+    SECTION = "cluster"
+
+    gpu: Str = "H100"
+    gpus: Int = Field(64, ge=1, le=MAX_GPUS)
+    tp: Int = Field(4, ge=1, le=MAX_TP)
+    flops_efficiency: Float | None = Field(None, ge=1e-3, le=1)
+    bandwidth_efficiency: Float | None = Field(None, ge=1e-3, le=1)
+
+    @model_validator(mode="after")
+    def _layout(self) -> ClusterSection:
+        if self.gpus % self.tp:
+            raise InputError(f"gpus={self.gpus} is not divisible by tp={self.tp}", field="gpus")
+        if self.n_workers > MAX_WORKERS:
+            raise InputError(f"gpus / tp = {self.n_workers:,} rollout workers; the simulator takes at most "
+                             f"{MAX_WORKERS:,} (raise cluster.tp or lower cluster.gpus)", field="gpus")
+        return self
+
+    @property
+    def n_workers(self) -> int:
+        return self.gpus // self.tp
+
+
+@config_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
+class EngineSection(EngineLimits):
+    """Per-worker engine limits (veRL's vLLM rollout defaults) and how SD switches on: the shared
+    :class:`~tltcore.engine_limits.EngineLimits` themselves, with the scenario's defaults, plus what
+    only the simulation has.
+
+    ``max_batch``: running requests per worker (``max_num_seqs``); ``kv_mem_fraction``: share of GPU
+    memory for weights + KV (``gpu_memory_utilization``), which sets the KV admission limit;
+    ``prefill_budget``: tokens per prefill pass (``max_num_batched_tokens``). ``switch``:
+    ``reprefill`` (TLT: live requests re-prefilled through target and drafter, in passes of
+    ``switch_prefill_fraction`` of the budget) or ``catch_up`` (the native engine: a drafter-only
+    pass) or ``in_step`` (vLLM: the drafter runs every iteration, so the switch costs nothing extra);
+    ``catch_up_limit``: tokens a request's drafter may miss before it is caught up apart;
+    ``mixed_prefill``: requests admitted while others decode join the decode iteration (as vLLM
+    schedules them) and pay only their marginal prefill cost. ``cuda_graphs``: what the engine's
+    captured CUDA graphs take from the KV cache (:func:`tltsim.rl.gpu_memory.cuda_graph_bytes`): ``none``
+    (not modelled), ``decode`` (plain decode graphs only), ``naive`` (BEG-MAB's four tree strategies
+    captured at every SD batch size) or ``bucketed`` (TLT: each only for its bucket).
+    """
+
+    SECTION: ClassVar[str] = "engine"
+    #: The order scenario files (and so scenario hashes) have always listed the fields in; the
+    #: inherited limits come first in the class.
+    FIELD_ORDER: ClassVar[tuple[str, ...]] = ("max_batch", "kv_mem_fraction", "prefill_budget", "switch",
+                                              "switch_prefill_fraction", "catch_up_limit", "mixed_prefill",
+                                              "cuda_graphs")
+
+    max_batch: Int = Field(1024, ge=1, le=MAX_BATCH)
+    prefill_budget: Int = Field(8192, ge=1, le=MAX_PREFILL_BUDGET)
+    switch: SwitchMode = "reprefill"
+    switch_prefill_fraction: Float = Field(0.25, gt=0, le=1)
+    catch_up_limit: Int = Field(16, ge=1, le=10**7)
+    kv_mem_fraction: Float = Field(0.9, gt=0, le=1)
+    mixed_prefill: bool = Field(False, strict=True)
+    cuda_graphs: CudaGraphMode = "none"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _strip(cls, data: Any) -> Any:
+        return strip_strings(data)
+
+
+class CostSection(ConfigModel):
+    """The cost model. ``model``: ``roofline`` (analytic) or ``table`` (measured times from the CSV
+    at ``table``). The constants override the roofline's defaults (None: default); see
+    ``tltcore.cost.roofline``."""
+
+    SECTION = "cost"
+
+    model: Literal["roofline", "table"] = "roofline"
+    table: Str | None = None
+    iteration_overhead_s: Float | None = Field(None, ge=0, le=10)
+    draft_step_overhead_s: Float | None = Field(None, ge=0, le=10)
+    sd_overhead_s: Float | None = Field(None, ge=0, le=10)
+    kv_block_size: Int | None = Field(None, ge=1, le=4096)
+
+    @model_validator(mode="after")
+    def _table(self) -> CostSection:
+        if self.model == "table" and self.table is None:
+            raise InputError("cost.model = 'table' needs cost.table = PATH to a calibration table", field="table")
+        return self
+
+
+class AcceptanceSection(ConfigModel):
+    """Acceptance preset, whether SD iterations emit the expected or a sampled accept length, and
+    optional overrides of the tree model's parameters (None: the preset's)."""
+
+    SECTION = "acceptance"
+
+    preset: Str = "paper-qwen32b"
+    mode: AcceptanceMode = "expected"
+    coverage: Float | None = Field(None, ge=0, le=1)
+    rank_ratio: Float | None = Field(None, ge=0, le=1)
+    depth_decay: Float | None = Field(None, ge=0, le=100)
+    depth_power: Float | None = Field(None, ge=0, le=100)
+
+
+#: The scenario's sections under their old names (same classes).
+DrafterSection = DrafterConfig
+SpotSection = SpotTrainerConfig
+RLSection = RLPhaseConfig
+
+
+class Scenario(ConfigModel):
+    """Everything one ``tlt sim run`` needs. ``policies`` always gets ``no-sd`` as baseline.
+    With ``presets`` (:mod:`tltsim.rl.presets`) the run is whole RL steps instead (rollout, drafter
+    training, reward, log-probs, actor update, weight sync), ``verl`` is the baseline and
+    ``policies`` is not used (each preset names its own SD policy).
+
+    ``seed`` is the simulation's seed: which worker serves which prompt group (``trace.deal =
+    "shuffle"``), the stochastic accept lengths and the policies' own randomness. It never changes
+    which responses are simulated; that is ``trace.seed``."""
+
+    trace: TraceSection = Field(default_factory=TraceSection)
+    model: ModelSection = Field(default_factory=ModelSection)
+    cluster: ClusterSection = Field(default_factory=ClusterSection)
+    engine: EngineSection = Field(default_factory=EngineSection)
+    cost: CostSection = Field(default_factory=CostSection)
+    acceptance: AcceptanceSection = Field(default_factory=AcceptanceSection)
+    drafter: DrafterConfig = Field(default_factory=DrafterConfig)
+    spot: SpotTrainerConfig = Field(default_factory=SpotTrainerConfig)
+    rl: RLPhaseConfig = Field(default_factory=RLPhaseConfig)
+    policies: tuple[Str, ...] = DEFAULT_POLICIES
+    presets: tuple[Str, ...] = ()
+    seed: Int = Field(0, ge=0, le=MAX_SEED)
+
+    @property
+    def n_workers(self) -> int:
+        return self.cluster.gpus // self.cluster.tp
+
+    @model_validator(mode="after")
+    def _combinations(self) -> Scenario:
+        sp = self.spot
+        if sp.min_workers > self.n_workers:
+            raise InputError(f"{sp.min_workers:,} released workers can never gather: the cluster has "
+                             f"{self.n_workers:,} rollout workers (cluster.gpus / cluster.tp = {self.cluster.gpus} / "
+                             f"{self.cluster.tp}), so the Spot Trainer would train 0 samples", field="spot.min_workers")
+        if not self.policies:
+            raise InputError("needs at least one policy spec", field="policies")
+        check_names(self)
+        return self
+
+
+def relocated(exc: InputError, *, path: str | None, dotted: str) -> InputError:
+    """``exc`` re-located at the scenario field ``dotted`` (its own location prefix dropped)."""
+    text = str(exc)
+    where = [str(exc.path)] if exc.path is not None else []
+    if exc.row is not None:
+        where.append(f"row {exc.row}")
+    if exc.field is not None:
+        where.append(f"field '{exc.field}'")
+    prefix = ", ".join(where) + ": " if where else ""
+    bare = text[len(prefix):] if prefix and text.startswith(prefix) else text
+    return InputError(bare, path=path, field=dotted)
+
+
+def check_names(s: Scenario) -> None:
+    """What the fields' own constraints cannot see: the files named (no FIFO or device), the GPU,
+    model and draft-model presets, the layout against the model (heads, weights vs memory), the
+    policy specs and presets, and the acceptance preset with its overrides and the drafter. Cheap:
+    builds no workload and no cost model."""
+    from tltcore.drafter.kinds import ngram_acceptance
+    from tltcore.hardware import get_gpu
+    from tltcore.model_shape import get_model
+    from tltcore.policy.registry import check_spec
+    from tltsim.rl.presets import get_preset
+    from tltsim.scenario.build import acceptance_model
+
+    _check_paths(s)
+    c, e, d = s.cluster, s.engine, s.drafter
+    try:
+        ngram_acceptance(d.ngram_alpha)
+        for name in s.presets:
+            get_preset(name)
+    except InputError as exc:
+        raise relocated(exc, path=None, dotted=exc.field or "presets") from None
+    try:
+        get_model(d.draft_model)
+    except InputError as exc:
+        raise relocated(exc, path=None, dotted="drafter.draft_model") from None
+    try:
+        gpu = get_gpu(c.gpu)
+    except InputError as exc:
+        raise relocated(exc, path=None, dotted="cluster.gpu") from None
+    try:
+        model = get_model(s.model.name)
+    except InputError as exc:
+        raise relocated(exc, path=None, dotted="model.name") from None
+    if model.num_attention_heads % c.tp:
+        raise InputError(f"tp={c.tp} must divide the {model.num_attention_heads} attention heads of "
+                         f"{model.name}", field="cluster.tp")
+    weights = model.weight_bytes / c.tp
+    if weights >= e.kv_mem_fraction * gpu.memory_bytes:
+        raise InputError(
+            f"{model.name} needs {weights / 1e9:.1f} GB of weights per GPU at tp={c.tp}, more than "
+            f"{e.kv_mem_fraction:.0%} of {gpu.name}'s {gpu.memory_bytes / 1e9:.0f} GB; raise cluster.tp",
+            field="cluster.tp")
+    for spec in s.policies:
+        try:
+            check_spec(spec)
+        except InputError as exc:
+            raise relocated(exc, path=None, dotted="policies") from None
+    try:
+        accept = acceptance_model(s.acceptance)
+        accept.check_drafter(d.initial())
+    except InputError as exc:
+        params = ("coverage", "rank_ratio", "depth_decay", "depth_power")
+        dotted = f"acceptance.{exc.field}" if exc.field in params else (
+            "drafter.quality" if exc.field == "drafter.quality" else "acceptance.preset")
+        raise relocated(exc, path=None, dotted=dotted) from None
+
+
+def _check_paths(s: Scenario) -> None:
+    """Refuse a FIFO, a device or a socket where a file is read (trace, model config, cost table):
+    reading one would hang on a pipe nobody writes or never end on ``/dev/zero``."""
+    import stat
+    from pathlib import Path
+
+    from tltcore.input_files import file_kind
+
+    for dotted, name in (("trace.name", s.trace.name), ("model.name", s.model.name), ("cost.table", s.cost.table)):
+        if name is None:
+            continue
+        try:
+            mode = Path(name).expanduser().stat().st_mode
+        except (OSError, ValueError):
+            continue  # not a path (a catalog or preset name) or unreadable: the reader says which
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise InputError(f"'{name}' is {file_kind(mode)}, not a regular file: reading it would block or never "
+                             "end", field=dotted)
+
+
+__all__ = ["BASELINE_POLICY", "CUDA_GRAPH_MODES", "DEFAULT_POLICIES", "DEFAULT_STALE_QUALITY", "DEFAULT_TRACE",
+           "MAX_BATCH", "MAX_PREFILL_BUDGET", "MAX_PROMPTS", "MAX_RESPONSES", "MAX_SEED", "MAX_STEPS", "MAX_TP",
+           "MAX_WORKERS", "AcceptanceSection", "ClusterSection", "CostSection", "DrafterConfig", "DrafterSection",
+           "EngineSection", "ModelSection", "RLPhaseConfig", "RLSection", "Scenario", "SpotSection",
+           "SpotTrainerConfig", "TraceSection", "check_names", "relocated"]

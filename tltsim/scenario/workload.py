@@ -1,0 +1,75 @@
+"""The scenario's workload: the trace steps it names, and the size check made before any is built."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tltcore.config import suggest
+from tltcore.errors import InputError
+from tltsim.scenario.schema import MAX_RESPONSES, TraceSection, relocated
+
+
+def load_steps(t: TraceSection) -> tuple[Any, ...]:
+    """The trace steps the scenario names, as StepWorkloads (errors name the ``trace.*`` field)."""
+    from tltsim.traces import build_workload, load_trace
+
+    try:
+        df = load_trace(t.name, seed=t.seed)
+    except InputError as exc:
+        raise InputError(str(exc), field="trace.name") from None
+    if t.source is not None:
+        sources = sorted(map(str, df["source"].unique()))
+        if t.source not in sources:
+            raise InputError(f"no source '{t.source}' in trace {t.name} (has {', '.join(sources)})"
+                             f"{suggest(t.source, sources)}", field="trace.source")
+        df = df[df["source"] == t.source]
+    kwargs = dict(prompts_per_step=t.prompts_per_step, samples_per_prompt=t.samples, expand_to=t.expand_samples,
+                  dispersion_sigma=t.dispersion_sigma, cap=t.cap, snap_capped=t.snap_capped,
+                  default_prompt_tokens=t.default_prompt_tokens, seed=t.seed)
+    trace_steps = sorted(int(x) for x in df["step"].unique())
+    first = t.step if t.step is not None else (trace_steps[0] if len(trace_steps) > 1 else 0)
+    per_step = len(trace_steps) > 1 or (t.prompts_per_step is None and t.num_steps == 1)
+    _check_workload_size(df, t, per_step, first)
+    try:
+        if per_step:
+            if first not in trace_steps:
+                raise InputError(f"trace {t.name} has no step {first} (steps: {trace_steps[:20]})", field="trace.step")
+            wanted = [s for s in trace_steps if s >= first][:t.num_steps]
+            if len(wanted) < t.num_steps:
+                raise InputError(f"trace {t.name} has only {len(wanted)} steps from step {first} "
+                                 f"(steps: {trace_steps[:20]})", field="trace.num_steps")
+            steps = build_workload(df, steps=wanted, **kwargs)
+        else:  # one snapshot: sample steps of prompts_per_step groups
+            steps = build_workload(df, num_steps=first + t.num_steps, **kwargs)[first:]
+    except InputError as exc:
+        fields = {"cap": "trace.cap", "prompts_per_step": "trace.prompts_per_step",
+                  "expand_samples": "trace.expand_samples", "dispersion_sigma": "trace.dispersion_sigma",
+                  "samples_per_prompt": "trace.samples", "steps": "trace.step"}
+        raise relocated(exc, path=None, dotted=fields.get(exc.field or "", exc.field or "trace")) from None
+    return tuple(steps)
+
+
+def _check_workload_size(df: Any, t: TraceSection, per_step: bool, first: int) -> None:
+    """Refuse, before a single step is built, a workload of more than :data:`MAX_RESPONSES` responses
+    (steps x prompt groups x samples): cutting a one-step trace into 10,000 steps of 596 groups would
+    otherwise spend minutes building steps and hours simulating them, with no word."""
+    group_sizes = df.groupby(["step", "group_id"], sort=False).size()
+    if group_sizes.empty:
+        return
+    per_group = float(group_sizes.mean())
+    if t.samples is not None:
+        per_group = min(per_group, t.samples)
+    if t.expand_samples is not None:
+        per_group *= t.expand_samples
+    groups = group_sizes.groupby(level=0).size()
+    if per_step:
+        chosen = [int(g) for step, g in groups.items() if int(step) >= first][:t.num_steps]
+    else:
+        chosen = [int(groups.max())] * t.num_steps
+    limit = t.prompts_per_step if t.prompts_per_step is not None else max(chosen, default=0)
+    total = sum(min(g, limit) for g in chosen) * per_group
+    if total > MAX_RESPONSES:
+        raise InputError(f"{len(chosen):,} steps of up to {min(max(chosen), limit):,} prompt groups x "
+                         f"{per_group:g} samples is {total:,.0f} responses to simulate; the simulator takes at most "
+                         f"{MAX_RESPONSES:,} (lower trace.num_steps, trace.prompts_per_step or "
+                         "trace.expand_samples)", field="trace.num_steps")
