@@ -110,8 +110,8 @@ def run_ours(args: Bench) -> list[dict]:
     import torch
 
     from tltcore.policy.base import NoSD, SDConfig, Static
-    from tltreal.engine.config import EngineConfig
     from tltreal.engine.engine import Engine
+    from tltreal.engine.engine_config import EngineConfig
     from tltreal.model.weights import load_model
     from tltreal.spec_decode.proposers import NgramProposer
 

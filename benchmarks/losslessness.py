@@ -33,8 +33,8 @@ from options import run
 
 from tltcore.model_config import ModelConfig
 from tltcore.policy.base import NoSD, SDConfig, SDPolicy, Static
-from tltreal.engine.config import EngineConfig
 from tltreal.engine.engine import Engine
+from tltreal.engine.engine_config import EngineConfig
 from tltreal.model.transformer import Transformer
 from tltreal.model.weights import random_model
 from tltreal.spec_decode.proposers import OracleDrafter, random_drafter

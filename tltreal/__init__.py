@@ -11,7 +11,7 @@ Concept folders, one concept per module:
   training forward's helpers (``train_forward``);
 - ``spec_decode`` — draft proposers (``proposers``), draft trees (``tree``, ``tree_search``),
   lossless verification (``verify``) and the Triton kernels + references + switch (``kernels``);
-- ``engine`` — the native engine (``engine``: continuous batching, policy loop; ``config``,
+- ``engine`` — the native engine (``engine``: continuous batching, policy loop; ``engine_config``,
   ``requests``, ``sd_step``, ``switch``, ``records``), the memory plan of a run (``memory_plan``),
   one run from settings (``generate``) and its output files (``outputs``);
 - ``spot`` — the real Spot Trainer: coordinator (``trainer``, ``contract``), worker process

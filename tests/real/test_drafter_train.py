@@ -27,8 +27,8 @@ torch = pytest.importorskip("torch")
 
 from tltcore.errors import InputError  # noqa: E402
 from tltcore.policy.base import NoSD  # noqa: E402
-from tltreal.engine.config import EngineConfig  # noqa: E402
 from tltreal.engine.engine import Engine  # noqa: E402
+from tltreal.engine.engine_config import EngineConfig  # noqa: E402
 from tltreal.model.transformer import padded_causal_mask  # noqa: E402
 from tltreal.model.weights import random_model  # noqa: E402
 from tltreal.rl.drafter_train import (  # noqa: E402

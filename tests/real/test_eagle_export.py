@@ -36,8 +36,8 @@ from tltcore.errors import InputError  # noqa: E402
 from tltcore.model_config import ModelConfig  # noqa: E402
 from tltcore.policy.base import NoSD  # noqa: E402
 from tltreal.backends.eagle_export import eagle_config, export_eagle, export_for_vllm, export_target  # noqa: E402
-from tltreal.engine.config import EngineConfig  # noqa: E402
 from tltreal.engine.engine import Engine  # noqa: E402
+from tltreal.engine.engine_config import EngineConfig  # noqa: E402
 from tltreal.model.weights import load_model, random_model  # noqa: E402
 from tltreal.rl.drafter_train import DrafterTrainer, DrafterTrainerConfig, engine_acceptance  # noqa: E402
 from tltreal.spec_decode.proposers.eagle import random_drafter  # noqa: E402

@@ -22,8 +22,8 @@ torch = pytest.importorskip("torch")
 
 from tltcore.policy.base import NO_SD, NoSD, SDConfig, Static  # noqa: E402
 from tltcore.policy.registry import make_policy  # noqa: E402
-from tltreal.engine.config import EngineConfig  # noqa: E402
 from tltreal.engine.engine import Engine  # noqa: E402
+from tltreal.engine.engine_config import EngineConfig  # noqa: E402
 from tltreal.engine.requests import RunResult  # noqa: E402
 from tltreal.model.sampling import SamplingParams  # noqa: E402
 from tltreal.model.transformer import Transformer  # noqa: E402

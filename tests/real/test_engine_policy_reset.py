@@ -18,8 +18,8 @@ torch = pytest.importorskip("torch")
 
 from tltcore.policy.base import SDConfig, SDPolicy, Static  # noqa: E402
 from tltcore.policy.elastic import Elastic  # noqa: E402
-from tltreal.engine.config import EngineConfig  # noqa: E402
 from tltreal.engine.engine import Engine  # noqa: E402
+from tltreal.engine.engine_config import EngineConfig  # noqa: E402
 from tltreal.engine.requests import RunResult  # noqa: E402
 from tltreal.model.transformer import Transformer  # noqa: E402
 from tltreal.model.weights import random_model  # noqa: E402

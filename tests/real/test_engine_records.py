@@ -21,8 +21,8 @@ torch = pytest.importorskip("torch")
 
 from tltcore.policy.base import NoSD, SDConfig, SDPolicy, Static  # noqa: E402
 from tltcore.policy.registry import make_policy  # noqa: E402
-from tltreal.engine.config import EngineConfig  # noqa: E402
 from tltreal.engine.engine import Engine  # noqa: E402
+from tltreal.engine.engine_config import EngineConfig  # noqa: E402
 from tltreal.engine.requests import FinishedRequest, RunResult  # noqa: E402
 from tltreal.model.sampling import SamplingParams, target_probs  # noqa: E402
 from tltreal.model.transformer import Transformer, causal_mask  # noqa: E402

@@ -184,8 +184,8 @@ def test_engine_skipping_padding_changes_nothing(monkeypatch, temperature):
     the padding skipped (``keep``) from 1 padded token on, and never: the same tokens, log-probs and
     hidden states (float64, greedy and sampled)."""
     from tltcore.policy.base import SDConfig, Static
-    from tltreal.engine import config as engine_config
     from tltreal.engine import engine as engine_mod
+    from tltreal.engine import engine_config
     from tltreal.model.sampling import SamplingParams
     from tltreal.spec_decode.proposers import NgramProposer
 

@@ -180,8 +180,8 @@ def test_memory_estimate_matches_the_engines_allocations() -> None:
     import torch
 
     from tltcore.policy.base import Static
-    from tltreal.engine.config import EngineConfig
     from tltreal.engine.engine import Engine
+    from tltreal.engine.engine_config import EngineConfig
     from tltreal.engine.memory_plan import estimate, model_params
     from tltreal.model.weights import random_model
     from tltreal.spec_decode.proposers import random_drafter

@@ -17,8 +17,8 @@ torch = pytest.importorskip("torch")
 from tltcore.events import check_event_log  # noqa: E402
 from tltcore.policy.base import NO_SD, BatchView, Decision, NoSD, Outcome, SDConfig, Static  # noqa: E402
 from tltcore.policy.registry import make_policy  # noqa: E402
-from tltreal.engine.config import EngineConfig  # noqa: E402
 from tltreal.engine.engine import Engine  # noqa: E402
+from tltreal.engine.engine_config import EngineConfig  # noqa: E402
 from tltreal.engine.requests import RunResult  # noqa: E402
 from tltreal.model.weights import random_model  # noqa: E402
 from tltreal.spec_decode import kernels  # noqa: E402

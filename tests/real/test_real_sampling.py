@@ -16,8 +16,8 @@ torch = pytest.importorskip("torch")
 
 from tltcore.model_config import ModelConfig  # noqa: E402
 from tltcore.policy.base import SDConfig, Static  # noqa: E402
-from tltreal.engine.config import EngineConfig  # noqa: E402
 from tltreal.engine.engine import Engine  # noqa: E402
+from tltreal.engine.engine_config import EngineConfig  # noqa: E402
 from tltreal.model.sampling import SamplingParams  # noqa: E402
 from tltreal.model.weights import random_model  # noqa: E402
 from tltreal.spec_decode import verify  # noqa: E402

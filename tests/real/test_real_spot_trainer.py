@@ -29,8 +29,8 @@ torch = pytest.importorskip("torch")
 
 from tltcore.atomic import pid_alive  # noqa: E402
 from tltcore.policy.base import NoSD  # noqa: E402
-from tltreal.engine.config import EngineConfig  # noqa: E402
 from tltreal.engine.engine import Engine  # noqa: E402
+from tltreal.engine.engine_config import EngineConfig  # noqa: E402
 from tltreal.rl.drafter_train import DrafterTrainerConfig  # noqa: E402
 from tltreal.spec_decode.proposers.eagle import random_drafter  # noqa: E402
 from tltreal.spot.contract import SpotConfig, StepReport, WorkerError  # noqa: E402

@@ -22,8 +22,8 @@ transformers = pytest.importorskip("transformers")
 from tltcore.errors import InputError  # noqa: E402
 from tltcore.model_config import ModelConfig  # noqa: E402
 from tltcore.policy.base import NoSD, SDConfig, Static  # noqa: E402
-from tltreal.engine.config import EngineConfig  # noqa: E402
 from tltreal.engine.engine import Engine  # noqa: E402
+from tltreal.engine.engine_config import EngineConfig  # noqa: E402
 from tltreal.model.transformer import causal_mask  # noqa: E402
 from tltreal.model.weights import load_model  # noqa: E402
 from tltreal.spec_decode.proposers import OracleDrafter  # noqa: E402

@@ -26,8 +26,8 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
 from tltcore.policy.base import NO_SD, BatchView, Decision, NoSD, Outcome, SDConfig  # noqa: E402
-from tltreal.engine.config import EngineConfig  # noqa: E402
 from tltreal.engine.engine import Engine  # noqa: E402
+from tltreal.engine.engine_config import EngineConfig  # noqa: E402
 from tltreal.engine.requests import RunResult  # noqa: E402
 from tltreal.model.weights import random_model  # noqa: E402
 from tltreal.spec_decode.proposers import OracleDrafter  # noqa: E402

@@ -1,4 +1,4 @@
-"""The native engine: configuration (``config``), requests and results (``requests``), the
+"""The native engine: configuration (``engine_config``), requests and results (``requests``), the
 continuous-batching loop (``engine``), one SD iteration (``sd_step``), the elastic switch's
 re-prefill (``switch``), the opt-in per-request records (``records``), the memory a run will
 allocate (``memory_plan``), one run from settings (``generate``) and its output files (``outputs``).

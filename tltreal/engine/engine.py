@@ -50,7 +50,7 @@ from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
 from tltcore.events import CLUSTER, EventLog
 from tltcore.policy.base import BatchView, Outcome, SDConfig, SDPolicy
 from tltcore.policy.recent_accept import RecentAccept
-from tltreal.engine.config import EngineConfig, ModelledCosts, skip_padding
+from tltreal.engine.engine_config import EngineConfig, ModelledCosts, skip_padding
 from tltreal.engine.records import Records
 from tltreal.engine.requests import Request, RunResult
 from tltreal.engine.sd_step import SpeculativeStep

@@ -18,8 +18,8 @@ from tltcore.input_files import check_input
 from tltcore.model_config import ModelConfig
 from tltcore.policy.base import MAX_DEPTH, MAX_TOPK, MAX_VERIFY, SDPolicy
 from tltcore.policy.shapes import policy_shapes, tree_limits
-from tltreal.engine.config import EngineConfig
 from tltreal.engine.engine import Engine
+from tltreal.engine.engine_config import EngineConfig
 from tltreal.engine.memory_plan import HEADROOM, available_bytes, estimate
 from tltreal.engine.requests import RunResult
 from tltreal.model.sampling import SamplingParams

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from tltcore.policy.base import SDConfig
-from tltreal.engine.config import skip_padding
+from tltreal.engine.engine_config import skip_padding
 from tltreal.engine.requests import Request
 from tltreal.model.transformer import padded_causal_mask
 

@@ -54,8 +54,8 @@ import torch
 
 from tltcore.errors import InputError
 from tltcore.policy.base import NoSD, SDConfig, Static
-from tltreal.engine.config import EngineConfig
 from tltreal.engine.engine import Engine
+from tltreal.engine.engine_config import EngineConfig
 from tltreal.model.sampling import SamplingParams
 from tltreal.model.tokenizer import TaskTokenizer
 from tltreal.model.transformer import Transformer
@@ -130,15 +130,16 @@ def _seed(*parts: object) -> int:
 
 # ---- generation and acceptance -------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Generated:
+class GeneratedResponse:
     prompt: list[int]
     output: list[int]
     hidden: torch.Tensor | None
 
 
-def generate(target: Transformer, tokenizer: TaskTokenizer, prompts: Sequence[Sequence[int]], seeds: Sequence[int], *,
-             max_new_tokens: int, temperature: float, drafter: EagleDrafter | None = None, depth: int = 4,
-             record_hidden: bool = False) -> tuple[list[Generated], float]:
+def generate_responses(target: Transformer, tokenizer: TaskTokenizer, prompts: Sequence[Sequence[int]],
+                       seeds: Sequence[int], *, max_new_tokens: int, temperature: float,
+                       drafter: EagleDrafter | None = None, depth: int = 4,
+                       record_hidden: bool = False) -> tuple[list[GeneratedResponse], float]:
     """Sample one response per prompt with our engine (a static ``depth`` chain when ``drafter`` is
     given); the responses and the engine's accept length (1 without SD)."""
     policy = Static(SDConfig(depth, 1, depth)) if drafter is not None else NoSD()
@@ -150,7 +151,8 @@ def generate(target: Transformer, tokenizer: TaskTokenizer, prompts: Sequence[Se
     rids = [engine.add_request(list(p), max_new_tokens, SamplingParams(temperature, seed=s))
             for p, s in zip(prompts, seeds, strict=True)]
     result = engine.run()
-    out = [Generated(result.finished[r].prompt, result.finished[r].output, result.finished[r].hidden) for r in rids]
+    out = [GeneratedResponse(result.finished[r].prompt, result.finished[r].output, result.finished[r].hidden)
+           for r in rids]
     return out, (result.mean_accept_length if drafter is not None else 1.0)
 
 
@@ -161,8 +163,8 @@ def train_initial_drafter(target: Transformer, tokenizer: TaskTokenizer, cfg: Ad
     problems = sample_problems(cfg.initial_prompts, _seed(cfg.seed, "initial-drafter"), cfg.task)
     prompts = [tokenizer.encode(p.prompt, bos=True) for p in problems]
     seeds = [_seed(cfg.seed, "initial-drafter-sample", i) for i in range(len(prompts))]
-    responses, _ = generate(target, tokenizer, prompts, seeds, max_new_tokens=cfg.max_new_tokens,
-                            temperature=cfg.temperature, record_hidden=True)
+    responses, _ = generate_responses(target, tokenizer, prompts, seeds, max_new_tokens=cfg.max_new_tokens,
+                                      temperature=cfg.temperature, record_hidden=True)
     buffer = SampleBuffer(window_tokens=DrafterTrainerConfig.window_tokens)
     buffer.start_step(0)
     for r in responses:
@@ -338,10 +340,10 @@ def _run(cfg: AdaptiveRunConfig, out: Path, log: Callable[[str], None], command:
                         "adaptive": drafter_with_state(target, adaptive_state)}
             accepts, eval_rewards = {}, []
             for name, d in drafters.items():
-                responses, accepts[name] = generate(target, tokenizer, eval_prompts, eval_seeds,
-                                                    max_new_tokens=cfg.max_new_tokens,
-                                                    temperature=cfg.eval_temperature,
-                                                    drafter=d, depth=cfg.depth)
+                responses, accepts[name] = generate_responses(target, tokenizer, eval_prompts, eval_seeds,
+                                                              max_new_tokens=cfg.max_new_tokens,
+                                                              temperature=cfg.eval_temperature,
+                                                              drafter=d, depth=cfg.depth)
                 eval_rewards += [reward(p, tokenizer.decode(r.output)) for p, r in zip(eval_problems, responses,
                                                                                         strict=True)]
             speed: dict[str, float] = {}
@@ -417,10 +419,10 @@ def _write_outputs(out: Path, cfg: AdaptiveRunConfig, steps: pd.DataFrame, trace
 __all__ = [
     "TRACE_SOURCE",
     "AdaptiveRunConfig",
-    "Generated",
+    "GeneratedResponse",
     "RunOutputs",
     "drafter_with_state",
-    "generate",
+    "generate_responses",
     "record_path",
     "run_adaptive",
     "trace_rows",

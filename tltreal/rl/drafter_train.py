@@ -242,8 +242,8 @@ def engine_acceptance(target: Transformer, drafter: EagleDrafter, prompts: Seque
     """Run our engine greedily with a static ``depth_topk_verify`` draft (a chain by default) over
     ``prompts``; its acceptance and outputs (which must equal the target's own greedy outputs)."""
     from tltcore.policy.base import SDConfig, Static
-    from tltreal.engine.config import EngineConfig
     from tltreal.engine.engine import Engine
+    from tltreal.engine.engine_config import EngineConfig
 
     config = SDConfig(depth, topk, verify_tokens or depth * topk)
     longest = max(len(p) for p in prompts)

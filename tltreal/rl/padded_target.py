@@ -236,8 +236,8 @@ def _run(target: Transformer, drafter: EagleDrafter | None, prompts: Sequence[Se
          ) -> tuple[float, float, float, dict[int, list[int]]]:
     """One engine run: (wall s, prefill s, accept length, outputs)."""
     from tltcore.policy.base import SDConfig, Static
-    from tltreal.engine.config import EngineConfig
     from tltreal.engine.engine import Engine
+    from tltreal.engine.engine_config import EngineConfig
 
     config = SDConfig(depth, 1, depth) if drafter is not None else SDConfig()
     longest = max(len(p) for p in prompts)

@@ -161,8 +161,8 @@ class WorkerProcess:
     def generate(self, cmd: Generate) -> Generated:
         """Run the share through one engine, streaming each response as it finishes."""
         from tltcore.policy.registry import make_policy
-        from tltreal.engine.config import EngineConfig
         from tltreal.engine.engine import Engine
+        from tltreal.engine.engine_config import EngineConfig
         from tltreal.model.sampling import SamplingParams
 
         start = time.monotonic()

@@ -33,8 +33,8 @@ from tltcore.acceptance import eagle_tree_reach
 from tltcore.cost import table_frame
 from tltcore.policy.base import NoSD, SDConfig, Static
 from tltcore.policy.elastic import Elastic
-from tltreal.engine.config import EngineConfig
 from tltreal.engine.engine import Engine
+from tltreal.engine.engine_config import EngineConfig
 from tltreal.model.transformer import Transformer
 from tltreal.spec_decode.proposers import PinnedDrafter, random_drafter
 

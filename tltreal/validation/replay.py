@@ -22,8 +22,8 @@ import torch
 from tltcore.dealing import deal
 from tltcore.errors import InputError
 from tltcore.policy.base import BatchView, Decision, NoSD, Outcome, SDConfig, SDPolicy
-from tltreal.engine.config import EngineConfig
 from tltreal.engine.engine import Engine
+from tltreal.engine.engine_config import EngineConfig
 from tltreal.engine.requests import RunResult
 from tltreal.model.transformer import Transformer
 from tltreal.spec_decode.proposers import PinnedDrafter, random_drafter
