@@ -34,9 +34,9 @@ class EngineConfig(EngineLimits):
     max_len: int = 1024
     max_verify: int = 64  # largest verify_tokens a policy may pick
     max_draft_nodes: int = 64  # largest (depth - 1) * topk (drafter scratch per request)
-    clock: str = "wall"  # "wall" or "model" (module docstring)
+    clock: str = "wall"  # "wall" or "model" (the clock: tltreal.engine.engine)
     eos_token_ids: tuple[int, ...] = ()  # a request finishes when it emits any of these
-    record_logprobs: bool = False  # FinishedRequest.logprobs / raw_logprobs (module docstring)
+    record_logprobs: bool = False  # FinishedRequest.logprobs / raw_logprobs (tltreal.engine.records)
     record_hidden: bool = False  # FinishedRequest.hidden (one extra 1-token forward per finishing request)
     step: int = 0
     worker: int = 0
