@@ -114,9 +114,9 @@ def strip_strings(data: Any) -> Any:
     out = {}
     for k, v in data.items():
         if isinstance(v, str):
-            v = v.strip()
+            v = v.strip() or v  # a blank string is refused as the user typed it
         elif isinstance(v, list | tuple):
-            v = type(v)(x.strip() if isinstance(x, str) else x for x in v)
+            v = type(v)((x.strip() or x) if isinstance(x, str) else x for x in v)
         out[k] = v
     return out
 
