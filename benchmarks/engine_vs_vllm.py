@@ -42,20 +42,8 @@ from typing import Annotated
 import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from options import (
-    Batches,
-    Heads,
-    Hidden,
-    KvHeads,
-    Layers,
-    MaxTokens,
-    PromptLen,
-    Threads,
-    TinyTarget,
-    Vocab,
-    int_list,
-    run,
-)
+import options as opt
+from options import TinyTarget, int_list, run
 
 SD_MODES = ("off", "ngram")
 
@@ -315,8 +303,9 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 @app.command(help=__doc__)
 def main(
-    layers: Layers = 4, hidden: Hidden = 256, heads: Heads = 8, kv_heads: KvHeads = 4, vocab: Vocab = 1024,
-    batches: Batches = "1,4,16,64", prompt_len: PromptLen = 32, max_tokens: MaxTokens = 64,
+    layers: opt.Layers = 4, hidden: opt.Hidden = 256, heads: opt.Heads = 8, kv_heads: opt.KvHeads = 4,
+    vocab: opt.Vocab = 1024,
+    batches: opt.Batches = "1,4,16,64", prompt_len: opt.PromptLen = 32, max_tokens: opt.MaxTokens = 64,
     k: Annotated[int, typer.Option(help="n-gram chain length (draft tokens per step).")] = 4,
     ngram_min: Annotated[int, typer.Option(help="Shortest n-gram matched.")] = 1,
     ngram_max: Annotated[int, typer.Option(help="Longest n-gram matched.")] = 3,
@@ -324,7 +313,7 @@ def main(
     rounds: Annotated[int, typer.Option(
         help="Run the engine workers this many times in turn (ours, vLLM, ours, ...) and pool their runs: on a "
              "shared machine both engines then see the same load.")] = 1,
-    threads: Threads = 1,
+    threads: opt.Threads = 1,
     seed: Annotated[int, typer.Option(help="Weights' and prompts' seed.")] = 0,
     late_scale: Annotated[float, typer.Option(
         help="Scale of layers >= 1 output projections (1: a plain random model).")] = 1.0,

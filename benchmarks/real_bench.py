@@ -18,20 +18,8 @@ from typing import Annotated
 import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from options import (
-    Batches,
-    Heads,
-    Hidden,
-    KvHeads,
-    Layers,
-    MaxTokens,
-    PromptLen,
-    Threads,
-    TinyTarget,
-    Vocab,
-    int_list,
-    run,
-)
+import options as opt
+from options import TinyTarget, int_list, run
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -41,11 +29,12 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 @app.command(help=__doc__)
 def main(
-    layers: Layers = 4, hidden: Hidden = 256, heads: Heads = 8, kv_heads: KvHeads = 4, vocab: Vocab = 1024,
-    batches: Batches = "1,4,16,64",
+    layers: opt.Layers = 4, hidden: opt.Hidden = 256, heads: opt.Heads = 8, kv_heads: opt.KvHeads = 4,
+    vocab: opt.Vocab = 1024,
+    batches: opt.Batches = "1,4,16,64",
     sd: Annotated[str, typer.Option(help="SD configs (depth_topk_verify) to compare with SD off.")] = "4_1_4,4_2_8",
     drafters: Annotated[str, typer.Option(help="Drafters, comma-separated: random, oracle.")] = "random,oracle",
-    max_tokens: MaxTokens = 32, prompt_len: PromptLen = 32, threads: Threads = 1,
+    max_tokens: opt.MaxTokens = 32, prompt_len: opt.PromptLen = 32, threads: opt.Threads = 1,
     init_std: Annotated[float, typer.Option(help="Std of the random weights.")] = 0.02,
     triton: Annotated[bool, typer.Option(help="Use the Triton kernels (GPU, or interpreter).")] = False,
 ) -> None:
