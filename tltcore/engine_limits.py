@@ -3,7 +3,9 @@ engine (``tltreal.engine``) — with one name and one default each, and what swi
 
 Each engine's own config extends :class:`EngineLimits` with what only it has (the simulator's
 acceptance mode and KV capacity, the native engine's slab length and clock), so a knob both engines
-have cannot drift apart in name, default or meaning.
+have cannot drift apart in name, default or meaning. A scenario's ``engine`` section
+(``tltsim.scenario.EngineSection``) is one too: its limits, with veRL's defaults and the fields'
+ranges declared, are handed to the simulated engine as they are (``EngineConfig.of``).
 """
 
 from __future__ import annotations

@@ -487,3 +487,44 @@ def test_the_resolved_toml_is_byte_for_byte_what_it_always_was():
 
 def load_scenario_text(text: str) -> Scenario:
     return scenario_from_dict(tomllib.loads(text))
+
+
+def test_the_sections_are_the_runtime_configs():
+    """No scenario twin: the RL phase model, the analytic Spot Trainer, the drafter dynamics and the
+    engine take the scenario's sections themselves, and a section built on its own refuses a bad
+    value with the scenario's own error line."""
+    from tltcore.drafter.dynamics import DrafterConfig
+    from tltcore.engine_limits import EngineLimits
+    from tltsim.rl.phases import RLPhaseConfig
+    from tltsim.rollout import EngineConfig
+    from tltsim.spot.analytic_trainer import SpotTrainerConfig
+
+    s = apply_override(Scenario(), "engine.max_batch", "64")
+    assert type(s.rl) is RLPhaseConfig and type(s.spot) is SpotTrainerConfig and type(s.drafter) is DrafterConfig
+    assert isinstance(s.engine, EngineLimits) and s.engine.switch_budget == 2048
+    engine = EngineConfig.of(s.engine, kv_capacity_tokens=10**6)
+    assert (engine.max_batch, engine.prefill_budget, engine.switch) == (64, 8192, "reprefill")
+    with pytest.raises(InputError, match=r"^field 'rl\.ppo_epochs': must be in \[1, 100\] \(0 epochs never update "
+                                         r"the actor\), got 0$"):
+        RLPhaseConfig(ppo_epochs=0)
+    with pytest.raises(InputError, match=r"^field 'spot\.samples_per_s': must be in \[1e-06, 1e\+06\], got 0.0$"):
+        SpotTrainerConfig(samples_per_s=0.0)
+    with pytest.raises(InputError, match=r"^override, field 'rl\.micro_batch_token': no such field \(did you mean "
+                                         r"rl\.micro_batch_tokens\?\)$"):
+        apply_override(Scenario(), "rl.micro_batch_token", "4")
+    with pytest.raises(InputError, match=r"field 'engine\.switch': must be one of reprefill, catch_up, in_step, "
+                                         r"got 'reprefil' \(did you mean reprefill\?\)"):
+        apply_override(Scenario(), "engine.switch", "reprefil")
+
+
+def test_settings_apply_to_the_raw_tree_before_one_validation():
+    """A setting that is only valid together with another passes in either order (each alone would
+    be refused), and the error of a bad one names the flag that set it."""
+    from tltsim.scenario import resolve
+
+    for order in ((0, 1), (1, 0)):
+        settings = [("cluster.gpus", "6", "--gpus"), ("cluster.tp", "2", "--tp")]
+        r = resolve(None, [settings[i] for i in order])
+        assert (r.scenario.cluster.gpus, r.scenario.cluster.tp) == (6, 2)
+    with pytest.raises(InputError, match=r"^--gpus, field 'cluster\.gpus': gpus=6 is not divisible by tp=4$"):
+        resolve(None, [("cluster.gpus", "6", "--gpus")])

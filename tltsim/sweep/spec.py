@@ -63,14 +63,13 @@ from tltsim.scenario import (
     scenario_toml,
     split_policy_specs,
 )
+from tltsim.scenario.resolve import FILE_FIELDS  # relative names resolve against the spec's folder
 
 AXIS_KINDS = ("grid", "zip", "random")
 DISTRIBUTIONS = ("uniform", "loguniform", "choice", "int")
 TOP_LEVEL_KEYS = ("base", "scenario", "axes", "name", "description")
 #: Key length: 64 bits of the scenario hash, so thousands of points never collide in practice.
 KEY_LENGTH = 16
-#: Fields whose values name files; relative ones resolve against the spec's folder when a file is there.
-FILE_FIELDS = ("trace.name", "model.name", "cost.table")
 MAX_POINTS = 1_000_000
 MAX_RANDOM_SAMPLES = 100_000
 
