@@ -43,31 +43,11 @@ from typing import Any
 
 import torch
 
-from tltreal.spot.messages import (
-    DTYPES,
-    AddSamples,
-    Alive,
-    Failed,
-    Finished,
-    Generate,
-    Generated,
-    LoadDrafter,
-    Loaded,
-    LoadPolicy,
-    Ready,
-    Reply,
-    Shutdown,
-    Train,
-    Trained,
-    WorkerConfig,
-    from_wire,
-    weights_digest,
-    wire_array,
-)
+from tltreal.spot import messages as msg
 from tltreal.spot.sample_buffer import Sample
 
-#: A busy worker that has sent nothing for this long sends :class:`Alive`, so the coordinator can tell
-#: a long generation or training session from a hung worker.
+#: A busy worker that has sent nothing for this long sends ``Alive`` (:mod:`tltreal.spot.messages`), so the
+#: coordinator can tell a long generation or training session from a hung worker.
 HEARTBEAT_S = 5.0
 
 
@@ -80,7 +60,7 @@ class ProtocolError(RuntimeError):
 class WorkerProcess:
     """The worker's state between commands: target, drafter and the drafter version loaded."""
 
-    config: WorkerConfig
+    config: msg.WorkerConfig
     replies: Connection
     preempt: Any  # multiprocessing.synchronize.Event
     commands: Any  # multiprocessing.Queue
@@ -91,7 +71,7 @@ class WorkerProcess:
         from tltreal.model.transformer import Transformer
         from tltreal.spec_decode.proposers.eagle import EagleDrafter
 
-        dtype = DTYPES[self.config.dtype]
+        dtype = msg.DTYPES[self.config.dtype]
         self.target = Transformer(self.config.model_config).to(dtype).eval()
         self.drafter = EagleDrafter(self.target).to(dtype).eval()
         self._warm_up()
@@ -111,16 +91,16 @@ class WorkerProcess:
                         torch.zeros(n, self.config.model_config.hidden_size, dtype=self.drafter.dtype))
         DrafterTrainer(scratch, self.config.trainer).step([Window(sample, 0, n)])
 
-    def send(self, message: Reply) -> None:
+    def send(self, message: msg.Reply) -> None:
         self.replies.send(message)
         self._last_sent = time.monotonic()
 
     def heartbeat(self) -> None:
         if time.monotonic() - self._last_sent > HEARTBEAT_S:
-            self.send(Alive(self.config.worker))
+            self.send(msg.Alive(self.config.worker))
 
     # -- loading
-    def load_policy(self, cmd: LoadPolicy) -> Loaded:
+    def load_policy(self, cmd: msg.LoadPolicy) -> msg.Loaded:
         """Copy the policy's weights into the target in place (the drafter shares its embedding and
         LM head by reference, so it sees the new ones too)."""
         from safetensors.torch import load_file
@@ -131,9 +111,9 @@ class WorkerProcess:
         if set(missing) - tied or unexpected:
             raise ValueError(f"policy weights {cmd.path} do not match the model config: missing "
                              f"{sorted(set(missing) - tied)[:3]}, unexpected {sorted(unexpected)[:3]}")
-        return Loaded(self.config.worker, "policy", -1, weights_digest(dict(self.target.state_dict())))
+        return msg.Loaded(self.config.worker, "policy", -1, msg.weights_digest(dict(self.target.state_dict())))
 
-    def load_drafter(self) -> Loaded:
+    def load_drafter(self) -> msg.Loaded:
         """The latest committed checkpoint, or the initial drafter (version 0) while there is none."""
         from safetensors.torch import load_file
 
@@ -152,13 +132,13 @@ class WorkerProcess:
                 for name, value in initial.items():
                     params[name].copy_(value)
             self.drafter_version = 0
-        return Loaded(self.config.worker, "drafter", self.drafter_version, self.drafter_digest())
+        return msg.Loaded(self.config.worker, "drafter", self.drafter_version, self.drafter_digest())
 
     def drafter_digest(self) -> str:
-        return weights_digest({n: p for n, p in self.drafter.named_parameters() if p.requires_grad})
+        return msg.weights_digest({n: p for n, p in self.drafter.named_parameters() if p.requires_grad})
 
     # -- generation
-    def generate(self, cmd: Generate) -> Generated:
+    def generate(self, cmd: msg.Generate) -> msg.Generated:
         """Run the share through one engine, streaming each response as it finishes."""
         from tltcore.policy.registry import make_policy
         from tltreal.engine.engine import Engine
@@ -167,7 +147,7 @@ class WorkerProcess:
 
         start = time.monotonic()
         if not cmd.requests:
-            return Generated(self.config.worker, 0, start, time.monotonic(), 0.0, 0, 0, 0)
+            return msg.Generated(self.config.worker, 0, start, time.monotonic(), 0.0, 0, 0, 0)
         c = self.config
         engine = Engine(self.target, make_policy(c.sd_policy), self.drafter,
                         EngineConfig(max_batch=c.max_batch, max_len=c.max_len, eos_token_ids=c.eos_token_ids,
@@ -187,18 +167,18 @@ class WorkerProcess:
         result = engine.finish()
         del engine  # the worker's memory is free: it is released
         sd = result.decode_events[result.decode_events["depth"] > 0]
-        return Generated(c.worker, len(cmd.requests), start, time.monotonic(),
+        return msg.Generated(c.worker, len(cmd.requests), start, time.monotonic(),
                          result.mean_accept_length if len(sd) else 0.0, len(sd), int(sd["tokens"].sum()),
                          int(sd["batch_size"].sum()))
 
     def _stream(self, rid: int, req: Any) -> None:
         if req.hidden is None:
             raise RuntimeError("the engine recorded no hidden states (record_hidden)")
-        self.send(Finished(self.config.worker, rid, tuple(req.output), wire_array(req.hidden),
+        self.send(msg.Finished(self.config.worker, rid, tuple(req.output), msg.wire_array(req.hidden),
                            time.monotonic()))
 
     # -- training
-    def train(self, cmd: Train) -> Trained:
+    def train(self, cmd: msg.Train) -> msg.Trained:
         """One preemptible training session (module docstring)."""
         from tltreal.rl.drafter_train import DrafterTrainer
         from tltreal.spot.drafter_checkpoint import AsyncCheckpointer
@@ -213,7 +193,7 @@ class WorkerProcess:
                             one_step_offset=c.trainer.one_step_offset)
         buffer.start_step(cmd.step)
         for s in cmd.samples:
-            buffer.add(from_wire(s))
+            buffer.add(msg.from_wire(s))
         version, versions, losses = self.drafter_version, [], []
         windows = tokens = 0
         with AsyncCheckpointer(Path(c.checkpoint_dir), keep=c.keep_checkpoints) as checkpoints:
@@ -241,7 +221,7 @@ class WorkerProcess:
                 checkpoints.save(self.drafter, version=version, step=cmd.step)
                 versions.append(version)
         # Leaving the checkpointer waited for the write in flight: every version listed is on disk.
-        return Trained(c.worker, start, end, time.monotonic(), len(losses), windows, tokens, tuple(versions),
+        return msg.Trained(c.worker, start, end, time.monotonic(), len(losses), windows, tokens, tuple(versions),
                        preempted, tuple(losses))
 
     def _take_samples(self, buffer: Any, *, wait: bool) -> None:
@@ -253,42 +233,42 @@ class WorkerProcess:
             except queue.Empty:
                 return
             timeout = None
-            if not isinstance(cmd, AddSamples):
+            if not isinstance(cmd, msg.AddSamples):
                 raise ProtocolError(f"worker {self.config.worker} got {type(cmd).__name__} while training")
             for s in cmd.samples:
-                buffer.add(from_wire(s))
+                buffer.add(msg.from_wire(s))
 
     # -- dispatch
-    def handle(self, cmd: object) -> Reply | None:
-        if isinstance(cmd, LoadPolicy):
+    def handle(self, cmd: object) -> msg.Reply | None:
+        if isinstance(cmd, msg.LoadPolicy):
             return self.load_policy(cmd)
-        if isinstance(cmd, LoadDrafter):
+        if isinstance(cmd, msg.LoadDrafter):
             return self.load_drafter()
-        if isinstance(cmd, Generate):
+        if isinstance(cmd, msg.Generate):
             return self.generate(cmd)
-        if isinstance(cmd, Train):
+        if isinstance(cmd, msg.Train):
             return self.train(cmd)
-        if isinstance(cmd, AddSamples):  # late samples for a session that already stopped
+        if isinstance(cmd, msg.AddSamples):  # late samples for a session that already stopped
             return None
         raise ProtocolError(f"worker {self.config.worker} got an unknown command {cmd!r}")
 
 
-def worker_main(config: WorkerConfig, commands: Any, replies: Connection, preempt: Any) -> None:
-    """The process's entry point: serve commands until :class:`Shutdown`; one :class:`Failed` on error."""
+def worker_main(config: msg.WorkerConfig, commands: Any, replies: Connection, preempt: Any) -> None:
+    """The process's entry point: serve commands until ``Shutdown``; one ``Failed`` on error."""
     import os
 
     torch.set_num_threads(1)
     try:
         worker = WorkerProcess(config, replies, preempt, commands)
-        worker.send(Ready(config.worker, os.getpid()))
-        while not isinstance(cmd := commands.get(), Shutdown):
+        worker.send(msg.Ready(config.worker, os.getpid()))
+        while not isinstance(cmd := commands.get(), msg.Shutdown):
             reply = worker.handle(cmd)
             if reply is not None:
                 worker.send(reply)
     except BaseException as exc:
         first = (str(exc).splitlines() or [""])[0][:300]
         try:
-            replies.send(Failed(config.worker, f"{type(exc).__name__}: {first}", traceback.format_exc()))
+            replies.send(msg.Failed(config.worker, f"{type(exc).__name__}: {first}", traceback.format_exc()))
         finally:
             replies.close()
         raise SystemExit(1) from None
