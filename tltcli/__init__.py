@@ -44,6 +44,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 def _mount() -> None:
+    from tltcli.cost import app as cost_app
     from tltcli.demo import demo
     from tltcli.real import app as real_app
     from tltcli.report import report
@@ -56,6 +57,7 @@ def _mount() -> None:
     app.add_typer(sim_app, name="sim")
     app.add_typer(sweep_app, name="sweep")
     app.add_typer(real_app, name="real")
+    app.add_typer(cost_app, name="cost")
     app.command("demo")(demo)
     app.command("validate")(validate)
     app.command("report")(report)

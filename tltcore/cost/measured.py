@@ -1,0 +1,478 @@
+"""A cost model calibrated on measured per-operation GPU latencies (Vidur's profiles).
+
+The roofline (:mod:`tltcore.cost.roofline`) prices every GPU with one pair of efficiencies and no
+kernel latency. This model keeps the roofline's structure (per-request paged KV, CUDA-graph padding,
+the drafter, the SD iteration) but prices every kernel of a forward pass from constants **fitted to
+measured latencies** of the same GPU (:mod:`tltcore.cost.gpu_profiles`):
+
+* **Matmuls** (fused QKV, output projection, fused gate+up, down projection; and by the same law
+  the kernels the profiles do not time: the LM head, EAGLE's input projection), one law per GPU::
+
+      t = latency + (t_c^p + t_m^p)^(1/p),  t_c = 2 M K N / (peak_flops * eff_flop),
+                                              t_m = 2 (K N + M K + M N) / (peak_bw * eff_bw)
+
+  with ``M`` tokens and the TP-sharded ``K x N`` weight on one GPU. ``eff_flop, eff_bw`` in (0, 1],
+  ``latency >= 0`` and the smoothness ``p >= 1`` are fitted by least squares on log time over every
+  profiled model and TP size of that GPU, so the law extends to any shape by its FLOPs and bytes.
+* **Element-wise ops** (RMSNorms, RoPE, SwiGLU, residual add, embedding gather), per op and GPU:
+  ``t = latency + bytes / (peak_bw * eff)``, fitted the same way.
+* **Attention** is not in the profiles. It is priced from its KV traffic (each request's own paged KV
+  plus the new tokens, never the batch mean) at the matmul law's fitted bandwidth efficiency, or its
+  FLOPs at the fitted FLOP efficiency, whichever binds, plus one kernel latency per layer. Not
+  validated against measured attention kernels.
+* **Collectives**: 2 all-reduces per layer under TP, interpolated (log-log in message bytes) from the
+  measured all-reduce table of the GPU's node (``h100_dgx``, ``a100_dgx``); the analytic
+  latency + ring-bandwidth term where there is none (A40) -- :meth:`MeasuredCostModel.describe` says.
+* Not measured here and kept from the roofline's documented defaults: the per-iteration overhead
+  (scheduler, sampling) and the SD overheads per draft step and per SD iteration.
+
+A GPU without profiles (or no profiles on the search path) falls back to the analytic roofline, and
+the model says so in ``source``. :func:`measured_cost_model` is the builder.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tltcore.cost.gpu_profiles import ELEMENTWISE_OPS, MATMUL_OPS, load_compute, load_network, profiles_root
+from tltcore.cost.roofline import RooflineCostModel, _ForwardCosts
+from tltcore.errors import InputError
+from tltcore.hardware import GIGA, PCIE_ALLREDUCE_LATENCY_S, TERA, GPUSpec, get_gpu
+from tltcore.model_shape import BF16_BYTES, ModelShape
+
+# NVIDIA A40 data sheet: BF16 tensor 149.7 TFLOPS dense (299.4 with sparsity); 48 GB GDDR6 at 696 GB/s;
+# NVLink bridge (2 GPUs) 112.5 GB/s bidirectional -> 56.25 GB/s per direction. Not a tltcore.hardware
+# preset (yet): only the profiles' GPUs need it.
+A40 = GPUSpec("A40", 149.7 * TERA, 0.696 * TERA, 48 * GIGA, 56.25 * GIGA,
+              allreduce_latency_s=PCIE_ALLREDUCE_LATENCY_S, source="NVIDIA A40 data sheet")
+#: profile folder -> the GPU preset whose data-sheet peaks the fitted efficiencies are fractions of.
+#: Vidur's H100 and A100 are DGX nodes (SXM, 80 GB).
+PROFILE_GPUS: dict[str, str] = {"h100": "H100-SXM", "a100": "A100-80GB-SXM", "a40": "A40"}
+#: profile folder -> the measured collective tables of its node (single node: devices_per_node == workers).
+NETWORK_TOPOLOGIES: dict[str, str] = {"h100": "h100_dgx", "a100": "a100_dgx"}
+#: Vidur's per-layer composition: each element-wise op once per layer (its ``add`` is one residual add).
+LAYER_ELEMENTWISE: tuple[str, ...] = ("input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add")
+
+
+def gpu_spec(name: str) -> GPUSpec:
+    """A GPU preset by name (``tltcore.hardware``), A40 included."""
+    if name.strip().lower() in ("a40", "nvidia-a40"):
+        return A40
+    return get_gpu(name)
+
+
+def gpu_names() -> list[str]:
+    """Every GPU name :func:`gpu_spec` accepts (presets and A40), for messages."""
+    from tltcore.hardware import GPU_NAMES
+
+    return [*GPU_NAMES, "A40"]
+
+
+def profile_key(spec_or_name: GPUSpec | str) -> str | None:
+    """The profile folder (``h100``, ``a100``, ``a40``) measured on this GPU, or None."""
+    name = spec_or_name.name if isinstance(spec_or_name, GPUSpec) else gpu_spec(spec_or_name).name
+    for key, preset in PROFILE_GPUS.items():
+        if preset == name:
+            return key
+    return None
+
+
+# ---- shapes of the kernels --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OpShape:
+    """What the kernels' sizes depend on (a Vidur profile's shape columns, or a ModelShape)."""
+
+    heads: int
+    kv_heads: int
+    hidden: int
+    intermediate: int
+    vocab: int
+    gated: bool = True
+    head_dim: int = 0
+
+    def __post_init__(self) -> None:
+        if self.head_dim == 0:
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
+
+    @classmethod
+    def of(cls, shape: ModelShape) -> OpShape:
+        return cls(shape.num_attention_heads, shape.num_key_value_heads, shape.hidden_size, shape.intermediate_size,
+                   shape.vocab_size, True, shape.head_dim)
+
+    def heads_per_gpu(self, tp: int) -> tuple[int, int]:
+        """(query heads, KV heads) on one GPU: KV heads are replicated when fewer than ``tp``."""
+        return self.heads // tp, -(-self.kv_heads // tp)
+
+
+def matmul_dims(op: str, s: OpShape, tp: int) -> tuple[int, int]:
+    """(K, N) of one GPU's share of a weight matmul at tensor parallelism ``tp``."""
+    q, kv = s.heads_per_gpu(tp)
+    dims = {"attn_pre_proj": (s.hidden, (q + 2 * kv) * s.head_dim), "attn_post_proj": (q * s.head_dim, s.hidden),
+            "mlp_up_proj": (s.hidden, (2 if s.gated else 1) * (s.intermediate // tp)),
+            "mlp_down_proj": (s.intermediate // tp, s.hidden), "lm_head": (s.hidden, -(-s.vocab // tp)),
+            "eagle_fc": (2 * s.hidden, s.hidden)}
+    if op not in dims:
+        raise InputError(f"unknown matmul '{op}'; known: {', '.join(dims)}", field="op")
+    return dims[op]
+
+
+def elementwise_bytes(op: str, s: OpShape, tp: int, tokens: np.ndarray | float) -> np.ndarray:
+    """HBM bytes one GPU moves for an element-wise op over ``tokens`` rows (bf16 reads + writes)."""
+    m = np.asarray(tokens, dtype=np.float64)
+    q, kv = s.heads_per_gpu(tp)
+    per_token = {"input_layernorm": 2 * s.hidden, "post_attention_layernorm": 2 * s.hidden,
+                 "attn_rope": 2 * (q + kv) * s.head_dim,
+                 "mlp_act": (3 if s.gated else 2) * (s.intermediate // tp),
+                 "add": 3 * s.hidden, "emb": 2 * s.hidden}
+    if op not in per_token:
+        raise InputError(f"unknown element-wise op '{op}'; known: {', '.join(per_token)}", field="op")
+    return m * per_token[op] * BF16_BYTES
+
+
+# ---- least squares ----------------------------------------------------------------------------------
+def least_squares(residuals: Callable[[np.ndarray], np.ndarray], z0: Iterable[float], *, iterations: int = 100,
+                  tol: float = 1e-9) -> np.ndarray:
+    """Levenberg-Marquardt on unconstrained parameters ``z`` (bounds are the caller's transforms):
+    the ``z`` minimising ``sum(residuals(z)**2)``, forward-difference Jacobian."""
+    z = np.asarray(list(z0), dtype=np.float64)
+    r = residuals(z)
+    cost = float(r @ r)
+    lam = 1e-2
+    for _ in range(iterations):
+        jac = np.empty((r.size, z.size))
+        for j in range(z.size):
+            dz = np.zeros_like(z)
+            dz[j] = 1e-6
+            jac[:, j] = (residuals(z + dz) - r) / 1e-6
+        a, g = jac.T @ jac, jac.T @ r
+        while True:
+            step = np.linalg.solve(a + lam * np.diag(np.diag(a) + 1e-12), -g)
+            rn = residuals(z + step)
+            cn = float(rn @ rn)
+            if np.isfinite(cn) and cn < cost:
+                break
+            lam *= 4.0
+            if lam > 1e10:
+                return z
+        z, r, improvement, cost = z + step, rn, cost - cn, cn
+        lam = max(lam / 3.0, 1e-9)
+        if improvement <= tol * max(cost, 1e-30) or float(np.abs(step).max()) < 1e-9:
+            break
+    return z
+
+
+def _unit(x: np.ndarray | float) -> np.ndarray | float:
+    """(0, 1) from the real line."""
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1.0 - p))
+
+
+# ---- fitted laws ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MatmulFit:
+    """``t = latency + (t_c^p + t_m^p)^(1/p)`` (see module docstring) on one GPU."""
+
+    flops_efficiency: float
+    bandwidth_efficiency: float
+    latency_s: float
+    smoothness: float  # p >= 1: 1 is compute + memory, inf the sharp roofline max
+
+    def time(self, tokens: np.ndarray | float, k: np.ndarray | float, n: np.ndarray | float,
+             gpu: GPUSpec) -> np.ndarray:
+        m = np.asarray(tokens, dtype=np.float64)
+        k, n = np.asarray(k, dtype=np.float64), np.asarray(n, dtype=np.float64)
+        tc = 2.0 * m * k * n / (gpu.bf16_flops * self.flops_efficiency)
+        tm = BF16_BYTES * (k * n + m * k + m * n) / (gpu.hbm_bytes_per_s * self.bandwidth_efficiency)
+        p = self.smoothness
+        big = np.maximum(tc, tm)
+        return self.latency_s + big * (1.0 + (np.minimum(tc, tm) / big) ** p) ** (1.0 / p)
+
+    @classmethod
+    def fit(cls, tokens: np.ndarray, k: np.ndarray, n: np.ndarray, seconds: np.ndarray, gpu: GPUSpec) -> MatmulFit:
+        """Least squares on log time; efficiencies bounded to (0, 1] of the data sheet's peaks."""
+        y = np.log(seconds)
+
+        def law(z: np.ndarray) -> MatmulFit:
+            return cls(float(_unit(z[0])), float(_unit(z[1])), float(np.exp(z[2])), 1.0 + float(np.exp(z[3])))
+
+        z = least_squares(lambda z: np.log(law(z).time(tokens, k, n, gpu)) - y,
+                          [_logit(0.7), _logit(0.85), math.log(5e-6), 0.0])
+        return law(z)
+
+
+@dataclass(frozen=True)
+class ElementwiseFit:
+    """``t = latency + bytes / (peak_bw * bandwidth_efficiency)`` for one element-wise op on one GPU."""
+
+    bandwidth_efficiency: float
+    latency_s: float
+
+    def time(self, nbytes: np.ndarray | float, gpu: GPUSpec) -> np.ndarray:
+        return self.latency_s + np.asarray(nbytes, dtype=np.float64) / (gpu.hbm_bytes_per_s * self.bandwidth_efficiency)
+
+    @classmethod
+    def fit(cls, nbytes: np.ndarray, seconds: np.ndarray, gpu: GPUSpec) -> ElementwiseFit:
+        y = np.log(seconds)
+
+        def law(z: np.ndarray) -> ElementwiseFit:
+            return cls(float(_unit(z[0])), float(np.exp(z[1])))
+
+        return law(least_squares(lambda z: np.log(law(z).time(nbytes, gpu)) - y, [0.0, math.log(3e-6)]))
+
+
+@dataclass(frozen=True, eq=False)
+class CollectiveTable:
+    """Measured all-reduce medians of one node by workers: log-log interpolation in message bytes,
+    the smallest message's time below the table and its last bandwidth above it."""
+
+    topology: str
+    sizes: dict[int, tuple[np.ndarray, np.ndarray]]  # workers -> (bytes, seconds), sorted by bytes
+
+    @classmethod
+    def from_frame(cls, network: pd.DataFrame, topology: str, collective: str = "all_reduce") -> CollectiveTable:
+        rows = network[(network["topology"] == topology) & (network["collective"] == collective)
+                       & (network["devices_per_node"] == network["workers"])]
+        sizes = {}
+        for w, part in rows.groupby("workers"):
+            part = part.sort_values("bytes")
+            sizes[int(w)] = (part["bytes"].to_numpy(np.float64), part["median_ms"].to_numpy(np.float64) * 1e-3)
+        return cls(topology, sizes)
+
+    def time(self, nbytes: float, workers: int) -> float | None:
+        """Seconds of one collective, or None when the table has no row for ``workers``."""
+        if workers not in self.sizes:
+            return None
+        x, y = self.sizes[workers]
+        if nbytes <= x[0]:
+            return float(y[0])
+        if nbytes >= x[-1]:
+            slope = (y[-1] - y[-2]) / (x[-1] - x[-2]) if len(x) > 1 else y[-1] / x[-1]
+            return float(y[-1] + max(slope, 0.0) * (nbytes - x[-1]))
+        return float(np.exp(np.interp(math.log(nbytes), np.log(x), np.log(y))))
+
+
+@dataclass(frozen=True, eq=False)
+class GPUCalibration:
+    """Every fitted constant of one GPU, and which models / tables they came from."""
+
+    gpu: str  # profile folder
+    spec: GPUSpec
+    matmul: MatmulFit
+    elementwise: dict[str, ElementwiseFit]
+    models: tuple[str, ...]
+    collectives: CollectiveTable | None = None
+
+    # ---- per-op latencies -----------------------------------------------------------------------
+    def op_time(self, op: str, shape: OpShape, tp: int, tokens: np.ndarray | float) -> np.ndarray:
+        """Seconds of one op (a profile op, ``lm_head`` or ``eagle_fc``) over ``tokens`` rows on one GPU."""
+        if op in MATMUL_OPS or op in ("lm_head", "eagle_fc"):
+            k, n = matmul_dims(op, shape, tp)
+            return self.matmul.time(tokens, k, n, self.spec)
+        if op not in self.elementwise:
+            raise InputError(f"no fitted law for '{op}' on {self.gpu}", field="op")
+        return self.elementwise[op].time(elementwise_bytes(op, shape, tp, tokens), self.spec)
+
+    def all_reduce_time(self, nbytes: float, tp: int) -> tuple[float, str]:
+        """(seconds, source) of one all-reduce of ``nbytes`` over ``tp`` GPUs."""
+        if tp <= 1 or nbytes <= 0:
+            return 0.0, "none"
+        if self.collectives is not None:
+            t = self.collectives.time(nbytes, tp)
+            if t is not None:
+                return t, f"measured {self.collectives.topology}"
+        link = self.spec.interconnect_bytes_per_s
+        return self.spec.allreduce_latency_s + 2 * (tp - 1) / tp * nbytes / link, "analytic"
+
+    @property
+    def attention_bandwidth_efficiency(self) -> float:
+        """Attention streams KV at the bandwidth the fitted weight-streaming law reaches."""
+        return self.matmul.bandwidth_efficiency
+
+    def describe(self) -> str:
+        m = self.matmul
+        return (f"{self.gpu} ({self.spec.name}) fitted on {len(self.models)} models: matmul eff_flop "
+                f"{m.flops_efficiency:.2f}, eff_bw {m.bandwidth_efficiency:.2f}, latency {m.latency_s * 1e6:.1f} us, "
+                f"p {m.smoothness:.2f}; collectives "
+                f"{'measured ' + self.collectives.topology if self.collectives is not None else 'analytic'}")
+
+
+def calibrate(compute: pd.DataFrame, gpu: str, *, exclude: Iterable[str] = (),
+              network: pd.DataFrame | None = None) -> GPUCalibration:
+    """Fit one GPU's laws to the tidy compute profiles (:func:`~tltcore.cost.gpu_profiles.load_compute`)
+    of every model of ``gpu`` except ``exclude`` (leave-one-model-out checks)."""
+    if gpu not in PROFILE_GPUS:
+        raise InputError(f"no data-sheet peaks for profiled GPU '{gpu}'; known: {', '.join(PROFILE_GPUS)}",
+                         field="gpu")
+    spec = gpu_spec(PROFILE_GPUS[gpu])
+    excluded = set(exclude)
+    rows = compute[(compute["gpu"] == gpu) & ~compute["model"].isin(excluded) & (compute["median_ms"] > 0)]
+    if rows.empty:
+        raise InputError(f"no compute profiles for {gpu} to fit", field="gpu")
+    models = tuple(sorted(rows["model"].unique()))
+    shapes = {m: profile_shape(part.iloc[0]) for m, part in rows.groupby("model")}
+    mm = rows[rows["op"].isin(MATMUL_OPS)]
+    if mm.empty:
+        raise InputError(f"no matmul profiles for {gpu}", field="op")
+    k, n = _dims_of(mm, shapes)
+    matmul = MatmulFit.fit(mm["num_tokens"].to_numpy(np.float64), k, n, mm["median_ms"].to_numpy() * 1e-3, spec)
+    elementwise = {}
+    for op in ELEMENTWISE_OPS:
+        part = rows[rows["op"] == op]
+        if part.empty:
+            continue
+        nbytes = np.concatenate([elementwise_bytes(op, shapes[m], int(tp), g["num_tokens"].to_numpy())
+                                 for (m, tp), g in part.groupby(["model", "tp"], sort=False)])
+        secs = np.concatenate([g["median_ms"].to_numpy() * 1e-3 for _, g in part.groupby(["model", "tp"], sort=False)])
+        elementwise[op] = ElementwiseFit.fit(nbytes, secs, spec)
+    table = None
+    if network is not None and gpu in NETWORK_TOPOLOGIES:
+        table = CollectiveTable.from_frame(network, NETWORK_TOPOLOGIES[gpu])
+        table = table if table.sizes else None
+    return GPUCalibration(gpu, spec, matmul, elementwise, models, table)
+
+
+def profile_shape(row: pd.Series) -> OpShape:
+    """The :class:`OpShape` of a tidy profile row's shape columns."""
+    return OpShape(int(row["n_head"]), int(row["n_kv_head"]), int(row["n_embd"]), int(row["n_expanded_embd"]),
+                   int(row["vocab_size"]), bool(row["use_gated_mlp"]))
+
+
+def _dims_of(rows: pd.DataFrame, shapes: dict[str, OpShape]) -> tuple[np.ndarray, np.ndarray]:
+    dims = {key: matmul_dims(key[2], shapes[key[0]], key[1]) for key in
+            rows[["model", "tp", "op"]].drop_duplicates().itertuples(index=False, name=None)}
+    keys = list(zip(rows["model"], rows["tp"], rows["op"], strict=True))
+    return (np.array([dims[k][0] for k in keys], dtype=np.float64),
+            np.array([dims[k][1] for k in keys], dtype=np.float64))
+
+
+def predict_ops(calibration: GPUCalibration, rows: pd.DataFrame) -> np.ndarray:
+    """Predicted seconds for tidy profile rows (any models) under ``calibration``."""
+    out = np.empty(len(rows))
+    for (_model, tp, op), idx in rows.groupby(["model", "tp", "op"], sort=False).indices.items():
+        shape = profile_shape(rows.iloc[idx[0]])
+        out[idx] = calibration.op_time(op, shape, int(tp), rows["num_tokens"].to_numpy()[idx])
+    return out
+
+
+@cache
+def _default_calibration(gpu: str, root: Path) -> GPUCalibration:
+    return calibrate(load_compute(root), gpu, network=load_network(root))
+
+
+def default_calibration(gpu: str, root: str | Path | None = None) -> GPUCalibration:
+    """``gpu``'s laws fitted on all of its profiled models (fitted once per process and folder)."""
+    return _default_calibration(gpu, profiles_root(root).resolve())
+
+
+# ---- the cost model ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _MeasuredForward(_ForwardCosts):
+    """One forward's costs with the roofline's matmul/collective terms replaced by calibrated kernels."""
+
+    calibration: GPUCalibration | None = None
+    ops: OpShape | None = None
+    tp: int = 1
+    input_proj: bool = False
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def fixed_time(self, rows: int, logit_rows: int) -> float:
+        """Everything but attention over ``rows`` tokens, ``logit_rows`` of them through the LM head:
+        per layer the profiled ops and 2 all-reduces; once per forward the embedding gather, the
+        drafter's input projection, the final norm, the LM head and the logits gather; one attention
+        kernel latency per layer (attention's traffic is :meth:`attention_time`)."""
+        if rows == 0:
+            return 0.0
+        key = (rows, logit_rows)
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        cal, s, tp = self.calibration, self.ops, self.tp
+        layer = sum(float(cal.op_time(op, s, tp, rows)) for op in (*MATMUL_OPS, *LAYER_ELEMENTWISE))
+        layer += cal.matmul.latency_s  # the attention kernel's launch / latency floor
+        layer += 2 * cal.all_reduce_time(rows * s.hidden * BF16_BYTES, tp)[0]
+        total = self.layers * layer + float(cal.op_time("emb", s, tp, rows))
+        if self.input_proj:
+            total += float(cal.op_time("eagle_fc", s, tp, rows))
+        if logit_rows:
+            total += float(cal.op_time("input_layernorm", s, tp, logit_rows))  # final norm
+            total += float(cal.op_time("lm_head", s, tp, logit_rows))
+            # all-gather of vocab-parallel logits ~ an all-reduce of half the bytes (same ring traffic)
+            total += cal.all_reduce_time(logit_rows * s.vocab * BF16_BYTES / 2, tp)[0]
+        self.memo[key] = total
+        return total
+
+
+def _measured_forward(shape: ModelShape, cal: GPUCalibration, tp: int) -> _MeasuredForward:
+    base = _ForwardCosts.build(shape, cal.spec, tp)
+    gpu = cal.spec
+    kv_heads = -(-shape.num_key_value_heads // tp)
+    kv_bytes = 2 * shape.num_hidden_layers * kv_heads * shape.head_dim * BF16_BYTES
+    values = {f: getattr(base, f) for f in _ForwardCosts.__dataclass_fields__}
+    values.update(
+        kv_read_s_per_token=kv_bytes / (gpu.hbm_bytes_per_s * cal.attention_bandwidth_efficiency),
+        attention_s_per_position=shape.attention_flops_per_position / tp / (gpu.bf16_flops
+                                                                             * cal.matmul.flops_efficiency),
+        launch_s=0.0, smoothness=math.inf)
+    return _MeasuredForward(**values, calibration=cal, ops=OpShape.of(shape), tp=tp,
+                            input_proj=shape.input_proj_features > 0)
+
+
+@dataclass(frozen=True)
+class MeasuredCostModel(RooflineCostModel):
+    """Iteration costs from kernels calibrated on measured latencies of ``gpu`` (see the module
+    docstring); with ``calibration=None`` it is the analytic roofline, and ``source`` says which."""
+
+    calibration: GPUCalibration | None = None
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.calibration is None:
+            if not self.source:
+                object.__setattr__(self, "source", "roofline (analytic; no measured profiles)")
+            return
+        if self.calibration.spec.name != self.gpu.name:
+            raise InputError(f"the calibration was fitted on {self.calibration.spec.name}, not {self.gpu.name}",
+                             field="gpu")
+        object.__setattr__(self, "_target", _measured_forward(self.model, self.calibration, self.tp))
+        object.__setattr__(self, "_draft", _measured_forward(self.drafter, self.calibration, self.tp))
+        if not self.source:
+            object.__setattr__(self, "source", f"measured: {self.calibration.describe()}")
+
+    @property
+    def measured(self) -> bool:
+        return self.calibration is not None
+
+    def describe(self) -> str:
+        """Which model served and from what: one line."""
+        return f"{self.model.name} on {self.gpu.name} x{self.tp}: {self.source}"
+
+
+def measured_cost_model(shape: ModelShape, gpu: str | GPUSpec, tp: int = 1, *, profiles: str | Path | None = None,
+                        **kwargs: object) -> MeasuredCostModel:
+    """The calibrated cost model of ``shape`` on ``tp`` x ``gpu``; the analytic roofline (same class,
+    ``measured`` False, ``source`` saying why) for a GPU without profiles or when none are found.
+    ``kwargs`` are :class:`~tltcore.cost.roofline.RooflineCostModel`'s (overheads, block size, drafter)."""
+    spec = gpu if isinstance(gpu, GPUSpec) else gpu_spec(gpu)
+    key = profile_key(spec)
+    if key is None:
+        return MeasuredCostModel(shape, spec, tp, source=f"roofline (analytic; no measured profiles for {spec.name})",
+                                 **kwargs)  # type: ignore[arg-type]
+    try:
+        cal = default_calibration(key, profiles)
+    except InputError as exc:
+        if profiles is not None:
+            raise
+        return MeasuredCostModel(shape, spec, tp, source=f"roofline (analytic; {exc.message})",
+                                 **kwargs)  # type: ignore[arg-type]
+    return MeasuredCostModel(shape, spec, tp, calibration=cal, **kwargs)  # type: ignore[arg-type]
