@@ -78,7 +78,7 @@ def _speedup_section(steps: pd.DataFrame, batch: int, depth: int) -> list[str]:
 
 def write_report(folder: str | Path) -> list[str]:
     """Write ``README.md`` and figures (PNG + PDF) into the run ``folder``; returns the files."""
-    from tltcore.drafter.dynamics import DrafterDynamics
+    from tltcore.drafter.dynamics import DrafterConfig
     from tltreal.validation.dynamics_fit import adaptive_curve, static_curve
 
     folder = Path(folder)
@@ -110,8 +110,8 @@ def write_report(folder: str | Path) -> list[str]:
     report.sections.append("## Drafter dynamics for the simulator")
     if dynamics.get("fitted"):
         d = dynamics["drafter"]
-        dyn = DrafterDynamics(stale_quality=d["stale_quality"], drift=d["drift"],
-                              recovery_samples=d["recovery_samples"])
+        dyn = DrafterConfig(stale_quality=d["stale_quality"], drift=d["drift"],
+                            recovery_samples=d["recovery_samples"])
         n = len(steps)
         fitted_static = static_curve(d["stale_quality"], d["drift"], n)
         fitted_adaptive = adaptive_curve(dyn, steps["train_windows"].tolist())

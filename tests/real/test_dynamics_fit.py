@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tltcore.drafter.dynamics import DrafterDynamics
+from tltcore.drafter.dynamics import DrafterConfig
 from tltreal.validation.dynamics_fit import (
     adaptive_curve,
     expected_accept_length,
@@ -31,7 +31,7 @@ def _accepts(qualities: np.ndarray, base_rate: float, depth: int) -> list[float]
 
 
 def test_fit_recovers_the_parameters_that_generated_the_curves():
-    truth = DrafterDynamics(stale_quality=0.8, drift=0.25, recovery_samples=300.0)
+    truth = DrafterConfig(stale_quality=0.8, drift=0.25, recovery_samples=300.0)
     samples = [0, 150, 320, 200, 500, 90, 260, 400, 310, 220, 180, 350]
     n, depth, base = len(samples), 4, 0.8
     static = _accepts(static_curve(0.8, 0.25, n), base, depth)

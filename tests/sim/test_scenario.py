@@ -150,7 +150,7 @@ def test_policy_lists_split_only_between_specs():
 
 def test_generic_machinery_reaches_any_depth():
     """Schemas of any depth get the same paths, parsing and errors (whole-run sections nest deeper)."""
-    from tltcore import config
+    from tltcore import config, config_files
 
     assert config.field_paths(Root) == ["mid.leaf.rate", "mid.leaf.on", "mid.names", "n"]
     data = config.to_dict(Root())
@@ -158,7 +158,7 @@ def test_generic_machinery_reaches_any_depth():
         data = config.set_dotted(data, dotted, config.parse_text(text, config.field_type(Root, dotted), where={}))
     r = config.validate_tree(Root, data)
     assert r.mid.leaf == Leaf(rate=2.5, on=True) and r.mid.names == ("a", "b")
-    text = config.dump_toml(config.to_dict(r))
+    text = config_files.dump_toml(config.to_dict(r))
     assert "[mid.leaf]" in text and 'names = ["a", "b"]' in text
     assert config.validate_tree(Root, tomllib.loads(text)) == r
     with pytest.raises(InputError, match=r"x\.toml, field 'mid\.leaf\.rat'.*did you mean mid\.leaf\.rate"):
@@ -242,7 +242,7 @@ gpus = 16
 
 def test_scenario_and_sweep_spec_files_share_one_reader_with_one_line_errors(tmp_path):
     """A folder, a missing file and an unreadable (non-UTF-8) file each get their own one-line
-    error naming the path, for scenarios and sweep specs alike (``config.read_file``)."""
+    error naming the path, for scenarios and sweep specs alike (``config_files.read_file``)."""
     from tltsim.sweep import load_spec
 
     (tmp_path / "bad.toml").write_bytes(b"\xff\xfe\x00bad")
@@ -374,7 +374,7 @@ def test_trace_seed_picks_responses_and_seed_deals():
 def test_scenario_files_that_are_not_regular_files_are_refused_without_reading(tmp_path):
     import os
 
-    from tltcore.config import MAX_CONFIG_BYTES
+    from tltcore.config_files import MAX_CONFIG_BYTES
 
     os.mkfifo(tmp_path / "pipe.toml")
     with pytest.raises(InputError, match="not a regular file"):

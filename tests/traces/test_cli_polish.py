@@ -196,7 +196,7 @@ def test_trace_help_documents_every_trace_field(cli) -> None:
 
     text = " ".join(cli("trace", "--help").stdout.split())
     trace_fields = [f for f in field_paths() if f.startswith("trace.")]
-    assert len(trace_fields) == len(TraceSection.__dataclass_fields__)
+    assert len(trace_fields) == len(TraceSection.model_fields)
     for dotted in trace_fields:
         assert f"{dotted}:" in text, dotted
     assert "(default r1distill_qwen1.5b_aime_8samples)" in text and "(default true)" in text

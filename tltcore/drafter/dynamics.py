@@ -28,7 +28,7 @@ numbers; the real adaptive-drafter runs are meant to replace these numbers with 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -128,36 +128,3 @@ def recovered(state: DrafterState, ceiling: float, recovery_samples: float, samp
     q = ceiling - (ceiling - state.quality) * math.exp(-samples / recovery_samples)
     return replace(state, version=state.version + checkpoints, quality=q,
                    trained_samples=state.trained_samples + round(samples))
-
-
-@dataclass(frozen=True)
-class DrafterDynamics:
-    """The dynamics alone (no drafter kind, no scenario), as ``tltreal``'s fit of measured curves and
-    the reports use them: the same math as :class:`DrafterConfig`, with ceiling ``trained_quality``
-    and a floor that may not exceed it. A scenario's drafter section is a :class:`DrafterConfig`."""
-
-    trained_quality: float = 1.0
-    stale_quality: float = DEFAULT_STALE_QUALITY
-    drift: float = 0.3
-    recovery_samples: float = 400.0
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.stale_quality <= self.trained_quality:
-            raise InputError(f"needs 0 <= stale_quality <= trained_quality, got {self.stale_quality} and "
-                             f"{self.trained_quality}", field="drafter.stale_quality")
-        if not 0 <= self.drift <= 1:
-            raise InputError(f"must be in [0, 1], got {self.drift}", field="drafter.drift")
-        if not (math.isfinite(self.recovery_samples) and self.recovery_samples > 0):
-            raise InputError(f"must be > 0, got {self.recovery_samples}", field="drafter.recovery_samples")
-
-    def initial(self) -> DrafterState:
-        """The drafter trained for the initial policy (version 0, at the ceiling)."""
-        return DrafterState(quality=self.trained_quality)
-
-    def after_update(self, state: DrafterState) -> DrafterState:
-        """The same drafter after the policy changed under it (one actor update)."""
-        return decayed(state, self.stale_quality, self.drift)
-
-    def after_training(self, state: DrafterState, samples: float, *, checkpoints: int = 1) -> DrafterState:
-        """The drafter after training on ``samples`` more samples, committed in ``checkpoints`` checkpoints."""
-        return recovered(state, self.trained_quality, self.recovery_samples, samples, checkpoints)

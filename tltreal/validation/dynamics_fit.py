@@ -26,11 +26,11 @@ The result is a ``drafter:`` section a scenario takes as it is (:func:`scenario_
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
-from tltcore.drafter.dynamics import DrafterDynamics
+from tltcore.drafter.dynamics import DrafterConfig
 from tltcore.drafter.state import DrafterState
 
 
@@ -68,14 +68,15 @@ class DynamicsFit:
     static_rms: float  # fit error of the static curve (quality units)
     adaptive_rms: float
 
-    def dynamics(self) -> DrafterDynamics:
-        return DrafterDynamics(trained_quality=1.0, stale_quality=self.stale_quality, drift=self.drift,
-                               recovery_samples=self.recovery_samples)
+    def dynamics(self) -> DrafterConfig:
+        """The fitted dynamics as the scenario's drafter section (quality 1: the initial drafter)."""
+        return DrafterConfig(quality=1.0, stale_quality=self.stale_quality, drift=self.drift,
+                             recovery_samples=self.recovery_samples)
 
 
 def static_curve(stale: float, drift: float, steps: int) -> np.ndarray:
     """The simulator's static drafter quality at steps ``0..steps-1``."""
-    dyn = DrafterDynamics(stale_quality=stale, drift=drift)
+    dyn = DrafterConfig(stale_quality=stale, drift=drift)
     state, out = dyn.initial(), []
     for _ in range(steps):
         out.append(state.quality)
@@ -83,7 +84,7 @@ def static_curve(stale: float, drift: float, steps: int) -> np.ndarray:
     return np.array(out)
 
 
-def adaptive_curve(dyn: DrafterDynamics, samples: Sequence[float]) -> np.ndarray:
+def adaptive_curve(dyn: DrafterConfig, samples: Sequence[float]) -> np.ndarray:
     """The simulator's adaptive drafter quality at each step: step ``t`` rolls out with the drafter
     trained up to step ``t - 1``'s bubble (``samples[t - 1]``) and staled by ``t`` updates."""
     state: DrafterState = dyn.initial()
@@ -115,7 +116,7 @@ def fit_dynamics(static_accept: Sequence[float], adaptive_accept: Sequence[float
     static_err, stale, drift = best
     best_r = (np.inf, 1.0)
     for recovery in np.geomspace(1.0, 1e6, 241):
-        dyn = DrafterDynamics(stale_quality=stale, drift=drift, recovery_samples=float(recovery))
+        dyn = DrafterConfig(stale_quality=stale, drift=drift, recovery_samples=float(recovery))
         err = float(np.mean((adaptive_curve(dyn, samples) - q_adapt) ** 2))
         if err < best_r[0] - 1e-15:
             best_r = (err, float(recovery))
@@ -125,9 +126,9 @@ def fit_dynamics(static_accept: Sequence[float], adaptive_accept: Sequence[float
 
 def scenario_section(fit: DynamicsFit) -> dict[str, float]:
     """The fitted numbers as a scenario's ``drafter:`` section (quality 1: the initial drafter)."""
-    d = asdict(fit.dynamics())
-    return {"quality": d["trained_quality"], "stale_quality": d["stale_quality"], "drift": d["drift"],
-            "recovery_samples": d["recovery_samples"]}
+    d = fit.dynamics()
+    return {"quality": d.quality, "stale_quality": d.stale_quality, "drift": d.drift,
+            "recovery_samples": d.recovery_samples}
 
 
 __all__ = ["DynamicsFit", "adaptive_curve", "expected_accept_length", "fit_dynamics", "per_position_rate",

@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from tltcore import config
+from tltcore import config, config_files
 from tltsim.scenario.schema import BASELINE_POLICY, Scenario
 
 
@@ -33,7 +33,7 @@ def resolved_dict(s: Scenario) -> dict[str, Any]:
 
 def scenario_toml(s: Scenario) -> str:
     """The resolved scenario as TOML (what ``scenario.resolved.toml`` holds)."""
-    return config.dump_toml(resolved_dict(s))
+    return config_files.dump_toml(resolved_dict(s))
 
 
 def scenario_hash(s: Scenario, length: int = 10) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tltcore import config
+from tltcore import config, config_files
 from tltcore.errors import InputError
 from tltsim.scenario.schema import DEFAULT_POLICIES, Scenario, TraceSection
 
@@ -85,7 +85,7 @@ BUNDLED_SCENARIOS = Path(__file__).resolve().parents[1] / "data" / "scenarios"
 
 def bundled_scenarios() -> dict[str, Path]:
     """The example scenarios shipped with tlt, by name (``dapo_qwen32b_polytrace``)."""
-    return config.bundled_files(BUNDLED_SCENARIOS)
+    return config_files.bundled_files(BUNDLED_SCENARIOS)
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -186,9 +186,9 @@ def resolve(scenario: str | Path | None = None, settings: Sequence[tuple[str, An
     given: dict[str, str] = {}
     data: dict[str, Any] = {}
     if scenario is not None:
-        p, text = config.read_file(scenario, bundled_scenarios(), "scenario")
+        p, text = config_files.read_file(scenario, bundled_scenarios(), "scenario")
         file = str(p)
-        data = relative_to(config.load_toml_text(text, path=file), p.parent)
+        data = relative_to(config_files.load_toml_text(text, path=file), p.parent)
         given = dict.fromkeys(_leaf_paths(data), file)
     by_flag: dict[str, tuple[str, Any]] = {}
     flags: list[str] = []

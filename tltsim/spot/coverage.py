@@ -1,5 +1,5 @@
 """DataCoverage, the simulator's model of TLT's DataBuffer: which rollout data the drafter can train
-on, and when (DESIGN §1). (The real engine's sample store is :class:`tltreal.drafter_train.DataBuffer`.)
+on, and when (DESIGN §1). (The real engine's sample store is :class:`tltreal.spot.sample_buffer.SampleBuffer`.)
 
 The Spot Trainer starts before the step's slowest responses finish, so it can only train on
 *finished* responses: at time ``t`` the buffer holds the responses of this step that finished by

@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from tltcore import config
+from tltcore import config, config_files
 from tltcore.errors import InputError
 from tltcore.input_files import check_input
 from tltsim.scenario import (
@@ -193,20 +193,20 @@ BUNDLED_SPECS = Path(__file__).resolve().parents[1] / "data" / "sweeps"
 
 def bundled_specs() -> dict[str, Path]:
     """The example sweep specs shipped with tlt, by name."""
-    return config.bundled_files(BUNDLED_SPECS)
+    return config_files.bundled_files(BUNDLED_SPECS)
 
 
 def load_spec(name_or_path: str | Path) -> SweepSpec:
     """Read, check and return a sweep spec (one-line InputErrors naming the file and the axis)."""
-    check_input(config.find_file(name_or_path, bundled_specs(), "sweep spec"), folder=None,
+    check_input(config_files.find_file(name_or_path, bundled_specs(), "sweep spec"), folder=None,
                 what="a sweep spec file", missing_ok=True)
-    p, text = config.read_file(name_or_path, bundled_specs(), "sweep spec")
+    p, text = config_files.read_file(name_or_path, bundled_specs(), "sweep spec")
     return parse_spec(text, path=p)
 
 
 def parse_spec(text: str, *, path: Path) -> SweepSpec:
     """Parse spec text; ``path`` locates errors and relative file names."""
-    data = config.load_toml_text(text, path=str(path))
+    data = config_files.load_toml_text(text, path=str(path))
     for key in data:
         if key not in TOP_LEVEL_KEYS:
             raise InputError(f"unknown top-level key{config.suggest(key, list(TOP_LEVEL_KEYS))}; valid: "
