@@ -15,7 +15,6 @@ from tltreal.validation.dynamics_fit import (
     scenario_section,
     static_curve,
 )
-from tltsim.scenario import DrafterSection
 
 
 @pytest.mark.parametrize("depth", [1, 3, 4, 7])
@@ -43,7 +42,7 @@ def test_fit_recovers_the_parameters_that_generated_the_curves():
     assert fit.static_rms < 1e-3 and fit.adaptive_rms < 1e-3
     assert fit.static_quality[0] == pytest.approx(1.0)
     section = scenario_section(fit)
-    DrafterSection(**section)  # a scenario takes it as it is
+    DrafterConfig(**section)  # a scenario's [drafter] section takes it as it is
     assert section["quality"] == 1.0
 
 

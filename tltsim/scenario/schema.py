@@ -192,12 +192,6 @@ class AcceptanceSection(ConfigModel):
     depth_power: Float | None = Field(None, ge=0, le=100)
 
 
-#: The scenario's sections under their old names (same classes).
-DrafterSection = DrafterConfig
-SpotSection = SpotTrainerConfig
-RLSection = RLPhaseConfig
-
-
 class Scenario(ConfigModel):
     """Everything one ``tlt sim run`` needs. ``policies`` always gets ``no-sd`` as baseline.
     With ``presets`` (:mod:`tltsim.rl.presets`) the run is whole RL steps instead (rollout, drafter
@@ -329,6 +323,6 @@ def _check_paths(s: Scenario) -> None:
 
 __all__ = ["BASELINE_POLICY", "CUDA_GRAPH_MODES", "DEFAULT_POLICIES", "DEFAULT_STALE_QUALITY", "DEFAULT_TRACE",
            "MAX_BATCH", "MAX_PREFILL_BUDGET", "MAX_PROMPTS", "MAX_RESPONSES", "MAX_SEED", "MAX_STEPS", "MAX_TP",
-           "MAX_WORKERS", "AcceptanceSection", "ClusterSection", "CostSection", "DrafterConfig", "DrafterSection",
-           "EngineSection", "ModelSection", "RLPhaseConfig", "RLSection", "Scenario", "SpotSection",
+           "MAX_WORKERS", "AcceptanceSection", "ClusterSection", "CostSection", "DrafterConfig",
+           "EngineSection", "ModelSection", "RLPhaseConfig", "Scenario",
            "SpotTrainerConfig", "TraceSection", "check_names", "relocated"]
