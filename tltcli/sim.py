@@ -360,18 +360,23 @@ def schema(
 @app.command()
 def bench(
     repeats: Annotated[int, typer.Option(help="Timed runs; the median is reported.")] = 3,
+    case: Annotated[str, typer.Option(help="p1: one AIME step, 64 H100 TP 4, elastic+beg-mab (the reference); "
+                                      "nosd: the same step without SD; rl100: 100 RL steps of --preset tlt "
+                                      "(+ verl); scale: 500k responses on 4,096 H100.")] = "p1",
     profile: Annotated[bool, typer.Option(help="Also print a cProfile of one run.")] = False,
 ) -> None:
-    """Time the reference simulation (AIME step, 64 H100 TP 4, elastic+beg-mab, stochastic)."""
-    from tltsim.bench import profile_bench, run_bench
+    """Time the simulator on a reference case; the last line is the median CPU and wall seconds."""
+    from tltsim.bench import CASES, profile_bench, run_bench
 
     if repeats < 1:
         raise InputError(f"must be >= 1, got {repeats}", path="--repeats")
+    if case not in CASES:
+        raise InputError(f"unknown case {case!r}; one of {', '.join(CASES)}", path="--case")
     if profile:
-        print(profile_bench())
-    r = run_bench(repeats)
-    print(f"requests={r.requests} events={r.events} iterations={r.iterations} "
-          f"makespan_s={r.makespan_s:.3f} prepare_s={r.prepare_s:.3f}")
-    print("walls_s=" + ",".join(f"{w:.3f}" for w in r.walls))
-    print(f"events_per_s={r.events_per_s:,.0f} iterations_per_s={r.iterations_per_s:,.0f}")
-    print(f"wall_s={r.wall_s:.3f}")
+        print(profile_bench(case=case))
+    r = run_bench(repeats, case)
+    print(f"case={r.case} requests={r.requests} events={r.events} iterations={r.iterations} "
+          f"makespan_s={r.makespan_s:.3f} prepare_s={r.prepare_s:.3f} peak_rss_mb={r.peak_rss_mb:.0f}")
+    print("cpus_s=" + ",".join(f"{c:.3f}" for c in r.cpus) + " walls_s=" + ",".join(f"{w:.3f}" for w in r.walls))
+    print(f"events_per_cpu_s={r.events_per_s:,.0f} iterations_per_cpu_s={r.iterations_per_s:,.0f}")
+    print(f"cpu_s={r.cpu_s:.3f} wall_s={r.wall_s:.3f}")
