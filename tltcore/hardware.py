@@ -4,7 +4,7 @@ Numbers are vendor data-sheet peaks (dense, i.e. without 2:4 sparsity), cited pe
 never reaches them, so every spec carries *efficiency factors*: the fraction of peak FLOP/s that
 large bf16 GEMMs reach and the fraction of peak HBM bandwidth that decode kernels (GEMV, paged
 attention) stream at. The defaults are typical published achieved fractions, not fits; a calibrated
-table measured by the profiler replaces them (see ``tltsim.cost_model.TableCostModel``).
+table measured by the profiler replaces them (see ``tltcore.cost.table.TableCostModel``).
 
 ``cpu-calibrated`` has no analytic peaks at all: it names a machine whose costs come only from
 measured tables, and the roofline refuses it with an :class:`~tltcore.errors.InputError`.

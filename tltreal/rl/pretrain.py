@@ -11,7 +11,7 @@ Training uses the cache-free :meth:`Transformer.forward_train` over padding-free
 (:func:`tltreal.model.train_forward.pack_sequences`), AdamW with warm-up and cosine decay, and a loss on
 the solution tokens only (the prompt is random, predicting it is noise), the first solution line
 weighted up (see :func:`encode_example`). Everything random comes from the seed: problems from a
-seeded :class:`random.Random`, weights from :func:`tltreal.model.transformer.init_weights`; with a fixed thread
+seeded :class:`random.Random`, weights from :func:`tltreal.model.weights.init_weights`; with a fixed thread
 count two runs give identical losses.
 
 ``save_pretrained`` writes an HF-style model folder (``config.json`` in Llama format, which

@@ -106,7 +106,7 @@ class Generate:
 
 @dataclass(frozen=True)
 class WireSample:
-    """A :class:`~tltreal.rl.drafter_train.Sample` as plain arrays (tokens ``[n]``, hidden ``[n, H]``)."""
+    """A :class:`~tltreal.spot.sample_buffer.Sample` as plain arrays (tokens ``[n]``, hidden ``[n, H]``)."""
 
     tokens: np.ndarray
     hidden: np.ndarray
