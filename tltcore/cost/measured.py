@@ -169,8 +169,13 @@ def least_squares(residuals: Callable[[np.ndarray], np.ndarray], z0: Iterable[fl
 
 
 def _unit(x: np.ndarray | float) -> np.ndarray | float:
-    """(0, 1) from the real line."""
-    return 1.0 / (1.0 + np.exp(-x))
+    """(0, 1) from the real line (clipped: a runaway step stays finite)."""
+    return 1.0 / (1.0 + np.exp(-np.clip(x, -30.0, 30.0)))
+
+
+def _pos(x: float, lo: float = -40.0, hi: float = 6.0) -> float:
+    """A positive number from the real line, exp(x) with x clipped to [lo, hi]."""
+    return float(np.exp(np.clip(x, lo, hi)))
 
 
 def _logit(p: float) -> float:
@@ -203,7 +208,7 @@ class MatmulFit:
         y = np.log(seconds)
 
         def law(z: np.ndarray) -> MatmulFit:
-            return cls(float(_unit(z[0])), float(_unit(z[1])), float(np.exp(z[2])), 1.0 + float(np.exp(z[3])))
+            return cls(float(_unit(z[0])), float(_unit(z[1])), _pos(z[2], hi=0.0), 1.0 + _pos(z[3], -20.0))
 
         z = least_squares(lambda z: np.log(law(z).time(tokens, k, n, gpu)) - y,
                           [_logit(0.7), _logit(0.85), math.log(5e-6), 0.0])
@@ -225,7 +230,7 @@ class ElementwiseFit:
         y = np.log(seconds)
 
         def law(z: np.ndarray) -> ElementwiseFit:
-            return cls(float(_unit(z[0])), float(np.exp(z[1])))
+            return cls(float(_unit(z[0])), _pos(z[1], hi=0.0))
 
         return law(least_squares(lambda z: np.log(law(z).time(nbytes, gpu)) - y, [0.0, math.log(3e-6)]))
 

@@ -1,0 +1,164 @@
+"""tltcore.cost.measured: the fit recovers known laws, uses TP and num_tokens, composes iterations,
+and falls back to the roofline where there are no profiles (synthetic profiles; no ../shared)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+
+import tltcore.cost.measured as measured
+from tltcore.cost import CostModel, RooflineCostModel
+from tltcore.cost.gpu_profiles import load_compute, load_network
+from tltcore.cost.measured import (
+    CollectiveTable,
+    MeasuredCostModel,
+    calibrate,
+    measured_cost_model,
+    predict_ops,
+)
+from tltcore.errors import InputError
+from tltcore.hardware import get_gpu
+from tltcore.model_shape import get_model
+from tltcore.policy.base import SDConfig
+
+from .profile_fixtures import SHAPES, TRUE_ELEMENTWISE, TRUE_MATMUL, write_profiles
+
+
+def _max_rel_err(cal, rows) -> float:
+    return float(np.max(np.abs(predict_ops(cal, rows) / (rows["median_ms"].to_numpy() * 1e-3) - 1)))
+
+
+def test_the_fit_recovers_known_efficiencies(synthetic_profiles):
+    cal = calibrate(load_compute(synthetic_profiles), "h100")
+    m = cal.matmul
+    assert m.flops_efficiency == pytest.approx(TRUE_MATMUL.flops_efficiency, rel=0.01)
+    assert m.bandwidth_efficiency == pytest.approx(TRUE_MATMUL.bandwidth_efficiency, rel=0.01)
+    assert m.latency_s == pytest.approx(TRUE_MATMUL.latency_s, rel=0.02)
+    assert m.smoothness == pytest.approx(TRUE_MATMUL.smoothness, rel=0.05)
+    for op, fit in cal.elementwise.items():
+        assert fit.bandwidth_efficiency == pytest.approx(TRUE_ELEMENTWISE.bandwidth_efficiency, rel=0.01), op
+        assert fit.latency_s == pytest.approx(TRUE_ELEMENTWISE.latency_s, rel=0.02), op
+
+
+def test_a_held_out_model_is_predicted_from_the_others(synthetic_profiles):
+    compute = load_compute(synthetic_profiles)
+    cal = calibrate(compute, "h100", exclude=["synth/big-70b"])
+    assert "synth/big-70b" not in cal.models
+    assert _max_rel_err(cal, compute[compute["model"] == "synth/big-70b"]) < 0.01
+
+
+def test_noisy_profiles_still_recover_the_efficiencies(tmp_path):
+    cal = calibrate(load_compute(write_profiles(tmp_path, noise=0.05)), "h100")
+    assert cal.matmul.flops_efficiency == pytest.approx(TRUE_MATMUL.flops_efficiency, rel=0.05)
+    assert cal.matmul.bandwidth_efficiency == pytest.approx(TRUE_MATMUL.bandwidth_efficiency, rel=0.05)
+
+
+def test_break_it_a_fit_that_ignored_tp_or_num_tokens_would_fail(synthetic_profiles, monkeypatch):
+    """The recovery checks above see TP (data at TP 8 is ~8x faster than at TP 1) and num_tokens (the
+    compute-bound rows); a fit that dropped either would miss them by far, as these sabotaged fits show."""
+    compute = load_compute(synthetic_profiles)
+    assert _max_rel_err(calibrate(compute, "h100"), compute) < 0.01  # the real fit
+    # (1) TP ignored: every row priced with the unsharded (TP 1) weight.
+    real_dims = measured.matmul_dims
+    monkeypatch.setattr(measured, "matmul_dims", lambda op, s, tp: real_dims(op, s, 1))
+    blind_tp = calibrate(compute, "h100")
+    assert _max_rel_err(blind_tp, compute) > 0.5
+    assert blind_tp.matmul.bandwidth_efficiency != pytest.approx(TRUE_MATMUL.bandwidth_efficiency, rel=0.05)
+    monkeypatch.undo()
+    # (2) num_tokens ignored: every row fitted as if it ran 1 token.
+    blind_tokens = calibrate(compute.assign(num_tokens=1), "h100")
+    assert _max_rel_err(blind_tokens, compute) > 0.5
+    # and the real fit's TP / num_tokens scaling is the data's
+    cal = calibrate(compute, "h100")
+    s = SHAPES["synth/big-70b"]
+    one, eight = (float(cal.op_time("mlp_up_proj", s, tp, 1)) for tp in (1, 8))
+    assert one / eight == pytest.approx(float(TRUE_MATMUL.time(1, *measured.matmul_dims("mlp_up_proj", s, 1), cal.spec))
+                                        / float(TRUE_MATMUL.time(1, *measured.matmul_dims("mlp_up_proj", s, 8),
+                                                                 cal.spec)), rel=0.01)
+    assert float(cal.op_time("mlp_up_proj", s, 1, 4096)) > 10 * one  # compute-bound at 4096 tokens
+
+
+def test_collective_table_interpolates_and_extrapolates(synthetic_profiles):
+    table = CollectiveTable.from_frame(load_network(synthetic_profiles), "h100_dgx")
+    assert set(table.sizes) == {2, 4, 8}
+    for w in (2, 8):
+        x, y = table.sizes[w]
+        assert table.time(float(x[3]), w) == pytest.approx(y[3])
+        mid = float(np.sqrt(x[3] * x[4]))
+        assert y[3] < table.time(mid, w) < y[4]
+        assert table.time(1.0, w) == pytest.approx(y[0])  # below the table: the latency floor
+        assert table.time(4 * x[-1], w) > y[-1]  # beyond it: keeps growing with bytes
+    assert table.time(1e6, 16) is None
+
+
+def test_measured_model_composes_iterations(synthetic_profiles):
+    qwen = get_model("Qwen2.5-7B")
+    cm = measured_cost_model(qwen, "H100", 1, profiles=synthetic_profiles)
+    assert isinstance(cm, CostModel) and cm.measured and "measured" in cm.describe()
+    ctx = np.full(8, 1024)
+    decode = cm.decode_time(ctx)
+    assert 0 < decode < cm.decode_time(np.full(64, 1024)) < cm.decode_time(np.full(64, 8192))
+    assert cm.decode_span_time(ctx, 5) == pytest.approx(sum(cm.decode_time(ctx + j) for j in range(5)), rel=1e-9)
+    # verify forwards of 1 .. 2,080 rows grow with rows
+    rows = [cm.verify_time(np.full(b, 1024), v) for b, v in ((1, 0), (8, 7), (32, 31), (32, 64))]
+    assert all(a < b for a, b in itertools.pairwise(rows))
+    sd = cm.sd_time(ctx, SDConfig(8, 4, 32))
+    assert sd > cm.verify_time(ctx, 32) + 8 * cm.draft_step_time(ctx, 4)
+    assert cm.sd_time(ctx, SDConfig()) == cm.decode_time(ctx)
+    assert cm.prefill_time(np.array([512, 0]), np.array([0, 100])) > 0
+    assert 0 < cm.drafter_prefill_time(np.array([512]), np.array([0])) < cm.prefill_time(np.array([512]), np.array([0]))
+    # per-request contexts, not the mean: a long tail costs more than the same mean spread evenly
+    assert cm.decode_time(np.array([100] * 7 + [30000])) > cm.decode_time(np.full(8, (700 + 30000) // 8)) * 0.999
+    # TP splits the work: the same batch is faster on 4 GPUs
+    cm4 = measured_cost_model(qwen, "H100", 4, profiles=synthetic_profiles)
+    assert cm4.decode_time(np.full(64, 1024)) < cm.decode_time(np.full(64, 1024))
+
+
+def test_the_drafter_step_prices_one_layer_plus_lm_head(synthetic_profiles):
+    qwen = get_model("Qwen2.5-7B")
+    cm = measured_cost_model(qwen, "H100", 1, profiles=synthetic_profiles)
+    step = cm.draft_step_time(np.full(8, 1024), 4)
+    cal = cm.calibration
+    ops = measured.OpShape.of(qwen)
+    lm_head = float(cal.op_time("lm_head", ops, 1, 32))
+    assert lm_head < step < cm.decode_time(np.full(8, 1024)) / 4
+
+
+def test_unknown_gpu_falls_back_to_the_roofline(synthetic_profiles):
+    qwen = get_model("Qwen2.5-7B")
+    cm = measured_cost_model(qwen, "B200", 1, profiles=synthetic_profiles)
+    assert not cm.measured and "roofline" in cm.source and "B200" in cm.source
+    roof = RooflineCostModel(qwen, get_gpu("B200"), 1)
+    for b in (1, 16, 128):
+        ctx = np.full(b, 2048)
+        assert cm.decode_time(ctx) == roof.decode_time(ctx)
+        assert cm.sd_time(ctx, SDConfig(8, 4, 32)) == roof.sd_time(ctx, SDConfig(8, 4, 32))
+
+
+def test_no_profiles_on_the_search_path_falls_back_with_a_reason(tmp_path, monkeypatch):
+    monkeypatch.setenv("TLT_SHARED_DIR", str(tmp_path / "empty"))
+    monkeypatch.delenv("TLT_GPU_PROFILES", raising=False)
+    cm = measured_cost_model(get_model("Qwen2.5-7B"), "H100", 1)
+    assert not cm.measured and "no measured GPU profiles found" in cm.source
+    with pytest.raises(InputError, match="no vidur/ folder"):  # an explicit folder must exist
+        measured_cost_model(get_model("Qwen2.5-7B"), "H100", 1, profiles=tmp_path)
+
+
+def test_a_calibration_of_another_gpu_is_refused(synthetic_profiles):
+    cal = calibrate(load_compute(synthetic_profiles), "h100")
+    with pytest.raises(InputError, match="fitted on H100-SXM"):
+        MeasuredCostModel(get_model("Qwen2.5-7B"), get_gpu("A100"), 1, calibration=cal)
+    with pytest.raises(InputError, match="no compute profiles for a100"):
+        calibrate(load_compute(synthetic_profiles), "a100")
+    with pytest.raises(InputError, match="no data-sheet peaks"):
+        calibrate(load_compute(synthetic_profiles), "v100")
+
+
+def test_measured_model_is_frozen_and_hashable(synthetic_profiles):
+    cm = measured_cost_model(get_model("Qwen2.5-7B"), "H100", 1, profiles=synthetic_profiles)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cm.tp = 2  # type: ignore[misc]
+    hash(cm)
