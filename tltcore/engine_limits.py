@@ -29,7 +29,8 @@ SWITCH_MODES = ("reprefill", "catch_up", "in_step")
 class EngineLimits:
     """Per-worker limits both engines obey.
 
-    ``max_batch``: requests decoding at once. ``prefill_budget``: tokens per prefill pass.
+    ``max_batch``: requests decoding at once (vLLM's ``max_num_seqs``). ``prefill_budget``: tokens per
+    prefill pass (vLLM's ``max_num_batched_tokens``, SGLang's ``max_prefill_tokens`` in TLT's engine).
     ``switch``/``switch_prefill_fraction``: see :data:`SWITCH_MODES`. ``catch_up_limit``: a request
     whose drafter has missed more than this many tokens is caught up in a separate drafter pass before
     an SD iteration (fewer are folded into the iteration's first draft step).
