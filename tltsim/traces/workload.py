@@ -185,16 +185,24 @@ def _sample_steps(df: pd.DataFrame, num_steps: int | None, g: int, cap: int | No
     groups = df["group_id"].unique()
     if num_steps is None:
         num_steps = max(1, len(groups) // g)
-    by_group = dict(tuple(df.groupby("group_id", sort=False)))
+    # row positions of each group (trace order within a group): a step is one index gather of the
+    # frame, not a concatenation of hundreds of per-group frames
+    codes, uniq = pd.factorize(df["group_id"], sort=False)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=len(uniq)))])
+    code_of = {g: i for i, g in enumerate(uniq)}
     pool: list = []
     out = []
     for s in range(num_steps):
         chosen: list = []
+        seen: set = set()
         while len(chosen) < min(g, len(groups)):
             if not pool:
                 pool = list(rng.permutation(groups))
             cand = pool.pop()
-            if cand not in chosen:
+            if cand not in seen:
+                seen.add(cand)
                 chosen.append(cand)
-        out.append(_to_step(pd.concat([by_group[c] for c in chosen]), s, cap, snap_capped, default_prompt_tokens))
+        rows = np.concatenate([order[bounds[c]:bounds[c + 1]] for c in (code_of[x] for x in chosen)])
+        out.append(_to_step(df.iloc[rows], s, cap, snap_capped, default_prompt_tokens))
     return out
