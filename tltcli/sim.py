@@ -4,7 +4,8 @@
 trace as one step, Qwen2.5-7B on 64 H100 with TP 4, ``no-sd`` vs ``elastic+beg-mab``. Flags
 override single fields; ``--set dotted.field=value`` reaches any other field. Results go to
 ``results/sim/<hash of the resolved scenario>/`` unless ``--out`` says otherwise, written as one
-atomic folder: ``events.parquet``, ``summary.csv``, ``trace.json``, ``scenario.resolved.toml``.
+atomic folder: ``events.parquet``, ``summary.csv``, ``trace.json`` (single-step runs, or ``--perfetto on``),
+``scenario.resolved.toml``.
 With ``--preset`` (or ``presets`` in the scenario) it simulates whole RL steps of named systems
 (:mod:`tltsim.rl.presets`, :mod:`tltsim.rl.run`) and adds ``steps.csv``, one row per (preset, step).
 """
@@ -145,7 +146,8 @@ def run(
     acceptance: Annotated[Mode | None, typer.Option(help="Acceptance mode (acceptance.mode).")] = None,
     switch: Annotated[Switch | None, typer.Option(help="What switching SD on costs (engine.switch).")] = None,
     perfetto: Annotated[Perfetto, typer.Option(
-        help="Write trace.json for ui.perfetto.dev: on, off, or auto (only up to ~64 MB).")] = Perfetto.auto,
+        help="Write trace.json for ui.perfetto.dev: on, off, or auto (single-step runs only, up to ~64 MB).")
+    ] = Perfetto.auto,
     set_: Annotated[list[str] | None, typer.Option("--set", help="dotted.field=value, repeatable.")] = None,
     out: Annotated[Path | None, typer.Option(help="Results folder (default results/sim/<hash>).")] = None,
     force: Annotated[bool, typer.Option(help="Write into an existing --out folder tlt did not create "
@@ -197,8 +199,15 @@ def run(
         totals = run_totals(summary, gpus=s.cluster.gpus)
         console.print(run_table(totals, f"Whole run ({n_steps} rollouts back to back)"))
     if not wrote_trace:
-        console.print(f"trace.json not written ({len(events):,} event rows; use --perfetto on to force)")
+        console.print(f"trace.json not written ({_why_no_trace(events, perfetto)}; use --perfetto on to force)")
     console.print(f"results: {dest}")
+
+
+def _why_no_trace(events: pd.DataFrame, perfetto: Perfetto) -> str:
+    if perfetto is Perfetto.off:
+        return "--perfetto off"
+    steps = events["step"].nunique()
+    return f"{steps} steps" if steps > 1 else f"{len(events):,} event rows"
 
 
 def _run_presets(s: Scenario, inputs: SimInputs, console: Console, out: Path | None, perfetto: Perfetto,
@@ -220,7 +229,7 @@ def _run_presets(s: Scenario, inputs: SimInputs, console: Console, out: Path | N
         if r.status != "ok":
             console.print(f"[bold red]{r.preset}[/]: {r.note}")
     if not wrote_trace:
-        console.print(f"trace.json not written ({len(events):,} event rows; use --perfetto on to force)")
+        console.print(f"trace.json not written ({_why_no_trace(events, perfetto)}; use --perfetto on to force)")
     console.print(f"results: {dest}")
 
 
@@ -261,11 +270,12 @@ def write_results(dest: Path, events: pd.DataFrame, summary: pd.DataFrame, s: Sc
                   perfetto: Perfetto = Perfetto.auto, *, force: bool = False,
                   steps: pd.DataFrame | None = None) -> bool:
     """The results folder, built aside and swapped in atomically. Returns whether trace.json was
-    written (``auto`` skips it above ~64 MB: tens of seconds and hundreds of MB on big runs)."""
+    written (``auto`` writes it for single-step runs up to ~64 MB only: it is tens of seconds and
+    hundreds of MB on big runs, and most of a multi-step run's fixed cost; ``on`` always writes it)."""
     from tltsim.perfetto import chrome_trace_json, estimated_bytes
 
-    small = estimated_bytes(events) <= PERFETTO_AUTO_MAX_BYTES
-    trace = perfetto is Perfetto.on or (perfetto is Perfetto.auto and small)
+    trace = perfetto is Perfetto.on or (perfetto is Perfetto.auto and events["step"].nunique() <= 1
+                                        and estimated_bytes(events) <= PERFETTO_AUTO_MAX_BYTES)
     with atomic_dir(dest, kind="sim-run", force=force) as tmp:
         events.to_parquet(tmp / "events.parquet", index=False)
         summary.to_csv(tmp / "summary.csv", index=False)
