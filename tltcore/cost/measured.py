@@ -13,9 +13,11 @@ measured latencies** of the same GPU (:mod:`tltcore.cost.gpu_profiles`):
 
   with ``M`` tokens and the TP-sharded ``K x N`` weight on one GPU. ``eff_flop, eff_bw`` in (0, 1],
   ``latency >= 0`` and the smoothness ``p >= 1`` are fitted by least squares on log time over every
-  profiled model and TP size of that GPU, so the law extends to any shape by its FLOPs and bytes.
+  profiled model and TP size of that GPU (each octave of num_tokens weighing the same,
+  :func:`octave_weights`), so the law extends to any shape by its FLOPs and bytes.
 * **Element-wise ops** (RMSNorms, RoPE, SwiGLU, residual add, embedding gather), per op and GPU:
-  ``t = latency + bytes / (peak_bw * eff)``, fitted the same way.
+  ``t = latency + bytes / (peak_bw * eff)``, fitted the same way (unweighted: the law is linear in bytes,
+  and weighting the octaves made the held-out error worse).
 * **Attention** is not in the profiles. It is priced from its KV traffic (each request's own paged KV
   plus the new tokens, never the batch mean) at the matmul law's fitted bandwidth efficiency, or its
   FLOPs at the fitted FLOP efficiency, whichever binds, plus one kernel latency per layer. Not
@@ -203,14 +205,16 @@ class MatmulFit:
         return self.latency_s + big * (1.0 + (np.minimum(tc, tm) / big) ** p) ** (1.0 / p)
 
     @classmethod
-    def fit(cls, tokens: np.ndarray, k: np.ndarray, n: np.ndarray, seconds: np.ndarray, gpu: GPUSpec) -> MatmulFit:
-        """Least squares on log time; efficiencies bounded to (0, 1] of the data sheet's peaks."""
+    def fit(cls, tokens: np.ndarray, k: np.ndarray, n: np.ndarray, seconds: np.ndarray, gpu: GPUSpec,
+            weights: np.ndarray | None = None) -> MatmulFit:
+        """(Weighted) least squares on log time; efficiencies bounded to (0, 1] of the data sheet's peaks."""
         y = np.log(seconds)
+        w = np.sqrt(weights) if weights is not None else 1.0
 
         def law(z: np.ndarray) -> MatmulFit:
             return cls(float(_unit(z[0])), float(_unit(z[1])), _pos(z[2], hi=0.0), 1.0 + _pos(z[3], -20.0))
 
-        z = least_squares(lambda z: np.log(law(z).time(tokens, k, n, gpu)) - y,
+        z = least_squares(lambda z: w * (np.log(law(z).time(tokens, k, n, gpu)) - y),
                           [_logit(0.7), _logit(0.85), math.log(5e-6), 0.0])
         return law(z)
 
@@ -226,13 +230,15 @@ class ElementwiseFit:
         return self.latency_s + np.asarray(nbytes, dtype=np.float64) / (gpu.hbm_bytes_per_s * self.bandwidth_efficiency)
 
     @classmethod
-    def fit(cls, nbytes: np.ndarray, seconds: np.ndarray, gpu: GPUSpec) -> ElementwiseFit:
+    def fit(cls, nbytes: np.ndarray, seconds: np.ndarray, gpu: GPUSpec,
+            weights: np.ndarray | None = None) -> ElementwiseFit:
         y = np.log(seconds)
+        w = np.sqrt(weights) if weights is not None else 1.0
 
         def law(z: np.ndarray) -> ElementwiseFit:
             return cls(float(_unit(z[0])), _pos(z[1], hi=0.0))
 
-        return law(least_squares(lambda z: np.log(law(z).time(nbytes, gpu)) - y, [0.0, math.log(3e-6)]))
+        return law(least_squares(lambda z: w * (np.log(law(z).time(nbytes, gpu)) - y), [0.0, math.log(3e-6)]))
 
 
 @dataclass(frozen=True, eq=False)
@@ -325,25 +331,37 @@ def calibrate(compute: pd.DataFrame, gpu: str, *, exclude: Iterable[str] = (),
         raise InputError(f"no compute profiles for {gpu} to fit", field="gpu")
     models = tuple(sorted(rows["model"].unique()))
     shapes = {m: profile_shape(part.iloc[0]) for m, part in rows.groupby("model")}
+    rows = rows.assign(weight=octave_weights(rows))
     mm = rows[rows["op"].isin(MATMUL_OPS)]
     if mm.empty:
         raise InputError(f"no matmul profiles for {gpu}", field="op")
     k, n = _dims_of(mm, shapes)
-    matmul = MatmulFit.fit(mm["num_tokens"].to_numpy(np.float64), k, n, mm["median_ms"].to_numpy() * 1e-3, spec)
+    matmul = MatmulFit.fit(mm["num_tokens"].to_numpy(np.float64), k, n, mm["median_ms"].to_numpy() * 1e-3, spec,
+                           mm["weight"].to_numpy())
     elementwise = {}
     for op in ELEMENTWISE_OPS:
         part = rows[rows["op"] == op]
         if part.empty:
             continue
-        nbytes = np.concatenate([elementwise_bytes(op, shapes[m], int(tp), g["num_tokens"].to_numpy())
-                                 for (m, tp), g in part.groupby(["model", "tp"], sort=False)])
-        secs = np.concatenate([g["median_ms"].to_numpy() * 1e-3 for _, g in part.groupby(["model", "tp"], sort=False)])
-        elementwise[op] = ElementwiseFit.fit(nbytes, secs, spec)
+        groups = [g for _, g in part.groupby(["model", "tp"], sort=False)]
+        nbytes = np.concatenate([elementwise_bytes(op, shapes[g["model"].iloc[0]], int(g["tp"].iloc[0]),
+                                                   g["num_tokens"].to_numpy()) for g in groups])
+        secs = np.concatenate([g["median_ms"].to_numpy() * 1e-3 for g in groups])
+        elementwise[op] = ElementwiseFit.fit(nbytes, secs, spec)  # unweighted: t is linear in bytes
     table = None
     if network is not None and gpu in NETWORK_TOPOLOGIES:
         table = CollectiveTable.from_frame(network, NETWORK_TOPOLOGIES[gpu])
         table = table if table.sizes else None
     return GPUCalibration(gpu, spec, matmul, elementwise, models, table)
+
+
+def octave_weights(rows: pd.DataFrame) -> np.ndarray:
+    """Least-squares weights giving every octave of num_tokens (1, 2-3, 4-7, ...) the same total weight
+    within each (model, TP, op): Vidur's grid is dense at large token counts (248 of 259 above 64), which
+    would otherwise let the compute-bound rows decide the weight-streaming (decode) regime too."""
+    octave = np.floor(np.log2(rows["num_tokens"].to_numpy(np.float64))).astype(np.int64)
+    keys = rows[["model", "tp", "op"]].assign(octave=octave)
+    return 1.0 / keys.groupby(["model", "tp", "op", "octave"], sort=False)["octave"].transform("size").to_numpy()
 
 
 def profile_shape(row: pd.Series) -> OpShape:
