@@ -119,6 +119,9 @@ def build(
                                                     "iterations (repeatable; default BEG-MAB's arms).")] = None,
     profiles: Annotated[Path | None, typer.Option(help="Folder holding vidur/ (default: $TLT_GPU_PROFILES, "
                                                   "else ../shared/gpu-profiles).")] = None,
+    collectives: Annotated[str, typer.Option(help="TP all-reduce times: 'measured' (the node's measured NCCL "
+                                             "table) or 'analytic' (latency + ring bandwidth, as with a custom "
+                                             "all-reduce in CUDA graphs).")] = "measured",
 ) -> None:
     """Write a cost table priced by the cost model calibrated on measured GPU profiles."""
     from tltcore.atomic import check_output_file
@@ -142,10 +145,15 @@ def build(
     if out.exists() and not _written_by_us(out):
         raise InputError("exists and was not written by tlt cost build; remove it or choose another file name",
                          path=out, field="--out")
-    write_cost_table(spec, shape_, tp, out, batches, contexts, tuple(shapes), profiles)
+    from tltcore.cost.measured import COLLECTIVE_SOURCES
+
+    if collectives not in COLLECTIVE_SOURCES:
+        raise InputError(f"must be one of {', '.join(COLLECTIVE_SOURCES)}, got '{collectives}'", field="--collectives")
+    write_cost_table(spec, shape_, tp, out, batches, contexts, tuple(shapes), profiles, collectives)
 
 
-def write_cost_table(spec, shape, tp: int, out: Path, batches, contexts, shapes, profiles: Path | None) -> None:
+def write_cost_table(spec, shape, tp: int, out: Path, batches, contexts, shapes, profiles: Path | None,
+                     collectives: str = "measured") -> None:
     import platform
     from datetime import UTC, datetime
 
@@ -158,7 +166,7 @@ def write_cost_table(spec, shape, tp: int, out: Path, batches, contexts, shapes,
         profiled = ", ".join(gpu_spec(n).name for n in PROFILE_GPUS.values())
         raise InputError(f"no measured profiles for {spec.name} (profiled: {profiled}); the analytic roofline "
                          "needs no table (cost.model = \"roofline\")", field="--gpu")
-    cm = measured_cost_model(shape, spec, tp, profiles=profiles)
+    cm = measured_cost_model(shape, spec, tp, profiles=profiles, collectives=collectives)
     if not cm.measured:
         raise InputError(f"cannot calibrate {spec.name}: {cm.source}", field="--profiles")
     df = table_frame(build_rows(cm, batches, contexts, shapes))

@@ -46,6 +46,8 @@ def test_round_trip_build_then_table_lookups(synthetic_profiles, tmp_path):
     again = _build(synthetic_profiles, out, "--shape", "4_1_4")
     assert again.returncode == 0, again.stderr
     assert ("sd", 4, 1, 4) in TableCostModel.from_file(out).grids
+    analytic = _build(synthetic_profiles, out, "--collectives", "analytic")
+    assert analytic.returncode == 0 and "collectives analytic" in TableCostModel.from_file(out).metadata["source"]
 
 
 def test_unknown_gpu_and_model_are_one_line_with_suggestions(synthetic_profiles, tmp_path):
@@ -86,6 +88,7 @@ def test_an_existing_file_it_did_not_write_is_never_replaced(synthetic_profiles,
     (("--tp", "0"), "--tp"),
     (("--batch", "0"), "--batch"),
     (("--shape", "off"), "is no draft shape"),
+    (("--collectives", "nccl"), "--collectives"),
 ])
 def test_bad_options_are_one_line(synthetic_profiles, tmp_path, args, needle):
     base = {"--out": str(tmp_path / "t.parquet")}

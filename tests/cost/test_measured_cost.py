@@ -94,6 +94,32 @@ def test_collective_table_interpolates_and_extrapolates(synthetic_profiles):
     assert table.time(1e6, 16) is None
 
 
+def test_collective_table_is_non_decreasing_in_bytes():
+    import pandas as pd
+
+    noisy = pd.DataFrame({"topology": "n", "collective": "all_reduce", "bytes": [1000, 2000, 4000, 8000],
+                          "workers": 4, "devices_per_node": 4, "median_ms": [0.040, 0.020, 0.030, 0.050]})
+    table = CollectiveTable.from_frame(noisy, "n")
+    assert table.sizes[4][1].tolist() == pytest.approx([20e-6, 20e-6, 30e-6, 50e-6])
+    times = [table.time(b, 4) for b in np.geomspace(500, 20000, 30)]
+    assert all(b >= a * (1 - 1e-12) for a, b in itertools.pairwise(times))
+
+
+def test_collectives_measured_or_analytic(synthetic_profiles):
+    qwen = get_model("Qwen2.5-32B")
+    measured_tp = measured_cost_model(qwen, "H100", 4, profiles=synthetic_profiles)
+    analytic_tp = measured_cost_model(qwen, "H100", 4, profiles=synthetic_profiles, collectives="analytic")
+    assert "collectives measured h100_dgx" in measured_tp.describe()
+    assert "collectives analytic" in analytic_tp.describe()
+    cal = analytic_tp.calibration
+    assert cal.all_reduce_time(20480, 4)[1] == "analytic"
+    # the synthetic table's latency is 10 us, the preset's 8 us: measured costs more per collective
+    ctx = np.full(1, 1024)
+    assert measured_tp.decode_time(ctx) > analytic_tp.decode_time(ctx)
+    with pytest.raises(InputError, match="collectives"):
+        measured_cost_model(qwen, "H100", 4, profiles=synthetic_profiles, collectives="nccl")
+
+
 def test_measured_model_composes_iterations(synthetic_profiles):
     qwen = get_model("Qwen2.5-7B")
     cm = measured_cost_model(qwen, "H100", 1, profiles=synthetic_profiles)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
@@ -244,7 +244,10 @@ class ElementwiseFit:
 @dataclass(frozen=True, eq=False)
 class CollectiveTable:
     """Measured all-reduce medians of one node by workers: log-log interpolation in message bytes,
-    the smallest message's time below the table and its last bandwidth above it."""
+    the smallest message's time below the table and its last bandwidth above it. The medians are
+    first made non-decreasing in bytes (each size takes the fastest time of any size at or above it:
+    a message can always be padded to a larger one), since the small-message rows are noisy and an
+    iteration must not get cheaper as its batch grows."""
 
     topology: str
     sizes: dict[int, tuple[np.ndarray, np.ndarray]]  # workers -> (bytes, seconds), sorted by bytes
@@ -256,7 +259,9 @@ class CollectiveTable:
         sizes = {}
         for w, part in rows.groupby("workers"):
             part = part.sort_values("bytes")
-            sizes[int(w)] = (part["bytes"].to_numpy(np.float64), part["median_ms"].to_numpy(np.float64) * 1e-3)
+            seconds = part["median_ms"].to_numpy(np.float64) * 1e-3
+            seconds = np.minimum.accumulate(seconds[::-1])[::-1]
+            sizes[int(w)] = (part["bytes"].to_numpy(np.float64), seconds)
         return cls(topology, sizes)
 
     def time(self, nbytes: float, workers: int) -> float | None:
@@ -481,11 +486,21 @@ class MeasuredCostModel(RooflineCostModel):
         return f"{self.model.name} on {self.gpu.name} x{self.tp}: {self.source}"
 
 
+COLLECTIVE_SOURCES = ("measured", "analytic")
+
+
 def measured_cost_model(shape: ModelShape, gpu: str | GPUSpec, tp: int = 1, *, profiles: str | Path | None = None,
-                        **kwargs: object) -> MeasuredCostModel:
+                        collectives: str = "measured", **kwargs: object) -> MeasuredCostModel:
     """The calibrated cost model of ``shape`` on ``tp`` x ``gpu``; the analytic roofline (same class,
     ``measured`` False, ``source`` saying why) for a GPU without profiles or when none are found.
-    ``kwargs`` are :class:`~tltcore.cost.roofline.RooflineCostModel`'s (overheads, block size, drafter)."""
+
+    ``collectives``: ``measured`` interpolates the node's measured all-reduce table (Vidur's NCCL
+    timings: 20-40 us for small messages on 4-8 H100s), ``analytic`` uses the GPU preset's latency +
+    ring-bandwidth term (8 us over NVLink: engines that run a custom all-reduce inside CUDA graphs, as
+    vLLM and SGLang do, get closer to it). ``kwargs`` are
+    :class:`~tltcore.cost.roofline.RooflineCostModel`'s (overheads, block size, drafter)."""
+    if collectives not in COLLECTIVE_SOURCES:
+        raise InputError(f"must be one of {', '.join(COLLECTIVE_SOURCES)}, got '{collectives}'", field="collectives")
     spec = gpu if isinstance(gpu, GPUSpec) else gpu_spec(gpu)
     key = profile_key(spec)
     if key is None:
@@ -498,4 +513,6 @@ def measured_cost_model(shape: ModelShape, gpu: str | GPUSpec, tp: int = 1, *, p
             raise
         return MeasuredCostModel(shape, spec, tp, source=f"roofline (analytic; {exc.message})",
                                  **kwargs)  # type: ignore[arg-type]
+    if collectives == "analytic" and cal.collectives is not None:
+        cal = replace(cal, collectives=None)
     return MeasuredCostModel(shape, spec, tp, calibration=cal, **kwargs)  # type: ignore[arg-type]
