@@ -37,13 +37,16 @@ class EngineConfig(EngineLimits):
     schedules them, so their prefill costs only its marginal time (the pass minus the fixed cost of
     any forward, priced as a one-token prefill); off, every admission is a pass of its own (the native
     engine). ``closed_form`` and ``coalesce`` exist so tests can prove that advancing in spans equals
-    plain stepping.
+    plain stepping; ``fast`` (on by default) selects the engine's fast paths (one-iteration SD spans
+    without the span loop, drafter catch-up scans only when a drafter can lag, one SimPy yield per
+    worker and step), which give bit-identical event logs: off, the reference per-row path runs.
     """
 
     kv_capacity_tokens: int = 10**12
     acceptance_mode: str = "expected"
     closed_form: bool = True
     coalesce: bool = True
+    fast: bool = True
     mixed_prefill: bool = False
 
     @classmethod
@@ -67,41 +70,64 @@ class LiveRequests:
     ``ctx``: prompt + whole tokens emitted (what policies and cost models see); ``gen``: tokens
     emitted, fractional in expected-value mode (only kept there); ``lag``: tokens the drafter has
     not seen yet (a newly prefilled request's drafter has seen nothing).
+
+    The columns are rows of one 2-D block per dtype (int64; float64 in expected mode), so admitting
+    or dropping requests is one concatenation or gather per block instead of one per column; the
+    attributes are views into the blocks, updated in place.
     """
+
+    _INT_ONLY = ("prompt", "target", "gen", "rem", "ctx", "lag")  # integer progress: one block
+    _INTS, _FLOATS = ("prompt", "target", "ctx"), ("gen", "rem", "lag")  # expected mode: two blocks
 
     def __init__(self, expected: bool) -> None:
         self.expected = expected
         self.dtype = np.float64 if expected else np.int64
-        self.prompt = np.zeros(0, dtype=np.int64)
-        self.target = np.zeros(0, dtype=np.int64)
-        self.gen = np.zeros(0, dtype=self.dtype)
-        self.rem = np.zeros(0, dtype=self.dtype)
-        self.ctx = np.zeros(0, dtype=np.int64)
-        self.lag = np.zeros(0, dtype=self.dtype)
+        if expected:
+            self._ints = np.zeros((3, 0), dtype=np.int64)
+            self._floats = np.zeros((3, 0), dtype=np.float64)
+        else:
+            self._ints = np.zeros((6, 0), dtype=np.int64)
+            self._floats = None
+        self._bind()
+
+    def _bind(self) -> None:
+        if self._floats is None:
+            self.prompt, self.target, self.gen, self.rem, self.ctx, self.lag = self._ints
+        else:
+            self.prompt, self.target, self.ctx = self._ints
+            self.gen, self.rem, self.lag = self._floats
 
     def __len__(self) -> int:
-        return len(self.prompt)
+        return self._ints.shape[1]
 
     def add(self, prompt: np.ndarray, target: np.ndarray) -> None:
         """Admit requests whose prefill has just emitted their first token."""
         n = len(prompt)
-        one = np.ones(n, dtype=self.dtype)
-        self.prompt = np.concatenate([self.prompt, prompt])
-        self.target = np.concatenate([self.target, target])
-        self.gen = np.concatenate([self.gen, one])
-        self.rem = np.concatenate([self.rem, target.astype(self.dtype) - 1])
-        self.ctx = np.concatenate([self.ctx, prompt + 1])
-        self.lag = np.concatenate([self.lag, (prompt + 1).astype(self.dtype)])
+        if self._floats is None:
+            new = np.empty((6, n), dtype=np.int64)
+            new[0], new[1], new[2], new[3], new[4], new[5] = prompt, target, 1, target - 1, prompt + 1, prompt + 1
+            self._ints = np.concatenate([self._ints, new], axis=1)
+        else:
+            ints = np.empty((3, n), dtype=np.int64)
+            ints[0], ints[1], ints[2] = prompt, target, prompt + 1
+            flts = np.empty((3, n), dtype=np.float64)
+            flts[0], flts[1], flts[2] = 1.0, target.astype(np.float64) - 1, (prompt + 1).astype(np.float64)
+            self._ints = np.concatenate([self._ints, ints], axis=1)
+            self._floats = np.concatenate([self._floats, flts], axis=1)
+        self._bind()
 
     def advance(self, step: np.ndarray, eps: float) -> None:
         """Emit ``step`` tokens per request (never more than ``rem``)."""
         self.rem -= step
         if self.expected:
             self.gen += step
-            self.ctx = self.prompt + np.floor(self.gen + eps).astype(np.int64)
+            np.add(self.prompt, np.floor(self.gen + eps).astype(np.int64), out=self.ctx)
         else:  # integer progress: ctx carries it (saves an op per iteration)
             self.ctx += step
 
     def drop(self, keep: np.ndarray) -> None:
-        self.prompt, self.target, self.gen = self.prompt[keep], self.target[keep], self.gen[keep]
-        self.rem, self.ctx, self.lag = self.rem[keep], self.ctx[keep], self.lag[keep]
+        idx = np.flatnonzero(keep)
+        self._ints = self._ints.take(idx, axis=1)
+        if self._floats is not None:
+            self._floats = self._floats.take(idx, axis=1)
+        self._bind()

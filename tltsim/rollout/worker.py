@@ -20,7 +20,8 @@ Each unit of work (:meth:`RolloutWorker.advance`) is one of:
   :class:`Outcome` per span.
 
 Workers never interact within a step, so each keeps a local clock and the SimPy process yields once
-per closed event row.
+per closed event row (once per step with ``engine.fast``, which also runs one-iteration SD spans
+without the span loop and scans for lagging drafters only after admissions or plain spans).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class RolloutWorker:
         self.idx, self.step_no = idx, step
         self.q_prompt = prompts.astype(np.int64)
         self.q_resp = np.maximum(responses.astype(np.int64), 1)
+        self.q_reserve = self.q_prompt + self.q_resp  # KV each waiting request reserves (scheduling docstring)
         self.next_waiting = 0
         self.policy, self.cost, self.accept, self.sampler = policy, cost, accept, sampler
         self.eng, self.rng, self.log, self.drafter, self.recent = engine, rng, log, drafter, recent
@@ -66,6 +68,9 @@ class RolloutWorker:
         self.need_admit = True
         self.finish_time = t0
         self.row_closed = False
+        self.fast = engine.fast
+        self.lag_dirty = True  # some live drafter may lag (fast path: skip the catch-up scan when not)
+        self._mixed_base: float | None = None
         self._accept_len: dict[SDConfig, float] = {}
         self.done_at: list[np.ndarray] = []  # finish time of every finished response (DataCoverage's input)
         self.done_tokens: list[np.ndarray] = []
@@ -75,7 +80,7 @@ class RolloutWorker:
         """Admit waiting requests FCFS under max_batch and the KV reservation; prefill them."""
         self.need_admit = False
         lo = self.next_waiting
-        reserve = self.q_prompt[lo:] + self.q_resp[lo:]
+        reserve = self.q_reserve[lo:]
         fits = admissible(reserve, self.eng.max_batch - len(self.live), self.eng.kv_capacity_tokens - self.kv_used)
         if fits == 0:
             if len(self.live) == 0 and len(reserve):
@@ -92,13 +97,16 @@ class RolloutWorker:
         t, passes = self._prefill(prompts, np.zeros(fits, dtype=np.int64), self.eng.prefill_budget, target=True,
                                   drafter=False)
         if self.eng.mixed_prefill and len(self.live):  # folded into the next decode iteration
-            one = np.ones(1, dtype=np.int64)
-            t = max(0.0, t - self.cost.prefill_time(one, one - 1))
+            if self._mixed_base is None:
+                one = np.ones(1, dtype=np.int64)
+                self._mixed_base = self.cost.prefill_time(one, one - 1)
+            t = max(0.0, t - self._mixed_base)
         self.log.span(self.idx, "prefill", self.t, self.t + t, iterations=passes, batch=fits, tokens=fits,
                       prefill_tokens=int(_sum(prompts)))
         self.row_closed = True
         self.t += t
         self.live.add(prompts, self.q_resp[lo:hi])
+        self.lag_dirty = True
         self._retire()  # one-token responses are done at prefill
 
     def _prefill(self, new: np.ndarray, cached: np.ndarray, budget: int, *, target: bool,
@@ -162,8 +170,12 @@ class RolloutWorker:
                 live.lag[:] = 0  # the drafter ran alongside every earlier iteration
             if decision.switch_on:
                 self._switch(config)
-            self._catch_up(live.lag > self.eng.catch_up_limit)
-            self._speculate(config, hold)
+            if self.lag_dirty or not self.fast:  # after an SD span every lag is 0 until admissions or plain spans
+                self._catch_up(live.lag > self.eng.catch_up_limit)
+            if hold == 1 and self.fast:
+                self._speculate_one(config)
+            else:
+                self._speculate(config, hold)
         else:
             self._plain(hold)
         if _min(live.rem) <= _EPS:
@@ -185,6 +197,7 @@ class RolloutWorker:
         self.iteration += n
         live.advance(step, _EPS)
         live.lag += step
+        self.lag_dirty = True
         self.policy.observe(Outcome(NO_SD, b, round(emitted), dt, time=self.t, worker=self.idx, iterations=n))
         if self.log.decode(self.idx, t0, self.t, n, b, NO_SD, emitted):
             self.row_closed = True
@@ -210,11 +223,36 @@ class RolloutWorker:
             if n >= hold or _min(live.rem) <= _EPS:
                 break
         live.lag[:] = 0
+        self.lag_dirty = False
         self.iteration += n
         acc = float(_sum(accepted))
         self.policy.observe(Outcome(config, b, round(emitted_total), self.t - t0, config.verify_tokens * b * n,
                                     round(acc), self.t, self.idx, n, tuple(accepted.tolist())))
         if self.log.decode(self.idx, t0, self.t, n, b, config, emitted_total, config.verify_tokens * b * n, acc):
+            self.row_closed = True
+
+    def _speculate_one(self, config: SDConfig) -> None:
+        """:meth:`_speculate` for a one-iteration decision (BEG-MAB decides every iteration), without the
+        span loop's accumulators; the same numbers, operation for operation."""
+        live = self.live
+        b, t0 = len(live), self.t
+        dt = self.cost.sd_time(live.ctx, config)
+        drawn = self._draw(config, b)
+        step = np.minimum(live.rem, drawn)
+        emitted = float(_sum(step))
+        # np.zeros(b) + (drawn - 1), as the span loop accumulates it: float64 per request
+        accepted = np.full(b, drawn - 1, dtype=np.float64) if self.expected else (drawn - 1).astype(np.float64)
+        self.recent.update(emitted / b)
+        self.t = t0 + dt
+        live.advance(step, _EPS)
+        live.lag[:] = 0
+        self.lag_dirty = False
+        self.iteration += 1
+        acc = float(_sum(accepted))
+        drafted = config.verify_tokens * b
+        self.policy.observe(Outcome(config, b, round(emitted), self.t - t0, drafted, round(acc), self.t, self.idx, 1,
+                                    tuple(accepted.tolist())))
+        if self.log.decode(self.idx, t0, self.t, 1, b, config, emitted, drafted, acc):
             self.row_closed = True
 
     def _draw(self, config: SDConfig, b: int) -> np.ndarray | float:
@@ -234,10 +272,11 @@ class RolloutWorker:
         done = live.rem <= _EPS
         if not done.any():
             return
-        self.kv_used -= int(_sum(live.prompt[done] + live.target[done]))
-        self.done_tokens.append(live.target[done].astype(np.int64))
-        self.done_at.append(np.full(len(self.done_tokens[-1]), self.t))
+        target = live.target[done]
+        self.kv_used -= int(_sum(live.prompt[done] + target))
+        self.done_tokens.append(target)
+        self.done_at.append(np.full(len(target), self.t))
         live.drop(~done)
         self.need_admit = True
         if self.on_finish is not None:
-            self.on_finish(int(done.sum()))
+            self.on_finish(len(target))
