@@ -23,8 +23,10 @@ WRITER = "tlt cost build"
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 DEFAULT_CONTEXTS = (0, 256, 1024, 4096, 16384, 32768)
 DEFAULT_SHAPES = ("8_4_48", "8_4_32", "8_4_16", "8_4_8")  # BEG-MAB's published arms
-VERIFY_TOKENS = (1, 2, 4, 8, 16, 24, 32, 48, 64)
-TOPKS = (1, 2, 4, 8)
+#: verify and draft-step rows let a table price SD shapes it has no whole-iteration rows for (every chain
+#: k_1_k of the vllm-table policy up to 64, and wider trees)
+VERIFY_TOKENS = (*range(1, 65), 80, 96, 128, 192, 256)
+TOPKS = (*range(1, 9), 10, 12, 16)
 
 
 def _written_by_us(path: Path) -> bool:
