@@ -353,6 +353,13 @@ def write_report(out: Path, root: Path | None = None) -> None:
     per_model = summarise(full[full["op_class"].isin(["matmul", "element-wise", "layer"])],
                           ["gpu", "model", "op_class"])
     table = _class_table(summary)
+    lay = per_model[per_model["op_class"] == "layer"]
+    spread = lay.pivot_table(index=["gpu", "model"], columns="cost_model",
+                             values=["median_abs_rel_err", "p90_abs_rel_err"]).reset_index()
+    spread.columns = ["gpu", "held-out model", *[f"{'median' if a.startswith('median') else 'p90'} {b.split(' ')[0]}"
+                                                 for a, b in spread.columns[2:]]]
+    spread = spread[["gpu", "held-out model", "median roofline", "median calibrated", "p90 roofline",
+                     "p90 calibrated"]]
     streaming = max_streaming(compute)
     allreduce = small_allreduce(network)
     profiled = set(compute["gpu"])
@@ -447,6 +454,10 @@ def write_report(out: Path, root: Path | None = None) -> None:
         "![error by op class](error_by_op.png)",
         "",
         "![predicted vs measured](scatter.png)",
+        "",
+        "## Spread across held-out models (one layer's time)",
+        "",
+        markdown_table(spread, {c: ".1%" for c in spread.columns if c not in ("gpu", "held-out model")}),
         "",
         "## Matmuls by regime (leave one model out)",
         "",
