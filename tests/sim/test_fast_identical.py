@@ -1,0 +1,79 @@
+"""The engine's fast paths (``EngineConfig.fast``, on by default) give bit-identical results to the
+reference per-row path: the same event log, summary and per-step table, for every bundled scenario,
+every preset, seeds 0-2, expected and stochastic acceptance, a queueing and a KV-limited case.
+
+Kept short: each case is a few prompt groups on a few workers (the paths differ in how they step,
+not in scale)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import tltsim
+from conftest import needs_shared_traces
+from tltsim.rl.presets import PRESET_NAMES
+from tltsim.rl.run import compare_presets
+from tltsim.scenario import compare_policies, prepare, resolve
+
+SCENARIOS = sorted(p.stem for p in (Path(tltsim.__file__).parent / "data" / "scenarios").glob("*.toml"))
+SMALL = [("trace.prompts_per_step", 4, "test"), ("trace.cap", 3000, "test"), ("cluster.gpus", 8, "test"),
+         ("cluster.tp", 4, "test")]
+
+
+def _both(s, run):
+    inputs = prepare(s)
+    assert inputs.engine.fast  # the default
+    slow = replace(inputs, engine=replace(inputs.engine, fast=False))
+    return run(s, inputs), run(s, slow)
+
+
+def _same(fast, slow) -> None:
+    for a, b in zip(fast, slow, strict=True):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+def _policies(s, inputs):
+    return compare_policies(s, inputs)
+
+
+def _presets(s, inputs):
+    return compare_presets(s, inputs)
+
+
+@needs_shared_traces()
+@pytest.mark.parametrize("mode", ["expected", "stochastic"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_bundled_scenarios_fast_equals_reference(name, seed, mode):
+    s = resolve(name, [*SMALL, ("seed", seed, "test"), ("acceptance.mode", mode, "test"),
+                       ("trace.num_steps", 2, "test")]).scenario
+    _same(*_both(s, _policies))
+
+
+@needs_shared_traces()
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_every_preset_fast_equals_reference(seed):
+    s = resolve(None, [*SMALL, ("seed", seed, "test"), ("presets", PRESET_NAMES, "test"),
+                       ("trace.num_steps", 2, "test"), ("acceptance.mode", "stochastic", "test")]).scenario
+    _same(*_both(s, _presets))
+
+
+@needs_shared_traces()
+@pytest.mark.parametrize("mode", ["expected", "stochastic"])
+def test_queueing_and_kv_limited_fast_equals_reference(mode):
+    policies = ("no-sd", "elastic:2+beg-mab", "static:8_4_32", "elastic:2+static:4_1_4", "sglang-ema", "oracle")
+    common = [("policies", policies, "test"), ("acceptance.mode", mode, "test"), ("trace.prompts_per_step", 4, "test"),
+              ("trace.cap", 2000, "test"), ("trace.num_steps", 2, "test")]
+    queueing = resolve(None, [*common, ("cluster.gpus", 8, "test"), ("cluster.tp", 4, "test"),
+                              ("engine.max_batch", 3, "test")]).scenario
+    kv_limited = resolve(None, [*common, ("cluster.gpus", 2, "test"), ("cluster.tp", 1, "test"),
+                                ("engine.kv_mem_fraction", 0.2, "test")]).scenario
+    inputs = prepare(kv_limited)
+    reserve = sum(int((w.prompt_tokens + w.response_tokens).sum()) for w in inputs.workloads[:1])
+    assert inputs.engine.kv_capacity_tokens * kv_limited.n_workers < reserve  # the KV cache does limit the batch
+    for s in (queueing, kv_limited):
+        _same(*_both(s, _policies))
