@@ -80,6 +80,8 @@ class RolloutWorker:
         """Admit waiting requests FCFS under max_batch and the KV reservation; prefill them."""
         self.need_admit = False
         lo = self.next_waiting
+        if self.fast and lo >= len(self.q_reserve):  # nothing waits
+            return
         reserve = self.q_reserve[lo:]
         fits = admissible(reserve, self.eng.max_batch - len(self.live), self.eng.kv_capacity_tokens - self.kv_used)
         if fits == 0:
@@ -105,9 +107,13 @@ class RolloutWorker:
                       prefill_tokens=int(_sum(prompts)))
         self.row_closed = True
         self.t += t
-        self.live.add(prompts, self.q_resp[lo:hi])
+        resp = self.q_resp[lo:hi]
+        self.live.add(prompts, resp)
         self.lag_dirty = True
-        self._retire()  # one-token responses are done at prefill
+        # one-token responses are done at prefill (every other live request still has tokens to emit:
+        # finished ones were retired after the span that finished them)
+        if not self.fast or _min(resp) <= 1:
+            self._retire()
 
     def _prefill(self, new: np.ndarray, cached: np.ndarray, budget: int, *, target: bool,
                  drafter: bool) -> tuple[float, int]:
@@ -191,8 +197,13 @@ class RolloutWorker:
         else:
             n = 1
             dt = self.cost.decode_time(live.ctx)
-        step = np.minimum(rem, n)
-        emitted = float(_sum(step))
+        if self.fast and not self.expected:
+            # whole tokens: every live request has >= ceil(min rem) >= n left, so each emits exactly n
+            step = n
+            emitted = float(n * b)
+        else:
+            step = np.minimum(rem, n)
+            emitted = float(_sum(step))
         self.t = t0 + dt
         self.iteration += n
         live.advance(step, _EPS)
@@ -241,12 +252,13 @@ class RolloutWorker:
         step = np.minimum(live.rem, drawn)
         emitted = float(_sum(step))
         # np.zeros(b) + (drawn - 1), as the span loop accumulates it: float64 per request
-        accepted = np.full(b, drawn - 1, dtype=np.float64) if self.expected else (drawn - 1).astype(np.float64)
+        accepted = np.full(b, drawn - 1, dtype=np.float64) if self.expected else drawn - 1.0
         self.recent.update(emitted / b)
         self.t = t0 + dt
         live.advance(step, _EPS)
-        live.lag[:] = 0
-        self.lag_dirty = False
+        if self.lag_dirty:  # else every lag is already 0
+            live.lag[:] = 0
+            self.lag_dirty = False
         self.iteration += 1
         acc = float(_sum(accepted))
         drafted = config.verify_tokens * b
