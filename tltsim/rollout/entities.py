@@ -126,7 +126,7 @@ class LiveRequests:
             self.ctx += step
 
     def drop(self, keep: np.ndarray) -> None:
-        idx = np.flatnonzero(keep)
+        idx = keep.nonzero()[0]
         self._ints = self._ints.take(idx, axis=1)
         if self._floats is not None:
             self._floats = self._floats.take(idx, axis=1)

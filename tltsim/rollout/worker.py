@@ -72,7 +72,8 @@ class RolloutWorker:
         self.lag_dirty = True  # some live drafter may lag (fast path: skip the catch-up scan when not)
         self._mixed_base: float | None = None
         self._accept_len: dict[SDConfig, float] = {}
-        self.done_at: list[np.ndarray] = []  # finish time of every finished response (DataCoverage's input)
+        self._done_t: list[float] = []  # when responses finished, and how many each time (DataCoverage's input)
+        self._done_n: list[int] = []
         self.done_tokens: list[np.ndarray] = []
 
     # ---- admission, prefill and the drafter's state ----------------------------------------------
@@ -83,6 +84,8 @@ class RolloutWorker:
         if self.fast and lo >= len(self.q_reserve):  # nothing waits
             return
         reserve = self.q_reserve[lo:]
+        if self.fast:  # the live requests' reservations (the reference path keeps a running total)
+            self.kv_used = int(_sum(self.live.prompt)) + int(_sum(self.live.target))
         fits = admissible(reserve, self.eng.max_batch - len(self.live), self.eng.kv_capacity_tokens - self.kv_used)
         if fits == 0:
             if len(self.live) == 0 and len(reserve):
@@ -279,15 +282,31 @@ class RolloutWorker:
             return a
         return self.sampler.draw(config, b, self.rng, self.drafter)
 
+    @property
+    def done_at(self) -> list[np.ndarray]:
+        """The finish time of every finished response, in finishing order (one array)."""
+        return [np.repeat(np.array(self._done_t, dtype=np.float64), self._done_n)] if self._done_t else []
+
     def _retire(self) -> None:
         live = self.live
         done = live.rem <= _EPS
+        if self.fast:  # called only when some request is done; kv_used is recomputed at admission
+            target = live.target[done]
+            self.done_tokens.append(target)
+            self._done_t.append(self.t)
+            self._done_n.append(len(target))
+            live.drop(~done)
+            self.need_admit = True
+            if self.on_finish is not None:
+                self.on_finish(len(target))
+            return
         if not done.any():
             return
         target = live.target[done]
         self.kv_used -= int(_sum(live.prompt[done] + target))
         self.done_tokens.append(target)
-        self.done_at.append(np.full(len(target), self.t))
+        self._done_t.append(self.t)
+        self._done_n.append(len(target))
         live.drop(~done)
         self.need_admit = True
         if self.on_finish is not None:
