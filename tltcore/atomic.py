@@ -43,6 +43,7 @@ MARKER = ".tlt-results.json"
 #: a command of its own kind; a marker without a kind (tlt 0.2 and older) is replaced by none.
 KINDS = {
     "sim-run": "tlt sim run",
+    "sim-sensitivity": "tlt sim sensitivity",
     "demo": "tlt demo",
     "report": "tlt report",
     "validation": "tlt validate",

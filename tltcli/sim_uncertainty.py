@@ -1,0 +1,215 @@
+"""The spread of ``tlt sim`` answers: ``tlt sim run --seeds N`` (N > 1) and ``tlt sim sensitivity``.
+
+``--seeds N`` writes, into the usual atomic results folder:
+
+* ``summary.csv`` — every seed's rows, as a one-seed run writes them, with a leading ``seed`` column
+  (per policy and step; per preset with ``--preset``); ``steps.csv`` likewise with presets;
+* ``seeds_summary.csv`` — one row per (policy, step), or per preset, with ``seeds`` and, for each
+  speedup and makespan, ``<metric>_median``, ``<metric>_min`` and ``<metric>_max`` over the seeds;
+* ``seeds_totals.csv`` — with several RL steps (policies): the whole run's rollout seconds and speedup;
+* ``events.parquet`` — every seed's events with a ``seed`` column; ``trace.json`` the first seed's;
+* ``seeds.png`` / ``seeds.pdf`` — per policy the median, min–max and each seed, speedup and makespan.
+
+``tlt sim sensitivity`` writes ``sensitivity.csv``, ``tornado.png``/``.pdf``, ``README.md`` (the
+ranges and why) and ``scenario.resolved.toml``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from tltcore.atomic import atomic_dir
+from tltsim.scenario import Scenario, SimInputs, scenario_toml
+from tltsim.seeds import (
+    SeedRuns,
+    fmt_range,
+    headline,
+    ranking_flip,
+    run_policy_seeds,
+    run_preset_seeds,
+    seeds_summary,
+    seeds_totals,
+)
+
+
+def _labels(names: tuple[str, ...], seeds: list[int]) -> list[str]:
+    return [f"{n} (seed {k})" for k in seeds for n in names]
+
+
+def seed_policy_table(agg: pd.DataFrame, title: str, name: str = "policy", makespan: str = "makespan_s",
+                      makespan_label: str = "makespan s") -> Table:
+    """Rich table: per policy (and step) the makespan and speedup as median (min–max) over the seeds."""
+    multi = "step" in agg and agg["step"].nunique() > 1
+    table = Table(title=title)
+    table.add_column(name, no_wrap=True)
+    if multi:
+        table.add_column("step", justify="right")
+    table.add_column(makespan_label, justify="right", no_wrap=True)
+    table.add_column("speedup", justify="right", no_wrap=True)
+    for r in agg.to_dict("records"):
+        cells = [str(r[name]), *([str(r["step"])] if multi else [])]
+        table.add_row(*cells, fmt_range(r[f"{makespan}_median"], r[f"{makespan}_min"], r[f"{makespan}_max"]),
+                      fmt_range(r["speedup_median"], r["speedup_min"], r["speedup_max"], ".3f", "x"))
+    return table
+
+
+def seed_preset_table(agg: pd.DataFrame, title: str) -> Table:
+    """Rich table: per preset the total and rollout seconds and both speedups, median (min–max)."""
+    table = Table(title=title)
+    for col in ("preset", "seeds", "total s", "rollout s", "rollout speedup", "speedup"):
+        table.add_column(col, justify="left" if col == "preset" else "right", no_wrap=True)
+    for r in agg.to_dict("records"):
+        table.add_row(str(r["preset"]), str(r["seeds"]),
+                      fmt_range(r["total_s_median"], r["total_s_min"], r["total_s_max"], ".1f"),
+                      fmt_range(r["rollout_s_median"], r["rollout_s_min"], r["rollout_s_max"], ".1f"),
+                      fmt_range(r["rollout_speedup_median"], r["rollout_speedup_min"], r["rollout_speedup_max"],
+                                ".3f", "x"),
+                      fmt_range(r["speedup_median"], r["speedup_min"], r["speedup_max"], ".3f", "x"))
+    return table
+
+
+def run_seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, dest: Path, perfetto, force: bool) -> None:
+    """``tlt sim run --seeds N`` with N > 1: run, write the folder, print the tables and the flip line."""
+    from tltcli.progress import policy_progress
+    from tltsim.rl.presets import presets_with_baseline
+    from tltsim.scenario import policies_with_baseline
+    from tltsim.seeds import seed_values
+
+    seeds = seed_values(s.seed, n)
+    names = presets_with_baseline(s.presets) if s.presets else policies_with_baseline(s.policies)
+    labels = _labels(names, seeds)
+    responses = sum(w.n_requests for w in inputs.workloads)
+    with policy_progress(console, labels, responses) as (on_each, on_finish):
+        hook = lambda k, name: on_each(f"{name} (seed {k})")  # noqa: E731
+        if s.presets:
+            runs = run_preset_seeds(s, n, inputs, progress=on_finish, on_preset=hook)
+        else:
+            runs = run_policy_seeds(s, n, inputs, progress=on_finish, on_policy=hook)
+    agg = seeds_summary(runs)
+    totals = None if runs.presets or len(inputs.workloads) == 1 else seeds_totals(runs)
+    wrote_trace = write_seed_results(dest, runs, agg, totals, s, perfetto, force=force)
+    span = f"seeds {seeds[0]}-{seeds[-1]}"
+    if runs.presets:
+        console.print(seed_preset_table(agg, f"Whole run over {n} {span}: median (min–max) over the seeds"))
+        for r in runs.summary.drop_duplicates("preset").itertuples(index=False):
+            if r.status != "ok":
+                console.print(f"[bold red]{r.preset}[/]: {r.note}")
+    else:
+        n_steps = len(inputs.workloads)
+        what = (f"One RL step, {s.trace.name} step {inputs.workload.step}" if n_steps == 1
+                else f"{n_steps} RL steps of {s.trace.name}, per step")
+        console.print(seed_policy_table(agg, f"{what}, {span}: median (min–max) over the seeds"))
+        if totals is not None:
+            console.print(seed_policy_table(totals, f"Whole run ({n_steps} rollouts back to back), {span}",
+                                            makespan="rollout_s", makespan_label="rollout s"))
+    frame, name, metric = headline(runs)
+    flip = ranking_flip(frame, name, metric)
+    kinds = "presets" if runs.presets else "policies"
+    console.print(flip if flip is not None else f"ranking: every seed orders the {kinds} as the medians do",
+                  highlight=False)
+    console.print(f"simulation {span} (dealing, stochastic acceptance, policy seeds); trace.seed "
+                  f"{s.trace.seed} fixed (the same responses at every seed)", highlight=False)
+    if not wrote_trace:
+        console.print("trace.json not written (use --perfetto on to force; it holds the first seed)")
+    console.print(f"results: {dest}")
+
+
+def write_seed_results(dest: Path, runs: SeedRuns, agg: pd.DataFrame, totals: pd.DataFrame | None, s: Scenario,
+                       perfetto, *, force: bool = False) -> bool:
+    """The ``--seeds`` results folder (module docstring), built aside and swapped in atomically."""
+    from analysis.uncertainty_plots import seed_spread_figure
+    from tltcli.sim import PERFETTO_AUTO_MAX_BYTES, Perfetto
+    from tltsim.perfetto import chrome_trace_json, estimated_bytes
+
+    first = runs.events[runs.events["seed"] == runs.seeds[0]].drop(columns="seed").reset_index(drop=True)
+    trace = perfetto is Perfetto.on or (perfetto is Perfetto.auto and first["step"].nunique() <= 1
+                                        and estimated_bytes(first) <= PERFETTO_AUTO_MAX_BYTES)
+    frame, name, _ = headline(runs)
+    if runs.presets:
+        panels = [("speedup", "end-to-end speedup over verl (x)"), ("total_s", "whole-run time (s)")]
+    else:
+        panels = [("speedup", "rollout speedup over no-sd (x)"), ("rollout_s", "rollout makespan, whole run (s)")]
+    with atomic_dir(dest, kind="sim-run", force=force) as tmp:
+        runs.events.to_parquet(tmp / "events.parquet", index=False)
+        runs.summary.to_csv(tmp / "summary.csv", index=False)
+        agg.to_csv(tmp / "seeds_summary.csv", index=False)
+        if totals is not None:
+            totals.to_csv(tmp / "seeds_totals.csv", index=False)
+        if runs.steps is not None and not runs.steps.empty:
+            runs.steps.to_csv(tmp / "steps.csv", index=False)
+        if trace:
+            (tmp / "trace.json").write_text(chrome_trace_json(first), encoding="utf-8")
+        (tmp / "scenario.resolved.toml").write_text(scenario_toml(s), encoding="utf-8")
+        seed_spread_figure(frame, name, panels, tmp / "seeds")
+    return trace
+
+
+def _answer_cell(r: dict, side: str, notes: bool = False) -> str:
+    """``1.420x (1.310–1.550)`` at one side of a sensitivity row (with its note, or why it did not run)."""
+    note = str(r[f"note_{side}"])
+    if not np.isfinite(r[f"answer_{side}"]):
+        return note if notes and note else "not run"
+    text = fmt_range(r[f"answer_{side}"], r[f"answer_{side}_min"], r[f"answer_{side}_max"], ".3f", "x")
+    return f"{text} ({note})" if notes and note else text
+
+
+def sensitivity_readme(s: Scenario, table: pd.DataFrame, facts: dict[str, object], command: str) -> str:
+    """The results folder's README: what the answer is, the ranking, each range and why."""
+    from tltcore import __version__
+
+    lines = [
+        "# Sensitivity of the answer to the inputs nobody measured", "",
+        f"Written by `{command}` (tlt {__version__}).", "",
+        f"**The answer**: {facts['best']}'s {facts['metric']}, the best at the scenario as given: "
+        f"{fmt_range(facts['answer'], facts['answer_min'], facts['answer_max'], '.3f', 'x')} "
+        f"(median, min–max over {facts['seeds']} simulation seed(s) from {facts['first_seed']}; trace.seed "
+        f"{s.trace.seed} fixed).", "",
+        "Each input is set to its low and then its high value, one at a time, the rest as given; inputs are "
+        "ranked by their swing (largest minus smallest median answer over low, as given, high). A side equal "
+        "to the scenario's value is marked *as given*; a side the scenario cannot take says why.", "",
+        "| rank | input | field | low / as given / high | answer at low | answer at high | swing | rule | why |",
+        "|---:|---|---|---|---:|---:|---:|---|---|",
+    ]
+    for r in table.to_dict("records"):
+        swing = f"{r['swing']:.3f}" if np.isfinite(r["swing"]) else "–"
+        lines.append(f"| {r['rank']} | {r['factor']} | `{r['field']}` | {r['low_value']} / {r['base_value']} / "
+                     f"{r['high_value']} | {_answer_cell(r, 'low', True)} | {_answer_cell(r, 'high', True)} | "
+                     f"{swing} | {r['rule']} | {r['why']} |")
+    lines += ["", "Files: `sensitivity.csv` (the table, with the min–max over seeds at each end), "
+              "`tornado.png`/`tornado.pdf`, `scenario.resolved.toml` (the scenario as given).", ""]
+    return "\n".join(lines)
+
+
+def run_sensitivity(s: Scenario, n_seeds: int, console: Console, dest: Path, force: bool, command: str) -> None:
+    """``tlt sim sensitivity``: run every point, write the folder, print the ranking."""
+    from analysis.uncertainty_plots import tornado_figure
+    from tltsim.sensitivity import factors_for, sensitivity
+
+    points = 1 + 2 * len(factors_for(s))
+    console.print(f"up to {points} points x {n_seeds} seed(s); the answer: the best "
+                  f"{'preset' if s.presets else 'policy'}'s speedup over the baseline", highlight=False)
+    table, facts = sensitivity(s, n_seeds, on_point=lambda p: console.print(f"simulating {p}", highlight=False))
+    with atomic_dir(dest, kind="sim-sensitivity", force=force) as tmp:
+        table.to_csv(tmp / "sensitivity.csv", index=False)
+        tornado_figure(table, facts, tmp / "tornado")
+        (tmp / "README.md").write_text(sensitivity_readme(s, table, facts, command), encoding="utf-8")
+        (tmp / "scenario.resolved.toml").write_text(scenario_toml(s), encoding="utf-8")
+    out = Table(title=f"{facts['best']}: {facts['metric']}, as given "
+                f"{fmt_range(facts['answer'], facts['answer_min'], facts['answer_max'], '.3f', 'x')}")
+    for col in ("rank", "input", "low / given / high", "at low", "at high", "swing"):
+        out.add_column(col, justify="left" if col in ("input", "low / given / high") else "right")
+    for r in table.to_dict("records"):
+        out.add_row(str(r["rank"]), r["factor"], f"{r['low_value']} / {r['base_value']} / {r['high_value']}",
+                    _answer_cell(r, "low"), _answer_cell(r, "high"),
+                    f"{r['swing']:.3f}" if np.isfinite(r["swing"]) else "–")
+    console.print(out)
+    for r in table.to_dict("records"):
+        for side in ("low", "high"):
+            if str(r[f"note_{side}"]).startswith("not run"):
+                console.print(f"{r['factor']} {side}: {r[f'note_{side}']}", highlight=False)
+    console.print(f"results: {dest}")
