@@ -143,6 +143,14 @@ def run(
              "policies' exploration. Which responses are simulated is trace.seed (--set trace.seed=N): it "
              "samples trace.prompts_per_step groups, trace.expand_samples siblings and parametric profiles.")
     ] = None,
+    seeds: Annotated[int, typer.Option(
+        help="Run the simulation seeds seed, seed+1, ..., seed+N-1 (dealing, stochastic acceptance, policy "
+             "seeds; trace.seed stays, so every seed simulates the same responses) and report each speedup and "
+             "makespan as median (min-max). With N > 1, summary.csv (and steps.csv) hold every seed's rows with "
+             "a seed column, seeds_summary.csv one row per policy and step (per preset) with <metric>_median, "
+             "_min, _max and seeds, seeds_totals.csv the whole run (several steps), seeds.png/.pdf the spread; "
+             "a line says when the ranking flips across seeds. 1 to 1000.")
+    ] = 1,
     acceptance: Annotated[Mode | None, typer.Option(help="Acceptance mode (acceptance.mode).")] = None,
     switch: Annotated[Switch | None, typer.Option(help="What switching SD on costs (engine.switch).")] = None,
     perfetto: Annotated[Perfetto, typer.Option(
@@ -169,6 +177,9 @@ def run(
         ("acceptance.mode", acceptance.value if acceptance else None, "--acceptance"),
         ("engine.switch", switch.value if switch else None, "--switch"),
     ]
+    from tltsim.seeds import check_seeds
+
+    check_seeds(seeds)
     if out is not None:
         # before the simulation: a bad --out (or one that would replace the scenario or trace read) fails at once
         check_output_dir(out, force, kind="sim-run", inputs=[str(p) for p in (scenario, trace) if p])
@@ -182,6 +193,13 @@ def run(
         warn(message)
     console = Console(width=None if sys.stdout.isatty() else 120)
     console.print(describe_workload(s, inputs))
+    if seeds > 1:
+        from tltcli.sim_uncertainty import run_seeds
+
+        check_seeds(seeds, s.seed)
+        run_seeds(s, inputs, seeds, console, out if out is not None else DEFAULT_RESULTS / scenario_hash(s),
+                  perfetto, force)
+        return
     if s.presets:
         _run_presets(s, inputs, console, out, perfetto, force)
         return
@@ -285,6 +303,65 @@ def write_results(dest: Path, events: pd.DataFrame, summary: pd.DataFrame, s: Sc
             (tmp / "trace.json").write_text(chrome_trace_json(events), encoding="utf-8")
         (tmp / "scenario.resolved.toml").write_text(scenario_toml(s), encoding="utf-8")
     return trace
+
+
+@app.command()
+def sensitivity(
+    scenario: Annotated[Path | None, typer.Option(
+        help="Scenario TOML, or a bundled scenario's name (see `tlt sim scenarios`; defaults without one).")] = None,
+    trace: Annotated[str | None, typer.Option(help="Trace name or path (trace.name).")] = None,
+    model: Annotated[str | None, typer.Option(help="Model preset or config.json (model.name).")] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU preset (cluster.gpu).")] = None,
+    gpus: Annotated[int | None, typer.Option(help="Total GPUs (cluster.gpus).")] = None,
+    tp: Annotated[int | None, typer.Option(help="Tensor-parallel size per rollout worker (cluster.tp).")] = None,
+    policy: Annotated[list[str] | None, typer.Option(help="SD policy spec, repeatable (as tlt sim run).")] = None,
+    preset: Annotated[list[str] | None, typer.Option(
+        help="Whole RL runs of named systems, repeatable (as tlt sim run): adds training MFU and reward time "
+             "to the inputs varied.")] = None,
+    steps: Annotated[int | None, typer.Option(help="Consecutive RL steps to simulate (trace.num_steps).")] = None,
+    seed: Annotated[int | None, typer.Option(help="First simulation seed (seed).")] = None,
+    seeds: Annotated[int, typer.Option(
+        help="Simulation seeds per point (seed, seed+1, ...; trace.seed stays): the answer at each point is "
+             "the median, with min-max whiskers. 1 to 1000.")] = 1,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="dotted.field=value, repeatable.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Results folder (default results/sim/<hash>-sensitivity).")] = None,
+    force: Annotated[bool, typer.Option(help="Write into an existing --out folder tlt did not create "
+                                        "(same-named files replaced, nothing deleted).")] = False,
+) -> None:
+    """Vary the inputs nobody measured one at a time over a low and a high value each (prompts per
+    step, rollout TP, drafter quality, length cap; with --preset also training MFU and reward time per
+    sample) and rank them by their effect on the answer: the speedup of the best policy (or preset)
+    over the baseline. Writes sensitivity.csv, tornado.png/.pdf and a README with the ranges and why
+    (tltsim.sensitivity) into one atomic results folder.
+
+    Example: tlt sim sensitivity --scenario aime_qwen7b_64xh100 --set trace.prompts_per_step=64 --seeds 3
+    """
+    from tltcli.sim_uncertainty import run_sensitivity
+    from tltsim.seeds import check_seeds
+
+    check_seeds(seeds)
+    overrides: list[tuple[str, object, str]] = [
+        ("trace.name", trace, "--trace"), ("model.name", model, "--model"), ("cluster.gpu", gpu, "--gpu"),
+        ("cluster.gpus", gpus, "--gpus"), ("cluster.tp", tp, "--tp"),
+        ("policies", tuple(policy) if policy else None, "--policy"), ("seed", seed, "--seed"),
+        ("trace.num_steps", steps, "--steps"), ("presets", tuple(preset) if preset else None, "--preset"),
+    ]
+    if out is not None:
+        check_output_dir(out, force, kind="sim-sensitivity", inputs=[str(p) for p in (scenario, trace) if p])
+    resolved = resolve(scenario, overrides + _parse_sets(set_ or []))
+    s = resolved.scenario
+    check_seeds(seeds, s.seed)
+    try:
+        inputs = prepare(s)
+    except InputError as exc:
+        raise resolved.locate(exc) from None
+    for message in resolved.warnings:
+        warn(message)
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    console.print(describe_workload(s, inputs))
+    dest = out if out is not None else DEFAULT_RESULTS / f"{scenario_hash(s)}-sensitivity"
+    run_sensitivity(s, seeds, console, dest, force, "tlt " + " ".join(sys.argv[1:]))
 
 
 #: Bundled scenarios named ``validation_*`` are for ``tlt validate``: it replays their trace steps and
