@@ -133,17 +133,26 @@ def build(
     shape_ = resolve_model(model)
     if not 1 <= tp <= 64:
         raise InputError(f"must be in [1, 64], got {tp}", field="--tp")
+    if shape_.num_attention_heads % tp:
+        raise InputError(f"must divide {shape_.name}'s {shape_.num_attention_heads} attention heads, got {tp}",
+                         field="--tp")
     batches = _ints(batch, DEFAULT_BATCHES, "--batch", 1, 4096)
     contexts = tuple(sorted({0, *_ints(context, DEFAULT_CONTEXTS, "--context", 0, 1 << 20)}))
     shapes = []
     for text in shape or DEFAULT_SHAPES:
-        s = SDConfig.parse(text)
+        try:
+            s = SDConfig.parse(text)
+        except (InputError, ValueError) as exc:
+            raise InputError(f"'{text}': {getattr(exc, 'message', exc)}", field="--shape") from None
         if not s.enabled:
             raise InputError(f"'{text}' is no draft shape; give depth_topk_verify, e.g. 8_4_32", field="--shape")
         shapes.append(s)
     if out.suffix.lower() != ".parquet":
         raise InputError("the cost table is written as Parquet: give a .parquet path", field="--out")
     check_output_file(out)
+    if not out.expanduser().parent.is_dir():
+        raise InputError(f"folder {out.expanduser().parent} does not exist; create it first (a typo must not "
+                         "scatter tables)", path=out, field="--out")
     if out.exists() and not _written_by_us(out):
         raise InputError("exists and was not written by tlt cost build; remove it or choose another file name",
                          path=out, field="--out")

@@ -37,6 +37,7 @@ from tltsim.scenario import (
     scenario_hash,
     scenario_toml,
 )
+from tltsim.scenario.build import describe_cost
 
 app = typer.Typer(help="Simulate RL rollout steps under speculative-decoding policies.", no_args_is_help=True)
 
@@ -193,6 +194,7 @@ def run(
         warn(message)
     console = Console(width=None if sys.stdout.isatty() else 120)
     console.print(describe_workload(s, inputs))
+    console.print(describe_cost(inputs.cost), markup=False, highlight=False)
     if seeds > 1:
         from tltcli.sim_uncertainty import run_seeds
 

@@ -118,6 +118,10 @@ _PRESETS: tuple[GPUSpec, ...] = (
     GPUSpec("RTX3090", 71 * TERA, 0.936 * TERA, 24 * GIGA, 56 * GIGA,
             allreduce_latency_s=PCIE_ALLREDUCE_LATENCY_S,
             source="NVIDIA Ampere GA102 GPU architecture whitepaper"),
+    # NVIDIA A40 data sheet: BF16 tensor 149.7 TFLOPS dense (299.4 with sparsity); 48 GB GDDR6 at 696 GB/s;
+    # NVLink bridge (2 GPUs) 112.5 GB/s bidirectional -> 56.25 GB/s per direction. Vidur's profiles measure it.
+    GPUSpec("A40", 149.7 * TERA, 0.696 * TERA, 48 * GIGA, 56.25 * GIGA,
+            allreduce_latency_s=PCIE_ALLREDUCE_LATENCY_S, source="NVIDIA A40 data sheet"),
     # A machine known only through measured tables (e.g. the CPU test box): no analytic peaks.
     GPUSpec("cpu-calibrated", None, None, 64 * GIGA, None,
             source="measured tables only; no analytic peaks"),
@@ -132,6 +136,7 @@ _ALIASES: dict[str, str] = {
     "rtx-4090": "rtx4090", "4090": "rtx4090",
     "rtx-5090": "rtx5090", "5090": "rtx5090",
     "rtx-3090": "rtx3090", "3090": "rtx3090",
+    "nvidia-a40": "a40",
     "cpu": "cpu-calibrated",
 }
 

@@ -1,8 +1,9 @@
 """Where the team's shared, third-party data lives: a search path, never a copy in the repository.
 
 ``$TLT_SHARED_DIR`` when set, else ``../shared`` beside the source checkout tlt runs from (beside the
-current directory when tlt is installed from a wheel). The same rule as ``tltsim.traces.catalog``'s
-``shared_dir`` (kept there for the traces); it lives here too because :mod:`tltcore` imports no engine.
+current directory when tlt is installed from a wheel). The one implementation of that rule:
+``tltsim.traces.catalog.shared_dir`` (traces) calls :func:`shared_dir`; it lives in :mod:`tltcore`
+because the core imports no engine.
 Measured GPU profiles (``gpu-profiles/``) are found through :func:`gpu_profiles_dir`.
 """
 

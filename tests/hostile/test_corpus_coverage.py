@@ -29,9 +29,11 @@ CORPUS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "hostile/test_hostile_settings.py": (("CASES",), ()),
     "hostile/test_hostile_real.py": (("CASES",), ()),
     "hostile/test_hostile_trace_demo.py": (("CASES",), ()),
+    "hostile/test_hostile_cost.py": (("CASES",), ()),
 }
 EVERY_COMMAND = {"trace list", "trace stats", "trace plot", "trace fetch", "sim run", "sweep run", "sweep status",
-                 "sweep points", "report", "demo", "validate", "real generate", "real profile", "real rl"}
+                 "sweep points", "report", "demo", "validate", "real generate", "real profile", "real rl",
+                 "cost build"}
 
 
 def _load(rel: str) -> ModuleType:

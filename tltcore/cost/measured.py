@@ -46,14 +46,9 @@ import pandas as pd
 from tltcore.cost.gpu_profiles import ELEMENTWISE_OPS, MATMUL_OPS, load_compute, load_network, profiles_root
 from tltcore.cost.roofline import RooflineCostModel, _ForwardCosts
 from tltcore.errors import InputError
-from tltcore.hardware import GIGA, PCIE_ALLREDUCE_LATENCY_S, TERA, GPUSpec, get_gpu
+from tltcore.hardware import GPUSpec, get_gpu
 from tltcore.model_shape import BF16_BYTES, ModelShape
 
-# NVIDIA A40 data sheet: BF16 tensor 149.7 TFLOPS dense (299.4 with sparsity); 48 GB GDDR6 at 696 GB/s;
-# NVLink bridge (2 GPUs) 112.5 GB/s bidirectional -> 56.25 GB/s per direction. Not a tltcore.hardware
-# preset (yet): only the profiles' GPUs need it.
-A40 = GPUSpec("A40", 149.7 * TERA, 0.696 * TERA, 48 * GIGA, 56.25 * GIGA,
-              allreduce_latency_s=PCIE_ALLREDUCE_LATENCY_S, source="NVIDIA A40 data sheet")
 #: profile folder -> the GPU preset whose data-sheet peaks the fitted efficiencies are fractions of.
 #: Vidur's H100 and A100 are DGX nodes (SXM, 80 GB).
 PROFILE_GPUS: dict[str, str] = {"h100": "H100-SXM", "a100": "A100-80GB-SXM", "a40": "A40"}
@@ -64,17 +59,15 @@ LAYER_ELEMENTWISE: tuple[str, ...] = ("input_layernorm", "attn_rope", "post_atte
 
 
 def gpu_spec(name: str) -> GPUSpec:
-    """A GPU preset by name (``tltcore.hardware``), A40 included."""
-    if name.strip().lower() in ("a40", "nvidia-a40"):
-        return A40
+    """A GPU preset by name (:func:`tltcore.hardware.get_gpu`; A40 is a preset there)."""
     return get_gpu(name)
 
 
 def gpu_names() -> list[str]:
-    """Every GPU name :func:`gpu_spec` accepts (presets and A40), for messages."""
+    """Every GPU name :func:`gpu_spec` accepts, for messages."""
     from tltcore.hardware import GPU_NAMES
 
-    return [*GPU_NAMES, "A40"]
+    return list(GPU_NAMES)
 
 
 def profile_key(spec_or_name: GPUSpec | str) -> str | None:

@@ -47,8 +47,11 @@ def acceptance_model(a: AcceptanceSection):
 
 
 def cost_model(s: Scenario, drafter_kind: str | None = None):
-    """The scenario's cost model (roofline with its constant overrides, or a measured table), for the
-    drafter kind ``drafter_kind`` (None: ``drafter.kind``; see :mod:`tltcore.drafter.kinds`)."""
+    """The scenario's cost model (roofline with its constant overrides, a measured table, or the model
+    calibrated on measured GPU profiles), for the drafter kind ``drafter_kind`` (None: ``drafter.kind``;
+    see :mod:`tltcore.drafter.kinds`). ``cost.model = "measured"`` falls back to the roofline for a GPU
+    without profiles (or when none are found); :func:`describe_cost` says which served. Its kernel
+    efficiencies are fitted, so ``cluster.*_efficiency`` apply only when the roofline serves."""
     from tltcore.cost import RooflineCostModel, TableCostModel
     from tltcore.drafter.kinds import ModelFreeDraftCost
     from tltcore.hardware import get_gpu
@@ -77,11 +80,36 @@ def cost_model(s: Scenario, drafter_kind: str | None = None):
     if kind == "draft-model":
         consts["drafter"] = get_model(s.drafter.draft_model)
     try:
-        roofline = RooflineCostModel(get_model(s.model.name), gpu, tp=s.cluster.tp, **consts)
+        if s.cost.model == "measured":
+            from tltcore.cost.measured import measured_cost_model
+
+            roofline = measured_cost_model(get_model(s.model.name), gpu, s.cluster.tp,
+                                           collectives=s.cost.collectives or "measured", **consts)
+        else:
+            roofline = RooflineCostModel(get_model(s.model.name), gpu, tp=s.cluster.tp, **consts)
         return ModelFreeDraftCost(roofline, s.drafter.ngram_lookup_s) if kind == "ngram" else roofline
     except InputError as exc:
         raise relocated(exc, path=None, dotted={"tp": "cluster.tp", "gpu": "cluster.gpu"}.get(
             exc.field or "", f"cost.{exc.field}" if exc.field else "model.name")) from None
+
+
+def describe_cost(cost: Any) -> str:
+    """Which cost model serves a run, in one line (what ``tlt sim run`` prints)."""
+    from tltcore.cost import RooflineCostModel, TableCostModel
+    from tltcore.cost.measured import MeasuredCostModel
+
+    inner = getattr(cost, "base", None)
+    note = ""
+    if not isinstance(cost, RooflineCostModel | TableCostModel) and isinstance(inner, RooflineCostModel):
+        cost, note = inner, " (model-free drafter)"
+    if isinstance(cost, MeasuredCostModel):
+        return f"cost model: {cost.source}{note}"
+    if isinstance(cost, RooflineCostModel):
+        return f"cost model: roofline (analytic; data-sheet peaks of {cost.gpu.name}){note}"
+    if isinstance(cost, TableCostModel):
+        made_by = cost.metadata.get("source") or cost.metadata.get("engine") or "measured"
+        return f"cost model: table {cost.source or '(in memory)'} ({made_by})"
+    return f"cost model: {type(cost).__name__}"
 
 
 def prepare(s: Scenario) -> SimInputs:

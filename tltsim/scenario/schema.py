@@ -158,14 +158,25 @@ class EngineSection(EngineLimits):
 
 
 class CostSection(ConfigModel):
-    """The cost model. ``model``: ``roofline`` (analytic) or ``table`` (measured times from the CSV
-    at ``table``). The constants override the roofline's defaults (None: default); see
-    ``tltcore.cost.roofline``."""
+    """The cost model. ``model``: ``roofline`` (analytic), ``table`` (measured times from the CSV
+    at ``table``) or ``measured`` (kernels calibrated on measured GPU profiles,
+    :mod:`tltcore.cost.measured`; the analytic roofline serves a GPU without profiles, and the run
+    says which served). The constants override the roofline's defaults (None: default); see
+    ``tltcore.cost.roofline``; they apply to ``measured`` too.
+
+    ``collectives`` (``measured`` model only): the TP all-reduce times. None means ``measured`` (the
+    node's measured NCCL table): the default because it is the only collective time here that was
+    measured, and it is the default of ``tlt cost build`` too, so a scenario and a table built for it
+    price the same iteration alike. ``analytic`` (latency + ring bandwidth from the data sheet) is
+    closer for engines that run a custom all-reduce inside CUDA graphs (vLLM, SGLang) at small
+    messages. None rather than a written default keeps every existing scenario's resolved TOML,
+    hence its hash, unchanged."""
 
     SECTION = "cost"
 
-    model: Literal["roofline", "table"] = "roofline"
+    model: Literal["roofline", "table", "measured"] = "roofline"
     table: Str | None = None
+    collectives: Literal["measured", "analytic"] | None = None
     iteration_overhead_s: Float | None = Field(None, ge=0, le=10)
     draft_step_overhead_s: Float | None = Field(None, ge=0, le=10)
     sd_overhead_s: Float | None = Field(None, ge=0, le=10)
@@ -175,6 +186,9 @@ class CostSection(ConfigModel):
     def _table(self) -> CostSection:
         if self.model == "table" and self.table is None:
             raise InputError("cost.model = 'table' needs cost.table = PATH to a calibration table", field="table")
+        if self.collectives is not None and self.model != "measured":
+            raise InputError(f"applies to cost.model = 'measured' only (this scenario's is '{self.model}')",
+                             field="collectives")
         return self
 
 

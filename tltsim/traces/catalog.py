@@ -34,12 +34,14 @@ def project_root() -> Path:
 
 
 def shared_dir() -> Path:
-    """The team's shared folder (``../shared`` beside the checkout), or ``$TLT_SHARED_DIR``.
+    """The team's shared folder (``../shared`` beside the checkout), or ``$TLT_SHARED_DIR``: one
+    search-path rule for traces, paper tables and GPU profiles, :func:`tltcore.shared_paths.shared_dir`.
 
     Overridable so tests can act as a fresh clone on a machine that has ``../shared``.
     """
-    env = os.environ.get(SHARED_ENV, "")
-    return Path(env).expanduser() if env else project_root().parent / "shared"
+    from tltcore.shared_paths import shared_dir as _shared
+
+    return _shared()
 
 
 def cache_dir() -> Path | None:
