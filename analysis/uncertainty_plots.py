@@ -62,10 +62,13 @@ def tornado_figure(table: pd.DataFrame, facts: dict[str, object], stem: str | Pa
         labels: list[str] = []
         seen: set[str] = set()
         for i, r in enumerate(rows.itertuples(index=False)):
-            labels.append(f"{r.factor}\n({r.low_value} / {r.high_value}; base {r.base_value})")
+            notes = {side: str(getattr(r, f"note_{side}", "")) for side in ("low", "high")}
+            shown = {side: f"{getattr(r, f'{side}_value')}" + (" not run" if notes[side].startswith("not run") else "")
+                     for side in ("low", "high")}
+            labels.append(f"{r.factor}\n({shown['low']} / {shown['high']}; as given {r.base_value})")
             for side, key in (("low", "low value"), ("high", "high value")):
                 med = getattr(r, f"answer_{side}")
-                if not np.isfinite(med):
+                if not np.isfinite(med) or notes[side] == "as given":
                     continue
                 ax.barh(i, med - base, left=base, height=0.6, color=colours[key], alpha=0.85,
                         label=None if key in seen else key)

@@ -111,7 +111,7 @@ def run_seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, dest: Pa
     flip = ranking_flip(frame, name, metric)
     kinds = "presets" if runs.presets else "policies"
     console.print(flip if flip is not None else f"ranking: every seed orders the {kinds} as the medians do",
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
     console.print(f"simulation {span} (dealing, stochastic acceptance, policy seeds); trace.seed "
                   f"{s.trace.seed} fixed (the same responses at every seed)", highlight=False)
     if not wrote_trace:

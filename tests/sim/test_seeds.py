@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import invoke_cli
+from conftest import invoke_cli, needs_shared_traces
 from tltsim.seeds import MAX_SEEDS, aggregate, check_seeds, fmt_range, ranking_flip, seed_values
 
 #: A fast scenario: 8 AIME prompt groups x 8 samples on 16 workers, one SD policy.
@@ -82,6 +82,18 @@ def test_no_flip_when_every_seed_agrees_and_ties_never_flip() -> None:
     assert ranking_flip(agree) is None
     ties = pd.DataFrame({"seed": [0, 1, 0, 1], "policy": ["a", "a", "b", "b"], "speedup": [1.5, 1.2, 1.2, 1.2]})
     assert ranking_flip(ties) is None  # a's median 1.35 > b's 1.2; seed 1 ties, which is not b ahead
+
+
+@needs_shared_traces()
+def test_flip_line_on_a_real_trace(tmp_path: Path) -> None:
+    """Found, not constructed: on the first polytrace step TLT's policy (elastic+beg-mab) and
+    sglang-ema swap places across seeds 0-4 (sglang-ema ahead by the median, elastic+beg-mab at seeds 2, 3)."""
+    r = invoke_cli("sim", "run", "--trace", "polytrace_rl_rollouts", "--policy", "elastic+beg-mab", "--policy",
+                   "sglang-ema", "--seeds", "5", "--perfetto", "off", "--out", str(tmp_path / "flip"))
+    assert r.returncode == 0, r.stderr
+    flips = [x for x in r.stdout.splitlines() if x.startswith("ranking flips across seeds")]
+    assert len(flips) == 1, r.stdout
+    assert "sglang-ema" in flips[0] and "elastic+beg-mab" in flips[0] and flips[0].rstrip().endswith(")")
 
 
 def test_seed_values_and_bounds() -> None:
