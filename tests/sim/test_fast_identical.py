@@ -77,3 +77,40 @@ def test_queueing_and_kv_limited_fast_equals_reference(mode):
     assert inputs.engine.kv_capacity_tokens * kv_limited.n_workers < reserve  # the KV cache does limit the batch
     for s in (queueing, kv_limited):
         _same(*_both(s, _policies))
+
+
+class _Held:
+    """Speculates for ``hold`` iterations at a time, alternating two shapes (exercises SD spans that
+    end at their hold, not at a finish, on the block path)."""
+
+    def __init__(self, hold: int) -> None:
+        self.hold, self.name, self.asked = hold, f"held:{hold}", 0
+
+    def decide(self, view):
+        from tltcore.policy.base import Decision, SDConfig
+
+        self.asked += 1
+        return Decision(SDConfig(4, 1, 4) if self.asked % 2 else SDConfig(8, 4, 32), self.hold)
+
+    def observe(self, outcome) -> None:
+        return None
+
+    def reset(self, step: int) -> None:
+        return None
+
+
+@needs_shared_traces()
+@pytest.mark.parametrize("hold", [2, 3, 7, 50])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sd_spans_ending_at_their_hold_fast_equals_reference(hold, seed):
+    from tltsim.rollout import simulate_step
+
+    s = resolve(None, [*SMALL, ("acceptance.mode", "stochastic", "test")]).scenario
+    inputs = prepare(s)
+
+    def once(fast: bool):
+        res = simulate_step(inputs.workload, policies=[_Held(hold) for _ in range(s.n_workers)], cost=inputs.cost,
+                            accept=inputs.accept, engine=replace(inputs.engine, fast=fast, max_batch=5), seed=seed)
+        return res.events, pd.DataFrame({"finish": res.finish_times})
+
+    _same(once(True), once(False))

@@ -13,9 +13,11 @@ Each unit of work (:meth:`RolloutWorker.advance`) is one of:
   admitted while SD was on, or after plain iterations under a policy that toggles SD);
 * **a decode span**: up to ``decision.hold`` iterations with the decided config, ending early at the
   first finishing request. Plain spans use the cost model's closed form
-  (:meth:`~tltcore.cost.CostModel.decode_span_time`); SD spans loop over iterations. An SD iteration
-  emits each request's accept length (bonus included), never beyond what it has left: the expected
-  value (fractional progress) in ``expected`` mode, a draw from the worker's seeded RNG through
+  (:meth:`~tltcore.cost.CostModel.decode_span_time`); SD spans loop over iterations (with
+  ``engine.fast`` in stochastic mode, their accept lengths are drawn in blocks:
+  :meth:`RolloutWorker._speculate_blocks`). An SD iteration emits each request's accept length
+  (bonus included), never beyond what it has left: the expected value (fractional progress) in
+  ``expected`` mode, a draw from the worker's seeded RNG through
   :class:`~tltcore.acceptance.AcceptSampler` in ``stochastic`` mode. The policy is told one
   :class:`Outcome` per span.
 
@@ -42,6 +44,7 @@ from tltsim.rollout.entities import EngineConfig, LiveRequests
 from tltsim.rollout.scheduling import admissible, prefill_passes
 
 _EPS = 1e-9
+_BLOCK_DRAWS = 4096  # accept lengths drawn at once by the block SD path (iterations x requests)
 _sum, _min = np.add.reduce, np.minimum.reduce  # skip ndarray.sum's Python wrapper on the hot path
 
 
@@ -181,8 +184,12 @@ class RolloutWorker:
                 self._switch(config)
             if self.lag_dirty or not self.fast:  # after an SD span every lag is 0 until admissions or plain spans
                 self._catch_up(live.lag > self.eng.catch_up_limit)
-            if hold == 1 and self.fast:
+            if not self.fast:
+                self._speculate(config, hold)
+            elif hold == 1:
                 self._speculate_one(config)
+            elif not self.expected:
+                self._speculate_blocks(config, hold)
             else:
                 self._speculate(config, hold)
         else:
@@ -239,6 +246,68 @@ class RolloutWorker:
         live.lag[:] = 0
         self.lag_dirty = False
         self.iteration += n
+        acc = float(_sum(accepted))
+        self.policy.observe(Outcome(config, b, round(emitted_total), self.t - t0, config.verify_tokens * b * n,
+                                    round(acc), self.t, self.idx, n, tuple(accepted.tolist())))
+        if self.log.decode(self.idx, t0, self.t, n, b, config, emitted_total, config.verify_tokens * b * n, acc):
+            self.row_closed = True
+
+    def _speculate_blocks(self, config: SDConfig, hold: int) -> None:
+        """:meth:`_speculate` in stochastic mode, drawing the accept lengths of several iterations at once.
+
+        Until the first request finishes nothing is clipped, so the iterations of a block are cumulative
+        sums of its draws; the block ends the span at its first iteration in which a request finishes
+        (or at ``hold``), and the RNG is rewound to exactly the draws the iterations used (the draws
+        of ``k`` iterations of ``b`` requests are ``rng.random(k * b)``, the per-iteration stream in
+        order). A block never spans more iterations than the shortest remaining response, since every
+        iteration emits at least one token per request. Times, the recent-accept estimate and the
+        emitted totals are still added one iteration at a time, in the same order."""
+        live = self.live
+        b, t0 = len(live), self.t
+        cost, recent, rng = self.cost, self.recent, self.rng
+        emitted_total = 0.0
+        drawn_total = np.zeros(b, dtype=np.int64)
+        n = 0
+        cap = max(2, _BLOCK_DRAWS // b)
+        while True:
+            rem, ctx = live.rem, live.ctx
+            k = min(hold - n, int(_min(rem)), cap)
+            state = rng.bit_generator.state
+            drawn = self._draw(config, k * b).reshape(k, b)
+            cum = np.cumsum(drawn, axis=0)
+            hit = (cum >= rem).any(axis=1)
+            finish = bool(hit.any())
+            used = int(hit.argmax()) + 1 if finish else k
+            if used < k:  # rewind: only the draws of the iterations that ran
+                rng.bit_generator.state = state
+                rng.random(used * b)
+            sums = np.add.reduce(drawn[:used], axis=1).tolist()
+            ctx_rows = np.empty((used, b), dtype=np.int64)
+            ctx_rows[0] = ctx
+            if used > 1:
+                np.add(ctx, cum[:used - 1], out=ctx_rows[1:])
+            if finish:
+                before = cum[used - 2] if used > 1 else 0
+                step = np.minimum(rem - before, drawn[used - 1])
+                sums[-1] = int(_sum(step))
+                emitted_block = step + before
+            else:
+                emitted_block = cum[used - 1]
+            for j in range(used):
+                dt = cost.sd_time(ctx_rows[j], config)
+                emitted = float(sums[j])
+                emitted_total += emitted
+                recent.update(emitted / b)
+                self.t += dt
+            drawn_total += cum[used - 1]
+            n += used
+            live.advance(emitted_block, _EPS)
+            if finish or n >= hold:
+                break
+        live.lag[:] = 0
+        self.lag_dirty = False
+        self.iteration += n
+        accepted = (drawn_total - n).astype(np.float64)  # whole numbers: the per-iteration float sums exactly
         acc = float(_sum(accepted))
         self.policy.observe(Outcome(config, b, round(emitted_total), self.t - t0, config.verify_tokens * b * n,
                                     round(acc), self.t, self.idx, n, tuple(accepted.tolist())))
