@@ -140,6 +140,20 @@ def test_seeds_3_each_seed_is_the_plain_run_at_that_seed(tmp_path: Path) -> None
     assert f"{med:.3f}x (" in r.stdout
 
 
+def test_seeds_over_several_steps_adds_whole_run_totals(tmp_path: Path) -> None:
+    out = tmp_path / "steps"
+    r = invoke_cli("sim", "run", *FAST, "--steps", "2", "--seeds", "2", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    summary = pd.read_csv(out / "summary.csv")
+    totals = pd.read_csv(out / "seeds_totals.csv").set_index("policy")
+    for policy in ("no-sd", "elastic+beg-mab"):
+        per_seed = summary[summary["policy"] == policy].groupby("seed")["makespan_s"].sum()
+        assert totals.at[policy, "rollout_s_median"] == pytest.approx(float(np.median(per_seed)))
+        assert totals.at[policy, "rollout_s_max"] == pytest.approx(per_seed.max())
+    assert sorted(pd.read_csv(out / "seeds_summary.csv")["step"].unique()) == [0, 1]
+    assert "Whole run (2 rollouts back to back)" in r.stdout
+
+
 def test_seeds_with_presets(tmp_path: Path) -> None:
     out = tmp_path / "presets"
     r = invoke_cli("sim", "run", "--preset", "tlt", "--set", "trace.prompts_per_step=8", "--steps", "2",
