@@ -207,8 +207,13 @@ def sensitivity(s: Scenario, n_seeds: int = 1, *, on_point: Callable[[str], None
                 points.append(Point(value, note=f"not run: {exc}"))
                 continue
             med, lo, hi = answer(per_seed, best)
-            other = best_name(per_seed, baseline) if per_seed["name"].nunique() > 1 else best
+            try:
+                other = best_name(per_seed, baseline)
+            except InputError:  # nothing besides the baseline ran there (out of memory)
+                other = best
             note = "" if other == best else f"best there: {other}"
+            if not np.isfinite(med):
+                note = f"{best} did not run there" + (f" ({note})" if note else "")
             points.append(Point(value, med, lo, hi, other, note))
         low_p, high_p = points
         meds = [m for m in (low_p.median, b_med, high_p.median) if np.isfinite(m)]

@@ -108,3 +108,20 @@ def test_cli_writes_the_folder_and_never_replaces_a_run(tmp_path: Path) -> None:
     r = invoke_cli("sim", "sensitivity", "--set", "trace.prompts_per_step=8", "--out", str(run))
     assert r.returncode == 2 and r.stderr.startswith("tlt: error:") and "tlt sim run" in r.stderr
     assert sorted(p.name for p in run.iterdir()) == before
+
+
+def test_a_point_where_the_best_does_not_run_is_reported_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A side where every preset but the baseline fails (out of memory) is a note, not a crash."""
+    import tltsim.sensitivity as sens
+
+    def fake(s, n_seeds, inputs=None, progress=None):
+        tlt = float("nan") if s.drafter.quality != 1.0 else 1.3 + 0.1 * (s.cluster.tp == 2)
+        return pd.DataFrame({"seed": [0, 0], "name": ["verl", "tlt"], "speedup": [1.0, tlt]})
+
+    monkeypatch.setattr(sens, "per_seed_speedups", fake)
+    table, facts = sens.sensitivity(_scenario(("presets", ("tlt",), "test")), 1)
+    assert facts["best"] == "tlt" and facts["answer"] == pytest.approx(1.3)
+    q = table.set_index("field").loc["drafter.quality"]
+    assert not np.isfinite(q["answer_low"]) and "tlt did not run there" in q["note_low"]
+    assert q["swing"] == 0.0
+    assert table.iloc[0]["field"] == "cluster.tp" and table.iloc[0]["swing"] == pytest.approx(0.1)
