@@ -156,9 +156,10 @@ def _step_row(preset: Preset, res, trained: TrainingResult, phases: PhaseTimes, 
 def _add_rollout_metrics(steps: pd.DataFrame, events: pd.DataFrame, s: Scenario) -> None:
     """Per-step rollout metrics from the event log (the same summary as rollout-only runs)."""
     accept, idle, idle_frac = [], [], []
+    rows_of = events.groupby("step", sort=False).indices  # one pass, not a filter of the whole log per step
     for step in steps["step"]:
-        summ = summarize_step(events[events["step"] == step].reset_index(drop=True), gpus=s.cluster.gpus,
-                              tp=s.cluster.tp)
+        rows = rows_of.get(step, np.zeros(0, dtype=np.intp))
+        summ = summarize_step(events.take(rows).reset_index(drop=True), gpus=s.cluster.gpus, tp=s.cluster.tp)
         accept.append(summ.mean_accept_length)
         idle.append(summ.gpu_idle_s)
         idle_frac.append(summ.idle_fraction)
