@@ -13,8 +13,15 @@ Tables (``../shared/paper``, else the vendored copy ``tests/data/paper``):
   evaluate it both at a constant batch and the benchmark's way (one wave of ``b`` requests with
   lengths drawn from the DAPO Qwen2.5-32B trace, the same model family; the shrink depends on that
   assumed length distribution, which the paper does not give).
+  A third reading follows TLT's benchmark script: 32 prompts, at most ``b`` running, each finished
+  request replaced by the next prompt (``script``: a closed loop of the same simulator step).
 * ``sd_by_gpu_qwen7b_bs1`` — Qwen2.5-7B, TP 1, batch 1, six GPUs: tokens/s without SD and SD
   speedup. Out of sample (the draft shape is not published: TLT's batch-1 arm ``8_4_48`` is assumed).
+
+Every table is computed with two cost models: the analytic roofline (:class:`Constants`) and the model
+calibrated on measured GPU profiles (:class:`Measured`, :mod:`tltcore.cost.measured`), which covers only
+the GPUs with profiles (H100, A100 here). Neither is fitted to these tables here; ``errors.csv`` holds
+each table's rms and max error per cost model and reading.
 * ``e2e_speedup_vs_verl`` and the system rows of ``drafter_and_system`` need whole RL runs (training
   phases, drafter dynamics, memory): not comparable until the whole-run simulator exists.
 * ``drafter_and_system`` ``single_layer_drafter_vs_0.5B_draft_lm`` (2.4x): compared with the
@@ -34,6 +41,7 @@ import pandas as pd
 from analysis.markdown import markdown_table
 from tltcore.acceptance import nelder_mead, paper_qwen32b_tp4
 from tltcore.cost import RooflineCostModel
+from tltcore.cost.measured import measured_cost_model, profile_key
 from tltcore.cost.roofline import DEFAULT_DRAFT_STEP_OVERHEAD_S, DEFAULT_SD_OVERHEAD_S
 from tltcore.hardware import get_gpu
 from tltcore.model_shape import get_model
@@ -76,6 +84,33 @@ class Constants:
                                  kernels_per_layer=KERNELS_PER_LAYER, draft_step_overhead_s=self.draft_step_overhead_s,
                                  sd_overhead_s=self.sd_overhead_s, smoothness=self.smoothness)
 
+    name = "roofline"
+
+    def covers(self, gpu: str) -> bool:
+        """Whether this model prices ``gpu`` (a label of the GPU table): the roofline prices every GPU."""
+        return True
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The cost model calibrated on measured GPU profiles with its defaults (the roofline's SD and
+    iteration overheads, ``collectives``): nothing here is fitted to the paper's tables."""
+
+    collectives: str = "measured"
+    name = "measured"
+
+    def model(self, shape: str, gpu: str, tp: int) -> RooflineCostModel:
+        return measured_cost_model(get_model(shape), get_gpu(gpu), tp, collectives=self.collectives)
+
+    def covers(self, gpu: str) -> bool:
+        """Whether ``gpu`` (a label of the GPU table) has measured profiles, and they are on the search path."""
+        spec = get_gpu(GPU_PRESETS[gpu])
+        return profile_key(spec) is not None and self.model("Qwen2.5-7B", GPU_PRESETS[gpu], 1).measured
+
+    def available(self) -> bool:
+        """Whether the profiles are on the search path at all (a fresh clone may have none)."""
+        return self.covers("H100")
+
 
 @dataclass(frozen=True)
 class _Work:
@@ -90,17 +125,36 @@ def _speedup(cm: RooflineCostModel, batch: int, shape: SDConfig) -> float:
     return paper_qwen32b_tp4().expected_accept_length(shape) * cm.decode_time(ctx) / cm.sd_time(ctx, shape)
 
 
+PROMPT_TOKENS = 128  # prompt length of the benchmark runs (short prompts; prefill is a small share)
+SCRIPT_PROMPTS = 32  # TLT's benchmark script: 32 prompts, at most b of them running
+
+
+def closed_loop_speedup(cm: RooflineCostModel, responses: np.ndarray, batch: int, shape: SDConfig) -> float:
+    """No-SD makespan over SD makespan of one benchmark run: the requests with these response lengths
+    (``PROMPT_TOKENS`` prompts) queued at once, at most ``batch`` running, each finished request replaced
+    by the next queued one (the simulator's engine with ``max_batch = batch``), expected acceptance."""
+    n = len(responses)
+    w = _Work(0, np.arange(n).astype(str), np.full(n, PROMPT_TOKENS), np.asarray(responses))
+    kw = dict(cost=cm, accept=paper_qwen32b_tp4(), engine=EngineConfig(max_batch=batch), deal_mode="trace")
+    return simulate_step(w, policies=[NoSD()], **kw).makespan / simulate_step(w, policies=[Static(shape)],
+                                                                            **kw).makespan
+
+
 def _benchmark_speedup(cm: RooflineCostModel, batch: int, shape: SDConfig, lengths: np.ndarray, waves: int = 16,
                        seed: int = 0) -> float:
-    """Median over ``waves`` benchmark runs: ``batch`` requests at once, the batch shrinking as they finish."""
+    """One-wave reading. Median over ``waves`` benchmark runs: ``batch`` requests at once, the batch
+    shrinking as they finish."""
     rng = np.random.default_rng([seed, batch, shape.verify_tokens])
-    out = []
-    for _ in range(waves):
-        w = _Work(0, np.arange(batch).astype(str), np.full(batch, 128), rng.choice(lengths, batch))
-        kw = dict(cost=cm, accept=paper_qwen32b_tp4(), engine=EngineConfig(max_batch=batch), deal_mode="trace")
-        out.append(simulate_step(w, policies=[NoSD()], **kw).makespan / simulate_step(w, policies=[Static(shape)],
-                                                                                     **kw).makespan)
-    return float(np.median(out))
+    return float(np.median([closed_loop_speedup(cm, rng.choice(lengths, batch), batch, shape) for _ in range(waves)]))
+
+
+def _script_speedup(cm: RooflineCostModel, batch: int, shape: SDConfig, lengths: np.ndarray, waves: int = 16,
+                    seed: int = 0, prompts: int = SCRIPT_PROMPTS) -> float:
+    """The benchmark script's reading. Median over ``waves`` runs: ``prompts`` requests with lengths drawn
+    from ``lengths``, at most ``batch`` running, refilled as they finish (one wave when ``batch >= prompts``)."""
+    rng = np.random.default_rng([seed, prompts, batch, shape.verify_tokens])
+    return float(np.median([closed_loop_speedup(cm, rng.choice(lengths, prompts), batch, shape)
+                            for _ in range(waves)]))
 
 
 def load_tables(paper: Path = PAPER) -> dict[str, pd.DataFrame]:
@@ -108,8 +162,10 @@ def load_tables(paper: Path = PAPER) -> dict[str, pd.DataFrame]:
             ("sd_depth_verify_bs1", "sd_speedup_vs_batch", "sd_by_gpu_qwen7b_bs1", "drafter_and_system")}
 
 
-def predictions(c: Constants, tables: dict[str, pd.DataFrame], lengths: np.ndarray | None) -> dict[str, pd.DataFrame]:
-    """Every comparable number of every table next to the model's prediction."""
+def predictions(c: Constants | Measured, tables: dict[str, pd.DataFrame], lengths: np.ndarray | None,
+                script: bool = False) -> dict[str, pd.DataFrame]:
+    """Every comparable number of every table next to the model's prediction (the GPU table's rows
+    limited to the GPUs ``c`` covers; the script reading only with ``script``)."""
     m32 = c.model("Qwen2.5-32B", "h100", 4)
     dv = tables["sd_depth_verify_bs1"].copy()
     dv["predicted"] = [_speedup(m32, 1, SDConfig(d, 8, v)) for d, v in zip(dv["depth"], dv["verify_tokens"],
@@ -120,7 +176,11 @@ def predictions(c: Constants, tables: dict[str, pd.DataFrame], lengths: np.ndarr
     if lengths is not None:
         bt["predicted_benchmark"] = [_benchmark_speedup(m32, b, SDConfig(10, 8, v), lengths) for b, v in
                                      zip(bt["batch_size"], bt["verify_tokens"], strict=True)]
+        if script:
+            bt["predicted_script"] = [_script_speedup(m32, b, SDConfig(10, 8, v), lengths) for b, v in
+                                      zip(bt["batch_size"], bt["verify_tokens"], strict=True)]
     gt = tables["sd_by_gpu_qwen7b_bs1"].copy()
+    gt = gt[[c.covers(g) for g in gt["gpu"]]].reset_index(drop=True)
     models = {g: c.model("Qwen2.5-7B", GPU_PRESETS[g], 1) for g in gt["gpu"]}
     gt["predicted_tokens_per_s_no_sd"] = [1.0 / models[g].decode_time(np.full(1, CONTEXT)) for g in gt["gpu"]]
     gt["predicted_speedup"] = [_speedup(models[g], 1, GPU_TABLE_SHAPE) for g in gt["gpu"]]
@@ -139,7 +199,35 @@ def errors(p: dict[str, pd.DataFrame]) -> dict[str, float]:
            "gpu SD speedup": rms(gt["predicted_speedup"] / gt["speedup"] - 1)}
     if "predicted_benchmark" in bt:
         out["batch, benchmark conditions"] = rms(bt["predicted_benchmark"] / bt["speedup"] - 1)
+    if "predicted_script" in bt:
+        out["batch, script"] = rms(bt["predicted_script"] / bt["speedup"] - 1)
     return out
+
+
+ERRORS_COLUMNS = ("table", "cost_model", "semantics", "rms", "max")
+#: errors.csv's (table, semantics) -> (paper table of predictions, predicted column, measured column)
+ERROR_ROWS: dict[tuple[str, str], tuple[str, str, str]] = {
+    ("gpu_speedup", "-"): ("gpu", "predicted_speedup", "speedup"),
+    ("gpu_tokens_per_s", "-"): ("gpu", "predicted_tokens_per_s_no_sd", "tokens_per_s_no_sd"),
+    ("batch_speedup", "constant"): ("batch", "predicted_constant_batch", "speedup"),
+    ("batch_speedup", "one_wave"): ("batch", "predicted_benchmark", "speedup"),
+    ("batch_speedup", "script"): ("batch", "predicted_script", "speedup"),
+}
+
+
+def errors_frame(by_model: dict[str, dict[str, pd.DataFrame]]) -> pd.DataFrame:
+    """``errors.csv``: per table, cost model and reading the rms and the max |predicted / measured - 1|
+    (fractions) over the table's rows that the model covers; readings a model was not run under are left out."""
+    rows = []
+    for cost_model, p in by_model.items():
+        for (table, semantics), (frame, predicted, measured) in ERROR_ROWS.items():
+            df = p[frame]
+            if predicted not in df or df.empty:
+                continue
+            rel = (df[predicted] / df[measured] - 1).to_numpy(np.float64)
+            rows.append({"table": table, "cost_model": cost_model, "semantics": semantics, "rms": rms(rel),
+                         "max": float(np.abs(rel).max())})
+    return pd.DataFrame(rows, columns=list(ERRORS_COLUMNS))
 
 
 def _objective(table: str, tables: dict[str, pd.DataFrame]):
@@ -172,35 +260,44 @@ def drafter_ratio(c: Constants) -> float:
     return small.draft_step_time(ctx, 1) / eagle.draft_step_time(ctx, 1)
 
 
-def batch_figure(bt: pd.DataFrame):
-    """Measured vs predicted SD speedup against batch size, per verify budget."""
+READINGS = (("constant", "predicted_constant_batch", ":"), ("one_wave", "predicted_benchmark", "--"),
+            ("script", "predicted_script", "-."))
+
+
+def batch_figure(by_model: dict[str, pd.DataFrame]):
+    """Measured vs predicted SD speedup against batch size, per verify budget: one panel per cost model,
+    one line style per reading."""
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     from analysis.style import PALETTE, paper_rc
 
     with plt.rc_context(paper_rc()):
-        fig, ax = plt.subplots(figsize=(6.0, 3.4))
-        for i, (v, g) in enumerate(bt.groupby("verify_tokens")):
-            colour = PALETTE[i % len(PALETTE)]
-            ax.plot(g["batch_size"], g["speedup"], "o-", color=colour, label=f"{v}")
-            ax.plot(g["batch_size"], g["predicted_constant_batch"], ":", color=colour)
-            ax.plot(g["batch_size"], g["predicted_benchmark"], "--", color=colour)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("batch size (requests)")
-        ax.set_ylabel("SD speedup over no SD (x)")
-        ax.set_title("Qwen2.5-32B, TP 4, H100, depth 10, top-k 8")
-        from matplotlib.lines import Line2D
-
-        styles = [Line2D([], [], color="grey", ls=ls, marker=m) for ls, m in (("-", "o"), (":", ""), ("--", ""))]
-        first = ax.legend(loc="lower left", ncol=2, title="verify tokens (colour)")
-        ax.add_artist(first)
-        ax.legend(styles, ["paper", "sim, constant batch", "sim, shrinking batch"], loc="upper right")
+        fig, axes = plt.subplots(1, len(by_model), figsize=(5.2 * len(by_model), 3.6), sharey=True, squeeze=False)
+        for ax, (name, bt) in zip(axes[0], by_model.items(), strict=True):
+            for i, (v, g) in enumerate(bt.groupby("verify_tokens")):
+                colour = PALETTE[i % len(PALETTE)]
+                ax.plot(g["batch_size"], g["speedup"], "o-", color=colour, label=f"{v}")
+                for _, col, ls in READINGS:
+                    if col in g:
+                        ax.plot(g["batch_size"], g[col], ls, color=colour)
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("batch size (requests)")
+            ax.set_title(f"{name} cost model")
+        axes[0][0].set_ylabel("SD speedup over no SD (x)")
+        first = axes[0][0].legend(loc="lower left", ncol=2, title="verify tokens (colour)")
+        axes[0][0].add_artist(first)
+        styles = [Line2D([], [], color="grey", ls="-", marker="o"),
+                  *(Line2D([], [], color="grey", ls=ls) for _, _, ls in READINGS)]
+        axes[0][-1].legend(styles, ["paper", "constant batch", "one wave of b", "script: 32 prompts, <= b running"],
+                           loc="upper right")
+        fig.suptitle("Qwen2.5-32B, TP 4, H100, depth 10, top-k 8")
         fig.tight_layout()
     return fig
 
 
 def gpu_figure(gt: pd.DataFrame):
-    """Measured vs predicted tokens/s without SD, per GPU."""
+    """Measured vs predicted tokens/s without SD, per GPU (the calibrated model only where profiled)."""
     import matplotlib.pyplot as plt
 
     from analysis.style import paper_rc
@@ -208,8 +305,11 @@ def gpu_figure(gt: pd.DataFrame):
     with plt.rc_context(paper_rc()):
         fig, ax = plt.subplots(figsize=(6.0, 3.0))
         x = np.arange(len(gt))
-        ax.bar(x - 0.2, gt["tokens_per_s_no_sd"], width=0.4, color="#000000", label="paper")
-        ax.bar(x + 0.2, gt["predicted_tokens_per_s_no_sd"], width=0.4, color="#0072B2", label="simulator (roofline)")
+        ax.bar(x - 0.27, gt["tokens_per_s_no_sd"], width=0.27, color="#000000", label="paper")
+        ax.bar(x, gt["roofline_tokens_per_s_no_sd"], width=0.27, color="#0072B2", label="roofline")
+        if "measured_tokens_per_s_no_sd" in gt:
+            ax.bar(x + 0.27, gt["measured_tokens_per_s_no_sd"], width=0.27, color="#E69F00",
+                   label="calibrated (profiled GPUs)")
         ax.set_xticks(x, gt["gpu"])
         ax.set_ylabel("tokens/s, batch 1, no SD")
         ax.set_title("Qwen2.5-7B decode speed per GPU (out of sample)")
@@ -218,8 +318,40 @@ def gpu_figure(gt: pd.DataFrame):
     return fig
 
 
+def _merged(by_model: dict[str, dict[str, pd.DataFrame]]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(batch, gpu, depth x verify) tables with each cost model's predictions and errors side by side."""
+    base = next(iter(by_model.values()))
+    bt = base["batch"][["verify_tokens", "batch_size", "speedup"]].copy()
+    dv = base["depth_verify"][["depth", "verify_tokens", "accept_length", "speedup"]].copy()
+    gt = base["gpu"][["gpu", "tokens_per_s_no_sd", "speedup"]].copy()
+    for name, p in by_model.items():
+        for reading, col, _ in READINGS:
+            if col in p["batch"]:
+                bt[f"{name}_{reading}"] = p["batch"][col].to_numpy()
+                bt[f"err_{name}_{reading}"] = bt[f"{name}_{reading}"] / bt["speedup"] - 1
+        dv[f"{name}"] = p["depth_verify"]["predicted"].to_numpy()
+        dv[f"err_{name}"] = dv[name] / dv["speedup"] - 1
+        g = p["gpu"].set_index("gpu")
+        gt[f"{name}_tokens_per_s_no_sd"] = gt["gpu"].map(g["predicted_tokens_per_s_no_sd"])
+        gt[f"err_{name}_no_sd"] = gt[f"{name}_tokens_per_s_no_sd"] / gt["tokens_per_s_no_sd"] - 1
+        gt[f"{name}_speedup"] = gt["gpu"].map(g["predicted_speedup"])
+        gt[f"err_{name}_speedup"] = gt[f"{name}_speedup"] / gt["speedup"] - 1
+    return bt, gt, dv
+
+
+def _rows_over(bt: pd.DataFrame, col: str, limit: float) -> str:
+    """The batch-table rows whose |error| in ``col`` exceeds ``limit``, as ``v16/b8 +9%`` items."""
+    bad = bt[bt[col].abs() > limit]
+    return ", ".join(f"v{int(r.verify_tokens)}/b{int(r.batch_size)} {getattr(r, col):+.0%}"
+                     for r in bad.itertuples(index=False)) or "none"
+
+
+def _by_batch(bt: pd.DataFrame, col: str) -> str:
+    return ", ".join(f"b{int(b)} {rms(g[col].to_numpy()):.1%}" for b, g in bt.groupby("batch_size"))
+
+
 def write_report(out: Path, paper: Path = PAPER) -> None:
-    """The paper-fidelity report (README, CSVs, figures), written atomically."""
+    """The paper-fidelity report (README, CSVs, errors.csv, figures), written atomically."""
     import platform
 
     import tltcore
@@ -231,8 +363,15 @@ def write_report(out: Path, paper: Path = PAPER) -> None:
     trace = load_trace("polytrace_rl_rollouts")
     lengths = trace.loc[trace["source"] == "polytrace/verl_dapo_qwen2.5-32b", "response_tokens"].to_numpy()
     default = Constants()
-    pred = predictions(default, tables, lengths)
-    err = errors(pred)
+    measured = Measured()
+    by_model = {"roofline": predictions(default, tables, lengths, script=True)}
+    have_profiles = measured.available()
+    if have_profiles:
+        by_model["measured"] = predictions(measured, tables, lengths, script=True)
+        analytic = predictions(Measured("analytic"), tables, lengths, script=True)
+        calibration = measured.model("Qwen2.5-32B", "h100", 4).source
+    errs = errors_frame(by_model)
+    err = errors(by_model["roofline"])
     fits = {t: fit(t, tables) for t in ("depth_verify", "gpu", "batch")}
     loo = []
     for t, c in fits.items():
@@ -241,94 +380,163 @@ def write_report(out: Path, paper: Path = PAPER) -> None:
                     "draft step overhead ms": c.draft_step_overhead_s * 1e3, "SD overhead ms": c.sd_overhead_s * 1e3,
                     **{k: v for k, v in e.items()}, "drafter vs 0.5B": drafter_ratio(c)})
     loo_df = pd.DataFrame(loo)
-    dv, bt, gt = pred["depth_verify"], pred["batch"], pred["gpu"]
-    bt_show = bt.assign(err_constant=bt["predicted_constant_batch"] / bt["speedup"] - 1,
-                        err_benchmark=bt["predicted_benchmark"] / bt["speedup"] - 1)
-    gt_show = gt.assign(err_no_sd=gt["predicted_tokens_per_s_no_sd"] / gt["tokens_per_s_no_sd"] - 1,
-                        err_speedup=gt["predicted_speedup"] / gt["speedup"] - 1,
-                        implied_bw_efficiency=[_implied_efficiency(g, tps) for g, tps in
-                                               zip(gt["gpu"], gt["tokens_per_s_no_sd"], strict=True)])
+    bt, gt, dv = _merged(by_model)
+    gt["implied_bw_efficiency"] = [_implied_efficiency(g, tps) for g, tps in
+                                   zip(gt["gpu"], gt["tokens_per_s_no_sd"], strict=True)]
     ratio = drafter_ratio(default)
     caps = {eff: verification_cap(eff) for eff in (0.7, 1.0)}
-    text = "\n".join([
-        "# Paper fidelity: the simulator against every published table",
+
+    def e(table: str, model: str, semantics: str) -> float:
+        hit = errs[(errs["table"] == table) & (errs["cost_model"] == model) & (errs["semantics"] == semantics)]
+        return float(hit["rms"].iloc[0]) if len(hit) else math.nan
+
+    roof_profiled = (gt[gt["gpu"].isin(["H100", "A100"])] if have_profiles else gt.iloc[:0])
+    lines = [
+        "# Paper fidelity: the simulator against every published table, with both cost models",
         "",
         "Reproduce: `python -m analysis.paper_fidelity --out reports/paper-fidelity` (any machine; "
         f"tlt {tltcore.__version__}, Python {platform.python_version()}). Tables: `../shared/paper/` "
-        "(TLT, ASPLOS 2026, arXiv 2511.16665). Model: the analytic roofline with its default constants and the "
-        "paper-fitted tree acceptance.",
+        "(TLT, ASPLOS 2026, arXiv 2511.16665). Acceptance: the paper-fitted tree acceptance. Two cost models, "
+        "neither fitted to these tables here:",
         "",
-        "## Summary (rms of predicted / measured - 1)",
+        "- **roofline**: the analytic roofline with its default constants (one efficiency pair for every GPU; the "
+        "SD overheads 0.21 ms per draft step and 3.7 ms per SD iteration, fitted once to the depth x verify table).",
+        "- **measured**: the cost model calibrated on Vidur's measured per-op GPU latencies "
+        "(`tltcore.cost.measured`, `cost.model = \"measured\"`; see `reports/gpu-calibration/`), with the "
+        "scenario default `cost.collectives = \"measured\"` and the same default SD and iteration overheads "
+        "(not refitted: a refit to these tables would be circular). It covers only GPUs with profiles: of the "
+        "GPU table's six, **H100 and A100** (A40 is profiled but not in the paper); the other four rows are the "
+        "roofline's only."
+        + (f" Served here by: {calibration}." if have_profiles else
+           " **The profiles were not found on the search path: the measured rows are missing from this run.**"),
+        "",
+        "Readings of the batch table (`semantics` in errors.csv): `constant` (a constant batch of b at 1,024 "
+        "tokens of context), `one_wave` (b requests at once, the batch shrinking as they finish), `script` "
+        "(TLT's benchmark script: 32 prompts, at most b running, each finished one replaced by the next). Both "
+        "benchmark readings draw response lengths from the DAPO Qwen2.5-32B trace (the paper does not publish "
+        "its benchmark's lengths) and report the median of 16 draws; prompts are 128 tokens.",
+        "",
+        "## errors.csv (rms and max of |predicted / measured - 1|)",
+        "",
+        markdown_table(errs, ".3f", nan="nan"),
+        "",
+    ]
+    if have_profiles:
+        gpu_meas, script_meas = e("gpu_speedup", "measured", "-"), e("batch_speedup", "measured", "script")
+        roof_rel = (roof_profiled["roofline_speedup"] / roof_profiled["speedup"] - 1).to_numpy()
+        roof_tps = (roof_profiled["roofline_tokens_per_s_no_sd"] / roof_profiled["tokens_per_s_no_sd"] - 1).to_numpy()
+        an_bt = analytic["batch"]
+        an_script = rms((an_bt["predicted_script"] / an_bt["speedup"] - 1).to_numpy())
+        an_dv = rms((analytic["depth_verify"]["predicted"] / analytic["depth_verify"]["speedup"] - 1).to_numpy())
+        meas_dv = rms(dv["err_measured"].to_numpy())
+        ctx1 = np.full(1, CONTEXT)
+        dec = {name: 1e3 * c.model("Qwen2.5-32B", "h100", 4).decode_time(ctx1)
+               for name, c in (("roofline", default), ("measured", measured), ("analytic", Measured("analytic")))}
+        lines += [
+            "## Targets with the calibrated model",
+            "",
+            f"- **Per-GPU SD speedup, profiled GPUs (H100, A100) <= 8% rms: {gpu_meas:.1%} "
+            f"({'met' if gpu_meas <= 0.08 else 'missed'}).** The roofline on the same two rows: "
+            f"{rms(roof_rel):.1%}; on all six: {e('gpu_speedup', 'roofline', '-'):.1%}. Tokens/s without SD on "
+            f"the same two rows: calibrated {e('gpu_tokens_per_s', 'measured', '-'):.1%}, roofline "
+            f"{rms(roof_tps):.1%}. "
+            "Two rows, one engine: a check, not a validation.",
+            f"- **Batch table under the script's semantics <= 6% rms: {script_meas:.1%} "
+            f"({'met' if script_meas <= 0.06 else 'missed'}).** rms per batch size: "
+            f"{_by_batch(bt, 'err_measured_script')}. Rows off by more than 10%: "
+            f"{_rows_over(bt, 'err_measured_script', 0.10)}.",
+        ]
+        if script_meas > 0.06:
+            lines += [
+                "  Causes (largest rows first):",
+                "  1. **Wide trees (48-64 verify tokens) at batch 8-32 (over-prediction).** With 32 prompts the "
+                "script runs 4, 2 or 1 waves of b; how long the running batch stays full, and so how much of the "
+                "run is at a small batch where SD pays most, is set by the assumed response-length distribution "
+                "(DAPO Qwen2.5-32B RL rollouts), which the paper does not publish. These rows test that "
+                "assumption as much as the cost model.",
+                f"  2. **Batch 1-2 (over-prediction growing with the verify budget).** These rows are the depth x "
+                f"verify table's regime. The two SD overheads are absolute seconds fitted to that table on the "
+                f"*roofline's* kernels (its depth x verify error is {err['depth_verify speedup']:.1%}); on the "
+                f"calibrated kernels the same overheads give {meas_dv:.1%} there. The calibrated no-SD decode of "
+                f"Qwen2.5-32B at TP 4 and batch 1 is slower than the roofline's ({dec['measured']:.1f} ms vs "
+                f"{dec['roofline']:.1f} ms per iteration; {dec['analytic']:.1f} ms with analytic collectives: "
+                "per-kernel latencies, then the measured 20-40 us all-reduces), so "
+                "fixed overheads weigh less and SD looks better. Refitting the overheads on the "
+                "calibrated kernels would fit this very table (circular), and their decomposition is not "
+                "identifiable from the data here (see below); neither is done.",
+                f"  3. **Collectives (sensitivity, not a fit).** With `cost.collectives = \"analytic\"` (8 us "
+                f"small-message all-reduces, as a custom all-reduce in CUDA graphs reaches) the script reading is "
+                f"{an_script:.1%} rms and depth x verify {an_dv:.1%}. The default stays `measured`, chosen before "
+                "these tables were computed (the scenario schema says why); picking the reading that scores best "
+                "here would be fitting to the table.",
+                "  No physical constant was moved to reach a target: every efficiency is the calibrated fit to "
+                "Vidur's profiles (within the data sheets' peaks), every overhead the roofline's default.",
+            ]
+        lines += [""]
+    lines += [
+        "## The roofline (as before): other comparisons",
         "",
         "| comparison | rms error | circular or out of sample |",
         "|---|---|---|",
         f"| depth x verify, SD speedup at batch 1 | {err['depth_verify speedup']:.1%} | circular: the SD overheads "
         "and the acceptance preset were fitted to this table |",
-        f"| speedup vs batch, constant batch | {err['batch, constant batch']:.1%} | out of sample; not the "
-        "measurement's conditions |",
-        f"| speedup vs batch, benchmark conditions | {err['batch, benchmark conditions']:.1%} | out of sample; "
-        "batch shrinking as requests finish, lengths assumed (DAPO Qwen2.5-32B trace) |",
-        f"| per-GPU tokens/s without SD (7B, batch 1) | {err['gpu tokens/s without SD']:.1%} | out of sample |",
-        f"| per-GPU SD speedup (7B, batch 1) | {err['gpu SD speedup']:.1%} | out of sample except H100 (its "
-        "overheads come from the 32B H100 table); draft shape assumed 8_4_48 |",
         f"| one-layer drafter vs 0.5B draft LM, drafting time | {ratio:.2f}x vs 2.4x | out of sample |",
         "| end-to-end RL step speedups, CUDA-graph memory, drafter accept over RL | – | not comparable yet: "
         "needs whole RL runs (training phases, drafter dynamics, memory) |",
         "",
-        "Neither out-of-sample target (<= 8% rms on the batch table and on the GPU table) is met. Why:",
-        "",
-        "- **Batch table.** At a constant batch of 32 with 64 verify tokens, verification alone bounds the "
-        "speedup: accepted tokens per verify forward x decode time / verify time is "
-        f"{caps[0.7]:.2f}x at the model's 70% of H100's dense bf16 peak and {caps[1.0]:.2f}x even at 100%, "
+        "- **Constant batch is not the measurement.** At a constant batch of 32 with 64 verify tokens, "
+        "verification alone bounds the speedup: accepted tokens per verify forward x decode time / verify time "
+        f"is {caps[0.7]:.2f}x at the roofline's 70% of H100's dense bf16 peak and {caps[1.0]:.2f}x even at 100%, "
         "before any drafting cost, against the paper's 1.70x. So the paper's batch-32 numbers cannot come from a "
-        "constant batch of 32: the benchmark's running batch must have shrunk as requests finished, and the error "
-        "then depends on the response-length distribution of that benchmark, which is not published. With the "
-        "DAPO Qwen2.5-32B lengths (one wave of b requests) the "
-        f"error is {err['batch, benchmark conditions']:.1%}: the model over-predicts at batch 8-16 with wide "
-        "trees (the sharp roofline keeps verification flat up to the ridge point, measured GEMMs slow down "
-        "earlier) and the shrink of a heavy-tailed length distribution lowers the effective batch.",
-        "- **GPU table.** The no-SD tokens/s imply very different achieved HBM bandwidths "
-        f"({', '.join(f'{g} {e:.0%}' for g, e in zip(gt_show['gpu'], gt_show['implied_bw_efficiency'], strict=True))}"
-        "; the model uses 85% everywhere). B200's "
-        f"{gt_show.set_index('gpu').loc['B200', 'implied_bw_efficiency']:.0%} (early software, presumably) cannot be "
-        "predicted from the data sheet; per-GPU efficiencies can be set per scenario "
-        "(`cluster.bandwidth_efficiency`) or measured with `tlt real profile` on the GPU at hand.",
-        "- **Leave-one-table-out.** Fitting the kernel-latency floor and the two SD overheads to one table and "
-        "predicting the others shows that no single set of constants explains all three (below): the batch-1 "
-        "32B table wants no per-kernel floor, the 7B GPU table wants ~6 us per kernel, and the constant-batch "
-        "fit needs implausible draft-step overheads. Calibrated tables measured per (model, GPU) are the fix, "
-        "not more analytic constants.",
+        "constant batch of 32; the `constant` rows are reported, never fitted to.",
+        "- **GPU table.** The no-SD tokens/s imply very different achieved HBM bandwidths under the roofline "
+        f"({', '.join(f'{g} {x:.0%}' for g, x in zip(gt['gpu'], gt['implied_bw_efficiency'], strict=True))}; "
+        "the roofline uses 85% everywhere). B200's "
+        f"{gt.set_index('gpu').loc['B200', 'implied_bw_efficiency']:.0%} (early software, presumably) cannot be "
+        "predicted from the data sheet; no profiles exist for B200 or the RTX cards.",
+        "- **Leave-one-table-out (roofline).** Fitting the kernel-latency floor and the two SD overheads to one "
+        "table and predicting the others shows that no single set of analytic constants explains all three "
+        "(below).",
         "",
-        "## Leave-one-table-out fits (rms errors of each table under constants fitted to one)",
+        "## SD overheads: why they are not decomposed here",
+        "",
+        "Issue 23 asks for the SD overheads split into draft step, tree build, verify, accept, KV compaction and "
+        "a per-iteration fixed cost. The data here cannot identify that split: Vidur's profiles time the dense "
+        "layers and collectives only (no attention, no sampling, no tree construction, no KV compaction), and "
+        "the paper publishes only end-to-end speedups. Any split would be fitted to the same SD tables it is "
+        "then checked against (three or more free constants against the 36-row depth x verify table, whose "
+        "rows mostly differ by the two known terms, depth and verify budget). It needs measured per-phase "
+        "timings of an SD engine on a GPU (`tlt real profile` on a GPU, issue 23 item 8).",
+        "",
+        "## Leave-one-table-out fits, roofline (rms errors of each table under constants fitted to one)",
         "",
         markdown_table(loo_df, ".3f", nan="nan"),
         "",
         "## Speedup vs batch size (Qwen2.5-32B, TP 4, depth 10, top-k 8)",
         "",
-        markdown_table(bt_show[["verify_tokens", "batch_size", "speedup", "predicted_constant_batch", "err_constant",
-                     "predicted_benchmark", "err_benchmark"]], ".2f", nan="nan"),
+        markdown_table(bt, ".2f", nan="nan"),
         "",
         "![speedup vs batch](batch.png)",
         "",
-        "## Per-GPU decode (Qwen2.5-7B, batch 1)",
+        "## Per-GPU decode (Qwen2.5-7B, batch 1; calibrated model on profiled GPUs only)",
         "",
-        markdown_table(gt_show[["gpu", "tokens_per_s_no_sd", "predicted_tokens_per_s_no_sd", "err_no_sd", "speedup",
-                     "predicted_speedup", "err_speedup", "implied_bw_efficiency"]], ".2f", nan="nan"),
+        markdown_table(gt, ".2f", nan="–"),
         "",
         "![tokens per second per GPU](gpu.png)",
         "",
-        "## Depth x verify at batch 1 (circular)",
+        "## Depth x verify at batch 1 (circular for the roofline: its overheads were fitted here)",
         "",
-        markdown_table(dv.assign(err=dv["predicted"] / dv["speedup"] - 1), ".2f", nan="nan"),
+        markdown_table(dv, ".2f", nan="nan"),
         "",
-    ])
+    ]
     with atomic_dir(out, kind="paper-fidelity") as tmp:
-        write_text(tmp / "README.md", text)
-        write_text(tmp / "batch.csv", bt_show.to_csv(index=False))
-        write_text(tmp / "gpu.csv", gt_show.to_csv(index=False))
+        write_text(tmp / "README.md", "\n".join(lines))
+        write_text(tmp / "errors.csv", errs.to_csv(index=False))
+        write_text(tmp / "batch.csv", bt.to_csv(index=False))
+        write_text(tmp / "gpu.csv", gt.to_csv(index=False))
         write_text(tmp / "depth_verify.csv", dv.to_csv(index=False))
         write_text(tmp / "leave_one_out.csv", loo_df.to_csv(index=False))
-        save_figure(batch_figure(bt), tmp / "batch")
+        save_figure(batch_figure({k: p["batch"] for k, p in by_model.items()}), tmp / "batch")
         save_figure(gpu_figure(gt), tmp / "gpu")
 
 
