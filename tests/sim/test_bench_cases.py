@@ -1,0 +1,48 @@
+"""`tlt sim bench`: its cases, the CPU-time line and the scale workload (a benchmark, not a timed test:
+nothing here asserts a speed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import invoke_cli, needs_shared_traces
+
+
+@needs_shared_traces()
+def test_bench_prints_cpu_and_wall_seconds_on_its_last_line():
+    proc = invoke_cli("sim", "bench", "--case", "nosd", "--repeats", "1")
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stdout.strip().splitlines()[-1].split()
+    assert [f.split("=")[0] for f in last] == ["cpu_s", "wall_s"]
+    assert all(float(f.split("=")[1]) > 0 for f in last)
+    assert "case=nosd requests=4768" in proc.stdout
+
+
+def test_bench_refuses_an_unknown_case():
+    proc = invoke_cli("sim", "bench", "--case", "nope")
+    assert proc.returncode == 2 and "--case" in proc.stderr and "rl100" in proc.stderr
+
+
+@needs_shared_traces()
+def test_scale_workload_resamples_whole_aime_groups_with_a_fixed_seed():
+    from tltsim.bench import bench_scenario, scale_workload
+    from tltsim.scenario import prepare
+
+    a, b = scale_workload(groups=300), scale_workload(groups=300)
+    assert a.n_requests == 2400 and a.n_groups == 300
+    assert np.array_equal(a.response_tokens, b.response_tokens) and np.array_equal(a.group_ids, b.group_ids)
+    base = prepare(bench_scenario()).workload
+    # every drawn group is one of the trace's groups, its 8 lengths as recorded
+    groups = {tuple(sorted(base.response_tokens[base.group_ids == g].tolist())) for g in np.unique(base.group_ids)}
+    for g in np.unique(a.group_ids)[:20]:
+        assert tuple(sorted(a.response_tokens[a.group_ids == g].tolist())) in groups
+
+
+@pytest.mark.parametrize("case", ["p1", "nosd", "rl100", "scale"])
+def test_every_case_is_known(case):
+    from tltsim.bench import CASES, _case
+
+    assert case in CASES
+    prep, run = _case(case)
+    assert callable(prep) and callable(run)
