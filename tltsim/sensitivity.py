@@ -21,7 +21,7 @@ drafter quality   x 0.89 / x 1.15 (at most     The stale drafter the default dyn
                   the acceptance model's limit) trained one) vs one better than the paper's fit.
 length cap        1/2 of the longest response  RL recipes cap at 8K-20K tokens; the trace cannot be longer
                   / as given                   than it was generated, so the high side is the scenario's.
-training MFU      x 0.7 / x 1.43 (<= 1)        FSDP training of 7-32B models on long sequences: 25-50% MFU
+training MFU      x 0.7 / / 0.7 (<= 1)        FSDP training of 7-32B models on long sequences: 25-50% MFU
                   (presets only)               (default 0.35 -> 0.245 / 0.50).
 reward time       / 10 / max(x 10, 1 s)        Rule-based math checkers take milliseconds; sandboxed code or
                   (presets only)               an LLM judge about a second per sample (users report reward
@@ -70,7 +70,7 @@ FACTORS: tuple[Factor, ...] = (
     Factor("length cap", "trace.cap", "1/2 of the longest response / as given",
            "RL recipes cap responses at 8K-20K tokens; a trace cannot be longer than it was generated, so "
            "the high side is the scenario's own cap"),
-    Factor("training MFU", "rl.train_mfu", "x 0.7 / x 1.43 (at most 1)",
+    Factor("training MFU", "rl.train_mfu", "x 0.7 / / 0.7 (at most 1)",
            "FSDP training of 7-32B models on long sequences reaches 25-50% MFU (default 0.35 -> 0.245 / 0.50)",
            rl_only=True),
     Factor("reward time per sample", "rl.reward_s_per_sample", "/ 10 / max(x 10, 1 s)",
@@ -121,7 +121,7 @@ def low_high(f: Factor, s: Scenario, inputs) -> tuple[object, object, object]:
         base = t.cap if t.cap is not None else longest
         return t.cap, max(1, min(base, longest) // 2), t.cap
     if f.field == "rl.train_mfu":
-        return rl.train_mfu, round(0.7 * rl.train_mfu, 4), round(min(1.0, 1.43 * rl.train_mfu), 4)
+        return rl.train_mfu, round(0.7 * rl.train_mfu, 4), round(min(1.0, rl.train_mfu / 0.7), 4)
     if f.field == "rl.reward_s_per_sample":
         r = rl.reward_s_per_sample
         return r, r / 10, max(10 * r, 1.0)

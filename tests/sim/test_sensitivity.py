@@ -39,7 +39,7 @@ def test_low_high_values() -> None:
     assert by["cluster.tp"] == (4, 2, 8)
     base, low, high = by["drafter.quality"]
     assert base == 1.0 and low == pytest.approx(0.89) and 1.0 < high <= 1.15
-    assert by["rl.train_mfu"] == (0.35, pytest.approx(0.245), pytest.approx(0.5005))
+    assert by["rl.train_mfu"] == (0.35, pytest.approx(0.245), pytest.approx(0.5))
     assert by["rl.reward_s_per_sample"] == (0.01, pytest.approx(0.001), 1.0)
     cap_base, cap_low, cap_high = by["trace.cap"]
     longest = max(int(w.response_tokens.max()) for w in inputs.workloads)
