@@ -150,7 +150,7 @@ def run(
              "makespan as median (min-max). With N > 1, summary.csv (and steps.csv) hold every seed's rows with "
              "a seed column, seeds_summary.csv one row per policy and step (per preset) with <metric>_median, "
              "_min, _max and seeds, seeds_totals.csv the whole run (several steps), seeds.png/.pdf the spread; "
-             "a line says when the ranking flips across seeds. 1 to 1000.")
+             "a line says when the ranking flips across seeds; default folder results/sim/<hash>-seeds<N>. 1 to 1000.")
     ] = 1,
     acceptance: Annotated[Mode | None, typer.Option(help="Acceptance mode (acceptance.mode).")] = None,
     switch: Annotated[Switch | None, typer.Option(help="What switching SD on costs (engine.switch).")] = None,
@@ -199,8 +199,8 @@ def run(
         from tltcli.sim_uncertainty import run_seeds
 
         check_seeds(seeds, s.seed)
-        run_seeds(s, inputs, seeds, console, out if out is not None else DEFAULT_RESULTS / scenario_hash(s),
-                  perfetto, force)
+        dest = out if out is not None else DEFAULT_RESULTS / f"{scenario_hash(s)}-seeds{seeds}"
+        run_seeds(s, inputs, seeds, console, dest, perfetto, force)
         return
     if s.presets:
         _run_presets(s, inputs, console, out, perfetto, force)
