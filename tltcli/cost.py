@@ -2,8 +2,9 @@
 
 ``tlt cost build --gpu H100 --model Qwen2.5-7B --tp 1 --out table.parquet`` prices a grid of decode,
 verify, draft-step, SD and prefill iterations with :func:`tltcore.cost.measured.measured_cost_model`
-and writes them as a cost table (:mod:`tltcore.cost.table`), which a scenario reads today with
-``cost.model = "table"``. The file is written atomically, and an existing file is replaced only if
+and writes them as a cost table (:mod:`tltcore.cost.table`), which a scenario reads with
+``cost.model = "table"`` (``cost.model = "measured"`` prices the same model directly, without a table).
+The file is written atomically, and an existing file is replaced only if
 ``tlt cost build`` wrote it.
 """
 

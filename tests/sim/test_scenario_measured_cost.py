@@ -74,3 +74,29 @@ def test_unset_collectives_leaves_the_resolved_toml_and_hash_unchanged():
 def test_overheads_apply_to_the_measured_model(profiles):
     cm = cost_model(_scenario(("cost.model", "measured"), ("cost.sd_overhead_s", 0.002)))
     assert cm.sd_overhead_s == 0.002
+
+
+def test_measured_hash_says_which_model_served(profiles, monkeypatch, tmp_path):
+    """A measured-model run and one that fell back to the roofline (no profiles found) never share a
+    results folder; a roofline scenario's hash does not depend on the profiles at all."""
+    from tltsim.scenario import scenario_hash
+
+    s = _scenario(("cost.model", "measured"), ("trace.name", "intern_s1_math"))  # parametric: no trace file
+    roof = _scenario(("trace.name", "intern_s1_math"))
+    calibrated, roof_hash = scenario_hash(s), scenario_hash(roof)
+    monkeypatch.setenv("TLT_GPU_PROFILES", str(tmp_path / "none"))
+    monkeypatch.setenv("TLT_SHARED_DIR", str(tmp_path / "none"))
+    assert "roofline" in describe_cost(cost_model(s))
+    assert scenario_hash(s) != calibrated
+    assert scenario_hash(roof) == roof_hash
+
+
+def test_sim_run_prints_which_cost_model_served(profiles, tmp_path):
+    from conftest import invoke_cli
+
+    res = invoke_cli("sim", "run", "--trace", "tlt_grpo_arith_seed0", "--model", "Qwen2.5-7B", "--gpu", "H100",
+                     "--gpus", "1", "--tp", "1", "--policy", "static:4_2_8", "--set", "cost.model=measured",
+                     "--out", str(tmp_path / "run"))
+    assert res.returncode == 0, res.stderr
+    assert "cost model: measured: h100" in res.stdout.replace("\n", " ")
+    assert 'model = "measured"' in (tmp_path / "run" / "scenario.resolved.toml").read_text()

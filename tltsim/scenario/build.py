@@ -112,6 +112,15 @@ def describe_cost(cost: Any) -> str:
     return f"cost model: {type(cost).__name__}"
 
 
+def cost_fingerprint(s: Scenario) -> str:
+    """What decides a ``cost.model = "measured"`` run's costs beyond its scenario: the calibration's
+    one-line description (fitted constants, collectives) or the roofline fallback's reason."""
+    try:
+        return describe_cost(cost_model(s))
+    except InputError as exc:  # prepare() reports it in context; the hash only needs to differ
+        return f"unbuildable: {exc.message}"
+
+
 def prepare(s: Scenario) -> SimInputs:
     """Resolve names into models, load the workloads and check that every request fits a worker's
     KV cache before anything runs."""

@@ -38,7 +38,9 @@ def scenario_toml(s: Scenario) -> str:
 
 def scenario_hash(s: Scenario, length: int = 10) -> str:
     """Short content hash of a run: the resolved scenario, the trace's content and the package
-    version. Editing a trace file or upgrading tlt gives a new results folder, never a silently
+    version (and, for ``cost.model = "measured"``, which model served: a run that fell back to the
+    roofline for want of profiles never shares a folder with a calibrated one). Editing a trace file
+    or upgrading tlt gives a new results folder, never a silently
     overwritten one."""
     from tltcore import __version__
 
@@ -47,6 +49,10 @@ def scenario_hash(s: Scenario, length: int = 10) -> str:
     h.update(__version__.encode())
     if s.cost.table is not None and Path(s.cost.table).is_file():
         h.update(_file_sha256(str(Path(s.cost.table).resolve()), Path(s.cost.table).stat().st_mtime_ns).encode())
+    if s.cost.model == "measured":  # which model served: calibrated constants, or the roofline fallback
+        from tltsim.scenario.build import cost_fingerprint
+
+        h.update(cost_fingerprint(s).encode())
     return h.hexdigest()[:length]
 
 
