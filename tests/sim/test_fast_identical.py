@@ -100,12 +100,13 @@ class _Held:
 
 
 @needs_shared_traces()
+@pytest.mark.parametrize("mode", ["expected", "stochastic"])
 @pytest.mark.parametrize("hold", [2, 3, 7, 50])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_sd_spans_ending_at_their_hold_fast_equals_reference(hold, seed):
+def test_sd_spans_ending_at_their_hold_fast_equals_reference(hold, seed, mode):
     from tltsim.rollout import simulate_step
 
-    s = resolve(None, [*SMALL, ("acceptance.mode", "stochastic", "test")]).scenario
+    s = resolve(None, [*SMALL, ("acceptance.mode", mode, "test")]).scenario
     inputs = prepare(s)
 
     def once(fast: bool):

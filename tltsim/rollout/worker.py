@@ -191,7 +191,7 @@ class RolloutWorker:
             elif not self.expected:
                 self._speculate_blocks(config, hold)
             else:
-                self._speculate(config, hold)
+                self._speculate_expected_blocks(config, hold)
         else:
             self._plain(hold)
         if _min(live.rem) <= _EPS:
@@ -308,6 +308,71 @@ class RolloutWorker:
         self.lag_dirty = False
         self.iteration += n
         accepted = (drawn_total - n).astype(np.float64)  # whole numbers: the per-iteration float sums exactly
+        acc = float(_sum(accepted))
+        self.policy.observe(Outcome(config, b, round(emitted_total), self.t - t0, config.verify_tokens * b * n,
+                                    round(acc), self.t, self.idx, n, tuple(accepted.tolist())))
+        if self.log.decode(self.idx, t0, self.t, n, b, config, emitted_total, config.verify_tokens * b * n, acc):
+            self.row_closed = True
+
+    def _speculate_expected_blocks(self, config: SDConfig, hold: int) -> None:
+        """:meth:`_speculate` in expected mode over blocks of iterations.
+
+        Every request emits the expected accept length ``a`` per iteration until the iteration in
+        which one finishes (a request with less than ``a`` left finishes as it is clipped), so a
+        block's remaining and emitted tokens are running sums (``numpy.cumsum`` adds in order: the
+        same floating-point operations as the per-iteration path) and only the finishing iteration
+        is clipped. The emitted total of an unclipped iteration is the sum of ``b`` copies of ``a``,
+        computed once; the accepted-token accumulator is the same float for every request."""
+        live = self.live
+        b, t0 = len(live), self.t
+        cost, recent = self.cost, self.recent
+        a = self._draw(config, b)
+        full = float(_sum(np.full(b, a)))  # one unclipped iteration's emitted tokens, summed as numpy does
+        less = a - 1
+        acc_each = 0.0
+        emitted_total = 0.0
+        n = 0
+        cap = max(2, _BLOCK_DRAWS // b)
+        prompt = live.prompt
+        while True:
+            rem, gen = live.rem, live.gen
+            k = min(hold - n, int(float(_min(rem)) / a) + 1, cap)
+            r = np.empty((k + 1, b))
+            r[0], r[1:] = rem, -a
+            np.cumsum(r, axis=0, out=r)  # r[j]: remaining after j unclipped iterations
+            g = np.empty((k + 1, b))
+            g[0], g[1:] = gen, a
+            np.cumsum(g, axis=0, out=g)
+            hit = np.minimum.reduce(r[1:], axis=1) <= _EPS
+            finish = bool(hit.any())
+            used = int(hit.argmax()) + 1 if finish else k
+            ctx_rows = np.floor(g[1:used] + _EPS).astype(np.int64)
+            ctx_rows += prompt
+            for j in range(used):
+                dt = cost.sd_time(live.ctx if j == 0 else ctx_rows[j - 1], config)
+                if finish and j == used - 1:
+                    step = np.minimum(r[j], a)
+                    emitted = float(_sum(step))
+                else:
+                    emitted = full
+                acc_each += less
+                emitted_total += emitted
+                recent.update(emitted / b)
+                self.t += dt
+            n += used
+            if finish:
+                rem[:] = r[used - 1] - step
+                gen[:] = g[used - 1] + step
+            else:
+                rem[:] = r[used]
+                gen[:] = g[used]
+            np.add(prompt, np.floor(gen + _EPS).astype(np.int64), out=live.ctx)
+            if finish or n >= hold:
+                break
+        live.lag[:] = 0
+        self.lag_dirty = False
+        self.iteration += n
+        accepted = np.full(b, acc_each)
         acc = float(_sum(accepted))
         self.policy.observe(Outcome(config, b, round(emitted_total), self.t - t0, config.verify_tokens * b * n,
                                     round(acc), self.t, self.idx, n, tuple(accepted.tolist())))
