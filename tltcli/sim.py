@@ -451,16 +451,19 @@ def bench(
     repeats: Annotated[int, typer.Option(help="Timed runs; the median is reported.")] = 3,
     case: Annotated[str, typer.Option(help="p1: one AIME step, 64 H100 TP 4, elastic+beg-mab (the reference); "
                                       "nosd: the same step without SD; rl100: 100 RL steps of --preset tlt "
-                                      "(+ verl); scale: 500k responses on 4,096 H100.")] = "p1",
+                                      "(+ verl); scale: 500k responses on 4,096 H100; scenario:NAME: a bundled "
+                                      "scenario as tlt sim run runs it; preset:NAME: one AIME step of a preset.")
+    ] = "p1",
     profile: Annotated[bool, typer.Option(help="Also print a cProfile of one run.")] = False,
 ) -> None:
     """Time the simulator on a reference case; the last line is the median CPU and wall seconds."""
-    from tltsim.bench import CASES, profile_bench, run_bench
+    from tltsim.bench import CASES, is_case, profile_bench, run_bench
 
     if repeats < 1:
         raise InputError(f"must be >= 1, got {repeats}", path="--repeats")
-    if case not in CASES:
-        raise InputError(f"unknown case {case!r}; one of {', '.join(CASES)}", path="--case")
+    if not is_case(case):
+        raise InputError(f"unknown case {case!r}; one of {', '.join(CASES)}, scenario:NAME, preset:NAME",
+                         path="--case")
     if profile:
         print(profile_bench(case=case))
     r = run_bench(repeats, case)

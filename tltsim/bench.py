@@ -17,6 +17,9 @@ itself costs, unaffected by other processes sharing the cores), the median of ``
   replacement (seeded, ``numpy.random.default_rng(0)``) from its 596 groups, each group keeping its
   8 recorded response lengths and prompt length (group ids made unique): the trace's lengths and
   within-group dispersion, resampled.
+* ``scenario:NAME``: ``tlt sim run --scenario NAME`` without writing results (prepare and every
+  policy, ``no-sd`` included, or every preset with ``verl``), timed whole.
+* ``preset:NAME``: one AIME step of one preset alone (:func:`tltsim.rl.run.run_preset`), 64 H100, TP 4.
 """
 
 from __future__ import annotations
@@ -103,6 +106,26 @@ def _case(case: str) -> tuple[Callable[[], SimInputs], Callable[[SimInputs], obj
             return replace(prepare(s), workloads=(scale_workload(),))
 
         return prep, (lambda inputs: run_policy(s, s.policies[0], inputs))
+    if case.startswith("scenario:"):
+        from tltsim.scenario import compare_policies, resolve
+
+        s = resolve(case.partition(":")[2], []).scenario
+
+        def whole(_: object) -> object:
+            inputs = prepare(s)
+            if s.presets:
+                from tltsim.rl.run import compare_presets
+
+                return compare_presets(s, inputs)
+            return compare_policies(s, inputs)
+
+        return (lambda: None), whole  # type: ignore[return-value]
+    if case.startswith("preset:"):
+        from tltsim.rl.run import run_preset
+
+        name = case.partition(":")[2]
+        s = Scenario(presets=(name,))
+        return (lambda: prepare(s)), (lambda inputs: run_preset(s, name, inputs).events)
     if case == "rl100":
         from tltsim.rl.run import compare_presets
         from tltsim.scenario.schema import TraceSection
@@ -111,6 +134,11 @@ def _case(case: str) -> tuple[Callable[[], SimInputs], Callable[[SimInputs], obj
         # the step workloads are built inside the timed part: re-sampling them is per-step cost
         return (lambda: None), (lambda _: compare_presets(s, prepare(s)))  # type: ignore[return-value]
     raise ValueError(f"unknown bench case {case!r}; one of {CASES}")
+
+
+def is_case(case: str) -> bool:
+    """A fixed case or ``scenario:NAME`` / ``preset:NAME``."""
+    return case in CASES or (case.partition(":")[0] in ("scenario", "preset") and bool(case.partition(":")[2]))
 
 
 def _stats(case: str, res: object, inputs: SimInputs | None) -> tuple[int, int, int, float]:
