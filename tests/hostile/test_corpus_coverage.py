@@ -33,7 +33,7 @@ CORPUS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 EVERY_COMMAND = {"trace list", "trace stats", "trace plot", "trace fetch", "sim run", "sweep run", "sweep status",
                  "sweep points", "report", "demo", "validate", "real generate", "real profile", "real rl",
-                 "cost build"}
+                 "cost build", "sim sensitivity"}
 
 
 def _load(rel: str) -> ModuleType:

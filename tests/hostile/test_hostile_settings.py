@@ -27,7 +27,7 @@ import pytest
 from conftest import REPO, invoke_bounded, skip_if_trace_missing
 
 BOUND_S = 20.0
-COMMANDS = ("sim run", "validate", "demo", "real profile", "sweep points")
+COMMANDS = ("sim run", "validate", "demo", "real profile", "sweep points", "sim sensitivity")
 FILE = "{file}"  # in ``expect``: the case's scenario (or sweep spec) path
 
 
@@ -230,6 +230,17 @@ CASES: list[Case] = [
     Case("sweep-stale-quality", "sweep points", scenario='name = "x"\nbase = "aime_qwen7b_64xh100"\n[[axes]]\n'
          'kind = "grid"\n"drafter.stale_quality" = [5.0]', expect=(FILE, "drafter.stale_quality")),
     Case("sweep-fifo", "sweep points", special="fifo", expect=(FILE, "sweep spec")),
+    # tlt sim sensitivity reads the same scenario and flags as tlt sim run, plus --seeds
+    Case("sens-seeds-zero", "sim sensitivity", ("--seeds", "0"), expect=("--seeds",)),
+    Case("sens-seeds-huge", "sim sensitivity", ("--seeds", "100000"), expect=("--seeds",)),
+    Case("sens-set-max-batch", "sim sensitivity", ("--set", "engine.max_batch=0"),
+         expect=("--set", "field 'engine.max_batch'")),
+    Case("sens-set-unknown", "sim sensitivity", ("--set", "engine.max_batchh=8"), expect=("--set", "did you mean")),
+    Case("sens-file-field", "sim sensitivity", scenario="[engine]\nmax_batch = -1",
+         expect=(FILE, "field 'engine.max_batch'")),
+    Case("sens-fifo", "sim sensitivity", special="fifo", expect=(FILE,)),
+    Case("sens-devzero", "sim sensitivity", special="devzero", expect=("/dev/zero",)),
+    Case("sens-bad-policy", "sim sensitivity", ("--policy", "elastic+nope"), expect=("--policy",)),
 ]
 
 
