@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tltcore.config import suggest
-from tltcore.errors import InputError
+from tltcore.errors import InputError, warn
 from tltsim.scenario.schema import MAX_RESPONSES, TraceSection, relocated
 
 
@@ -46,6 +46,10 @@ def load_steps(t: TraceSection) -> tuple[Any, ...]:
                   "expand_samples": "trace.expand_samples", "dispersion_sigma": "trace.dispersion_sigma",
                   "samples_per_prompt": "trace.samples", "steps": "trace.step"}
         raise relocated(exc, path=None, dotted=fields.get(exc.field or "", exc.field or "trace")) from None
+    if len(steps) < t.num_steps:  # a one-snapshot trace without prompts_per_step holds one step only
+        warn(f"trace {t.name} is one snapshot of {len(trace_steps)} step(s): {t.num_steps} RL steps were asked "
+             f"and {len(steps)} will run; set trace.prompts_per_step (e.g. --set trace.prompts_per_step=64) to "
+             "sample each step's prompt groups from it")
     return tuple(steps)
 
 
