@@ -64,6 +64,16 @@ class Perfetto(StrEnum):
 PERFETTO_AUTO_MAX_BYTES = 64 * 2**20
 
 
+#: The scenario options `tlt sim run` and `tlt sim sensitivity` share (each sets its dotted field).
+ScenarioOption = Annotated[Path | None, typer.Option(
+    help="Scenario TOML, or a bundled scenario's name (see `tlt sim scenarios`; defaults without one).")]
+TraceOption = Annotated[str | None, typer.Option(help="Trace name or path (trace.name).")]
+ModelOption = Annotated[str | None, typer.Option(help="Model preset or config.json (model.name).")]
+GpuOption = Annotated[str | None, typer.Option(help="GPU preset (cluster.gpu).")]
+GpusOption = Annotated[int | None, typer.Option(help="Total GPUs (cluster.gpus).")]
+TpOption = Annotated[int | None, typer.Option(help="Tensor-parallel size per rollout worker (cluster.tp).")]
+
+
 def _parse_sets(items: list[str]) -> list[tuple[str, object, str]]:
     out: list[tuple[str, object, str]] = []
     for item in items:
@@ -122,14 +132,13 @@ def run_table(totals: pd.DataFrame, title: str) -> Table:
 
 @app.command()
 def run(
-    scenario: Annotated[Path | None, typer.Option(
-        help="Scenario TOML, or a bundled scenario's name (see `tlt sim scenarios`; defaults without one).")] = None,
-    trace: Annotated[str | None, typer.Option(help="Trace name or path (trace.name).")] = None,
+    scenario: ScenarioOption = None,
+    trace: TraceOption = None,
     step: Annotated[int | None, typer.Option(help="Trace step to simulate (trace.step).")] = None,
-    model: Annotated[str | None, typer.Option(help="Model preset or config.json (model.name).")] = None,
-    gpu: Annotated[str | None, typer.Option(help="GPU preset (cluster.gpu).")] = None,
-    gpus: Annotated[int | None, typer.Option(help="Total GPUs (cluster.gpus).")] = None,
-    tp: Annotated[int | None, typer.Option(help="Tensor-parallel size per rollout worker (cluster.tp).")] = None,
+    model: ModelOption = None,
+    gpu: GpuOption = None,
+    gpus: GpusOption = None,
+    tp: TpOption = None,
     policy: Annotated[list[str] | None, typer.Option(
         help="SD policy spec, repeatable (replaces the scenario's list; no-sd is always added). Not with "
              "--preset or a scenario's presets: each preset runs its own SD policy.")] = None,
@@ -309,13 +318,12 @@ def write_results(dest: Path, events: pd.DataFrame, summary: pd.DataFrame, s: Sc
 
 @app.command()
 def sensitivity(
-    scenario: Annotated[Path | None, typer.Option(
-        help="Scenario TOML, or a bundled scenario's name (see `tlt sim scenarios`; defaults without one).")] = None,
-    trace: Annotated[str | None, typer.Option(help="Trace name or path (trace.name).")] = None,
-    model: Annotated[str | None, typer.Option(help="Model preset or config.json (model.name).")] = None,
-    gpu: Annotated[str | None, typer.Option(help="GPU preset (cluster.gpu).")] = None,
-    gpus: Annotated[int | None, typer.Option(help="Total GPUs (cluster.gpus).")] = None,
-    tp: Annotated[int | None, typer.Option(help="Tensor-parallel size per rollout worker (cluster.tp).")] = None,
+    scenario: ScenarioOption = None,
+    trace: TraceOption = None,
+    model: ModelOption = None,
+    gpu: GpuOption = None,
+    gpus: GpusOption = None,
+    tp: TpOption = None,
     policy: Annotated[list[str] | None, typer.Option(help="SD policy spec, repeatable (as tlt sim run).")] = None,
     preset: Annotated[list[str] | None, typer.Option(
         help="Whole RL runs of named systems, repeatable (as tlt sim run): adds training MFU and reward time "

@@ -246,6 +246,12 @@ class RolloutWorker:
         live.lag[:] = 0
         self.lag_dirty = False
         self.iteration += n
+        self._close_sd_span(config, b, n, t0, emitted_total, accepted)
+
+    def _close_sd_span(self, config: SDConfig, b: int, n: int, t0: float, emitted_total: float,
+                       accepted: np.ndarray) -> None:
+        """What every SD span ends with, however it was stepped: the policy hears the span's outcome
+        (``accepted``: tokens accepted per request over the span) and the event log gets its row."""
         acc = float(_sum(accepted))
         self.policy.observe(Outcome(config, b, round(emitted_total), self.t - t0, config.verify_tokens * b * n,
                                     round(acc), self.t, self.idx, n, tuple(accepted.tolist())))
@@ -308,11 +314,7 @@ class RolloutWorker:
         self.lag_dirty = False
         self.iteration += n
         accepted = (drawn_total - n).astype(np.float64)  # whole numbers: the per-iteration float sums exactly
-        acc = float(_sum(accepted))
-        self.policy.observe(Outcome(config, b, round(emitted_total), self.t - t0, config.verify_tokens * b * n,
-                                    round(acc), self.t, self.idx, n, tuple(accepted.tolist())))
-        if self.log.decode(self.idx, t0, self.t, n, b, config, emitted_total, config.verify_tokens * b * n, acc):
-            self.row_closed = True
+        self._close_sd_span(config, b, n, t0, emitted_total, accepted)
 
     def _speculate_expected_blocks(self, config: SDConfig, hold: int) -> None:
         """:meth:`_speculate` in expected mode over blocks of iterations.
@@ -373,11 +375,7 @@ class RolloutWorker:
         self.lag_dirty = False
         self.iteration += n
         accepted = np.full(b, acc_each)
-        acc = float(_sum(accepted))
-        self.policy.observe(Outcome(config, b, round(emitted_total), self.t - t0, config.verify_tokens * b * n,
-                                    round(acc), self.t, self.idx, n, tuple(accepted.tolist())))
-        if self.log.decode(self.idx, t0, self.t, n, b, config, emitted_total, config.verify_tokens * b * n, acc):
-            self.row_closed = True
+        self._close_sd_span(config, b, n, t0, emitted_total, accepted)
 
     def _speculate_one(self, config: SDConfig) -> None:
         """:meth:`_speculate` for a one-iteration decision (BEG-MAB decides every iteration), without the
