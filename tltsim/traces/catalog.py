@@ -21,16 +21,10 @@ from functools import cache
 from pathlib import Path
 
 from tltcore.errors import InputError
+from tltcore.shared_paths import project_root
 
 CATALOG_FILE = Path(__file__).resolve().parents[1] / "data" / "catalog.toml"
-SHARED_ENV = "TLT_SHARED_DIR"
 CATALOG_ENV = "TLT_TRACE_CATALOG"
-_CHECKOUT = Path(__file__).resolve().parents[2]
-
-
-def project_root() -> Path:
-    """The source checkout tlt runs from, or the current directory for an installed package."""
-    return _CHECKOUT if (_CHECKOUT / "pyproject.toml").is_file() else Path.cwd()
 
 
 def shared_dir() -> Path:
