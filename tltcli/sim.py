@@ -97,6 +97,28 @@ def describe_workload(s: Scenario, inputs: SimInputs) -> str:
             f"{s.acceptance.preset} ({s.acceptance.mode}), switch {s.engine.switch}, deal {s.trace.deal}")
 
 
+def _prepared(scenario: Path | None, settings: list, *,
+              seeds: int | None = None) -> tuple[Scenario, SimInputs, Console]:
+    """The resolved scenario (errors and warnings as one line each, naming the flag or field), its
+    prepared inputs and the console, with the workload described: what `run` and `sensitivity`
+    start with. ``seeds`` is checked before anything is prepared."""
+    resolved = resolve(scenario, settings)
+    s = resolved.scenario
+    if seeds is not None:
+        from tltsim.seeds import check_seeds
+
+        check_seeds(seeds, s.seed)
+    try:
+        inputs = prepare(s)
+    except InputError as exc:
+        raise resolved.locate(exc) from None
+    for message in resolved.warnings:
+        warn(message)
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    console.print(describe_workload(s, inputs))
+    return s, inputs, console
+
+
 def _fmt(v: float, spec: str) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
@@ -193,16 +215,7 @@ def run(
     if out is not None:
         # before the simulation: a bad --out (or one that would replace the scenario or trace read) fails at once
         check_output_dir(out, force, kind="sim-run", inputs=[str(p) for p in (scenario, trace) if p])
-    resolved = resolve(scenario, overrides + _parse_sets(set_ or []))
-    s = resolved.scenario
-    try:
-        inputs = prepare(s)
-    except InputError as exc:
-        raise resolved.locate(exc) from None
-    for message in resolved.warnings:
-        warn(message)
-    console = Console(width=None if sys.stdout.isatty() else 120)
-    console.print(describe_workload(s, inputs))
+    s, inputs, console = _prepared(scenario, overrides + _parse_sets(set_ or []))
     console.print(describe_cost(inputs.cost), markup=False, highlight=False)
     if seeds > 1:
         from tltcli.sim_uncertainty import run_seeds
@@ -359,17 +372,7 @@ def sensitivity(
     ]
     if out is not None:
         check_output_dir(out, force, kind="sim-sensitivity", inputs=[str(p) for p in (scenario, trace) if p])
-    resolved = resolve(scenario, overrides + _parse_sets(set_ or []))
-    s = resolved.scenario
-    check_seeds(seeds, s.seed)
-    try:
-        inputs = prepare(s)
-    except InputError as exc:
-        raise resolved.locate(exc) from None
-    for message in resolved.warnings:
-        warn(message)
-    console = Console(width=None if sys.stdout.isatty() else 120)
-    console.print(describe_workload(s, inputs))
+    s, _, console = _prepared(scenario, overrides + _parse_sets(set_ or []), seeds=seeds)
     dest = out if out is not None else DEFAULT_RESULTS / f"{scenario_hash(s)}-sensitivity"
     run_sensitivity(s, seeds, console, dest, force, "tlt " + " ".join(sys.argv[1:]))
 

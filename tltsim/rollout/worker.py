@@ -422,20 +422,11 @@ class RolloutWorker:
     def _retire(self) -> None:
         live = self.live
         done = live.rem <= _EPS
-        if self.fast:  # called only when some request is done; kv_used is recomputed at admission
-            target = live.target[done]
-            self.done_tokens.append(target)
-            self._done_t.append(self.t)
-            self._done_n.append(len(target))
-            live.drop(~done)
-            self.need_admit = True
-            if self.on_finish is not None:
-                self.on_finish(len(target))
-            return
-        if not done.any():
-            return
+        if not self.fast:  # the fast path is called only when some request is done and recomputes kv_used
+            if not done.any():  # at admission
+                return
+            self.kv_used -= int(_sum(live.prompt[done] + live.target[done]))
         target = live.target[done]
-        self.kv_used -= int(_sum(live.prompt[done] + target))
         self.done_tokens.append(target)
         self._done_t.append(self.t)
         self._done_n.append(len(target))
