@@ -45,10 +45,13 @@ class ElasticSwitch:
         t_start = self._now()
         budget = self.cfg.switch_budget
         groups: list[list[Request]] = [[]]
+        tokens_in_pass = 0  # of groups[-1]
         for r in reqs:  # pack whole requests into passes (a request longer than the budget runs alone)
-            if groups[-1] and sum(x.cache_len for x in groups[-1]) + r.cache_len > budget:
+            if groups[-1] and tokens_in_pass + r.cache_len > budget:
                 groups.append([])
+                tokens_in_pass = 0
             groups[-1].append(r)
+            tokens_in_pass += r.cache_len
         for group in groups:
             lens = self._tensor([r.cache_len for r in group])
             t = int(lens.max())
