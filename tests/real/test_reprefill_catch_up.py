@@ -109,3 +109,26 @@ def test_both_switch_modes_leave_the_drafter_equally_up_to_date(target) -> None:
     a, b = reprefill.decode_events, catch_up.decode_events
     sd_a, sd_b = a[a["depth"] > 0], b[b["depth"] > 0]
     assert int(sd_a["accepted"].sum()) > 0 and list(sd_a["accepted"]) == list(sd_b["accepted"])
+
+
+def test_reprefill_packs_whole_requests_into_passes_of_the_switch_budget(target) -> None:
+    """Passes hold whole requests up to ``prefill_budget * switch_prefill_fraction`` tokens, packed in
+    order: six equal contexts of ~27 tokens under a budget of 60 go two to a pass (3 passes); under a
+    budget below one context, one to a pass (6)."""
+    prompts = [[(5 * i + j) % CFG.vocab_size for j in range(7)] for i in range(6)]
+
+    def passes(budget: int) -> tuple[int, int]:
+        drafter = OracleDrafter(target, noise=0.3)
+        cfg = EngineConfig(max_batch=6, max_len=80, switch="reprefill", clock="model", prefill_budget=4 * budget,
+                           switch_prefill_fraction=0.25)
+        engine = Engine(target, SwitchOnAt(), drafter, cfg, costs=LinearCosts())
+        for p in prompts:
+            engine.add_request(p, 30)
+        ev = engine.run().events
+        (switch,) = ev[ev["kind"] == "switch_reprefill"].itertuples()
+        return int(switch.iterations), int(switch.prefill_tokens)
+
+    n, live = passes(60)
+    assert 6 * 20 < live <= 6 * 30 and 2 * (live // 6 + 1) <= 60 < 3 * (live // 6)  # two contexts fit, three do not
+    assert n == 3
+    assert passes(10)[0] == 6
