@@ -102,6 +102,7 @@ def test_seed_values_and_bounds() -> None:
 
 
 # ---- the command ---------------------------------------------------------------------------------------
+@needs_shared_traces()
 def test_seeds_1_is_a_plain_run_byte_for_byte(tmp_path: Path) -> None:
     plain, one = tmp_path / "plain", tmp_path / "one"
     assert invoke_cli("sim", "run", *FAST, "--out", str(plain)).returncode == 0
@@ -112,6 +113,7 @@ def test_seeds_1_is_a_plain_run_byte_for_byte(tmp_path: Path) -> None:
         assert (plain / name).read_bytes() == (one / name).read_bytes(), name
 
 
+@needs_shared_traces()
 def test_seeds_3_each_seed_is_the_plain_run_at_that_seed(tmp_path: Path) -> None:
     out = tmp_path / "s3"
     r = invoke_cli("sim", "run", *FAST, "--seed", "4", "--seeds", "3", "--out", str(out))
@@ -140,6 +142,7 @@ def test_seeds_3_each_seed_is_the_plain_run_at_that_seed(tmp_path: Path) -> None
     assert f"{med:.3f}x (" in r.stdout
 
 
+@needs_shared_traces()
 def test_seeds_over_several_steps_adds_whole_run_totals(tmp_path: Path) -> None:
     out = tmp_path / "steps"
     r = invoke_cli("sim", "run", *FAST, "--steps", "2", "--seeds", "2", "--out", str(out))
@@ -154,6 +157,7 @@ def test_seeds_over_several_steps_adds_whole_run_totals(tmp_path: Path) -> None:
     assert "Whole run (2 rollouts back to back)" in r.stdout
 
 
+@needs_shared_traces()
 def test_seeds_with_presets(tmp_path: Path) -> None:
     out = tmp_path / "presets"
     r = invoke_cli("sim", "run", "--preset", "tlt", "--set", "trace.prompts_per_step=8", "--steps", "2",

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import invoke_cli
+from conftest import invoke_cli, needs_shared_traces
 from tltsim.scenario import resolve
 from tltsim.sensitivity import FACTORS, factors_for, low_high, sensitivity
 
@@ -29,6 +29,7 @@ def test_factors_rollout_only_without_presets_and_all_with_them() -> None:
     assert all(f.why and f.rule for f in FACTORS)
 
 
+@needs_shared_traces()
 def test_low_high_values() -> None:
     from tltsim.scenario import prepare
 
@@ -46,6 +47,7 @@ def test_low_high_values() -> None:
     assert cap_base is None and cap_high is None and cap_low == longest // 2
 
 
+@needs_shared_traces()
 def test_sensitivity_ranks_by_swing() -> None:
     table, facts = sensitivity(_scenario(), 1)
     assert facts["best"] == "elastic+beg-mab" and facts["baseline"] == "no-sd"
@@ -86,6 +88,7 @@ def test_tornado_is_sorted_by_effect(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     assert {"low value", "high value"} <= set(seen["legend"])
 
 
+@needs_shared_traces()
 def test_cli_writes_the_folder_and_never_replaces_a_run(tmp_path: Path) -> None:
     out = tmp_path / "sens"
     args = ("sim", "sensitivity", "--scenario", "aime_qwen7b_64xh100", "--set", "trace.prompts_per_step=8",
@@ -110,6 +113,7 @@ def test_cli_writes_the_folder_and_never_replaces_a_run(tmp_path: Path) -> None:
     assert sorted(p.name for p in run.iterdir()) == before
 
 
+@needs_shared_traces()
 def test_a_point_where_the_best_does_not_run_is_reported_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
     """A side where every preset but the baseline fails (out of memory) is a note, not a crash."""
     import tltsim.sensitivity as sens
