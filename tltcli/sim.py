@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -215,12 +216,11 @@ def run(
     if out is not None:
         # before the simulation: a bad --out (or one that would replace the scenario or trace read) fails at once
         check_output_dir(out, force, kind="sim-run", inputs=[str(p) for p in (scenario, trace) if p])
-    s, inputs, console = _prepared(scenario, overrides + _parse_sets(set_ or []))
+    s, inputs, console = _prepared(scenario, overrides + _parse_sets(set_ or []), seeds=seeds)
     console.print(describe_cost(inputs.cost), markup=False, highlight=False)
     if seeds > 1:
         from tltcli.sim_uncertainty import run_seeds
 
-        check_seeds(seeds, s.seed)
         dest = out if out is not None else DEFAULT_RESULTS / f"{scenario_hash(s)}-seeds{seeds}"
         run_seeds(s, inputs, seeds, console, dest, perfetto, force)
         return
@@ -310,22 +310,31 @@ def preset_summary_table(summary: pd.DataFrame, title: str) -> Table:
 
 def write_results(dest: Path, events: pd.DataFrame, summary: pd.DataFrame, s: Scenario,
                   perfetto: Perfetto = Perfetto.auto, *, force: bool = False,
-                  steps: pd.DataFrame | None = None) -> bool:
+                  steps: pd.DataFrame | None = None, trace_events: pd.DataFrame | None = None,
+                  extra_csv: Mapping[str, pd.DataFrame] | None = None,
+                  also: Callable[[Path], None] | None = None) -> bool:
     """The results folder, built aside and swapped in atomically. Returns whether trace.json was
     written (``auto`` writes it for single-step runs up to ~64 MB only: it is tens of seconds and
-    hundreds of MB on big runs, and most of a multi-step run's fixed cost; ``on`` always writes it)."""
+    hundreds of MB on big runs, and most of a multi-step run's fixed cost; ``on`` always writes it).
+    ``trace_events``: the events trace.json shows (default ``events``; ``--seeds`` shows its first
+    seed); ``extra_csv``: more tables by file name; ``also(folder)`` writes anything else (figures)."""
     from tltsim.perfetto import chrome_trace_json, estimated_bytes
 
-    trace = perfetto is Perfetto.on or (perfetto is Perfetto.auto and events["step"].nunique() <= 1
-                                        and estimated_bytes(events) <= PERFETTO_AUTO_MAX_BYTES)
+    shown = events if trace_events is None else trace_events
+    trace = perfetto is Perfetto.on or (perfetto is Perfetto.auto and shown["step"].nunique() <= 1
+                                        and estimated_bytes(shown) <= PERFETTO_AUTO_MAX_BYTES)
     with atomic_dir(dest, kind="sim-run", force=force) as tmp:
         events.to_parquet(tmp / "events.parquet", index=False)
         summary.to_csv(tmp / "summary.csv", index=False)
+        for name, frame in (extra_csv or {}).items():
+            frame.to_csv(tmp / name, index=False)
         if steps is not None:
             steps.to_csv(tmp / "steps.csv", index=False)
         if trace:
-            (tmp / "trace.json").write_text(chrome_trace_json(events), encoding="utf-8")
+            (tmp / "trace.json").write_text(chrome_trace_json(shown), encoding="utf-8")
         (tmp / "scenario.resolved.toml").write_text(scenario_toml(s), encoding="utf-8")
+        if also is not None:
+            also(tmp)
     return trace
 
 

@@ -123,30 +123,18 @@ def write_seed_results(dest: Path, runs: SeedRuns, agg: pd.DataFrame, totals: pd
                        perfetto, *, force: bool = False) -> bool:
     """The ``--seeds`` results folder (module docstring), built aside and swapped in atomically."""
     from analysis.uncertainty_plots import seed_spread_figure
-    from tltcli.sim import PERFETTO_AUTO_MAX_BYTES, Perfetto
-    from tltsim.perfetto import chrome_trace_json, estimated_bytes
+    from tltcli.sim import write_results
 
     first = runs.events[runs.events["seed"] == runs.seeds[0]].drop(columns="seed").reset_index(drop=True)
-    trace = perfetto is Perfetto.on or (perfetto is Perfetto.auto and first["step"].nunique() <= 1
-                                        and estimated_bytes(first) <= PERFETTO_AUTO_MAX_BYTES)
     frame, name, _ = headline(runs)
     if runs.presets:
         panels = [("speedup", "end-to-end speedup over verl (x)"), ("total_s", "whole-run time (s)")]
     else:
         panels = [("speedup", "rollout speedup over no-sd (x)"), ("rollout_s", "rollout makespan, whole run (s)")]
-    with atomic_dir(dest, kind="sim-run", force=force) as tmp:
-        runs.events.to_parquet(tmp / "events.parquet", index=False)
-        runs.summary.to_csv(tmp / "summary.csv", index=False)
-        agg.to_csv(tmp / "seeds_summary.csv", index=False)
-        if totals is not None:
-            totals.to_csv(tmp / "seeds_totals.csv", index=False)
-        if runs.steps is not None and not runs.steps.empty:
-            runs.steps.to_csv(tmp / "steps.csv", index=False)
-        if trace:
-            (tmp / "trace.json").write_text(chrome_trace_json(first), encoding="utf-8")
-        (tmp / "scenario.resolved.toml").write_text(scenario_toml(s), encoding="utf-8")
-        seed_spread_figure(frame, name, panels, tmp / "seeds")
-    return trace
+    extra = {"seeds_summary.csv": agg, **({"seeds_totals.csv": totals} if totals is not None else {})}
+    steps = runs.steps if runs.steps is not None and not runs.steps.empty else None
+    return write_results(dest, runs.events, runs.summary, s, perfetto, force=force, steps=steps, trace_events=first,
+                         extra_csv=extra, also=lambda tmp: seed_spread_figure(frame, name, panels, tmp / "seeds"))
 
 
 def _answer_cell(r: dict, side: str, notes: bool = False) -> str:

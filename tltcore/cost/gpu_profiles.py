@@ -173,8 +173,3 @@ def load_compute(root: str | Path | None = None) -> pd.DataFrame:
 def load_network(root: str | Path | None = None) -> pd.DataFrame:
     """Every collective table as one tidy frame (read once per folder; a copy is returned)."""
     return _load_network(profiles_root(root).resolve()).copy()
-
-
-def profiled_gpus(root: str | Path | None = None) -> tuple[str, ...]:
-    """The GPUs (profile folder names: ``h100``, ``a100``, ``a40``) with compute profiles."""
-    return tuple(sorted({g for g, _, _ in compute_files(root)}))
