@@ -150,13 +150,10 @@ def build(
         shapes.append(s)
     if out.suffix.lower() != ".parquet":
         raise InputError("the cost table is written as Parquet: give a .parquet path", field="--out")
-    check_output_file(out)
+    check_output_file(out, writer="tlt cost build", written_by=_written_by_us)
     if not out.expanduser().parent.is_dir():
         raise InputError(f"folder {out.expanduser().parent} does not exist; create it first (a typo must not "
                          "scatter tables)", path=out, field="--out")
-    if out.exists() and not _written_by_us(out):
-        raise InputError("exists and was not written by tlt cost build; remove it or choose another file name",
-                         path=out, field="--out")
     from tltcore.cost.measured import COLLECTIVE_SOURCES
 
     if collectives not in COLLECTIVE_SOURCES:

@@ -458,10 +458,7 @@ def schema(
     if out is None:
         sys.stdout.write(text)
         return
-    check_output_file(out)
-    if out.exists() and not _written_by_schema(out):
-        raise InputError("exists and was not written by tlt sim schema; remove it or choose another file name",
-                         path=out, field="--out")
+    check_output_file(out, writer="tlt sim schema", written_by=_written_by_schema)
     write_text(out, text)
     typer.echo(f"schema: {out}")
 

@@ -214,8 +214,11 @@ def check_output_dir(path: str | Path, force: bool = False, *, kind: str, field:
     return path
 
 
-def check_output_file(path: str | Path, *, field: str = "--out") -> Path:
-    """Refuse a file target that is a folder, lies under a file, or cannot be written."""
+def check_output_file(path: str | Path, *, field: str = "--out", writer: str = "",
+                      written_by: Callable[[Path], bool] | None = None) -> Path:
+    """Refuse a file target that is a folder, lies under a file, or cannot be written; with
+    ``written_by``, also an existing file that ``written_by(path)`` does not recognise as one the
+    command ``writer`` wrote (a command never replaces a file it did not create)."""
     raw = str(path)
     path = Path(path)
     check_path_text(path, raw, field)
@@ -224,6 +227,8 @@ def check_output_file(path: str | Path, *, field: str = "--out") -> Path:
     if path.exists() and not os.access(path, os.W_OK):
         raise _err(path, "file is not writable", field)
     _check_parent(path, field)
+    if written_by is not None and path.exists() and not written_by(path):
+        raise _err(path, f"exists and was not written by {writer}; remove it or choose another file name", field)
     return path
 
 
