@@ -140,17 +140,23 @@ def run_report(path: Path, command: str) -> Report:
     summary = _read_csv(path / "summary.csv", needed, numeric=tuple(c for c in needed if c not in TEXT_COLUMNS))
     steps = _read_csv(path / "steps.csv", ("preset", "step")) if rl else None
     events = _read_events(path / "events.parquet")
+    timeline_note = ""
+    if "seed" in events.columns and events["seed"].nunique() > 1:  # a --seeds folder: draw its first seed
+        first = int(events["seed"].min())
+        events = events[events["seed"] == first].drop(columns="seed").reset_index(drop=True)
+        timeline_note = f" (seed {first})"
     s = load_scenario(path / "scenario.resolved.toml")
     rep = Report(f"tlt report: {'whole RL run' if rl else 'rollout'} `{path.name}`")
     rep.sections += [
         f"Regenerate this report: `{command}`. Reproduce the numbers: "
-        f"`tlt sim run --scenario {path / 'scenario.resolved.toml'}`.",
+        f"`tlt sim run --scenario {path / 'scenario.resolved.toml'}"
+        + (f" --seeds {len(_seeds(summary))}" if len(_seeds(summary)) > 1 else "") + "`.",
         _scenario_line(s), f"Computed with {provenance_line()}."]
     if steps is not None:
         _rl_sections(rep, summary, steps)
     else:
         _rollout_sections(rep, summary)
-    rep.sections.append("## Timeline")
+    rep.sections.append(f"## Timeline{timeline_note}")
     rep.figure("rollout_timeline", "Running batch per rollout worker; SD spans coloured; released workers idle "
                "(grey strip) or training the drafter (green strip)", lambda: rollout_timeline(events))
     rep.figure("gpu_utilisation", "Share of rollout GPUs generating (solid) and training the drafter (dashed) "
@@ -167,29 +173,82 @@ def _not_paying(table: pd.DataFrame, name: str, value: str = "speedup") -> str:
             + markdown_table(bad[[name, value]].drop_duplicates(), {value: ".3f"}))
 
 
+def _seeds(summary: pd.DataFrame) -> list[int]:
+    """The simulation seeds a summary holds (``tlt sim run --seeds N`` stacks them in a ``seed`` column)."""
+    return sorted(int(k) for k in summary["seed"].unique()) if "seed" in summary.columns else []
+
+
+def _spread_columns(per_seed: pd.DataFrame, name: str, metrics: dict[str, str]) -> pd.DataFrame:
+    """Per ``name`` (first-seen order), each metric as ``median (min–max)`` over the seeds, formatted
+    with its spec; the ``<metric>`` column keeps the median (for figures and the not-paying table)."""
+    from tltsim.seeds import aggregate, fmt_range
+
+    agg = aggregate(per_seed, [name], list(metrics))
+    view = agg[[name, "seeds"]].copy()
+    for m, spec in metrics.items():
+        view[m] = agg[f"{m}_median"]
+        view[f"{m} (min–max)"] = [fmt_range(a, b, c, spec) for a, b, c in
+                                  zip(agg[f"{m}_median"], agg[f"{m}_min"], agg[f"{m}_max"], strict=True)]
+    return view
+
+
+#: What a one-seed report says instead of a spread it cannot show.
+ONE_SEED = ("One simulation seed, so no spread is shown; the dealing seed alone can move a speedup by ±10% "
+            "and flip a ranking on long-tailed traces. `tlt sim run --seeds 3` (then `tlt report` on its "
+            "folder) gives each number as the median (min–max) over the seeds.")
+
+
 def _rollout_sections(rep: Report, summary: pd.DataFrame) -> None:
-    per_policy = summary.groupby("policy", sort=False).agg(
+    seeds = _seeds(summary)
+    keys = ["seed", "policy"] if seeds else ["policy"]
+    per_policy = summary.groupby(keys, sort=False).agg(
         steps=("step", "size"), makespan_s=("makespan_s", "sum"), idle_fraction=("idle_fraction", "mean"),
         mean_accept_length=("mean_accept_length", "mean")).reset_index()
-    base = per_policy.loc[per_policy["policy"] == "no-sd", "makespan_s"]
+    base = per_policy[per_policy["policy"] == "no-sd"].set_index(keys[:-1] or "policy")["makespan_s"]
+    if seeds:
+        per_policy["speedup"] = per_policy["seed"].map(base) / per_policy["makespan_s"]
+        view = _spread_columns(per_policy, "policy", {"makespan_s": ".1f", "speedup": ".3f", "idle_fraction": ".3f",
+                                                      "mean_accept_length": ".2f"})
+        shown = view[["policy", "seeds", "makespan_s (min–max)", "speedup (min–max)", "idle_fraction (min–max)",
+                      "mean_accept_length (min–max)"]]
+        rep.sections += [f"## Rollout time per policy (median (min–max) over seeds {seeds[0]}-{seeds[-1]})",
+                         markdown_table(shown), _not_paying(view, "policy")]
+        rep.figure("makespan", "Rollout makespan per policy (median over the seeds), speedup over no-sd",
+                   lambda: makespan_bars(view[["policy", "makespan_s", "speedup"]]))
+        return
     per_policy["speedup"] = float(base.iloc[0]) / per_policy["makespan_s"] if len(base) else np.nan
     rep.sections += ["## Rollout time per policy",
                      markdown_table(per_policy, {"makespan_s": ".1f", "idle_fraction": ".3f",
                                                  "mean_accept_length": ".2f", "speedup": ".3f"}),
-                     _not_paying(per_policy, "policy")]
+                     ONE_SEED, _not_paying(per_policy, "policy")]
     rep.figure("makespan", "Rollout makespan per policy, speedup over no-sd",
                lambda: makespan_bars(per_policy[["policy", "makespan_s", "speedup"]]))
 
 
 def _rl_sections(rep: Report, summary: pd.DataFrame, steps: pd.DataFrame) -> None:
-    cols = [c for c in ("preset", "status", "steps", "total_s", "rollout_share", "mean_accept_length",
-                        "rollout_speedup", "speedup", "note") if c in summary.columns]
-    rep.sections += ["## End-to-end RL step time per preset",
-                     markdown_table(summary[cols], {"total_s": ".1f", "rollout_share": ".2f",
-                                                    "mean_accept_length": ".2f", "rollout_speedup": ".3f",
-                                                    "speedup": ".3f"}),
-                     _not_paying(summary[summary["status"] == "ok"], "preset")]
-    rep.figure("step_breakdown", "Seconds per RL step by phase and preset", lambda: step_breakdown(summary))
+    seeds = _seeds(summary)
+    if seeds:
+        view = _spread_columns(summary, "preset", {"total_s": ".1f", "rollout_share": ".2f",
+                                                   "mean_accept_length": ".2f", "rollout_speedup": ".3f",
+                                                   "speedup": ".3f"})
+        status = summary.groupby("preset", sort=False)["status"].agg(lambda v: "ok" if (v == "ok").all() else
+                                                                      next(x for x in v if x != "ok"))
+        view.insert(1, "status", view["preset"].map(status))
+        shown = view[["preset", "status", "seeds", *(c for c in view.columns if c.endswith("(min–max)"))]]
+        first = summary[summary["seed"] == seeds[0]]
+        rep.sections += [f"## End-to-end RL step time per preset (median (min–max) over seeds {seeds[0]}-{seeds[-1]})",
+                         markdown_table(shown), _not_paying(view[view["status"] == "ok"], "preset")]
+        rep.figure("step_breakdown", f"Seconds per RL step by phase and preset (seed {seeds[0]})",
+                   lambda: step_breakdown(first))
+    else:
+        cols = [c for c in ("preset", "status", "steps", "total_s", "rollout_share", "mean_accept_length",
+                            "rollout_speedup", "speedup", "note") if c in summary.columns]
+        rep.sections += ["## End-to-end RL step time per preset",
+                         markdown_table(summary[cols], {"total_s": ".1f", "rollout_share": ".2f",
+                                                        "mean_accept_length": ".2f", "rollout_speedup": ".3f",
+                                                        "speedup": ".3f"}),
+                         ONE_SEED, _not_paying(summary[summary["status"] == "ok"], "preset")]
+        rep.figure("step_breakdown", "Seconds per RL step by phase and preset", lambda: step_breakdown(summary))
     if "mean_accept_length" in steps and steps["mean_accept_length"].notna().any():
         rep.figure("accept_over_steps", "Mean accept length per RL step and preset",
                    lambda: accept_over_steps(steps))

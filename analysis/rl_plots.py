@@ -81,14 +81,22 @@ def accept_over_steps(steps: pd.DataFrame, *, presets: list[str] | None = None,
                       references: Mapping[str, float] | None = None,
                       title: str = "Drafter acceptance over RL steps") -> plt.Figure:
     """Mean accept length per RL step, one line per preset (static vs adaptive drafter, say);
-    ``references`` draws labelled horizontal lines (published values)."""
+    ``references`` draws labelled horizontal lines (published values). When ``steps`` holds several
+    seeds (a ``seed`` column, as ``tlt sim run --seeds`` stacks them) the line is the median over the
+    seeds and a band of the preset's colour spans their min–max."""
     presets = presets or [p for p in dict.fromkeys(steps["preset"])
                           if steps.loc[steps["preset"] == p, "mean_accept_length"].notna().any()]
     colours = colors_for(presets)
+    seeded = "seed" in steps and steps["seed"].nunique() > 1
     with plt.rc_context(paper_rc()):
         fig, ax = plt.subplots()
         for p in presets:
             part = steps[steps["preset"] == p]
+            if seeded:
+                stats = part.groupby("step")["mean_accept_length"].agg(["median", "min", "max"])
+                ax.fill_between(stats.index, stats["min"], stats["max"], color=colours[p], alpha=0.2, lw=0)
+                ax.plot(stats.index, stats["median"], marker="o", ms=3, label=p, color=colours[p])
+                continue
             ax.plot(part["step"], part["mean_accept_length"], marker="o", ms=3, label=p, color=colours[p])
         greys = iter(["0.3", "0.6", "0.45", "0.75"])
         for label, v in (references or {}).items():

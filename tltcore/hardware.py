@@ -84,6 +84,11 @@ _PRESETS: tuple[GPUSpec, ...] = (
     # HBM3 80 GB at 3.35 TB/s; NVLink 900 GB/s (bidirectional) -> 450 GB/s per direction.
     GPUSpec("H100-SXM", 989.4 * TERA, 3.35 * TERA, 80 * GIGA, 450 * GIGA,
             source="NVIDIA H100 data sheet (SXM5)"),
+    # NVIDIA H800 SXM5 product brief (the export variant of H100): the same BF16 compute (989.4 dense)
+    # and HBM3 80 GB at 3.35 TB/s as H100 SXM5, NVLink cut to 400 GB/s bidirectional -> 200 GB/s per
+    # direction. TLT's users report no end-to-end gain on 8 x H800 when the reward takes long.
+    GPUSpec("H800", 989.4 * TERA, 3.35 * TERA, 80 * GIGA, 200 * GIGA,
+            source="NVIDIA H800 product brief (SXM5)"),
     # NVIDIA H200 data sheet, SXM: same compute as H100 (1,979 sparse -> 989 dense TFLOPS);
     # HBM3e 141 GB at 4.8 TB/s; NVLink 900 GB/s.
     GPUSpec("H200", 989.4 * TERA, 4.8 * TERA, 141 * GIGA, 450 * GIGA,
@@ -131,7 +136,7 @@ GPU_NAMES: tuple[str, ...] = tuple(spec.name for spec in _PRESETS)
 _BY_NAME: dict[str, GPUSpec] = {spec.name.lower(): spec for spec in _PRESETS}
 _ALIASES: dict[str, str] = {
     "h100": "h100-sxm", "h100-sxm5": "h100-sxm", "h100sxm": "h100-sxm",
-    "h200-sxm": "h200",
+    "h200-sxm": "h200", "h800-sxm": "h800", "h800-sxm5": "h800",
     "a100": "a100-80gb-sxm", "a100-80gb": "a100-80gb-sxm", "a100-sxm": "a100-80gb-sxm",
     "rtx-4090": "rtx4090", "4090": "rtx4090",
     "rtx-5090": "rtx5090", "5090": "rtx5090",

@@ -199,3 +199,31 @@ def test_report_of_a_sweep_with_a_damaged_part_warns_once_and_reports_the_rest(p
     errors = [x for x in res.stderr.splitlines() if x.startswith("tlt: error:")]
     assert res.returncode == 2 and len(errors) == 1 and "no readable results" in errors[0], res.stderr
     assert not (tmp_path / "rep2").exists()
+
+
+def test_report_of_a_seeds_folder_shows_every_number_with_its_spread(tmp_path):
+    """A `tlt sim run --seeds N` folder: the tables give median (min–max) per policy and preset, the
+    speedup is taken per seed (a seed's no-sd over the same seed's policy) and the timeline is one
+    seed; a single-seed folder says it has no spread."""
+    rollout = tmp_path / "rollout"
+    res = invoke_cli("sim", "run", "--trace", "intern_s1_math", "--set", "trace.prompts_per_step=8", "--set",
+                     "cluster.gpus=8", "--policy", "elastic:16+static:4_1_4", "--seeds", "3", "--out", str(rollout))
+    assert res.returncode == 0, res.stderr
+    res = invoke_cli("report", str(rollout), "--out", str(tmp_path / "rep"))
+    assert res.returncode == 0, res.stderr
+    readme = (tmp_path / "rep" / "README.md").read_text()
+    assert "median (min–max) over seeds 0-2" in readme and "## Timeline (seed 0)" in readme
+    assert "--seeds 3`" in readme
+    summary = pd.read_csv(rollout / "summary.csv")
+    per_seed = summary.groupby(["seed", "policy"])["makespan_s"].sum().unstack()
+    speedups = per_seed["no-sd"] / per_seed["elastic:16+static:4_1_4"]
+    row = next(line for line in readme.splitlines() if line.startswith("| elastic:16+static:4_1_4 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "3"
+    assert cells[3] == f"{speedups.median():.3f} ({speedups.min():.3f}–{speedups.max():.3f})"
+
+    one = tmp_path / "one"
+    assert invoke_cli("sim", "run", "--trace", "intern_s1_math", "--set", "trace.prompts_per_step=8", "--set",
+                      "cluster.gpus=8", "--out", str(one)).returncode == 0
+    assert invoke_cli("report", str(one), "--out", str(tmp_path / "rep1")).returncode == 0
+    assert "One simulation seed, so no spread is shown" in (tmp_path / "rep1" / "README.md").read_text()
