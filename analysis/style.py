@@ -59,8 +59,8 @@ POLICY_COLORS = {
     "elastic+static": "#6699CC",
     "vllm-table": "#009E73",
     "sglang-ema": "#44AA99",
-    "oracle": "#000000",
-    "elastic+oracle": "#117733",
+    "greedy-oracle": "#000000",
+    "elastic+greedy-oracle": "#117733",
     "eps-greedy": "#999933",
     "ucb1": "#661100",
 }

@@ -29,6 +29,7 @@ from tltcore.atomic import atomic_dir, check_output_dir
 from tltcore.errors import InputError, warn
 from tltcore.summary import run_totals
 from tltsim.scenario import (
+    BASELINE_POLICY,
     Scenario,
     SimInputs,
     compare_policies,
@@ -232,6 +233,8 @@ def run(
     with policy_progress(console, specs, responses) as (on_policy, on_finish):
         events, summary = compare_policies(s, inputs, progress=on_finish, on_policy=on_policy)
     dest = out if out is not None else DEFAULT_RESULTS / scenario_hash(s)
+    bound = upper_bound_table(inputs, specs, summary)
+    summary["bound_makespan_s"] = summary["step"].map(bound.set_index("step")["bound_makespan_s"])
     wrote_trace = write_results(dest, events, summary, s, perfetto, force=force)
     n_steps = len(inputs.workloads)
     title = (f"One RL step, {s.trace.name} step {inputs.workload.step}" if n_steps == 1
@@ -240,9 +243,33 @@ def run(
     if n_steps > 1:
         totals = run_totals(summary, gpus=s.cluster.gpus)
         console.print(run_table(totals, f"Whole run ({n_steps} rollouts back to back)"))
+    console.print(upper_bound_line(bound, s.acceptance.mode))
     if not wrote_trace:
         console.print(f"trace.json not written ({_why_no_trace(events, perfetto)}; use --perfetto on to force)")
     console.print(f"results: {dest}")
+
+
+def upper_bound_table(inputs: SimInputs, specs: tuple[str, ...], summary: pd.DataFrame) -> pd.DataFrame:
+    """Per step, the makespan no policy of ``specs`` can beat under the model (:mod:`tltsim.upper_bound`;
+    summary.csv's ``bound_makespan_s``) and the speedup over no-sd it caps."""
+    from tltsim.upper_bound import scenario_bounds
+
+    bounds = scenario_bounds(inputs, specs)
+    base = summary[summary["policy"] == BASELINE_POLICY].set_index("step")["makespan_s"]
+    return pd.DataFrame({"step": [b.step for b in bounds], "bound_makespan_s": [b.makespan for b in bounds],
+                         "bound_speedup": [float(base.get(b.step, float("nan"))) / b.makespan if b.makespan > 0
+                                           else float("nan") for b in bounds],
+                         "queued_workers": [int(b.queued.sum()) for b in bounds]})
+
+
+def upper_bound_line(bound: pd.DataFrame, mode: str) -> str:
+    """One line: the bound over the whole run (steps back to back)."""
+    total = float(bound["bound_makespan_s"].sum())
+    caveat = "" if mode == "expected" else " (a bound on expected accept lengths: stochastic runs may dip below)"
+    line = f"upper bound: no policy above finishes in under {total:.2f} s"
+    if len(bound) == 1 and bound["bound_speedup"].notna().all():
+        line += f" (speedup <= {float(bound['bound_speedup'].iloc[0]):.3f}x)"
+    return line + caveat
 
 
 def _why_no_trace(events: pd.DataFrame, perfetto: Perfetto) -> str:

@@ -12,8 +12,9 @@ from tltcore.policy.base import NO_SD, BatchView, Outcome, SDConfig, max_tree_no
 from tltcore.policy.registry import make_policy
 
 SPECS = ["no-sd", "static:8_4_16", "beg-mab", "eps-greedy", "ucb1", "vllm-table", "sglang-ema",
-         "sglang-ema:depths=0,1,3,7", "oracle", "elastic+beg-mab", "elastic:2:1+oracle",
-         "elastic:4:3+sglang-ema", "beg-mab:arms=8_4_16,6_4_16,4_1_4,off:thresholds=1,3"]
+         "sglang-ema:depths=0,1,3,7", "greedy-oracle", "elastic+beg-mab", "elastic:2:1+greedy-oracle",
+         "elastic:4:3+sglang-ema", "beg-mab:arms=8_4_16,6_4_16,4_1_4,off:thresholds=1,3", "cost-aware",
+         "cost-aware:switch=catch_up:recheck=3:phases=2", "elastic:2:1+cost-aware"]
 
 
 class ToyAcceptance:
@@ -27,6 +28,12 @@ class ToyCost:
 
     def sd_time(self, ctx: np.ndarray, config: SDConfig) -> float:
         return self.decode_time(ctx) * (1.2 + 0.01 * config.verify_tokens * max(1, len(ctx)) / 32)
+
+    def prefill_time(self, new: np.ndarray, cached: np.ndarray) -> float:
+        return 1e-5 * float(np.sum(new))
+
+    def drafter_prefill_time(self, new: np.ndarray, cached: np.ndarray) -> float:
+        return 1e-6 * float(np.sum(new))
 
 
 MODELS = {"accept_model": ToyAcceptance(), "cost_model": ToyCost()}

@@ -11,7 +11,7 @@ from tltcore.policy.bandits import UCB1, EpsilonGreedy
 from tltcore.policy.base import NoSD, SDConfig, SDPolicy, Static
 from tltcore.policy.beg_mab import BucketedEpsilonGreedy
 from tltcore.policy.elastic import Elastic
-from tltcore.policy.oracle import Oracle
+from tltcore.policy.oracle import GreedyOracle
 from tltcore.policy.registry import POLICY_NAMES, make_policy
 from tltcore.policy.sglang_ema import SglangEma
 from tltcore.policy.vllm_table import VllmTable
@@ -36,8 +36,8 @@ MODELS = {"accept_model": FlatAcceptance(), "cost_model": FlatCost()}
 @pytest.mark.parametrize(("spec", "kind"), [
     ("no-sd", NoSD), ("static", Static), ("static:8_4_16", Static), ("beg-mab", BucketedEpsilonGreedy),
     ("eps-greedy", EpsilonGreedy), ("ucb1", UCB1), ("vllm-table", VllmTable), ("sglang-ema", SglangEma),
-    ("oracle", Oracle), ("elastic+beg-mab", Elastic), ("elastic+static:8_4_16", Elastic),
-    ("elastic:16:5+beg-mab", Elastic), ("elastic+oracle", Elastic),
+    ("greedy-oracle", GreedyOracle), ("elastic+beg-mab", Elastic), ("elastic+static:8_4_16", Elastic),
+    ("elastic:16:5+beg-mab", Elastic), ("elastic+greedy-oracle", Elastic),
 ])
 def test_each_spec_builds_its_policy(spec: str, kind: type) -> None:
     policy = make_policy(spec, seed=3, **MODELS)
@@ -75,7 +75,8 @@ def test_arguments_reach_the_policy() -> None:
     "elastic:x+beg-mab", "elastic:0+beg-mab", "elastic:1:2:3+no-sd", "static:8x4", "static:1_1_5",
     "static:8_4_16:8_4_8", "no-sd:1", "beg-mab:eps", "beg-mab:eps=1.5", "beg-mab:foo=1",
     "beg-mab:window=0", "beg-mab:arms=8_4_16,8_4_16", "ucb1:c=-1", "vllm-table:4", "vllm-table:x=3",
-    "vllm-table:8=2,4=3", "sglang-ema:depths=", "sglang-ema:smoothing=0", "oracle", "elastic+oracle",
+    "vllm-table:8=2,4=3", "sglang-ema:depths=", "sglang-ema:smoothing=0", "greedy-oracle", "elastic+greedy-oracle",
+    "oracle", "cost-aware", "elastic+cost-aware",
 ])
 def test_bad_specs_are_input_errors(spec: str) -> None:
     with pytest.raises(InputError) as err:

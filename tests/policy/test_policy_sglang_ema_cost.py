@@ -1,4 +1,4 @@
-"""SGLang-EMA prices its depths with the scenario's cost model, as the oracle does, not with a proxy.
+"""SGLang-EMA prices its depths with the scenario's cost model, as the greedy oracle does, not with a proxy.
 
 A proxy that knows nothing of the model, the GPU or the contexts picks other depths than the cost
 model the engine is timed with, which biased every comparison against sglang-ema (issue 22). These

@@ -65,7 +65,8 @@ def test_every_preset_fast_equals_reference(seed):
 @needs_shared_traces()
 @pytest.mark.parametrize("mode", ["expected", "stochastic"])
 def test_queueing_and_kv_limited_fast_equals_reference(mode):
-    policies = ("no-sd", "elastic:2+beg-mab", "static:8_4_32", "elastic:2+static:4_1_4", "sglang-ema", "oracle")
+    policies = ("no-sd", "elastic:2+beg-mab", "static:8_4_32", "elastic:2+static:4_1_4", "sglang-ema", "greedy-oracle",
+                "cost-aware", "cost-aware:lengths=known:recheck=5")
     common = [("policies", policies, "test"), ("acceptance.mode", mode, "test"), ("trace.prompts_per_step", 4, "test"),
               ("trace.cap", 2000, "test"), ("trace.num_steps", 2, "test")]
     queueing = resolve(None, [*common, ("cluster.gpus", 8, "test"), ("cluster.tp", 4, "test"),

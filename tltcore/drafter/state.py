@@ -2,7 +2,7 @@
 
 TLT's drafter is retrained while RL changes the target every step, so its acceptance is a *state*:
 it drops after each policy update (the drafter goes stale) and recovers as it trains. Everything
-that needs acceptance (the acceptance model, the oracle policy, the engines' event logs) reads it
+that needs acceptance (the acceptance model, the greedy-oracle policy, the engines' event logs) reads it
 from one :class:`DrafterState`, never from a frozen copy, so a drafter update reaches all of them.
 
 Pure Python (no SimPy, torch or vLLM): the policy layer, the simulator and the real coordinator

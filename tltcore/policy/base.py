@@ -134,7 +134,11 @@ class BatchView:
     :class:`~tltcore.policy.recent_accept.RecentAccept` (tokens emitted per request per SD iteration,
     bonus included; None before any SD iteration of the run). ``worker``: the rollout worker (a
     tensor-parallel group) this view comes from. ``drafter``: the drafter the worker holds now
-    (version and quality), which the oracle and the acceptance model read. ``step``: the RL step.
+    (version and quality), which the greedy oracle and the acceptance model read. ``step``: the RL step.
+    ``remaining_hint``: tokens each running request still has to emit, in view order, or empty (the
+    default) when the engine gives none. Only the simulator knows these (from the trace), and only
+    for a policy that asks for them (``wants_remaining_hint``): a clairvoyant length predictor, so a
+    policy must work without it; optional so that engines that never fill it keep working.
     """
 
     batch_size: int
@@ -145,6 +149,7 @@ class BatchView:
     worker: int = 0
     step: int = 0
     drafter: DrafterState = INITIAL_DRAFTER
+    remaining_hint: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,15 @@
-"""Oracle: the throughput-best draft shape for every iteration, from the true models.
+"""Greedy oracle (``greedy-oracle``): the throughput-best draft shape for every iteration, from the
+true models.
 
-It knows the acceptance model and the cost model the engine runs with, so it is the upper bound a
-learning policy (BEG-MAB, ours) is measured against: no exploration, no stale estimates. It reads
-the drafter the worker holds from each :class:`BatchView` (``view.drafter``), so when the drafter
-goes stale or is retrained the oracle sees it at once. It is greedy per iteration, so it ignores
-costs that span iterations (e.g. the elastic switch's re-prefill); wrap it in ``Elastic`` to study
-that.
+It knows the acceptance model and the cost model the engine runs with: no exploration, no stale
+estimates. It reads the drafter the worker holds from each :class:`BatchView` (``view.drafter``), so
+when the drafter goes stale or is retrained it sees it at once. It is greedy per iteration, so it
+ignores costs that span iterations: turning SD off and on again costs the drafter catch-up it never
+weighs, and it never sets ``switch_on`` (wrap it in ``Elastic`` to study the switch). So it is *not*
+an upper bound -- other policies beat it (SGLang-EMA on the AIME 7B scenario); the bound every
+policy is tested against is :func:`tltsim.upper_bound.makespan_lower_bound`.
 
-The two models are typed by what the oracle calls (structural Protocols below), so this module
+The two models are typed by what the greedy oracle calls (structural Protocols below), so this module
 imports neither the simulator's acceptance nor its cost model. Per-request context lengths are
 passed on as an int64 array, never a mean. The constructor does not touch the models (scenario
 validation builds policies with placeholders).
@@ -35,14 +37,14 @@ class OracleCost(Protocol):
     def sd_time(self, context_lens: np.ndarray, config: SDConfig) -> float: ...
 
 
-class Oracle:
+class GreedyOracle:
     """Per ``decide()``, the config among ``candidates`` and ``NO_SD`` that maximises
     ``expected_accept_length(config, drafter) * batch / time``. Ties go to ``NO_SD``, then to the
     earlier candidate: speculation must strictly pay for itself. Contexts change every iteration,
     so each decision holds for one iteration."""
 
     def __init__(self, accept_model: OracleAcceptance, cost_model: OracleCost,
-                 candidates: Sequence[SDConfig] = DEFAULT_ARMS, name: str = "oracle") -> None:
+                 candidates: Sequence[SDConfig] = DEFAULT_ARMS, name: str = "greedy-oracle") -> None:
         self.accept_model = accept_model
         self.cost_model = cost_model
         self.candidates: tuple[SDConfig, ...] = (NO_SD, *(c for c in candidates if c.enabled))

@@ -13,7 +13,11 @@ spec                        policy
 ``vllm-table[:4=5,16=3]``   :class:`~tltcore.policy.vllm_table.VllmTable` (value: chain length or
                             a config name; ``above=`` sets the config for larger batches)
 ``sglang-ema[:k=v...]``     :class:`~tltcore.policy.sglang_ema.SglangEma`
-``oracle``                  :class:`~tltcore.policy.oracle.Oracle` (needs both models)
+``greedy-oracle``           :class:`~tltcore.policy.oracle.GreedyOracle` (needs both models;
+                            per-iteration greedy, *not* an upper bound: see
+                            :mod:`tltsim.upper_bound`)
+``cost-aware[:k=v...]``     :class:`~tltcore.policy.cost_aware.CostAware` (ours; needs the cost
+                            model, takes the acceptance model as its prior)
 ``elastic[:32[:10]]+BASE``  :class:`~tltcore.policy.elastic.Elastic` around ``BASE``
 =========================== ===========================================================
 
@@ -21,8 +25,16 @@ Options (``k=v``, separated by ``:``): ``beg-mab`` takes ``eps``, ``window``, ``
 joined by ``,``) and ``thresholds`` (ints joined by ``,``); ``eps-greedy`` takes ``eps``, ``window``,
 ``arms``; ``ucb1`` takes ``c``, ``window``, ``arms``; ``sglang-ema`` takes ``depths``, ``ranges``,
 ``smoothing``, ``prior``, ``hysteresis`` (it prices depths with ``cost_model`` when one is given, as
-the oracle does); ``oracle`` takes ``arms``. E.g.
-``elastic:16:5+beg-mab:eps=0.05:window=100``.
+the greedy oracle does); ``greedy-oracle`` takes ``arms``. ``cost-aware`` takes ``arms`` (default
+chains 1..8 and TLT's four 8_4_* trees), ``switch`` (the engine's switch mode it prices:
+``reprefill`` (default, the engines' default), ``catch_up`` or ``in_step``), ``lengths``
+(``predicted`` (default: each request runs as many more tokens as its context holds) or ``known``:
+the simulator's true remaining lengths, clairvoyant), ``recheck`` (iterations between
+re-evaluations at an unchanged batch, default 32), ``phases`` (of the predicted drain, default 8),
+``prior`` (per-position acceptance without an acceptance model, default 0.7), ``prior_weight``
+(request-iterations the prior weighs, default 256) and ``memory`` (share of the learnt acceptance
+a new RL step keeps, default 0.5). E.g. ``elastic:16:5+beg-mab:eps=0.05:window=100``,
+``cost-aware:lengths=known:switch=catch_up``.
 
 Every problem with a spec raises :class:`~tltcore.errors.InputError` naming the spec and the valid
 names. The returned policy's ``name`` is the spec string, so results are labelled by what the user
@@ -38,13 +50,14 @@ from tltcore.errors import InputError
 from tltcore.policy.bandits import UCB1, EpsilonGreedy
 from tltcore.policy.base import NO_SD, NoSD, SDConfig, SDPolicy, Static
 from tltcore.policy.beg_mab import DEFAULT_ARMS, BucketedEpsilonGreedy
+from tltcore.policy.cost_aware import CostAware
 from tltcore.policy.elastic import DEFAULT_CONSECUTIVE, DEFAULT_THRESHOLD, Elastic
-from tltcore.policy.oracle import Oracle, OracleAcceptance, OracleCost
+from tltcore.policy.oracle import GreedyOracle, OracleAcceptance, OracleCost
 from tltcore.policy.sglang_ema import SglangEma
 from tltcore.policy.vllm_table import VllmTable
 
 POLICY_NAMES: tuple[str, ...] = (
-    "no-sd", "static", "beg-mab", "eps-greedy", "ucb1", "vllm-table", "sglang-ema", "oracle",
+    "no-sd", "static", "beg-mab", "eps-greedy", "ucb1", "vllm-table", "sglang-ema", "greedy-oracle", "cost-aware",
 )
 WRAPPER_NAMES: tuple[str, ...] = ("elastic",)
 
@@ -156,11 +169,22 @@ def _base(base: str, args: list[str], seed: int, accept_model: OracleAcceptance 
         if "prior" in opts:
             opts["prior_accept_rate"] = opts.pop("prior")
         return SglangEma(cost_model=cost_model, **opts)  # priced as the engine is timed, not by a proxy
-    if base == "oracle":
+    if base == "greedy-oracle":
         if accept_model is None or cost_model is None:
-            raise _SpecError("oracle needs accept_model and cost_model (it knows the true models)")
+            raise _SpecError("greedy-oracle needs accept_model and cost_model (it knows the true models)")
         opts = _options(args, dict(_ARMS), base)
-        return Oracle(accept_model, cost_model, candidates=opts.get("arms", DEFAULT_ARMS))
+        return GreedyOracle(accept_model, cost_model, candidates=opts.get("arms", DEFAULT_ARMS))
+    if base == "cost-aware":
+        if cost_model is None:
+            raise _SpecError("cost-aware needs cost_model (it prices iterations and the switch with it)")
+        opts = _options(args, {
+            **_ARMS, "switch": str, "lengths": str, "recheck": lambda v: _int(v, "recheck"),
+            "phases": lambda v: _int(v, "phases"), "prior": lambda v: _float(v, "prior"),
+            "prior_weight": lambda v: _float(v, "prior_weight"), "memory": lambda v: _float(v, "memory"),
+        }, base)
+        if "arms" in opts:
+            opts["candidates"] = opts.pop("arms")
+        return CostAware(cost_model, accept_model, **opts)  # type: ignore[arg-type]
     raise _SpecError(f"unknown policy '{base}'")
 
 
@@ -195,8 +219,9 @@ def make_policy(spec: str, *, seed: int = 0, accept_model: OracleAcceptance | No
                 cost_model: OracleCost | None = None) -> SDPolicy:
     """The policy described by ``spec`` (see the module docstring), seeded with ``seed``.
 
-    ``accept_model`` and ``cost_model`` are needed by ``oracle``; ``sglang-ema`` prices its depths
-    with ``cost_model`` when given (else with a proxy). The result's ``name`` is ``spec`` (stripped).
+    ``accept_model`` and ``cost_model`` are needed by ``greedy-oracle``, ``cost_model`` by
+    ``cost-aware`` (``accept_model`` is its prior when given); ``sglang-ema`` prices its depths with
+    ``cost_model`` when given (else with a proxy). The result's ``name`` is ``spec`` (stripped).
     """
     text = spec.strip() if isinstance(spec, str) else ""
     if not text:
@@ -211,7 +236,8 @@ def make_policy(spec: str, *, seed: int = 0, accept_model: OracleAcceptance | No
 
 
 class _NullModels:
-    """Stands in for both models when only a spec's syntax is checked (oracle specs need them)."""
+    """Stands in for both models when only a spec's syntax is checked (greedy-oracle and cost-aware
+    specs need them)."""
 
     def expected_accept_length(self, config: SDConfig, drafter: object = None) -> float:
         return 1.0
@@ -220,6 +246,12 @@ class _NullModels:
         return 1.0
 
     def sd_time(self, context_lens: object, config: SDConfig) -> float:
+        return 1.0
+
+    def prefill_time(self, new_tokens: object, cached_tokens: object) -> float:
+        return 1.0
+
+    def drafter_prefill_time(self, new_tokens: object, cached_tokens: object) -> float:
         return 1.0
 
 

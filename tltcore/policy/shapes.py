@@ -13,8 +13,9 @@ from functools import singledispatch
 
 from tltcore.policy.arm_bandit import ArmBandit
 from tltcore.policy.base import NoSD, SDConfig, SDPolicy, Static
+from tltcore.policy.cost_aware import CostAware
 from tltcore.policy.elastic import Elastic
-from tltcore.policy.oracle import Oracle
+from tltcore.policy.oracle import GreedyOracle
 from tltcore.policy.sglang_ema import SglangEma
 from tltcore.policy.vllm_table import VllmTable
 
@@ -46,7 +47,12 @@ def _(policy: ArmBandit) -> tuple[SDConfig, ...]:
 
 
 @policy_shapes.register
-def _(policy: Oracle) -> tuple[SDConfig, ...]:
+def _(policy: GreedyOracle) -> tuple[SDConfig, ...]:
+    return _enabled(policy.candidates)
+
+
+@policy_shapes.register
+def _(policy: CostAware) -> tuple[SDConfig, ...]:
     return _enabled(policy.candidates)
 
 

@@ -63,6 +63,8 @@ class RolloutWorker:
         self.policy, self.cost, self.accept, self.sampler = policy, cost, accept, sampler
         self.eng, self.rng, self.log, self.drafter, self.recent = engine, rng, log, drafter, recent
         self.on_finish = on_finish
+        # the trace's remaining lengths, only for a policy that asks (BatchView.remaining_hint: clairvoyant)
+        self.hint = bool(getattr(policy, "wants_remaining_hint", False))
         self.expected = engine.acceptance_mode == "expected"
         self.live = LiveRequests(self.expected)
         self.kv_used = 0
@@ -173,7 +175,7 @@ class RolloutWorker:
             self.finish_time = self.t
             return False
         view = BatchView(b, tuple(live.ctx.tolist()), self.t, self.iteration, self.recent.value, self.idx,
-                         self.step_no, self.drafter)
+                         self.step_no, self.drafter, tuple(live.rem.tolist()) if self.hint else ())
         decision = self.policy.decide(view)
         config = decision.config
         hold = decision.hold if self.eng.closed_form else 1

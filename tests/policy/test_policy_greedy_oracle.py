@@ -1,4 +1,5 @@
-"""Oracle: with tiny known models it picks no SD when drafts are useless and deep trees when they pay."""
+"""Greedy oracle: with tiny known models it picks no SD when drafts are useless and deep trees when
+they pay."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
 from tltcore.policy.base import NO_SD, BatchView, SDConfig
 from tltcore.policy.beg_mab import DEFAULT_ARMS
-from tltcore.policy.oracle import Oracle
+from tltcore.policy.oracle import GreedyOracle
 
 
 class ChainAcceptance:
@@ -43,12 +44,12 @@ class LinearCost:
 
 
 def test_no_sd_when_drafts_are_never_accepted() -> None:
-    oracle = Oracle(ChainAcceptance(0.0), LinearCost())
+    oracle = GreedyOracle(ChainAcceptance(0.0), LinearCost())
     assert oracle.decide(BatchView(4, context_lens=(100, 200, 300, 400))).config == NO_SD
 
 
 def test_deep_config_when_acceptance_is_high() -> None:
-    oracle = Oracle(ChainAcceptance(0.95), LinearCost())
+    oracle = GreedyOracle(ChainAcceptance(0.95), LinearCost())
     choice = oracle.decide(BatchView(1, context_lens=(1000,))).config
     assert choice.enabled and choice.depth == 8
     # at batch 1 the verify budget is almost free, so the biggest budget wins
@@ -56,7 +57,7 @@ def test_deep_config_when_acceptance_is_high() -> None:
 
 
 def test_verify_cost_pushes_large_batches_to_small_budgets() -> None:
-    oracle = Oracle(ChainAcceptance(0.95), LinearCost())
+    oracle = GreedyOracle(ChainAcceptance(0.95), LinearCost())
     small = oracle.decide(BatchView(1, context_lens=(1000,))).config
     large = oracle.decide(BatchView(64, context_lens=(1000,) * 64)).config
     assert large.enabled and large.verify_tokens < small.verify_tokens
@@ -64,12 +65,12 @@ def test_verify_cost_pushes_large_batches_to_small_budgets() -> None:
 
 def test_passes_per_request_int64_contexts() -> None:
     cost = LinearCost()
-    Oracle(ChainAcceptance(0.5), cost).decide(BatchView(3, context_lens=(5, 7, 11)))
+    GreedyOracle(ChainAcceptance(0.5), cost).decide(BatchView(3, context_lens=(5, 7, 11)))
     assert all(c.dtype == np.int64 and c.tolist() == [5, 7, 11] for c in cost.seen)
 
 
 def test_missing_contexts_do_not_crash() -> None:
-    oracle = Oracle(ChainAcceptance(0.9), LinearCost())
+    oracle = GreedyOracle(ChainAcceptance(0.9), LinearCost())
     assert oracle.decide(BatchView(2)).config.enabled
     assert oracle.decide(BatchView(0)).config == NO_SD
 
@@ -83,12 +84,13 @@ def test_with_the_project_models_budget_shrinks_as_the_batch_grows() -> None:
     from tltcore.model_shape import get_model
 
     cost = RooflineCostModel(get_model("qwen2.5-32b"), get_gpu("h100"), tp=4)
-    oracle = Oracle(get_acceptance("paper-qwen32b"), cost)
+    oracle = GreedyOracle(get_acceptance("paper-qwen32b"), cost)
     budgets = [oracle.decide(BatchView(bs, context_lens=(8000,) * bs)).config.verify_tokens
                for bs in (1, 2, 4, 8, 16, 32, 64)]
     assert budgets[0] == 48
     assert budgets == sorted(budgets, reverse=True) and budgets[-1] < budgets[0]
-    assert Oracle(get_acceptance("chain-0.0"), cost).decide(BatchView(4, context_lens=(8000,) * 4)).config == NO_SD
+    useless = GreedyOracle(get_acceptance("chain-0.0"), cost)
+    assert useless.decide(BatchView(4, context_lens=(8000,) * 4)).config == NO_SD
 
 
 def test_reads_the_drafter_it_is_shown_not_a_frozen_copy() -> None:
@@ -100,7 +102,7 @@ def test_reads_the_drafter_it_is_shown_not_a_frozen_copy() -> None:
     from tltcore.model_shape import get_model
 
     cost = RooflineCostModel(get_model("qwen2.5-32b"), get_gpu("h100"), tp=4)
-    oracle = Oracle(get_acceptance("paper-qwen32b"), cost)
+    oracle = GreedyOracle(get_acceptance("paper-qwen32b"), cost)
     view = BatchView(16, context_lens=(4000,) * 16)
     fresh = oracle.decide(view).config
     stale = oracle.decide(BatchView(16, context_lens=(4000,) * 16, drafter=DrafterState(1, quality=0.3))).config

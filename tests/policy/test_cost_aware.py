@@ -1,0 +1,234 @@
+"""cost-aware: switches SD on wherever the gain over the live requests' remaining work pays for the
+switch (any batch size), turns it off when admissions make it a loss, picks shapes by predicted
+throughput from an acceptance it learns online, and keeps the hold contract."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from rollout_fixtures import LinearCost, Work
+
+from tltcore.acceptance import ChainAcceptance, get_acceptance, paper_qwen32b_tp4
+from tltcore.cost import RooflineCostModel
+from tltcore.hardware import get_gpu
+from tltcore.model_shape import get_model
+from tltcore.policy.base import NO_SD, BatchView, Decision, Outcome, SDConfig
+from tltcore.policy.cost_aware import CostAware
+from tltcore.policy.registry import make_policy
+from tltsim.rollout import EngineConfig, simulate_step
+
+QWEN7B_H100 = RooflineCostModel(get_model("Qwen2.5-7B"), get_gpu("H100"), tp=4)
+
+
+def _sim(spec: str, work: Work, accept, *, cost=QWEN7B_H100, **engine):
+    policy = make_policy(spec, accept_model=accept, cost_model=cost)
+    return simulate_step(work, policies=[policy], cost=cost, accept=accept, engine=EngineConfig(**engine), seed=0)
+
+
+def _capped(n: int, length: int) -> Work:
+    """``n`` responses that all run to the cap: the batch never falls below ``n`` until the end."""
+    return Work(0, np.arange(n), np.full(n, 200, dtype=np.int64), np.full(n, length, dtype=np.int64))
+
+
+def test_switches_on_above_the_elastic_threshold_where_sd_pays() -> None:
+    """The issue's failure: 48 capped responses keep the batch above TLT's threshold of 32, so its
+    elastic switch never fires (exactly no-SD); cost-aware switches at batch 48 and gains > 20%."""
+    work, accept = _capped(48, 3000), paper_qwen32b_tp4()
+    plain = _sim("no-sd", work, accept).makespan
+    assert _sim("elastic+beg-mab", work, accept).makespan == plain
+    ours = _sim("cost-aware", work, accept)
+    assert ours.makespan < 0.8 * plain
+    decode = ours.events.query("kind == 'decode'")
+    assert (decode["sd_config"] != "off").any() and decode["batch_size"].max() == 48
+
+
+def test_never_speculates_when_drafts_are_useless() -> None:
+    work, useless = _capped(16, 1500), get_acceptance("chain-0.0")
+    ours = _sim("cost-aware", work, useless)
+    assert ours.makespan == _sim("no-sd", work, useless).makespan
+    assert set(ours.events.query("kind == 'decode'")["sd_config"]) == {"off"}
+
+
+class BatchCost:
+    """SD pays 30% at small batches and loses 50% from ``loss_at`` requests on; prefills cost
+    ``prefill_s`` per token (the switch's price)."""
+
+    def __init__(self, prefill_s: float = 1e-3, loss_at: int = 100) -> None:
+        self.prefill_s, self.loss_at = prefill_s, loss_at
+
+    def decode_time(self, ctx: np.ndarray) -> float:
+        return 0.01
+
+    def sd_time(self, ctx: np.ndarray, config: SDConfig) -> float:
+        return 0.01 * (1 + config.depth) / (1.3 if len(ctx) < self.loss_at else 0.5)
+
+    def prefill_time(self, new: np.ndarray, cached: np.ndarray) -> float:
+        return self.prefill_s * float(np.sum(new))
+
+    def drafter_prefill_time(self, new: np.ndarray, cached: np.ndarray) -> float:
+        return 0.1 * self.prefill_s * float(np.sum(new))
+
+
+PERFECT_CHAIN = (SDConfig.chain(2),)  # accepts everything: 3 tokens per iteration, cost 3x / 1.3
+
+
+def _policy(cost: BatchCost, **kw) -> CostAware:
+    return CostAware(cost, ChainAcceptance((1.0,)), candidates=PERFECT_CHAIN, **kw)
+
+
+def _plain_rounds(policy: CostAware, b: int, n: int) -> None:
+    for _ in range(n):
+        d = policy.decide(BatchView(b, (500,) * b))
+        assert d.config == NO_SD
+        policy.observe(Outcome(NO_SD, b, b, 0.01))
+
+
+def test_first_decision_of_a_step_switches_on_without_a_reprefill() -> None:
+    """At a step's first decision the engine's drafter catch-up prefills the new prompts anyway: no
+    switch_on (which would re-prefill the target too), and again after reset."""
+    policy = _policy(BatchCost())
+    for step in (0, 1):
+        policy.reset(step)
+        d = policy.decide(BatchView(8, (300,) * 8))
+        assert d.config == SDConfig.chain(2) and not d.switch_on
+
+
+@pytest.mark.parametrize(("switch", "prefill_s", "switches"), [
+    # predicted: ~700 more tokens each (as many as the context holds): 7.0 s plain, 5.4 s with SD
+    ("reprefill", 1e-4, True),   # re-prefilling 8 x 700 tokens (target + drafter) costs 0.6 s < 1.6 s saved
+    ("reprefill", 1e-3, False),  # ten times dearer (6.2 s): it does not pay
+    ("in_step", 1e-3, True),     # the drafter never lags: switching is free
+])
+def test_mid_step_switch_weighs_its_cost_and_sets_switch_on(switch: str, prefill_s: float, switches: bool) -> None:
+    policy = _policy(BatchCost(prefill_s), switch=switch)
+    _plain_rounds(policy, 200, 3)  # a large batch: SD is a loss, the policy stays off
+    d = policy.decide(BatchView(8, (700,) * 8))  # the batch shrank; SD pays 30% per iteration
+    assert d.config.enabled == switches
+    assert d.switch_on == switches  # plain iterations ran: the engine must bring the drafter up to date
+    if switches:
+        policy.observe(Outcome(d.config, 8, 24, 0.1, 16, 16, iterations=1))
+        assert not policy.decide(BatchView(7, (701,) * 7)).switch_on  # once
+
+
+def test_turns_off_when_admissions_make_sd_a_loss() -> None:
+    policy = _policy(BatchCost(prefill_s=1e-4))
+    assert policy.decide(BatchView(8, (300,) * 8)).config.enabled
+    policy.observe(Outcome(SDConfig.chain(2), 8, 24, 0.1, 16, 16))
+    assert policy.decide(BatchView(200, (300,) * 200)).config == NO_SD  # admissions: SD now loses 2x
+    policy.observe(Outcome(NO_SD, 200, 200, 0.01))
+    assert policy.decide(BatchView(8, (900,) * 8)).switch_on  # back on later: it pays the switch again
+
+
+def test_learns_per_position_acceptance_online_and_shares_it_across_batch_sizes() -> None:
+    """Prior: every position accepted with 0.9; truth: 0.5. Outcomes of chains 1..8 at batch 64
+    teach the per-position scales; the prediction for every chain moves to the truth, and the
+    choice at batch 1 (never observed) moves from the longest chain to a shorter one."""
+    prior, truth = ChainAcceptance((0.9,)), ChainAcceptance((0.5,))
+    cost = LinearCost()
+    chains = tuple(SDConfig.chain(k) for k in range(1, 9))
+    policy = CostAware(cost, prior, candidates=chains)
+    before = policy.decide(BatchView(1, (1000,))).config
+    assert before == SDConfig.chain(8)
+    for _ in range(100):
+        for c in chains:
+            acc = 64 * (truth.expected_accept_length(c) - 1)
+            policy.observe(Outcome(c, 64, round(64 + acc), 0.05, c.depth * 64, round(acc),
+                                   accepted_per_request=(acc / 64,) * 64))
+    for c in chains:
+        assert policy.accept_length(c) == pytest.approx(truth.expected_accept_length(c), rel=0.02)
+    policy.reset(1)
+    after = policy.decide(BatchView(1, (1000,))).config
+    assert after.depth < before.depth
+
+
+def test_a_span_leaves_the_state_of_single_rounds() -> None:
+    """The hold contract: running each decision for its whole hold and reporting one Outcome per
+    span gives the same per-iteration configs and the same learnt state as one round per iteration."""
+
+    class Growing:
+        """The best chain shortens as contexts grow, so when the policy re-evaluates matters."""
+
+        def decode_time(self, ctx):
+            return 0.01
+
+        def sd_time(self, ctx, config):
+            return 0.01 * (1 + 0.02 * config.depth * (1 + float(np.mean(ctx)) / 50))
+
+        def prefill_time(self, new, cached):
+            return 1e-4 * float(np.sum(new))
+
+        def drafter_prefill_time(self, new, cached):
+            return 1e-5 * float(np.sum(new))
+
+    def run(spans: bool) -> tuple[list[SDConfig], np.ndarray]:
+        policy = CostAware(Growing(), ChainAcceptance((0.8,)), candidates=tuple(SDConfig.chain(k) for k in range(1, 9)),
+                           recheck=7)
+        configs: list[SDConfig] = []
+        ctx = 100
+        while len(configs) < 200:
+            b = 6 - sum(len(configs) >= e for e in (50, 120))  # a request finishes at iterations 50 and 120
+            d: Decision = policy.decide(BatchView(b, (ctx,) * b))
+            upto = next(e for e in (50, 120, 200) if e > len(configs))
+            n = min(d.hold, upto - len(configs)) if spans else 1
+            configs += [d.config] * n
+            ctx += n
+            acc = 0.6 * min(d.config.depth, 2) * b * n
+            policy.observe(Outcome(d.config, b, b * n, 0.01 * n, d.config.depth * b * n, round(acc), iterations=n,
+                                   accepted_per_request=(acc / b,) * b))
+        return configs, policy.scales()
+
+    (spans, s1), (single, s2) = run(True), run(False)
+    assert len({c.depth for c in single}) > 1  # the choice does change along the way
+    assert spans == single
+    np.testing.assert_allclose(s1, s2, rtol=1e-12)
+
+
+def test_known_lengths_reach_only_a_policy_that_asks() -> None:
+    seen: dict[str, list[tuple[float, ...]]] = {}
+
+    class Spy:
+        def __init__(self, name: str, wants: bool) -> None:
+            self.name, self.wants_remaining_hint = name, wants
+            seen[name] = []
+
+        def decide(self, view):
+            seen[self.name].append(view.remaining_hint)
+            return Decision(NO_SD)
+
+        def observe(self, outcome):
+            return None
+
+        def reset(self, step):
+            return None
+
+    work = Work(0, np.arange(3), np.array([10, 20, 30]), np.array([5, 9, 12]))
+    for name, wants in (("asks", True), ("silent", False)):
+        simulate_step(work, policies=[Spy(name, wants)], cost=LinearCost(), accept=None, engine=EngineConfig(), seed=0,
+                      deal_mode="trace")
+    assert seen["asks"][0] == (4.0, 8.0, 11.0)  # responses minus the token prefill emitted
+    assert seen["asks"][-1] == (1.0,)
+    assert all(h == () for h in seen["silent"])
+
+
+def test_known_lengths_change_the_plan() -> None:
+    """With the trace's lengths the policy knows the long tail is coming and switches on at once at
+    a large batch; the doubling predictor waits (predicted work ~ the context so far)."""
+    work, accept = _capped(256, 4000), paper_qwen32b_tp4()
+    known = _sim("cost-aware:lengths=known", work, accept).events.query("kind == 'decode'")
+    predicted = _sim("cost-aware", work, accept).events.query("kind == 'decode'")
+    assert known["sd_config"].iloc[0] != "off"
+    assert predicted["sd_config"].iloc[0] == "off"
+
+
+def test_spec_options_reach_the_policy_and_bad_ones_are_one_error() -> None:
+    from tltcore.errors import InputError
+
+    p = make_policy("cost-aware:switch=catch_up:lengths=known:recheck=4:phases=3:arms=4_1_4,8_4_16:memory=1",
+                    cost_model=LinearCost())
+    assert isinstance(p, CostAware) and p.wants_remaining_hint
+    assert (p.switch, p.recheck, p.phases, p.memory) == ("catch_up", 4, 3, 1.0)
+    assert p.candidates == (SDConfig(4, 1, 4), SDConfig(8, 4, 16))
+    for bad in ("cost-aware:switch=never", "cost-aware:lengths=psychic", "cost-aware:recheck=0", "cost-aware:arms=off",
+                "cost-aware:memory=2", "cost-aware:foo=1"):
+        with pytest.raises(InputError, match="cost-aware"):
+            make_policy(bad, cost_model=LinearCost())

@@ -1,0 +1,296 @@
+"""Cost-aware SD: switch speculation on when it pays for the live requests' remaining work, at any
+batch size, and pick the throughput-best draft shape for the batch and contexts at hand.
+
+Why. TLT's elastic switch looks only at the batch size: when capped long responses keep more than
+``threshold`` requests running on a worker it never switches on (1.00x where SD would pay), and when
+it does switch late it re-prefills every live context to gain little. BEG-MAB's buckets ignore the
+contexts, which decide whether an iteration is memory- or compute-bound. This policy prices both
+with the engine's own cost model (the typed interface :class:`~tltcore.policy.oracle.OracleCost`,
+plus the two prefill costs a switch needs) and an acceptance estimate it learns online.
+
+Acceptance, learned. Per draft position ``i`` (1..D, D the deepest candidate) a scale ``s_i`` on the
+prior's reach: the expected accepted draft tokens of shape ``c`` are ``sum_i R_c[i] * s_i`` where
+``R_c[i]`` is the prior probability that at least ``i`` tokens are accepted (the acceptance model's
+``reach`` when it has one, as the simulator's presets do; else its expected accept length spread
+evenly over the positions; without an acceptance model a constant per-position rate ``prior``).
+Every SD :class:`Outcome` is one linear observation ``accepted per request-iteration = R_c . s``
+weighted by its request-iterations, so ``s`` is a ridge regression towards ``s = 1`` (the prior
+counts as ``prior_weight`` request-iterations that saw each position's prior reach, the largest over
+the candidates), solved from sufficient statistics: one estimate shared by all
+batch sizes and shapes (what is learnt at batch 300 with chain 4 informs batch 2 with tree 8_4_32).
+``reset(step)`` multiplies the statistics by ``memory`` so a retrained or staler drafter is relearnt.
+A drafter whose positions are uniformly worse (a quality scale per position, as
+:class:`~tltcore.drafter.state.DrafterState` models it) is exactly representable.
+
+The switch. The policy is OFF (drafter not kept up to date) or ON (speculating). At a re-evaluation
+it predicts how the live batch drains: each request's remaining tokens ``r_i`` are the engine's
+``remaining_hint`` when the policy was built with ``lengths=known`` and the engine gives one (the
+simulator, from the trace: clairvoyant), else predicted as *as many again as its context holds*
+(``r_i = context_i``: the doubling / ski-rental predictor, which needs no knowledge of the trace and
+at most doubles what a wrong switch costs). The drain is cut at quantiles of ``r`` into ``phases``
+phases (the live set and contexts taken at each phase's middle, contexts grown by the progress
+made); per phase the plain time and the best SD shape's time are priced, and a two-state dynamic
+program (OFF -> ON costs the switch at the phase start, ON -> OFF is free) gives the cheapest plan.
+OFF switches on now iff the best plan switches now; ON turns off now iff the best plan is off now
+(only examined when plain beats every shape at this iteration, since otherwise staying on is
+cheaper now and the plan is revisited anyway). The switch cost is what the engine's ``switch`` mode
+charges (:data:`~tltcore.engine_limits.SWITCH_MODES`): ``reprefill`` -- target and drafter prefill
+of every live context (priced as one pass over all of them: a slight under-estimate of the per-pass
+fixed costs); ``catch_up`` -- drafter prefill of the tokens it missed (the whole context if the
+drafter never ran this step); ``in_step`` -- nothing. Switching on at a step's first decision, before
+any plain iteration, costs only the drafter's prefill of the new prompts, which the engine's drafter
+catch-up does without ``switch_on`` (as always-on policies get it); later switches set ``switch_on``.
+
+Shapes and holds. While ON the shape maximising predicted emitted tokens per second
+(``accept(c) * batch / sd_time(contexts, c)``) at this view is chosen. Decisions are re-evaluated
+when the batch size changes or every ``recheck`` iterations and held in between: ``decide`` returns
+``hold = recheck - iterations since the last evaluation``, so an engine that runs a span of ``n``
+iterations and reports it once leaves exactly the state that ``n`` single rounds would (the
+statistics are sums, the counters add up, and no evaluation falls inside a span). Deterministic
+given the sequence of calls: no randomness at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from tltcore.drafter.state import INITIAL_DRAFTER
+from tltcore.engine_limits import SWITCH_MODES
+from tltcore.errors import InputError
+from tltcore.policy.base import NO_SD, BatchView, Decision, Outcome, SDConfig
+from tltcore.policy.beg_mab import DEFAULT_ARMS
+from tltcore.policy.oracle import OracleAcceptance
+
+#: Chains of 1..8 tokens (cheap at large batches) and TLT's four trees (best at small ones).
+DEFAULT_CANDIDATES: tuple[SDConfig, ...] = (*(SDConfig.chain(k) for k in range(1, 9)), *DEFAULT_ARMS)
+DEFAULT_RECHECK = 32
+DEFAULT_PHASES = 8
+DEFAULT_PRIOR_RATE = 0.7  # per-position acceptance without an acceptance model (SGLang-EMA's prior)
+DEFAULT_PRIOR_WEIGHT = 256.0  # request-iterations: a few iterations of a large batch outweigh the prior
+DEFAULT_MEMORY = 0.5  # share of the acceptance statistics a new RL step keeps
+LENGTH_SOURCES = ("predicted", "known")
+
+
+class CostAwareCost(Protocol):
+    """What the policy prices: iterations (as the greedy oracle does) and the prefills of a switch."""
+
+    def decode_time(self, context_lens: np.ndarray) -> float: ...
+
+    def sd_time(self, context_lens: np.ndarray, config: SDConfig) -> float: ...
+
+    def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float: ...
+
+    def drafter_prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float: ...
+
+
+class CostAware:
+    """Cost-aware SD switch and shape picker (see module docstring)."""
+
+    def __init__(self, cost_model: CostAwareCost, accept_model: OracleAcceptance | None = None, *,
+                 candidates: Sequence[SDConfig] = DEFAULT_CANDIDATES, switch: str = "reprefill",
+                 lengths: str = "predicted", recheck: int = DEFAULT_RECHECK, phases: int = DEFAULT_PHASES,
+                 prior: float = DEFAULT_PRIOR_RATE, prior_weight: float = DEFAULT_PRIOR_WEIGHT,
+                 memory: float = DEFAULT_MEMORY, name: str = "cost-aware") -> None:
+        cands = tuple(dict.fromkeys(c for c in candidates if c.enabled))
+        if not cands:
+            raise InputError("cost-aware needs at least one speculating candidate shape (arms)")
+        if switch not in SWITCH_MODES:
+            raise InputError(f"cost-aware switch must be one of {', '.join(SWITCH_MODES)}, got '{switch}'")
+        if lengths not in LENGTH_SOURCES:
+            raise InputError(f"cost-aware lengths must be one of {', '.join(LENGTH_SOURCES)}, got '{lengths}'")
+        if recheck < 1 or phases < 1:
+            raise InputError(f"cost-aware recheck and phases must be >= 1, got {recheck} and {phases}")
+        if not 0.0 <= prior < 1.0 or prior_weight <= 0 or not 0.0 <= memory <= 1.0:
+            raise InputError("cost-aware needs prior in [0, 1), prior_weight > 0 and memory in [0, 1], got "
+                             f"{prior}, {prior_weight}, {memory}")
+        # Neither model is touched here: scenario validation builds policies with placeholders.
+        self.cost_model, self.accept_model = cost_model, accept_model
+        self.candidates = cands
+        self.switch, self.lengths = switch, lengths
+        self.recheck, self.phases = int(recheck), int(phases)
+        self.prior, self.prior_weight, self.memory = float(prior), float(prior_weight), float(memory)
+        self.depth = max(c.depth for c in cands)
+        self.name = name
+        self._reach: dict[SDConfig, np.ndarray] = {}
+        self._gram = np.zeros((self.depth, self.depth))
+        self._moment = np.zeros(self.depth)
+        self._scales: np.ndarray | None = None
+        self.reset(0)
+
+    @property
+    def wants_remaining_hint(self) -> bool:
+        """True when built with ``lengths=known``: the simulator then fills ``BatchView.remaining_hint``."""
+        return self.lengths == "known"
+
+    # ---- acceptance --------------------------------------------------------------------------
+    def prior_reach(self, config: SDConfig) -> np.ndarray:
+        """P(at least i draft tokens accepted), i = 1..D (zero past the shape's depth), by the prior."""
+        hit = self._reach.get(config)
+        if hit is None:
+            hit = np.zeros(self.depth)
+            d = min(config.depth, self.depth)
+            model: Any = self.accept_model
+            if model is not None and hasattr(model, "reach"):
+                hit[:d] = np.asarray(model.reach(config, INITIAL_DRAFTER), dtype=float)[:d]
+            elif model is not None:
+                extra = float(model.expected_accept_length(config, INITIAL_DRAFTER)) - 1.0
+                hit[:d] = min(max(extra, 0.0), float(d)) / d if d else 0.0
+            else:
+                hit[:d] = self.prior ** np.arange(1, d + 1)
+            self._reach[config] = hit
+        return hit
+
+    def _prior_info(self) -> np.ndarray:
+        """Per position, the squared largest prior reach over the candidates: what one request-iteration
+        observing that position tells about its scale (floored so every position stays determined)."""
+        top = np.max([self.prior_reach(c) for c in self.candidates], axis=0)
+        return np.maximum(top, 1e-3) ** 2
+
+    def scales(self) -> np.ndarray:
+        """The learned per-position scales ``s`` (ridge towards 1, see module docstring)."""
+        if self._scales is None:
+            prior = self.prior_weight * self._prior_info()
+            self._scales = np.linalg.solve(self._gram + np.diag(prior), self._moment + prior)
+        return self._scales
+
+    def accept_length(self, config: SDConfig) -> float:
+        """Predicted tokens emitted per request per iteration with ``config`` (bonus included)."""
+        if not config.enabled:
+            return 1.0
+        extra = float(self.prior_reach(config) @ self.scales())
+        return 1.0 + min(max(extra, 0.0), float(config.depth))
+
+    # ---- the rounds ---------------------------------------------------------------------------
+    def reset(self, step: int) -> None:
+        """A new rollout step: SD off, counters cleared; the acceptance statistics decay by ``memory``."""
+        self._on = False
+        self._ran_plain = False  # a plain iteration ran this step: switching on needs switch_on
+        self._pending_switch = False
+        self._was_on = False
+        self._progress = 0.0  # tokens per request emitted this step (sum of emitted / batch)
+        self._off_at = 0.0  # progress when SD last went off
+        self._since = self.recheck  # force an evaluation at the first decide
+        self._last_b = -1
+        self._choice = NO_SD
+        self._gram *= self.memory
+        self._moment *= self.memory
+        self._scales = None
+
+    def decide(self, view: BatchView) -> Decision:
+        if view.batch_size != self._last_b or self._since >= self.recheck:
+            self._evaluate(view)
+            self._since = 0
+            self._last_b = view.batch_size
+        hold = self.recheck - self._since
+        if self._pending_switch and self._choice.enabled:
+            self._pending_switch = False
+            return Decision(self._choice, hold, switch_on=True)
+        return Decision(self._choice, hold)
+
+    def observe(self, outcome: Outcome) -> None:
+        n = max(int(outcome.iterations), 0)
+        self._since += n
+        if outcome.batch_size > 0:
+            self._progress += outcome.emitted_tokens / outcome.batch_size
+        if not outcome.config.enabled:
+            self._ran_plain = self._ran_plain or n > 0
+            return
+        reqs = outcome.batch_size * n
+        if reqs <= 0:
+            return
+        accepted = float(sum(outcome.accepted_per_request)) if outcome.accepted_per_request else float(
+            outcome.accepted_tokens)
+        x = self.prior_reach(outcome.config)
+        self._gram += reqs * np.outer(x, x)
+        self._moment += accepted * x
+        self._scales = None
+
+    # ---- evaluation ---------------------------------------------------------------------------
+    def _evaluate(self, view: BatchView) -> None:
+        ctx = np.asarray(view.context_lens, dtype=np.int64)
+        if len(ctx) == 0:
+            if view.batch_size <= 0:
+                return
+            ctx = np.zeros(view.batch_size, dtype=np.int64)  # no contexts given: assume empty ones
+        cost = self.cost_model
+        acc = np.array([self.accept_length(c) for c in self.candidates])
+        sd_t = np.array([cost.sd_time(ctx, c) for c in self.candidates])
+        rates = np.divide(acc, sd_t, out=np.zeros_like(acc), where=sd_t > 0)
+        best = self.candidates[int(np.argmax(rates))]
+        plain_t = float(cost.decode_time(ctx))
+        plain_rate = 1.0 / plain_t if plain_t > 0 else 0.0
+        if self._on and float(rates.max()) > plain_rate:
+            self._choice = best  # speculating beats plain right now: stay on
+            return
+        off_now, on_now = self._plan(ctx, self._remaining(view, ctx), acc)
+        if not self._on and on_now < off_now:
+            self._on, self._was_on = True, True
+            self._pending_switch = self._ran_plain
+            self._choice = best
+        elif self._on and off_now < on_now:
+            self._on = False
+            self._off_at = self._progress
+            self._choice = NO_SD
+        else:
+            self._choice = best if self._on else NO_SD
+
+    def _remaining(self, view: BatchView, ctx: np.ndarray) -> np.ndarray:
+        """Tokens each live request is expected still to emit: the engine's hint or the doubling predictor."""
+        if self.lengths == "known" and len(view.remaining_hint) == len(ctx):
+            return np.maximum(np.asarray(view.remaining_hint, dtype=float), 0.0)
+        return ctx.astype(float)
+
+    def _switch_cost(self, ctx: np.ndarray, progress: float, fresh: bool) -> float:
+        """What turning SD on costs at these contexts, by the engine's switch mode; ``fresh``: no
+        plain iteration will have run this step by then."""
+        if len(ctx) == 0:
+            return 0.0
+        cost = self.cost_model
+        zero = np.zeros(len(ctx), dtype=np.int64)
+        if fresh:  # the step's first decision: the engine's catch-up prefills the drafter
+            return float(cost.drafter_prefill_time(ctx, zero))
+        if self.switch == "reprefill":
+            return float(cost.prefill_time(ctx, zero) + cost.drafter_prefill_time(ctx, zero))
+        if self.switch == "catch_up":
+            missed = ctx if not self._was_on else np.minimum(ctx, int(np.ceil(progress - self._off_at)))
+            return float(cost.drafter_prefill_time(missed, ctx - missed))
+        return 0.0  # in_step: the drafter never lags
+
+    def _plan(self, ctx: np.ndarray, remaining: np.ndarray, acc: np.ndarray) -> tuple[float, float]:
+        """(best predicted time to drain the batch if the policy is off now, best if it is on now,
+        the switch included when it is off): a two-state dynamic program over the predicted drain's
+        phases (see module docstring)."""
+        cost = self.cost_model
+        top = float(remaining.max()) if len(remaining) else 0.0
+        if top <= 0:
+            return 0.0, 0.0
+        qs = np.quantile(remaining, np.linspace(0.0, 1.0, self.phases + 1)[1:])
+        edges = np.unique(np.concatenate(([0.0], qs[qs > 0])))
+        n = len(edges) - 1
+        plain, sd, switch = np.zeros(n), np.zeros(n), np.zeros(n)
+        for k in range(n):
+            lo, hi = float(edges[k]), float(edges[k + 1])
+            mid = 0.5 * (lo + hi)
+            live = remaining > mid
+            if not live.any():
+                continue
+            at_mid = ctx[live] + int(mid)
+            length = hi - lo
+            plain[k] = length * float(cost.decode_time(at_mid))
+            sd[k] = length * min(float(cost.sd_time(at_mid, c)) / a for c, a in zip(self.candidates, acc, strict=True))
+            if k == 0:
+                switch[k] = self._switch_cost(ctx, self._progress, not self._ran_plain)
+            else:
+                start = remaining > lo
+                switch[k] = self._switch_cost(ctx[start] + int(lo), self._progress + lo, False)
+        on_next = off_next = 0.0
+        for k in range(n - 1, 0, -1):
+            on_k = min(sd[k] + on_next, plain[k] + off_next)
+            off_k = min(plain[k] + off_next, switch[k] + sd[k] + on_next)
+            on_next, off_next = on_k, off_k
+        off_now = plain[0] + off_next
+        on_now = sd[0] + on_next
+        return off_now, on_now if self._on else switch[0] + on_now

@@ -1,0 +1,187 @@
+"""A true upper bound on what any SD policy can achieve: a lower bound on the rollout makespan.
+
+Why. The greedy oracle (``greedy-oracle``) picks the best shape per iteration and ignores every
+cost that spans iterations, so other policies beat it: it bounds nothing. "No policy may beat the
+bound" is only a test if the bound is a proof, so this is computed offline, per worker, from the
+trace's known lengths and the true acceptance and cost models, and argued below.
+
+The claim. Under the simulator's model with ``acceptance.mode = "expected"`` and a drafter fixed for
+the step, for every policy whose draft shapes are in ``shapes``, every worker's finish time is at
+least :func:`worker_lower_bound`, hence the step's makespan at least the maximum over workers
+(:func:`makespan_lower_bound`). Assumption: the cost model is monotone -- an iteration over a subset
+of the requests with no longer contexts never costs more (the roofline is: padded batch sizes, paged
+KV and attention sums only grow with the batch and its contexts). In ``stochastic`` mode accept
+lengths are draws, so a lucky run may beat the expected-value bound; it is a bound on expectations
+only there.
+
+Why it holds (one worker). Dealing is the policy-free function of the seed, so each worker's
+requests are fixed. Its clock only advances by work: prefill, switch re-prefill, drafter catch-up
+and decode iterations.
+
+* Prefill: the first admission happens before any decision and is the same for every policy (FCFS
+  under ``max_batch`` and the KV reservation, packed into ``prefill_budget`` passes): its time is
+  counted exactly. Later admissions, switches and catch-ups cost >= 0: counted as 0 (zero switch
+  cost).
+* Decode, when the first admission takes every request (no queue, the common case: the bundled
+  scenarios): after prefill request ``i`` has ``r_i = response_i - 1`` tokens left, and in expected
+  mode every live request advances by the same ``a_c`` per iteration (the shape's expected accept
+  length; 1 for plain decode), clipped only where it finishes. So with "progress" ``P`` (the sum of
+  the ``a_c`` of the iterations so far) the live set is ``L(P) = {i: r_i - P > eps}`` (the engine's
+  retirement rule) and contexts are ``prompt_i + 1 + floor(P)`` -- whatever the policy did. An
+  iteration starting at ``P_k`` with shape ``c`` costs ``t_c(L(P_k), ctx(P_k))`` and advances ``P`` by
+  ``a_c``. Let ``g(P) = min_{c in shapes + plain} t_c(L(P), ctx(P) - A) / a_c`` where ``A`` is the
+  largest ``ceil(a_c)`` (contexts shifted down by at most one iteration's growth, floored at the
+  prompt + 1). For ``P`` in ``[P_k, P_k + a_c)``, ``L(P)`` is a subset of ``L(P_k)`` and the shifted
+  contexts are no longer than ``ctx(P_k)``, so by monotonicity ``g(P) <= t_c / a_c``: the iteration
+  costs at least the integral of ``g`` over the progress it makes. Summing, decode time >= the
+  integral of ``g`` from 0 to the last request's end. Between two consecutive response ends (and
+  grid points every ``grid`` tokens) the live set is fixed and ``g`` is non-decreasing in ``P``
+  (contexts grow), so the lower Riemann sum at the left ends is a lower bound of that integral.
+* Decode with a queue (``max_batch`` or the KV cache holds some requests back): the live sets then
+  depend on the policy, so only a weaker bound is claimed: every decode iteration of ``b`` requests
+  emits at most ``b * a_c`` tokens and costs at least ``t_c`` of ``b`` requests at the shortest
+  possible context (the smallest prompt + 1), so decode time >= all decode tokens times the least
+  cost per token over ``b`` in ``1..min(max_batch, n)`` and every shape.
+
+Tightness (tested): on small synthetic workloads without a queue the best registered policy is
+within 10% of the bound; the gap is the drafter's catch-up of the prompts, response ends inside an
+iteration, the lower Riemann sum and the context shift ``A``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tltcore.acceptance import AcceptanceModel
+from tltcore.cost import CostModel
+from tltcore.dealing import deal
+from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
+from tltcore.errors import InputError
+from tltcore.policy.base import NO_SD, SDConfig, SDPolicy
+from tltsim.rollout.entities import EngineConfig, StepRequests
+from tltsim.rollout.scheduling import admissible, prefill_passes
+
+if TYPE_CHECKING:
+    from tltsim.scenario.build import SimInputs
+
+#: The simulator's retirement threshold (``tltsim.rollout.worker._EPS``): a request whose remaining
+#: tokens fall to this is done.
+EPS = 1e-9
+#: Longest progress interval (tokens) over which one lower Riemann sample stands.
+DEFAULT_GRID = 256
+
+
+@dataclass(frozen=True)
+class StepBound:
+    """The bound of one step: per worker, and the makespan (their maximum); ``queued`` workers got
+    the weaker no-schedule bound (see module docstring)."""
+
+    step: int
+    worker_bounds: np.ndarray
+    queued: np.ndarray
+
+    @property
+    def makespan(self) -> float:
+        return float(self.worker_bounds.max()) if len(self.worker_bounds) else 0.0
+
+
+def policy_shape_set(policies: Iterable[SDPolicy]) -> tuple[SDConfig, ...]:
+    """Every draft shape the given policy objects may choose (:func:`~tltcore.policy.shapes.policy_shapes`):
+    the set the bound minimises over. A policy whose shapes are unknown cannot be bounded: InputError."""
+    from tltcore.policy.shapes import policy_shapes
+
+    out: set[SDConfig] = set()
+    for p in policies:
+        shapes = policy_shapes(p)
+        if shapes is None:
+            raise InputError(f"no upper bound for policy '{p.name}': the draft shapes it may choose are unknown")
+        out.update(shapes)
+    return tuple(sorted(out, key=lambda c: c.name))
+
+
+def _rates(shapes: Sequence[SDConfig], accept: AcceptanceModel | None,
+           drafter: DrafterState) -> list[tuple[SDConfig, float]]:
+    """(shape, expected accept length) for plain decode and every speculating shape."""
+    out = [(NO_SD, 1.0)]
+    if accept is not None:
+        out += [(c, float(accept.expected_accept_length(c, drafter))) for c in shapes if c.enabled]
+    return out
+
+
+def _per_progress(cost: CostModel, ctx: np.ndarray, rates: list[tuple[SDConfig, float]]) -> float:
+    """``g``: the least time per unit of progress over the shapes at these contexts."""
+    return min((cost.sd_time(ctx, c) if c.enabled else cost.decode_time(ctx)) / a for c, a in rates)
+
+
+def worker_lower_bound(prompts: np.ndarray, responses: np.ndarray, *, cost: CostModel,
+                       accept: AcceptanceModel | None, engine: EngineConfig, shapes: Sequence[SDConfig],
+                       drafter: DrafterState = INITIAL_DRAFTER, grid: int = DEFAULT_GRID) -> tuple[float, bool]:
+    """(a lower bound on one worker's busy time, whether it had a queue), see the module docstring."""
+    p = np.asarray(prompts, dtype=np.int64)
+    t = np.maximum(np.asarray(responses, dtype=np.int64), 1)
+    n = len(p)
+    if n == 0:
+        return 0.0, False
+    fits = admissible(p + t, engine.max_batch, engine.kv_capacity_tokens)
+    prefill = sum(cost.prefill_time(new, old)
+                  for new, old in prefill_passes(p[:fits], np.zeros(fits, dtype=np.int64), engine.prefill_budget))
+    rates = _rates(shapes, accept, drafter)
+    if fits < n:
+        return float(prefill) + _queued_decode_bound(p, t, cost, engine, rates), True
+    rem = (t - 1).astype(float)
+    shift = max(int(np.ceil(a)) for _, a in rates)
+    ends = np.unique(rem[rem > EPS]) - EPS
+    if len(ends) == 0:
+        return float(prefill), False
+    total, lo = 0.0, 0.0
+    for end in ends:
+        while lo < end:
+            hi = min(end, lo + grid)
+            live = rem > lo + EPS
+            ctx = p[live] + 1 + max(0, int(np.floor(lo)) - shift)
+            total += (hi - lo) * _per_progress(cost, ctx, rates)
+            lo = hi
+    return float(prefill) + total, False
+
+
+def _queued_decode_bound(p: np.ndarray, t: np.ndarray, cost: CostModel, engine: EngineConfig,
+                         rates: list[tuple[SDConfig, float]]) -> float:
+    """Decode tokens times the least cost per token at any batch size and shape (no schedule)."""
+    shortest = int(p.min()) + 1
+    per_token = min(_per_progress(cost, np.full(b, shortest, dtype=np.int64), rates) / b
+                    for b in range(1, min(engine.max_batch, len(p)) + 1))
+    return float((t - 1).sum()) * per_token
+
+
+def makespan_lower_bound(workload: StepRequests, *, n_workers: int, cost: CostModel,
+                         accept: AcceptanceModel | None, engine: EngineConfig, shapes: Sequence[SDConfig],
+                         seed: int = 0, deal_mode: str = "shuffle", drafter: DrafterState = INITIAL_DRAFTER,
+                         grid: int = DEFAULT_GRID) -> StepBound:
+    """The bound of one step: each worker's requests dealt as the simulator deals them."""
+    prompts = np.asarray(workload.prompt_tokens, dtype=np.int64)
+    responses = np.asarray(workload.response_tokens, dtype=np.int64)
+    parts = deal(workload.group_ids, n_workers, deal_mode, seed, int(workload.step))
+    bounds, queued = [], []
+    for idx in parts:
+        b, q = worker_lower_bound(prompts[idx], responses[idx], cost=cost, accept=accept, engine=engine,
+                                  shapes=shapes, drafter=drafter, grid=grid)
+        bounds.append(b)
+        queued.append(q)
+    return StepBound(int(workload.step), np.asarray(bounds, dtype=float), np.asarray(queued, dtype=bool))
+
+
+def scenario_bounds(inputs: SimInputs, specs: Sequence[str]) -> list[StepBound]:
+    """The bound of every step of a prepared scenario over the shapes of the policies ``specs``:
+    what ``tlt sim run`` reports beside the policies."""
+    from tltsim.scenario.build import make_policies
+
+    shapes = policy_shape_set(make_policies(spec, inputs)[0] for spec in specs)
+    s = inputs.scenario
+    return [makespan_lower_bound(w, n_workers=s.n_workers, cost=inputs.cost, accept=inputs.accept,
+                                 engine=inputs.engine, shapes=shapes, seed=s.seed, deal_mode=s.trace.deal,
+                                 drafter=inputs.drafter)
+            for w in inputs.workloads]
