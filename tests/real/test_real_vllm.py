@@ -130,13 +130,47 @@ def _requests() -> ReplayRequests:
 
 
 @pytest.fixture(scope="module")
-def vllm_runs(tmp_path_factory):
-    from tltreal.backends.vllm_backend import run_policies, write_models
+def vllm_models(tmp_path_factory):
+    from tltreal.backends.vllm_backend import write_models
 
     settings = VllmSettings(model=CFG, max_batch=6, max_model_len=256, max_batched_tokens=512, late_scale=0.05)
     target, draft = write_models(tmp_path_factory.mktemp("vllm"), CFG, seed=0, late_scale=settings.late_scale)
+    return target, draft, settings
+
+
+@pytest.fixture(scope="module")
+def vllm_runs(vllm_models):
+    from tltreal.backends.vllm_backend import run_policies
+
     specs = ["no-sd", "static:3_1_3", "elastic:3:1+static:3_1_3"]
-    return {r.policy: r for r in run_policies(target, draft, settings, [_requests()], specs)}
+    return {r.policy: r for r in run_policies(*vllm_models, [_requests()], specs)}
+
+
+@vllm_needed
+def test_vllm_rows_tile_the_makespan(vllm_runs):
+    """Each row spans one pass of the driver's loop (vLLM's step and the delta bookkeeping): the rows
+    start at 0, each where the last ended, and end at the makespan, so no time of the run is outside
+    every row (the simulator's makespan is the sum of its iterations)."""
+    for run in vllm_runs.values():
+        gen = run.events[run.events["kind"].isin(["prefill", "decode"])]
+        start, end = gen["t_start"].to_numpy(), gen["t_end"].to_numpy()
+        assert start[0] == 0.0 and (start[1:] == end[:-1]).all()
+        assert end[-1] == pytest.approx(run.makespan, abs=1e-12)
+        dec = run.iterations
+        assert dec["seconds"].sum() <= run.makespan
+
+
+@vllm_needed
+def test_a_later_round_rotates_the_order_and_checks_the_first_rounds_outputs(vllm_models, vllm_runs):
+    from tltreal.backends.vllm_backend import run_policies
+
+    reference = {0: vllm_runs["no-sd"].outputs}
+    runs = run_policies(*vllm_models, [_requests()], ["no-sd", "static:3_1_3"], repeat=1, reference=reference)
+    assert [(r.policy, r.repeat) for r in runs] == [("static:3_1_3", 1), ("no-sd", 1)]
+    assert all(r.outputs == vllm_runs["no-sd"].outputs for r in runs)
+    wrong = {0: {rid: [0] * len(out) for rid, out in vllm_runs["no-sd"].outputs.items()}}
+    with pytest.raises(InputError, match="not lossless"):
+        run_policies(*vllm_models, [_requests()], ["static:3_1_3"], repeat=1, reference=wrong)
 
 
 @vllm_needed

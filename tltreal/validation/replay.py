@@ -27,6 +27,7 @@ from tltreal.engine.engine_config import EngineConfig
 from tltreal.engine.requests import RunResult
 from tltreal.model.transformer import Transformer
 from tltreal.spec_decode.proposers import PinnedDrafter, random_drafter
+from tltreal.validation.profiler import device_of
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class RealRun:
     makespan: float
     iterations: pd.DataFrame  # one row per decode iteration: batch_size, contexts, config, seconds, accept_length
     accepted: dict[SDConfig, np.ndarray]  # per-request accepted draft tokens of every SD iteration
+    repeat: int = 0  # the validation round this run belongs to (each round runs every policy once)
 
 
 def replay_requests(workload, *, vocab_size: int, seed: int, deal_mode: str = "shuffle") -> ReplayRequests:
@@ -72,6 +74,13 @@ def with_extra_tokens(requests: ReplayRequests, extra: int) -> ReplayRequests:
     pinned drafter what the target would say past each response's end, so acceptance in a request's
     last iterations is the model's and not cut short by a drafter that cannot see past the end."""
     return replace(requests, lengths=tuple(n + extra for n in requests.lengths))
+
+
+def rotated(specs: Sequence[str], repeat: int) -> list[str]:
+    """``specs`` rotated left by ``repeat``: each validation round runs the policies in another order,
+    so a slow spell of the machine does not always fall on the same policy."""
+    k = repeat % len(specs) if specs else 0
+    return [*specs[k:], *specs[:k]]
 
 
 class RecordingPolicy:
@@ -128,7 +137,8 @@ def speculative_run(target: Transformer, requests: ReplayRequests, reference: Ru
         req = engine.request_in_slot(slot)
         return sequences[req.rid], req.cache_len
 
-    drafter = PinnedDrafter(random_drafter(target, seed=seed + 1), position_probs, truth, seed=seed)
+    inner = random_drafter(target, seed=seed + 1).to(device_of(target))
+    drafter = PinnedDrafter(inner, position_probs, truth, seed=seed)
     engine = _engine(target, policy, drafter, requests, max_batch, config_kwargs)
     result = engine.run()
     expected = {rid: out[: requests.lengths[rid]] for rid, out in reference.outputs.items()}

@@ -1,29 +1,37 @@
 """``tlt validate --backend native``: the same trace steps run for real and simulated, and the error.
 
-For each step of a scenario (lengths scaled to a small model) and each policy:
+The work runs in rounds (``--repeats``, at least 3 for a report), so that the cost table and the
+real runs see the same conditions on a machine that is busy now and quiet later. In each round:
 
-1. **Real**: the native engine replays the step (:mod:`tltreal.validation.replay`): a plain reference run, then
-   every speculative policy with the pinned drafter (acceptance from the scenario's acceptance model,
-   verification real and lossless). A recording wrapper keeps every decision's batch view and every
-   outcome: each iteration's conditions (batch, per-request contexts, draft shape) and time.
-2. **Calibration**: the engine is profiled on this machine (:mod:`tltreal.validation.profiler`) over the batch
-   sizes, contexts and draft shapes the real runs used, unless a table is given.
-3. **Simulated**: the same requests on one rollout worker, with the measured table (``calibrated``)
-   or an analytic roofline of this CPU built from measured peak FLOP/s and copy bandwidth
-   (``analytic``), and with acceptance either ``predicted`` (the acceptance model) or ``measured``
-   (each draft shape's accept-length distribution in the real run), which separates cost error from
-   acceptance error.
+1. **Real**: the native engine replays every step once per policy (:mod:`tltreal.validation.replay`), the
+   policies in an order rotated from round to round, speculative ones with the pinned drafter
+   (acceptance from the scenario's acceptance model, verification real and lossless against a plain
+   reference run made once per step before the rounds). A recording wrapper keeps every decision's
+   batch view and every outcome: each iteration's conditions (batch, per-request contexts, draft
+   shape) and time.
+2. **Calibration**: right after the round's runs the engine is profiled on this machine
+   (:mod:`tltreal.validation.profiler`) over the batch sizes, contexts and draft shapes the first round's
+   runs used, unless a table is given.
+3. **Simulated**: the same requests on one rollout worker, with the round's measured table
+   (``calibrated``) or an analytic roofline of this device built from measured peak FLOP/s and copy
+   bandwidth (``analytic``), and with acceptance either ``predicted`` (the acceptance model) or
+   ``measured`` (each draft shape's accept-length distribution in that real run), which separates
+   cost error from acceptance error.
 
-Reported: makespan error per (step, policy) for each (cost model, acceptance) pair; per-iteration
-latency error of each cost model on the real iterations' own conditions (median and p90 of
-|predicted / measured - 1|); accept-length error.
+Reported: makespan error per (step, policy, round) for each (cost model, acceptance) pair and its
+spread over the rounds (:func:`makespan_spread`, :func:`headline`); the noise of the real makespans
+over the rounds and the load average around each phase (:func:`noise_check`, :func:`load_row`); the
+per-iteration latency error of each cost model on the real iterations' own conditions (median and
+p90 of |predicted / measured - 1|, pooled over rounds); accept-length error.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 
 import numpy as np
 import pandas as pd
@@ -49,6 +57,7 @@ from tltreal.validation.replay import (
     ReplayRequests,
     reference_run,
     replay_requests,
+    rotated,
     speculative_run,
     with_extra_tokens,
 )
@@ -71,8 +80,9 @@ class NativeSettings:
     seed: int = 0
     grid_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
     grid_iterations: int = 5
-    grid_repeats: int = 3
-    real_repeats: int = 3  # real runs per (step, policy); the median makespan's run is kept
+    grid_repeats: int = 1  # fresh engines per profile point within one round (the rounds repeat the profile)
+    real_repeats: int = 3  # rounds: each runs every (step, policy) once and profiles the table once
+    device: str = "cpu"  # torch device of the native engine (checked by the CLI: tltcli.validate.torch_device)
 
 
 def shape_of(cfg: ModelConfig, name: str = "native") -> ModelShape:
@@ -87,7 +97,7 @@ def scaled(workload, scale: float):
     return replace(workload, prompt_tokens=prompts, response_tokens=responses)
 
 
-def _real_run(step: int, spec: str, result, recorder: RecordingPolicy) -> RealRun:
+def _real_run(step: int, spec: str, result, recorder: RecordingPolicy, repeat: int = 0) -> RealRun:
     rows, accepted = [], {}
     for view, outcome in zip(recorder.views, recorder.outcomes, strict=True):
         rows.append({"batch_size": view.batch_size, "contexts": view.context_lens, "config": outcome.config,
@@ -96,7 +106,7 @@ def _real_run(step: int, spec: str, result, recorder: RecordingPolicy) -> RealRu
             accepted.setdefault(outcome.config, []).extend(outcome.accepted_per_request)
     stage = result.events[result.events["kind"] == "stage"]
     return RealRun(step, spec, result.events, float((stage["t_end"] - stage["t_start"]).iloc[0]), pd.DataFrame(rows),
-                   {c: np.asarray(v) for c, v in accepted.items()})
+                   {c: np.asarray(v) for c, v in accepted.items()}, repeat)
 
 
 class _Silent:
@@ -130,31 +140,33 @@ def phases(progress) -> _Silent:
     return _Messages(progress)
 
 
-def run_real(target: Transformer, requests: ReplayRequests, specs: Sequence[str], accept: Positional, *,
-             max_batch: int, seed: int, repeats: int = 1, on_run: Callable[[], None] | None = None) -> list[RealRun]:
-    """The reference (``no-sd``) and every speculative policy on one step's requests; each policy runs
-    ``repeats`` times and the run with the median makespan is kept (CPU timings vary from run to run).
-    ``on_run()`` is called after each run (progress)."""
+def real_round(target: Transformer, requests: ReplayRequests, specs: Sequence[str], accept: Positional,
+               reference, *, max_batch: int, seed: int, repeat: int = 0,
+               on_run: Callable[[], None] | None = None) -> list[RealRun]:
+    """Every policy once on one step's requests, in the order :func:`rotated` by ``repeat`` (a slow
+    spell of the machine then falls on another policy each round). ``reference`` is the plain run
+    over :func:`with_extra_tokens` (``PINNED_DEPTH`` more tokens per request) that the pinned drafter
+    reads and every speculative run must reproduce. ``on_run()`` is called after each run (progress)."""
     probs = accept.position_probs(PINNED_DEPTH, PINNED_TOPK)
-    # The truth for the pinned drafter runs PINNED_DEPTH tokens past every response's end: a drafter
-    # blind past the end would censor the measured acceptance of every request's last iterations.
-    reference = reference_run(target, with_extra_tokens(requests, PINNED_DEPTH), max_batch=max_batch)
     runs = []
-    for spec in specs:
-        tries = []
-        for _ in range(repeats):
-            recorder = RecordingPolicy(make_policy(spec, seed=seed))
-            if spec == "no-sd":
-                result = reference_run(target, requests, max_batch=max_batch, policy=recorder)
-            else:
-                result = speculative_run(target, requests, reference, recorder, position_probs=probs,
-                                         max_batch=max_batch, seed=seed)
-            tries.append(_real_run(requests.step, spec, result, recorder))
-            if on_run is not None:
-                on_run()
-        tries.sort(key=lambda r: r.makespan)
-        runs.append(tries[len(tries) // 2])
+    for spec in rotated(specs, repeat):
+        recorder = RecordingPolicy(make_policy(spec, seed=seed))
+        if spec == "no-sd":
+            result = reference_run(target, requests, max_batch=max_batch, policy=recorder)
+        else:
+            result = speculative_run(target, requests, reference, recorder, position_probs=probs,
+                                     max_batch=max_batch, seed=seed)
+        runs.append(_real_run(requests.step, spec, result, recorder, repeat))
+        if on_run is not None:
+            on_run()
     return runs
+
+
+def load_row(repeat: int | None, phase: str) -> dict[str, object]:
+    """The machine's load average (1, 5 and 15 minutes) now, for the report's noise check."""
+    one, five, fifteen = os.getloadavg()
+    return {"round": repeat, "phase": phase, "time_utc": datetime.now(UTC).strftime("%H:%M:%S"),
+            "load1": one, "load5": five, "load15": fifteen}
 
 
 class MeasuredAcceptance:
@@ -178,46 +190,67 @@ class MeasuredAcceptance:
         return float((probs * np.arange(1, probs.size + 1)).sum())
 
 
-def cpu_roofline(cfg: ModelConfig, seconds: float = 0.5) -> RooflineCostModel:
-    """An analytic roofline of this CPU: peak FLOP/s from a float32 matmul and bandwidth from a large
-    copy, both measured now on the threads torch uses."""
-    a = torch.randn(512, 512)
+def cpu_roofline(cfg: ModelConfig, seconds: float = 0.5, device: str = "cpu") -> RooflineCostModel:
+    """An analytic roofline of ``device``: peak FLOP/s from a float32 matmul and bandwidth from a large
+    copy, both measured now (on a CPU, on the threads torch uses)."""
+    dev = torch.device(device)
+
+    def sync() -> None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
+    a = torch.randn(512, 512, device=dev)
+    sync()
     flops, t0, n = 0.0, time.perf_counter(), 0
     while time.perf_counter() - t0 < seconds:
         a @ a
         n += 1
+        sync()
     flops = n * 2 * 512**3 / (time.perf_counter() - t0)
-    src = torch.empty(64 * 2**20 // 4)
+    src = torch.empty(64 * 2**20 // 4, device=dev)
     dst = torch.empty_like(src)
     t0, n = time.perf_counter(), 0
     while time.perf_counter() - t0 < seconds:
         dst.copy_(src)
         n += 1
+        sync()
     bandwidth = n * 2 * src.numel() * 4 / (time.perf_counter() - t0)
-    spec = GPUSpec("cpu-roofline", flops, bandwidth, 64e9, None, flops_efficiency=1.0, bandwidth_efficiency=1.0,
-                   source="measured on this CPU by tltreal.validation.validate.cpu_roofline")
+    spec = GPUSpec(f"{dev.type}-roofline", flops, bandwidth, 64e9, None, flops_efficiency=1.0,
+                   bandwidth_efficiency=1.0, source=f"measured on {device} by tltreal.validation.validate.cpu_roofline")
     return RooflineCostModel(shape_of(cfg), spec, tp=1)
 
 
-def profile_table(target: Transformer, runs: Sequence[RealRun], settings: NativeSettings, accept: Positional,
-                  command: str, progress=None) -> tuple[pd.DataFrame, dict[str, str]]:
-    """Profile the engine over the batch sizes, contexts and draft shapes the real runs reached
-    (``progress``: see :func:`phases`; one phase, one unit per grid point)."""
+def profile_grid(runs: Sequence[RealRun], settings: NativeSettings) -> ProfileGrid:
+    """The grid over the batch sizes, contexts and draft shapes ``runs`` reached."""
     contexts = [max(c) for r in runs for c in r.iterations["contexts"] if len(c)]
     hi = int(max(contexts)) if contexts else 64
     grid_contexts = tuple(sorted({int(x) for x in np.geomspace(32, max(64, hi), 4).round()}))
     lengths = tuple(sorted({1, *(int(x) for x in np.geomspace(4, max(8, hi), 3).round())}))
     configs = tuple(sorted({c for r in runs for c in r.iterations["config"] if c.enabled}))
-    grid = ProfileGrid(batch_sizes=tuple(b for b in settings.grid_batches if b <= settings.max_batch),
+    return ProfileGrid(batch_sizes=tuple(b for b in settings.grid_batches if b <= settings.max_batch),
                        contexts=grid_contexts, prefill_lengths=lengths, sd_configs=configs,
                        iterations=settings.grid_iterations, repeats=settings.grid_repeats)
+
+
+def profile_table(target: Transformer, grid: ProfileGrid, settings: NativeSettings, accept: Positional,
+                  command: str, *, seed: int | None = None, progress=None) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Profile the engine over ``grid`` (``progress``: see :func:`phases`; one phase, one unit per grid
+    point); ``seed`` (default the settings') picks the profile's prompts."""
     probs = accept.position_probs(PINNED_DEPTH, PINNED_TOPK)
     shown = phases(progress)
     shown.phase("profiling the engine", grid_points(grid), "grid points")
-    df = profile_native(target, grid, position_probs=dict.fromkeys(configs, probs), seed=settings.seed,
-                        on_point=shown.advance)
+    df = profile_native(target, grid, position_probs=dict.fromkeys(grid.sd_configs, probs),
+                        seed=settings.seed if seed is None else seed, on_point=shown.advance)
     meta = profile_metadata(target, command=command, model_fingerprint=shape_fingerprint(shape_of(settings.model)))
     return df, meta
+
+
+def median_table(rounds: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """The point-by-point median of the rounds' tables (same grid, same row order): the one table
+    written beside the report for ``cost.table``."""
+    out = rounds[0].copy()
+    out["seconds"] = np.median(np.stack([r["seconds"].to_numpy(dtype=np.float64) for r in rounds]), axis=0)
+    return out
 
 
 def native_engine(max_batch: int, mode: str = "stochastic") -> SimulatedEngine:
@@ -239,65 +272,84 @@ def iteration_errors(run: RealRun, cost: CostModel) -> np.ndarray:
 
 @dataclass
 class ValidationResult:
-    """Everything the report shows. ``table`` is the calibrated cost model of every policy, except
-    ``no-sd`` when ``plain_table`` is given (vLLM: an engine without a drafter is cheaper per step)."""
+    """Everything the report shows. ``tables`` holds each round's calibrated cost model (one given
+    table stands for every round), used for every policy except ``no-sd`` when ``plain_tables`` is
+    given (vLLM: an engine without a drafter is cheaper per step). ``load`` is the load average
+    around each phase (:func:`load_row`); ``profiles`` every round's profiled rows with a ``round``
+    column (None when a table was given)."""
 
-    makespans: pd.DataFrame  # step, policy, real_s, then <cost>_<acceptance>_s and _err columns
-    iterations: pd.DataFrame  # step, policy, cost, median_abs_err, p90_abs_err, n
+    makespans: pd.DataFrame  # step, policy, repeat, real_s, then <cost>_<acceptance>_s and _err columns
+    iterations: pd.DataFrame  # step, policy, cost, median_abs_err, p90_abs_err, n (pooled over rounds)
     acceptance: pd.DataFrame  # step, policy, real, then the sim's mean accept length per acceptance source
     real_runs: list
     sim_events: pd.DataFrame
-    table: TableCostModel
+    tables: list[TableCostModel]
     analytic: CostModel
     backend: str = "native"
-    plain_table: TableCostModel | None = None
+    plain_tables: list[TableCostModel] | None = None
+    load: pd.DataFrame = field(default_factory=pd.DataFrame)
+    profiles: pd.DataFrame | None = None
 
-    def cost(self, name: str, policy: str) -> CostModel:
-        """The cost model ``name`` (calibrated / analytic) used for ``policy``."""
+    def cost(self, name: str, policy: str, repeat: int = 0) -> CostModel:
+        """The cost model ``name`` (calibrated / analytic) used for ``policy``'s run of round ``repeat``."""
         if name == "analytic":
             return self.analytic
-        return self.plain_table if policy == "no-sd" and self.plain_table is not None else self.table
+        tables = self.plain_tables if policy == "no-sd" and self.plain_tables is not None else self.tables
+        return tables[min(repeat, len(tables) - 1)]
 
     @property
     def acceptance_sources(self) -> list[str]:
         return [c for c in self.acceptance.columns if c not in ("step", "policy", "real")]
+
+    @property
+    def rounds(self) -> int:
+        return int(self.makespans["repeat"].nunique()) if len(self.makespans) else 0
 
 
 def compare(steps: Sequence, specs: Sequence[str], runs: Sequence[RealRun], result: ValidationResult, *,
             accept_sources: Callable[[RealRun], dict[str, Positional | MeasuredAcceptance]],
             engine: SimulatedEngine, simulate: StepSimulator, seed: int, deal_mode: str,
             progress=None) -> ValidationResult:
-    """Simulate every (step, policy) with both cost models and every acceptance source, and fill in
-    ``result``'s makespan, per-iteration and accept-length tables."""
-    by_key = {(r.step, r.policy): r for r in runs}
+    """Simulate every real run (every (step, policy, round)) with both cost models (the calibrated one
+    of the run's own round) and every acceptance source (the run's own measured acceptance), and fill
+    in ``result``'s makespan, per-iteration and accept-length tables."""
+    by_key: dict[tuple[int, str], list[RealRun]] = {}
+    for r in sorted(runs, key=lambda r: r.repeat):
+        by_key.setdefault((r.step, r.policy), []).append(r)
     make_rows, acc_rows, sim_logs = [], [], []
     shown = phases(progress)
     for w in steps:
         shown.phase(f"simulating step {w.step}", len(specs), "policies")
         for spec in specs:
-            real = by_key[(w.step, spec)]
-            row = {"step": w.step, "policy": spec, "real_s": real.makespan}
-            sim_accept = {}
-            for cost_name in ("calibrated", "analytic"):
-                cost = result.cost(cost_name, spec)
-                for acc_name, acc in accept_sources(real).items():
-                    ev = simulate(w, spec, cost, acc, engine=engine, seed=seed, deal_mode=deal_mode)
-                    s = summarize_step(ev, gpus=1, tp=1)
-                    row[f"{cost_name}_{acc_name}_s"] = s.makespan_s
-                    row[f"{cost_name}_{acc_name}_err"] = s.makespan_s / real.makespan - 1
-                    if cost_name == "calibrated":
-                        sim_accept[acc_name] = s.mean_accept_length
-                        sim_logs.append(ev.assign(policy=f"{spec} [sim {acc_name}]"))
-            make_rows.append(row)
-            sd = real.iterations[real.iterations["config"] != NO_SD] if len(real.iterations) else real.iterations
+            tries = by_key[(w.step, spec)]
+            sim_accept: dict[str, list[float]] = {}
+            for real in tries:
+                row = {"step": w.step, "policy": spec, "repeat": real.repeat, "real_s": real.makespan}
+                for cost_name in ("calibrated", "analytic"):
+                    cost = result.cost(cost_name, spec, real.repeat)
+                    for acc_name, acc in accept_sources(real).items():
+                        ev = simulate(w, spec, cost, acc, engine=engine, seed=seed, deal_mode=deal_mode)
+                        s = summarize_step(ev, gpus=1, tp=1)
+                        row[f"{cost_name}_{acc_name}_s"] = s.makespan_s
+                        row[f"{cost_name}_{acc_name}_err"] = s.makespan_s / real.makespan - 1
+                        if cost_name == "calibrated":
+                            sim_accept.setdefault(acc_name, []).append(s.mean_accept_length)
+                            sim_logs.append(ev.assign(policy=f"{spec} [sim {acc_name}]", repeat=real.repeat))
+                make_rows.append(row)
+            # Accept length over every round's SD iterations (each round's run counts, none is chosen by
+            # its timing).
+            its = pd.concat([t.iterations for t in tries], ignore_index=True)
+            sd = its[its["config"] != NO_SD] if len(its) else its
             real_accept = float(np.average(sd["accept_length"], weights=sd["batch_size"])) if len(sd) else np.nan
-            acc_rows.append({"step": w.step, "policy": spec, "real": real_accept, **sim_accept})
+            acc_rows.append({"step": w.step, "policy": spec, "real": real_accept,
+                             **{k: float(np.mean(v)) for k, v in sim_accept.items()}})
             shown.advance()
     iter_rows = []
-    for r in runs:
+    for (step, policy), tries in by_key.items():
         for cost_name in ("calibrated", "analytic"):
-            err = np.abs(iteration_errors(r, result.cost(cost_name, r.policy)))
-            iter_rows.append({"step": r.step, "policy": r.policy, "cost": cost_name,
+            err = np.abs(np.concatenate([iteration_errors(r, result.cost(cost_name, policy, r.repeat))
+                                         for r in tries]))
+            iter_rows.append({"step": step, "policy": policy, "cost": cost_name,
                               "median_abs_err": float(np.nanmedian(err)),
                               "p90_abs_err": float(np.nanpercentile(err, 90)), "n": int(np.isfinite(err).sum())})
     result.makespans, result.iterations = pd.DataFrame(make_rows), pd.DataFrame(iter_rows)
@@ -306,41 +358,114 @@ def compare(steps: Sequence, specs: Sequence[str], runs: Sequence[RealRun], resu
     return result
 
 
-def _empty_result(table: TableCostModel, analytic: CostModel, **kw) -> ValidationResult:
-    return ValidationResult(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), [], pd.DataFrame(), table, analytic, **kw)
+# ---- spread and noise over the rounds --------------------------------------------------------------
+def makespan_spread(makespans: pd.DataFrame) -> pd.DataFrame:
+    """Per (step, policy), over the rounds: the real makespan's median, min and max, its noise
+    ((max - min) / median), every simulated makespan's median and, for every error column, the
+    median, min and max."""
+    errs = [c for c in makespans.columns if c.endswith("_err")]
+    sims = [c for c in makespans.columns if c.endswith("_s") and c != "real_s"]
+    rows = []
+    for (step, policy), g in makespans.groupby(["step", "policy"], sort=False):
+        real = g["real_s"].to_numpy(dtype=np.float64)
+        med = float(np.median(real))
+        row = {"step": step, "policy": policy, "rounds": len(g), "real_s": med, "real_min_s": float(real.min()),
+               "real_max_s": float(real.max()), "noise": float((real.max() - real.min()) / med) if med > 0 else np.nan}
+        row.update({c: float(g[c].median()) for c in sims})
+        for c in errs:
+            v = g[c].to_numpy(dtype=np.float64)
+            row.update({c: float(np.median(v)), f"{c}_min": float(v.min()), f"{c}_max": float(v.max())})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def headline(makespans: pd.DataFrame, column: str) -> tuple[float, float, float]:
+    """The median |makespan error| in ``column`` over (step, policy), one value per round; returns
+    the median over the rounds, and their min and max (the spread a reader can repeat)."""
+    per_round = makespans.groupby("repeat")[column].apply(lambda v: float(np.median(np.abs(v)))).to_numpy()
+    return float(np.median(per_round)), float(per_round.min()), float(per_round.max())
+
+
+@dataclass(frozen=True)
+class NoiseCheck:
+    """How much the real makespans of identical runs moved over the rounds, against the error the
+    report measures: an error smaller than the noise cannot be told from the machine's jitter."""
+
+    median: float  # median over (step, policy) of (max - min) / median of the real makespan
+    worst: float  # the largest of them
+    error: float  # the smallest headline calibrated error it is compared with
+    rounds: int
+
+    @property
+    def warning(self) -> str | None:
+        if self.rounds < 2 or self.median <= self.error:
+            return None
+        return (f"the real makespans of identical runs vary by {self.median:.1%} (median over step and policy of "
+                f"(max - min) / median over {self.rounds} rounds), more than the {self.error:.1%} makespan error "
+                "reported: the machine's noise is larger than the error being measured; rerun on a quieter machine")
+
+
+def noise_check(makespans: pd.DataFrame, sources: Sequence[str]) -> NoiseCheck:
+    """The noise of the real makespans over the rounds, compared with the smallest headline
+    calibrated error over the acceptance ``sources``."""
+    spread = makespan_spread(makespans)
+    error = min(headline(makespans, f"calibrated_{a}_err")[0] for a in sources)
+    noise = spread["noise"].to_numpy(dtype=np.float64)
+    return NoiseCheck(float(np.nanmedian(noise)), float(np.nanmax(noise)), error, int(makespans["repeat"].nunique()))
+
+
+def _empty_result(tables: list[TableCostModel], analytic: CostModel, **kw) -> ValidationResult:
+    return ValidationResult(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), [], pd.DataFrame(), tables, analytic, **kw)
 
 
 def validate_native(workloads: Sequence, specs: Sequence[str], accept: Positional, settings: NativeSettings, *,
                     simulate: StepSimulator, table: TableCostModel | None = None, deal_mode: str = "shuffle",
                     command: str = "", progress=None
                     ) -> tuple[ValidationResult, pd.DataFrame | None, dict[str, str] | None]:
-    """Run, profile (unless ``table``), simulate and compare (module docstring). Returns the result and
-    the table rows and metadata when it was profiled now (for the caller to write)."""
+    """Run, profile (unless ``table``), simulate and compare, in rounds (module docstring). Returns the
+    result and, when it profiled, the point-by-point median of the rounds' tables and its metadata
+    (for the caller to write; every round's rows are in ``result.profiles``)."""
     shown = phases(progress)
-    shown.phase("building the model, warm-up run")
+    shown.phase("building the model, reference runs")
     torch.manual_seed(settings.seed)
-    target = random_model(settings.model, seed=settings.seed, dtype=torch.float32)
+    target = random_model(settings.model, seed=settings.seed, dtype=torch.float32).to(settings.device)
     steps = [scaled(w, settings.length_scale) for w in workloads]
     all_requests = [replay_requests(w, vocab_size=settings.model.vocab_size, seed=settings.seed, deal_mode=deal_mode)
                     for w in steps]
     reference_run(target, all_requests[0], max_batch=settings.max_batch)  # warm-up: first runs are slower, untimed
+    # The truth for the pinned drafter runs PINNED_DEPTH tokens past every response's end: a drafter
+    # blind past the end would censor the measured acceptance of every request's last iterations.
+    references = {r.step: reference_run(target, with_extra_tokens(r, PINNED_DEPTH), max_batch=settings.max_batch)
+                  for r in all_requests}
     runs: list[RealRun] = []
-    for requests in all_requests:
-        shown.phase(f"real runs, step {requests.step}", len(specs) * settings.real_repeats, "runs")
-        runs += run_real(target, requests, specs, accept, max_batch=settings.max_batch, seed=settings.seed,
-                         repeats=settings.real_repeats, on_run=shown.advance)
-    rows, meta = None, None
+    rounds: list[pd.DataFrame] = []
+    loads: list[dict[str, object]] = []
+    grid, meta = None, None
+    n = settings.real_repeats
+    for repeat in range(n):
+        loads.append(load_row(repeat, "real runs"))
+        for requests in all_requests:
+            shown.phase(f"round {repeat + 1}/{n}: real runs, step {requests.step}", len(specs), "runs")
+            runs += real_round(target, requests, specs, accept, references[requests.step],
+                               max_batch=settings.max_batch, seed=settings.seed, repeat=repeat, on_run=shown.advance)
+        if table is None:
+            loads.append(load_row(repeat, "profile"))
+            grid = grid or profile_grid(runs, settings)
+            rows, meta = profile_table(target, grid, settings, accept, command,
+                                       seed=settings.seed + repeat * settings.grid_repeats, progress=shown)
+            rounds.append(rows)
+    loads.append(load_row(None, "end"))
     if table is None:
-        rows, meta = profile_table(target, runs, settings, accept, command, progress=shown)
-        table = TableCostModel.from_frame(rows, meta, source="profile")
-    result = _empty_result(table, cpu_roofline(settings.model))
-    # Each run's own accept-length distribution per shape (pooling runs by shape let the last run that
-    # used a shape stand for all of them).
+        tables = [TableCostModel.from_frame(r, meta, source=f"profile, round {i + 1}") for i, r in enumerate(rounds)]
+        profiles = pd.concat([r.assign(round=i) for i, r in enumerate(rounds)], ignore_index=True)
+    else:
+        tables, profiles = [table], None
+    result = _empty_result(tables, cpu_roofline(settings.model, device=settings.device), load=pd.DataFrame(loads),
+                           profiles=profiles)
     compare(steps, specs, runs, result, engine=native_engine(settings.max_batch), simulate=simulate,
-            seed=settings.seed,
-            deal_mode=deal_mode, progress=shown,
+            seed=settings.seed, deal_mode=deal_mode, progress=shown,
             accept_sources=lambda real: {"predicted": accept, "measured": MeasuredAcceptance(real.accepted, accept)})
-    return result, rows, meta
+    return result, (median_table(rounds) if rounds else None), meta
 
 
 @dataclass(frozen=True)
@@ -382,10 +507,11 @@ def vllm_chains(specs: Sequence[str], max_batch: int, seed: int) -> tuple[int, .
 def validate_vllm(workloads: Sequence, specs: Sequence[str], settings: NativeSettings, vllm: VllmValidation, *,
                   workdir, simulate: StepSimulator, deal_mode: str = "shuffle", command: str = "", progress=None
                   ) -> tuple[ValidationResult, dict[str, pd.DataFrame], dict[str, str]]:
-    """The vLLM backend's validation: run every policy on vLLM, profile vLLM (a plain engine and one
-    engine per draft length), simulate with measured acceptance and compare. ``workdir`` receives
-    the HF model folders. Returns the result, the profiled tables (``plain``, ``drafter``) and their
-    metadata."""
+    """The vLLM backend's validation, in rounds as the native one: each round runs every policy once
+    on every step, then profiles vLLM (a plain engine and one engine per draft length, the contexts
+    the first round reached); each run is simulated with its round's tables and its own measured
+    acceptance. ``workdir`` receives the HF model folders. Returns the result, the point-by-point
+    median over the rounds of the profiled tables (``plain``, ``drafter``) and their metadata."""
     from pathlib import Path
 
     from tltreal.backends.vllm_backend import VllmSettings, profile_vllm, run_policies, vllm_metadata, write_models
@@ -401,32 +527,49 @@ def validate_vllm(workloads: Sequence, specs: Sequence[str], settings: NativeSet
     target_dir, draft_dir = write_models(Path(workdir), settings.model, seed=settings.seed,
                                          late_scale=vllm.late_scale)
     shown = phases(progress)
-    shown.phase(f"real runs on vLLM ({len(specs)} policies x {len(all_requests)} steps x {settings.real_repeats})")
-    runs = run_policies(target_dir, draft_dir, vs, all_requests, specs, repeats=settings.real_repeats)
+    prompts = [len(p) for r in all_requests for p in r.prompts]
+    reference: dict[int, dict[int, list[int]]] = {}
+    runs: list = []
+    rounds: list[pd.DataFrame] = []
+    loads: list[dict[str, object]] = []
+    contexts: list[int] | None = None
+    n = settings.real_repeats
+    for repeat in range(n):
+        loads.append(load_row(repeat, "real runs"))
+        shown.phase(f"round {repeat + 1}/{n}: real runs on vLLM ({len(specs)} policies x {len(all_requests)} steps)")
+        runs += run_policies(target_dir, draft_dir, vs, all_requests, specs, repeat=repeat, reference=reference)
+        if contexts is None:
+            seen = [max(c) for r in runs for c in r.iterations["contexts"] if len(c)]
+            hi = int(max(seen)) if seen else 64
+            contexts = sorted({int(x) for x in np.geomspace(16, max(32, hi), 4).round()})
+        loads.append(load_row(repeat, "profile"))
+        shown.phase(f"round {repeat + 1}/{n}: profiling vLLM")
+        rounds.append(profile_vllm(target_dir, draft_dir, vs,
+                                   batch_sizes=[b for b in settings.grid_batches if b <= settings.max_batch],
+                                   contexts=contexts, chains=chains,
+                                   prefill_lengths=sorted({1, int(np.median(prompts)), max(prompts)}),
+                                   repeats=settings.grid_repeats, seed=settings.seed + repeat * settings.grid_repeats))
+    loads.append(load_row(None, "end"))
     # A draft length a run never used (the sim's batch may differ) falls back to every run's acceptance.
     pooled = fitted_chain([r.accepted for r in runs])
-    contexts = [max(c) for r in runs for c in r.iterations["contexts"] if len(c)]
-    hi = int(max(contexts)) if contexts else 64
-    prompts = [len(p) for r in all_requests for p in r.prompts]
-    shown.phase("profiling vLLM")
-    rows = profile_vllm(target_dir, draft_dir, vs, batch_sizes=[b for b in settings.grid_batches
-                                                                if b <= settings.max_batch],
-                        contexts=sorted({int(x) for x in np.geomspace(16, max(32, hi), 4).round()}),
-                        chains=chains, prefill_lengths=sorted({1, int(np.median(prompts)), max(prompts)}),
-                        repeats=settings.grid_repeats)
     meta = vllm_metadata(vs, command=command, model_fingerprint=shape_fingerprint(shape_of(settings.model)))
-    tables = {name: rows[rows["engine"] == name].drop(columns="engine").reset_index(drop=True)
-              for name in ("plain", "drafter")}
-    plain, drafter = tables["plain"], tables["drafter"]
-    result = _empty_result(TableCostModel.from_frame(drafter, meta, source="profile (vLLM, drafter engine)"),
-                           cpu_roofline(settings.model), backend="vllm",
-                           plain_table=TableCostModel.from_frame(plain, meta, source="profile (vLLM, plain)"))
+
+    def split(rows: pd.DataFrame, name: str) -> pd.DataFrame:
+        return rows[rows["engine"] == name].drop(columns="engine").reset_index(drop=True)
+
+    per_round = {name: [split(rows, name) for rows in rounds] for name in ("plain", "drafter")}
+    tables = {name: [TableCostModel.from_frame(t, meta, source=f"profile (vLLM, {name} engine), round {i + 1}")
+                     for i, t in enumerate(per_round[name])] for name in ("plain", "drafter")}
+    result = _empty_result(tables["drafter"], cpu_roofline(settings.model), backend="vllm",
+                           plain_tables=tables["plain"],
+                           load=pd.DataFrame(loads),
+                           profiles=pd.concat([r.assign(round=i) for i, r in enumerate(rounds)], ignore_index=True))
     engine = SimulatedEngine(EngineLimits(max_batch=settings.max_batch, prefill_budget=vs.max_batched_tokens,
                                           switch="in_step"), acceptance_mode="stochastic", mixed_prefill=True)
     compare(steps, specs, runs, result, engine=engine, simulate=simulate, seed=settings.seed, deal_mode=deal_mode,
             progress=shown,
             accept_sources=lambda real: {"measured": MeasuredAcceptance(real.accepted, pooled)})
-    return result, tables, meta
+    return result, {name: median_table(t) for name, t in per_round.items()}, meta
 
 
 __all__ = [
@@ -434,17 +577,24 @@ __all__ = [
     "PROFILE_DEVICE",
     "MeasuredAcceptance",
     "NativeSettings",
+    "NoiseCheck",
     "RealRun",
     "ValidationResult",
     "VllmValidation",
     "compare",
     "cpu_roofline",
     "fitted_chain",
+    "headline",
     "iteration_errors",
+    "load_row",
+    "makespan_spread",
+    "median_table",
     "native_engine",
+    "noise_check",
     "phases",
+    "profile_grid",
     "profile_table",
-    "run_real",
+    "real_round",
     "scaled",
     "shape_of",
     "validate_native",

@@ -1,0 +1,144 @@
+"""``tlt validate`` in rounds: every run kept and simulated with its own round's cost table, the spread
+over rounds, the noise check against the error, and the rotation of the policies' order.
+
+None of these depends on how fast this machine is: the real runs here are tiny and only their
+structure is checked; the numbers under test are given, not measured.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+torch = pytest.importorskip("torch")
+
+from tltcore.acceptance import paper_qwen32b_tp4  # noqa: E402
+from tltcore.cost import TableCostModel, table_frame  # noqa: E402
+from tltreal.model.weights import random_model  # noqa: E402
+from tltreal.validation.replay import reference_run, replay_requests, rotated, with_extra_tokens  # noqa: E402
+from tltreal.validation.validate import (  # noqa: E402
+    PINNED_DEPTH,
+    MeasuredAcceptance,
+    ValidationResult,
+    compare,
+    headline,
+    makespan_spread,
+    median_table,
+    native_engine,
+    noise_check,
+    real_round,
+)
+from tltsim.traces.workload import StepWorkload  # noqa: E402
+
+from .tiny_models import TINY  # noqa: E402
+
+
+def test_rotation_puts_every_policy_in_every_position_once_over_as_many_rounds():
+    specs = ["no-sd", "a", "b", "c"]
+    orders = [rotated(specs, r) for r in range(len(specs))]
+    assert all(sorted(o) == sorted(specs) for o in orders)
+    for i in range(len(specs)):
+        assert sorted(o[i] for o in orders) == sorted(specs)  # each position sees every policy
+    assert rotated(specs, len(specs)) == specs
+
+
+def _makespans() -> pd.DataFrame:
+    """Two (step, policy) pairs over three rounds; round 2 is a slow spell for the first pair."""
+    return pd.DataFrame({
+        "step": [0, 0, 0, 0, 0, 0], "policy": ["p", "p", "p", "q", "q", "q"], "repeat": [0, 1, 2, 0, 1, 2],
+        "real_s": [1.0, 1.1, 1.6, 2.0, 2.0, 2.2],
+        "calibrated_measured_s": [1.02, 1.0, 1.1, 2.1, 1.9, 2.0],
+        "calibrated_measured_err": [0.02, -0.10, -0.30, 0.05, -0.05, 0.0],
+    })
+
+
+def test_spread_gives_median_min_max_and_noise_per_step_and_policy():
+    spread = makespan_spread(_makespans()).set_index("policy")
+    assert spread.loc["p", ["real_s", "real_min_s", "real_max_s"]].tolist() == [1.1, 1.0, 1.6]
+    assert spread.loc["p", "noise"] == pytest.approx(0.6 / 1.1)  # (max - min) / median
+    assert spread.loc["q", "noise"] == pytest.approx(0.2 / 2.0)
+    assert spread.loc["p", ["calibrated_measured_err", "calibrated_measured_err_min",
+                            "calibrated_measured_err_max"]].tolist() == [-0.10, -0.30, 0.02]
+    assert spread.loc["q", "calibrated_measured_s"] == 2.0
+    assert spread.loc["p", "rounds"] == 3
+
+
+def test_headline_is_the_median_over_rounds_of_each_rounds_median_error():
+    # per round, the median |err| over (step, policy): round 0 0.035, round 1 0.075, round 2 0.15
+    mid, lo, hi = headline(_makespans(), "calibrated_measured_err")
+    assert (mid, lo, hi) == pytest.approx((0.075, 0.035, 0.15))
+
+
+def test_noise_check_warns_only_when_the_noise_exceeds_the_error():
+    m = _makespans()
+    check = noise_check(m, ["measured"])
+    assert check.median == pytest.approx(np.median([0.6 / 1.1, 0.1]))  # 0.32 > the 0.075 error
+    assert check.error == pytest.approx(0.075) and check.rounds == 3
+    assert check.warning is not None and "larger than the error" in check.warning
+    quiet = m.assign(real_s=[1.0, 1.0, 1.01, 2.0, 2.0, 2.01])
+    assert noise_check(quiet, ["measured"]).warning is None
+    assert noise_check(m[m["repeat"] == 0], ["measured"]).warning is None  # one round: no spread to judge
+
+
+def test_median_table_is_the_point_by_point_median_of_the_rounds():
+    rows = [{"kind": "decode", "batch_size": b, "context": 64, "seconds": 0.0} for b in (1, 2)]
+    rounds = [table_frame(rows).assign(seconds=s) for s in ([1.0, 4.0], [3.0, 2.0], [2.0, 9.0])]
+    assert median_table(rounds)["seconds"].tolist() == [2.0, 4.0]
+
+
+def _table(scale: float) -> TableCostModel:
+    """A made-up cost table (the wiring under test, not a machine): per-iteration seconds grow with
+    the batch; ``scale`` multiplies every entry."""
+    rows = []
+    for b in (1, 2, 4, 8):
+        for c in (8, 64, 256):
+            rows.append({"kind": "decode", "batch_size": b, "context": c, "seconds": scale * 1e-3 * (1 + b / 8)})
+            rows.append({"kind": "sd", "batch_size": b, "context": c, "depth": 3, "topk": 1, "verify_tokens": 3,
+                         "seconds": scale * 2e-3 * (1 + b / 8)})
+        for n in (1, 8, 64):
+            rows.append({"kind": "prefill", "batch_size": b, "context": n, "seconds": scale * 1e-3 * b})
+            rows.append({"kind": "drafter_prefill", "batch_size": b, "context": n, "seconds": scale * 5e-4 * b})
+    return TableCostModel.from_frame(table_frame(rows), {"context_rule": "max"})
+
+
+def test_every_run_is_simulated_with_its_own_rounds_table_and_kept():
+    """Two rounds of real runs on a tiny target; round 2's table is twice round 1's. Each round's
+    simulated makespan must follow its own table (x2), every run must appear, and the accept-length
+    row must pool both rounds' runs (none is picked by its timing)."""
+    from tltsim.rollout import simulate_policy_step
+
+    target = random_model(TINY, seed=3, dtype=torch.float32, std=0.1)
+    w = StepWorkload(step=0, source="t", group_ids=np.repeat(["g0", "g1"], 3), prompt_tokens=np.full(6, 8),
+                     response_tokens=np.array([5, 9, 14, 20, 30, 40]), hit_cap=np.zeros(6, bool))
+    requests = replay_requests(w, vocab_size=TINY.vocab_size, seed=0)
+    reference = reference_run(target, with_extra_tokens(requests, PINNED_DEPTH), max_batch=8)
+    accept = paper_qwen32b_tp4()
+    specs = ["no-sd", "static:3_1_3"]
+    runs = [r for repeat in (0, 1) for r in real_round(target, requests, specs, accept, reference, max_batch=8,
+                                                        seed=0, repeat=repeat)]
+    assert [(r.policy, r.repeat) for r in runs] == [("no-sd", 0), ("static:3_1_3", 0), ("static:3_1_3", 1),
+                                                    ("no-sd", 1)]  # the second round's order is rotated
+    # Round 2's static run reports one more token per SD iteration (a run as another policy's timing
+    # could make it): the accept-length row must pool both rounds, not keep one.
+    second = next(r for r in runs if r.policy == "static:3_1_3" and r.repeat == 1)
+    second.iterations = second.iterations.assign(accept_length=second.iterations["accept_length"] + 1.0)
+    # the analytic slot gets a table too: only the calibrated columns are checked here
+    result = ValidationResult(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), [], pd.DataFrame(),
+                              [_table(1.0), _table(2.0)], _table(1.0))
+    compare([w], specs, runs, result, engine=native_engine(8), simulate=simulate_policy_step, seed=0,
+            deal_mode="shuffle", accept_sources=lambda real: {"measured": MeasuredAcceptance(real.accepted, accept)})
+    m = result.makespans.set_index(["policy", "repeat"]).sort_index()
+    assert len(m) == 4
+    for spec in specs:
+        assert m.loc[(spec, 1), "calibrated_measured_s"] == pytest.approx(2 * m.loc[(spec, 0), "calibrated_measured_s"],
+                                                                          rel=1e-9)
+        assert m.loc[(spec, 1), "real_s"] == next(r.makespan for r in runs if r.policy == spec and r.repeat == 1)
+    sd = pd.concat([r.iterations for r in runs if r.policy == "static:3_1_3"])
+    pooled = float(np.average(sd["accept_length"], weights=sd["batch_size"]))
+    acc = result.acceptance.set_index("policy")
+    assert acc.loc["static:3_1_3", "real"] == pytest.approx(pooled)
+    assert set(result.sim_events["repeat"]) == {0, 1}
