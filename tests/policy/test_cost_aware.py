@@ -220,6 +220,23 @@ def test_known_lengths_change_the_plan() -> None:
     assert predicted["sd_config"].iloc[0] == "off"
 
 
+def test_the_length_predictor_learns_across_steps() -> None:
+    """Step 0 has only the doubling predictor and starts off; from step 1 on the earlier steps' mean
+    length (4,000 tokens here, counted from what the policy saw) makes it speculate from the start."""
+    from tltsim.rollout import RolloutRun
+
+    accept, policy = paper_qwen32b_tp4(), make_policy("cost-aware", accept_model=paper_qwen32b_tp4(),
+                                                      cost_model=QWEN7B_H100)
+    run = RolloutRun([policy], cost=QWEN7B_H100, accept=accept, engine=EngineConfig(max_batch=512))
+    work = _capped(256, 4000)
+    for step in (0, 1):
+        run.step(Work(step, work.group_ids, work.prompt_tokens, work.response_tokens))
+    decode = run.events().query("kind == 'decode'")
+    first = decode.groupby("step")["sd_config"].first()
+    assert first[0] == "off" and first[1] != "off"
+    assert isinstance(policy, CostAware) and policy.mean_len == pytest.approx(4000, rel=0.01)
+
+
 def test_spec_options_reach_the_policy_and_bad_ones_are_one_error() -> None:
     from tltcore.errors import InputError
 

@@ -27,10 +27,15 @@ it predicts how the live batch drains: each request's remaining tokens ``r_i`` a
 ``remaining_hint`` when the policy was built with ``lengths=known`` and the engine gives one (the
 simulator, from the trace: clairvoyant), else predicted as *as many again as its context holds*
 (``r_i = context_i``: the doubling / ski-rental predictor, which needs no knowledge of the trace and
-at most doubles what a wrong switch costs). The drain is cut at quantiles of ``r`` into ``phases``
-phases (the live set and contexts taken at each phase's middle, contexts grown by the progress
-made); per phase the plain time and the best SD shape's time are priced, and a two-state dynamic
-program (OFF -> ON costs the switch at the phase start, ON -> OFF is free) gives the cheapest plan.
+at most doubles what a wrong switch costs), but at least the mean response length of the earlier
+steps minus the tokens emitted so far (``mean_len - progress``; learnt across steps like the
+acceptance, ``memory`` weighting the past; the step's requests are counted from the batch sizes the
+policy sees, its tokens from the Outcomes). At step 0 only the doubling predictor speaks, so a
+first step that starts at a large batch with short prompts switches late. The drain is cut at
+quantiles of ``r`` into ``phases`` phases (the live set and contexts taken at each phase's middle,
+contexts grown by the progress made); per phase the plain time and the best SD shape's time are
+priced, and a two-state dynamic program (OFF -> ON costs the switch at the phase start, ON -> OFF is
+free) gives the cheapest plan.
 OFF switches on now iff the best plan switches now; ON turns off now iff the best plan is off now
 (only examined when plain beats every shape at this iteration, since otherwise staying on is
 cheaper now and the plan is revisited anyway). The switch cost is what the engine's ``switch`` mode
@@ -118,6 +123,9 @@ class CostAware:
         self._gram = np.zeros((self.depth, self.depth))
         self._moment = np.zeros(self.depth)
         self._scales: np.ndarray | None = None
+        self.mean_len: float | None = None  # mean response length of the earlier steps
+        self._step_requests = 0
+        self._step_tokens = 0.0
         self.reset(0)
 
     @property
@@ -165,7 +173,13 @@ class CostAware:
 
     # ---- the rounds ---------------------------------------------------------------------------
     def reset(self, step: int) -> None:
-        """A new rollout step: SD off, counters cleared; the acceptance statistics decay by ``memory``."""
+        """A new rollout step: SD off, counters cleared; the acceptance statistics decay by ``memory``
+        and the finished step's mean response length joins ``mean_len``."""
+        if self._step_requests > 0:
+            mean = 1.0 + self._step_tokens / self._step_requests  # prefill emitted each request's first token
+            self.mean_len = mean if self.mean_len is None else self.memory * self.mean_len + (1 - self.memory) * mean
+        self._step_requests, self._step_tokens = 0, 0.0
+        self._seen_b = 0
         self._on = False
         self._ran_plain = False  # a plain iteration ran this step: switching on needs switch_on
         self._pending_switch = False
@@ -180,6 +194,8 @@ class CostAware:
         self._scales = None
 
     def decide(self, view: BatchView) -> Decision:
+        self._step_requests += max(0, view.batch_size - self._seen_b)  # admissions (what grew the batch)
+        self._seen_b = view.batch_size
         if view.batch_size != self._last_b or self._since >= self.recheck:
             self._evaluate(view)
             self._since = 0
@@ -193,6 +209,7 @@ class CostAware:
     def observe(self, outcome: Outcome) -> None:
         n = max(int(outcome.iterations), 0)
         self._since += n
+        self._step_tokens += outcome.emitted_tokens
         if outcome.batch_size > 0:
             self._progress += outcome.emitted_tokens / outcome.batch_size
         if not outcome.config.enabled:
@@ -238,10 +255,14 @@ class CostAware:
             self._choice = best if self._on else NO_SD
 
     def _remaining(self, view: BatchView, ctx: np.ndarray) -> np.ndarray:
-        """Tokens each live request is expected still to emit: the engine's hint or the doubling predictor."""
+        """Tokens each live request is expected still to emit: the engine's hint, or the doubling
+        predictor floored by the earlier steps' mean length."""
         if self.lengths == "known" and len(view.remaining_hint) == len(ctx):
             return np.maximum(np.asarray(view.remaining_hint, dtype=float), 0.0)
-        return ctx.astype(float)
+        doubling = ctx.astype(float)
+        if self.mean_len is None:
+            return doubling
+        return np.maximum(doubling, self.mean_len - self._progress)
 
     def _switch_cost(self, ctx: np.ndarray, progress: float, fresh: bool) -> float:
         """What turning SD on costs at these contexts, by the engine's switch mode; ``fresh``: no
