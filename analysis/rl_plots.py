@@ -47,10 +47,12 @@ def step_breakdown(summary: pd.DataFrame, title: str = "Where an RL step's time 
 
 def speedup_bars(table: pd.DataFrame, *, group: str = "setting", series: str = "preset", value: str = "speedup",
                  ylabel: str = "end-to-end speedup over veRL (×)",
-                 title: str = "RL step speedup by setting") -> plt.Figure:
+                 title: str = "RL step speedup by setting", spread: tuple[str, str] | None = None) -> plt.Figure:
     """Grouped bars: one group per ``group`` value (model × scale, say), one bar per ``series``
     value (preset, or ``paper`` beside ours). Rows with ``status == "oom"`` are marked OOM; the
-    dashed line at 1× is where SD stops paying."""
+    dashed line at 1× is where SD stops paying. ``spread`` names two columns (the min and the max
+    over simulation seeds, say) drawn as a whisker on each bar, so a bar of medians shows how far
+    one seed can move it; None (the default) draws none."""
     groups = list(dict.fromkeys(table[group]))
     names = list(dict.fromkeys(table[series]))
     colours = colors_for(names)
@@ -63,6 +65,12 @@ def speedup_bars(table: pd.DataFrame, *, group: str = "setting", series: str = "
             offs = x - 0.4 + width * (j + 0.5)
             heights = part[value].astype(float).fillna(0.0).to_numpy()
             ax.bar(offs, heights, width, label=str(name), color=colours[str(name)])
+            if spread is not None:
+                lo, hi = (part[c].astype(float).to_numpy() for c in spread)
+                keep = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(part[value].astype(float).to_numpy())
+                mid = heights[keep]
+                ax.errorbar(offs[keep], mid, yerr=np.vstack([mid - lo[keep], hi[keep] - mid]), fmt="none",
+                            ecolor="0.15", elinewidth=0.9, capsize=2.5, zorder=3)
             status = part["status"] if "status" in part else pd.Series("ok", index=part.index)
             for xi, st in zip(offs, status, strict=True):
                 if st == "oom":
