@@ -24,7 +24,7 @@ from analysis.rl_plots import PHASE_LABELS, accept_over_steps, step_breakdown
 from analysis.rollout_plots import gpu_utilisation, makespan_bars, rollout_timeline
 from analysis.sd_plots import sd_speedup_heatmap, sd_speedup_vs_batch
 from analysis.style import save_figure
-from analysis.sweep_plots import response_curves, response_surface, with_elastic_columns
+from analysis.sweep_plots import REPLICATE, replicate_stats, response_curves, response_surface, with_elastic_columns
 from tltcore.errors import InputError, reason
 from tltcore.input_files import check_input
 
@@ -275,22 +275,32 @@ def _sd_sections(rep: Report, s) -> None:
 @dataclass(frozen=True)
 class SweepView:
     """A sweep's results shaped for plotting: one row per point and non-baseline policy/preset, the
-    dimensions that vary (numbers first), and the name of the policy/preset column."""
+    dimensions that vary (numbers first), the name of the policy/preset column, and the seeds of a
+    ``seed`` axis (empty when the sweep has none): replicates of each setting, never a dimension."""
 
     rows: pd.DataFrame
     dims: list[str]
     series: str
+    seeds: list[int] = field(default_factory=list)
+
+    def settings(self, value: str = "speedup") -> pd.DataFrame:
+        """One row per setting (``dims``): ``value`` the median over the seeds (each seed's value the
+        median over its steps), ``<value>_min``/``_max`` over the seeds, ``seeds`` how many."""
+        return replicate_stats(self.rows, self.dims, value, REPLICATE if self.seeds else None)
 
 
 def sweep_view(results: pd.DataFrame, axes: list[str]) -> SweepView:
     """Replace a ``policies``/``presets`` axis by the per-row policy/preset (and an elastic
-    threshold, when every policy is elastic) and keep the dimensions with more than one value."""
+    threshold, when every policy is elastic) and keep the dimensions with more than one value.
+    A ``seed`` axis is not a dimension: its values are the replicates each setting is summarised
+    over (median with min–max), because a seed changes the luck of the deal, not the setting."""
     series = "preset" if "preset" in results.columns else "policy"
     ok = results[(results["status"] == "ok") & ~results[series].isin(BASELINES)]
     if "run_status" in ok.columns:  # whole RL runs: a preset that ran out of memory has no speedup
         ok = ok[ok["run_status"] == "ok"]
     ok = ok.copy()
-    dims = [a for a in axes if a not in ("policies", "presets")]
+    dims = [a for a in axes if a not in ("policies", "presets", REPLICATE)]
+    seeds = sorted(int(k) for k in ok[REPLICATE].dropna().unique()) if REPLICATE in axes and len(ok) else []
     if series == "policy" and len(ok):
         ok = with_elastic_columns(ok)
         if ok["elastic_threshold"].notna().all():
@@ -301,7 +311,7 @@ def sweep_view(results: pd.DataFrame, axes: list[str]) -> SweepView:
         dims.append(series)
     dims = [d for d in dims if ok[d].nunique() > 1] if len(ok) else []
     numeric = [d for d in dims if pd.api.types.is_numeric_dtype(ok[d])]
-    return SweepView(ok, numeric + [d for d in dims if d not in numeric], series)
+    return SweepView(ok, numeric + [d for d in dims if d not in numeric], series, seeds)
 
 
 def sweep_report(path: Path, command: str) -> Report:
@@ -337,6 +347,7 @@ def sweep_report(path: Path, command: str) -> Report:
         + ", ".join(f"`{a}`" for a in meta.get("axes", [])) + f". Spec: `{path / 'spec.toml'}`; base scenario "
         f"`{path / 'base.resolved.toml'}`. Simulated: no GPU was used.",
         f"Computed with {provenance_line()} (the report; each point's host is in the results).",
+        _seeds_line(view),
     ]
     _sweep_tables(rep, view)
     _sweep_figures(rep, view)
@@ -356,44 +367,87 @@ def _spec_arg(path: Path, meta: dict) -> str:
     return str(path / "spec.toml")
 
 
+def _seeds_line(view: SweepView) -> str:
+    """What the sweep's numbers are over: its seeds as replicates, or one seed and no spread."""
+    if len(view.seeds) > 1:
+        return (f"`{REPLICATE}` is treated as replicates, not as a setting: each setting's speedup is the median "
+                f"(min–max) over its {len(view.seeds)} simulation seeds ({_seed_span(view.seeds)}; which worker "
+                "serves which prompt group, accept lengths, the bandit's exploration), each seed's against the same "
+                "seed's baseline; figures show the median.")
+    return ("One simulation seed per setting, so no spread is shown: the dealing seed alone can move a speedup by "
+            f"several percent. Add `{REPLICATE} = [0, 1, 2]` to a grid axis of the spec for the median (min–max).")
+
+
+def _seed_span(seeds: list[int]) -> str:
+    return ", ".join(map(str, seeds)) if seeds != list(range(seeds[0], seeds[-1] + 1)) else f"{seeds[0]}–{seeds[-1]}"
+
+
+def sweep_settings_table(view: SweepView, metric: str = "speedup") -> pd.DataFrame:
+    """The settings table the report prints: per setting the median ``metric`` and, when the sweep
+    has several seeds, ``seeds`` and ``<metric> (min–max)`` as ``median (min–max)`` text."""
+    from tltsim.seeds import fmt_range
+
+    table = view.settings(metric)
+    if len(view.seeds) > 1:
+        table[f"{metric} (min–max)"] = [fmt_range(a, b, c, ".3f") for a, b, c in
+                                        zip(table[metric], table[f"{metric}_min"], table[f"{metric}_max"],
+                                            strict=True)]
+    return table
+
+
 def _sweep_tables(rep: Report, view: SweepView) -> None:
     ok, dims = view.rows, view.dims
     if ok.empty:
         rep.sections.append("No successful points to show.")
         return
     metric = "speedup"
-    table = ok.groupby(dims, dropna=False)[metric].median().reset_index() if dims else ok[[metric]]
+    table = sweep_settings_table(view, metric)
+    spread = len(view.seeds) > 1
+    shown = [*dims, "seeds", f"{metric} (min–max)"] if spread else [*dims, metric]
     formats = {metric: ".3f", **{d: "g" for d in dims if pd.api.types.is_numeric_dtype(table[d])}}
     best = table.sort_values(metric, ascending=False, kind="stable").head(10)
     rl = view.series == "preset"
     label = "end-to-end speedup over verl, whole run" if rl else "rollout speedup over no-sd, median over steps"
-    rep.sections += [f"## Best settings (`speedup`: {label})", markdown_table(best, formats)]
+    over = f"; median (min–max) over {len(view.seeds)} seeds" if spread else ""
+    rep.sections += [f"## Best settings (`speedup`: {label}{over})", markdown_table(best[shown], formats)]
     bad = table[table[metric] < 1.0]
+    what = "RL step" if rl else "rollout"
     rep.sections += ["## Where SD does not pay",
                      "Every setting is at least 1x." if bad.empty else
-                     f"{len(bad)} of {len(table)} settings are below 1x (SD slows the "
-                     f"{'RL step' if rl else 'rollout'} down):\n\n"
-                     + markdown_table(bad.sort_values(metric, kind="stable"), formats)]
+                     f"{len(bad)} of {len(table)} settings are below 1x{' by the median' if spread else ''} (SD slows "
+                     f"the {what} down):\n\n" + markdown_table(bad.sort_values(metric, kind="stable")[shown], formats)]
+    if spread:
+        doubt = table[(table[metric] >= 1.0) & (table[f"{metric}_min"] < 1.0)]
+        rep.sections.append(
+            "Every setting at or above 1x by the median is at or above 1x at every seed." if doubt.empty else
+            f"{len(doubt)} more setting(s) pay by the median but not at every seed (the min is below 1x):\n\n"
+            + markdown_table(doubt.sort_values(f"{metric}_min", kind="stable")[shown], formats))
 
 
 def _sweep_figures(rep: Report, view: SweepView) -> None:
     ok, dims = view.rows, view.dims
     if ok.empty or not dims:
         return
+    spread = len(view.seeds) > 1
+    data = view.settings() if spread else ok  # with seeds: one row per setting, the median over the seeds
     x = dims[0]
     y = dims[1] if len(dims) > 1 else None
     facet = dims[2] if len(dims) > 2 else None
     rest = dims[3:]
     note = f" (median over {', '.join(rest)})" if rest else ""
+    seeds = f"; each setting the median over {len(view.seeds)} seeds" if spread else ""
     label = "end-to-end speedup over veRL (×)" if view.series == "preset" else "rollout speedup over no-SD (×)"
     if y is not None:
         rep.figure("response_surface", f"Median speedup over {x} x {y}"
-                   + (f", one panel per {facet}" if facet else "") + note,
-                   lambda: response_surface(ok, x, y, facet=facet, value_label=label))
+                   + (f", one panel per {facet}" if facet else "") + note + seeds,
+                   lambda: response_surface(data, x, y, facet=facet, value_label=label))
     if pd.api.types.is_numeric_dtype(ok[x]) and y is not None:
         log_x = bool((ok[x] > 0).all() and ok[x].max() >= 16 * ok[x].min())  # a power-of-two grid, say
-        rep.figure("response_curves", f"Median speedup vs {x}, one line per {y}" + note,
-                   lambda: response_curves(ok, x, y, facet=facet, value_label=label, log_x=log_x))
+        band = ("speedup_min", "speedup_max") if spread else None
+        rep.figure("response_curves", f"Median speedup vs {x}, one line per {y}" + note
+                   + (f"; band: min–max over the {len(view.seeds)} seeds" + (f" and {', '.join(rest)}" if rest else "")
+                      if spread else ""),
+                   lambda: response_curves(data, x, y, facet=facet, value_label=label, log_x=log_x, band=band))
 
 
 def write_report(path: str | Path, out: str | Path, *, command: str, force: bool = False) -> list[str]:
