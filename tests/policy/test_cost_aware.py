@@ -50,7 +50,7 @@ def test_never_speculates_when_drafts_are_useless() -> None:
 
 
 class BatchCost:
-    """SD pays 30% at small batches and loses 50% from ``loss_at`` requests on; prefills cost
+    """SD pays 30% below ``loss_at`` requests and loses 2x from there on; prefills cost
     ``prefill_s`` per token (the switch's price)."""
 
     def __init__(self, prefill_s: float = 1e-3, loss_at: int = 100) -> None:
@@ -69,6 +69,13 @@ class BatchCost:
         return 0.1 * self.prefill_s * float(np.sum(new))
 
 
+class ContextCost(BatchCost):
+    """SD pays 30% once contexts reach 600 tokens and loses 2x before, at any batch size."""
+
+    def sd_time(self, ctx: np.ndarray, config: SDConfig) -> float:
+        return 0.01 * (1 + config.depth) / (1.3 if float(np.mean(ctx)) >= 600 else 0.5)
+
+
 PERFECT_CHAIN = (SDConfig.chain(2),)  # accepts everything: 3 tokens per iteration, cost 3x / 1.3
 
 
@@ -76,11 +83,22 @@ def _policy(cost: BatchCost, **kw) -> CostAware:
     return CostAware(cost, ChainAcceptance((1.0,)), candidates=PERFECT_CHAIN, **kw)
 
 
-def _plain_rounds(policy: CostAware, b: int, n: int) -> None:
+def _view(b: int, ctx: int, remaining: int | None = None) -> BatchView:
+    return BatchView(b, (ctx,) * b, remaining_hint=() if remaining is None else (float(remaining),) * b)
+
+
+def _plain(policy: CostAware, view: BatchView, n: int = 1) -> None:
     for _ in range(n):
-        d = policy.decide(BatchView(b, (500,) * b))
-        assert d.config == NO_SD
-        policy.observe(Outcome(NO_SD, b, b, 0.01))
+        assert policy.decide(view).config == NO_SD
+        policy.observe(Outcome(NO_SD, view.batch_size, view.batch_size, 0.01))
+
+
+def _sd(policy: CostAware, view: BatchView) -> Decision:
+    d = policy.decide(view)
+    if d.config.enabled:
+        b = view.batch_size
+        policy.observe(Outcome(d.config, b, 3 * b, 0.02, 2 * b, 2 * b, accepted_per_request=(2.0,) * b))
+    return d
 
 
 def test_first_decision_of_a_step_switches_on_without_a_reprefill() -> None:
@@ -89,34 +107,64 @@ def test_first_decision_of_a_step_switches_on_without_a_reprefill() -> None:
     policy = _policy(BatchCost())
     for step in (0, 1):
         policy.reset(step)
-        d = policy.decide(BatchView(8, (300,) * 8))
+        d = policy.decide(_view(8, 300))
         assert d.config == SDConfig.chain(2) and not d.switch_on
 
 
+def test_first_decision_rents_sd_that_loses_now_until_the_loss_pays_for_a_switch_back() -> None:
+    """Batch 200 makes SD lose 0.03 s per iteration, but a lone request gains: the tail will want SD
+    and a later switch re-prefills, so it starts on and stays until the loss (0.03 s per SD
+    iteration) reaches the re-prefill of 200 x 300 tokens (0.066 s): three iterations."""
+    policy = _policy(BatchCost(prefill_s=1e-6), recheck=1)
+    view = _view(200, 300)
+    configs = [_sd(policy, view).config for _ in range(5)]
+    assert configs == [SDConfig.chain(2)] * 3 + [NO_SD] * 2
+    useless = CostAware(BatchCost(prefill_s=1e-6), ChainAcceptance((0.0,)), candidates=PERFECT_CHAIN)
+    assert useless.decide(view).config == NO_SD  # drafts that never pay: nothing to rent
+
+
 @pytest.mark.parametrize(("switch", "prefill_s", "switches"), [
-    # predicted: ~700 more tokens each (as many as the context holds): 7.0 s plain, 5.4 s with SD
+    # 700 tokens left each: 7.0 s plain, 5.4 s with SD
     ("reprefill", 1e-4, True),   # re-prefilling 8 x 700 tokens (target + drafter) costs 0.6 s < 1.6 s saved
     ("reprefill", 1e-3, False),  # ten times dearer (6.2 s): it does not pay
     ("in_step", 1e-3, True),     # the drafter never lags: switching is free
 ])
 def test_mid_step_switch_weighs_its_cost_and_sets_switch_on(switch: str, prefill_s: float, switches: bool) -> None:
-    policy = _policy(BatchCost(prefill_s), switch=switch)
-    _plain_rounds(policy, 200, 3)  # a large batch: SD is a loss, the policy stays off
-    d = policy.decide(BatchView(8, (700,) * 8))  # the batch shrank; SD pays 30% per iteration
+    policy = _policy(BatchCost(prefill_s), switch=switch, lengths="known")
+    _plain(policy, _view(200, 500, remaining=2), 3)  # a large batch about to end: it stays off
+    d = policy.decide(_view(8, 700, remaining=700))  # the batch shrank; SD pays 30% per iteration
     assert d.config.enabled == switches
     assert d.switch_on == switches  # plain iterations ran: the engine must bring the drafter up to date
     if switches:
         policy.observe(Outcome(d.config, 8, 24, 0.1, 16, 16, iterations=1))
-        assert not policy.decide(BatchView(7, (701,) * 7)).switch_on  # once
+        assert not policy.decide(_view(7, 701, remaining=699)).switch_on  # once
+
+
+def test_without_known_lengths_a_mid_step_switch_is_earned() -> None:
+    """Ski rental: contexts short at the step's start (SD loses even alone, so it starts off), then
+    long enough that SD pays 0.0023 s per plain iteration; the plan wants SD at once, but the switch
+    (8 x 700 tokens, 0.062 s) waits until the plain iterations since have forgone that much: 27.
+    Known lengths switch at once."""
+    cost = ContextCost(prefill_s=1e-5)
+    waited = {}
+    for lengths in ("predicted", "known"):
+        policy = _policy(cost, recheck=1, lengths=lengths)
+        _plain(policy, _view(8, 300, remaining=300), 1)
+        n = 0
+        while not (d := policy.decide(_view(8, 700, remaining=700))).config.enabled and n < 100:
+            policy.observe(Outcome(NO_SD, 8, 8, 0.01))
+            n += 1
+        assert d.switch_on
+        waited[lengths] = n
+    assert waited == {"predicted": 27, "known": 0}
 
 
 def test_turns_off_when_admissions_make_sd_a_loss() -> None:
-    policy = _policy(BatchCost(prefill_s=1e-4))
-    assert policy.decide(BatchView(8, (300,) * 8)).config.enabled
-    policy.observe(Outcome(SDConfig.chain(2), 8, 24, 0.1, 16, 16))
-    assert policy.decide(BatchView(200, (300,) * 200)).config == NO_SD  # admissions: SD now loses 2x
+    policy = _policy(BatchCost(prefill_s=1e-4), lengths="known")
+    assert _sd(policy, _view(8, 300, remaining=600)).config.enabled
+    assert policy.decide(_view(200, 300, remaining=300)).config == NO_SD  # admissions: SD now loses 2x
     policy.observe(Outcome(NO_SD, 200, 200, 0.01))
-    assert policy.decide(BatchView(8, (900,) * 8)).switch_on  # back on later: it pays the switch again
+    assert policy.decide(_view(8, 900, remaining=900)).switch_on  # back on later: it pays the switch again
 
 
 def test_learns_per_position_acceptance_online_and_shares_it_across_batch_sizes() -> None:
@@ -211,30 +259,40 @@ def test_known_lengths_reach_only_a_policy_that_asks() -> None:
 
 
 def test_known_lengths_change_the_plan() -> None:
-    """With the trace's lengths the policy knows the long tail is coming and switches on at once at
-    a large batch; the doubling predictor waits (predicted work ~ the context so far)."""
-    work, accept = _capped(256, 4000), paper_qwen32b_tp4()
+    """256 responses of 50 tokens at batch 256, where SD loses: with the trace's lengths the policy
+    sees the step end before SD could pay and stays off; the predictor cannot, and rents SD."""
+    work, accept = _capped(256, 50), paper_qwen32b_tp4()
     known = _sim("cost-aware:lengths=known", work, accept).events.query("kind == 'decode'")
     predicted = _sim("cost-aware", work, accept).events.query("kind == 'decode'")
-    assert known["sd_config"].iloc[0] != "off"
-    assert predicted["sd_config"].iloc[0] == "off"
+    assert known["sd_config"].iloc[0] == "off"
+    assert predicted["sd_config"].iloc[0] != "off"
 
 
 def test_the_length_predictor_learns_across_steps() -> None:
-    """Step 0 has only the doubling predictor and starts off; from step 1 on the earlier steps' mean
-    length (4,000 tokens here, counted from what the policy saw) makes it speculate from the start."""
+    """SD pays only past 600-token contexts. Step 0 has only the doubling predictor (200-token
+    prompts: as many again) and starts off; from step 1 on the earlier steps' mean length (3,000
+    tokens, counted from what the policy saw) makes it speculate from the start."""
+    from rollout_fixtures import LinearCost as Fixture
+
     from tltsim.rollout import RolloutRun
 
-    accept, policy = paper_qwen32b_tp4(), make_policy("cost-aware", accept_model=paper_qwen32b_tp4(),
-                                                      cost_model=QWEN7B_H100)
-    run = RolloutRun([policy], cost=QWEN7B_H100, accept=accept, engine=EngineConfig(max_batch=512))
-    work = _capped(256, 4000)
+    class Cost(ContextCost, Fixture):
+        def decode_time(self, ctx):
+            return 0.01
+
+        def decode_span_time(self, ctx, n):
+            return 0.01 * n
+
+    accept = ChainAcceptance((1.0,))
+    policy = CostAware(Cost(prefill_s=1e-5), accept, candidates=PERFECT_CHAIN)
+    run = RolloutRun([policy], cost=Cost(prefill_s=1e-5), accept=accept, engine=EngineConfig(max_batch=512))
+    work = _capped(32, 3000)
     for step in (0, 1):
         run.step(Work(step, work.group_ids, work.prompt_tokens, work.response_tokens))
     decode = run.events().query("kind == 'decode'")
     first = decode.groupby("step")["sd_config"].first()
     assert first[0] == "off" and first[1] != "off"
-    assert isinstance(policy, CostAware) and policy.mean_len == pytest.approx(4000, rel=0.01)
+    assert policy.mean_len == pytest.approx(3000, rel=0.01)
 
 
 def test_spec_options_reach_the_policy_and_bad_ones_are_one_error() -> None:

@@ -30,21 +30,32 @@ simulator, from the trace: clairvoyant), else predicted as *as many again as its
 at most doubles what a wrong switch costs), but at least the mean response length of the earlier
 steps minus the tokens emitted so far (``mean_len - progress``; learnt across steps like the
 acceptance, ``memory`` weighting the past; the step's requests are counted from the batch sizes the
-policy sees, its tokens from the Outcomes). At step 0 only the doubling predictor speaks, so a
-first step that starts at a large batch with short prompts switches late. The drain is cut at
-quantiles of ``r`` into ``phases`` phases (the live set and contexts taken at each phase's middle,
-contexts grown by the progress made); per phase the plain time and the best SD shape's time are
-priced, and a two-state dynamic program (OFF -> ON costs the switch at the phase start, ON -> OFF is
-free) gives the cheapest plan.
-OFF switches on now iff the best plan switches now; ON turns off now iff the best plan is off now
-(only examined when plain beats every shape at this iteration, since otherwise staying on is
-cheaper now and the plan is revisited anyway). The switch cost is what the engine's ``switch`` mode
-charges (:data:`~tltcore.engine_limits.SWITCH_MODES`): ``reprefill`` -- target and drafter prefill
-of every live context (priced as one pass over all of them: a slight under-estimate of the per-pass
-fixed costs); ``catch_up`` -- drafter prefill of the tokens it missed (the whole context if the
-drafter never ran this step); ``in_step`` -- nothing. Switching on at a step's first decision, before
-any plain iteration, costs only the drafter's prefill of the new prompts, which the engine's drafter
-catch-up does without ``switch_on`` (as always-on policies get it); later switches set ``switch_on``.
+policy sees, its tokens from the Outcomes). At step 0 only the doubling predictor speaks (see
+the first decision below). The drain is cut at quantiles of
+``r`` into ``phases`` phases (the live set and contexts taken at each phase's middle, contexts grown
+by the progress made); per phase the plain time and the best SD shape's time are priced, and a
+two-state dynamic program (OFF -> ON costs the switch at the phase start, ON -> OFF is free) gives
+the cheapest plan. OFF switches on now iff the best plan switches now; ON turns off now iff the best
+plan is off now (only examined when plain beats every shape at this iteration, since otherwise
+staying on is cheaper now and the plan is revisited anyway). Without known lengths a switch after
+plain iterations must also be *earned* (ski rental): the time SD would have saved over the plain
+iterations run since SD was last on (priced at each re-evaluation's contexts) must reach the
+switch's cost. A predictor can be wrong, and a switch is paid in full at once (re-prefilling ~10K
+contexts on a compute-poor GPU costs more than the tail it speeds up); renting until the rent equals
+the price bounds what a wrong prediction costs, as deterministic ski rental does (at most twice the
+offline choice). The mirror image holds at a step's first decision, where turning on is nearly free
+(the prompts' drafter prefill) but a later switch is a full re-prefill: without known lengths the
+policy starts on whenever SD pays for a lone request at these contexts (the tail every rollout step
+ends in), even where it loses at this batch size, and stays on, renting the loss, until the time SD
+lost against plain decoding reaches what switching back on would cost; only then may the plan turn
+it off. With useless drafts SD pays at no batch size and it starts off. The switch cost is what the
+engine's ``switch`` mode charges (:data:`~tltcore.engine_limits.SWITCH_MODES`): ``reprefill`` --
+target and drafter prefill of every live context (priced as one pass over all of them: a slight
+under-estimate of the per-pass fixed costs); ``catch_up`` -- drafter prefill of the tokens it missed
+(the whole context if the drafter never ran this step); ``in_step`` -- nothing. Switching on at a
+step's first decision, before any plain iteration, costs only the drafter's prefill of the new
+prompts, which the engine's drafter catch-up does without ``switch_on`` (as always-on policies get
+it); later switches set ``switch_on``.
 
 Shapes and holds. While ON the shape maximising predicted emitted tokens per second
 (``accept(c) * batch / sd_time(contexts, c)``) at this view is chosen. Decisions are re-evaluated
@@ -187,6 +198,10 @@ class CostAware:
         self._progress = 0.0  # tokens per request emitted this step (sum of emitted / batch)
         self._off_at = 0.0  # progress when SD last went off
         self._since = self.recheck  # force an evaluation at the first decide
+        self._regret = 0.0  # time SD would have saved over the plain iterations since it was last on
+        self._saving = 0.0  # ... per plain iteration, at the last evaluation's contexts
+        self._loss = 0.0  # time SD lost against plain decoding since it last paid
+        self._deficit = 0.0  # ... per SD iteration, at the last evaluation's contexts
         self._last_b = -1
         self._choice = NO_SD
         self._gram *= self.memory
@@ -214,7 +229,9 @@ class CostAware:
             self._progress += outcome.emitted_tokens / outcome.batch_size
         if not outcome.config.enabled:
             self._ran_plain = self._ran_plain or n > 0
+            self._regret += n * self._saving
             return
+        self._loss += n * self._deficit
         reqs = outcome.batch_size * n
         if reqs <= 0:
             return
@@ -239,20 +256,45 @@ class CostAware:
         best = self.candidates[int(np.argmax(rates))]
         plain_t = float(cost.decode_time(ctx))
         plain_rate = 1.0 / plain_t if plain_t > 0 else 0.0
-        if self._on and float(rates.max()) > plain_rate:
+        top = float(rates.max())
+        self._saving = max(0.0, plain_t - 1.0 / top) if top > 0 else 0.0
+        i = int(np.argmax(rates))
+        self._deficit = max(0.0, float(sd_t[i]) - float(acc[i]) * plain_t)
+        if self._on and top > plain_rate:
+            self._loss = 0.0
             self._choice = best  # speculating beats plain right now: stay on
             return
+        known = self.lengths == "known" and len(view.remaining_hint) == len(ctx)
         off_now, on_now = self._plan(ctx, self._remaining(view, ctx), acc)
-        if not self._on and on_now < off_now:
+        rent = not known and not self._ran_plain and not self._on and self._pays_alone(ctx, acc)
+        if not self._on and (rent or (on_now < off_now and self._earned(known, ctx))):
             self._on, self._was_on = True, True
             self._pending_switch = self._ran_plain
+            self._regret = self._loss = 0.0
             self._choice = best
-        elif self._on and off_now < on_now:
+        elif self._on and off_now < on_now and (known or self._loss >= self._switch_cost(ctx, self._progress, False)):
             self._on = False
             self._off_at = self._progress
+            self._regret = 0.0
             self._choice = NO_SD
         else:
             self._choice = best if self._on else NO_SD
+
+    def _earned(self, known: bool, ctx: np.ndarray) -> bool:
+        """Ski rental: without known lengths, a switch after plain iterations waits until SD would
+        have saved its cost over them. A step's first decision (a drafter prefill of the prompts) and
+        known lengths need no such proof."""
+        if known or not self._ran_plain:
+            return True
+        return self._regret >= self._switch_cost(ctx, self._progress, False)
+
+    def _pays_alone(self, ctx: np.ndarray, acc: np.ndarray) -> bool:
+        """Whether some shape beats plain decoding for one request at the median context: the
+        rollout's tail will want SD."""
+        one = np.array([int(np.median(ctx))], dtype=np.int64)
+        plain = float(self.cost_model.decode_time(one))
+        return any(float(self.cost_model.sd_time(one, c)) < a * plain
+                   for c, a in zip(self.candidates, acc, strict=True))
 
     def _remaining(self, view: BatchView, ctx: np.ndarray) -> np.ndarray:
         """Tokens each live request is expected still to emit: the engine's hint, or the doubling
