@@ -342,7 +342,8 @@ def demo(trace: Annotated[str | None, typer.Option(
         write_text(tmp / "README.md", "\n".join([
             f"# tlt demo: the long tail of `{trace}`",
             "",
-            f"Reproduce: `tlt demo --trace {trace}{seeds_flag}`.",
+            f"Reproduce: `tlt demo --trace {trace}"
+            + (f" --scenario {scenario}" if scenario != DEFAULT_SCENARIO else "") + f"{seeds_flag}`.",
             "",
             *([f"Note: {note}.", ""] if note else []),
             "Response-length statistics (tokens). `top5_share` = share of all tokens in the 5% longest",
