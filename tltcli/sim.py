@@ -234,7 +234,6 @@ def run(
         events, summary = compare_policies(s, inputs, progress=on_finish, on_policy=on_policy)
     dest = out if out is not None else DEFAULT_RESULTS / scenario_hash(s)
     bound = upper_bound_table(inputs, specs, summary)
-    summary["bound_makespan_s"] = summary["step"].map(bound.set_index("step")["bound_makespan_s"])
     wrote_trace = write_results(dest, events, summary, s, perfetto, force=force)
     n_steps = len(inputs.workloads)
     title = (f"One RL step, {s.trace.name} step {inputs.workload.step}" if n_steps == 1
@@ -250,8 +249,9 @@ def run(
 
 
 def upper_bound_table(inputs: SimInputs, specs: tuple[str, ...], summary: pd.DataFrame) -> pd.DataFrame:
-    """Per step, the makespan no policy of ``specs`` can beat under the model (:mod:`tltsim.upper_bound`;
-    summary.csv's ``bound_makespan_s``) and the speedup over no-sd it caps."""
+    """Per step, the makespan no policy of ``specs`` can beat under the model (:mod:`tltsim.upper_bound`)
+    and the speedup over no-sd it caps. Printed, not added to summary.csv: a ``--seeds`` run's
+    per-seed rows must stay the plain run's rows at that seed."""
     from tltsim.upper_bound import scenario_bounds
 
     bounds = scenario_bounds(inputs, specs)
