@@ -18,7 +18,16 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from tltcli.validate import RealBackend, command_line, need_torch, phase_console, target_config, torch_device
+from tltcli.validate import (
+    Clock,
+    RealBackend,
+    check_clock,
+    command_line,
+    need_torch,
+    phase_console,
+    target_config,
+    torch_device,
+)
 from tltcore.errors import InputError
 from tltcore.input_files import check_input
 from tltcore.policy.base import SDConfig
@@ -241,6 +250,8 @@ def profile(
     = "draft",
     device: Annotated[str, typer.Option(help="Torch device to profile the native engine on (cpu, cuda, cuda:1); "
                                         "vLLM runs on its build's device and takes only that one.")] = "cpu",
+    clock: Annotated[Clock, typer.Option(help="Time on the wall clock, or on the engine thread's CPU time (thread: "
+                                         "CPU only; other processes' load does not count).")] = Clock.wall,
 ) -> None:
     """Measure an engine's iteration latencies on this machine and write a cost table the simulator
     reads (cost.model = "table", cost.table = PATH). With --backend vllm, OUT holds the drafter
@@ -279,6 +290,7 @@ def profile(
     import torch
 
     device = torch_device(device, backend)
+    clock_name = check_clock(clock, device)
 
     from tltcli.progress import PhaseProgress
     from tltcore.acceptance import get_acceptance
@@ -289,19 +301,19 @@ def profile(
 
     cfg = target_config(config)
     if vllm:
-        _profile_vllm(cfg, shapes, batches, contexts, repeats, drafter, out)
+        _profile_vllm(cfg, shapes, batches, contexts, repeats, drafter, out, clock_name)
         return
     accept = get_acceptance(acceptance)
     with PhaseProgress(phase_console(), planned=3) as bar:
         bar.phase("building the model")
         target = random_model(cfg, seed=0, dtype=torch.float32).to(device)
         grid = ProfileGrid(batch_sizes=batches, contexts=contexts, sd_configs=shapes, repeats=repeats,
-                           prefill_lengths=tuple(sorted({1, 8, 64, max(contexts)})))
+                           prefill_lengths=tuple(sorted({1, 8, 64, max(contexts)})), clock=clock_name)
         probs = accept.position_probs(PINNED_DEPTH, PINNED_TOPK)
         bar.phase(f"profiling {len(shapes)} draft shapes, {repeats} repeats", grid_points(grid), "grid points")
         df = profile_native(target, grid, position_probs=dict.fromkeys(shapes, probs), on_point=bar.advance)
         bar.phase("writing the table")
-        write_table(df, {**profile_metadata(target, command=command_line(),
+        write_table(df, {**profile_metadata(target, command=command_line(), clock=clock_name,
                                             model_fingerprint=shape_fingerprint(shape_of(cfg))),
                          "writer": PROFILE_WRITER}, out)
     typer.echo(f"{len(df)} measurements -> {out}")
@@ -344,7 +356,8 @@ def _plain_table(out: Path) -> Path:
     return out.with_name(out.stem + "-plain.parquet")
 
 
-def _profile_vllm(cfg, shapes, batches, contexts, repeats: int, drafter: str, out: Path) -> None:
+def _profile_vllm(cfg, shapes, batches, contexts, repeats: int, drafter: str, out: Path, clock: str = "wall"
+                  ) -> None:
     import tempfile
 
     from tltcli.progress import PhaseProgress
@@ -354,7 +367,7 @@ def _profile_vllm(cfg, shapes, batches, contexts, repeats: int, drafter: str, ou
 
     plain_out = _plain_table(out)
 
-    settings = VllmSettings(model=cfg, drafter=drafter, max_batch=max(batches),
+    settings = VllmSettings(model=cfg, drafter=drafter, max_batch=max(batches), clock=clock,
                             max_model_len=max(2048, 2 * max(contexts)))
     with PhaseProgress(phase_console(), planned=3) as bar, tempfile.TemporaryDirectory(prefix="tlt-vllm-") as workdir:
         bar.phase("writing the vLLM model folders")

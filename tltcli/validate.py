@@ -22,6 +22,20 @@ class RealBackend(StrEnum):
     vllm = "vllm"
 
 
+class Clock(StrEnum):
+    """What the real runs and the profile are timed on (tltreal.validation.clock)."""
+
+    wall = "wall"
+    thread = "thread"
+
+
+def check_clock(clock: Clock, device: str) -> str:
+    """The thread clock counts CPU time of the engine's thread: meaningless on an accelerator."""
+    if clock is Clock.thread and not device.startswith("cpu"):
+        raise InputError(f"the thread clock times CPU work only; use --clock wall on {device}", field="--clock")
+    return clock.value
+
+
 def need_torch() -> None:
     try:
         import torch  # noqa: F401
@@ -134,6 +148,9 @@ def validate(
     = "draft",
     device: Annotated[str, typer.Option(help="Torch device of the native engine (cpu, cuda, cuda:1); vLLM runs on "
                                         "its build's device and takes only that one.")] = "cpu",
+    clock: Annotated[Clock, typer.Option(help="Time runs and profile on the wall clock, or on the engine thread's "
+                                         "CPU time (thread: CPU only; other processes' load does not count).")]
+    = Clock.wall,
     late_scale: Annotated[float, typer.Option(help="vLLM backend: the target's layers after the first have their "
                                               "output projections scaled by this (the draft model's agreement).")]
     = 0.05,
@@ -142,6 +159,7 @@ def validate(
 
     Example: tlt validate --scenario validation_dapo_cpu --out reports/validation/cpu
     Example: tlt validate --backend vllm --scenario validation_vllm_cpu --out reports/validation/cpu-vllm
+    Example: tlt validate --scenario validation_dapo_cpu --clock thread --out reports/validation/cpu
     """
     from tltcore.atomic import check_output_dir
 
@@ -162,6 +180,7 @@ def validate(
     check_output_dir(out, force, kind="validation", inputs=[scenario, *(p for p in (model, table) if p)])
     need_torch()
     device = torch_device(device, backend)
+    clock_name = check_clock(clock, device)
     if repeats < 3:
         warn(f"--repeats {repeats}: fewer than 3 rounds give no meaningful spread or noise check")
     import pandas as pd
@@ -174,7 +193,7 @@ def validate(
     from tltsim.scenario import acceptance_model, load_steps, policies_with_baseline
 
     settings = NativeSettings(model=target_config(model), length_scale=length_scale, max_batch=max_batch,
-                              seed=s.seed, grid_repeats=1, real_repeats=repeats, device=device)
+                              seed=s.seed, grid_repeats=1, real_repeats=repeats, device=device, clock=clock_name)
     workloads = load_steps(s.trace)
     specs = policies_with_baseline(s.policies)
     bar = PhaseProgress(phase_console(), planned=_phase_plan(len(workloads), backend, table is None, repeats))

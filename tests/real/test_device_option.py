@@ -111,3 +111,13 @@ def test_profile_on_cpu_writes_its_table_and_may_replace_only_its_own(tmp_path):
     theirs.write_bytes(b"PAR1 not ours")
     _one_error(_profile(theirs), "was not written by tlt real profile")
     assert theirs.read_bytes() == b"PAR1 not ours"
+
+
+def test_the_thread_clock_is_refused_off_the_cpu():
+    from tltcli.validate import Clock, check_clock
+
+    assert check_clock(Clock.thread, "cpu") == "thread"
+    assert check_clock(Clock.wall, "cuda:0") == "wall"
+    with pytest.raises(InputError, match="CPU work only") as err:
+        check_clock(Clock.thread, "cuda:0")
+    assert err.value.field == "--clock"

@@ -24,9 +24,13 @@ acceptance; vLLM offers no per-iteration hook, so they are refused, not approxim
 
 **Measurement.** Each step's requests (the native replay's, :func:`tltreal.validation.replay.replay_requests`)
 are added in order, each forced to its traced length (``min_tokens == max_tokens``,
-``ignore_eos``), and the engine's step loop is driven here: each ``LLMEngine.step()`` is timed and
-becomes one event row. Per request and step, the tokens emitted come from the cumulative outputs and
-the draft tokens verified from the scheduler's own output (``scheduled_spec_decode_tokens``,
+``ignore_eos``), and the engine's step loop is driven here: each pass of the loop (``LLMEngine.step()``
+and the bookkeeping of its outputs) is timed and becomes one event row, so the rows tile the makespan.
+Outputs come as deltas (``RequestOutputKind.DELTA``), so the bookkeeping is a few list appends per
+step, and the rows are built after the loop. Runs are timed on the wall clock or on this thread's CPU
+time (:mod:`tltreal.validation.clock`; the in-process engine core does its work on this thread). Per
+request and step, the tokens emitted come from the delta outputs and the draft tokens verified
+from the scheduler's own output (``scheduled_spec_decode_tokens``,
 captured by wrapping ``Scheduler.schedule`` in the in-process engine), so accepted = emitted - 1
 exactly. vLLM's spec-decode counters (``llm.get_metrics()``) are kept beside them as a cross-check:
 they agree on draft tokens and count a few more accepted ones, the drafts accepted past a request's
@@ -59,6 +63,7 @@ from tltcore.policy.base import NO_SD, NoSD, SDConfig, SDPolicy, Static
 from tltcore.policy.elastic import Elastic
 from tltcore.policy.registry import make_policy
 from tltcore.policy.vllm_table import VllmTable
+from tltreal.validation.clock import CLOCKS, clock_function
 from tltreal.validation.replay import RealRun, ReplayRequests, rotated
 
 DRAFTERS = ("draft", "ngram")
@@ -80,12 +85,15 @@ class VllmSettings:
     seed: int = 0
     ngram_min: int = 1
     ngram_max: int = 3
+    clock: str = "wall"  # what runs are timed on: "wall" or "thread" (tltreal.validation.clock)
 
     def __post_init__(self) -> None:
         if self.drafter not in DRAFTERS:
             raise InputError(f"unknown vLLM drafter '{self.drafter}'; known: {', '.join(DRAFTERS)}", field="drafter")
         if not 0 < self.late_scale <= 1:
             raise InputError(f"must be in (0, 1], got {self.late_scale}", field="late_scale")
+        if self.clock not in CLOCKS:
+            raise InputError(f"must be one of {', '.join(CLOCKS)}, got '{self.clock}'", field="clock")
 
 
 def vllm_device() -> str:
@@ -264,6 +272,8 @@ class VllmEngine:
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
+        now = clock_function(self.settings.clock)
+
         before = self._metrics()
         log = EventLog(run_id=f"vllm-{self.settings.drafter}-{policy}", source="real", policy=policy)
         log.step = requests.step
@@ -275,7 +285,8 @@ class VllmEngine:
         outputs: dict[int, list[int]] = {}
         steps: list[tuple[float, float, list[tuple[int, int]], list[tuple[int, int]], dict[int, int]]] = []
         self._scheduled.clear()
-        t_run = time.perf_counter()
+        wall0 = time.perf_counter()
+        t_run = now()
         t0 = t_run
         while self.engine.has_unfinished_requests():
             step_outputs = self.engine.step()
@@ -285,10 +296,11 @@ class VllmEngine:
                 emitted = o.outputs[0].token_ids
                 (decoding if rid in outputs else new).append((rid, len(emitted)))
                 outputs.setdefault(rid, []).extend(emitted)
-            t1 = time.perf_counter()
+            t1 = now()
             steps.append((t0 - t_run, t1 - t_run, new, decoding, self._scheduled[-1] if self._scheduled else {}))
             t0 = t1
         makespan = t0 - t_run
+        wall_s = time.perf_counter() - wall0
         # Rows are built after the timed loop: nothing here is inside a measured interval.
         rows, accepted = [], {}
         for start, end, new, decoding, drafts in steps:
@@ -320,7 +332,7 @@ class VllmEngine:
         after = self._metrics()
         metrics = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
         return VllmRun(requests.step, policy, log.frame(), makespan, pd.DataFrame(rows),
-                       {c: np.asarray(v) for c, v in accepted.items()}, repeat, dict(sorted(outputs.items())),
+                       {c: np.asarray(v) for c, v in accepted.items()}, repeat, wall_s, dict(sorted(outputs.items())),
                        metrics)
 
 
@@ -451,7 +463,7 @@ def vllm_metadata(settings: VllmSettings, *, command: str, model_fingerprint: st
         "threads": str(torch.get_num_threads()),
         "versions": f"tlt {tltcore.__version__}, vllm {vllm.__version__}, torch {torch.__version__}, "
                     f"python {platform.python_version()}",
-        "date": datetime.now(UTC).strftime("%Y-%m-%d"), "command": command,
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"), "command": command, "clock": settings.clock,
     }
 
 

@@ -37,6 +37,7 @@ from tltreal.engine.engine import Engine
 from tltreal.engine.engine_config import EngineConfig
 from tltreal.model.transformer import Transformer
 from tltreal.spec_decode.proposers import PinnedDrafter, random_drafter
+from tltreal.validation.clock import engine_class
 
 PROFILE_DEVICE = "cpu-calibrated"
 
@@ -59,6 +60,7 @@ class ProfileGrid:
     warmup: int = 2
     decode_warmup: int = 10  # a fresh engine's first plain iterations run slow (allocator warm-up); cheap to skip
     repeats: int = 3  # engines per point; each quantity is the median over them
+    clock: str = "wall"  # "wall" or "thread" (tltreal.validation.clock)
 
 
 def _median_decode(engine: Engine, n: int) -> float:
@@ -79,11 +81,12 @@ def _prompts(target: Transformer, b: int, length: int, seed: int) -> list[list[i
     return [torch.randint(0, target.cfg.vocab_size, (length,), generator=g).tolist() for _ in range(b)]
 
 
-def _engine(target: Transformer, policy, drafter, prompts: list[list[int]], new_tokens: int) -> Engine:
-    """An engine holding ``prompts``, each to generate ``new_tokens``."""
+def _engine(target: Transformer, policy, drafter, prompts: list[list[int]], new_tokens: int, clock: str = "wall"
+            ) -> Engine:
+    """An engine holding ``prompts``, each to generate ``new_tokens``, timed on ``clock``."""
     # catch_up: the switch cost profiled is the drafter's catch-up (the validation replays switch so)
     cfg = EngineConfig(max_batch=len(prompts), max_len=len(prompts[0]) + new_tokens + 2, switch="catch_up")
-    engine = Engine(target, policy, drafter, cfg)
+    engine = engine_class(clock)(target, policy, drafter, cfg)
     for p in prompts:
         engine.add_request(p, new_tokens)
     return engine
@@ -97,9 +100,9 @@ def _step(engine: Engine, iterations: int) -> Engine:
     return engine
 
 
-def _run(target: Transformer, policy, drafter, prompts: list[list[int]], new_tokens: int, iterations: int
-         ) -> Engine:
-    return _step(_engine(target, policy, drafter, prompts, new_tokens), iterations)
+def _run(target: Transformer, policy, drafter, prompts: list[list[int]], new_tokens: int, iterations: int,
+         clock: str = "wall") -> Engine:
+    return _step(_engine(target, policy, drafter, prompts, new_tokens, clock), iterations)
 
 
 class _ReferenceLookup:
@@ -119,11 +122,11 @@ def _decode_point(target: Transformer, b: int, c: int, grid: ProfileGrid, seed: 
     """Decode seconds with the timed iterations at context ~c."""
     steps = grid.decode_warmup + grid.iterations
     prompt_len = max(1, round(c - 1 - (grid.decode_warmup + grid.iterations / 2)))
-    engine = _run(target, NoSD(), None, _prompts(target, b, prompt_len, seed), steps + 2, steps)
+    engine = _run(target, NoSD(), None, _prompts(target, b, prompt_len, seed), steps + 2, steps, grid.clock)
     return _median_decode(engine, grid.iterations)
 
 
-def _prefill_points(target: Transformer, b: int, length: int, seed: int) -> tuple[float, float]:
+def _prefill_points(target: Transformer, b: int, length: int, seed: int, clock: str = "wall") -> tuple[float, float]:
     """(target prefill seconds, drafter catch-up seconds) of ``b`` prompts of ``length`` tokens: the
     catch-up is the elastic switch's, over every prompt token and the first emitted one."""
     prompts = _prompts(target, b, length, seed)
@@ -131,7 +134,7 @@ def _prefill_points(target: Transformer, b: int, length: int, seed: int) -> tupl
     inner = random_drafter(target, seed=seed + 1).to(device_of(target))
     drafter = PinnedDrafter(inner, np.full((1, 1), 0.5), lookup, seed=seed)
     switch_at_once = Elastic(Static(SDConfig(1, 1, 1)), threshold=b, consecutive=1)
-    engine = lookup.engine = _engine(target, switch_at_once, drafter, prompts, 3)
+    engine = lookup.engine = _engine(target, switch_at_once, drafter, prompts, 3, clock)
     _step(engine, 1)
     ev = engine.log.frame()
     cu = ev[ev["kind"] == "catch_up"]
@@ -153,7 +156,7 @@ def _sd_points(target: Transformer, b: int, c: int, grid: ProfileGrid, probs: di
     for config, table in probs.items():
         lookup = _ReferenceLookup(sequences)
         drafter = PinnedDrafter(random_drafter(target, seed=seed + 1).to(device_of(target)), table, lookup, seed=seed)
-        engine = lookup.engine = _engine(target, Static(config), drafter, prompts, new_tokens)
+        engine = lookup.engine = _engine(target, Static(config), drafter, prompts, new_tokens, grid.clock)
         _step(engine, steps)
         seconds[config] = _median_decode(engine, grid.iterations)
     return seconds
@@ -184,7 +187,7 @@ def profile_native(target: Transformer, grid: ProfileGrid, *, position_probs: di
     rows: list[dict] = []
     for b in grid.batch_sizes:
         for length in grid.prefill_lengths:
-            runs = [_prefill_points(target, b, length, seed + r) for r in range(grid.repeats)]
+            runs = [_prefill_points(target, b, length, seed + r, grid.clock) for r in range(grid.repeats)]
             for i, kind in enumerate(("prefill", "drafter_prefill")):
                 rows.append({"kind": kind, "batch_size": b, "context": length,
                              "seconds": statistics.median(x[i] for x in runs)})
@@ -205,7 +208,8 @@ def profile_native(target: Transformer, grid: ProfileGrid, *, position_probs: di
     return table_frame(rows)
 
 
-def profile_metadata(target: Transformer, *, command: str, model_fingerprint: str) -> dict[str, str]:
+def profile_metadata(target: Transformer, *, command: str, model_fingerprint: str, clock: str = "wall"
+                     ) -> dict[str, str]:
     """What was measured where (stored with the table). The table's ``device`` is
     ``cpu-calibrated`` on a CPU and ``<type>-calibrated`` elsewhere (``cuda-calibrated``), with the
     accelerator's name beside it, so a table measured on one device is never read as another's."""
@@ -218,7 +222,7 @@ def profile_metadata(target: Transformer, *, command: str, model_fingerprint: st
         "host": f"{platform.machine()} {platform.processor() or platform.platform()}",
         "threads": str(torch.get_num_threads()),
         "versions": f"tlt {tltcore.__version__}, torch {torch.__version__}, python {platform.python_version()}",
-        "date": datetime.now(UTC).strftime("%Y-%m-%d"), "command": command,
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"), "command": command, "clock": clock,
     }
     if dev.type == "cuda":
         meta["accelerator"] = torch.cuda.get_device_name(dev)

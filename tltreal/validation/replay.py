@@ -27,6 +27,7 @@ from tltreal.engine.engine_config import EngineConfig
 from tltreal.engine.requests import RunResult
 from tltreal.model.transformer import Transformer
 from tltreal.spec_decode.proposers import PinnedDrafter, random_drafter
+from tltreal.validation.clock import engine_class
 from tltreal.validation.profiler import device_of
 
 
@@ -54,6 +55,7 @@ class RealRun:
     iterations: pd.DataFrame  # one row per decode iteration: batch_size, contexts, config, seconds, accept_length
     accepted: dict[SDConfig, np.ndarray]  # per-request accepted draft tokens of every SD iteration
     repeat: int = 0  # the validation round this run belongs to (each round runs every policy once)
+    wall_s: float = float("nan")  # the run's wall-clock duration (= makespan unless timed on the thread clock)
 
 
 def replay_requests(workload, *, vocab_size: int, seed: int, deal_mode: str = "shuffle") -> ReplayRequests:
@@ -107,25 +109,26 @@ class RecordingPolicy:
 
 
 def _engine(target: Transformer, policy: SDPolicy, drafter, requests: ReplayRequests, max_batch: int,
-            config_kwargs: dict) -> Engine:
+            config_kwargs: dict, clock: str = "wall") -> Engine:
     # The replay's switch is the drafter catch-up its simulated twin (tltsim's native_engine) models.
     config_kwargs = {"switch": "catch_up", **config_kwargs}
     cfg = EngineConfig(max_batch=max_batch, max_len=requests.max_len + 1, step=requests.step, **config_kwargs)
-    engine = Engine(target, policy, drafter, cfg)
+    engine = engine_class(clock)(target, policy, drafter, cfg)
     for prompt, n in zip(requests.prompts, requests.lengths, strict=True):
         engine.add_request(list(prompt), n)
     return engine
 
 
 def reference_run(target: Transformer, requests: ReplayRequests, *, max_batch: int, policy: SDPolicy | None = None,
-                  **config_kwargs) -> RunResult:
+                  clock: str = "wall", **config_kwargs) -> RunResult:
     """The plain run (``policy`` must never speculate; default no-SD): the reference continuations
-    and the baseline timings."""
-    return _engine(target, policy or NoSD(), None, requests, max_batch, config_kwargs).run()
+    and the baseline timings (on ``clock``: :mod:`tltreal.validation.clock`)."""
+    return _engine(target, policy or NoSD(), None, requests, max_batch, config_kwargs, clock).run()
 
 
 def speculative_run(target: Transformer, requests: ReplayRequests, reference: RunResult, policy: SDPolicy, *,
-                    position_probs: np.ndarray, max_batch: int, seed: int = 0, **config_kwargs) -> RunResult:
+                    position_probs: np.ndarray, max_batch: int, seed: int = 0, clock: str = "wall",
+                    **config_kwargs) -> RunResult:
     """The same requests under ``policy`` with a pinned drafter; refuses a run whose output differs
     from the reference (that would be a losslessness bug, not a timing). ``reference`` may run longer
     than ``requests`` (:func:`with_extra_tokens`); its outputs are then compared up to each length."""
@@ -139,7 +142,7 @@ def speculative_run(target: Transformer, requests: ReplayRequests, reference: Ru
 
     inner = random_drafter(target, seed=seed + 1).to(device_of(target))
     drafter = PinnedDrafter(inner, position_probs, truth, seed=seed)
-    engine = _engine(target, policy, drafter, requests, max_batch, config_kwargs)
+    engine = _engine(target, policy, drafter, requests, max_batch, config_kwargs, clock)
     result = engine.run()
     expected = {rid: out[: requests.lengths[rid]] for rid, out in reference.outputs.items()}
     if result.outputs != expected:

@@ -18,6 +18,9 @@ real runs see the same conditions on a machine that is busy now and quiet later.
    ``measured`` (each draft shape's accept-length distribution in that real run), which separates
    cost error from acceptance error.
 
+Every time (runs, rows, profile) is on one clock, the wall clock or the engine thread's CPU time
+(:mod:`tltreal.validation.clock`); on the thread clock each run's wall-clock time is kept beside it.
+
 Reported: makespan error per (step, policy, round) for each (cost model, acceptance) pair and its
 spread over the rounds (:func:`makespan_spread`, :func:`headline`); the noise of the real makespans
 over the rounds and the load average around each phase (:func:`noise_check`, :func:`load_row`); the
@@ -83,6 +86,7 @@ class NativeSettings:
     grid_repeats: int = 1  # fresh engines per profile point within one round (the rounds repeat the profile)
     real_repeats: int = 3  # rounds: each runs every (step, policy) once and profiles the table once
     device: str = "cpu"  # torch device of the native engine (checked by the CLI: tltcli.validate.torch_device)
+    clock: str = "wall"  # what the runs and the profile are timed on: "wall" or "thread" (tltreal.validation.clock)
 
 
 def shape_of(cfg: ModelConfig, name: str = "native") -> ModelShape:
@@ -106,7 +110,7 @@ def _real_run(step: int, spec: str, result, recorder: RecordingPolicy, repeat: i
             accepted.setdefault(outcome.config, []).extend(outcome.accepted_per_request)
     stage = result.events[result.events["kind"] == "stage"]
     return RealRun(step, spec, result.events, float((stage["t_end"] - stage["t_start"]).iloc[0]), pd.DataFrame(rows),
-                   {c: np.asarray(v) for c, v in accepted.items()}, repeat)
+                   {c: np.asarray(v) for c, v in accepted.items()}, repeat, float(result.wall_s))
 
 
 class _Silent:
@@ -141,21 +145,22 @@ def phases(progress) -> _Silent:
 
 
 def real_round(target: Transformer, requests: ReplayRequests, specs: Sequence[str], accept: Positional,
-               reference, *, max_batch: int, seed: int, repeat: int = 0,
+               reference, *, max_batch: int, seed: int, repeat: int = 0, clock: str = "wall",
                on_run: Callable[[], None] | None = None) -> list[RealRun]:
     """Every policy once on one step's requests, in the order :func:`rotated` by ``repeat`` (a slow
     spell of the machine then falls on another policy each round). ``reference`` is the plain run
     over :func:`with_extra_tokens` (``PINNED_DEPTH`` more tokens per request) that the pinned drafter
-    reads and every speculative run must reproduce. ``on_run()`` is called after each run (progress)."""
+    reads and every speculative run must reproduce. Runs are timed on ``clock``
+    (:mod:`tltreal.validation.clock`). ``on_run()`` is called after each run (progress)."""
     probs = accept.position_probs(PINNED_DEPTH, PINNED_TOPK)
     runs = []
     for spec in rotated(specs, repeat):
         recorder = RecordingPolicy(make_policy(spec, seed=seed))
         if spec == "no-sd":
-            result = reference_run(target, requests, max_batch=max_batch, policy=recorder)
+            result = reference_run(target, requests, max_batch=max_batch, policy=recorder, clock=clock)
         else:
             result = speculative_run(target, requests, reference, recorder, position_probs=probs,
-                                     max_batch=max_batch, seed=seed)
+                                     max_batch=max_batch, seed=seed, clock=clock)
         runs.append(_real_run(requests.step, spec, result, recorder, repeat))
         if on_run is not None:
             on_run()
@@ -229,7 +234,7 @@ def profile_grid(runs: Sequence[RealRun], settings: NativeSettings) -> ProfileGr
     configs = tuple(sorted({c for r in runs for c in r.iterations["config"] if c.enabled}))
     return ProfileGrid(batch_sizes=tuple(b for b in settings.grid_batches if b <= settings.max_batch),
                        contexts=grid_contexts, prefill_lengths=lengths, sd_configs=configs,
-                       iterations=settings.grid_iterations, repeats=settings.grid_repeats)
+                       iterations=settings.grid_iterations, repeats=settings.grid_repeats, clock=settings.clock)
 
 
 def profile_table(target: Transformer, grid: ProfileGrid, settings: NativeSettings, accept: Positional,
@@ -241,7 +246,8 @@ def profile_table(target: Transformer, grid: ProfileGrid, settings: NativeSettin
     shown.phase("profiling the engine", grid_points(grid), "grid points")
     df = profile_native(target, grid, position_probs=dict.fromkeys(grid.sd_configs, probs),
                         seed=settings.seed if seed is None else seed, on_point=shown.advance)
-    meta = profile_metadata(target, command=command, model_fingerprint=shape_fingerprint(shape_of(settings.model)))
+    meta = profile_metadata(target, command=command, model_fingerprint=shape_fingerprint(shape_of(settings.model)),
+                            clock=settings.clock)
     return df, meta
 
 
@@ -324,7 +330,8 @@ def compare(steps: Sequence, specs: Sequence[str], runs: Sequence[RealRun], resu
             tries = by_key[(w.step, spec)]
             sim_accept: dict[str, list[float]] = {}
             for real in tries:
-                row = {"step": w.step, "policy": spec, "repeat": real.repeat, "real_s": real.makespan}
+                row = {"step": w.step, "policy": spec, "repeat": real.repeat, "real_s": real.makespan,
+                       "real_wall_s": real.wall_s}
                 for cost_name in ("calibrated", "analytic"):
                     cost = result.cost(cost_name, spec, real.repeat)
                     for acc_name, acc in accept_sources(real).items():
@@ -364,13 +371,18 @@ def makespan_spread(makespans: pd.DataFrame) -> pd.DataFrame:
     ((max - min) / median), every simulated makespan's median and, for every error column, the
     median, min and max."""
     errs = [c for c in makespans.columns if c.endswith("_err")]
-    sims = [c for c in makespans.columns if c.endswith("_s") and c != "real_s"]
+    sims = [c for c in makespans.columns if c.endswith("_s") and c not in ("real_s", "real_wall_s")]
     rows = []
     for (step, policy), g in makespans.groupby(["step", "policy"], sort=False):
         real = g["real_s"].to_numpy(dtype=np.float64)
         med = float(np.median(real))
         row = {"step": step, "policy": policy, "rounds": len(g), "real_s": med, "real_min_s": float(real.min()),
                "real_max_s": float(real.max()), "noise": float((real.max() - real.min()) / med) if med > 0 else np.nan}
+        if "real_wall_s" in g:  # wall-clock noise, and the share of the wall time the thread did not run
+            wall = g["real_wall_s"].to_numpy(dtype=np.float64)
+            row["wall_s"] = float(np.median(wall))
+            row["wall_noise"] = float((wall.max() - wall.min()) / np.median(wall))
+            row["descheduled"] = float(np.median(1 - real / wall))
         row.update({c: float(g[c].median()) for c in sims})
         for c in errs:
             v = g[c].to_numpy(dtype=np.float64)
@@ -380,10 +392,14 @@ def makespan_spread(makespans: pd.DataFrame) -> pd.DataFrame:
 
 
 def headline(makespans: pd.DataFrame, column: str) -> tuple[float, float, float]:
-    """The median |makespan error| in ``column`` over (step, policy), one value per round; returns
-    the median over the rounds, and their min and max (the spread a reader can repeat)."""
+    """The median |makespan error| in ``column``: per (step, policy) the median over the rounds of
+    each round's paired error (its run against its own table), then the median of their absolute
+    values over (step, policy) (the report's table, summarised). With it, the spread a reader can
+    repeat: the min and max over the rounds of each round alone (median |error| over (step, policy)),
+    which carry the noise of single runs that the median over rounds averages out."""
+    per_pair = makespans.groupby(["step", "policy"])[column].median().to_numpy(dtype=np.float64)
     per_round = makespans.groupby("repeat")[column].apply(lambda v: float(np.median(np.abs(v)))).to_numpy()
-    return float(np.median(per_round)), float(per_round.min()), float(per_round.max())
+    return float(np.median(np.abs(per_pair))), float(per_round.min()), float(per_round.max())
 
 
 @dataclass(frozen=True)
@@ -447,7 +463,8 @@ def validate_native(workloads: Sequence, specs: Sequence[str], accept: Positiona
         for requests in all_requests:
             shown.phase(f"round {repeat + 1}/{n}: real runs, step {requests.step}", len(specs), "runs")
             runs += real_round(target, requests, specs, accept, references[requests.step],
-                               max_batch=settings.max_batch, seed=settings.seed, repeat=repeat, on_run=shown.advance)
+                               max_batch=settings.max_batch, seed=settings.seed, repeat=repeat, clock=settings.clock,
+                               on_run=shown.advance)
         if table is None:
             loads.append(load_row(repeat, "profile"))
             grid = grid or profile_grid(runs, settings)
@@ -522,7 +539,7 @@ def validate_vllm(workloads: Sequence, specs: Sequence[str], settings: NativeSet
                     for w in steps]
     longest = max(r.max_len for r in all_requests)
     vs = VllmSettings(model=settings.model, drafter=vllm.drafter, late_scale=vllm.late_scale,
-                      max_batch=settings.max_batch, seed=settings.seed,
+                      max_batch=settings.max_batch, seed=settings.seed, clock=settings.clock,
                       max_model_len=max(VllmSettings.max_model_len, 2 ** int(np.ceil(np.log2(longest + 64)))))
     target_dir, draft_dir = write_models(Path(workdir), settings.model, seed=settings.seed,
                                          late_scale=vllm.late_scale)
