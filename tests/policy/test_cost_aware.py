@@ -189,46 +189,58 @@ def test_learns_per_position_acceptance_online_and_shares_it_across_batch_sizes(
     assert after.depth < before.depth
 
 
-def test_a_span_leaves_the_state_of_single_rounds() -> None:
+class Growing:
+    """The best chain shortens as contexts grow, so when the policy re-evaluates matters."""
+
+    def decode_time(self, ctx):
+        return 0.01
+
+    def sd_time(self, ctx, config):
+        return 0.01 * (1 + 0.02 * config.depth * (1 + float(np.mean(ctx)) / 50))
+
+    def prefill_time(self, new, cached):
+        return 1e-4 * float(np.sum(new))
+
+    def drafter_prefill_time(self, new, cached):
+        return 1e-5 * float(np.sum(new))
+
+
+SPAN_CASES = {
+    # learning and the shape choice: on throughout, the best chain shortening as contexts grow
+    "shapes": (lambda: CostAware(Growing(), ChainAcceptance((0.8,)),
+                                 candidates=tuple(SDConfig.chain(k) for k in range(1, 9)), recheck=7), 100),
+    # the earned switch: off at 300-token contexts, SD paying from 600 on, the forgone saving adding up
+    "earned": (lambda: _policy(ContextCost(prefill_s=1e-5), recheck=7), 300),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SPAN_CASES))
+def test_a_span_leaves_the_state_of_single_rounds(case: str) -> None:
     """The hold contract: running each decision for its whole hold and reporting one Outcome per
-    span gives the same per-iteration configs and the same learnt state as one round per iteration."""
+    span gives the same per-iteration configs and the same state as one round per iteration."""
+    make, start = SPAN_CASES[case]
 
-    class Growing:
-        """The best chain shortens as contexts grow, so when the policy re-evaluates matters."""
-
-        def decode_time(self, ctx):
-            return 0.01
-
-        def sd_time(self, ctx, config):
-            return 0.01 * (1 + 0.02 * config.depth * (1 + float(np.mean(ctx)) / 50))
-
-        def prefill_time(self, new, cached):
-            return 1e-4 * float(np.sum(new))
-
-        def drafter_prefill_time(self, new, cached):
-            return 1e-5 * float(np.sum(new))
-
-    def run(spans: bool) -> tuple[list[SDConfig], np.ndarray]:
-        policy = CostAware(Growing(), ChainAcceptance((0.8,)), candidates=tuple(SDConfig.chain(k) for k in range(1, 9)),
-                           recheck=7)
+    def run(spans: bool) -> tuple[list[SDConfig], dict]:
+        policy = make()
         configs: list[SDConfig] = []
-        ctx = 100
-        while len(configs) < 200:
+        ctx = start
+        while len(configs) < 400:
             b = 6 - sum(len(configs) >= e for e in (50, 120))  # a request finishes at iterations 50 and 120
             d: Decision = policy.decide(BatchView(b, (ctx,) * b))
-            upto = next(e for e in (50, 120, 200) if e > len(configs))
+            upto = next(e for e in (50, 120, 400) if e > len(configs))
             n = min(d.hold, upto - len(configs)) if spans else 1
             configs += [d.config] * n
             ctx += n
-            acc = 0.6 * min(d.config.depth, 2) * b * n
-            policy.observe(Outcome(d.config, b, b * n, 0.01 * n, d.config.depth * b * n, round(acc), iterations=n,
-                                   accepted_per_request=(acc / b,) * b))
-        return configs, policy.scales()
+            acc = b * n if d.config.enabled else 0  # one draft token accepted per request and iteration
+            policy.observe(Outcome(d.config, b, b * n + acc, 0.01 * n, d.config.depth * b * n, acc, iterations=n,
+                                   accepted_per_request=(acc / b,) * b if acc else ()))
+        state = {k: v for k, v in vars(policy).items() if k.startswith("_") and isinstance(v, (bool, int, float))}
+        return configs, {**state, "scales": policy.scales().tolist()}
 
     (spans, s1), (single, s2) = run(True), run(False)
-    assert len({c.depth for c in single}) > 1  # the choice does change along the way
+    assert len(set(single)) > 1  # the choice does change along the way
     assert spans == single
-    np.testing.assert_allclose(s1, s2, rtol=1e-12)
+    assert s1.keys() == s2.keys() and all(s1[k] == pytest.approx(s2[k], rel=1e-12) for k in s1)
 
 
 def test_known_lengths_reach_only_a_policy_that_asks() -> None:
@@ -307,3 +319,21 @@ def test_spec_options_reach_the_policy_and_bad_ones_are_one_error() -> None:
                 "cost-aware:memory=2", "cost-aware:foo=1"):
         with pytest.raises(InputError, match="cost-aware"):
             make_policy(bad, cost_model=LinearCost())
+
+
+@pytest.mark.parametrize("spec", ["cost-aware", "cost-aware:lengths=known:recheck=5"])
+def test_engine_spans_equal_per_iteration_stepping(spec: str) -> None:
+    """The hold contract end to end: the simulator running cost-aware's holds as spans gives the
+    makespan of stepping one iteration per decision."""
+    rng = np.random.default_rng(3)
+    n = 96
+    work = Work(0, np.repeat(np.arange(24), 4), rng.integers(50, 400, n),
+                np.minimum(rng.lognormal(6.5, 1.0, n).astype(np.int64) + 1, 3000))
+    accept = paper_qwen32b_tp4()
+
+    def sim(spans: bool) -> float:
+        policies = [make_policy(spec, accept_model=accept, cost_model=QWEN7B_H100) for _ in range(2)]
+        engine = EngineConfig(max_batch=40, closed_form=spans, coalesce=spans)
+        return simulate_step(work, policies=policies, cost=QWEN7B_H100, accept=accept, engine=engine, seed=1).makespan
+
+    assert sim(True) == pytest.approx(sim(False), rel=1e-9)
