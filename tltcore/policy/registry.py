@@ -28,8 +28,9 @@ joined by ``,``) and ``thresholds`` (ints joined by ``,``); ``eps-greedy`` takes
 the greedy oracle does); ``greedy-oracle`` takes ``arms``. ``cost-aware`` takes ``arms`` (default
 chains 1..8 and TLT's four 8_4_* trees), ``switch`` (the engine's switch mode it prices:
 ``reprefill`` (default, the engines' default), ``catch_up`` or ``in_step``), ``lengths``
-(``predicted`` (default: each request runs as many more tokens as its context holds) or ``known``:
-the simulator's true remaining lengths, clairvoyant), ``recheck`` (iterations between
+(``predicted`` (default: as many more tokens as a request's context holds, at least the earlier
+steps' mean length; switches then earned by ski rental, see :mod:`~tltcore.policy.cost_aware`) or
+``known``: the simulator's true remaining lengths, clairvoyant), ``recheck`` (iterations between
 re-evaluations at an unchanged batch, default 32), ``phases`` (of the predicted drain, default 8),
 ``prior`` (per-position acceptance without an acceptance model, default 0.7), ``prior_weight``
 (request-iterations the prior weighs, default 256) and ``memory`` (share of the learnt acceptance
