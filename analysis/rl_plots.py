@@ -12,6 +12,7 @@ from collections.abc import Mapping
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
 from analysis.style import category_ticks, colors_for, legend_outside, paper_rc
 from tltsim.rl.run import LATER_PHASES
@@ -110,6 +111,7 @@ def accept_over_steps(steps: pd.DataFrame, *, presets: list[str] | None = None,
         for label, v in (references or {}).items():
             ax.axhline(v, color=next(greys, "0.5"), ls=":", lw=1, label=label)
         ax.set_xlabel("RL step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("mean accept length (tokens / SD iteration)")
         ax.set_title(title)
         legend_outside(ax)
