@@ -25,7 +25,8 @@ from conftest import REPO, invoke_cli, needs_shared_traces
 from tltcore.atomic import MARKER, atomic_dir, check_output_dir, read_marker, sweep_stale, write_text, write_with
 from tltcore.errors import InputError
 
-SIM = ("sim", "run", "--trace", "polytrace_rl_rollouts", "--step", "0", "--policy", "no-sd", "--perfetto", "off")
+SIM = ("sim", "run", "--trace", "polytrace_rl_rollouts", "--step", "0", "--policy", "no-sd", "--perfetto", "off",
+       "--seeds", "1")
 
 
 def snapshot(root: Path) -> dict[str, bytes | None]:

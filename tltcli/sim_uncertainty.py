@@ -107,6 +107,7 @@ def run_seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, dest: Pa
         if totals is not None:
             console.print(seed_policy_table(totals, f"Whole run ({n_steps} rollouts back to back), {span}",
                                             makespan="rollout_s", makespan_label="rollout s"))
+        console.print(seed_bound_line(s, inputs, names, seeds), highlight=False)
     frame, name, metric = headline(runs)
     flip = ranking_flip(frame, name, metric)
     kinds = "presets" if runs.presets else "policies"
@@ -117,6 +118,20 @@ def run_seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, dest: Pa
     if not wrote_trace:
         console.print("trace.json not written (use --perfetto on to force; it holds the first seed)")
     console.print(f"results: {dest}")
+
+
+def seed_bound_line(s: Scenario, inputs: SimInputs, specs: tuple[str, ...], seeds: list[int]) -> str:
+    """The upper bound (:mod:`tltsim.upper_bound`) over the whole run at each seed (the dealing moves
+    it), as the median (min–max): no policy above finishes faster at that seed."""
+    from tltsim.seeds import fmt_range, with_seed
+    from tltsim.upper_bound import scenario_bounds
+
+    totals = np.array([sum(b.makespan for b in scenario_bounds(with_seed(s, inputs, k)[1], specs))
+                       for k in seeds])
+    caveat = ("" if s.acceptance.mode == "expected"
+              else " (a bound on expected accept lengths: stochastic runs may dip below)")
+    return (f"upper bound: at each seed no policy above finishes in under "
+            f"{fmt_range(float(np.median(totals)), float(totals.min()), float(totals.max()))} s" + caveat)
 
 
 def write_seed_results(dest: Path, runs: SeedRuns, agg: pd.DataFrame, totals: pd.DataFrame | None, s: Scenario,

@@ -64,7 +64,7 @@ def _per_seed(tmp: Path, args: list[str], name: str) -> dict[int, pd.DataFrame]:
     out = {}
     for k in range(SEEDS):
         dest = tmp / f"{name}-seed{k}"
-        res = invoke_cli(*args[:-2], "--seed", str(k), "--out", str(dest))
+        res = invoke_cli(*args[:-2], "--seed", str(k), "--seeds", "1", "--out", str(dest))
         assert res.returncode == 0, res.stderr
         out[k] = pd.read_csv(dest / "summary.csv")
     return out

@@ -47,7 +47,7 @@ def rl_run_folder(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("run") / "rl"
     res = invoke_cli("sim", "run", "--trace", "intern_s1_math", "--set", "trace.prompts_per_step=8", "--set",
                      "cluster.gpus=8", "--set", "cluster.tp=2", "--preset", "tlt", "--preset", "tlt-base",
-                     "--steps", "2", "--out", str(out))
+                     "--steps", "2", "--seeds", "1", "--out", str(out))
     assert res.returncode == 0, res.stderr
     return out
 
@@ -227,6 +227,6 @@ def test_report_of_a_seeds_folder_shows_every_number_with_its_spread(tmp_path):
 
     one = tmp_path / "one"
     assert invoke_cli("sim", "run", "--trace", "intern_s1_math", "--set", "trace.prompts_per_step=8", "--set",
-                      "cluster.gpus=8", "--out", str(one)).returncode == 0
+                      "cluster.gpus=8", "--seeds", "1", "--out", str(one)).returncode == 0
     assert invoke_cli("report", str(one), "--out", str(tmp_path / "rep1")).returncode == 0
     assert "One simulation seed, so no spread is shown" in (tmp_path / "rep1" / "README.md").read_text()

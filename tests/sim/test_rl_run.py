@@ -181,7 +181,7 @@ def test_cli_runs_presets_and_writes_the_step_table(tmp_path) -> None:
 
     out = tmp_path / "run"
     args = ["sim", "run", "--preset", "tlt", "--preset", "static-drafter", "--steps", "2", "--gpus", "8", "--tp", "2",
-            "--set", "trace.prompts_per_step=4", "--set", "trace.cap=4096", "--out", str(out)]
+            "--set", "trace.prompts_per_step=4", "--set", "trace.cap=4096", "--seeds", "1", "--out", str(out)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "speedup over veRL" in result.output and "static-drafter" in result.output

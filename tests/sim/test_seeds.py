@@ -3,6 +3,7 @@ and makespan is a median with min–max; the ranking-flip line; hostile `--seeds
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -105,7 +106,7 @@ def test_seed_values_and_bounds() -> None:
 @needs_shared_traces()
 def test_seeds_1_is_a_plain_run_byte_for_byte(tmp_path: Path) -> None:
     plain, one = tmp_path / "plain", tmp_path / "one"
-    assert invoke_cli("sim", "run", *FAST, "--out", str(plain)).returncode == 0
+    assert invoke_cli("sim", "run", *FAST, "--seeds", "1", "--out", str(plain)).returncode == 0
     r = invoke_cli("sim", "run", *FAST, "--seeds", "1", "--out", str(one))
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in plain.iterdir()) == sorted(p.name for p in one.iterdir())
@@ -124,7 +125,7 @@ def test_seeds_3_each_seed_is_the_plain_run_at_that_seed(tmp_path: Path) -> None
     summary = pd.read_csv(out / "summary.csv")
     assert summary.columns[0] == "seed" and sorted(summary["seed"].unique()) == [4, 5, 6]
     plain = tmp_path / "plain5"
-    assert invoke_cli("sim", "run", *FAST, "--seed", "5", "--out", str(plain)).returncode == 0
+    assert invoke_cli("sim", "run", *FAST, "--seed", "5", "--seeds", "1", "--out", str(plain)).returncode == 0
     mine = summary[summary["seed"] == 5].drop(columns="seed").reset_index(drop=True)
     pd.testing.assert_frame_equal(mine, pd.read_csv(plain / "summary.csv"))
     agg = pd.read_csv(out / "seeds_summary.csv").set_index("policy")
@@ -183,3 +184,17 @@ def test_hostile_seeds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command:
     line = _err_line(r)
     assert line.startswith("tlt: error:") and "--seeds" in line and says in line
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+@needs_shared_traces()
+def test_the_default_run_has_a_spread_and_the_bound_per_seed(tmp_path):
+    """`tlt sim run` without --seeds runs 3 seeds: every speedup and makespan comes as median
+    (min–max), and the upper bound too (the dealing seed moves it)."""
+    out = tmp_path / "default"
+    r = invoke_cli("sim", "run", *FAST, "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "simulation seeds 0-2 (dealing" in r.stdout
+    assert re.search(r"upper bound: at each seed no policy above finishes in under [0-9.]+ \([0-9.]+–[0-9.]+\) s",
+                     r.stdout)
+    assert sorted(pd.read_csv(out / "summary.csv")["seed"].unique()) == [0, 1, 2]
+    assert (out / "seeds_summary.csv").exists()

@@ -20,9 +20,10 @@ from tltsim.scenario import load_scenario
 def test_run_on_polytrace_step_writes_results_and_elastic_beats_no_sd(tmp_path):
     out = tmp_path / "res"
     result = CliRunner().invoke(app, ["sim", "run", "--trace", "polytrace_rl_rollouts", "--step", "0",
-                                      "--policy", "elastic+beg-mab", "--out", str(out)])
+                                      "--policy", "elastic+beg-mab", "--seeds", "1", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "no-sd" in result.output and "elastic+beg-mab" in result.output and "speedup" in result.output
+    assert "one simulation seed (--seeds 1): no spread" in result.output
     assert sorted(p.name for p in out.iterdir()) == [".tlt-results.json", "events.parquet",
                                                      "scenario.resolved.toml", "summary.csv", "trace.json"]
     summary = pd.read_csv(out / "summary.csv").set_index("policy")
@@ -74,7 +75,7 @@ def test_multi_step_run_progress_off_terminal_and_perfetto_switch(tmp_path, monk
 
     out = tmp_path / "three"
     proc = invoke_cli("sim", "run", "--scenario", "dapo_qwen32b_polytrace", "--steps", "3", "--policy",
-                      "elastic+beg-mab", "--perfetto", "off", "--out", str(out))
+                      "elastic+beg-mab", "--perfetto", "off", "--seeds", "1", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert "3 RL steps" in proc.stdout and "Whole run" in proc.stdout
     assert "simulating elastic+beg-mab (2/2)" in proc.stdout and "50% (" in proc.stdout
@@ -87,7 +88,7 @@ def test_multi_step_run_progress_off_terminal_and_perfetto_switch(tmp_path, monk
     import tltcli.sim as sim_cli
 
     monkeypatch.setattr(sim_cli, "PERFETTO_AUTO_MAX_BYTES", 10)
-    proc = invoke_cli("sim", "run", "--scenario", "dapo_qwen32b_polytrace", "--policy", "no-sd",
+    proc = invoke_cli("sim", "run", "--scenario", "dapo_qwen32b_polytrace", "--policy", "no-sd", "--seeds", "1",
                       "--out", str(tmp_path / "auto"))
     assert proc.returncode == 0 and "trace.json not written" in proc.stdout
     assert not (tmp_path / "auto" / "trace.json").exists()

@@ -142,7 +142,8 @@ def test_sim_run_prints_and_saves_the_bound(tmp_path) -> None:
     out = tmp_path / "res"
     result = CliRunner().invoke(app, ["sim", "run", "--scenario", "aime_qwen7b_64xh100", "--gpus", "8",
                                       "--set", "trace.prompts_per_step=8", "--policy", "cost-aware",
-                                      "--policy", "greedy-oracle", "--perfetto", "off", "--out", str(out)])
+                                      "--policy", "greedy-oracle", "--perfetto", "off", "--seeds", "1",
+                                      "--out", str(out)])
     assert result.exit_code == 0, result.output
     line = next(x for x in result.output.splitlines() if x.startswith("upper bound:"))
     bound = float(re.search(r"under ([0-9.]+) s", line)[1])
