@@ -104,8 +104,8 @@ def test_validate_native_reports_every_phase_and_unit(monkeypatch) -> None:
     validate_native(workloads, specs, acceptance_model(s.acceptance), settings, simulate=simulate_policy_step,
                     progress=rec)
     names = [name for name, _ in rec.phases]
-    assert names[0].startswith("building the model") and names[1] == "real runs, step 0"
+    assert names[0].startswith("building the model") and names[1] == "round 1/1: real runs, step 0"
     assert names[2] == "profiling the engine" and names[3] == "simulating step 0"
-    assert len(names) == _phase_plan(len(workloads), RealBackend.native, profiled=True) - 1
+    assert len(names) == _phase_plan(len(workloads), RealBackend.native, profiled=True, rounds=1) - 1
     for (_, total), done in zip(rec.phases, rec.done, strict=True):
         assert done == (total or 0)  # every unit announced arrives, no more
