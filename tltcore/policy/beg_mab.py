@@ -22,6 +22,18 @@ Windows are kept per (bucket, arm). With the default arms every arm lives in exa
 this is TLT's per-arm window; when a budget is reused by several buckets it keeps rewards measured at
 very different batch sizes (throughput scales with batch) from polluting each other.
 
+Holds (the :mod:`~tltcore.policy.base` contract). In a bucket with a single arm there is nothing
+to choose: untried-first and epsilon-greedy both return that arm, and no random number is drawn.
+The answer can change only when the batch size leaves the bucket, which only a finish or an
+admission does, so ``decide()`` there returns ``hold = HOLD_UNTIL_EVENT`` and the simulator runs
+the arm in one span instead of asking every iteration. This matters because TLT's default arms
+give every bucket exactly one arm (DESIGN §1): with them BEG-MAB is a batch-size table and never
+explores. Buckets with several arms still decide one iteration at a time (a bandit learns from
+every reward). The one trace a span leaves on the state: a one-arm bucket's window then holds one
+reward per span (the span's throughput) instead of one per iteration. No decision reads that
+window (there is no second arm to compare it with), so every decision and every simulated number
+is what one-iteration rounds give; only :meth:`rewards` of a one-arm bucket shows the difference.
+
 A new rollout step (``reset(step)``) keeps the learned windows: the tuner belongs to the engine and
 persists across RL steps in TLT, and the sliding window is what lets it follow the drafter as it
 is retrained. ``clear()`` forgets everything (and re-seeds), for a fresh tuner.
@@ -36,7 +48,7 @@ from random import Random
 
 from tltcore.errors import InputError
 from tltcore.policy.arm_bandit import ArmBandit, validate_eps, validate_window
-from tltcore.policy.base import Outcome, SDConfig
+from tltcore.policy.base import HOLD_UNTIL_EVENT, BatchView, Decision, Outcome, SDConfig
 from tltcore.policy.reward_window import RewardWindow
 
 DEFAULT_ARMS: tuple[SDConfig, ...] = (  # TLT's published arms (DESIGN §1)
@@ -76,6 +88,8 @@ class BucketedEpsilonGreedy(ArmBandit):
         validate_window(window, optional=False)
         self.window = window
         self.buckets = bucket_arms(self.arms, len(self.thresholds))
+        # per bucket: the held decision of its only arm, or None where arms compete (module docstring)
+        self._lone = [Decision(g[0], HOLD_UNTIL_EVENT) if len(g) == 1 else None for g in self.buckets]
         self.clear()
 
     def clear(self) -> None:
@@ -93,6 +107,11 @@ class BucketedEpsilonGreedy(ArmBandit):
         """The windowed rewards of ``arm`` in the bucket of ``batch_size`` (oldest first)."""
         window = self._windows[self.bucket_of(batch_size)].get(arm)
         return window.values() if window is not None else []
+
+    def decide(self, view: BatchView) -> Decision:
+        """A one-arm bucket's arm, held until the batch changes; elsewhere one iteration's pick."""
+        lone = self._lone[self.bucket_of(view.batch_size)]
+        return lone if lone is not None else self._decisions[self._pick(view.batch_size)]
 
     def _pick(self, batch_size: int) -> SDConfig:
         b = self.bucket_of(batch_size)
