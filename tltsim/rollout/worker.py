@@ -15,9 +15,10 @@ Each unit of work (:meth:`RolloutWorker.advance`) is one of:
   first finishing request. Plain spans use the cost model's closed form
   (:meth:`~tltcore.cost.CostModel.decode_span_time`); SD spans loop over iterations (with
   ``engine.fast`` in stochastic mode, their accept lengths are drawn in blocks:
-  :meth:`RolloutWorker._speculate_blocks`). An SD iteration emits each request's accept length
-  (bonus included), never beyond what it has left: the expected value (fractional progress) in
-  ``expected`` mode, a draw from the worker's seeded RNG through
+  :meth:`RolloutWorker._speculate_blocks`, and a block's times priced in one vectorised call,
+  :mod:`tltsim.rollout.span_cost`, as are long prefills such as the switch's). An SD iteration
+  emits each request's accept length (bonus included), never beyond what it has left: the
+  expected value (fractional progress) in ``expected`` mode, a draw from the worker's seeded RNG through
   :class:`~tltcore.acceptance.AcceptSampler` in ``stochastic`` mode. The policy is told one
   :class:`Outcome` per span.
 
@@ -42,8 +43,10 @@ from tltcore.policy.base import NO_SD, BatchView, Outcome, SDConfig, SDPolicy
 from tltcore.policy.recent_accept import RecentAccept
 from tltsim.rollout.entities import EngineConfig, LiveRequests
 from tltsim.rollout.scheduling import admissible, prefill_passes
+from tltsim.rollout.span_cost import prefill_pricer, span_pricer
 
 _EPS = 1e-9
+_VECTOR_PASSES = 4  # prefills of more passes than this are priced in one vectorised call
 _BLOCK_DRAWS = 4096  # accept lengths drawn at once by the block SD path (iterations x requests)
 _sum, _min = np.add.reduce, np.minimum.reduce  # skip ndarray.sum's Python wrapper on the hot path
 
@@ -74,6 +77,9 @@ class RolloutWorker:
         self.finish_time = t0
         self.row_closed = False
         self.fast = engine.fast
+        # a block's SD times in one vectorised call where the cost model allows (span_cost docstring)
+        self._price = span_pricer(cost) if engine.fast else None
+        self._price_prefill = prefill_pricer(cost) if engine.fast else None
         self.lag_dirty = True  # some live drafter may lag (fast path: skip the catch-up scan when not)
         self._mixed_base: float | None = None
         self._accept_len: dict[SDConfig, float] = {}
@@ -125,7 +131,10 @@ class RolloutWorker:
 
     def _prefill(self, new: np.ndarray, cached: np.ndarray, budget: int, *, target: bool,
                  drafter: bool) -> tuple[float, int]:
-        """Time and number of passes of a prefill through the target and/or the drafter."""
+        """Time and number of passes of a prefill through the target and/or the drafter (a long one,
+        such as the switch's re-prefill, priced in one vectorised call where the cost model allows)."""
+        if self._price_prefill is not None and int(_sum(new)) > _VECTOR_PASSES * budget:
+            return self._price_prefill(new, cached, budget, target, drafter)
         total, passes = 0.0, 0
         for new_a, old_a in prefill_passes(new, cached, budget):
             if target:
@@ -272,7 +281,7 @@ class RolloutWorker:
         emitted totals are still added one iteration at a time, in the same order."""
         live = self.live
         b, t0 = len(live), self.t
-        cost, recent, rng = self.cost, self.recent, self.rng
+        cost, recent, rng, price = self.cost, self.recent, self.rng, self._price
         emitted_total = 0.0
         drawn_total = np.zeros(b, dtype=np.int64)
         n = 0
@@ -301,9 +310,9 @@ class RolloutWorker:
                 emitted_block = step + before
             else:
                 emitted_block = cum[used - 1]
-            for j in range(used):
-                dt = cost.sd_time(ctx_rows[j], config)
-                emitted = float(sums[j])
+            dts = price(ctx_rows, config) if price is not None else [cost.sd_time(c, config) for c in ctx_rows]
+            for dt, emitted in zip(dts, sums, strict=True):
+                emitted = float(emitted)
                 emitted_total += emitted
                 recent.update(emitted / b)
                 self.t += dt
@@ -329,7 +338,7 @@ class RolloutWorker:
         computed once; the accepted-token accumulator is the same float for every request."""
         live = self.live
         b, t0 = len(live), self.t
-        cost, recent = self.cost, self.recent
+        cost, recent, price = self.cost, self.recent, self._price
         a = self._draw(config, b)
         full = float(_sum(np.full(b, a)))  # one unclipped iteration's emitted tokens, summed as numpy does
         less = a - 1
@@ -350,10 +359,12 @@ class RolloutWorker:
             hit = np.minimum.reduce(r[1:], axis=1) <= _EPS
             finish = bool(hit.any())
             used = int(hit.argmax()) + 1 if finish else k
-            ctx_rows = np.floor(g[1:used] + _EPS).astype(np.int64)
-            ctx_rows += prompt
-            for j in range(used):
-                dt = cost.sd_time(live.ctx if j == 0 else ctx_rows[j - 1], config)
+            ctx_rows = np.empty((used, b), dtype=np.int64)
+            ctx_rows[0] = live.ctx
+            if used > 1:
+                np.add(np.floor(g[1:used] + _EPS).astype(np.int64), prompt, out=ctx_rows[1:])
+            dts = price(ctx_rows, config) if price is not None else [cost.sd_time(c, config) for c in ctx_rows]
+            for j, dt in enumerate(dts):
                 if finish and j == used - 1:
                     step = np.minimum(r[j], a)
                     emitted = float(_sum(step))

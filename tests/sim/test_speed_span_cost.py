@@ -1,0 +1,142 @@
+"""The simulator's block pricing (:mod:`tltsim.rollout.span_cost`) is the roofline's ``sd_time`` row by
+row, to the last bit, and stands aside for any cost model it does not mirror.
+
+Why pinned: the vectorised mirror repeats ``sd_time``'s formula so the SD tail costs one call per
+block (issue 24); if either side changes, the simulation would drift silently. Exact equality over
+random blocks (batch sizes on and off the CUDA-graph sizes, shapes deep and wide, long contexts,
+smooth and sharp roofline, the measured subclass) catches a drift at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pytest
+from cost.profile_fixtures import write_profiles
+
+import tltsim.rollout.worker as worker
+from tltcore.acceptance import paper_qwen32b_tp4
+from tltcore.cost import RooflineCostModel
+from tltcore.cost.measured import measured_cost_model
+from tltcore.hardware import get_gpu
+from tltcore.model_shape import get_model
+from tltcore.policy.base import SDConfig, Static
+from tltcore.policy.elastic import Elastic
+from tltsim.rollout import EngineConfig, simulate_step
+from tltsim.rollout.scheduling import prefill_passes
+from tltsim.rollout.span_cost import prefill_pricer, span_pricer
+from tltsim.traces.workload import StepWorkload
+
+SHAPES = [SDConfig(8, 4, 48), SDConfig(8, 4, 8), SDConfig(4, 1, 4), SDConfig(12, 8, 64), SDConfig(1, 1, 1)]
+
+
+def _models(tmp_path):
+    qwen7b, qwen32b, h100 = get_model("Qwen2.5-7B"), get_model("Qwen2.5-32B"), get_gpu("h100")
+    root = write_profiles(tmp_path / "profiles")
+    return [RooflineCostModel(qwen7b, h100), RooflineCostModel(qwen32b, h100, tp=4),
+            RooflineCostModel(qwen7b, h100, tp=2, smoothness=4.0, kernel_latency_s=2e-6, kernels_per_layer=9),
+            RooflineCostModel(qwen32b, h100, tp=4, kv_block_size=1),
+            measured_cost_model(qwen32b, "H100", 4, profiles=root)]
+
+
+def test_block_prices_equal_sd_time_row_by_row(tmp_path) -> None:
+    rng = np.random.default_rng(0)
+    for cost in _models(tmp_path):
+        price = span_pricer(cost)
+        assert price is not None
+        for b in (1, 2, 3, 5, 17, 21, 64, 257, 600):
+            for config in SHAPES:
+                rows = rng.integers(1, 40_000, size=(int(rng.integers(1, 9)), b), dtype=np.int64)
+                got = price(rows, config)
+                want = [cost.sd_time(r, config) for r in rows]
+                assert got == want, (type(cost).__name__, b, config)  # exact, not approx
+                assert all(type(x) is float for x in got)
+
+
+def _prefill_by_pass(cost, new, cached, budget, target, drafter):
+    """The worker's scalar loop: one cost call per pass and model, added in order."""
+    total, passes = 0.0, 0
+    for n, c in prefill_passes(new, cached, budget):
+        if target:
+            total += cost.prefill_time(n, c)
+        if drafter:
+            total += cost.drafter_prefill_time(n, c)
+        passes += 1
+    return total, passes
+
+
+def test_prefill_prices_equal_the_pass_by_pass_sum(tmp_path) -> None:
+    rng = np.random.default_rng(1)
+    for cost in _models(tmp_path):
+        price = prefill_pricer(cost)
+        assert price is not None
+        for budget in (1, 37, 512, 2048, 8192):
+            for size in (1, 2, 5, 33, 200):
+                new = rng.integers(0, 12_000 if budget > 100 else 60, size, dtype=np.int64)
+                new[rng.random(size) < 0.1] = 0  # empty requests are skipped
+                cached = rng.integers(0, 5_000, size, dtype=np.int64) * (rng.random() < 0.5)
+                if budget == 512 and size == 2:
+                    new[:] = [budget, 3 * budget]  # windows ending exactly at request ends
+                for target, drafter in ((True, False), (False, True), (True, True)):
+                    got = price(new, cached, budget, target, drafter)
+                    want = _prefill_by_pass(cost, new, cached, budget, target, drafter)
+                    assert got == want, (type(cost).__name__, budget, size, target, drafter)
+        assert price(np.zeros(3, dtype=np.int64), np.zeros(3, dtype=np.int64), 16, True, True) == (0.0, 0)
+
+
+@dataclass(frozen=True)
+class _Tweaked(RooflineCostModel):
+    def sd_time(self, context_lens: np.ndarray, config: SDConfig) -> float:
+        return 2 * super().sd_time(context_lens, config)
+
+
+@dataclass(frozen=True)
+class _PrefillTweaked(RooflineCostModel):
+    def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
+        return 2 * super().prefill_time(new_tokens, cached_tokens)
+
+
+def test_stands_aside_for_models_it_does_not_mirror() -> None:
+    assert span_pricer(object()) is None
+    assert span_pricer(_Tweaked(get_model("Qwen2.5-7B"), get_gpu("h100"))) is None
+    assert prefill_pricer(object()) is None
+    assert prefill_pricer(_PrefillTweaked(get_model("Qwen2.5-7B"), get_gpu("h100"))) is None
+
+
+@pytest.mark.parametrize("mode", ["expected", "stochastic"])
+def test_worker_prices_in_one_call_and_matches_the_call_by_call_path(mode, monkeypatch) -> None:
+    """The same event log with the pricers as with one cost call per SD row and prefill pass, and
+    both pricers really serve (SD blocks, and the elastic switch's re-prefill of long contexts)."""
+    rng = np.random.default_rng(3)
+    n = 24
+    w = StepWorkload(step=0, source="test", group_ids=np.repeat(np.arange(6), 4),
+                     prompt_tokens=rng.integers(50, 400, n), response_tokens=rng.integers(1, 6000, n),
+                     hit_cap=np.zeros(n, dtype=bool))
+    cost = RooflineCostModel(get_model("Qwen2.5-32B"), get_gpu("h100"), tp=4)
+    calls: dict[str, list[int]] = {"sd": [], "prefill": []}
+
+    def sim():
+        policies = [Elastic(Static(SDConfig(8, 4, 16)), threshold=8) for _ in range(2)]
+        return simulate_step(w, policies=policies, cost=cost, accept=paper_qwen32b_tp4(),
+                             engine=EngineConfig(acceptance_mode=mode), seed=1).events
+
+    def counted(make, key):
+        def pricer(c):
+            price = make(c)
+
+            def wrapped(*args):
+                calls[key].append(len(args[0]))
+                return price(*args)
+            return wrapped
+        return pricer
+
+    monkeypatch.setattr(worker, "span_pricer", counted(worker.span_pricer, "sd"))
+    monkeypatch.setattr(worker, "prefill_pricer", counted(worker.prefill_pricer, "prefill"))
+    fast = sim()
+    assert calls["sd"] and max(calls["sd"]) > 1
+    assert calls["prefill"]  # the switch re-prefill of every live context
+    monkeypatch.setattr(worker, "span_pricer", lambda c: None)
+    monkeypatch.setattr(worker, "prefill_pricer", lambda c: None)
+    pd.testing.assert_frame_equal(fast, sim(), check_exact=True)

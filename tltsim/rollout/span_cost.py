@@ -1,0 +1,132 @@
+"""The times of a block of SD iterations, and of a long chunked prefill, from one vectorised pass,
+bit for bit what :class:`~tltcore.cost.roofline.RooflineCostModel` gives call by call.
+
+Why: the simulator's SD spans run in blocks (:meth:`~tltsim.rollout.worker.RolloutWorker._speculate_blocks`)
+whose context rows are known before any is priced; calling ``sd_time`` once per row costs about
+10 us of Python plumbing (validation, three reductions, the draft-step loop) per iteration, most of
+the SD tail's simulation time (issue 24). Priced together, the per-request reductions are two 2-D
+integer reductions (exact, so equal to the per-row sums) and every floating-point step is the same
+IEEE operation on the same operands in the same order as the scalar code, applied element-wise
+(int64 -> float64 conversion, products, sums, and ``a if a > b else b`` as ``numpy.where``), so
+each row's time is the scalar's to the last bit. ``tests/sim/test_speed_span_cost.py`` pins that
+for random blocks, every batch size class and tree shape, and both roofline classes.
+
+The same for prefills (:func:`prefill_pricer`): the elastic switch re-prefills every live context
+through target and drafter at a quarter of the prefill budget, about 200 passes per worker and step,
+each priced by two scalar calls after :func:`~tltsim.rollout.scheduling.prefill_passes` built two
+small arrays for it. The passes are consecutive windows of ``budget`` tokens over the requests'
+new tokens laid end to end, so their chunks are the segments between request starts and window
+starts; every per-pass quantity the roofline's ``_prefill`` sums (rows, live requests, paged KV
+read, causal positions) is an exact integer reduction over segments, and the floating-point part
+(``fixed_time``, ``attention_time``, the per-iteration overhead, the running total) is still called
+and added per pass in the same order.
+
+Only the roofline's own ``sd_time`` and ``_prefill`` are mirrored: :func:`span_pricer` returns None for any other
+cost model, or a subclass that overrides a piece of it, and the worker then prices row by row.
+This mirror belongs next to ``sd_time`` in :mod:`tltcore.cost.roofline` (one place for the formula);
+it lives here only until that module's owner takes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from tltcore.cost.roofline import RooflineCostModel, _ForwardCosts
+from tltcore.policy.base import SDConfig
+
+SpanPricer = Callable[[np.ndarray, SDConfig], list[float]]
+PrefillPricer = Callable[[np.ndarray, np.ndarray, int, bool, bool], tuple[float, int]]
+_PARTS = ("sd_time", "_sd_constants", "_draft_attention", "_sums", "padded")
+_PREFILL_PARTS = ("prefill_time", "drafter_prefill_time", "_prefill")
+
+
+def span_pricer(cost: object) -> SpanPricer | None:
+    """``price(ctx_rows, config)``: the SD time of every row of ``ctx_rows`` (iterations x requests,
+    int64, at least one request), or None where ``cost`` is not a roofline this module mirrors."""
+    if not isinstance(cost, RooflineCostModel):
+        return None
+    kind = type(cost)
+    if any(getattr(kind, p) is not getattr(RooflineCostModel, p) for p in _PARTS):
+        return None
+    target, draft = cost._target, cost._draft
+    # the measured model's forwards replace fixed_time only (reached through _sd_constants, called as is)
+    if any(not isinstance(f, _ForwardCosts) or type(f).attention_time is not _ForwardCosts.attention_time
+           for f in (target, draft)):
+        return None
+    bs = cost.kv_block_size
+    kv_d, att_d = draft.kv_read_s_per_token, draft.attention_s_per_position
+    kv_t, att_t = target.kv_read_s_per_token, target.attention_s_per_position
+    tail = (cost.sd_overhead_s, cost.iteration_overhead_s)
+
+    def price(ctx_rows: np.ndarray, config: SDConfig) -> list[float]:
+        k, b = ctx_rows.shape
+        depth, topk, verify_tokens = config.depth, config.topk, config.verify_tokens
+        draft_fixed, draft_overhead, verify_fixed = cost._sd_constants(b, depth, topk, verify_tokens)
+        # RooflineCostModel._sums per row: b * sum(ceil(x / b)) and sum(x), exact integers
+        paged = np.add.reduce(np.floor_divide(ctx_rows + (bs - 1), bs), axis=1) * bs
+        ctx_sum = np.add.reduce(ctx_rows, axis=1)
+        # _draft_attention: total starts at draft_fixed, each step adds max(kv, att) in step order
+        total = np.full(k, draft_fixed)
+        for step in range(depth):
+            drafted = b * (step + 1)
+            kv = (paged + topk * drafted) * kv_d
+            att = (topk * (ctx_sum + drafted)) * att_d
+            total += np.where(att > kv, att, kv)
+        tokens = verify_tokens + 1
+        kv = (paged + b * tokens) * kv_t
+        att = (tokens * (ctx_sum + b * tokens)) * att_t
+        verify = verify_fixed + np.where(att > kv, att, kv)  # _ForwardCosts.attention_time: max(kv, att)
+        out = total + draft_overhead
+        out += verify
+        out += tail[0]
+        out += tail[1]
+        return out.tolist()
+
+    return price
+
+
+def prefill_pricer(cost: object) -> PrefillPricer | None:
+    """``price(new, cached, budget, target, drafter)``: ``(time, passes)`` of a chunked prefill of
+    ``new`` tokens per request on top of ``cached`` ones, packed into passes of at most ``budget``
+    new tokens, through the target and/or the drafter, as
+    :meth:`tltsim.rollout.worker.RolloutWorker._prefill` adds it up pass by pass (target, then
+    drafter); None where ``cost`` is not a roofline whose ``_prefill`` this mirrors."""
+    if not isinstance(cost, RooflineCostModel):
+        return None
+    kind = type(cost)
+    if any(getattr(kind, p) is not getattr(RooflineCostModel, p) for p in _PREFILL_PARTS):
+        return None
+    bs, overhead = cost.kv_block_size, cost.iteration_overhead_s
+    t_fixed, t_att = cost._target.fixed_time, cost._target.attention_time
+    d_fixed, d_att = cost._draft.fixed_time, cost._draft.attention_time
+
+    def price(new: np.ndarray, cached: np.ndarray, budget: int, target: bool, drafter: bool) -> tuple[float, int]:
+        keep = new > 0  # prefill_passes skips empty requests
+        if not keep.all():
+            new, cached = new[keep], cached[keep]
+        if len(new) == 0:
+            return 0.0, 0
+        ends = np.cumsum(new)
+        tokens = int(ends[-1])
+        starts = ends - new  # each request's first new token in the stream
+        n_pass = -(-tokens // budget)
+        cuts = np.union1d(starts, np.arange(0, tokens, budget, dtype=np.int64))  # segment starts, increasing
+        seg = np.diff(np.append(cuts, tokens))  # every segment non-empty: one chunk of one request in one pass
+        req = np.searchsorted(starts, cuts, side="right") - 1
+        old = cached[req] + (cuts - starts[req])  # tokens of that request before the chunk
+        first = np.searchsorted(cuts // budget, np.arange(n_pass, dtype=np.int64))  # each pass's first chunk
+        rows = np.add.reduceat(seg, first).tolist()
+        live = np.diff(np.append(first, len(cuts))).tolist()
+        kv = (np.add.reduceat(-(-old // bs) * bs, first) + rows).tolist()
+        pos = np.add.reduceat(seg * old + seg * (seg + 1) // 2, first).tolist()
+        total = 0.0
+        for r, n_live, k, q in zip(rows, live, kv, pos, strict=True):
+            if target:
+                total += t_fixed(r, n_live) + t_att(k, q) + overhead
+            if drafter:
+                total += d_fixed(r, 0) + d_att(k, q) + overhead
+        return total, n_pass
+
+    return price
