@@ -156,6 +156,7 @@ def run_report(path: Path, command: str) -> Report:
         _rl_sections(rep, summary, steps)
     else:
         _rollout_sections(rep, summary)
+    rep.sections += _warning_sections(path)
     rep.sections.append(f"## Timeline{timeline_note}")
     rep.figure("rollout_timeline", "Running batch per rollout worker; SD spans coloured; released workers idle "
                "(grey strip) or training the drafter (green strip)", lambda: rollout_timeline(events))
@@ -163,6 +164,28 @@ def run_report(path: Path, command: str) -> Report:
                "over time", lambda: gpu_utilisation(events))
     _sd_sections(rep, s)
     return rep
+
+
+def _warning_sections(path: Path) -> list[str]:
+    """The run's warnings (``warnings.csv``, :mod:`tltsim.run_warnings`) as a list: what went wrong
+    and where, beside the tables that only show that a policy did not pay."""
+    from tltsim.run_warnings import WARNINGS_CSV
+
+    file = path / WARNINGS_CSV
+    if not file.exists():
+        return ["## Warnings", f"No `{WARNINGS_CSV}` in this folder (written by `tlt sim run` since it checks runs "
+                "for these): run the reproduce command above for the switch, SD-cost and RL-share warnings."]
+    check_input(file, what="a file of a `tlt sim run` results folder")
+    try:
+        table = pd.read_csv(file)
+    except pd.errors.EmptyDataError:
+        table = pd.DataFrame()
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise InputError(f"not a readable CSV table ({reason(exc, 120)})", path=file) from None
+    if "message" not in table.columns or table.empty:
+        return ["## Warnings", "None: every elastic switch fired where SD paid and cost less than SD gained, no "
+                "policy ran SD where it is slower than no-SD, and (whole RL runs) rollout dominates the step."]
+    return ["## Warnings", "\n".join(f"- {m}" for m in table["message"].astype(str))]
 
 
 def _not_paying(table: pd.DataFrame, name: str, value: str = "speedup") -> str:

@@ -5,7 +5,8 @@ trace as one step, Qwen2.5-7B on 64 H100 with TP 4, ``no-sd`` vs ``elastic+beg-m
 override single fields; ``--set dotted.field=value`` reaches any other field. Results go to
 ``results/sim/<hash of the resolved scenario>/`` unless ``--out`` says otherwise, written as one
 atomic folder: ``events.parquet``, ``summary.csv``, ``trace.json`` (single-step runs, or ``--perfetto on``),
-``scenario.resolved.toml``.
+``scenario.resolved.toml``, ``warnings.csv`` (:mod:`tltsim.run_warnings`: what went wrong and where, also
+printed as ``warning: ...`` lines after the tables).
 With ``--preset`` (or ``presets`` in the scenario) it simulates whole RL steps of named systems
 (:mod:`tltsim.rl.presets`, :mod:`tltsim.rl.run`) and adds ``steps.csv``, one row per (preset, step).
 """
@@ -28,6 +29,7 @@ from tltcli.progress import policy_progress
 from tltcore.atomic import atomic_dir, check_output_dir
 from tltcore.errors import InputError, warn
 from tltcore.summary import run_totals
+from tltsim.run_warnings import WARNINGS_CSV, print_warnings, scenario_warnings, warnings_frame
 from tltsim.scenario import (
     BASELINE_POLICY,
     Scenario,
@@ -236,7 +238,9 @@ def run(
         events, summary = compare_policies(s, inputs, progress=on_finish, on_policy=on_policy)
     dest = out if out is not None else DEFAULT_RESULTS / scenario_hash(s)
     bound = upper_bound_table(inputs, specs, summary)
-    wrote_trace = write_results(dest, events, summary, s, perfetto, force=force)
+    warnings = scenario_warnings(inputs, events, summary)
+    wrote_trace = write_results(dest, events, summary, s, perfetto, force=force,
+                                extra_csv={WARNINGS_CSV: warnings_frame(warnings)})
     n_steps = len(inputs.workloads)
     title = (f"One RL step, {s.trace.name} step {inputs.workload.step}" if n_steps == 1
              else f"{n_steps} RL steps of {s.trace.name}, per step")
@@ -245,6 +249,7 @@ def run(
         totals = run_totals(summary, gpus=s.cluster.gpus)
         console.print(run_table(totals, f"Whole run ({n_steps} rollouts back to back)"))
     console.print(upper_bound_line(bound, s.acceptance.mode))
+    print_warnings(console, warnings)
     console.print(ONE_SEED, highlight=False)
     if not wrote_trace:
         console.print(f"trace.json not written ({_why_no_trace(events, perfetto)}; use --perfetto on to force)")
@@ -298,13 +303,16 @@ def _run_presets(s: Scenario, inputs: SimInputs, console: Console, out: Path | N
     with policy_progress(console, names, responses) as (on_preset, on_finish):
         events, steps, summary = compare_presets(s, inputs, progress=on_finish, on_preset=on_preset)
     dest = out if out is not None else DEFAULT_RESULTS / scenario_hash(s)
-    wrote_trace = write_results(dest, events, summary, s, perfetto, force=force, steps=steps)
+    warnings = scenario_warnings(inputs, events, summary)
+    wrote_trace = write_results(dest, events, summary, s, perfetto, force=force, steps=steps,
+                                extra_csv={WARNINGS_CSV: warnings_frame(warnings)})
     if not steps.empty:
         console.print(preset_step_table(steps, f"{len(inputs.workloads)} RL steps of {s.trace.name}, per step"))
     console.print(preset_summary_table(summary, "Whole run: end-to-end speedup over veRL"))
     for r in summary.itertuples(index=False):
         if r.status != "ok":
             console.print(f"[bold red]{r.preset}[/]: {r.note}")
+    print_warnings(console, warnings)
     console.print(ONE_SEED, highlight=False)
     if not wrote_trace:
         console.print(f"trace.json not written ({_why_no_trace(events, perfetto)}; use --perfetto on to force)")

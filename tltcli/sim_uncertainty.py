@@ -8,7 +8,8 @@
   speedup and makespan, ``<metric>_median``, ``<metric>_min`` and ``<metric>_max`` over the seeds;
 * ``seeds_totals.csv`` — with several RL steps (policies): the whole run's rollout seconds and speedup;
 * ``events.parquet`` — every seed's events with a ``seed`` column; ``trace.json`` the first seed's;
-* ``seeds.png`` / ``seeds.pdf`` — per policy the median, min–max and each seed, speedup and makespan.
+* ``seeds.png`` / ``seeds.pdf`` — per policy the median, min–max and each seed, speedup and makespan;
+* ``warnings.csv`` — :mod:`tltsim.run_warnings` per seed, merged: each says at how many seeds it holds.
 
 ``tlt sim sensitivity`` writes ``sensitivity.csv``, ``tornado.png``/``.pdf``, ``README.md`` (the
 ranges and why) and ``scenario.resolved.toml``.
@@ -16,6 +17,7 @@ ranges and why) and ``scenario.resolved.toml``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tltcore.atomic import atomic_dir
+from tltsim.run_warnings import WARNINGS_CSV, RunWarning, print_warnings, scenario_warnings, warnings_frame
 from tltsim.scenario import Scenario, SimInputs, scenario_toml
 from tltsim.seeds import (
     SeedRuns,
@@ -92,7 +95,8 @@ def run_seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, dest: Pa
             runs = run_policy_seeds(s, n, inputs, progress=on_finish, on_policy=hook)
     agg = seeds_summary(runs)
     totals = None if runs.presets or len(inputs.workloads) == 1 else seeds_totals(runs)
-    wrote_trace = write_seed_results(dest, runs, agg, totals, s, perfetto, force=force)
+    warnings = scenario_warnings(inputs, runs.events, runs.summary)
+    wrote_trace = write_seed_results(dest, runs, agg, totals, s, perfetto, force=force, warnings=warnings)
     span = f"seeds {seeds[0]}-{seeds[-1]}"
     if runs.presets:
         console.print(seed_preset_table(agg, f"Whole run over {n} {span}: median (min–max) over the seeds"))
@@ -113,6 +117,7 @@ def run_seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, dest: Pa
     kinds = "presets" if runs.presets else "policies"
     console.print(flip if flip is not None else f"ranking: every seed orders the {kinds} as the medians do",
                   highlight=False, soft_wrap=True)
+    print_warnings(console, warnings)
     console.print(f"simulation {span} (dealing, stochastic acceptance, policy seeds); trace.seed "
                   f"{s.trace.seed} fixed (the same responses at every seed)", highlight=False)
     if not wrote_trace:
@@ -135,8 +140,9 @@ def seed_bound_line(s: Scenario, inputs: SimInputs, specs: tuple[str, ...], seed
 
 
 def write_seed_results(dest: Path, runs: SeedRuns, agg: pd.DataFrame, totals: pd.DataFrame | None, s: Scenario,
-                       perfetto, *, force: bool = False) -> bool:
-    """The ``--seeds`` results folder (module docstring), built aside and swapped in atomically."""
+                       perfetto, *, force: bool = False, warnings: Sequence[RunWarning] | None = None) -> bool:
+    """The ``--seeds`` results folder (module docstring), built aside and swapped in atomically;
+    ``warnings`` (merged over the seeds) go to ``warnings.csv``."""
     from analysis.uncertainty_plots import seed_spread_figure
     from tltcli.sim import write_results
 
@@ -146,7 +152,8 @@ def write_seed_results(dest: Path, runs: SeedRuns, agg: pd.DataFrame, totals: pd
         panels = [("speedup", "end-to-end speedup over verl (x)"), ("total_s", "whole-run time (s)")]
     else:
         panels = [("speedup", "rollout speedup over no-sd (x)"), ("rollout_s", "rollout makespan, whole run (s)")]
-    extra = {"seeds_summary.csv": agg, **({"seeds_totals.csv": totals} if totals is not None else {})}
+    extra = {"seeds_summary.csv": agg, **({"seeds_totals.csv": totals} if totals is not None else {}),
+             **({WARNINGS_CSV: warnings_frame(warnings)} if warnings is not None else {})}
     steps = runs.steps if runs.steps is not None and not runs.steps.empty else None
     return write_results(dest, runs.events, runs.summary, s, perfetto, force=force, steps=steps, trace_events=first,
                          extra_csv=extra, also=lambda tmp: seed_spread_figure(frame, name, panels, tmp / "seeds"))

@@ -1,0 +1,461 @@
+"""Warnings about a simulated run: where a policy's SD setting failed in ways the speedup table hides.
+
+A speedup of 0.996x says *that* a policy did not pay, not *why*. These checks read a run's event log
+and summary (what ``tlt sim run`` writes) with the scenario's cost and acceptance models and name the
+cause, per policy:
+
+* ``switch_never_fired`` — an elastic policy never turned SD on on some worker although SD would have
+  paid at that worker's smallest running batch (the threshold is below every batch the worker ran);
+* ``switch_late`` — the switch did fire, but only after the worker had spent a noticeable share of
+  its rollout at batch sizes where SD already paid;
+* ``switch_cost`` — on some worker the switch (re-prefill or drafter catch-up) cost more seconds than
+  SD's iterations saved;
+* ``sd_slower`` — the policy ran SD at batch sizes where, on this GPU, an SD iteration is slower than a
+  plain one (:func:`tltcore.sd_speedup.sd_speedup_table` below 1x);
+* ``rl_dominated`` — whole RL runs: reward or training takes so much of veRL's step that a rollout
+  speedup cannot show end to end (Amdahl's bound is given).
+
+Everything here is a pure function of tables and models (no simulation, no I/O), so ``tlt sim run``,
+``tlt report`` and a later ``tlt advise`` print the same lines. It lives in :mod:`tltsim` rather than
+:mod:`tltcore` because it reads the simulator's event-log conventions (the ``no-sd`` baseline run of
+the same workload, preset summaries) and builds policies from specs with the scenario's models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tltcore.policy.base import SDConfig
+from tltcore.sd_speedup import sd_speedup_table
+
+#: The kinds of warning, in the order they are printed.
+WARNING_KINDS = ("switch_never_fired", "switch_late", "switch_cost", "sd_slower", "rl_dominated")
+
+#: The results-folder file the warnings are written to (``tlt report`` reads it back).
+WARNINGS_CSV = "warnings.csv"
+
+#: Columns of ``warnings.csv`` (one row per :class:`RunWarning`).
+WARNING_COLUMNS = ("kind", "subject", "step", "worker", "workers", "held", "message")
+
+#: SD "would have paid" at a batch when the best of the policy's shapes gives at least this per-iteration
+#: speedup there. Above 1 on purpose: a 2% per-iteration gain is inside the cost model's error and is
+#: wiped out by the switch's re-prefill, so a switch that skips it is not a failure worth a warning.
+PAYS_SPEEDUP = 1.10
+
+#: A switch fired "late" when the SD-on-time it missed before firing (no-SD seconds at batches where
+#: SD pays, times the share SD would have saved) is at least this share of the worker's rollout:
+#: 5% is about the spread the dealing seed alone moves a makespan by, so smaller losses are noise.
+LATE_LOSS_SHARE = 0.05
+
+#: A worker's switch cost is worth a warning only when it is at least this share of its rollout time:
+#: a static policy's drafter catch-up at the first iteration costs milliseconds and is no finding.
+MIN_SWITCH_SHARE = 0.01
+
+#: Below this per-iteration speedup SD is slower than plain decoding (the definition, not a margin).
+SLOWER_BELOW = 1.0
+
+#: ``sd_slower`` fires when at least this share of a policy's SD decode seconds ran at (shape, batch)
+#: pairs below :data:`SLOWER_BELOW`; a few tail iterations at a slow shape are a bandit exploring.
+MIN_SLOW_SD_SHARE = 0.05
+
+#: Whole RL runs: below this rollout share of veRL's step, most of the step is not rollout, so even an
+#: infinitely fast rollout gives less than 2x end to end (Amdahl: 1 / (1 - 0.5)).
+MIN_ROLLOUT_SHARE = 0.5
+
+#: Whole RL runs: reward above this share of veRL's step (a sandbox, an LLM judge) caps the gain to
+#: 1 / 0.25 = 4x even with a free rollout, and users report "no end-to-end gain" from here on.
+MAX_REWARD_SHARE = 0.25
+
+#: The rollout-only baseline policy and the RL-run baseline preset (their rows are never warned about).
+BASELINE_POLICY = "no-sd"
+BASELINE_PRESET = "verl"
+
+
+@dataclass(frozen=True)
+class RunWarning:
+    """One finding: ``kind`` (:data:`WARNING_KINDS`), the policy or preset it is about (``subject``),
+    the RL step (None: the whole run), the worker named in the message as the example (None: not per
+    worker), every worker it holds on, at how many seeds or steps it holds (``held``, empty for one
+    run of one step) and the sentence printed after ``warning:``."""
+
+    kind: str
+    subject: str
+    step: int | None
+    worker: int | None
+    workers: tuple[int, ...]
+    message: str
+    held: str = ""
+
+    def line(self) -> str:
+        """The printed line (without the ``warning:`` prefix)."""
+        return f"{self.message} ({self.held})" if self.held else self.message
+
+
+# ---- models ---------------------------------------------------------------------------------------
+def policy_shapes(spec: str, cost: Any = None, accept: Any = None) -> tuple[SDConfig, ...]:
+    """The draft shapes the policy ``spec`` can choose (its inner policy's, under ``elastic``): the
+    static config, a bandit's arms, a vLLM table's rows, SGLang's chain depths, cost-aware's
+    candidates. Empty for ``no-sd``; TLT's four trees when the policy does not say."""
+    from tltcore.policy.beg_mab import DEFAULT_ARMS
+    from tltcore.policy.registry import _NullModels, make_policy
+
+    null = _NullModels()
+    policy = make_policy(spec, accept_model=accept or null, cost_model=cost or null)
+    inner = getattr(policy, "inner", policy)
+    shapes: list[SDConfig] = []
+    if isinstance(getattr(inner, "config", None), SDConfig):
+        shapes.append(inner.config)
+    for attr in ("arms", "candidates"):
+        shapes.extend(c for c in getattr(inner, attr, ()) or () if isinstance(c, SDConfig))
+    for row in getattr(inner, "table", ()) or ():
+        shapes.append(row[1])
+    if isinstance(getattr(inner, "above", None), SDConfig):
+        shapes.append(inner.above)
+    shapes.extend(SDConfig.chain(int(d)) for d in getattr(inner, "depths", ()) or ())
+    found = tuple(dict.fromkeys(c for c in shapes if c.enabled))
+    if found or type(inner).__name__ == "NoSD":
+        return found
+    return tuple(DEFAULT_ARMS)
+
+
+def elastic_threshold(spec: str) -> int | None:
+    """The elastic switch's batch threshold of ``spec``; None when the policy is not elastic."""
+    from tltcore.policy.registry import elastic_split
+
+    return elastic_split(spec)[0]
+
+
+def typical_context(workloads: Iterable[Any]) -> int:
+    """The context length an average decode token sees: prompt plus half the response, weighted by
+    response tokens (long responses decode more tokens, at longer contexts). 2,048 with no tokens."""
+    num = den = 0.0
+    for w in workloads:
+        p = np.asarray(w.prompt_tokens, dtype=float)
+        r = np.asarray(w.response_tokens, dtype=float)
+        num += float((r * (p + r / 2)).sum())
+        den += float(r.sum())
+    return round(num / den) if den > 0 else 2048
+
+
+def speedup_lookup(cost: Any, accept: Any, shapes: Sequence[SDConfig], batches: Iterable[int],
+                   context_tokens: int) -> dict[tuple[str, int], float]:
+    """``{(shape name, batch): per-iteration SD speedup}`` at ``context_tokens``."""
+    bs = sorted({int(b) for b in batches if int(b) >= 1})
+    if not shapes or not bs:
+        return {}
+    table = sd_speedup_table(cost, accept, shapes, bs, context_tokens=context_tokens)
+    return {(c, int(b)): float(v) for c, b, v in zip(table["config"], table["batch"], table["speedup"], strict=True)}
+
+
+def batch_ranges(batches: Sequence[int], used: Sequence[int]) -> str:
+    """``batches`` (a subset of the sorted ``used`` batch sizes) as runs over ``used``:
+    ``"batch >= 8"`` when the run reaches the largest used batch, else ``"batch 8-64"``; runs joined
+    by ``, ``."""
+    used = sorted(set(int(u) for u in used))
+    pick = set(int(b) for b in batches)
+    runs: list[tuple[int, int]] = []
+    start = prev = None
+    for u in used:
+        if u in pick:
+            start = u if start is None else start
+            prev = u
+        elif start is not None:
+            runs.append((start, prev))  # type: ignore[arg-type]
+            start = None
+    if start is not None:
+        runs.append((start, prev))  # type: ignore[arg-type]
+    parts = []
+    for a, b in runs:
+        if b == used[-1] and a != b:
+            parts.append(f"batch >= {a}")
+        else:
+            parts.append(f"batch {a}" if a == b else f"batch {a}-{b}")
+    return ", ".join(parts)
+
+
+def sd_slower_batches(cost: Any, accept: Any, shapes: Sequence[SDConfig], batches: Iterable[int],
+                      context_tokens: int) -> dict[str, list[int]]:
+    """Per shape, the batch sizes of ``batches`` where one SD iteration is slower than a plain one:
+    the GPU-level fact behind ``sd_slower`` (``tlt advise`` can call it without a run)."""
+    speed = speedup_lookup(cost, accept, shapes, batches, context_tokens)
+    out: dict[str, list[int]] = {}
+    for (name, b), v in sorted(speed.items(), key=lambda kv: kv[0][1]):
+        if v < SLOWER_BELOW:
+            out.setdefault(name, []).append(b)
+    return out
+
+
+# ---- per-policy checks ----------------------------------------------------------------------------
+def _dur(rows: pd.DataFrame) -> np.ndarray:
+    return (rows["t_end"] - rows["t_start"]).to_numpy(dtype=float)
+
+
+def _is_sd(rows: pd.DataFrame) -> np.ndarray:
+    return (rows["sd_config"].astype(str) != "off").to_numpy()
+
+
+def _nosd_iteration_s(base: pd.DataFrame, cost: Any, context_tokens: int) -> Any:
+    """Seconds of one plain decode iteration at batch ``b``: the baseline run's mean at that batch
+    (interpolated over batch), or the cost model at ``context_tokens`` without a baseline."""
+    dec = base[(base["kind"] == "decode") & ~_is_sd(base)] if len(base) else base
+    if len(dec):
+        per = pd.DataFrame({"b": dec["batch_size"].to_numpy(), "d": _dur(dec), "i": dec["iterations"].to_numpy()})
+        agg = per.groupby("b").sum()
+        xs, ys = agg.index.to_numpy(dtype=float), (agg["d"] / agg["i"]).to_numpy(dtype=float)
+        return lambda b: float(np.interp(b, xs, ys))
+    return lambda b: float(cost.decode_time(np.full(int(b), int(context_tokens))))
+
+
+def _worker_span(rows: pd.DataFrame) -> float:
+    busy = rows[rows["kind"].isin(("prefill", "decode", "switch_reprefill", "catch_up"))]
+    return float(busy["t_end"].max() - busy["t_start"].min()) if len(busy) else 0.0
+
+
+def _fmt_workers(workers: Sequence[int], total: int) -> str:
+    return f"{len(workers)} of {total} worker{'s' if total != 1 else ''}"
+
+
+def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.DataFrame, cost: Any, accept: Any,
+                         context_tokens: int, gpu: str = "") -> list[RunWarning]:
+    """The per-policy warnings of one RL step: ``rows`` the policy's rollout events of that step,
+    ``base`` the no-sd run's (empty when there is none)."""
+    rows = rows[rows["phase"] == "rollout"]
+    dec = rows[rows["kind"] == "decode"]
+    if dec.empty:
+        return []
+    shapes = policy_shapes(spec, cost, accept)
+    if not shapes:
+        return []
+    base_dec = base[base["kind"] == "decode"] if len(base) else base
+    used = sorted({int(b) for b in dec["batch_size"].unique()} | {int(b) for b in base_dec.get("batch_size", ())})
+    speed = speedup_lookup(cost, accept, shapes, used, context_tokens)
+
+    def best(b: int) -> tuple[float, str]:
+        return max((speed[(c.name, int(b))], c.name) for c in shapes)
+
+    out: list[RunWarning] = []
+    workers = sorted(int(w) for w in dec["worker"].unique())
+    threshold = elastic_threshold(spec)
+    plain_s = _nosd_iteration_s(base, cost, context_tokens)
+    on = f" on {gpu}" if gpu else ""
+    ctx = f"{context_tokens:,} context tokens"
+
+    # -- elastic: never fired / fired late
+    if threshold is not None:
+        never: list[tuple[float, int, int, int, float, str]] = []
+        late: list[tuple[float, int, float, float]] = []
+        for w in workers:
+            wr = dec[dec["worker"] == w]
+            sd = _is_sd(wr)
+            if not sd.any():
+                bmin = int(wr["batch_size"].min())
+                gain, shape = best(bmin)
+                if gain >= PAYS_SPEEDUP:
+                    never.append((gain, w, int(wr["iterations"].sum()), bmin, gain, shape))
+                continue
+            t_on = float(wr.loc[sd, "t_start"].min())
+            before = wr[(~sd) & (wr["t_end"] <= t_on)]
+            lost = 0.0
+            for b, d in zip(before["batch_size"], _dur(before), strict=True):
+                g = best(int(b))[0]
+                if g >= PAYS_SPEEDUP:
+                    lost += d * (1 - 1 / g)
+            mine = rows[rows["worker"] == w]
+            span = _worker_span(mine)
+            if span > 0 and lost >= LATE_LOSS_SHARE * span:
+                late.append((lost / span, w, lost, t_on - float(mine["t_start"].min())))
+        if never:
+            never.sort(reverse=True)
+            _, w, iters, bmin, gain, shape = never[0]
+            out.append(RunWarning(
+                "switch_never_fired", spec, step, w, tuple(sorted(x[1] for x in never)),
+                f"{spec}: the elastic switch never fired on {_fmt_workers(never, len(workers))} (worker {w}: "
+                f"{iters:,} decode iterations, none speculative; its running batch never fell below {bmin}, the "
+                f"threshold is {threshold}), though SD would have paid there: {shape} gives {gain:.2f}x per "
+                f"iteration at batch {bmin}{on} ({ctx})"))
+        if late:
+            late.sort(reverse=True)
+            share, w, lost, t_on = late[0]
+            out.append(RunWarning(
+                "switch_late", spec, step, w, tuple(sorted(x[1] for x in late)),
+                f"{spec}: the elastic switch (threshold {threshold}) fired late on "
+                f"{_fmt_workers(late, len(workers))} (worker {w}: SD on only at {t_on:.1f} s into its rollout, "
+                f"after about {lost:.1f} s ({100 * share:.0f}% of its rollout) that SD at batch sizes where it "
+                f"pays >= {PAYS_SPEEDUP:.2f}x would have saved)"))
+
+    # -- the switch cost more than SD gained
+    paid_rows = rows[rows["kind"].isin(("switch_reprefill", "catch_up"))]
+    costly: list[tuple[float, int, float, float, int]] = []
+    for w in workers:
+        pw = paid_rows[paid_rows["worker"] == w]
+        paid = float(_dur(pw).sum())
+        span = _worker_span(rows[rows["worker"] == w])
+        if paid <= 0 or span <= 0 or paid < MIN_SWITCH_SHARE * span:
+            continue
+        wr = dec[dec["worker"] == w]
+        sdr = wr[_is_sd(wr)]
+        gain = float(sum(t / max(int(b), 1) * plain_s(int(b)) - d for t, b, d in
+                         zip(sdr["tokens"], sdr["batch_size"], _dur(sdr), strict=True)))
+        if paid > gain:
+            costly.append((paid - gain, w, paid, gain, int(pw["prefill_tokens"].sum())))
+    if costly:
+        costly.sort(reverse=True)
+        _, w, paid, gain, toks = costly[0]
+        what = "lost" if gain < 0 else "saved"
+        out.append(RunWarning(
+            "switch_cost", spec, step, w, tuple(sorted(x[1] for x in costly)),
+            f"{spec}: the switch cost more than SD gained on {_fmt_workers(costly, len(workers))} (worker {w}: "
+            f"paid {paid:.1f} s re-prefilling/catching up {toks:,} tokens, SD's iterations {what} "
+            f"{abs(gain):.1f} s)"))
+
+    # -- SD ran where it is slower than no-SD on this GPU
+    sd_rows = dec[_is_sd(dec)]
+    if len(sd_rows):
+        durs = _dur(sd_rows)
+        slow = np.array([speed.get((str(c), int(b)), np.inf) < SLOWER_BELOW
+                         for c, b in zip(sd_rows["sd_config"], sd_rows["batch_size"], strict=True)])
+        total = float(durs.sum())
+        if total > 0 and slow.any() and float(durs[slow].sum()) >= MIN_SLOW_SD_SHARE * total:
+            per_shape: dict[str, float] = {}
+            for c, d in zip(sd_rows["sd_config"][slow], durs[slow], strict=True):
+                per_shape[str(c)] = per_shape.get(str(c), 0.0) + float(d)
+            top = max(per_shape, key=per_shape.__getitem__)
+            slow_b = [b for b in used if speed.get((top, b), np.inf) < SLOWER_BELOW]
+            lo, hi = slow_b[0], slow_b[-1]
+            none_pay = [b for b in used if best(b)[0] < SLOWER_BELOW]
+            every = (f"; none of its shapes pays at {batch_ranges(none_pay, used)}" if none_pay else "")
+            more = f" (and {len(per_shape) - 1} more of its shapes)" if len(per_shape) > 1 else ""
+            out.append(RunWarning(
+                "sd_slower", spec, step, None, (),
+                f"{spec}: SD is slower than no-SD{on} at {batch_ranges(slow_b, used)} for {top}{more}: "
+                f"{speed[(top, lo)]:.2f}x per iteration at batch {lo}, {speed[(top, hi)]:.2f}x at {hi} "
+                f"({ctx}){every}; the policy ran SD there for {float(durs[slow].sum()):.1f} s, "
+                f"{100 * float(durs[slow].sum()) / total:.0f}% of its SD decode time"))
+    return out
+
+
+def rl_warnings(summary: pd.DataFrame) -> list[RunWarning]:
+    """Whole RL runs (a preset summary): the step is reward- or training-dominated when veRL's
+    rollout share is below :data:`MIN_ROLLOUT_SHARE` or its reward share above
+    :data:`MAX_REWARD_SHARE`; the message gives Amdahl's bound for the best preset's rollout gain."""
+    if "preset" not in summary.columns or "rollout_share" not in summary.columns:
+        return []
+    ok = summary[summary.get("status", pd.Series("ok", index=summary.index)) == "ok"]
+    base = ok[ok["preset"] == BASELINE_PRESET]
+    if base.empty:
+        return []
+    b = base.iloc[0]
+    share = float(b["rollout_share"])
+    total = float(b["total_s"]) if "total_s" in b else float("nan")
+    reward = float(b["reward_s"]) / total if "reward_s" in b and total > 0 else 0.0
+    training = float(b["actor_update_s"]) / total if "actor_update_s" in b and total > 0 else 0.0
+    if not (share < MIN_ROLLOUT_SHARE or reward > MAX_REWARD_SHARE):
+        return []
+    others = ok[ok["preset"] != BASELINE_PRESET]
+    what = "reward-dominated" if reward >= training else "training-dominated"
+    msg = (f"the RL step is {what}: rollout is {100 * share:.0f}% of veRL's step, reward {100 * reward:.0f}%, "
+           f"actor update {100 * training:.0f}%")
+    ceiling = 1 / (1 - share) if share < 1 else float("inf")
+    if len(others) and "rollout_speedup" in others:
+        top = others.loc[others["rollout_speedup"].astype(float).idxmax()]
+        rs = float(top["rollout_speedup"])
+        bound = 1 / (1 - share + share / rs) if rs > 0 else float("nan")
+        msg += (f", so {top['preset']}'s {rs:.2f}x rollout speedup gives at most {bound:.2f}x end to end "
+                f"(1 / (1 - {share:.2f} + {share:.2f} / {rs:.2f}))")
+    msg += f"; even a free rollout gives at most {ceiling:.2f}x"
+    return [RunWarning("rl_dominated", BASELINE_PRESET, None, None, (), msg)]
+
+
+def run_warnings(events: pd.DataFrame, summary: pd.DataFrame, cost: Any, accept: Any, *,
+                 context_tokens: int = 2048, gpu: str = "",
+                 costs: Mapping[str, tuple[Any, Any]] | None = None) -> list[RunWarning]:
+    """Every warning of one run (one seed): per policy and step for rollout-only runs (each policy
+    against the ``no-sd`` run of the same step), :func:`rl_warnings` for whole RL runs (a summary
+    with a ``preset`` column). ``costs`` may give a (cost, accept) pair per policy (a preset's drafter
+    kind changes its cost model); the rest use ``cost``/``accept``. Several steps are merged per
+    (kind, policy) by :func:`merge_warnings`."""
+    if "preset" in summary.columns:
+        return rl_warnings(summary)
+    found: list[list[RunWarning]] = []
+    steps = sorted(int(s) for s in events["step"].unique()) if len(events) else []
+    for spec in dict.fromkeys(str(p) for p in events["policy"].unique()):
+        if spec == BASELINE_POLICY:
+            continue
+        c, a = (costs or {}).get(spec, (cost, accept))
+        for step in steps:
+            rows = events[(events["policy"] == spec) & (events["step"] == step)]
+            base = events[(events["policy"] == BASELINE_POLICY) & (events["step"] == step)]
+            found.append(policy_step_warnings(spec, step, rows, base, c, a, context_tokens, gpu))
+    if len(steps) <= 1:
+        return [w for ws in found for w in ws]
+    return merge_warnings(_by_step(found, steps), [f"step {s}" for s in steps], "steps")
+
+
+def _by_step(found: list[list[RunWarning]], steps: list[int]) -> list[list[RunWarning]]:
+    per: dict[int, list[RunWarning]] = {s: [] for s in steps}
+    for ws in found:
+        for w in ws:
+            per[int(w.step) if w.step is not None else steps[0]].append(w)
+    return [per[s] for s in steps]
+
+
+def merge_warnings(runs: Sequence[Sequence[RunWarning]], labels: Sequence[str], what: str) -> list[RunWarning]:
+    """One warning per (kind, subject) over several runs (seeds, or steps): the first run's message
+    where it holds (else the first that has it), with ``held`` saying at how many of the runs it
+    holds and which (``at 2 of 3 seeds: seed 0, seed 2``). One run: the warnings unchanged."""
+    if len(runs) <= 1:
+        return [w for ws in runs for w in ws]
+    first: dict[tuple[str, str], RunWarning] = {}
+    where: dict[tuple[str, str], list[str]] = {}
+    for ws, label in zip(runs, labels, strict=True):
+        for w in ws:
+            key = (w.kind, w.subject)
+            first.setdefault(key, w)
+            if label not in where.setdefault(key, []):
+                where[key].append(label)
+    out = []
+    for key, w in first.items():
+        held = where[key]
+        note = f"at {len(held)} of {len(runs)} {what}" + (f": {', '.join(held)}" if len(held) < len(runs) else "")
+        step = w.step if what != "steps" else None
+        out.append(replace(w, held=note, step=step))
+    return out
+
+
+def warnings_frame(warnings: Sequence[RunWarning]) -> pd.DataFrame:
+    """``warnings.csv``: one row per warning (:data:`WARNING_COLUMNS`; ``workers`` joined by ``;``)."""
+    rows = [{"kind": w.kind, "subject": w.subject, "step": w.step, "worker": w.worker,
+             "workers": ";".join(map(str, w.workers)), "held": w.held, "message": w.line()} for w in warnings]
+    return pd.DataFrame(rows, columns=list(WARNING_COLUMNS)).astype({"step": "Int64", "worker": "Int64"})
+
+
+def seeds_warnings(events: pd.DataFrame, summary: pd.DataFrame, cost: Any, accept: Any, *,
+                   context_tokens: int = 2048, gpu: str = "") -> list[RunWarning]:
+    """:func:`run_warnings` of a ``--seeds`` run (``seed`` columns in both tables): each seed on its
+    own, merged per (kind, policy) with the seeds it holds at; a table without a ``seed`` column is
+    one run."""
+    if "seed" not in events.columns or "seed" not in summary.columns:
+        return run_warnings(events, summary, cost, accept, context_tokens=context_tokens, gpu=gpu)
+    seeds = sorted(int(k) for k in summary["seed"].unique())
+    runs = [run_warnings(events[events["seed"] == k].drop(columns="seed"),
+                         summary[summary["seed"] == k].drop(columns="seed"), cost, accept,
+                         context_tokens=context_tokens, gpu=gpu) for k in seeds]
+    return merge_warnings(runs, [f"seed {k}" for k in seeds], "seeds")
+
+
+def scenario_warnings(inputs: Any, events: pd.DataFrame, summary: pd.DataFrame) -> list[RunWarning]:
+    """The warnings of a run of ``inputs`` (:class:`~tltsim.scenario.SimInputs`): its cost and
+    acceptance models, GPU and the workloads' typical context (what ``tlt sim run`` prints)."""
+    return seeds_warnings(events, summary, inputs.cost, inputs.accept, context_tokens=typical_context(inputs.workloads),
+                          gpu=inputs.scenario.cluster.gpu)
+
+
+def print_warnings(console: Any, warnings: Sequence[RunWarning]) -> None:
+    """``warning: ...`` lines (a rich console), one per warning, after a run's tables."""
+    for w in warnings:
+        console.print(f"warning: {w.line()}", markup=False, highlight=False, soft_wrap=True)
