@@ -310,7 +310,7 @@ def test_results_are_replaced_only_when_tlt_wrote_them(tmp_path: Path) -> None:
     out = tmp_path / "res"
     assert invoke_cli(*SIM, "--out", str(out)).returncode == 0
     first = (out / "summary.csv").read_bytes()
-    assert read_marker(out) == ["events.parquet", "scenario.resolved.toml", "summary.csv"]
+    assert read_marker(out) == ["events.parquet", "scenario.resolved.toml", "summary.csv", "warnings.csv"]
     assert invoke_cli(*SIM, "--seed", "3", "--out", str(out)).returncode == 0  # ours: replaced whole
     assert (out / "summary.csv").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["res"]
     assert (out / "summary.csv").read_bytes() != first or True  # content may coincide; the swap is the point

@@ -123,11 +123,16 @@ def policy_shapes(spec: str, cost: Any = None, accept: Any = None) -> tuple[SDCo
     return tuple(DEFAULT_ARMS)
 
 
-def elastic_threshold(spec: str) -> int | None:
-    """The elastic switch's batch threshold of ``spec``; None when the policy is not elastic."""
-    from tltcore.policy.registry import elastic_split
+def elastic_switch(spec: str) -> tuple[int, int] | None:
+    """The elastic switch of ``spec``: (batch threshold, consecutive iterations at or below it before
+    it fires); None when the policy is not elastic."""
+    from tltcore.policy.registry import _NullModels, make_policy
 
-    return elastic_split(spec)[0]
+    null = _NullModels()
+    policy = make_policy(spec, accept_model=null, cost_model=null)
+    if not hasattr(policy, "threshold") or not hasattr(policy, "consecutive"):
+        return None
+    return int(policy.threshold), int(policy.consecutive)
 
 
 def typical_context(workloads: Iterable[Any]) -> int:
@@ -240,13 +245,14 @@ def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.Data
 
     out: list[RunWarning] = []
     workers = sorted(int(w) for w in dec["worker"].unique())
-    threshold = elastic_threshold(spec)
+    switch = elastic_switch(spec)
     plain_s = _nosd_iteration_s(base, cost, context_tokens)
     on = f" on {gpu}" if gpu else ""
     ctx = f"{context_tokens:,} context tokens"
 
     # -- elastic: never fired / fired late
-    if threshold is not None:
+    if switch is not None:
+        threshold, consecutive = switch
         never: list[tuple[float, int, int, int, float, str]] = []
         late: list[tuple[float, int, float, float]] = []
         for w in workers:
@@ -275,9 +281,9 @@ def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.Data
             out.append(RunWarning(
                 "switch_never_fired", spec, step, w, tuple(sorted(x[1] for x in never)),
                 f"{spec}: the elastic switch never fired on {_fmt_workers(never, len(workers))} (worker {w}: "
-                f"{iters:,} decode iterations, none speculative; its running batch never fell below {bmin}, the "
-                f"threshold is {threshold}), though SD would have paid there: {shape} gives {gain:.2f}x per "
-                f"iteration at batch {bmin}{on} ({ctx})"))
+                f"{iters:,} decode iterations, none speculative; its smallest running batch was {bmin}, the switch "
+                f"needs {consecutive} iterations in a row at batch <= {threshold}), though SD would have paid: "
+                f"{shape} gives {gain:.2f}x per iteration at batch {bmin}{on} ({ctx})"))
         if late:
             late.sort(reverse=True)
             share, w, lost, t_on = late[0]

@@ -25,7 +25,8 @@ def test_run_on_polytrace_step_writes_results_and_elastic_beats_no_sd(tmp_path):
     assert "no-sd" in result.output and "elastic+beg-mab" in result.output and "speedup" in result.output
     assert "one simulation seed (--seeds 1): no spread" in result.output
     assert sorted(p.name for p in out.iterdir()) == [".tlt-results.json", "events.parquet",
-                                                     "scenario.resolved.toml", "summary.csv", "trace.json"]
+                                                     "scenario.resolved.toml", "summary.csv", "trace.json",
+                                                     "warnings.csv"]
     summary = pd.read_csv(out / "summary.csv").set_index("policy")
     assert summary.loc["no-sd", "speedup"] == 1.0
     assert summary.loc["elastic+beg-mab", "speedup"] > 1.05
