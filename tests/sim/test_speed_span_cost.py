@@ -1,5 +1,6 @@
-"""The simulator's block pricing (:mod:`tltsim.rollout.span_cost`) is the roofline's ``sd_time`` row by
-row, to the last bit, and stands aside for any cost model it does not mirror.
+"""The simulator's pricers (:mod:`tltsim.rollout.span_cost`) are the roofline's ``sd_time`` row by row,
+``_prefill`` pass by pass and ``decode_span_time`` span by span, to the last bit, and stand aside for
+any cost model they do not mirror.
 
 Why pinned: the vectorised mirror repeats ``sd_time``'s formula so the SD tail costs one call per
 block (issue 24); if either side changes, the simulation would drift silently. Exact equality over
@@ -26,7 +27,7 @@ from tltcore.policy.base import SDConfig, Static
 from tltcore.policy.elastic import Elastic
 from tltsim.rollout import EngineConfig, simulate_step
 from tltsim.rollout.scheduling import prefill_passes
-from tltsim.rollout.span_cost import prefill_pricer, span_pricer
+from tltsim.rollout.span_cost import plain_pricer, prefill_pricer, span_pricer
 from tltsim.traces.workload import StepWorkload
 
 SHAPES = [SDConfig(8, 4, 48), SDConfig(8, 4, 8), SDConfig(4, 1, 4), SDConfig(12, 8, 64), SDConfig(1, 1, 1)]
@@ -53,6 +54,18 @@ def test_block_prices_equal_sd_time_row_by_row(tmp_path) -> None:
                 want = [cost.sd_time(r, config) for r in rows]
                 assert got == want, (type(cost).__name__, b, config)  # exact, not approx
                 assert all(type(x) is float for x in got)
+
+
+def test_plain_span_prices_equal_decode_span_time(tmp_path) -> None:
+    rng = np.random.default_rng(2)
+    for cost in _models(tmp_path):
+        price = plain_pricer(cost)
+        assert price is not None
+        for b in (1, 2, 7, 16, 33, 256, 700):
+            for n in (1, 2, 15, 16, 17, 32, 100, 1001):
+                ctx = rng.integers(1, 40_000, b, dtype=np.int64)
+                assert price(ctx, n) == cost.decode_span_time(ctx, n), (type(cost).__name__, b, n)
+                assert price(ctx, n) == cost.decode_span_time(ctx, n)  # the memoised batch term too
 
 
 def _prefill_by_pass(cost, new, cached, budget, target, drafter):
@@ -98,24 +111,33 @@ class _PrefillTweaked(RooflineCostModel):
         return 2 * super().prefill_time(new_tokens, cached_tokens)
 
 
+@dataclass(frozen=True)
+class _PlainTweaked(RooflineCostModel):
+    def decode_span_time(self, context_lens: np.ndarray, n_iters: int) -> float:
+        return 2 * super().decode_span_time(context_lens, n_iters)
+
+
 def test_stands_aside_for_models_it_does_not_mirror() -> None:
     assert span_pricer(object()) is None
     assert span_pricer(_Tweaked(get_model("Qwen2.5-7B"), get_gpu("h100"))) is None
     assert prefill_pricer(object()) is None
+    assert plain_pricer(object()) is None
+    assert plain_pricer(_PlainTweaked(get_model("Qwen2.5-7B"), get_gpu("h100"))) is None
     assert prefill_pricer(_PrefillTweaked(get_model("Qwen2.5-7B"), get_gpu("h100"))) is None
 
 
 @pytest.mark.parametrize("mode", ["expected", "stochastic"])
 def test_worker_prices_in_one_call_and_matches_the_call_by_call_path(mode, monkeypatch) -> None:
-    """The same event log with the pricers as with one cost call per SD row and prefill pass, and
-    both pricers really serve (SD blocks, and the elastic switch's re-prefill of long contexts)."""
+    """The same event log with the pricers as with one cost call per SD row, prefill pass and plain
+    span, and every pricer really serves (SD blocks, the elastic switch's re-prefill of long
+    contexts, the plain spans before it)."""
     rng = np.random.default_rng(3)
     n = 24
     w = StepWorkload(step=0, source="test", group_ids=np.repeat(np.arange(6), 4),
                      prompt_tokens=rng.integers(50, 400, n), response_tokens=rng.integers(1, 6000, n),
                      hit_cap=np.zeros(n, dtype=bool))
     cost = RooflineCostModel(get_model("Qwen2.5-32B"), get_gpu("h100"), tp=4)
-    calls: dict[str, list[int]] = {"sd": [], "prefill": []}
+    calls: dict[str, list[int]] = {"sd": [], "prefill": [], "plain": []}
 
     def sim():
         policies = [Elastic(Static(SDConfig(8, 4, 16)), threshold=8) for _ in range(2)]
@@ -134,9 +156,11 @@ def test_worker_prices_in_one_call_and_matches_the_call_by_call_path(mode, monke
 
     monkeypatch.setattr(worker, "span_pricer", counted(worker.span_pricer, "sd"))
     monkeypatch.setattr(worker, "prefill_pricer", counted(worker.prefill_pricer, "prefill"))
+    monkeypatch.setattr(worker, "plain_pricer", counted(worker.plain_pricer, "plain"))
     fast = sim()
     assert calls["sd"] and max(calls["sd"]) > 1
     assert calls["prefill"]  # the switch re-prefill of every live context
-    monkeypatch.setattr(worker, "span_pricer", lambda c: None)
-    monkeypatch.setattr(worker, "prefill_pricer", lambda c: None)
+    assert calls["plain"]
+    for name in ("span_pricer", "prefill_pricer", "plain_pricer"):
+        monkeypatch.setattr(worker, name, lambda c: None)
     pd.testing.assert_frame_equal(fast, sim(), check_exact=True)

@@ -21,10 +21,17 @@ read, causal positions) is an exact integer reduction over segments, and the flo
 (``fixed_time``, ``attention_time``, the per-iteration overhead, the running total) is still called
 and added per pass in the same order.
 
-Only the roofline's own ``sd_time`` and ``_prefill`` are mirrored: :func:`span_pricer` returns None for any other
-cost model, or a subclass that overrides a piece of it, and the worker then prices row by row.
-This mirror belongs next to ``sd_time`` in :mod:`tltcore.cost.roofline` (one place for the formula);
-it lives here only until that module's owner takes it.
+And for plain spans (:func:`plain_pricer`): ``decode_span_time`` is one call per span already, but
+its exact paged-KV sum goes through a residue histogram, a list and a Python ``map`` (about 13 us a
+span, a third of a no-SD run); a per-residue numpy table turns that into one gather and one sum,
+and the batch's fixed per-iteration time is memoised per batch size. Integers throughout, then the
+same two float operations.
+
+Only the roofline's own ``sd_time``, ``_prefill`` and ``decode_span_time`` are mirrored: each
+pricer is None for any other cost model, or a subclass that overrides a piece of it, and the worker
+then makes one cost call per row, pass or span. These mirrors belong next to the formulas in
+:mod:`tltcore.cost.roofline` (one place for each); they live here only until that module's owner
+takes them.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ SpanPricer = Callable[[np.ndarray, SDConfig], list[float]]
 PrefillPricer = Callable[[np.ndarray, np.ndarray, int, bool, bool], tuple[float, int]]
 _PARTS = ("sd_time", "_sd_constants", "_draft_attention", "_sums", "padded")
 _PREFILL_PARTS = ("prefill_time", "drafter_prefill_time", "_prefill")
+_PLAIN_PARTS = ("decode_span_time", "_paged_span_sum", "padded")
+PlainPricer = Callable[[np.ndarray, int], float]
 
 
 def span_pricer(cost: object) -> SpanPricer | None:
@@ -128,5 +137,42 @@ def prefill_pricer(cost: object) -> PrefillPricer | None:
             if drafter:
                 total += d_fixed(r, 0) + d_att(k, q) + overhead
         return total, n_pass
+
+    return price
+
+
+def plain_pricer(cost: object) -> PlainPricer | None:
+    """``price(ctx, n)``: ``cost.decode_span_time(ctx, n)`` for ``n >= 1`` plain iterations of a
+    non-empty batch, or None where ``cost`` is not a roofline whose memory-bound closed form
+    (paged KV read >= attention positions at every step) this mirrors."""
+    if not isinstance(cost, RooflineCostModel):
+        return None
+    kind = type(cost)
+    if any(getattr(kind, p) is not getattr(RooflineCostModel, p) for p in _PLAIN_PARTS):
+        return None
+    t = cost._target
+    kv_per_token = t.kv_read_s_per_token
+    if not isinstance(t, _ForwardCosts) or t.attention_s_per_position > kv_per_token:
+        return None
+    bs, overhead, fixed_time, padded = cost.kv_block_size, cost.iteration_overhead_s, t.fixed_time, cost.padded
+    # tables[m][r] = sum_{j < m} (-(r + j)) mod bs: the padding of m steps from a context of residue r
+    # (built with numpy: a pricer is made per worker and step, so a Python double loop would show)
+    r = np.arange(bs, dtype=np.int64)
+    tables = np.zeros((bs, bs), dtype=np.int64)
+    np.cumsum((-(r[None, :] + r[:-1, None])) % bs, axis=0, out=tables[1:])  # row m: sum over j < m
+    cycle = bs * (bs - 1) // 2  # the padding of a whole block of steps, whatever the residue
+    per_iter: dict[int, float] = {}
+
+    def price(ctx: np.ndarray, n: int) -> float:
+        size = ctx.size
+        step = per_iter.get(size)
+        if step is None:
+            rows = padded(size)
+            step = per_iter[size] = fixed_time(rows, rows) + overhead
+        pad = (n // bs) * cycle * size
+        if n % bs:
+            pad += int(np.add.reduce(tables[n % bs][ctx % bs]))
+        paged = n * int(np.add.reduce(ctx)) + size * (n * (n - 1) // 2) + pad  # RooflineCostModel._paged_span_sum
+        return n * step + (paged + n * size) * kv_per_token
 
     return price

@@ -43,7 +43,7 @@ from tltcore.policy.base import NO_SD, BatchView, Outcome, SDConfig, SDPolicy
 from tltcore.policy.recent_accept import RecentAccept
 from tltsim.rollout.entities import EngineConfig, LiveRequests
 from tltsim.rollout.scheduling import admissible, prefill_passes
-from tltsim.rollout.span_cost import prefill_pricer, span_pricer
+from tltsim.rollout.span_cost import plain_pricer, prefill_pricer, span_pricer
 
 _EPS = 1e-9
 _VECTOR_PASSES = 4  # prefills of more passes than this are priced in one vectorised call
@@ -80,6 +80,7 @@ class RolloutWorker:
         # a block's SD times in one vectorised call where the cost model allows (span_cost docstring)
         self._price = span_pricer(cost) if engine.fast else None
         self._price_prefill = prefill_pricer(cost) if engine.fast else None
+        self._price_plain = plain_pricer(cost) if engine.fast else None
         self.lag_dirty = True  # some live drafter may lag (fast path: skip the catch-up scan when not)
         self._mixed_base: float | None = None
         self._accept_len: dict[SDConfig, float] = {}
@@ -214,7 +215,8 @@ class RolloutWorker:
         b, rem, t0 = len(live), live.rem, self.t
         if hold > 1:
             n = min(hold, max(1, math.ceil(float(_min(rem)) - _EPS)))
-            dt = self.cost.decode_span_time(live.ctx, n)
+            price = self._price_plain
+            dt = price(live.ctx, n) if price is not None else self.cost.decode_span_time(live.ctx, n)
         else:
             n = 1
             dt = self.cost.decode_time(live.ctx)
