@@ -13,7 +13,8 @@ cause, per policy:
 * ``sd_slower`` — the policy ran SD at batch sizes where, on this GPU, an SD iteration is slower than a
   plain one (:func:`tltcore.sd_speedup.sd_speedup_table` below 1x);
 * ``rl_dominated`` — whole RL runs: reward or training takes so much of veRL's step that a rollout
-  speedup cannot show end to end (Amdahl's bound is given).
+  speedup cannot show end to end (Amdahl's bound is given). Whole RL runs also get the checks above
+  for each preset's SD policy, against ``verl``'s rollout.
 
 Everything here is a pure function of tables and models (no simulation, no I/O), so ``tlt sim run``,
 ``tlt report`` and a later ``tlt advise`` print the same lines. It lives in :mod:`tltsim` rather than
@@ -62,6 +63,10 @@ SLOWER_BELOW = 1.0
 #: ``sd_slower`` fires when at least this share of a policy's SD decode seconds ran at (shape, batch)
 #: pairs below :data:`SLOWER_BELOW`; a few tail iterations at a slow shape are a bandit exploring.
 MIN_SLOW_SD_SHARE = 0.05
+
+#: :func:`slow_span` calls a slow range "most batch sizes >= b" when at least this share of the used
+#: batch sizes from ``b`` up are slow: 90% keeps a range with a few hairline exceptions one range.
+MOSTLY = 0.9
 
 #: Whole RL runs: below this rollout share of veRL's step, most of the step is not rollout, so even an
 #: infinitely fast rollout gives less than 2x end to end (Amdahl: 1 / (1 - 0.5)).
@@ -160,7 +165,7 @@ def speedup_lookup(cost: Any, accept: Any, shapes: Sequence[SDConfig], batches: 
 def batch_ranges(batches: Sequence[int], used: Sequence[int]) -> str:
     """``batches`` (a subset of the sorted ``used`` batch sizes) as runs over ``used``:
     ``"batch >= 8"`` when the run reaches the largest used batch, else ``"batch 8-64"``; runs joined
-    by ``, ``."""
+    by ``, ``; ``"every batch size (1-64)"`` when it is all of them."""
     used = sorted(set(int(u) for u in used))
     pick = set(int(b) for b in batches)
     runs: list[tuple[int, int]] = []
@@ -174,6 +179,8 @@ def batch_ranges(batches: Sequence[int], used: Sequence[int]) -> str:
             start = None
     if start is not None:
         runs.append((start, prev))  # type: ignore[arg-type]
+    if runs == [(used[0], used[-1])] and len(used) > 1:
+        return f"every batch size ({used[0]}-{used[-1]})"
     parts = []
     for a, b in runs:
         if b == used[-1] and a != b:
@@ -181,6 +188,17 @@ def batch_ranges(batches: Sequence[int], used: Sequence[int]) -> str:
         else:
             parts.append(f"batch {a}" if a == b else f"batch {a}-{b}")
     return ", ".join(parts)
+
+
+def slow_span(batches: Sequence[int], used: Sequence[int]) -> str:
+    """:func:`batch_ranges`, or ``"most batch sizes >= 57"`` when the slow batches are at least
+    :data:`MOSTLY` of the used ones from the first slow one up: a cost model's tile steps make a few
+    batch sizes in a slow range pay by a hair, and listing each gap would hide the finding."""
+    pick = set(int(b) for b in batches)
+    above = [u for u in sorted(set(int(u) for u in used)) if pick and u >= min(pick)]
+    if pick and len(pick) < len(above) and len(pick) >= MOSTLY * len(above):
+        return f"most batch sizes >= {min(pick)}"
+    return batch_ranges(batches, used)
 
 
 def sd_slower_batches(cost: Any, accept: Any, shapes: Sequence[SDConfig], batches: Iterable[int],
@@ -226,9 +244,10 @@ def _fmt_workers(workers: Sequence[int], total: int) -> str:
 
 
 def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.DataFrame, cost: Any, accept: Any,
-                         context_tokens: int, gpu: str = "") -> list[RunWarning]:
-    """The per-policy warnings of one RL step: ``rows`` the policy's rollout events of that step,
-    ``base`` the no-sd run's (empty when there is none)."""
+                         context_tokens: int, gpu: str = "", subject: str | None = None) -> list[RunWarning]:
+    """The per-policy warnings of one RL step: ``rows`` the rollout events of policy ``spec`` in that
+    step, ``base`` the baseline run's (empty when there is none). ``subject``: what the warnings are
+    about and their messages start with (a preset running ``spec``; default ``spec``)."""
     rows = rows[rows["phase"] == "rollout"]
     dec = rows[rows["kind"] == "decode"]
     if dec.empty:
@@ -244,6 +263,8 @@ def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.Data
         return max((speed[(c.name, int(b))], c.name) for c in shapes)
 
     out: list[RunWarning] = []
+    who = spec if subject is None else subject
+    label = spec if subject is None else f"{subject} ({spec})"
     workers = sorted(int(w) for w in dec["worker"].unique())
     switch = elastic_switch(spec)
     plain_s = _nosd_iteration_s(base, cost, context_tokens)
@@ -279,8 +300,8 @@ def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.Data
             never.sort(reverse=True)
             _, w, iters, bmin, gain, shape = never[0]
             out.append(RunWarning(
-                "switch_never_fired", spec, step, w, tuple(sorted(x[1] for x in never)),
-                f"{spec}: the elastic switch never fired on {_fmt_workers(never, len(workers))} (worker {w}: "
+                "switch_never_fired", who, step, w, tuple(sorted(x[1] for x in never)),
+                f"{label}: the elastic switch never fired on {_fmt_workers(never, len(workers))} (worker {w}: "
                 f"{iters:,} decode iterations, none speculative; its smallest running batch was {bmin}, the switch "
                 f"needs {consecutive} iterations in a row at batch <= {threshold}), though SD would have paid: "
                 f"{shape} gives {gain:.2f}x per iteration at batch {bmin}{on} ({ctx})"))
@@ -288,11 +309,11 @@ def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.Data
             late.sort(reverse=True)
             share, w, lost, t_on = late[0]
             out.append(RunWarning(
-                "switch_late", spec, step, w, tuple(sorted(x[1] for x in late)),
-                f"{spec}: the elastic switch (threshold {threshold}) fired late on "
-                f"{_fmt_workers(late, len(workers))} (worker {w}: SD on only at {t_on:.1f} s into its rollout, "
-                f"after about {lost:.1f} s ({100 * share:.0f}% of its rollout) that SD at batch sizes where it "
-                f"pays >= {PAYS_SPEEDUP:.2f}x would have saved)"))
+                "switch_late", who, step, w, tuple(sorted(x[1] for x in late)),
+                f"{label}: the elastic switch (threshold {threshold}) fired late on "
+                f"{_fmt_workers(late, len(workers))} (worker {w}: SD came on {t_on:.1f} s into its rollout; "
+                f"before that, SD at the batch sizes where it pays >= {PAYS_SPEEDUP:.2f}x would have saved about "
+                f"{lost:.1f} s, {100 * share:.0f}% of the worker's rollout, before switch costs)"))
 
     # -- the switch cost more than SD gained
     paid_rows = rows[rows["kind"].isin(("switch_reprefill", "catch_up"))]
@@ -314,8 +335,8 @@ def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.Data
         _, w, paid, gain, toks = costly[0]
         what = "lost" if gain < 0 else "saved"
         out.append(RunWarning(
-            "switch_cost", spec, step, w, tuple(sorted(x[1] for x in costly)),
-            f"{spec}: the switch cost more than SD gained on {_fmt_workers(costly, len(workers))} (worker {w}: "
+            "switch_cost", who, step, w, tuple(sorted(x[1] for x in costly)),
+            f"{label}: the switch cost more than SD gained on {_fmt_workers(costly, len(workers))} (worker {w}: "
             f"paid {paid:.1f} s re-prefilling/catching up {toks:,} tokens, SD's iterations {what} "
             f"{abs(gain):.1f} s)"))
 
@@ -334,11 +355,12 @@ def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.Data
             slow_b = [b for b in used if speed.get((top, b), np.inf) < SLOWER_BELOW]
             lo, hi = slow_b[0], slow_b[-1]
             none_pay = [b for b in used if best(b)[0] < SLOWER_BELOW]
-            every = (f"; none of its shapes pays at {batch_ranges(none_pay, used)}" if none_pay else "")
+            every = (f"; none of its shapes pays at {slow_span(none_pay, used)}" if none_pay and len(shapes) > 1
+                     else "")
             more = f" (and {len(per_shape) - 1} more of its shapes)" if len(per_shape) > 1 else ""
             out.append(RunWarning(
-                "sd_slower", spec, step, None, (),
-                f"{spec}: SD is slower than no-SD{on} at {batch_ranges(slow_b, used)} for {top}{more}: "
+                "sd_slower", who, step, None, (),
+                f"{label}: SD is slower than no-SD{on} at {slow_span(slow_b, used)} for {top}{more}: "
                 f"{speed[(top, lo)]:.2f}x per iteration at batch {lo}, {speed[(top, hi)]:.2f}x at {hi} "
                 f"({ctx}){every}; the policy ran SD there for {float(durs[slow].sum()):.1f} s, "
                 f"{100 * float(durs[slow].sum()) / total:.0f}% of its SD decode time"))
@@ -367,10 +389,11 @@ def rl_warnings(summary: pd.DataFrame) -> list[RunWarning]:
     msg = (f"the RL step is {what}: rollout is {100 * share:.0f}% of veRL's step, reward {100 * reward:.0f}%, "
            f"actor update {100 * training:.0f}%")
     ceiling = 1 / (1 - share) if share < 1 else float("inf")
-    if len(others) and "rollout_speedup" in others:
-        top = others.loc[others["rollout_speedup"].astype(float).idxmax()]
+    top = (others.loc[others["rollout_speedup"].astype(float).idxmax()]
+           if len(others) and "rollout_speedup" in others else None)
+    if top is not None and float(top["rollout_speedup"]) > 1:
         rs = float(top["rollout_speedup"])
-        bound = 1 / (1 - share + share / rs) if rs > 0 else float("nan")
+        bound = 1 / (1 - share + share / rs)
         msg += (f", so {top['preset']}'s {rs:.2f}x rollout speedup gives at most {bound:.2f}x end to end "
                 f"(1 / (1 - {share:.2f} + {share:.2f} / {rs:.2f}))")
     msg += f"; even a free rollout gives at most {ceiling:.2f}x"
@@ -378,28 +401,33 @@ def rl_warnings(summary: pd.DataFrame) -> list[RunWarning]:
 
 
 def run_warnings(events: pd.DataFrame, summary: pd.DataFrame, cost: Any, accept: Any, *,
-                 context_tokens: int = 2048, gpu: str = "",
-                 costs: Mapping[str, tuple[Any, Any]] | None = None) -> list[RunWarning]:
-    """Every warning of one run (one seed): per policy and step for rollout-only runs (each policy
-    against the ``no-sd`` run of the same step), :func:`rl_warnings` for whole RL runs (a summary
-    with a ``preset`` column). ``costs`` may give a (cost, accept) pair per policy (a preset's drafter
-    kind changes its cost model); the rest use ``cost``/``accept``. Several steps are merged per
-    (kind, policy) by :func:`merge_warnings`."""
-    if "preset" in summary.columns:
-        return rl_warnings(summary)
+                 context_tokens: int = 2048, gpu: str = "", costs: Mapping[str, tuple[Any, Any]] | None = None,
+                 specs: Mapping[str, str] | None = None) -> list[RunWarning]:
+    """Every warning of one run (one seed), per policy (or preset) and step, each against the
+    baseline's run of the same step (``no-sd``; ``verl`` for whole RL runs, which also get
+    :func:`rl_warnings`). ``specs`` maps a preset to the SD policy it runs (default: the name is the
+    spec); ``costs`` a policy or preset to its (cost, accept) pair (a preset's drafter kind changes
+    them; default ``cost``/``accept``). Several steps are merged per (kind, subject) by
+    :func:`merge_warnings`. Acceptance is the models' with the initial drafter: a preset whose drafter
+    goes stale or improves is judged at its starting quality."""
+    presets = "preset" in summary.columns
+    head = rl_warnings(summary) if presets else []
+    baseline = BASELINE_PRESET if presets else BASELINE_POLICY
     found: list[list[RunWarning]] = []
     steps = sorted(int(s) for s in events["step"].unique()) if len(events) else []
-    for spec in dict.fromkeys(str(p) for p in events["policy"].unique()):
-        if spec == BASELINE_POLICY:
+    for subject in dict.fromkeys(str(p) for p in events["policy"].unique()):
+        spec = (specs or {}).get(subject, subject)
+        if subject == baseline or spec == BASELINE_POLICY:
             continue
-        c, a = (costs or {}).get(spec, (cost, accept))
+        c, a = (costs or {}).get(subject, (cost, accept))
         for step in steps:
-            rows = events[(events["policy"] == spec) & (events["step"] == step)]
-            base = events[(events["policy"] == BASELINE_POLICY) & (events["step"] == step)]
-            found.append(policy_step_warnings(spec, step, rows, base, c, a, context_tokens, gpu))
+            rows = events[(events["policy"] == subject) & (events["step"] == step)]
+            base = events[(events["policy"] == baseline) & (events["step"] == step)]
+            found.append(policy_step_warnings(spec, step, rows, base, c, a, context_tokens, gpu,
+                                              subject=subject if subject != spec else None))
     if len(steps) <= 1:
-        return [w for ws in found for w in ws]
-    return merge_warnings(_by_step(found, steps), [f"step {s}" for s in steps], "steps")
+        return head + [w for ws in found for w in ws]
+    return head + merge_warnings(_by_step(found, steps), [f"step {s}" for s in steps], "steps")
 
 
 def _by_step(found: list[list[RunWarning]], steps: list[int]) -> list[list[RunWarning]]:
@@ -413,7 +441,8 @@ def _by_step(found: list[list[RunWarning]], steps: list[int]) -> list[list[RunWa
 def merge_warnings(runs: Sequence[Sequence[RunWarning]], labels: Sequence[str], what: str) -> list[RunWarning]:
     """One warning per (kind, subject) over several runs (seeds, or steps): the first run's message
     where it holds (else the first that has it), with ``held`` saying at how many of the runs it
-    holds and which (``at 2 of 3 seeds: seed 0, seed 2``). One run: the warnings unchanged."""
+    holds and which (``at 2 of 3 seeds: seed 0, seed 2``), after what it already held at (a seed's
+    merged steps). One run: the warnings unchanged."""
     if len(runs) <= 1:
         return [w for ws in runs for w in ws]
     first: dict[tuple[str, str], RunWarning] = {}
@@ -429,7 +458,7 @@ def merge_warnings(runs: Sequence[Sequence[RunWarning]], labels: Sequence[str], 
         held = where[key]
         note = f"at {len(held)} of {len(runs)} {what}" + (f": {', '.join(held)}" if len(held) < len(runs) else "")
         step = w.step if what != "steps" else None
-        out.append(replace(w, held=note, step=step))
+        out.append(replace(w, held="; ".join(h for h in (w.held, note) if h), step=step))
     return out
 
 
@@ -440,25 +469,36 @@ def warnings_frame(warnings: Sequence[RunWarning]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(WARNING_COLUMNS)).astype({"step": "Int64", "worker": "Int64"})
 
 
-def seeds_warnings(events: pd.DataFrame, summary: pd.DataFrame, cost: Any, accept: Any, *,
-                   context_tokens: int = 2048, gpu: str = "") -> list[RunWarning]:
-    """:func:`run_warnings` of a ``--seeds`` run (``seed`` columns in both tables): each seed on its
-    own, merged per (kind, policy) with the seeds it holds at; a table without a ``seed`` column is
-    one run."""
+def seeds_warnings(events: pd.DataFrame, summary: pd.DataFrame, cost: Any, accept: Any,
+                   **kw: Any) -> list[RunWarning]:
+    """:func:`run_warnings` (``kw``: its keywords) of a ``--seeds`` run (``seed`` columns in both
+    tables): each seed on its own, merged per (kind, subject) with the seeds it holds at; a table
+    without a ``seed`` column is one run."""
     if "seed" not in events.columns or "seed" not in summary.columns:
-        return run_warnings(events, summary, cost, accept, context_tokens=context_tokens, gpu=gpu)
+        return run_warnings(events, summary, cost, accept, **kw)
     seeds = sorted(int(k) for k in summary["seed"].unique())
     runs = [run_warnings(events[events["seed"] == k].drop(columns="seed"),
-                         summary[summary["seed"] == k].drop(columns="seed"), cost, accept,
-                         context_tokens=context_tokens, gpu=gpu) for k in seeds]
+                         summary[summary["seed"] == k].drop(columns="seed"), cost, accept, **kw) for k in seeds]
     return merge_warnings(runs, [f"seed {k}" for k in seeds], "seeds")
 
 
 def scenario_warnings(inputs: Any, events: pd.DataFrame, summary: pd.DataFrame) -> list[RunWarning]:
     """The warnings of a run of ``inputs`` (:class:`~tltsim.scenario.SimInputs`): its cost and
-    acceptance models, GPU and the workloads' typical context (what ``tlt sim run`` prints)."""
+    acceptance models (each preset's, for whole RL runs), GPU and the workloads' typical context
+    (what ``tlt sim run`` prints)."""
+    specs: dict[str, str] = {}
+    costs: dict[str, tuple[Any, Any]] = {}
+    if "preset" in summary.columns:
+        from tltsim.rl.presets import get_preset
+        from tltsim.rl.run import preset_inputs
+
+        for name in dict.fromkeys(str(p) for p in summary["preset"]):
+            preset = get_preset(name)
+            specs[name] = preset.sd_policy
+            mine = preset_inputs(inputs.scenario, preset, inputs)
+            costs[name] = (mine.cost, mine.accept)
     return seeds_warnings(events, summary, inputs.cost, inputs.accept, context_tokens=typical_context(inputs.workloads),
-                          gpu=inputs.scenario.cluster.gpu)
+                          gpu=inputs.scenario.cluster.gpu, costs=costs, specs=specs)
 
 
 def print_warnings(console: Any, warnings: Sequence[RunWarning]) -> None:

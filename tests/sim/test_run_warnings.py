@@ -20,6 +20,7 @@ from tltsim.run_warnings import (
     merge_warnings,
     rl_warnings,
     scenario_warnings,
+    slow_span,
     typical_context,
     warnings_frame,
 )
@@ -61,8 +62,8 @@ def test_switch_late_fires_when_the_tail_started_long_before_the_switch_and_not_
     late = [w for w in ws if w.kind == "switch_late"]
     assert [w.subject for w in late] == ["elastic+beg-mab"]
     assert "threshold 32) fired late on 4 of 4 workers" in late[0].message
-    assert re.search(r"SD on only at [\d.]+ s into its rollout, after about [\d.]+ s \(\d+% of its rollout\)",
-                     late[0].message)
+    assert re.search(r"SD came on [\d.]+ s into its rollout; before that, SD at the batch sizes where it pays >= "
+                     r"1\.10x would have saved about [\d.]+ s, \d+% of the worker's rollout", late[0].message)
     assert _kinds(ws, "elastic:512+beg-mab") == set()
 
 
@@ -180,5 +181,20 @@ def test_batch_ranges_and_typical_context() -> None:
     used = [1, 2, 4, 8, 16, 32, 64]
     assert batch_ranges([8, 16, 32, 64], used) == "batch >= 8"
     assert batch_ranges([2, 4, 32], used) == "batch 2-4, batch 32"
+    assert batch_ranges(used, used) == "every batch size (1-64)"
+    wide = list(range(50, 80))
+    assert slow_span([b for b in wide if b not in (62, 63)], wide) == "most batch sizes >= 50"
+    assert slow_span([50, 51, 70], wide) == "batch 50-51, batch 70"
     w = SimpleNamespace(prompt_tokens=[100, 100], response_tokens=[100, 300])
     assert typical_context([w]) == round((100 * 150 + 300 * 250) / 400)
+
+
+def test_presets_are_checked_under_their_sd_policy_and_steps_merge() -> None:
+    ws = _warnings(("trace.prompts_per_step", 32), ("cluster.gpu", "H20"), ("presets", "tlt"),
+                   ("trace.num_steps", 2), presets=True)
+    cost = [w for w in ws if w.kind == "switch_cost"]
+    assert len(cost) == 1 and cost[0].subject == "tlt" and cost[0].step is None
+    assert cost[0].message.startswith("tlt (elastic+beg-mab): the switch cost more than SD gained")
+    assert cost[0].held == "at 2 of 2 steps"
+    assert ws[0].kind == "rl_dominated" and "training-dominated" in ws[0].message
+    assert "speedup gives at most" not in ws[0].message  # tlt's rollout is slower here: no bound to quote
