@@ -110,7 +110,8 @@ def policy_shapes(spec: str, cost: Any = None, accept: Any = None) -> tuple[SDCo
     from tltcore.policy.registry import _NullModels, make_policy
 
     null = _NullModels()
-    policy = make_policy(spec, accept_model=accept or null, cost_model=cost or null)
+    policy = make_policy(spec, accept_model=null if accept is None else accept,
+                         cost_model=null if cost is None else cost)
     inner = getattr(policy, "inner", policy)
     shapes: list[SDConfig] = []
     if isinstance(getattr(inner, "config", None), SDConfig):
