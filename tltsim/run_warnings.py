@@ -440,9 +440,9 @@ def _by_step(found: list[list[RunWarning]], steps: list[int]) -> list[list[RunWa
 
 
 def merge_warnings(runs: Sequence[Sequence[RunWarning]], labels: Sequence[str], what: str) -> list[RunWarning]:
-    """One warning per (kind, subject) over several runs (seeds, or steps): the first run's message
-    where it holds (else the first that has it), with ``held`` saying at how many of the runs it
-    holds and which (``at 2 of 3 seeds: seed 0, seed 2``), after what it already held at (a seed's
+    """One warning per (kind, subject) over several runs (seeds, or steps): the message of the first
+    run it holds at, with ``held`` saying at how many of the runs it holds, which, and whose numbers
+    are shown (``at 2 of 3 seeds: seed 1, seed 2; numbers from seed 1``), after what it already held at (a seed's
     merged steps). One run: the warnings unchanged."""
     if len(runs) <= 1:
         return [w for ws in runs for w in ws]
@@ -457,7 +457,8 @@ def merge_warnings(runs: Sequence[Sequence[RunWarning]], labels: Sequence[str], 
     out = []
     for key, w in first.items():
         held = where[key]
-        note = f"at {len(held)} of {len(runs)} {what}" + (f": {', '.join(held)}" if len(held) < len(runs) else "")
+        note = (f"at {len(held)} of {len(runs)} {what}" + (f": {', '.join(held)}" if len(held) < len(runs) else "")
+                + f"; numbers from {held[0]}")
         step = w.step if what != "steps" else None
         out.append(replace(w, held="; ".join(h for h in (w.held, note) if h), step=step))
     return out

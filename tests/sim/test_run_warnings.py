@@ -156,9 +156,9 @@ def test_cli_prints_and_writes_warnings_both_paths_and_the_report_lists_them(tmp
     assert tuple(table.columns) == WARNING_COLUMNS and list(table["kind"]) == ["switch_never_fired"]
     res = CliRunner().invoke(app, [*args, "--seeds", "2", "--out", str(two)])
     assert res.exit_code == 0, res.output
-    assert re.search(r"warning: elastic:8\+beg-mab: the elastic switch never fired .*\(at 2 of 2 seeds\)",
-                     res.output.replace("\n", " "))
-    assert list(pd.read_csv(two / "warnings.csv")["held"]) == ["at 2 of 2 seeds"]
+    assert re.search(r"warning: elastic:8\+beg-mab: the elastic switch never fired .*"
+                     r"\(at 2 of 2 seeds; numbers from seed 0\)", res.output.replace("\n", " "))
+    assert list(pd.read_csv(two / "warnings.csv")["held"]) == ["at 2 of 2 seeds; numbers from seed 0"]
     rep = CliRunner().invoke(app, ["report", str(two), "--out", str(tmp_path / "rep")])
     assert rep.exit_code == 0, rep.output
     text = (tmp_path / "rep" / "README.md").read_text()
@@ -170,9 +170,13 @@ def test_merge_over_seeds_says_where_each_holds() -> None:
     b = RunWarning("switch_cost", "p", 0, 2, (2,), "second")
     c = RunWarning("sd_slower", "q", 0, None, (), "slow")
     merged = merge_warnings([[a], [c], [b, c]], ["seed 0", "seed 1", "seed 2"], "seeds")
-    assert [(w.message, w.held) for w in merged] == [("first", "at 2 of 3 seeds: seed 0, seed 2"),
-                                                     ("slow", "at 2 of 3 seeds: seed 1, seed 2")]
-    assert merged[0].line() == "first (at 2 of 3 seeds: seed 0, seed 2)"
+    assert [(w.message, w.held) for w in merged] == [
+        ("first", "at 2 of 3 seeds: seed 0, seed 2; numbers from seed 0"),
+        ("slow", "at 2 of 3 seeds: seed 1, seed 2; numbers from seed 1")]
+    assert merged[0].line() == "first (at 2 of 3 seeds: seed 0, seed 2; numbers from seed 0)"
+    steps = merge_warnings([[a], [a]], ["step 0", "step 1"], "steps")
+    (again,) = merge_warnings([steps, []], ["seed 0", "seed 1"], "seeds")
+    assert again.held == "at 2 of 2 steps; numbers from step 0; at 1 of 2 seeds: seed 0; numbers from seed 0"
     frame = warnings_frame(merged)
     assert list(frame["workers"]) == ["1", ""] and frame["worker"].isna().tolist() == [False, True]
 
@@ -195,6 +199,6 @@ def test_presets_are_checked_under_their_sd_policy_and_steps_merge() -> None:
     cost = [w for w in ws if w.kind == "switch_cost"]
     assert len(cost) == 1 and cost[0].subject == "tlt" and cost[0].step is None
     assert cost[0].message.startswith("tlt (elastic+beg-mab): the switch cost more than SD gained")
-    assert cost[0].held == "at 2 of 2 steps"
+    assert cost[0].held == "at 2 of 2 steps; numbers from step 0"
     assert ws[0].kind == "rl_dominated" and "training-dominated" in ws[0].message
     assert "speedup gives at most" not in ws[0].message  # tlt's rollout is slower here: no bound to quote
