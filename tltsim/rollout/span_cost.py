@@ -7,7 +7,8 @@ whose context rows are known before any is priced; calling ``sd_time`` once per 
 the SD tail's simulation time (issue 24). Priced together, the per-request reductions are two 2-D
 integer reductions (exact, so equal to the per-row sums) and every floating-point step is the same
 IEEE operation on the same operands in the same order as the scalar code, applied element-wise
-(int64 -> float64 conversion, products, sums, and ``a if a > b else b`` as ``numpy.where``), so
+(int64 -> float64 conversion, products, sums in the same order, ``a if a > b else b`` as
+``numpy.maximum``), so
 each row's time is the scalar's to the last bit. ``tests/sim/test_speed_span_cost.py`` pins that
 for random blocks, every batch size class and tree shape, and both roofline classes.
 
@@ -68,6 +69,7 @@ def span_pricer(cost: object) -> SpanPricer | None:
     kv_d, att_d = draft.kv_read_s_per_token, draft.attention_s_per_position
     kv_t, att_t = target.kv_read_s_per_token, target.attention_s_per_position
     tail = (cost.sd_overhead_s, cost.iteration_overhead_s)
+    steps: dict[int, np.ndarray] = {}  # depth -> the column (1, 2, ..., depth)
 
     def price(ctx_rows: np.ndarray, config: SDConfig) -> list[float]:
         k, b = ctx_rows.shape
@@ -77,16 +79,21 @@ def span_pricer(cost: object) -> SpanPricer | None:
         paged = np.add.reduce(np.floor_divide(ctx_rows + (bs - 1), bs), axis=1) * bs
         ctx_sum = np.add.reduce(ctx_rows, axis=1)
         # _draft_attention: total starts at draft_fixed, each step adds max(kv, att) in step order
-        total = np.full(k, draft_fixed)
-        for step in range(depth):
-            drafted = b * (step + 1)
-            kv = (paged + topk * drafted) * kv_d
-            att = (topk * (ctx_sum + drafted)) * att_d
-            total += np.where(att > kv, att, kv)
+        # (add.accumulate down the rows is that sequential sum, element-wise)
+        col = steps.get(depth)
+        if col is None:
+            col = steps[depth] = np.arange(1, depth + 1, dtype=np.int64)[:, None]
+        drafted = col * b  # b * (step + 1) for step < depth, one row per step
+        kv = (paged + topk * drafted) * kv_d
+        att = (topk * (ctx_sum + drafted)) * att_d
+        terms = np.empty((depth + 1, k))
+        terms[0] = draft_fixed
+        np.maximum(kv, att, out=terms[1:])  # = `att if att > kv else kv`: no NaNs, no signed zeros here
+        total = np.add.accumulate(terms, axis=0)[depth]
         tokens = verify_tokens + 1
         kv = (paged + b * tokens) * kv_t
         att = (tokens * (ctx_sum + b * tokens)) * att_t
-        verify = verify_fixed + np.where(att > kv, att, kv)  # _ForwardCosts.attention_time: max(kv, att)
+        verify = verify_fixed + np.maximum(kv, att)  # _ForwardCosts.attention_time: max(kv, att)
         out = total + draft_overhead
         out += verify
         out += tail[0]

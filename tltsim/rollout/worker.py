@@ -47,6 +47,7 @@ from tltsim.rollout.span_cost import plain_pricer, prefill_pricer, span_pricer
 
 _EPS = 1e-9
 _VECTOR_PASSES = 4  # prefills of more passes than this are priced in one vectorised call
+_PRICE_ROWS = 4  # SD blocks of at least this many iterations are priced in one call (below, per row is cheaper)
 _BLOCK_DRAWS = 4096  # accept lengths drawn at once by the block SD path (iterations x requests)
 _sum, _min = np.add.reduce, np.minimum.reduce  # skip ndarray.sum's Python wrapper on the hot path
 
@@ -312,7 +313,8 @@ class RolloutWorker:
                 emitted_block = step + before
             else:
                 emitted_block = cum[used - 1]
-            dts = price(ctx_rows, config) if price is not None else [cost.sd_time(c, config) for c in ctx_rows]
+            dts = price(ctx_rows, config) if price is not None and used >= _PRICE_ROWS else \
+                [cost.sd_time(c, config) for c in ctx_rows]
             for dt, emitted in zip(dts, sums, strict=True):
                 emitted = float(emitted)
                 emitted_total += emitted
@@ -365,7 +367,8 @@ class RolloutWorker:
             ctx_rows[0] = live.ctx
             if used > 1:
                 np.add(np.floor(g[1:used] + _EPS).astype(np.int64), prompt, out=ctx_rows[1:])
-            dts = price(ctx_rows, config) if price is not None else [cost.sd_time(c, config) for c in ctx_rows]
+            dts = price(ctx_rows, config) if price is not None and used >= _PRICE_ROWS else \
+                [cost.sd_time(c, config) for c in ctx_rows]
             for j, dt in enumerate(dts):
                 if finish and j == used - 1:
                     step = np.minimum(r[j], a)
