@@ -202,3 +202,11 @@ def test_presets_are_checked_under_their_sd_policy_and_steps_merge() -> None:
     assert cost[0].held == "at 2 of 2 steps; numbers from step 0"
     assert ws[0].kind == "rl_dominated" and "training-dominated" in ws[0].message
     assert "speedup gives at most" not in ws[0].message  # tlt's rollout is slower here: no bound to quote
+
+
+def test_report_section_for_a_folder_without_warnings_or_with_none(tmp_path) -> None:
+    from analysis.report import _warning_sections
+
+    assert "No `warnings.csv` in this folder" in _warning_sections(tmp_path)[1]
+    warnings_frame([]).to_csv(tmp_path / "warnings.csv", index=False)
+    assert _warning_sections(tmp_path)[1].startswith("None: every elastic switch fired where SD paid")
