@@ -10,7 +10,10 @@ state such as BEG-MAB's reward windows persists, as in TLT). Before a decode ite
 builds a :class:`BatchView` and asks ``decide(view)`` for a :class:`Decision`; it runs the decision
 for ``n`` iterations (``1 <= n <= decision.hold``, fewer when a request finishes or is admitted) and
 reports what happened in one :class:`Outcome` with ``iterations == n`` through ``observe``. A policy's
-state after that ``observe`` must be what ``n`` single-iteration rounds would have left.
+state after that ``observe`` must be what ``n`` single-iteration rounds would have left -- every part
+of it a later decision can read. One documented exception, of state no decision reads: a BEG-MAB
+bucket with a single arm holds its arm and keeps one reward per span in that arm's window
+(:mod:`tltcore.policy.beg_mab`); an Outcome carries no per-iteration throughputs to keep ``n``.
 """
 
 from __future__ import annotations
