@@ -52,13 +52,17 @@ _PLAIN_PARTS = ("decode_span_time", "_paged_span_sum", "padded")
 PlainPricer = Callable[[np.ndarray, int], float]
 
 
+def _mirrors(cost: object, parts: tuple[str, ...]) -> bool:
+    """True when ``cost`` is a roofline whose methods ``parts`` are the roofline's own (a subclass
+    that overrides one prices differently, so the mirror stands aside)."""
+    return isinstance(cost, RooflineCostModel) and all(
+        getattr(type(cost), p) is getattr(RooflineCostModel, p) for p in parts)
+
+
 def span_pricer(cost: object) -> SpanPricer | None:
     """``price(ctx_rows, config)``: the SD time of every row of ``ctx_rows`` (iterations x requests,
     int64, at least one request), or None where ``cost`` is not a roofline this module mirrors."""
-    if not isinstance(cost, RooflineCostModel):
-        return None
-    kind = type(cost)
-    if any(getattr(kind, p) is not getattr(RooflineCostModel, p) for p in _PARTS):
+    if not _mirrors(cost, _PARTS):
         return None
     target, draft = cost._target, cost._draft
     # the measured model's forwards replace fixed_time only (reached through _sd_constants, called as is)
@@ -109,10 +113,7 @@ def prefill_pricer(cost: object) -> PrefillPricer | None:
     new tokens, through the target and/or the drafter, as
     :meth:`tltsim.rollout.worker.RolloutWorker._prefill` adds it up pass by pass (target, then
     drafter); None where ``cost`` is not a roofline whose ``_prefill`` this mirrors."""
-    if not isinstance(cost, RooflineCostModel):
-        return None
-    kind = type(cost)
-    if any(getattr(kind, p) is not getattr(RooflineCostModel, p) for p in _PREFILL_PARTS):
+    if not _mirrors(cost, _PREFILL_PARTS):
         return None
     bs, overhead = cost.kv_block_size, cost.iteration_overhead_s
     t_fixed, t_att = cost._target.fixed_time, cost._target.attention_time
@@ -152,10 +153,7 @@ def plain_pricer(cost: object) -> PlainPricer | None:
     """``price(ctx, n)``: ``cost.decode_span_time(ctx, n)`` for ``n >= 1`` plain iterations of a
     non-empty batch, or None where ``cost`` is not a roofline whose memory-bound closed form
     (paged KV read >= attention positions at every step) this mirrors."""
-    if not isinstance(cost, RooflineCostModel):
-        return None
-    kind = type(cost)
-    if any(getattr(kind, p) is not getattr(RooflineCostModel, p) for p in _PLAIN_PARTS):
+    if not _mirrors(cost, _PLAIN_PARTS):
         return None
     t = cost._target
     kv_per_token = t.kv_read_s_per_token
