@@ -45,6 +45,7 @@ from tltcore.errors import InputError
 from tltcore.model_shape import get_model
 from tltcore.policy.base import SDConfig
 from tltsim.rl.gpu_memory import PAPER_ARMS, cuda_graph_bytes
+from tltsim.rl.run import compare_presets
 from tltsim.scenario import Scenario, acceptance_model, apply_override, cost_model, load_scenario
 from tltsim.scenario.build import describe_cost
 from tltsim.seeds import aggregate, fmt_range, run_preset_seeds
@@ -154,10 +155,7 @@ def band_runs(s: Scenario, model: str, nodes: int, on_point: Callable[[str], Non
             on_point(alt.name)
         note = alt.why
         try:
-            sa = with_sets(sb, alt.sets)
-            from tltsim.rl.run import compare_presets
-
-            _, _, summ = compare_presets(sa)
+            _, _, summ = compare_presets(with_sets(sb, alt.sets))
             value = _tlt_speedup(summ)
             if not np.isfinite(value):
                 note = f"out of memory ({alt.why})"
@@ -509,17 +507,13 @@ def _batch(v: object) -> str:
     return "never up to 256" if v is None or pd.isna(v) else str(int(v))
 
 
-def _range(m: float, lo: float, hi: float) -> str:
-    return fmt_range(m, lo, hi) if np.isfinite(m) else "–"
-
-
 def _e2e_view(table: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for r in table.itertuples(index=False):
         ok = r.status == "ok"
         rows.append({"model": r.model, "nodes": r.nodes,
                      "paper": f"{r.paper:.2f}" if np.isfinite(r.paper) else "OOM",
-                     "ours: released config": _range(r.ours, r.ours_min, r.ours_max) if ok else "OOM",
+                     "ours: released config": fmt_range(r.ours, r.ours_min, r.ours_max) if ok else "OOM",
                      "error": f"{r.error:+.0%}" if np.isfinite(r.error) else "–",
                      "band over alternatives": f"{r.band_lo:.2f}–{r.band_hi:.2f}" if ok else "–",
                      "paper in band": ("yes" if r.paper_in_band else "no") if np.isfinite(r.paper) else "–",
@@ -581,27 +575,28 @@ def readme(table: pd.DataFrame, alts: pd.DataFrame, tornados: dict, ab: pd.DataF
     tl = ab_steps[ab_steps["preset"] == "tlt"].groupby("step")["mean_accept_length"].median()
     st = ab_steps[ab_steps["preset"] == "static-drafter"].groupby("step")["mean_accept_length"].median()
     ab_view = pd.DataFrame([{
-        "preset": r.preset, "speedup": _range(r.speedup_median, r.speedup_min, r.speedup_max),
-        "rollout speedup": _range(r.rollout_speedup_median, r.rollout_speedup_min, r.rollout_speedup_max),
+        "preset": r.preset, "speedup": fmt_range(r.speedup_median, r.speedup_min, r.speedup_max),
+        "rollout speedup": fmt_range(r.rollout_speedup_median, r.rollout_speedup_min, r.rollout_speedup_max),
         "rollout share": f"{r.rollout_share_median:.2f}",
-        "accept length": _range(r.mean_accept_length_median, r.mean_accept_length_min, r.mean_accept_length_max),
+        "accept length": fmt_range(r.mean_accept_length_median, r.mean_accept_length_min, r.mean_accept_length_max),
         "total s (median)": f"{r.total_s_median:.0f}"} for r in ab.itertuples(index=False)])
     by_ab = ab.set_index("preset")["speedup_median"]
     nots_view = pd.DataFrame([{
-        "setting": r.scenario, "TLT speedup": _range(r.tlt_median, r.tlt_min, r.tlt_max),
+        "setting": r.scenario, "TLT speedup": fmt_range(r.tlt_median, r.tlt_min, r.tlt_max),
         "TLT rollout speedup": f"{r.tlt_rollout:.2f}", "TLT-Base speedup": f"{r.tlt_base:.2f}",
         "veRL rollout share": f"{r.rollout_share_verl:.2f}", "cost model": r.cost_model}
         for r in nots.itertuples(index=False)])
     be = break_even(decode)
     be_view = be.assign(slower_from_batch=be["slower_from_batch"].map(_batch))
     rw = reward.assign(**{"reward share of veRL's step": reward["reward_share_verl"].map(lambda v: f"{v:.0%}"),
-                          "TLT speedup": [_range(a, b, c) for a, b, c in zip(
+                          "TLT speedup": [fmt_range(a, b, c) for a, b, c in zip(
                               reward["speedup_median"], reward["speedup_min"], reward["speedup_max"], strict=True)],
-                          "TLT rollout speedup": [_range(a, b, c) for a, b, c in zip(
+                          "TLT rollout speedup": [fmt_range(a, b, c) for a, b, c in zip(
                               reward["rollout_speedup_median"], reward["rollout_speedup_min"],
                               reward["rollout_speedup_max"], strict=True)]})
     rw_view = rw[["reward_s_per_sample", "reward share of veRL's step", "TLT speedup", "TLT rollout speedup"]]
     near40 = reward.iloc[int(np.argmin(np.abs(reward["reward_share_verl"] - 0.4)))]
+    gain40 = fmt_range(near40["speedup_median"], near40["speedup_min"], near40["speedup_max"])
     h20 = be[be["gpu"] == "H20"]
     h100 = be[be["gpu"] == "H100"]
     tornado_text = []
@@ -764,7 +759,7 @@ Two things add up to "no gain" here. First, on one node the released 7B config g
 work with: two TP-4 workers hold 256 responses each, so SD runs only in the tail and the rollout gains
 {reward["rollout_speedup_median"].iloc[0]:.2f}x even with an instant reward. Second, the reward does not shrink: at
 {near40["reward_s_per_sample"]:g} s per response it takes {near40["reward_share_verl"]:.0%} of veRL's step and TLT's
-end-to-end gain is {_range(near40["speedup_median"], near40["speedup_min"], near40["speedup_max"])}x while its rollout
+end-to-end gain is {gain40}x while its rollout
 alone still gains {near40["rollout_speedup_median"]:.2f}x (Amdahl's law). A reward that overlaps the rollout
 (scoring finished responses while the tail decodes) is not modelled; it would take most of this loss back.
 

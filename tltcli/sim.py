@@ -275,14 +275,18 @@ def upper_bound_table(inputs: SimInputs, specs: tuple[str, ...], summary: pd.Dat
                          "queued_workers": [int(b.queued.sum()) for b in bounds]})
 
 
+def bound_caveat(mode: str) -> str:
+    """What the upper bound's line adds under stochastic acceptance: it bounds expected lengths only."""
+    return "" if mode == "expected" else " (a bound on expected accept lengths: stochastic runs may dip below)"
+
+
 def upper_bound_line(bound: pd.DataFrame, mode: str) -> str:
     """One line: the bound over the whole run (steps back to back)."""
     total = float(bound["bound_makespan_s"].sum())
-    caveat = "" if mode == "expected" else " (a bound on expected accept lengths: stochastic runs may dip below)"
     line = f"upper bound: no policy above finishes in under {total:.2f} s"
     if len(bound) == 1 and bound["bound_speedup"].notna().all():
         line += f" (speedup <= {float(bound['bound_speedup'].iloc[0]):.3f}x)"
-    return line + caveat
+    return line + bound_caveat(mode)
 
 
 def _why_no_trace(events: pd.DataFrame, perfetto: Perfetto) -> str:

@@ -128,15 +128,15 @@ def run_seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, dest: Pa
 def seed_bound_line(s: Scenario, inputs: SimInputs, specs: tuple[str, ...], seeds: list[int]) -> str:
     """The upper bound (:mod:`tltsim.upper_bound`) over the whole run at each seed (the dealing moves
     it), as the median (min–max): no policy above finishes faster at that seed."""
+    from tltcli.sim import bound_caveat
     from tltsim.seeds import fmt_range, with_seed
     from tltsim.upper_bound import scenario_bounds
 
     totals = np.array([sum(b.makespan for b in scenario_bounds(with_seed(s, inputs, k)[1], specs))
                        for k in seeds])
-    caveat = ("" if s.acceptance.mode == "expected"
-              else " (a bound on expected accept lengths: stochastic runs may dip below)")
     return (f"upper bound: at each seed no policy above finishes in under "
-            f"{fmt_range(float(np.median(totals)), float(totals.min()), float(totals.max()))} s" + caveat)
+            f"{fmt_range(float(np.median(totals)), float(totals.min()), float(totals.max()))} s"
+            + bound_caveat(s.acceptance.mode))
 
 
 def write_seed_results(dest: Path, runs: SeedRuns, agg: pd.DataFrame, totals: pd.DataFrame | None, s: Scenario,

@@ -150,3 +150,19 @@ def test_sim_run_prints_and_saves_the_bound(tmp_path) -> None:
     summary = pd.read_csv(out / "summary.csv")
     assert (summary["makespan_s"] >= bound).all()
     assert summary["makespan_s"].min() < 1.1 * bound
+
+
+def test_the_bound_line_says_it_bounds_expected_lengths_under_stochastic_acceptance(tmp_path):
+    """Both `tlt sim run` paths (one seed, several) print the bound; only a stochastic run adds that
+    the bound is on expected accept lengths (a lucky draw may finish below it)."""
+    from conftest import invoke_cli
+
+    base = ("sim", "run", "--trace", "intern_s1_math", "--set", "trace.prompts_per_step=4", "--set",
+            "cluster.gpus=8", "--policy", "elastic:16+static:4_1_4", "--perfetto", "off")
+    caveat = "(a bound on expected accept lengths: stochastic runs may dip below)"
+    for seeds in ("1", "2"):
+        for mode, shown in (("expected", False), ("stochastic", True)):
+            res = invoke_cli(*base, "--seeds", seeds, "--acceptance", mode, "--out", str(tmp_path / f"{mode}{seeds}"))
+            assert res.returncode == 0, res.stderr
+            line = next(x for x in res.stdout.splitlines() if x.startswith("upper bound:"))
+            assert (caveat in " ".join(res.stdout.split())) is shown, (seeds, mode, line)
