@@ -270,6 +270,50 @@ def test_known_lengths_reach_only_a_policy_that_asks() -> None:
     assert all(h == () for h in seen["silent"])
 
 
+def test_elastic_passes_the_known_lengths_through_to_its_inner_policy() -> None:
+    """``elastic:2:1+cost-aware:lengths=known`` must see what the bare policy sees once switched on: the
+    switch wrapper asks for the hint on its inner policy's behalf (and only then)."""
+    from tltcore.policy.elastic import Elastic
+
+    seen: list[tuple[float, ...]] = []
+
+    class Spy:
+        name, wants_remaining_hint = "spy", True
+
+        def decide(self, view):
+            seen.append(view.remaining_hint)
+            return Decision(NO_SD)
+
+        def observe(self, outcome):
+            return None
+
+        def reset(self, step):
+            return None
+
+    assert make_policy("elastic:8+cost-aware:lengths=known", cost_model=LinearCost()).wants_remaining_hint
+    assert not make_policy("elastic:8+cost-aware", cost_model=LinearCost()).wants_remaining_hint
+    assert not make_policy("elastic:8+beg-mab").wants_remaining_hint
+    work = Work(0, np.arange(3), np.array([10, 20, 30]), np.array([5, 9, 12]))
+    simulate_step(work, policies=[Elastic(Spy(), threshold=2, consecutive=1)], cost=LinearCost(), accept=None,
+                  engine=EngineConfig(), seed=0, deal_mode="trace")
+    assert seen and all(len(h) == len(seen[0]) for h in seen[:1]) and seen[-1] == (1.0,)
+
+
+def test_the_engines_switch_mode_is_the_default_a_spec_may_override() -> None:
+    """The policy prices the switch the engine does: ``make_policy(..., switch=)`` (the simulator passes
+    ``engine.switch``) sets cost-aware's default; ``switch=`` in the spec wins."""
+    from tltsim.scenario import load_scenario, make_policies, prepare
+    from tltsim.scenario.resolve import with_values
+
+    assert make_policy("cost-aware", cost_model=LinearCost()).switch == "reprefill"
+    assert make_policy("cost-aware", cost_model=LinearCost(), switch="catch_up").switch == "catch_up"
+    assert make_policy("elastic+cost-aware", cost_model=LinearCost(), switch="in_step").inner.switch == "in_step"
+    assert make_policy("cost-aware:switch=reprefill", cost_model=LinearCost(), switch="catch_up").switch == "reprefill"
+    s = load_scenario("aime_qwen7b_64xh100")
+    policies = make_policies("cost-aware", prepare(with_values(s, {"engine.switch": "catch_up"})))
+    assert {p.switch for p in policies} == {"catch_up"}
+
+
 def test_known_lengths_change_the_plan() -> None:
     """256 responses of 50 tokens at batch 256, where SD loses: with the trace's lengths the policy
     sees the step end before SD could pay and stays off; the predictor cannot, and rents SD."""

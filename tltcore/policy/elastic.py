@@ -53,6 +53,12 @@ class Elastic:
         self._drafter_stale = False
 
     @property
+    def wants_remaining_hint(self) -> bool:
+        """The inner policy's wish for ``BatchView.remaining_hint`` (``elastic+cost-aware:lengths=known``
+        must see the lengths the bare policy sees; the switch itself never reads them)."""
+        return bool(getattr(self.inner, "wants_remaining_hint", False))
+
+    @property
     def switched_on(self) -> bool:
         """True once SD has been switched on in this rollout step (until ``reset``)."""
         return self._switched_on

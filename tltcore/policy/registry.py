@@ -27,7 +27,8 @@ joined by ``,``) and ``thresholds`` (ints joined by ``,``); ``eps-greedy`` takes
 ``smoothing``, ``prior``, ``hysteresis`` (it prices depths with ``cost_model`` when one is given, as
 the greedy oracle does); ``greedy-oracle`` takes ``arms``. ``cost-aware`` takes ``arms`` (default
 chains 1..8 and TLT's four 8_4_* trees), ``switch`` (the engine's switch mode it prices:
-``reprefill`` (default, the engines' default), ``catch_up`` or ``in_step``), ``lengths``
+``reprefill``, ``catch_up`` or ``in_step``; default the engine's mode passed to :func:`make_policy`,
+else ``reprefill``, the engines' default), ``lengths``
 (``predicted`` (default: as many more tokens as a request's context holds, at least the earlier
 steps' mean length; switches then earned by ski rental, see :mod:`~tltcore.policy.cost_aware`) or
 ``known``: the simulator's true remaining lengths, clairvoyant), ``recheck`` (iterations between
@@ -141,7 +142,7 @@ def _vllm_table(args: list[str]) -> VllmTable:
 
 
 def _base(base: str, args: list[str], seed: int, accept_model: OracleAcceptance | None,
-          cost_model: OracleCost | None) -> SDPolicy:
+          cost_model: OracleCost | None, switch: str | None) -> SDPolicy:
     if base == "no-sd":
         if args:
             raise _SpecError("no-sd takes no arguments")
@@ -185,6 +186,8 @@ def _base(base: str, args: list[str], seed: int, accept_model: OracleAcceptance 
         }, base)
         if "arms" in opts:
             opts["candidates"] = opts.pop("arms")
+        if switch is not None:
+            opts.setdefault("switch", switch)  # the engine's own mode unless the spec names one
         return CostAware(cost_model, accept_model, **opts)  # type: ignore[arg-type]
     raise _SpecError(f"unknown policy '{base}'")
 
@@ -197,7 +200,8 @@ def _elastic_args(args: list[str]) -> tuple[int, int]:
     return threshold, consecutive
 
 
-def _build(spec: str, seed: int, accept_model: OracleAcceptance | None, cost_model: OracleCost | None) -> SDPolicy:
+def _build(spec: str, seed: int, accept_model: OracleAcceptance | None, cost_model: OracleCost | None,
+           switch: str | None) -> SDPolicy:
     parts = [p.strip() for p in spec.split("+")]
     if any(not p for p in parts):
         raise _SpecError("empty component")
@@ -205,7 +209,7 @@ def _build(spec: str, seed: int, accept_model: OracleAcceptance | None, cost_mod
     base, *args = last.split(":")
     if base in WRAPPER_NAMES:
         raise _SpecError(f"'{base}' wraps another policy, e.g. {base}+beg-mab")
-    policy = _base(base, args, seed, accept_model, cost_model)
+    policy = _base(base, args, seed, accept_model, cost_model, switch)
     for wrapper in reversed(wrappers):
         name, *wargs = wrapper.split(":")
         if name not in WRAPPER_NAMES:
@@ -217,18 +221,21 @@ def _build(spec: str, seed: int, accept_model: OracleAcceptance | None, cost_mod
 
 
 def make_policy(spec: str, *, seed: int = 0, accept_model: OracleAcceptance | None = None,
-                cost_model: OracleCost | None = None) -> SDPolicy:
+                cost_model: OracleCost | None = None, switch: str | None = None) -> SDPolicy:
     """The policy described by ``spec`` (see the module docstring), seeded with ``seed``.
 
     ``accept_model`` and ``cost_model`` are needed by ``greedy-oracle``, ``cost_model`` by
     ``cost-aware`` (``accept_model`` is its prior when given); ``sglang-ema`` prices its depths with
-    ``cost_model`` when given (else with a proxy). The result's ``name`` is ``spec`` (stripped).
+    ``cost_model`` when given (else with a proxy). ``switch`` is the engine's switch mode
+    (:data:`~tltcore.engine_limits.SWITCH_MODES`): ``cost-aware`` prices that switch unless its spec
+    names another (a policy pricing a re-prefill the engine never does would switch too rarely). The
+    result's ``name`` is ``spec`` (stripped).
     """
     text = spec.strip() if isinstance(spec, str) else ""
     if not text:
         raise InputError(f"empty SD policy spec {spec!r}; valid: {_valid_names()}", field="policy")
     try:
-        policy = _build(text, seed, accept_model, cost_model)
+        policy = _build(text, seed, accept_model, cost_model, switch)
     except (_SpecError, InputError) as exc:
         raise InputError(f"bad SD policy spec '{text}': {exc}; valid: {_valid_names()}",
                          field="policy") from None

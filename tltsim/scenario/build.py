@@ -166,4 +166,5 @@ def make_policies(spec: str, inputs: SimInputs) -> list[Any]:
     from tltcore.policy.registry import make_policy
 
     return [make_policy(spec, seed=inputs.scenario.seed * 1_000_003 + w, accept_model=inputs.accept,
-                        cost_model=inputs.cost) for w in range(inputs.n_workers)]
+                        cost_model=inputs.cost, switch=inputs.scenario.engine.switch)
+            for w in range(inputs.n_workers)]
