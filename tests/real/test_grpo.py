@@ -121,3 +121,38 @@ def test_truncated_responses_count_in_the_group_but_not_in_the_loss():
     assert kept.packed.targets[kept.packed.weights > 0].tolist() == [3, 4]
     both = policy_batch(rolls, [1.0, -1.0], 16, PAD)
     assert both.packed.targets[both.packed.weights > 0].tolist() == [3, 4, 5, 6, 7]
+
+
+def test_kl_to_the_reference_is_reported_and_only_when_asked():
+    """kl_coef > 0: the trainer keeps a frozen copy of the starting policy; the first minibatch sees
+    the policy equal to it (k3 = 0), the second a moved one (k3 > 0), so the mean is positive."""
+    rolls = _rollouts((1, 2), [(3, 4, 5), (6,), (7, 8), (9,)], [1, 0, 1, 0])
+    with_kl = GRPOTrainer(random_model(CFG, seed=3).eval(), GRPOConfig(group_size=4, minibatches=2, lr=1e-2,
+                                                                     kl_coef=0.1), pad_id=PAD)
+    assert with_kl.reference is not None
+    assert with_kl.update(rolls).kl > 0
+    without = GRPOTrainer(random_model(CFG, seed=3).eval(), GRPOConfig(group_size=4, minibatches=2, lr=1e-2),
+                          pad_id=PAD)
+    assert without.reference is None and without.update(rolls).kl == 0.0
+
+
+def test_the_kl_term_holds_the_policy_nearer_the_reference():
+    """Same rollouts, three RL steps of four minibatches: with a strong KL weight the final policy
+    ends nearer the starting one (in k3 over the responses' tokens) than without it (measured: 0.13
+    without, 0.024 at kl_coef 5)."""
+    from tltreal.rl.grpo import kl_k3
+
+    rolls = _rollouts((1, 2), [(3, 4, 5), (6,), (7, 8), (9,)] * 2, [1, 0, 1, 0] * 2)
+    probe = policy_batch(rolls, [0.0] * len(rolls), 32, PAD)
+    start = random_model(CFG, seed=3).eval()
+    with torch.no_grad():
+        ref = batch_logprobs(start, probe)
+    dist = []
+    for kl_coef in (0.0, 5.0):
+        model = copy.deepcopy(start)
+        trainer = GRPOTrainer(model, GRPOConfig(group_size=8, minibatches=4, lr=1e-3, kl_coef=kl_coef), pad_id=PAD)
+        for _ in range(3):
+            trainer.update(rolls)
+        with torch.no_grad():
+            dist.append(float(kl_k3(batch_logprobs(model, probe), ref, probe.packed.weights)))
+    assert dist[1] < 0.5 * dist[0]

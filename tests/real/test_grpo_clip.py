@@ -85,3 +85,71 @@ def test_masked_mean_over_tokens_on_both_sides_of_the_lower_edge() -> None:
     assert float(loss.detach()) == pytest.approx((0.8 + 0.9 - 0.5) / 3, abs=1e-12)
     assert logp.grad[0].tolist() == pytest.approx([0.0, 0.9 / 3, -0.5 / 3, 0.0], abs=1e-12)
     assert clip == pytest.approx(2 / 3)
+
+
+# ---- the dual clip (c = 3): a negative advantage's term never falls below c A ------------------------
+# (ratio, advantage, c, loss, d loss / d log p), by hand from s = min(r A, clip(r) A), s = max(s, c A)
+# when A < 0, loss = -s; the gradient is -A r while the r A term is the one chosen, else 0.
+DUAL = [
+    (5.0, -1.0, 3.0, 3.0, 0.0),    # min(-5, -1.2) = -5, floored at -3: flat, no gradient
+    (4.0, -0.5, 3.0, 1.5, 0.0),    # min(-2, -0.6) = -2, floored at -1.5
+    (2.5, -1.0, 3.0, 2.5, 2.5),    # -2.5 is above -3: the plain PPO term, full gradient
+    (2.5, -1.0, 2.0, 2.0, 0.0),    # the floor follows c: -2.5 floored at -2
+    (5.0, 1.0, 3.0, -1.2, 0.0),    # a positive advantage is untouched: the PPO clip at 1 + eps
+    (0.5, -1.0, 3.0, 0.8, 0.0),    # below the trust region: the PPO clip, as without the dual clip
+    (1.1, -1.0, 3.0, 1.1, 1.1),    # inside it: plain policy gradient
+]
+
+
+@pytest.mark.parametrize(("ratio", "advantage", "c", "loss", "grad"), DUAL)
+def test_dual_clip_by_hand(ratio: float, advantage: float, c: float, loss: float, grad: float) -> None:
+    logp = torch.tensor([[math.log(ratio)]], dtype=torch.float64, requires_grad=True)
+    got, _ = clipped_loss(logp, torch.zeros(1, 1, dtype=torch.float64),
+                          torch.tensor([[advantage]], dtype=torch.float64), torch.ones(1, 1, dtype=torch.float64),
+                          EPS, c)
+    got.backward()
+    assert logp.grad is not None
+    assert float(got.detach()) == pytest.approx(loss, abs=1e-12)
+    assert float(logp.grad[0, 0]) == pytest.approx(grad, abs=1e-12)
+
+
+def test_dual_clip_bounds_a_batch_where_one_token_would_dominate() -> None:
+    """Three ordinary tokens and one disfavoured token at ratio 20: without the dual clip its term
+    (20) swamps the mean; with c = 3 it counts 3 and pulls no gradient."""
+    ratios = torch.tensor([[1.0, 1.0, 1.0, 20.0]], dtype=torch.float64)
+    adv = torch.tensor([[0.5, -0.5, 0.5, -1.0]], dtype=torch.float64)
+    ones = torch.ones_like(ratios)
+    plain, _ = clipped_loss(ratios.log(), torch.zeros_like(ratios), adv, ones, EPS)
+    logp = ratios.log().requires_grad_(True)
+    dual, clip = clipped_loss(logp, torch.zeros_like(ratios), adv, ones, EPS, 3.0)
+    dual.backward()
+    assert logp.grad is not None
+    assert float(plain) == pytest.approx((-0.5 + 0.5 - 0.5 + 20.0) / 4, abs=1e-12)
+    assert float(dual.detach()) == pytest.approx((-0.5 + 0.5 - 0.5 + 3.0) / 4, abs=1e-12)
+    assert logp.grad[0].tolist() == pytest.approx([-0.5 / 4, 0.5 / 4, -0.5 / 4, 0.0], abs=1e-12)
+    assert clip == pytest.approx(1 / 4)
+
+
+def test_kl_k3_by_hand() -> None:
+    """k3 = exp(ref - logp) - (ref - logp) - 1: 0 where the policy equals the reference; at
+    p = 0.5, ref = 0.25: 0.5 + ln 2 - 1, gradient 1 - exp(ref - logp) = 0.5; masked mean."""
+    from tltreal.rl.grpo import kl_k3
+
+    logp = torch.tensor([[math.log(0.5), math.log(0.3), math.log(0.9)]], dtype=torch.float64, requires_grad=True)
+    ref = torch.tensor([[math.log(0.25), math.log(0.3), math.log(0.1)]], dtype=torch.float64)
+    kl = kl_k3(logp, ref, torch.tensor([[1.0, 1.0, 0.0]], dtype=torch.float64))
+    kl.backward()
+    assert logp.grad is not None
+    assert float(kl.detach()) == pytest.approx((0.5 + math.log(2) - 1) / 2, abs=1e-12)
+    assert logp.grad[0].tolist() == pytest.approx([0.5 / 2, 0.0, 0.0], abs=1e-12)
+
+
+def test_config_refuses_a_dual_clip_at_or_below_one_and_a_negative_kl() -> None:
+    from tltcore.errors import InputError
+    from tltreal.rl.grpo import GRPOConfig
+
+    with pytest.raises(InputError, match="dual_clip"):
+        GRPOConfig(dual_clip=1.0)
+    with pytest.raises(InputError, match="kl_coef"):
+        GRPOConfig(kl_coef=-0.1)
+    assert GRPOConfig(dual_clip=None).dual_clip is None

@@ -16,12 +16,22 @@ loss (DAPO's overlong filtering, ``mask_truncated``).
 The update is the clipped surrogate over response tokens, averaged over every response token of the
 batch (DAPO's token-level mean: a long response weighs in proportion to its length)::
 
-    loss = -mean_t min(rho_t A, clip(rho_t, 1 - eps, 1 + eps) A),  rho_t = pi(y_t) / pi_old(y_t)
+    loss = -mean_t s_t,  s_t = min(rho_t A, clip(rho_t, 1 - eps, 1 + eps) A),  rho_t = pi(y_t) / pi_old(y_t)
+
+and, with the *dual clip* (Ye et al. 2020, "Mastering Complex Control in MOBA Games"; verl's
+``clip_ratio_c = 3``), for a negative advantage ``s_t = max(s_t, c A)``. Why: the plain clip bounds
+the ratio only in the direction the advantage pushes; a disfavoured token whose ratio has already
+grown far above ``1 + eps`` (a later minibatch, or a stale ``pi_old``) keeps its full, unbounded
+``rho A`` term, and one such token can dominate the batch (the committed run's loss of 3.21 at a
+step where ~0 is normal). The dual clip caps that term at ``c |A|`` and stops its gradient there.
 
 ``pi_old`` is the policy that generated the rollout. With ``minibatches = 1`` there is one
 optimizer step per RL step and ``rho = 1`` (plain policy gradient); with more, later minibatches
-see a policy that already moved and the clip bounds how far. No KL term (KL-free, as DAPO): the
-drift that makes drafters stale is not held back.
+see a policy that already moved and the clip bounds how far. The KL term to the reference policy is
+off by default (KL-free, as DAPO: the drift that makes drafters stale is not held back); with
+``kl_coef > 0`` each response token adds ``kl_coef * k3`` with GRPO's estimator
+``k3 = exp(ref - logp) - (ref - logp) - 1`` (>= 0, 0 where the policy equals the reference), which
+keeps a learning run near the pre-trained policy.
 
 Everything is deterministic given the rollouts and the model: minibatches are contiguous slices
 in response order, and the forward has no dropout.
@@ -29,6 +39,7 @@ in response order, and the forward has no dropout.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Sequence
@@ -56,6 +67,8 @@ class GRPOConfig:
     row_len: int = 1024
     eps: float = 1e-6
     mask_truncated: bool = True
+    dual_clip: float | None = 3.0  # c of the dual clip (module docstring); None: off
+    kl_coef: float = 0.0  # weight of the k3 KL to the reference (the policy the trainer started from)
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -67,6 +80,10 @@ class GRPOConfig:
             raise InputError(f"must be a positive number, got {self.lr}", field="lr")
         if not 0 < self.clip_eps < 1:
             raise InputError(f"must be in (0, 1), got {self.clip_eps}", field="clip_eps")
+        if self.dual_clip is not None and not (math.isfinite(self.dual_clip) and self.dual_clip > 1):
+            raise InputError(f"must be > 1 (or None: off), got {self.dual_clip}", field="dual_clip")
+        if not (math.isfinite(self.kl_coef) and self.kl_coef >= 0):
+            raise InputError(f"must be >= 0, got {self.kl_coef}", field="kl_coef")
         if self.row_len < 2:
             raise InputError(f"must be >= 2, got {self.row_len}", field="row_len")
 
@@ -139,14 +156,28 @@ def batch_logprobs(model: Transformer, batch: PolicyBatch) -> torch.Tensor:
 
 
 def clipped_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                 clip_eps: float) -> tuple[torch.Tensor, float]:
-    """The clipped surrogate averaged over masked tokens, and the fraction of tokens clipped."""
+                 clip_eps: float, dual_clip: float | None = None) -> tuple[torch.Tensor, float]:
+    """The clipped surrogate averaged over masked tokens, and the fraction of tokens clipped (by
+    either clip). ``dual_clip`` ``c``: a negative advantage's term is at least ``c A`` (module
+    docstring); None leaves the plain PPO clip."""
     ratio = torch.exp(logp - old_logp)
     clipped = ratio.clamp(1 - clip_eps, 1 + clip_eps)
     surrogate = torch.minimum(ratio * advantages, clipped * advantages)
+    outside = (ratio - clipped).abs() > 0
+    if dual_clip is not None:
+        floor = dual_clip * advantages
+        surrogate = torch.where(advantages < 0, torch.maximum(surrogate, floor), surrogate)
     n = mask.sum().clamp_min(1.0)
-    clip_frac = float((((ratio - clipped).abs() > 0).float() * mask).sum() / n)
+    clip_frac = float((outside.float() * mask).sum() / n)
     return -(surrogate * mask).sum() / n, clip_frac
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """GRPO's per-token KL estimate to the reference, ``exp(ref - logp) - (ref - logp) - 1``,
+    averaged over masked tokens: unbiased for KL(pi || ref) under samples of pi, never negative."""
+    d = ref_logp - logp
+    n = mask.sum().clamp_min(1.0)
+    return ((torch.exp(d) - d - 1) * mask).sum() / n
 
 
 @dataclass(frozen=True)
@@ -159,6 +190,7 @@ class UpdateMetrics:
     response_tokens: int
     learning_responses: int  # responses with a non-zero advantage
     seconds: float
+    kl: float = 0.0  # mean k3 KL to the reference over the minibatches (0 when kl_coef is 0)
 
 
 class GRPOTrainer:
@@ -167,6 +199,8 @@ class GRPOTrainer:
     def __init__(self, model: Transformer, config: GRPOConfig, *, pad_id: int) -> None:
         self.model, self.config, self.pad_id = model, config, pad_id
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=config.betas, weight_decay=0.0)
+        # the KL's reference: a frozen copy of the policy as the trainer received it
+        self.reference = copy.deepcopy(model).eval().requires_grad_(False) if config.kl_coef > 0 else None
 
     def update(self, rollouts: Sequence[Rollout]) -> UpdateMetrics:
         """One RL step: advantages per group, then ``minibatches`` clipped optimizer steps (none when
@@ -183,12 +217,19 @@ class GRPOTrainer:
         self.model.eval()
         with torch.no_grad():  # pi_old: the policy that generated the rollouts, before any step
             old = [batch_logprobs(self.model, b) for b in batches]
-        losses, clips, norms = [], [], []
+            refs = [batch_logprobs(self.reference, b) for b in batches] if self.reference is not None else \
+                [None] * len(batches)
+        losses, clips, norms, kls = [], [], [], []
         self.model.train()
-        for b, old_logp in zip(batches, old, strict=True):
+        for b, old_logp, ref_logp in zip(batches, old, refs, strict=True):
             with torch.enable_grad():
                 logp = batch_logprobs(self.model, b)
-                loss, clip_frac = clipped_loss(logp, old_logp, b.advantages, b.packed.weights, c.clip_eps)
+                loss, clip_frac = clipped_loss(logp, old_logp, b.advantages, b.packed.weights, c.clip_eps,
+                                               c.dual_clip)
+                if ref_logp is not None:
+                    kl = kl_k3(logp, ref_logp, b.packed.weights)
+                    loss = loss + c.kl_coef * kl
+                    kls.append(float(kl.detach()))
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
             norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)))
@@ -198,8 +239,8 @@ class GRPOTrainer:
         self.model.eval()
         return UpdateMetrics(float(np.mean(losses)), float(np.mean(clips)), float(np.mean(norms)),
                              tokens, int(np.count_nonzero(adv)),
-                             time.perf_counter() - t0)
+                             time.perf_counter() - t0, float(np.mean(kls)) if kls else 0.0)
 
 
 __all__ = ["GRPOConfig", "GRPOTrainer", "PolicyBatch", "Rollout", "UpdateMetrics", "batch_logprobs",
-           "clipped_loss", "group_advantages", "policy_batch"]
+           "clipped_loss", "group_advantages", "kl_k3", "policy_batch"]
