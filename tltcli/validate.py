@@ -113,13 +113,14 @@ def validation_scenario(scenario: str, backend: RealBackend):
     return s
 
 
-def _phase_plan(n_steps: int, backend: RealBackend, profiled: bool, rounds: int) -> int:
-    """How many phases ``tlt validate`` shows: native: warm-up, then per round the real runs per step
-    and the profile (unless --table), then simulation per step; vLLM: per round the real runs and the
-    profile, then simulation per step; then the report."""
+def _phase_plan(n_steps: int, backend: RealBackend, profiled: bool, rounds: int, priced: bool = False) -> int:
+    """How many phases ``tlt validate`` shows: native: warm-up, then per round the real runs per step,
+    the profile (unless --table) and, when a policy prices its decisions with that table (``priced``),
+    its runs per step, then simulation per step; vLLM: per round the real runs and the profile, then
+    simulation per step; then the report."""
     if backend is RealBackend.vllm:
         return 2 * rounds + n_steps + 1
-    return 1 + rounds * (n_steps + int(profiled)) + n_steps + 1
+    return 1 + rounds * (n_steps * (1 + int(priced)) + int(profiled)) + n_steps + 1
 
 
 def phase_console():
@@ -188,6 +189,7 @@ def validate(
     from analysis.validation_report import write_validation_report
     from tltcli.progress import PhaseProgress
     from tltcore.cost import TableCostModel
+    from tltcore.policy.registry import needs_cost_model
     from tltreal.validation.validate import NativeSettings, noise_check, validate_native
     from tltsim.rollout import simulate_policy_step
     from tltsim.scenario import acceptance_model, load_steps, policies_with_baseline
@@ -196,7 +198,8 @@ def validate(
                               seed=s.seed, grid_repeats=1, real_repeats=repeats, device=device, clock=clock_name)
     workloads = load_steps(s.trace)
     specs = policies_with_baseline(s.policies)
-    bar = PhaseProgress(phase_console(), planned=_phase_plan(len(workloads), backend, table is None, repeats))
+    priced = any(needs_cost_model(spec) for spec in specs)
+    bar = PhaseProgress(phase_console(), planned=_phase_plan(len(workloads), backend, table is None, repeats, priced))
     if backend is RealBackend.vllm:
         import tempfile
 

@@ -85,3 +85,16 @@ def test_bad_specs_are_input_errors(spec: str) -> None:
     assert "beg-mab" in message and "elastic" in message  # lists the valid names
     if spec.strip():
         assert spec.strip() in message
+
+
+def test_which_specs_need_a_cost_model_and_their_shapes_from_the_spec_alone():
+    """A real engine must be profiled before a priced policy runs on it, and its profile grid must hold
+    every shape the policy may choose: both known from the spec, with no model at hand."""
+    from tltcore.policy.registry import needs_cost_model, spec_shapes
+
+    assert needs_cost_model("cost-aware") and needs_cost_model("elastic:8+cost-aware:lengths=known")
+    assert needs_cost_model("greedy-oracle:arms=4_1_4")
+    assert not any(needs_cost_model(s) for s in ("no-sd", "static:4_1_4", "elastic+beg-mab", "sglang-ema"))
+    assert spec_shapes("cost-aware:arms=4_1_4,8_4_16") == (SDConfig(4, 1, 4), SDConfig(8, 4, 16))
+    assert spec_shapes("elastic:8+static:6_4_16") == (SDConfig(6, 4, 16),)
+    assert spec_shapes("no-sd") == ()

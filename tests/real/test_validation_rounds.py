@@ -190,3 +190,40 @@ def test_thread_clock_leaves_out_time_the_thread_did_not_run():
     assert wall.wall_s >= policy.decisions * 0.02
     with pytest.raises(ValueError, match="clock"):
         reference_run(target, requests, max_batch=2, clock="sundial")
+
+
+def _sd_table(sd_scale: float) -> TableCostModel:
+    """:func:`_table` with the 3_1_3 SD iteration ``sd_scale`` times a plain one: SD's verdict is in the
+    table (accept length about 2.3 with the paper's acceptance: it pays at 1.0, loses at 5.0)."""
+    out = []
+    for b in (1, 2, 4, 8):
+        for c in (8, 64, 256):
+            out.append({"kind": "decode", "batch_size": b, "context": c, "seconds": 1e-3 * (1 + b / 8)})
+            out.append({"kind": "sd", "batch_size": b, "context": c, "depth": 3, "topk": 1, "verify_tokens": 3,
+                        "seconds": sd_scale * 1e-3 * (1 + b / 8)})
+        for n in (1, 8, 64):
+            out.append({"kind": "prefill", "batch_size": b, "context": n, "seconds": 1e-3 * b})
+            out.append({"kind": "drafter_prefill", "batch_size": b, "context": n, "seconds": 5e-4 * b})
+    return TableCostModel.from_frame(table_frame(out), {"context_rule": "max"})
+
+
+@pytest.mark.parametrize(("sd_scale", "speculates"), [(1.0, True), (5.0, False)])
+def test_cost_aware_runs_on_the_real_engine_priced_by_the_given_table(sd_scale, speculates):
+    """The same policy object as in the simulator, on the native engine: it decides from the table it
+    is given (SD as cheap as a plain iteration: it speculates; five times dearer: it never does),
+    the run stays lossless (speculative_run checks the output against the plain run), and without a
+    table it is refused with one line before anything runs."""
+    from tltcore.errors import InputError
+
+    target = random_model(TINY, seed=3, dtype=torch.float32, std=0.1)
+    w = StepWorkload(step=0, source="t", group_ids=np.repeat(["g0", "g1"], 3), prompt_tokens=np.full(6, 8),
+                     response_tokens=np.array([5, 9, 14, 20, 30, 40]), hit_cap=np.zeros(6, bool))
+    requests = replay_requests(w, vocab_size=TINY.vocab_size, seed=0)
+    reference = reference_run(target, with_extra_tokens(requests, PINNED_DEPTH), max_batch=8)
+    spec = "cost-aware:arms=3_1_3"
+    (run,) = real_round(target, requests, [spec], paper_qwen32b_tp4(), reference, max_batch=8, seed=0,
+                        cost_model=_sd_table(sd_scale))
+    used = {c for c in run.iterations["config"] if c.enabled}
+    assert bool(used) is speculates
+    with pytest.raises(InputError, match="cost table"):
+        real_round(target, requests, [spec], paper_qwen32b_tp4(), reference, max_batch=8, seed=0)

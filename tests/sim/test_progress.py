@@ -84,9 +84,11 @@ class Recorder:
 
 
 @needs_shared_traces()
-def test_validate_native_reports_every_phase_and_unit(monkeypatch) -> None:
+@pytest.mark.parametrize("policies", ["static:2_1_2", "static:2_1_2,cost-aware:arms=2_1_2"])
+def test_validate_native_reports_every_phase_and_unit(monkeypatch, policies: str) -> None:
     """A tiny real validation: the phases are the ones `tlt validate` plans (tltcli.validate
-    ._phase_plan, less the report it writes itself) and each phase's units all arrive."""
+    ._phase_plan, less the report it writes itself) and each phase's units all arrive. A policy that
+    prices its decisions (cost-aware) runs after the round's profile, priced by that table."""
     pytest.importorskip("torch")
     from tltcli.validate import RealBackend, _phase_plan
     from tltreal.validation.validate import NativeSettings, validate_native
@@ -95,17 +97,22 @@ def test_validate_native_reports_every_phase_and_unit(monkeypatch) -> None:
 
     s = resolve(None, [("trace.name", "polytrace_rl_rollouts", "t"), ("trace.source", "polytrace/verl_dapo_qwen2.5-32b",
                                                                       "t"),
-                       ("trace.prompts_per_step", "1", "t"), ("policies", "static:2_1_2", "t")]).scenario
+                       ("trace.prompts_per_step", "1", "t"), ("policies", policies, "t")]).scenario
     workloads = load_steps(s.trace)
     settings = NativeSettings(length_scale=1 / 128, max_batch=2, grid_batches=(1, 2), grid_iterations=2,
                               grid_repeats=1, real_repeats=1)
     rec = Recorder()
     specs = policies_with_baseline(s.policies)
-    validate_native(workloads, specs, acceptance_model(s.acceptance), settings, simulate=simulate_policy_step,
-                    progress=rec)
+    result, _, _ = validate_native(workloads, specs, acceptance_model(s.acceptance), settings,
+                                   simulate=simulate_policy_step, progress=rec)
     names = [name for name, _ in rec.phases]
+    priced = "cost-aware" in policies
     assert names[0].startswith("building the model") and names[1] == "round 1/1: real runs, step 0"
-    assert names[2] == "profiling the engine" and names[3] == "simulating step 0"
-    assert len(names) == _phase_plan(len(workloads), RealBackend.native, profiled=True, rounds=1) - 1
+    assert names[2] == "profiling the engine"
+    if priced:
+        assert names[3] == "round 1/1: runs priced by the round's table, step 0"
+        assert "cost-aware:arms=2_1_2" in set(result.makespans["policy"])
+    assert names[3 + priced] == "simulating step 0"
+    assert len(names) == _phase_plan(len(workloads), RealBackend.native, profiled=True, rounds=1, priced=priced) - 1
     for (_, total), done in zip(rec.phases, rec.done, strict=True):
         assert done == (total or 0)  # every unit announced arrives, no more

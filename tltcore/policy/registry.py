@@ -273,6 +273,26 @@ def elastic_split(spec: str) -> tuple[int | None, str]:
     return policy.threshold, spec.strip().split("+", 1)[1].strip()
 
 
+PRICED_POLICIES: tuple[str, ...] = ("greedy-oracle", "cost-aware")  # decide by the engine's cost model
+
+
+def needs_cost_model(spec: str) -> bool:
+    """True when the policy ``spec`` builds prices iterations with a cost model of the engine it runs on
+    (``cost-aware``, ``greedy-oracle``, also inside ``elastic+``): a real engine must be profiled (or
+    given a table) before such a policy can run on it."""
+    base = spec.strip().split("+")[-1].split(":")[0].strip()
+    return base in PRICED_POLICIES
+
+
+def spec_shapes(spec: str) -> tuple[SDConfig, ...] | None:
+    """Every speculating shape the policy ``spec`` may choose (:func:`~tltcore.policy.shapes.policy_shapes`),
+    known from the spec alone: an engine sizes its buffers, a profiler its grid, before any model is
+    at hand."""
+    from tltcore.policy.shapes import policy_shapes
+
+    return policy_shapes(make_policy(spec, accept_model=_NullModels(), cost_model=_NullModels()))
+
+
 def check_spec(spec: str) -> None:
     """Raise :class:`InputError` unless ``spec`` is a valid policy spec (no models needed)."""
     make_policy(spec, accept_model=_NullModels(), cost_model=_NullModels())

@@ -44,11 +44,12 @@ from tltcore.acceptance import ChainAcceptance, TreeAcceptance
 from tltcore.cost import CostModel, RooflineCostModel, TableCostModel, shape_fingerprint
 from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
 from tltcore.engine_limits import EngineLimits
+from tltcore.errors import InputError
 from tltcore.hardware import GPUSpec
 from tltcore.model_config import ModelConfig
 from tltcore.model_shape import ModelShape
 from tltcore.policy.base import NO_SD, SDConfig
-from tltcore.policy.registry import make_policy
+from tltcore.policy.registry import make_policy, needs_cost_model, spec_shapes
 from tltcore.step_simulator import SimulatedEngine, StepSimulator
 from tltcore.summary import summarize_step
 from tltreal.model.transformer import Transformer
@@ -146,16 +147,23 @@ def phases(progress) -> _Silent:
 
 def real_round(target: Transformer, requests: ReplayRequests, specs: Sequence[str], accept: Positional,
                reference, *, max_batch: int, seed: int, repeat: int = 0, clock: str = "wall",
-               on_run: Callable[[], None] | None = None) -> list[RealRun]:
+               on_run: Callable[[], None] | None = None, cost_model: CostModel | None = None) -> list[RealRun]:
     """Every policy once on one step's requests, in the order :func:`rotated` by ``repeat`` (a slow
     spell of the machine then falls on another policy each round). ``reference`` is the plain run
     over :func:`with_extra_tokens` (``PINNED_DEPTH`` more tokens per request) that the pinned drafter
     reads and every speculative run must reproduce. Runs are timed on ``clock``
-    (:mod:`tltreal.validation.clock`). ``on_run()`` is called after each run (progress)."""
+    (:mod:`tltreal.validation.clock`). ``on_run()`` is called after each run (progress).
+    ``cost_model``: this engine's measured costs, for a policy that prices its decisions
+    (:func:`~tltcore.policy.registry.needs_cost_model`); such a policy also gets the acceptance model
+    as its prior and the replay's switch mode (``catch_up``) as the switch it prices."""
     probs = accept.position_probs(PINNED_DEPTH, PINNED_TOPK)
     runs = []
     for spec in rotated(specs, repeat):
-        recorder = RecordingPolicy(make_policy(spec, seed=seed))
+        if needs_cost_model(spec) and cost_model is None:
+            raise InputError(f"policy '{spec}' prices its decisions with this engine's cost table: profile "
+                             "first (tlt real profile) or let tlt validate profile", field="policies")
+        policy = make_policy(spec, seed=seed, accept_model=accept, cost_model=cost_model, switch="catch_up")
+        recorder = RecordingPolicy(policy)
         if spec == "no-sd":
             result = reference_run(target, requests, max_batch=max_batch, policy=recorder, clock=clock)
         else:
@@ -225,13 +233,17 @@ def cpu_roofline(cfg: ModelConfig, seconds: float = 0.5, device: str = "cpu") ->
     return RooflineCostModel(shape_of(cfg), spec, tp=1)
 
 
-def profile_grid(runs: Sequence[RealRun], settings: NativeSettings) -> ProfileGrid:
-    """The grid over the batch sizes, contexts and draft shapes ``runs`` reached."""
+def profile_grid(runs: Sequence[RealRun], settings: NativeSettings,
+                 extra_configs: Sequence[SDConfig] = ()) -> ProfileGrid:
+    """The grid over the batch sizes, contexts and draft shapes ``runs`` reached, plus
+    ``extra_configs`` (the shapes a policy that prices its decisions may choose: it needs every one
+    priced before it runs)."""
     contexts = [max(c) for r in runs for c in r.iterations["contexts"] if len(c)]
     hi = int(max(contexts)) if contexts else 64
     grid_contexts = tuple(sorted({int(x) for x in np.geomspace(32, max(64, hi), 4).round()}))
     lengths = tuple(sorted({1, *(int(x) for x in np.geomspace(4, max(8, hi), 3).round())}))
-    configs = tuple(sorted({c for r in runs for c in r.iterations["config"] if c.enabled}))
+    reached = [c for r in runs for c in r.iterations["config"]]
+    configs = tuple(sorted({c for c in [*reached, *extra_configs] if c.enabled}))
     return ProfileGrid(batch_sizes=tuple(b for b in settings.grid_batches if b <= settings.max_batch),
                        contexts=grid_contexts, prefill_lengths=lengths, sd_configs=configs,
                        iterations=settings.grid_iterations, repeats=settings.grid_repeats, clock=settings.clock)
@@ -458,19 +470,34 @@ def validate_native(workloads: Sequence, specs: Sequence[str], accept: Positiona
     loads: list[dict[str, object]] = []
     grid, meta = None, None
     n = settings.real_repeats
+    # A policy that prices its decisions (cost-aware) runs after the round's profile, with that table:
+    # the engine's own costs measured minutes before, as a user would profile before deploying it.
+    priced = [s for s in specs if needs_cost_model(s)]
+    free = [s for s in specs if s not in priced]
+    priced_shapes = sorted({c for s in priced for c in spec_shapes(s) or ()})
     for repeat in range(n):
         loads.append(load_row(repeat, "real runs"))
         for requests in all_requests:
-            shown.phase(f"round {repeat + 1}/{n}: real runs, step {requests.step}", len(specs), "runs")
-            runs += real_round(target, requests, specs, accept, references[requests.step],
+            shown.phase(f"round {repeat + 1}/{n}: real runs, step {requests.step}", len(free), "runs")
+            runs += real_round(target, requests, free, accept, references[requests.step],
                                max_batch=settings.max_batch, seed=settings.seed, repeat=repeat, clock=settings.clock,
                                on_run=shown.advance)
+        round_table = table
         if table is None:
             loads.append(load_row(repeat, "profile"))
-            grid = grid or profile_grid(runs, settings)
+            grid = grid or profile_grid(runs, settings, priced_shapes)
             rows, meta = profile_table(target, grid, settings, accept, command,
                                        seed=settings.seed + repeat * settings.grid_repeats, progress=shown)
             rounds.append(rows)
+            round_table = TableCostModel.from_frame(rows, meta, source=f"profile, round {repeat + 1}")
+        if priced:
+            loads.append(load_row(repeat, "priced runs"))
+            for requests in all_requests:
+                shown.phase(f"round {repeat + 1}/{n}: runs priced by the round's table, step {requests.step}",
+                            len(priced), "runs")
+                runs += real_round(target, requests, priced, accept, references[requests.step],
+                                   max_batch=settings.max_batch, seed=settings.seed, repeat=repeat,
+                                   clock=settings.clock, on_run=shown.advance, cost_model=round_table)
     loads.append(load_row(None, "end"))
     if table is None:
         tables = [TableCostModel.from_frame(r, meta, source=f"profile, round {i + 1}") for i, r in enumerate(rounds)]

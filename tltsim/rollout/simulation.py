@@ -160,6 +160,6 @@ def simulate_policy_step(workload: StepRequests, spec: str, cost: CostModel, acc
     """One step of the policy ``spec`` on one worker, scheduled as ``engine`` describes a real backend;
     the event log. This is the :class:`~tltcore.step_simulator.StepSimulator` the validator is given."""
     config = EngineConfig.of(engine.limits, acceptance_mode=engine.acceptance_mode, mixed_prefill=engine.mixed_prefill)
-    policy = make_policy(spec, seed=seed, accept_model=accept, cost_model=cost)
+    policy = make_policy(spec, seed=seed, accept_model=accept, cost_model=cost, switch=engine.limits.switch)
     return simulate_step(workload, policies=[policy], cost=cost, accept=accept, engine=config, seed=seed,
                          deal_mode=deal_mode, policy_name=spec).events
