@@ -61,6 +61,7 @@ def _mount() -> None:
     app.command("demo")(demo)
     app.command("validate")(validate)
     app.command("report")(report)
+    app.command("advise")(__import__("tltcli.advise", fromlist=["advise"]).advise)
 
 
 _mount()

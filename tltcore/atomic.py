@@ -44,12 +44,15 @@ MARKER = ".tlt-results.json"
 KINDS = {
     "sim-run": "tlt sim run",
     "sim-sensitivity": "tlt sim sensitivity",
+    "advise": "tlt advise",
     "demo": "tlt demo",
     "report": "tlt report",
     "validation": "tlt validate",
     "paper-fidelity": "the paper-fidelity report",
+    "cost-aware-matrix": "the cost-aware matrix report (python -m analysis.cost_aware_matrix)",
     "trace-plot": "tlt trace plot",
     "real-rl": "tlt real rl",
+    "real-grpo": "tlt real grpo",
     "model": "a model export (pretrain, EAGLE export, save_pretrained)",
     "benchmark": "a benchmark",
 }

@@ -1,0 +1,206 @@
+"""The ``tlt advise`` report folder: README with the answer and its tables, figures, the exports.
+
+Files (all written into the results folder ``tlt advise`` builds atomically):
+
+* ``README.md`` — the recommendation with its rollout and end-to-end speedup (median, min–max over the
+  seeds), the upper bound, the ranking of every setting, the drafter-upkeep comparison, where SD does
+  not pay and why, the warnings, the exports and the commands that reproduce each number;
+* ``ranking.csv`` (one row per setting, ``<metric>_median/_min/_max``), ``runs.csv`` (one row per
+  setting and seed), ``freshness.csv``, ``findings.csv``, ``warnings.csv``;
+* ``ranking.png``/``.pdf`` — rollout speedup per setting with its min–max whiskers and each seed;
+* ``scenario.resolved.toml`` (the scenario advised on), ``recommended.toml`` (that scenario running only
+  the recommendation: ``tlt sim run --scenario recommended.toml`` reruns it),
+  ``vllm_speculative_config.json``, ``sglang_flags.txt`` and, for SGLang's adaptive mode,
+  ``sglang_adaptive.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from analysis.markdown import markdown_table
+from analysis.provenance import provenance_line
+from analysis.style import color_for, paper_rc, save_figure
+from tltsim.seeds import fmt_range
+
+
+def _x(med: float, lo: float, hi: float) -> str:
+    return fmt_range(med, lo, hi, ".3f", "x")
+
+
+def recommended_toml(s: Any, policy: str, switch: str | None, command: str) -> str:
+    """The advised scenario with only the recommended policy (and its switch mode): a scenario file
+    ``tlt sim run --scenario`` reruns (``no-sd`` is added as the baseline, as always)."""
+    from tltsim.scenario import scenario_toml, with_values
+
+    values: dict[str, Any] = {"policies": (policy,), "presets": ()}
+    if switch is not None:
+        values["engine.switch"] = switch
+    head = (f"# Written by `{command}`: the recommended setting on the scenario it advised on.\n"
+            "# Rerun it: tlt sim run --scenario recommended.toml\n")
+    return head + scenario_toml(with_values(s, values))
+
+
+def ranking_figure(rows: pd.DataFrame, ranking: pd.DataFrame, stem: Path, bound_speedup: float) -> list[Path]:
+    """Rollout speedup over no-sd per setting (fastest on top): the median as a bar, min–max as a
+    whisker, every seed as a dot, 1x and the upper bound's cap as lines."""
+    order = list(ranking["label"])[::-1]
+    with plt.rc_context(paper_rc()):
+        fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(order) + 1.4))
+        y = np.arange(len(order))
+        for i, label in enumerate(order):
+            r = ranking[ranking["label"] == label].iloc[0]
+            color = color_for(str(r["policy"]))
+            ax.barh(i, r["speedup_median"], color=color, alpha=0.55, height=0.6)
+            ax.errorbar(r["speedup_median"], i, xerr=[[r["speedup_median"] - r["speedup_min"]],
+                                                      [r["speedup_max"] - r["speedup_median"]]],
+                        color="black", capsize=3, lw=1)
+            pts = rows.loc[rows["label"] == label, "speedup"].to_numpy(dtype=float)
+            ax.scatter(pts, np.full(len(pts), i), s=9, color="black", zorder=3)
+        ax.axvline(1.0, color="grey", ls="--", lw=1, label="no SD (1x)")
+        if math.isfinite(bound_speedup):
+            ax.axvline(bound_speedup, color="#D55E00", ls=":", lw=1.2, label="upper bound (no setting beats it)")
+        ax.set_yticks(y, order, fontsize=7)
+        ax.set_xlabel("rollout speedup over no SD (x), median with min–max over seeds")
+        ax.set_title("Settings ranked by median rollout makespan")
+        ax.legend(loc="lower right", fontsize=7)
+        fig.tight_layout()
+        paths = save_figure(fig, stem)
+        plt.close(fig)
+    return paths
+
+
+def _ranking_table(ranking: pd.DataFrame) -> str:
+    t = pd.DataFrame({
+        "rank": ranking["rank"], "setting": ranking["label"],
+        "rollout s": [fmt_range(a, b, c) for a, b, c in ranking[["rollout_s_median", "rollout_s_min",
+                                                                 "rollout_s_max"]].to_numpy()],
+        "rollout speedup": [_x(a, b, c) for a, b, c in ranking[["speedup_median", "speedup_min",
+                                                                "speedup_max"]].to_numpy()],
+        "end-to-end speedup": [_x(a, b, c) for a, b, c in ranking[["e2e_speedup_median", "e2e_speedup_min",
+                                                                   "e2e_speedup_max"]].to_numpy()],
+        "SD share": [f"{100 * v:.0f}%" for v in ranking["sd_share_median"]],
+        "switch s/worker": [f"{v:.2f}" for v in ranking["switch_s_median"]],
+    })
+    return markdown_table(t)
+
+
+def write_report(folder: Path, s: Any, rec: Any, ranking: pd.DataFrame, rows: pd.DataFrame, fresh: Any,
+                 findings: list, warnings: list, exports: dict[str, Any], facts: dict[str, Any]) -> None:
+    """Everything listed in the module docstring, into ``folder`` (a fresh temp folder)."""
+    from tltsim.advise_export import SGLANG_SOURCE, VLLM_VERSION, export_json
+    from tltsim.scenario import scenario_toml
+
+    folder = Path(folder)
+    command = facts["command"]
+    ranking.to_csv(folder / "ranking.csv", index=False)
+    rows.to_csv(folder / "runs.csv", index=False)
+    fresh.table.to_csv(folder / "freshness.csv", index=False)
+    pd.DataFrame([{"subject": f.subject, "speedup_median": f.speedup[0] if f.speedup else None, "why": f.why}
+                  for f in findings], columns=["subject", "speedup_median", "why"]).to_csv(
+        folder / "findings.csv", index=False)
+    pd.DataFrame(warnings, columns=["setting", "warning"]).to_csv(folder / "warnings.csv", index=False)
+    (folder / "scenario.resolved.toml").write_text(scenario_toml(s), encoding="utf-8")
+    (folder / "recommended.toml").write_text(recommended_toml(s, rec.policy, rec.switch, command), encoding="utf-8")
+    (folder / "vllm_speculative_config.json").write_text(export_json(exports["vllm"]["config"]), encoding="utf-8")
+    sg = exports["sglang"]
+    (folder / "sglang_flags.txt").write_text(
+        f"# SGLang server flags for {sg['label']} (argument names: {SGLANG_SOURCE})\n"
+        + (" ".join(shlex.quote(f) for f in sg["flags"]) if sg["flags"] else "# no speculative flags: run without SD")
+        + "\n", encoding="utf-8")
+    if sg["adaptive"]:
+        (folder / sg["adaptive_file"]).write_text(json.dumps(sg["adaptive"], indent=2) + "\n", encoding="utf-8")
+    bound = facts["bound"]
+    ranking_figure(rows, ranking, folder / "ranking", bound["speedup"])
+
+    n = len(facts["seeds"])
+    seeds = facts["seeds"]
+    span = f"seeds {seeds[0]}-{seeds[-1]}" if n > 1 else f"seed {seeds[0]}"
+    r = ranking[ranking["label"] == rec.label].iloc[0]
+    lines = ["# tlt advise: which speculative-decoding setting for these RL rollouts", "",
+             f"Written by `{command}` ({provenance_line()}); {facts['wall_s']:.1f} s wall, {facts['cpu_s']:.1f} s CPU.",
+             ""]
+    if facts["validation"]:
+        lines += [f"`{Path(facts['scenario_name']).stem}` is a `tlt validate` scenario for the real CPU engine; this "
+                  "advice is for its simulated reading (the model, GPU and layout below).", ""]
+    lines += [f"Scenario: {s.trace.name}, {s.model.name} on {s.cluster.gpus} x {s.cluster.gpu} (TP {s.cluster.tp}, "
+              f"{s.n_workers} rollout workers), drafter {s.drafter.kind} at quality {s.drafter.quality}, acceptance "
+              f"{s.acceptance.preset} ({s.acceptance.mode}), cost model {s.cost.model} (`scenario.resolved.toml`).", ""]
+    if rec.is_sd:
+        lines.append(f"**Recommended: `{rec.label}`** — rollout {_x(*rec.speedup)} over no SD, end to end "
+                     f"{_x(*rec.e2e_speedup)} (median, min–max over simulation {span}).")
+    else:
+        lines.append("**Recommended: no SD.** No setting of the grid beats no SD by more than its spread or by "
+                     f"{100 * (1.02 - 1):.0f}%; the best SD setting is `{rec.runners_up[0]}`." if rec.runners_up
+                     else "**Recommended: no SD.**")
+    if rec.ties:
+        lines.append(f"Tie within spread: {', '.join(f'`{t}`' for t in rec.ties)} (their min–max overlaps).")
+    lines += ["", f"Upper bound: no setting of the grid finishes the rollout in under "
+              f"{fmt_range(bound['median'], bound['min'], bound['max'])} s at these seeds, a speedup of at most "
+              f"{bound['speedup']:.3f}x (`tltsim/upper_bound.py`; the recommendation's rollout is "
+              f"{fmt_range(r['rollout_s_median'], r['rollout_s_min'], r['rollout_s_max'])} s).", ""]
+    if facts["later_s"] is not None:
+        lines += [f"End to end = (rollout + {facts['later_s']:.1f} s of reward, old log-probs, reference, actor update "
+                  "and weight sync under the scenario's `rl.*`) against no SD's, at the same seed: Amdahl's law with "
+                  "the drafter at its quality and its training in the rollout's bubbles.", ""]
+    else:
+        lines += [facts["later_note"], ""]
+    lines += ["## Every setting, ranked by median rollout makespan", "",
+              f"Each setting ran at simulation {span} (`seed`; `trace.seed` {s.trace.seed} fixed: the same responses "
+              f"at every seed), switch modes {', '.join(facts['switches'])} for settings that switch SD on "
+              "mid-rollout. *SD share*: decode iterations that speculated; *switch s/worker*: seconds per worker "
+              "spent bringing drafters up to date.", "", _ranking_table(ranking), "",
+              "![ranking](ranking.png)", ""]
+    if facts.get("derived"):
+        lines += [f"`{facts['derived']}` is the per-batch-size chain table the best per-iteration policy's decisions "
+                  "amount to (its run at the first seed): the closest setting vLLM or SGLang can run to it.", ""]
+    lines += ["## How the drafter is kept fresh over RL steps", ""]
+    if fresh.table.empty:
+        lines += [f"Drafter upkeep: {fresh.skipped}.", ""]
+    else:
+        t = fresh.table
+        lines += [f"Whole RL runs of {fresh.steps} steps (the presets of `tltsim/rl/presets.py`; each fixes its "
+                  "rollout policy to TLT's `elastic+beg-mab`, so this compares upkeep, not the recommendation). Every-k-steps "
+                  "training is not a preset yet.", "",
+                  markdown_table(pd.DataFrame({
+                      "preset": t["preset"], "drafter upkeep": t["upkeep"],
+                      "end-to-end speedup over veRL": [_x(a, b, c) for a, b, c in
+                                                       t[["speedup_median", "speedup_min", "speedup_max"]].to_numpy()],
+                      "rollout speedup": [_x(a, b, c) for a, b, c in t[["rollout_speedup_median", "rollout_speedup_min",
+                                                                        "rollout_speedup_max"]].to_numpy()]})), ""]
+    lines += ["## Where SD does not pay, and why", ""]
+    lines += [f"- **{f.subject}**" + (f" {_x(*f.speedup)}" if f.speedup else "") + f": {f.why}" for f in findings] \
+        or ["Every SD setting of the grid is at least as fast as no SD (median)."]
+    lines += ["", "## Warnings (recommended setting and runners-up)", ""]
+    lines += [f"- `{label}`: {line}" for label, line in warnings] or ["None."]
+    v, sg = exports["vllm"], exports["sglang"]
+    lines += ["", "## Exports", "",
+              f"- `recommended.toml`: `{rec.policy}`"
+              + (f" with `engine.switch = \"{rec.switch}\"`" if rec.switch else "") + " on this scenario.",
+              f"- `vllm_speculative_config.json` (keys of vLLM {VLLM_VERSION}'s `SpeculativeConfig`): "
+              + (f"`{v['policy']}`" if v["exact"] else
+                 f"vLLM cannot run `{rec.policy}` ({v['why']}); the fastest setting it can run is `{v['label']}`, "
+                 f"simulated {_x(*v['speedup'])}") + (", no SD: run without `speculative_config`"
+                                                      if v["config"] is None else "") + ".",
+              "- `sglang_flags.txt`" + (f" and `{sg['adaptive_file']}`" if sg["adaptive"] else "") + ": "
+              + (f"`{sg['policy']}`" if sg["exact"] else
+                 f"SGLang cannot run `{rec.policy}` ({sg['why']}); the fastest setting it can run is `{sg['label']}`, "
+                 f"simulated {_x(*sg['speedup'])}") + f": `{sg['command']}`.",
+              "", "## Reproduce", "",
+              f"- this report: `{command}`",
+              f"- the recommendation alone: `tlt sim run --scenario recommended.toml --seeds {n}`",
+              f"- every setting: `tlt sim run --scenario scenario.resolved.toml --seeds {n} "
+              + " ".join(f"--policy {shlex.quote(p)}" for p in dict.fromkeys(ranking['policy'])) + "` "
+              "(per switch mode: add `--switch MODE`)", ""]
+    (folder / "README.md").write_text("\n".join(lines), encoding="utf-8")

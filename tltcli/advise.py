@@ -1,0 +1,388 @@
+"""`tlt advise`: will speculative decoding pay for these RL rollouts, and with which setting?
+
+One command: a scenario (or the usual flags) in; a small simulated sweep of SD settings (policy x
+elastic threshold x draft shape x switch mode x seeds, :mod:`tltsim.advise`) on local processes or
+Ray; out, in under a screen, the recommended setting with its rollout and end-to-end speedup and
+spread, the runners-up, where SD does not pay and why, how the drafter is best kept fresh over RL
+steps, and the warnings. The results folder (``results/advise/<hash>-seeds<N>/`` or ``--out``, the
+project's one-writer rule) holds the report (:mod:`analysis.advise_report`: README, figures, tables,
+the commands) and the exports (:mod:`tltsim.advise_export`): ``recommended.toml`` (a scenario that
+reruns the recommendation), ``vllm_speculative_config.json`` and ``sglang_flags.txt``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import pandas as pd
+import typer
+from rich.console import Console
+
+from tltcore.atomic import atomic_dir, check_output_dir
+from tltcore.errors import InputError, warn
+from tltsim.scenario import BASELINE_POLICY, resolve, scenario_hash, with_values
+from tltsim.seeds import check_seeds, fmt_range, seed_values
+
+DEFAULT_RESULTS = Path("results/advise")
+#: Lines of "where SD does not pay" printed (the report has all of them).
+MAX_FINDINGS = 4
+#: Warning lines printed (the report has all of them).
+MAX_WARNINGS = 4
+
+
+def _x(t: tuple[float, float, float], spec: str = ".3f") -> str:
+    return fmt_range(t[0], t[1], t[2], spec, "x")
+
+
+def _t(r: dict, metric: str) -> tuple[float, float, float]:
+    return (float(r[f"{metric}_median"]), float(r[f"{metric}_min"]), float(r[f"{metric}_max"]))
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and its finished children (the local executor's workers)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def advise(
+    scenario: Annotated[Path | None, typer.Option(
+        help="Scenario TOML, or a bundled scenario's name (tlt sim scenarios); defaults without one.")] = None,
+    trace: Annotated[str | None, typer.Option(help="Trace name or path, or a length profile (trace.name).")] = None,
+    model: Annotated[str | None, typer.Option(help="Model preset or config.json (model.name).")] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU preset (cluster.gpu).")] = None,
+    gpus: Annotated[int | None, typer.Option(help="Total GPUs (cluster.gpus).")] = None,
+    tp: Annotated[int | None, typer.Option(help="Tensor-parallel size per rollout worker (cluster.tp).")] = None,
+    drafter: Annotated[str | None, typer.Option(help="Drafter kind: eagle, draft-model, ngram (drafter.kind).")
+                       ] = None,
+    quality: Annotated[float | None, typer.Option(help="Drafter quality, 0-1 scale of the acceptance preset "
+                                                  "(drafter.quality).")] = None,
+    policy: Annotated[list[str] | None, typer.Option(
+        help="Policy spec to try, repeatable: replaces the default grid (no-sd is always added).")] = None,
+    threshold: Annotated[list[int] | None, typer.Option(
+        help="Elastic thresholds of the default grid's elastic+beg-mab, repeatable (default 16 32 64 128).")] = None,
+    shape: Annotated[list[str] | None, typer.Option(
+        help="Static draft shapes of the default grid, depth_topk_verify, repeatable (default 4_1_4 8_4_32).")
+    ] = None,
+    switch: Annotated[list[str] | None, typer.Option(
+        help="Switch modes for policies that switch SD on mid-rollout, repeatable: reprefill (TLT), catch_up "
+             "(native engine), in_step (vLLM) (default reprefill and catch_up).")] = None,
+    seed: Annotated[int | None, typer.Option(help="First simulation seed (seed).")] = None,
+    seeds: Annotated[int, typer.Option(help="Simulation seeds per setting; each answer is the median (min-max).")
+                     ] = 3,
+    rl_steps: Annotated[int, typer.Option(
+        help="RL steps of the drafter-upkeep comparison (Spot Trainer, serial training, frozen, model-free); "
+             "0 skips it.")] = 3,
+    quick: Annotated[bool, typer.Option(
+        help="A small grid for a first look: one seed, the scenario's switch mode, thresholds 32, shape 8_4_32, "
+             "no drafter-upkeep runs.")] = False,
+    workers: Annotated[int, typer.Option(help="Parallel simulations (1: in this process).")] = 1,
+    executor: Annotated[str, typer.Option(help="local (processes on this machine) or ray.")] = "local",
+    address: Annotated[str | None, typer.Option(help="Ray cluster address (with --executor ray).")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="dotted.field=value, repeatable.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Report folder (default results/advise/<hash>-seeds<N>).")
+                   ] = None,
+    force: Annotated[bool, typer.Option(help="Write into an existing --out folder tlt did not create "
+                                        "(same-named files replaced, nothing deleted).")] = False,
+) -> None:
+    """Recommend a speculative-decoding setting for these RL rollouts: simulate a small grid of
+    settings at several seeds, rank them by median rollout time with the spread, and export the
+    winner for vLLM and SGLang.
+
+    Example: tlt advise --scenario dapo_qwen32b_polytrace
+
+    Example: tlt advise --trace polytrace_rl_rollouts --model Qwen2.5-7B --gpu H20 --gpus 16 --tp 2 --workers 2
+    """
+    from tltcli.sim import VALIDATION_PREFIX, _parse_sets
+    from tltsim import advise as adv
+
+    wall0, cpu0 = time.perf_counter(), _cpu_s()
+    check_seeds(seeds)
+    if quick:
+        seeds, rl_steps = 1, 0
+    if rl_steps < 0:
+        raise InputError(f"must be >= 0, got {rl_steps}", path="--rl-steps")
+    if out is not None:
+        check_output_dir(out, force, kind="advise", inputs=[str(p) for p in (scenario, trace) if p])
+    overrides: list[tuple[str, object, str]] = [
+        ("trace.name", trace, "--trace"), ("model.name", model, "--model"), ("cluster.gpu", gpu, "--gpu"),
+        ("cluster.gpus", gpus, "--gpus"), ("cluster.tp", tp, "--tp"), ("drafter.kind", drafter, "--drafter"),
+        ("drafter.quality", quality, "--quality"), ("seed", seed, "--seed")]
+    resolved = resolve(scenario, overrides + _parse_sets(set_ or []))
+    s = resolved.scenario
+    check_seeds(seeds, s.seed)
+    for message in resolved.warnings:
+        warn(message)
+    name = str(scenario) if scenario is not None else ""
+    validation = Path(name).stem.startswith(VALIDATION_PREFIX) and not Path(name).exists()
+    try:
+        inputs = adv.inputs_for(s)
+    except InputError as exc:
+        raise resolved.locate(exc) from None
+    switches = tuple(switch) if switch else ((s.engine.switch,) if quick else adv.DEFAULT_SWITCHES)
+    for m in switches:
+        if m not in ("reprefill", "catch_up", "in_step"):
+            raise InputError(f"must be reprefill, catch_up or in_step, got '{m}'", path="--switch")
+    thresholds = tuple(threshold) if threshold else ((32,) if quick else adv.DEFAULT_THRESHOLDS)
+    shapes = tuple(shape) if shape else (("8_4_32",) if quick else adv.DEFAULT_SHAPES)
+    for t in thresholds:
+        if t < 1:
+            raise InputError(f"must be >= 1, got {t}", path="--threshold")
+    try:
+        policies = tuple(policy) if policy else adv.default_policies(thresholds, shapes)
+        candidates = adv.candidate_grid(policies, switches)
+    except InputError as exc:
+        raise InputError(exc.message, path="--policy" if policy else "--shape") from None
+    seed_list = seed_values(s.seed, seeds)
+    dest = out if out is not None else DEFAULT_RESULTS / f"{scenario_hash(s)}-seeds{seeds}"
+    console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
+    from tltcli.sim import describe_workload
+    from tltsim.scenario.build import describe_cost
+
+    console.print(describe_workload(s, inputs))
+    console.print(describe_cost(inputs.cost), markup=False)
+    if validation:
+        console.print(f"note: {Path(name).stem} is a `tlt validate` scenario for the real CPU engine; this advice "
+                      f"is for its simulated reading ({s.model.name} on {s.cluster.gpus} x {s.cluster.gpu})",
+                      markup=False)
+    tasks = adv.plan_tasks(s, candidates, seed_list, switches)
+    console.print(f"grid: {len(candidates)} settings x {seeds} seed(s), {len(tasks)} simulations of "
+                  f"{len(set(switches))} switch mode(s) on {workers} worker(s) ({executor})", markup=False)
+    done = [0]
+
+    def tick(task: Any) -> None:
+        done[0] += 1
+        if console.is_terminal:
+            console.print(f"  simulated {task.key} ({done[0]}/{len(tasks)})", markup=False)
+
+    raw = adv.run_tasks(tasks, workers=workers, backend=executor, address=address, on_done=tick)
+    rows = adv.label_rows(raw, candidates)
+    later, later_note = adv.later_phase_seconds(inputs)
+    ranking = adv.rank(adv.with_end_to_end(rows, later))
+    rec = adv.recommend(ranking)
+    derived = None
+    max_batch = int(s.engine.max_batch)
+    from tltsim.advise_export import decision_table, vllm_expressible
+
+    if rec.is_sd or ranking.iloc[0]["policy"] != BASELINE_POLICY:
+        top = rec if rec.is_sd else ranking.iloc[0]
+        top_policy = top.policy if rec.is_sd else str(top["policy"])
+        top_switch = rec.switch if rec.is_sd else (top["switch"] if adv.switches_sd_on(top_policy) else None)
+        if vllm_expressible(top_policy, max_batch)[0] is None:
+            derived = _derive_table(s, inputs, top_policy, top_switch or s.engine.switch, max_batch, decision_table)
+            if derived is not None and derived not in set(ranking["policy"]):
+                cand = adv.Candidate(derived, derived, None)
+                extra = adv.run_tasks(adv.plan_tasks(s, [cand], seed_list, (switches[0],)), workers=workers,
+                                      backend=executor, address=address)
+                extra = adv.label_rows(extra[extra["policy"] == derived], [*candidates, cand])
+                rows = pd.concat([rows, extra], ignore_index=True)
+                candidates = (*candidates, cand)
+                ranking = adv.rank(adv.with_end_to_end(rows, later))
+                rec = adv.recommend(ranking)
+    rows = adv.with_end_to_end(rows, later)
+    bound = _bound(s, inputs, [c.policy for c in candidates], seed_list, ranking)
+    fresh = adv.Freshness(rl_steps)
+    if rl_steps:
+        ftasks, why = adv.freshness_tasks(s, seed_list, rl_steps)
+        if ftasks:
+            frows = adv.run_tasks(ftasks, adv.evaluate_presets, workers=workers, backend=executor, address=address)
+            fresh = adv.Freshness(len(adv.inputs_for(ftasks[0].scenario).workloads), adv.freshness_table(frows))
+        else:
+            fresh = adv.Freshness(rl_steps, skipped=why)
+    else:
+        fresh = adv.Freshness(0, skipped="not run (--rl-steps 0)" if not quick else "not run (--quick)")
+    grid_shapes = tuple(dict.fromkeys(shapes))
+    findings = adv.not_paying(ranking, rows, gpu_fact=adv.gpu_slower_line(inputs, grid_shapes))
+    warnings = _warnings(rows, [rec.label, *rec.runners_up], len(seed_list))
+    exports = _exports(s, rec, ranking, max_batch)
+    command = "tlt " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    wall, cpu = time.perf_counter() - wall0, _cpu_s() - cpu0
+    facts = {"command": command, "wall_s": wall, "cpu_s": cpu, "seeds": seed_list, "switches": switches,
+             "later_s": later, "later_note": later_note, "bound": bound, "validation": validation,
+             "scenario_name": name, "derived": derived, "tasks": len(tasks)}
+    _print(console, s, rec, ranking, fresh, findings, warnings, exports, facts)
+    from analysis.advise_report import write_report
+
+    with atomic_dir(dest, kind="advise", force=force) as tmp:
+        write_report(tmp, s, rec, ranking, rows, fresh, findings, warnings, exports, facts)
+    console.print(f"report: {dest / 'README.md'}  (exports: recommended.toml, vllm_speculative_config.json, "
+                  f"sglang_flags.txt; {wall:.1f} s wall, {cpu:.1f} s CPU)", markup=False)
+
+
+def _derive_table(s: Any, inputs: Any, spec: str, switch: str, max_batch: int, decision_table: Any) -> str | None:
+    """The per-batch-size chain table that the recommended policy's decisions amount to (its run at
+    the first seed): the closest setting an engine with a batch-size schedule can run."""
+    from tltcore.policy.registry import check_spec
+    from tltsim.scenario import run_policy
+
+    sk = with_values(s, {"engine.switch": switch})
+    events = run_policy(sk, spec, adv_inputs(sk))
+    decode = events[events["kind"] == "decode"]
+    if decode.empty:
+        return None
+    table = decision_table(decode, max_batch)
+    check_spec(table)
+    return table
+
+
+def adv_inputs(s: Any) -> Any:
+    from tltsim.advise import inputs_for
+
+    return inputs_for(s)
+
+
+def _bound(s: Any, inputs: Any, specs: list[str], seeds: list[int], ranking: pd.DataFrame) -> dict[str, float]:
+    """The upper bound (:mod:`tltsim.upper_bound`: no policy of the grid finishes faster under the
+    model) per seed, as median/min/max makespan and the speedup it caps over no-sd's median."""
+    from tltsim.seeds import with_seed
+    from tltsim.upper_bound import scenario_bounds
+
+    specs = [p for p in dict.fromkeys(specs)]
+    totals = np.array([sum(b.makespan for b in scenario_bounds(with_seed(s, inputs, k)[1], specs)) for k in seeds])
+    base = float(ranking.loc[ranking["policy"] == BASELINE_POLICY, "rollout_s_median"].iloc[0])
+    med = float(np.median(totals))
+    return {"median": med, "min": float(totals.min()), "max": float(totals.max()),
+            "speedup": base / med if med > 0 else float("nan"), "mode": s.acceptance.mode}
+
+
+def _warnings(rows: pd.DataFrame, labels: list[str], n_seeds: int) -> list[tuple[str, str]]:
+    """(label, line) per run warning of the recommended setting and the runners-up, once per (label,
+    kind), with at how many seeds it held."""
+    out: list[tuple[str, str]] = []
+    for label in labels:
+        part = rows[rows["label"] == label]
+        seen: dict[str, tuple[str, int]] = {}
+        for text in part["warnings"]:
+            for kind, line in json.loads(text):
+                first, n = seen.get(kind, (line, 0))
+                seen[kind] = (first, n + 1)
+        for _kind, (line, n) in seen.items():
+            out.append((label, line + (f" (at {n} of {n_seeds} seeds)" if n_seeds > 1 else "")))
+    return out
+
+
+def _exports(s: Any, rec: Any, ranking: pd.DataFrame, max_batch: int) -> dict[str, Any]:
+    """What each engine gets: the recommendation when it can run it, else the fastest setting of the
+    grid it can run (and what that costs in simulated speedup)."""
+    from tltsim.advise_export import (
+        SGLANG_ADAPTIVE_FILE,
+        sglang_command,
+        sglang_expressible,
+        vllm_expressible,
+        vllm_speculative_config,
+    )
+
+    kind = s.drafter.kind
+    rows = ranking.to_dict("records")
+    chosen = next(r for r in rows if r["label"] == rec.label)
+    out: dict[str, Any] = {"drafter": kind, "toml_policy": rec.policy, "toml_switch": rec.switch}
+    for engine in ("vllm", "sglang"):
+        def can(spec: str, engine: str = engine) -> tuple[Any, str]:
+            if engine == "vllm":
+                return vllm_expressible(spec, max_batch)
+            return sglang_expressible(spec, max_batch, kind)
+        thing, why = can(rec.policy)
+        pick = chosen
+        if thing is None:
+            for r in rows:
+                thing2, _ = can(str(r["policy"]))
+                if thing2 is not None:
+                    thing, pick = thing2, r
+                    break
+        entry: dict[str, Any] = {"policy": str(pick["policy"]), "label": str(pick["label"]), "exact": pick is chosen,
+                                 "why": why, "speedup": (float(pick["speedup_median"]), float(pick["speedup_min"]),
+                                                         float(pick["speedup_max"]))}
+        if engine == "vllm":
+            try:
+                entry["config"] = vllm_speculative_config(thing, drafter=kind) if thing is not None else None
+            except InputError as exc:
+                entry["config"], entry["why"] = None, exc.message
+        else:
+            entry["flags"] = list(thing.flags) if thing is not None else []
+            entry["adaptive"] = thing.adaptive if thing is not None else None
+            entry["command"] = sglang_command(thing) if thing is not None else "(none)"
+            entry["adaptive_file"] = SGLANG_ADAPTIVE_FILE
+        out[engine] = entry
+    return out
+
+
+def _print(console: Console, s: Any, rec: Any, ranking: pd.DataFrame, fresh: Any, findings: list, warnings: list,
+           exports: dict[str, Any], facts: dict[str, Any]) -> None:
+    """The answer in under a screen."""
+    p = lambda text="": console.print(text, markup=False, soft_wrap=True)  # noqa: E731
+    rows = {r["label"]: r for r in ranking.to_dict("records")}
+    base = rows[BASELINE_POLICY]
+    n = len(facts["seeds"])
+    spread = f"median (min–max) over {n} seeds" if n > 1 else "one seed, no spread"
+    p()
+    if rec.is_sd:
+        p(f"Recommended: {rec.label}")
+    else:
+        p("Recommended: no SD (no-sd) -- speculative decoding does not pay here")
+    e2e = "" if not math.isfinite(rec.e2e_speedup[0]) else f"; end to end {_x(rec.e2e_speedup)}"
+    p(f"  rollout {_x(rec.speedup)} vs no SD ({fmt_range(*rec.rollout_s)} s vs {base['rollout_s_median']:.2f} s)"
+      f"{e2e}; {spread}")
+    b = facts["bound"]
+    caveat = "" if b["mode"] == "expected" else ", a bound on expected accept lengths"
+    p(f"  upper bound: no setting of the grid finishes under {fmt_range(b['median'], b['min'], b['max'])} s "
+      f"(speedup <= {b['speedup']:.3f}x{caveat})")
+    if rec.ties:
+        shown = ", ".join(rec.ties[:3]) + (f" and {len(rec.ties) - 3} more" if len(rec.ties) > 3 else "")
+        p(f"  tie within spread: {shown} (their min–max overlaps the recommendation's)")
+    if not rec.sd_pays and rec.runners_up:
+        best = rows[rec.runners_up[0]]
+        p(f"  best SD setting: {best['label']} {_x(_t(best, 'speedup'))} -- below {100 * (adv_pays() - 1):.0f}% "
+          "or inside no-sd's spread")
+    if facts["later_s"] is not None:
+        p(f"  end to end adds {facts['later_s']:.1f} s of reward, log-probs, reference, actor update and weight sync "
+          "per run (rl.*; drafter at its quality, trained in the bubbles)")
+    elif facts["later_note"]:
+        p(f"  {facts['later_note']}")
+    p("Runners-up:")
+    for label in rec.runners_up:
+        q = rows[label]
+        e = q["e2e_speedup_median"]
+        p(f"  {int(q['rank'])}. {label}: rollout {_x(_t(q, 'speedup'))}"
+          + (f", end to end {_x(_t(q, 'e2e_speedup'))}" if math.isfinite(e) else ""))
+    if not fresh.table.empty:
+        parts = []
+        for q in fresh.table.to_dict("records"):
+            if isinstance(q.get("speedup_median"), float) and math.isfinite(q["speedup_median"]):
+                parts.append(f"{q['preset']} {_x(_t(q, 'speedup'))}")
+            else:
+                parts.append(f"{q['preset']} ({q['upkeep']})")
+        p(f"Drafter upkeep over {fresh.steps} RL steps, end to end vs veRL (presets; TLT's elastic+beg-mab rollout):")
+        p("  " + "; ".join(parts))
+    else:
+        p(f"Drafter upkeep: {fresh.skipped}")
+    if findings:
+        p("Where SD does not pay:")
+        for f in findings[:MAX_FINDINGS]:
+            head = f"{f.subject} {_x(f.speedup)}" if f.speedup else f.subject
+            p(f"  - {head}: {f.why}")
+        if len(findings) > MAX_FINDINGS:
+            p(f"  (+{len(findings) - MAX_FINDINGS} more in the report)")
+    for label, line in warnings[:MAX_WARNINGS]:
+        p(f"warning: {label}: {line}")
+    if len(warnings) > MAX_WARNINGS:
+        p(f"(+{len(warnings) - MAX_WARNINGS} more warnings in the report)")
+    for engine, title in (("vllm", "vLLM"), ("sglang", "SGLang")):
+        e = exports[engine]
+        if e["exact"]:
+            p(f"{title}: exports {e['policy']} as recommended")
+        else:
+            p(f"{title}: cannot run {rec.policy} ({e['why']}); exports {e['label']}, "
+              f"simulated {_x(e['speedup'])} vs {_x(rec.speedup)}")
+
+
+def adv_pays() -> float:
+    from tltsim.advise import PAYS
+
+    return PAYS

@@ -1,0 +1,525 @@
+"""``tlt advise``: which speculative-decoding setting to run for these RL rollouts, and what it buys.
+
+The question a user brings is "should I turn SD on for my RL rollouts, and how?". The answer is a
+small simulated sweep on the user's own scenario (trace or length profile, model, GPU, layout,
+drafter): every candidate setting of a grid (policy x elastic threshold x draft shape x switch mode)
+at several simulation seeds, ranked by the median rollout makespan with its min-max spread.
+
+Why a grid and not a search: the settings people can deploy are few (TLT's elastic BEG-MAB at some
+threshold, a static tree or chain, vLLM's per-batch-size table, SGLang's adaptive EMA, our cost-aware
+policy) and a grid of about a dozen keeps a bundled scenario's answer under a minute on one core.
+Why several seeds: the dealing seed alone moves a speedup by several percent and can flip the order
+of two settings (:mod:`tltsim.seeds`); a recommendation whose spread overlaps a runner-up's is said
+to be a *tie within spread*.
+
+What is pure here (no I/O, no printing): the grid (:func:`candidate_grid`), the tasks it runs
+(:func:`plan_tasks`), one task's evaluation (:func:`evaluate_task`, top-level so that the sweep
+machinery's local processes or Ray tasks run it as they run sweep points), the ranking with spreads
+(:func:`rank`), the recommendation (:func:`recommend`) and the findings on where SD does not pay
+(:func:`not_paying`). :func:`run_tasks` hands tasks to :mod:`tltsim.sweep.runner`'s executors.
+
+The end-to-end speedup of a rollout policy is Amdahl's: the step's later phases (reward, old
+log-probs, reference, actor update, weight sync; :func:`tltsim.rl.phases.phase_times`, the scenario's
+``rl`` fields) are added to the rollout of the policy and of ``no-sd`` at the same seed, with the
+drafter at the scenario's quality and its training in the rollout's bubbles (free). How the drafter
+is kept fresh over RL steps is a separate comparison of the whole-RL-run presets
+(:mod:`tltsim.rl.presets`: Spot Trainer, a serial training stage after each rollout, trained once
+(frozen), model-free n-gram), which fix their own rollout policy (TLT's ``elastic+beg-mab``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tltcore import config
+from tltcore.errors import InputError
+from tltcore.policy.registry import check_spec, elastic_split
+from tltsim.scenario import BASELINE_POLICY, Scenario, SimInputs, compare_policies, prepare, with_values
+
+#: Elastic thresholds the default grid tries with BEG-MAB (TLT's default is 32).
+DEFAULT_THRESHOLDS: tuple[int, ...] = (16, 32, 64, 128)
+#: Static draft shapes of the default grid: a 4-token chain (what vLLM can run) and TLT's 8_4_32 tree.
+DEFAULT_SHAPES: tuple[str, ...] = ("4_1_4", "8_4_32")
+#: Switch modes tried for the policies that switch SD on mid-rollout (elastic, cost-aware): TLT's
+#: re-prefill of every live request and our native engine's drafter-only catch-up.
+DEFAULT_SWITCHES: tuple[str, ...] = ("reprefill", "catch_up")
+#: The threshold of the default elastic+static candidates (TLT's default).
+ELASTIC_DEFAULT = 32
+#: Presets compared for "how the drafter is kept fresh", in the order printed.
+FRESHNESS_PRESETS: tuple[str, ...] = ("tlt", "tlt-no-spot", "static-drafter", "tlt-base")
+FRESHNESS_LABELS = {"tlt": "Spot Trainer (trains on released workers)",
+                    "tlt-no-spot": "trained every step, as a serial stage after rollout",
+                    "static-drafter": "frozen (trained once before RL)",
+                    "tlt-base": "model-free n-gram drafter (nothing to train)",
+                    "verl": "no SD (veRL)"}
+#: A setting "pays" when its median rollout speedup is at least this: below, the gain is inside what
+#: the dealing seed and the cost model's error move (a few percent), and a user should not bother.
+PAYS = 1.02
+
+
+# ---- the grid -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Candidate:
+    """One setting of the grid: ``policy`` is the spec as simulated, ``switch`` the engine's switch
+    mode it ran under (None: the policy never switches SD on mid-rollout, so every mode gives the
+    same run), ``label`` how it is printed."""
+
+    label: str
+    policy: str
+    switch: str | None
+
+
+def switches_sd_on(spec: str) -> bool:
+    """Whether ``spec`` switches SD on mid-rollout (``Decision.switch_on``): the elastic wrapper and
+    the cost-aware policy do; no-sd, static, bandits, tables and SGLang's EMA never do, so the
+    engine's switch mode cannot change their run (only ``in_step`` would, by hiding catch-ups)."""
+    threshold, inner = elastic_split(spec)
+    return threshold is not None or inner.split(":", 1)[0] == "cost-aware"
+
+
+def _with_switch(spec: str, switch: str) -> str:
+    """The spec that prices ``switch``: cost-aware takes the engine's switch mode as an option."""
+    _, inner = elastic_split(spec)
+    if inner.split(":", 1)[0] == "cost-aware" and "switch=" not in inner and switch != "reprefill":
+        return f"{spec}:switch={switch}"
+    return spec
+
+
+def default_policies(thresholds: Sequence[int] = DEFAULT_THRESHOLDS,
+                     shapes: Sequence[str] = DEFAULT_SHAPES) -> tuple[str, ...]:
+    """The default policy specs: TLT's elastic BEG-MAB at each threshold, our cost-aware policy, each
+    static shape at every batch size and behind the elastic switch (a chain without hysteresis,
+    ``elastic:32:1``, which vLLM can run), vLLM's default table and SGLang's adaptive EMA."""
+    out = [BASELINE_POLICY, *(f"elastic:{t}+beg-mab" for t in thresholds), "cost-aware"]
+    for shape in shapes:
+        out.append(f"static:{shape}")
+        chain = shape.split("_")[1] == "1"
+        out.append(f"elastic:{ELASTIC_DEFAULT}:1+static:{shape}" if chain else f"elastic+static:{shape}")
+    out += ["vllm-table", "sglang-ema"]
+    return tuple(dict.fromkeys(out))
+
+
+def candidate_grid(policies: Sequence[str], switches: Sequence[str]) -> tuple[Candidate, ...]:
+    """Every (policy, switch mode) worth simulating: a policy that switches SD on runs under each
+    mode, any other once (labelled without a mode). ``no-sd`` is always first."""
+    if not switches:
+        raise InputError("needs at least one switch mode", field="--switch")
+    for spec in policies:
+        check_spec(spec)
+    out = [Candidate(BASELINE_POLICY, BASELINE_POLICY, None)]
+    for spec in dict.fromkeys(p.strip() for p in policies):
+        if spec == BASELINE_POLICY:
+            continue
+        if switches_sd_on(spec):
+            for m in dict.fromkeys(switches):
+                label = spec if len(set(switches)) == 1 else f"{spec} ({m})"
+                out.append(Candidate(label, _with_switch(spec, m), m))
+        else:
+            out.append(Candidate(spec, spec, None))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of work for the executors: the scenario with one switch mode, one simulation seed
+    and the policies that run under it (``no-sd`` is added by the simulator)."""
+
+    switch: str
+    seed: int
+    scenario: Scenario
+
+    @property
+    def key(self) -> str:
+        return f"{self.switch}-seed{self.seed}"
+
+
+def plan_tasks(s: Scenario, candidates: Sequence[Candidate], seeds: Sequence[int],
+               switches: Sequence[str]) -> list[Task]:
+    """One task per (switch mode, seed): the switch-free candidates run with the first mode."""
+    modes = list(dict.fromkeys(switches))
+    tasks = []
+    for m in modes:
+        specs = [c.policy for c in candidates if c.switch == m or (c.switch is None and m == modes[0])]
+        specs = [p for p in specs if p != BASELINE_POLICY] or [BASELINE_POLICY]
+        for k in seeds:
+            sk = with_values(s, {"engine.switch": m, "seed": int(k), "policies": tuple(specs), "presets": ()})
+            tasks.append(Task(m, int(k), sk))
+    return tasks
+
+
+# ---- one task -------------------------------------------------------------------------------------
+def _inputs_key(s: Scenario) -> str:
+    data = config.to_dict(s)
+    for k in ("seed", "policies", "presets"):
+        data.pop(k, None)
+    return json.dumps(data, sort_keys=True, default=str)
+
+
+_PREPARED: dict[str, SimInputs] = {}
+_MAX_PREPARED = 4
+
+
+def inputs_for(s: Scenario) -> SimInputs:
+    """The prepared inputs of ``s``, shared by every task that differs only in seed and policies
+    (:func:`tltsim.scenario.prepare` reads neither; the trace is loaded once per process)."""
+    key = _inputs_key(s)
+    inputs = _PREPARED.get(key)
+    if inputs is None:
+        inputs = prepare(s)
+        if len(_PREPARED) >= _MAX_PREPARED:
+            _PREPARED.pop(next(iter(_PREPARED)))
+        _PREPARED[key] = inputs
+    return inputs if inputs.scenario == s else replace(inputs, scenario=s)
+
+
+def _switch_seconds(events: pd.DataFrame, n_workers: int) -> dict[str, float]:
+    """Per policy, the mean seconds per worker spent bringing drafters up to date (re-prefill and
+    catch-up): what switching SD on cost."""
+    rows = events[events["kind"].isin(["switch_reprefill", "catch_up"])]
+    dur = (rows["t_end"] - rows["t_start"]).groupby(rows["policy"]).sum()
+    return {str(k): float(v) / max(1, n_workers) for k, v in dur.items()}
+
+
+def evaluate_task(scenario: Scenario) -> pd.DataFrame:
+    """Simulate one task (its policies against ``no-sd``, every step) and return one row per policy:
+    ``policy``, ``switch``, ``seed``, the whole run's ``rollout_s`` and ``speedup`` over ``no-sd``,
+    ``sd_share`` (share of decode iterations that speculated), ``accept``, ``switch_s`` (mean seconds
+    per worker spent switching SD on) and ``warnings`` (JSON list of ``[kind, line]`` from
+    :mod:`tltsim.run_warnings`). Top-level and scenario-driven: it runs in a sweep worker as is."""
+    from tltcore.summary import run_totals
+    from tltsim.run_warnings import scenario_warnings
+
+    inputs = inputs_for(scenario)
+    events, summary = compare_policies(scenario, inputs)
+    totals = run_totals(summary, gpus=scenario.cluster.gpus)
+    share = summary.assign(w=summary["decode_iterations"] * summary["sd_share"]).groupby("policy", sort=False)
+    sd_share = (share["w"].sum() / share["decode_iterations"].sum().replace(0, np.nan)).to_dict()
+    switch_s = _switch_seconds(events, scenario.n_workers)
+    warns: dict[str, list[list[str]]] = {}
+    for w in scenario_warnings(inputs, events, summary):
+        warns.setdefault(w.subject, []).append([w.kind, w.line()])
+    out = totals[["policy", "rollout_s", "speedup", "mean_accept_length"]].rename(
+        columns={"mean_accept_length": "accept"})
+    out.insert(1, "switch", scenario.engine.switch)
+    out.insert(2, "seed", scenario.seed)
+    out["sd_share"] = [float(sd_share.get(p, 0.0) or 0.0) for p in out["policy"]]
+    out["switch_s"] = [switch_s.get(p, 0.0) for p in out["policy"]]
+    out["warnings"] = [json.dumps(warns.get(p, [])) for p in out["policy"]]
+    return out
+
+
+# ---- running the tasks ----------------------------------------------------------------------------
+def run_tasks(tasks: Sequence[Task], evaluate: Callable[[Scenario], pd.DataFrame] | None = None, *,
+              workers: int = 1, backend: str = "local", address: str | None = None,
+              on_done: Callable[[Task], None] | None = None) -> pd.DataFrame:
+    """Every task's rows, stacked in task order. ``workers == 1`` on the local backend runs them in
+    this process (no pool to start, the prepared trace shared); otherwise the sweep machinery's
+    executors (:class:`tltsim.sweep.runner.LocalExecutor`: forkserver processes;
+    :class:`~tltsim.sweep.runner.RayExecutor`: a local or existing Ray cluster) run them. A task that
+    fails stops the run with its one-line error (a recommendation over a partial grid would mislead)."""
+    from tltsim.sweep.runner import BACKENDS, LocalExecutor, RayExecutor, import_ray, run_task
+    from tltsim.sweep.spec import Point
+
+    if backend not in BACKENDS:
+        raise InputError(f"must be one of {', '.join(BACKENDS)}, got '{backend}'", field="--executor")
+    if workers < 1:
+        raise InputError(f"must be >= 1, got {workers}", field="--workers")
+    if address and backend != "ray":
+        raise InputError("applies to --executor ray only", field="--address")
+    evaluate = evaluate or evaluate_task
+    results: dict[str, pd.DataFrame] = {}
+    if not tasks:
+        return pd.DataFrame()
+
+    def keep(task: Task, outcome: Any) -> None:
+        if not outcome.ok:
+            raise InputError(f"simulating {task.key} failed: {outcome.error}", field="advise")
+        results[task.key] = outcome.frame
+        if on_done is not None:
+            on_done(task)
+
+    if backend == "local" and workers == 1:
+        for t in tasks:
+            keep(t, run_task(evaluate, t.key, t.scenario))
+    else:
+        if backend == "ray":
+            import_ray()
+        executor = (LocalExecutor(min(workers, len(tasks))) if backend == "local"
+                    else RayExecutor(workers, address))
+        clean = False
+        try:
+            by_key = {t.key: t for t in tasks}
+            pending = {executor.submit(evaluate, Point(i, t.key, {}, t.scenario)): t
+                       for i, t in enumerate(tasks)}
+            while pending:
+                for handle, outcome in executor.wait(list(pending)):
+                    task = pending.pop(handle)
+                    keep(by_key[task.key], outcome)
+            clean = True
+        finally:
+            executor.close(cancel=not clean)
+    return pd.concat([results[t.key] for t in tasks], ignore_index=True)
+
+
+# ---- ranking --------------------------------------------------------------------------------------
+def label_rows(rows: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataFrame:
+    """The task rows of the grid's candidates, labelled; ``no-sd``'s repeat under a second switch
+    mode (the simulator always adds it) and anything not in the grid are dropped."""
+    by_run = {(c.policy, c.switch): c.label for c in candidates}
+    first_mode = rows["switch"].iloc[0] if len(rows) else None
+    labels = []
+    for policy, switch in zip(rows["policy"], rows["switch"], strict=True):
+        label = by_run.get((policy, switch))
+        if label is None and switch == first_mode:
+            label = by_run.get((policy, None))
+        labels.append(label)
+    out = rows.assign(label=labels)
+    out = out[out["label"].notna()].copy()
+    order = {c.label: i for i, c in enumerate(candidates)}
+    out["order"] = out["label"].map(order)
+    return out.sort_values(["order", "seed"], kind="stable").drop(columns="order").reset_index(drop=True)
+
+
+def with_end_to_end(rows: pd.DataFrame, later_s: float | None) -> pd.DataFrame:
+    """``e2e_speedup`` per row: (no-sd's rollout + later phases) / (this rollout + later phases) at
+    the same seed (Amdahl); NaN without the later phases' time."""
+    base = rows[rows["policy"] == BASELINE_POLICY].drop_duplicates("seed").set_index("seed")["rollout_s"]
+    b = rows["seed"].map(base).astype(float)
+    if later_s is None or not math.isfinite(later_s):
+        return rows.assign(e2e_speedup=np.nan)
+    return rows.assign(e2e_speedup=(b + later_s) / (rows["rollout_s"] + later_s))
+
+
+RANK_METRICS = ("rollout_s", "speedup", "e2e_speedup", "sd_share", "switch_s", "accept")
+
+
+def rank(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per candidate label with the median, min and max over seeds of each metric, ordered
+    by median rollout makespan (fastest first; grid order breaks exact ties), with ``rank`` from 1."""
+    from tltsim.seeds import aggregate
+
+    agg = aggregate(rows, ["label"], RANK_METRICS)
+    first = rows.drop_duplicates("label").set_index("label")
+    agg["policy"] = agg["label"].map(first["policy"])
+    agg["switch"] = agg["label"].map(first["switch"])
+    agg["grid_order"] = range(len(agg))
+    agg = agg.sort_values(["rollout_s_median", "grid_order"], kind="stable").reset_index(drop=True)
+    agg.insert(0, "rank", range(1, len(agg) + 1))
+    return agg.drop(columns="grid_order")
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The answer: the fastest candidate by median rollout makespan, with its spread over seeds, the
+    candidates whose spread overlaps its own (``ties``: the order among them is not settled by these
+    seeds), the runners-up, and whether SD pays at all here."""
+
+    label: str
+    policy: str
+    switch: str | None
+    rollout_s: tuple[float, float, float]
+    speedup: tuple[float, float, float]
+    e2e_speedup: tuple[float, float, float]
+    ties: tuple[str, ...] = ()
+    runners_up: tuple[str, ...] = ()
+    sd_pays: bool = True
+
+    @property
+    def is_sd(self) -> bool:
+        return self.policy != BASELINE_POLICY
+
+
+def _triple(r: pd.Series | dict, metric: str) -> tuple[float, float, float]:
+    return (float(r[f"{metric}_median"]), float(r[f"{metric}_min"]), float(r[f"{metric}_max"]))
+
+
+def recommend(ranking: pd.DataFrame, *, runners_up: int = 3) -> Recommendation:
+    """The top of :func:`rank`. SD "pays" when the best setting is not ``no-sd``, its median rollout
+    speedup is at least :data:`PAYS` and its spread does not overlap ``no-sd``'s; otherwise ``no-sd``
+    is recommended (switching SD on would buy nothing these seeds can tell apart from noise) and the
+    best SD setting is the first runner-up."""
+    if ranking.empty:
+        raise InputError("no candidate was simulated", field="advise")
+    rows = ranking.to_dict("records")
+    best = rows[0]
+    base = next(r for r in rows if r["policy"] == BASELINE_POLICY)
+    overlaps_base = best["rollout_s_max"] >= base["rollout_s_min"]
+    pays = best["policy"] != BASELINE_POLICY and best["speedup_median"] >= PAYS and not overlaps_base
+    chosen = best if pays else base
+    ties = tuple(r["label"] for r in rows if r is not chosen and r["rollout_s_min"] <= chosen["rollout_s_max"]
+                 and r["rollout_s_max"] >= chosen["rollout_s_min"])
+    others = tuple(r["label"] for r in rows if r is not chosen)[:runners_up]
+    return Recommendation(chosen["label"], chosen["policy"], chosen["switch"] if isinstance(chosen["switch"], str)
+                          and chosen["policy"] != BASELINE_POLICY and switches_sd_on(chosen["policy"]) else None,
+                          _triple(chosen, "rollout_s"), _triple(chosen, "speedup"), _triple(chosen, "e2e_speedup"),
+                          ties, others, pays)
+
+
+# ---- where SD does not pay ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Finding:
+    """One line of "where SD does not pay and why": about a candidate (``subject``) or the GPU."""
+
+    subject: str
+    speedup: tuple[float, float, float] | None
+    why: str
+
+
+def _why(r: dict, warnings: Sequence[tuple[str, str]]) -> str:
+    """The cause of one candidate's loss: a run warning when one names it (they say where and how
+    much), else what the run's own numbers show."""
+    for kind in ("sd_slower", "switch_never_fired", "switch_cost", "switch_late"):
+        for k, line in warnings:
+            if k == kind:
+                return line
+    share = r.get("sd_share_median", 0.0) or 0.0
+    if share < 0.05:
+        return (f"SD ran in only {100 * share:.1f}% of decode iterations: the running batch rarely got small enough "
+                "for it to switch on, and the time it took to switch did not come back")
+    return (f"SD ran in {100 * share:.0f}% of decode iterations with {r.get('accept_median', float('nan')):.2f} "
+            "tokens per verify: not enough accepted tokens to pay for drafting and verification at these batch sizes")
+
+
+def not_paying(ranking: pd.DataFrame, rows: pd.DataFrame, *, gpu_fact: str | None = None) -> list[Finding]:
+    """Every SD candidate whose median rollout speedup is below 1 (slower than no SD), with why, the
+    worst first; then the GPU-level fact (``gpu_fact``: batch sizes where one SD iteration is slower
+    than a plain one, :func:`gpu_slower_line`)."""
+    out: list[Finding] = []
+    warn_of: dict[str, list[tuple[str, str]]] = {}
+    for label, text in zip(rows["label"], rows["warnings"], strict=True):
+        for kind, line in json.loads(text):
+            if (kind, line) not in warn_of.setdefault(label, []):
+                warn_of[label].append((kind, line))
+    losers = ranking[(ranking["policy"] != BASELINE_POLICY) & (ranking["speedup_median"] < 1.0)]
+    for r in losers.sort_values("speedup_median", kind="stable").to_dict("records"):
+        out.append(Finding(r["label"], _triple(r, "speedup"), _why(r, warn_of.get(r["label"], []))))
+    if gpu_fact:
+        out.append(Finding("GPU", None, gpu_fact))
+    return out
+
+
+def gpu_slower_line(inputs: SimInputs, shapes: Sequence[str]) -> str | None:
+    """One line naming, per draft shape of the grid, the batch sizes (1 to the engine's max batch) at
+    which one SD iteration is slower than a plain one at the workload's typical context; None when SD
+    is faster at every batch size for every shape."""
+    from tltcore.policy.base import SDConfig
+    from tltsim.run_warnings import sd_slower_batches, slow_span, typical_context
+
+    s = inputs.scenario
+    top = min(int(s.engine.max_batch), 1024)
+    batches = sorted({1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024} & set(
+        range(1, top + 1)) | {top})
+    ctx = typical_context(inputs.workloads)
+    slow = sd_slower_batches(inputs.cost, inputs.accept, [SDConfig.parse(x) for x in shapes], batches, ctx)
+    if not slow:
+        return None
+    parts = [f"{name} at {slow_span(bs, batches)}" for name, bs in slow.items()]
+    return (f"on {s.cluster.gpu} (TP {s.cluster.tp}, {s.model.name}, ~{ctx:,}-token contexts) one SD iteration is "
+            f"slower than a plain one for {'; '.join(parts)}: speculation must stay off at those batch sizes")
+
+
+def later_phase_seconds(inputs: SimInputs) -> tuple[float | None, str]:
+    """Seconds of every simulated step's phases after rollout (reward, old log-probs, reference,
+    actor update, weight sync) under the scenario's ``rl`` fields, and a note; None (with why) when
+    the GPU has no analytic peaks to price them."""
+    from tltcore.hardware import get_gpu
+    from tltcore.model_shape import get_model
+    from tltsim.rl.phases import phase_times
+    from tltsim.rl.run import LATER_PHASES
+
+    s = inputs.scenario
+    try:
+        model, gpu = get_model(s.model.name), get_gpu(s.cluster.gpu)
+        total = 0.0
+        for w in inputs.workloads:
+            ph = phase_times(model, gpu, s.cluster.gpus, w.prompt_tokens, w.response_tokens, s.rl)
+            total += sum(getattr(ph, p) for p in LATER_PHASES)
+    except InputError as exc:
+        return None, f"no end-to-end estimate: {exc.message}"
+    return total, ""
+
+
+# ---- how the drafter is kept fresh ----------------------------------------------------------------
+@dataclass(frozen=True)
+class Freshness:
+    """The whole-RL-run comparison of drafter upkeep: per preset the end-to-end and rollout speedup
+    over veRL (median, min, max over seeds), or why it was not run."""
+
+    steps: int
+    table: pd.DataFrame = field(default_factory=pd.DataFrame)
+    skipped: str = ""
+
+
+def freshness_tasks(s: Scenario, seeds: Sequence[int], steps: int) -> tuple[list[Task], str]:
+    """The preset runs (one task per seed, :data:`FRESHNESS_PRESETS` against ``verl``) over ``steps``
+    RL steps, or no tasks and why: a trace that offers one step (a single snapshot without
+    ``trace.prompts_per_step``) cannot show a drafter going stale."""
+    if steps < 2:
+        return [], "not run (--rl-steps below 2: a drafter only goes stale after an actor update)"
+    sk = with_values(s, {"trace.num_steps": steps, "presets": FRESHNESS_PRESETS, "policies": (BASELINE_POLICY,)})
+    n = len(inputs_for(sk).workloads)
+    if n < 2:
+        return [], (f"not run: the trace '{s.trace.name}' gives one RL step; set trace.prompts_per_step "
+                    "(--set trace.prompts_per_step=64) to sample several")
+    return [Task("presets", int(k), with_values(sk, {"seed": int(k)})) for k in seeds], ""
+
+
+def evaluate_presets(scenario: Scenario) -> pd.DataFrame:
+    """One preset task: :func:`tltsim.rl.run.compare_presets`'s per-preset summary with the seed."""
+    from tltsim.rl.run import compare_presets
+
+    _, _, summary = compare_presets(scenario, inputs_for(scenario))
+    return summary.assign(seed=scenario.seed)
+
+
+def freshness_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per preset (best end-to-end first), the median, min and max over seeds of the end-to-end and
+    rollout speedups over veRL, with what the preset does to keep the drafter fresh."""
+    from tltsim.seeds import aggregate
+
+    ok = rows[rows["status"] == "ok"]
+    agg = aggregate(ok, ["preset"], ("speedup", "rollout_speedup", "mean_accept_length"))
+    agg["upkeep"] = agg["preset"].map(FRESHNESS_LABELS)
+    agg = agg[agg["preset"] != "verl"].sort_values("speedup_median", ascending=False, kind="stable")
+    oom = rows[rows["status"] != "ok"].drop_duplicates("preset")
+    if len(oom):
+        agg = pd.concat([agg, pd.DataFrame({"preset": oom["preset"], "upkeep": oom["note"]})], ignore_index=True)
+    return agg.reset_index(drop=True)
+
+
+__all__ = [
+    "DEFAULT_SHAPES",
+    "DEFAULT_SWITCHES",
+    "DEFAULT_THRESHOLDS",
+    "FRESHNESS_PRESETS",
+    "PAYS",
+    "Candidate",
+    "Finding",
+    "Freshness",
+    "Recommendation",
+    "Task",
+    "candidate_grid",
+    "default_policies",
+    "evaluate_presets",
+    "evaluate_task",
+    "freshness_table",
+    "freshness_tasks",
+    "gpu_slower_line",
+    "inputs_for",
+    "label_rows",
+    "later_phase_seconds",
+    "not_paying",
+    "plan_tasks",
+    "rank",
+    "recommend",
+    "run_tasks",
+    "switches_sd_on",
+    "with_end_to_end",
+]

