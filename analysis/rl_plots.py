@@ -8,6 +8,7 @@ Inputs are the tidy tables the simulator writes (``summary.csv`` and ``steps.csv
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -116,4 +117,37 @@ def accept_over_steps(steps: pd.DataFrame, *, presets: list[str] | None = None,
         ax.set_title(title)
         legend_outside(ax)
         fig.tight_layout()
+    return fig
+
+
+def learning_curves(steps: pd.DataFrame, stem: str | Path | None = None) -> plt.Figure:
+    """A GRPO learning run (:mod:`tltreal.rl.grpo_run`): held-out temperature-1 reward (left) and
+    greedy accuracy (right) at each evaluated step, GRPO beside the shuffled-reward control; the line
+    is the mean over seeds and the band the seeds' min-max (one seed: no band). Saved as
+    ``stem.png``/``stem.pdf`` when ``stem`` is given."""
+    from analysis.style import save_figure
+
+    ev = steps.dropna(subset=["eval_reward_t1"])
+    arms = list(dict.fromkeys(ev["arm"]))
+    colours = colors_for(arms)
+    labels = {"grpo": "GRPO (rewards as scored)", "control": "control (rewards shuffled within each group)"}
+    with plt.rc_context(paper_rc()):
+        fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.2), sharex=True)
+        for ax, column, ylabel in ((axes[0], "eval_reward_t1", "held-out reward, temperature 1 (fraction right)"),
+                                   (axes[1], "greedy_accuracy", "held-out greedy accuracy (fraction right)")):
+            for arm in arms:
+                stats = ev[ev["arm"] == arm].groupby("step")[column].agg(["mean", "min", "max"])
+                if ev["seed"].nunique() > 1:
+                    ax.fill_between(stats.index, stats["min"], stats["max"], color=colours[arm], alpha=0.2, lw=0)
+                ax.plot(stats.index, stats["mean"], marker="o", ms=3, color=colours[arm], label=labels.get(arm, arm))
+            ax.set_xlabel("RL step")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_ylabel(ylabel)
+        seeds = ev["seed"].nunique()
+        fig.suptitle(f"GRPO against a shuffled-reward control ({seeds} seed{'s' if seeds > 1 else ''}; "
+                     f"{'mean, band min-max' if seeds > 1 else 'one seed, no spread'})")
+        legend_outside(axes[1])
+        fig.tight_layout()
+    if stem is not None:
+        save_figure(fig, stem)
     return fig

@@ -1,0 +1,144 @@
+"""`tlt real grpo`: GRPO against a shuffled-reward control (issue 26, item 1), its pieces and its CI size.
+
+The long runs that show learning are commands (reports/grpo-learning/); these tests pin the pieces a
+wrong control, band or summary would silently break: the control keeps each group's rewards and loses
+who earned them, the band keeps only the rates asked for, the summary's gains are last minus first
+evaluation, a run repeats exactly, and the CLI's --tiny size takes seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tltcore.errors import InputError  # noqa: E402
+from tltreal.rl.grpo_run import (  # noqa: E402
+    Evaluation,
+    GRPORunConfig,
+    band_problems,
+    choose_band,
+    gains,
+    run_arm,
+    sample_batch,
+    shuffle_within_groups,
+    summarise,
+)
+from tltreal.rl.pretrain import PretrainConfig, greedy_generate, pretrain  # noqa: E402
+from tltreal.rl.task import TaskConfig  # noqa: E402
+
+
+def test_the_control_permutes_rewards_within_each_group_only():
+    rewards = [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.5]
+    groups = [0, 0, 0, 0, 1, 1, 1, 1, 2]
+    seen = set()
+    for seed in range(20):
+        got = shuffle_within_groups(rewards, groups, random.Random(seed))
+        for g in set(groups):
+            idx = [i for i, x in enumerate(groups) if x == g]
+            assert Counter(got[i] for i in idx) == Counter(rewards[i] for i in idx)
+        seen.add(tuple(got))
+    assert len(seen) > 5  # it does permute (not the identity)
+    assert shuffle_within_groups(rewards, groups, random.Random(3)) == shuffle_within_groups(
+        rewards, groups, random.Random(3))
+
+
+def test_the_band_keeps_the_rates_asked_for_and_names_them_when_empty():
+    rates = pd.DataFrame({"difficulty": [1, 2, 3, 4, 5], "pass_rate": [0.95, 0.8, 0.5, 0.2, 0.1]})
+    assert choose_band(rates, 0.2, 0.8) == [2, 3, 4]
+    with pytest.raises(InputError, match=r"band.*1: 0.95"):
+        choose_band(rates, 0.96, 0.99)
+
+
+def test_band_problems_are_drawn_from_the_band_and_repeat():
+    task = TaskConfig()
+    a = band_problems(50, [3, 5], 7, "x", task)
+    assert {p.steps for p in a} == {3, 5}
+    assert a == band_problems(50, [3, 5], 7, "x", task)
+    assert a != band_problems(50, [3, 5], 8, "x", task)
+
+
+def _steps(values: dict[tuple[int, str], list[float]]) -> pd.DataFrame:
+    rows = []
+    for (seed, arm), vals in values.items():
+        for step, v in zip((0, 5, 10), vals, strict=True):
+            rows.append({"seed": seed, "arm": arm, "step": step, "eval_reward_t1": v, "greedy_accuracy": v / 2})
+        rows.append({"seed": seed, "arm": arm, "step": 1, "eval_reward_t1": float("nan"),
+                     "greedy_accuracy": float("nan")})
+    return pd.DataFrame(rows)
+
+
+def test_summary_gains_are_last_minus_first_evaluation_and_every_seed_must_beat_its_control():
+    steps = _steps({(0, "grpo"): [0.3, 0.9, 0.5], (0, "control"): [0.3, 0.2, 0.25],
+                    (1, "grpo"): [0.4, 0.1, 0.45], (1, "control"): [0.4, 0.6, 0.5]})
+    assert gains(steps).set_index(["seed", "arm"]).at[(0, "grpo"), "gain"] == pytest.approx(0.2)
+    s = summarise(steps, GRPORunConfig(seeds=(0, 1)))
+    assert s["reward_gain_mean"] == pytest.approx((0.2 + 0.05) / 2)
+    assert s["control_reward_gain_mean"] == pytest.approx((-0.05 + 0.1) / 2)
+    assert s["greedy_gain_mean"] == pytest.approx((0.1 + 0.025) / 2)
+    assert [r["above_control"] for r in s["per_seed"]] == [True, False]
+    assert not s["above_control_every_seed"] and not s["meets_bar"]
+
+
+@pytest.fixture(scope="module")
+def tiny_policy():
+    model, tokenizer, _ = pretrain(PretrainConfig(steps=5, layers=1, hidden=32, heads=2, kv_heads=1, intermediate=64,
+                                                  sequences=4, row_len=128))
+    return model, tokenizer
+
+
+def test_greedy_sampling_equals_the_pretraining_greedy_decoder(tiny_policy):
+    model, tok = tiny_policy
+    texts = ["start 12 add 3 repeat 02\n", "start 99 add 9 repeat 01\n"]
+    outs = sample_batch(model, tok, [tok.encode(t, bos=True) for t in texts], 20, 0.0, None)
+    assert [tok.decode(o) for o in outs] == greedy_generate(model, tok, texts, 20)
+
+
+def test_a_run_repeats_and_the_control_updates_on_other_rewards(tiny_policy, monkeypatch):
+    """A stand-in reward with spread (even response length) so both arms learn from something: the
+    first step samples the same responses (same weights, same generator), so the rewards as scored
+    are equal, and the control's shuffled rewards give another update (another loss)."""
+    import tltreal.rl.grpo_run as grpo_run
+
+    monkeypatch.setattr(grpo_run, "reward", lambda problem, text: float(len(text) % 2 == 0))
+    model, tok = tiny_policy
+    cfg = GRPORunConfig(seeds=(0,), steps=2, prompts_per_step=3, eval_every=5, eval_draws=6, eval_problems=3,
+                        pretrain=PretrainConfig(steps=5))
+    ev = Evaluation(band_problems(3, [1], 0, "held-out", cfg.task), 5, 12)
+    a = pd.DataFrame(run_arm(model, tok, cfg, 0, "grpo", [1], ev, log=lambda _: None)).drop(columns="cpu_s")
+    b = pd.DataFrame(run_arm(model, tok, cfg, 0, "grpo", [1], ev, log=lambda _: None)).drop(columns="cpu_s")
+    c = pd.DataFrame(run_arm(model, tok, cfg, 0, "control", [1], ev, log=lambda _: None)).drop(columns="cpu_s")
+    pd.testing.assert_frame_equal(a, b)
+    assert a.loc[0, "learning_responses"] > 0
+    assert a.loc[0, "train_reward"] == c.loc[0, "train_reward"]
+    assert a.loc[0, "loss"] != pytest.approx(c.loc[0, "loss"], abs=1e-9)
+    # evaluated at step 0 and after the last update (eval_every 5 > steps)
+    assert list(a["step"]) == [0, 1, 2] and a["eval_reward_t1"].notna().tolist() == [True, False, True]
+    assert a["eval_draws"].dropna().tolist() == [6, 6]
+
+
+def test_tiny_cli_run_writes_its_folder_in_seconds(tmp_path):
+    from typer.testing import CliRunner
+
+    from tltcli import app
+
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["real", "grpo", "--tiny", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("reward_gain_mean", "control_reward_gain_mean", "seeds", "band", "one_line_accuracy", "cpu_s",
+                "versions"):
+        assert key in summary
+    assert summary["command"].startswith("tlt real grpo --tiny")
+    assert summary["cpu_s"] < 30
+    steps = pd.read_csv(out / "steps.csv")
+    assert set(steps["arm"]) == {"grpo", "control"} and steps["step"].max() == 2
+    assert (out / "reward.png").is_file() and (out / "band.csv").is_file()
+    again = CliRunner().invoke(app, ["real", "grpo", "--tiny", "--out", str(tmp_path / "user"), "--lr", "2"])
+    assert isinstance(again.exception, InputError) and again.exception.field == "--lr"
+    assert not (tmp_path / "user").exists()

@@ -1,0 +1,393 @@
+"""GRPO that learns, measured against a shuffled-reward control (issue 26, item 1).
+
+Why this run exists: the adaptive-drafter run (:mod:`tltreal.rl.adaptive_run`) showed the plumbing but
+its GRPO made the policy *worse*, and a control with rewards shuffled within each group degraded as
+fast, so its updates were noise. An RL claim needs a control, a signal and an evaluation that can see
+the signal. This run is the smallest honest setting we found on the arithmetic task:
+
+1. **Policy.** Pre-train (:mod:`tltreal.rl.pretrain`) once, or load a folder it wrote, and check that
+   one-line greedy accuracy is >= 0.9 (``one_line_accuracy`` in the summary; a run below it says so).
+   All seeds start from this one policy: the seeds vary the RL (problems, samples, shuffles).
+2. **Difficulty band.** Measure the policy's temperature-1 pass rate for each step count
+   ``1..max_difficulty`` (``band_draws`` samples each) and keep the step counts whose pass rate lies in
+   ``[band_low, band_high]`` (0.2-0.8). Problems every sample solves (or none does) give groups with no
+   reward spread, whose GRPO advantages are all 0: they teach nothing. RL and evaluation problems are
+   drawn uniformly over the band.
+3. **Two arms per seed**, from the same starting weights, on the same problems and sampling seeds:
+   ``grpo`` (the rewards as scored) and ``control`` (each group's rewards shuffled among its members
+   before the update: same reward statistics, no information about which response earned them). An
+   improvement the control also shows is not learning.
+4. **Evaluation** every ``eval_every`` steps, at step 0 (before any update) and after the last update:
+   the mean temperature-1 reward on ``eval_draws`` fresh draws over held-out band problems (the primary
+   measure: GRPO moves sampled behaviour, which greedy decoding can hide), and the greedy accuracy on the
+   same problems (the second measure). Every evaluation uses the same problems and the same sampling
+   generator seed, so two evaluations differ only by the policy (common random numbers).
+
+The update is :class:`tltreal.rl.grpo.GRPOTrainer` with the dual clip and an optional KL to the
+pre-trained policy. Generation here is a plain batched sampler (:func:`sample_batch`), not the SD
+engine: this run measures learning, not rollout speed, and SD is lossless (tests/real/test_rollout_lossless.py)
+so it would not change what is learnt.
+
+Outputs in ``--out``: ``steps.csv`` (one row per seed, arm and step; evaluation columns filled at
+evaluated steps; the row at ``step == steps`` is the evaluation after the last update), ``band.csv``
+(pass rate per step count), ``summary.json`` (``reward_gain_mean``, ``control_reward_gain_mean``, per
+seed gains, the band, CPU seconds, versions, the command) and a figure. Same inputs and seed give the
+same numbers (fixed thread count, seeded generators, deterministic update).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import platform
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from tltcore.errors import InputError
+from tltreal.model.tokenizer import TaskTokenizer
+from tltreal.model.transformer import Transformer, causal_mask, padded_causal_mask
+from tltreal.rl.grpo import GRPOConfig, GRPOTrainer, Rollout
+from tltreal.rl.pretrain import PretrainConfig, load_pretrained, pretrain, solution_budget
+from tltreal.rl.task import Problem, TaskConfig, make_problem, reward
+
+ARMS = ("grpo", "control")
+
+
+@dataclass(frozen=True)
+class GRPORunConfig:
+    """Everything a learning run depends on (module docstring). Defaults are the issue's: 16 prompts
+    x 8 samples, lr 5e-5 (inside 2e-5..5e-5), 40 steps, 256 evaluation draws, 3 seeds."""
+
+    seeds: tuple[int, ...] = (0, 1, 2)
+    steps: int = 40
+    prompts_per_step: int = 16
+    grpo: GRPOConfig = field(default_factory=lambda: GRPOConfig(lr=5e-5, minibatches=2))
+    temperature: float = 1.0
+    eval_every: int = 5
+    eval_draws: int = 256
+    eval_problems: int = 64
+    band_low: float = 0.2
+    band_high: float = 0.8
+    band_draws: int = 64
+    max_difficulty: int = 12
+    min_one_line_accuracy: float = 0.9
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    pretrained: str | None = None
+    slack: int = 8  # tokens of generation budget beyond the longest band problem's worked solution
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "prompts_per_step", "eval_every", "eval_draws", "eval_problems", "band_draws",
+                     "max_difficulty"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"must be a positive integer, got {value!r}", field=name)
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise InputError(f"must be one or more distinct seeds, got {list(self.seeds)}", field="seeds")
+        if not 0 <= self.band_low < self.band_high <= 1:
+            raise InputError(f"need 0 <= band_low < band_high <= 1, got {self.band_low}, {self.band_high}",
+                             field="band_low")
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise InputError(f"must be > 0 (GRPO needs sampled groups), got {self.temperature}", field="temperature")
+
+    @property
+    def task(self) -> TaskConfig:
+        return self.pretrain.task
+
+
+def _seed(*parts: object) -> int:
+    """A stable 63-bit seed from the run seed and a purpose (no Python hash randomisation)."""
+    return random.Random(":".join(map(str, parts))).getrandbits(63)
+
+
+# ---- generation ------------------------------------------------------------------------------------
+@torch.no_grad()
+def sample_batch(model: Transformer, tokenizer: TaskTokenizer, prompts: Sequence[Sequence[int]],
+                 max_new_tokens: int, temperature: float, generator: torch.Generator | None) -> list[list[int]]:
+    """One continuation per prompt (token ids, ending with ``<eos>`` unless the cap came first):
+    sampled at ``temperature`` from ``generator``, or greedy when ``temperature == 0``.
+
+    One right-padded prefill, then one token per row per forward at each row's own cache length
+    (as :func:`tltreal.rl.pretrain.greedy_generate`). Rows draw in row order from one generator, so a
+    batch is reproducible from the generator's seed."""
+    if not prompts:
+        return []
+    b, width = len(prompts), max(len(p) for p in prompts)
+    counts = torch.tensor([len(p) for p in prompts])
+    tokens = torch.tensor([list(p) + [tokenizer.pad_id] * (width - len(p)) for p in prompts])
+    cache = model.new_cache(b, width + max_new_tokens)
+    slots = torch.arange(b)
+    logits, _ = model(tokens, torch.arange(width).expand(b, width), cache, slots, torch.zeros(b, dtype=torch.long),
+                      padded_causal_mask(counts, width))
+
+    def pick(last: torch.Tensor) -> torch.Tensor:
+        if temperature == 0:
+            return last.argmax(-1)
+        probs = torch.softmax(last.double() / temperature, dim=-1)
+        return torch.multinomial(probs, 1, generator=generator)[:, 0]
+
+    nxt = pick(logits[torch.arange(b), counts - 1])
+    lens, out, done = counts.clone(), [[] for _ in range(b)], torch.zeros(b, dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        for i in range(b):
+            if not done[i]:
+                out[i].append(int(nxt[i]))
+        done |= nxt == tokenizer.eos_id
+        if bool(done.all()):
+            break
+        logits, _ = model(nxt[:, None], lens[:, None], cache, slots, lens, causal_mask(b, 1))
+        lens = lens + 1
+        nxt = pick(logits[:, -1])
+    return out
+
+
+def _text(tokenizer: TaskTokenizer, output: Sequence[int]) -> str:
+    return tokenizer.decode([t for t in output if t != tokenizer.eos_id])
+
+
+def _generator(seed: int) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return g
+
+
+def mean_reward(model: Transformer, tokenizer: TaskTokenizer, problems: Sequence[Problem], *, draws_per_problem: int,
+                temperature: float, seed: int, max_new_tokens: int) -> float:
+    """Mean reward of ``draws_per_problem`` responses to each problem (one batch; greedy when
+    ``temperature == 0``, where one draw per problem is enough)."""
+    prompts = [tokenizer.encode(p.prompt, bos=True) for p in problems for _ in range(draws_per_problem)]
+    outs = sample_batch(model, tokenizer, prompts, max_new_tokens, temperature, _generator(seed))
+    scored = [reward(p, _text(tokenizer, o))
+              for p, o in zip([p for p in problems for _ in range(draws_per_problem)], outs, strict=True)]
+    return float(np.mean(scored))
+
+
+# ---- the difficulty band -----------------------------------------------------------------------------
+def difficulty_pass_rates(model: Transformer, tokenizer: TaskTokenizer, cfg: GRPORunConfig, seed: int
+                          ) -> pd.DataFrame:
+    """Temperature-1 pass rate of ``band_draws`` fresh problems for each step count ``1..max_difficulty``."""
+    rows = []
+    for d in range(1, cfg.max_difficulty + 1):
+        rng = random.Random(f"tlt-grpo-band:{seed}:{d}")
+        problems = [make_problem(rng, d, cfg.task) for _ in range(cfg.band_draws)]
+        budget = max(solution_budget(tokenizer, p, cfg.slack) for p in problems)
+        rate = mean_reward(model, tokenizer, problems, draws_per_problem=1, temperature=cfg.temperature,
+                           seed=_seed(seed, "band-sample", d), max_new_tokens=budget)
+        rows.append({"difficulty": d, "pass_rate": rate, "draws": cfg.band_draws})
+    return pd.DataFrame(rows)
+
+
+def choose_band(rates: pd.DataFrame, low: float, high: float) -> list[int]:
+    """The step counts whose pass rate lies in ``[low, high]``; an empty band is an error naming the
+    rates (no problem there would give GRPO groups with reward spread)."""
+    band = [int(d) for d, r in zip(rates["difficulty"], rates["pass_rate"], strict=True) if low <= r <= high]
+    if not band:
+        seen = ", ".join(f"{int(d)}: {r:.2f}" for d, r in zip(rates["difficulty"], rates["pass_rate"], strict=True))
+        raise InputError(f"no step count has a temperature-1 pass rate in [{low}, {high}] (measured {seen})",
+                         field="band")
+    return band
+
+
+def band_problems(n: int, band: Sequence[int], seed: int, purpose: str, task: TaskConfig) -> list[Problem]:
+    """``n`` problems with step counts drawn uniformly from ``band``; identical for identical arguments."""
+    rng = random.Random(f"tlt-grpo:{purpose}:{seed}")
+    return [make_problem(rng, rng.choice(list(band)), task) for _ in range(n)]
+
+
+def shuffle_within_groups(rewards: Sequence[float], groups: Sequence[int], rng: random.Random) -> list[float]:
+    """The control's rewards: each group's rewards permuted among its own members, so every group keeps
+    its reward statistics (and advantages their magnitudes) but loses which response earned which."""
+    out = list(rewards)
+    for g in sorted(set(groups)):
+        idx = [i for i, x in enumerate(groups) if x == g]
+        vals = [out[i] for i in idx]
+        rng.shuffle(vals)
+        for i, v in zip(idx, vals, strict=True):
+            out[i] = v
+    return out
+
+
+# ---- one arm ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Evaluation:
+    problems: list[Problem]
+    seed: int
+    budget: int
+
+
+def _evaluate(model: Transformer, tokenizer: TaskTokenizer, ev: Evaluation, cfg: GRPORunConfig) -> dict[str, float]:
+    per = max(1, math.ceil(cfg.eval_draws / len(ev.problems)))
+    return {"eval_reward_t1": mean_reward(model, tokenizer, ev.problems, draws_per_problem=per,
+                                          temperature=cfg.temperature, seed=ev.seed, max_new_tokens=ev.budget),
+            "eval_draws": per * len(ev.problems),
+            "greedy_accuracy": mean_reward(model, tokenizer, ev.problems, draws_per_problem=1, temperature=0.0,
+                                           seed=ev.seed, max_new_tokens=ev.budget)}
+
+
+def run_arm(start: Transformer, tokenizer: TaskTokenizer, cfg: GRPORunConfig, seed: int, arm: str, band: Sequence[int],
+            ev: Evaluation, log: Callable[[str], None] = print) -> list[dict[str, object]]:
+    """``cfg.steps`` GRPO steps of one arm from a copy of ``start``; one row per step (and one for the
+    evaluation after the last update)."""
+    if arm not in ARMS:
+        raise InputError(f"must be one of {', '.join(ARMS)}, got {arm!r}", field="arm")
+    model = copy.deepcopy(start).eval()
+    trainer = GRPOTrainer(model, cfg.grpo, pad_id=tokenizer.pad_id)
+    shuffler = random.Random(f"tlt-grpo-shuffle:{seed}")
+    k = cfg.grpo.group_size
+    rows: list[dict[str, object]] = []
+    for step in range(cfg.steps + 1):
+        cpu0 = time.process_time()
+        row: dict[str, object] = {"seed": seed, "arm": arm, "step": step}
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            row.update(_evaluate(model, tokenizer, ev, cfg))
+        if step < cfg.steps:
+            problems = band_problems(cfg.prompts_per_step, band, seed, f"step-{step}", cfg.task)
+            prompts = [tokenizer.encode(p.prompt, bos=True) for p in problems for _ in range(k)]
+            outs = sample_batch(model, tokenizer, prompts, ev.budget, cfg.temperature,
+                                _generator(_seed(seed, "rollout", step)))
+            scored = [reward(problems[i // k], _text(tokenizer, o)) for i, o in enumerate(outs)]
+            groups = [i // k for i in range(len(outs))]
+            used = shuffle_within_groups(scored, groups, shuffler) if arm == "control" else scored
+            rollouts = [Rollout(g, tuple(p) + tuple(o), len(p), r,
+                                truncated=len(o) >= ev.budget and o[-1] != tokenizer.eos_id)
+                        for g, p, o, r in zip(groups, prompts, outs, used, strict=True)]
+            update = trainer.update(rollouts)
+            row.update(train_reward=float(np.mean(scored)),
+                       mean_response_tokens=float(np.mean([len(o) for o in outs])),
+                       loss=update.loss, clip_fraction=update.clip_fraction, grad_norm=update.grad_norm,
+                       kl=update.kl, learning_responses=update.learning_responses)
+        row["cpu_s"] = time.process_time() - cpu0
+        rows.append(row)
+        if "eval_reward_t1" in row:
+            log(f"seed {seed} {arm:7s} step {step:3d}  held-out T=1 reward {row['eval_reward_t1']:.3f}  "
+                f"greedy {row['greedy_accuracy']:.3f}" +
+                (f"  train reward {row['train_reward']:.3f}" if "train_reward" in row else ""))
+    return rows
+
+
+# ---- the run ------------------------------------------------------------------------------------------------
+def _policy(cfg: GRPORunConfig, log: Callable[[str], None]) -> tuple[Transformer, TaskTokenizer, dict[str, object]]:
+    if cfg.pretrained is not None:
+        model, tokenizer = load_pretrained(cfg.pretrained)
+        return model, tokenizer, {"pretrain_cpu_s": 0.0}
+    log(f"pre-training the policy ({cfg.pretrain.steps} steps)")
+    cpu0 = time.process_time()
+    model, tokenizer, metrics = pretrain(cfg.pretrain)
+    return model, tokenizer, {"pretrain_cpu_s": time.process_time() - cpu0,
+                              "pretrain_final_loss": metrics.final_loss}
+
+
+def gains(steps: pd.DataFrame, column: str = "eval_reward_t1") -> pd.DataFrame:
+    """Per seed and arm: ``column`` at step 0, at the last step, and the gain between them."""
+    ev = steps.dropna(subset=[column])
+    rows = []
+    for (seed, arm), g in ev.groupby(["seed", "arm"], sort=True):
+        g = g.sort_values("step")
+        first, last = float(g[column].iloc[0]), float(g[column].iloc[-1])
+        rows.append({"seed": int(seed), "arm": arm, "first": first, "last": last, "gain": last - first})
+    return pd.DataFrame(rows)
+
+
+def summarise(steps: pd.DataFrame, cfg: GRPORunConfig) -> dict[str, object]:
+    """``summary.json``'s numbers: mean gains of both arms, per seed, and whether each seed beat its
+    control (the issue's bar: a gain >= 0.10 on the mean, above the control in every seed)."""
+    t1, greedy = gains(steps), gains(steps, "greedy_accuracy")
+
+    def arm(table: pd.DataFrame, name: str) -> pd.DataFrame:
+        return table[table["arm"] == name].set_index("seed")
+
+    real, ctrl = arm(t1, "grpo"), arm(t1, "control")
+    per_seed = [{"seed": int(s), "eval_reward_first": real.at[s, "first"], "eval_reward_last": real.at[s, "last"],
+                 "reward_gain": real.at[s, "gain"], "control_reward_gain": ctrl.at[s, "gain"],
+                 "greedy_gain": arm(greedy, "grpo").at[s, "gain"],
+                 "control_greedy_gain": arm(greedy, "control").at[s, "gain"],
+                 "above_control": bool(real.at[s, "last"] > ctrl.at[s, "last"])}
+                for s in real.index]
+    gain_mean = float(real["gain"].mean())
+    return {"seeds": [int(s) for s in cfg.seeds], "steps": cfg.steps,
+            "reward_gain_mean": gain_mean, "control_reward_gain_mean": float(ctrl["gain"].mean()),
+            "greedy_gain_mean": float(arm(greedy, "grpo")["gain"].mean()),
+            "control_greedy_gain_mean": float(arm(greedy, "control")["gain"].mean()),
+            "above_control_every_seed": all(r["above_control"] for r in per_seed),
+            "meets_bar": bool(gain_mean >= 0.10 and all(r["above_control"] for r in per_seed)),
+            "per_seed": per_seed}
+
+
+def versions() -> dict[str, str]:
+    """What the numbers were measured with."""
+    return {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
+            "machine": platform.machine(), "processor": platform.processor() or "unknown",
+            "device": "cpu", "torch_threads": str(torch.get_num_threads())}
+
+
+@dataclass(frozen=True)
+class GRPORunOutputs:
+    folder: Path
+    steps: pd.DataFrame
+    summary: dict[str, object]
+
+
+def run_grpo(cfg: GRPORunConfig, out: str | Path, *, force: bool = False, log: Callable[[str], None] = print,
+             command: str | None = None) -> GRPORunOutputs:
+    """The run (module docstring), built in a temporary sibling of ``out`` and swapped in at the end
+    (:func:`tltcore.atomic.atomic_dir`): an interrupted run leaves nothing half written, and a folder
+    tlt did not write is refused unless ``force``."""
+    from tltcore.atomic import atomic_dir, write_text
+
+    with atomic_dir(out, kind="real-grpo", force=force, inputs=[cfg.pretrained] if cfg.pretrained else ()) as tmp:
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        torch.manual_seed(cfg.pretrain.seed)
+        start, tokenizer, info = _policy(cfg, log)
+        one_line = mean_reward(start, tokenizer, band_problems(200, [1], cfg.pretrain.seed, "one-line", cfg.task),
+                               draws_per_problem=1, temperature=0.0, seed=0,
+                               max_new_tokens=solution_budget(tokenizer, make_problem(random.Random(0), 1, cfg.task),
+                                                              cfg.slack))
+        log(f"one-line greedy accuracy {one_line:.3f}" + ("" if one_line >= cfg.min_one_line_accuracy else
+            f": BELOW the {cfg.min_one_line_accuracy} wanted, pre-train longer (the summary records it)"))
+        rates = difficulty_pass_rates(start, tokenizer, cfg, cfg.pretrain.seed)
+        band = choose_band(rates, cfg.band_low, cfg.band_high)
+        log("temperature-1 pass rate by step count: " +
+            ", ".join(f"{d}: {r:.2f}" for d, r in zip(rates["difficulty"], rates["pass_rate"], strict=True)) +
+            f"; band {band}")
+        budget = max(solution_budget(tokenizer, make_problem(random.Random(0), d, cfg.task), cfg.slack) for d in band)
+        rows: list[dict[str, object]] = []
+        for seed in cfg.seeds:
+            ev = Evaluation(band_problems(cfg.eval_problems, band, seed, "held-out", cfg.task),
+                            _seed(seed, "eval-sample"), budget)
+            for arm in ARMS:
+                rows += run_arm(start, tokenizer, cfg, seed, arm, band, ev, log)
+        steps = pd.DataFrame(rows)
+        summary = {**summarise(steps, cfg), "band": band, "band_pass_rates": dict(zip(
+            rates["difficulty"].astype(int).astype(str), rates["pass_rate"].astype(float), strict=True)),
+            "one_line_accuracy": one_line, "one_line_ok": bool(one_line >= cfg.min_one_line_accuracy),
+            "response_cap_tokens": budget, **info,
+            "rl_cpu_s": float(steps["cpu_s"].sum()), "cpu_s": time.process_time() - cpu0,
+            "wall_s": time.perf_counter() - wall0, "versions": versions(), "command": command,
+            "config": asdict(replace(cfg, pretrained="PRETRAINED" if cfg.pretrained else None))}
+        write_text(tmp / "steps.csv", steps.to_csv(index=False))
+        write_text(tmp / "band.csv", rates.to_csv(index=False))
+        write_text(tmp / "summary.json", json.dumps(summary, indent=1, default=_jsonable) + "\n")
+        from analysis.rl_plots import learning_curves
+
+        learning_curves(steps, tmp / "reward")
+    return GRPORunOutputs(Path(out), steps, summary)
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, (np.integer, np.floating)):
+        return value.item()
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
+
+__all__ = ["ARMS", "Evaluation", "GRPORunConfig", "GRPORunOutputs", "band_problems", "choose_band",
+           "difficulty_pass_rates", "gains", "mean_reward", "run_arm", "run_grpo", "sample_batch",
+           "shuffle_within_groups", "summarise"]
