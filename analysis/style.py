@@ -60,6 +60,8 @@ POLICY_COLORS = {
     "vllm-table": "#009E73",
     "sglang-ema": "#44AA99",
     "greedy-oracle": "#000000",
+    "cost-aware": "#56B4E9",
+    "upper bound": "#2B2B2B",
     "elastic+greedy-oracle": "#117733",
     "eps-greedy": "#999933",
     "ucb1": "#661100",
