@@ -269,10 +269,17 @@ def grpo(
     = None,
     pretrain_steps: Annotated[int, typer.Option("--pretrain-steps", help="Pre-training steps when no "
                                                 "--pretrained folder is given.")] = 600,
+    pay: Annotated[str, typer.Option("--reward", help="answer: the right final answer pays 1. terse: the designed "
+                                     "drift, the right answer pays 1 in the terse format and 0.25 otherwise.")]
+    = "answer",
+    terse_share: Annotated[float, typer.Option("--terse-share", help="Share of terse worked solutions in "
+                                               "pre-training (with --reward terse, e.g. 0.2; ignored with "
+                                               "--pretrained).")] = 0.0,
     tiny: Annotated[bool, typer.Option("--tiny", help="CI's smoke size, seconds of CPU: a 2-layer 64-wide "
                                        "policy pre-trained 40 steps, seed 0, 2 steps of 2 prompts, step counts "
                                        "1-2 with any pass rate, 8 evaluation draws on 4 problems. Proves the "
-                                       "plumbing, not learning; flags given beside it are ignored.")] = False,
+                                       "plumbing, not learning; of the other flags only --reward, --terse-share, "
+                                       "--out and --force count.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Write into an existing folder tlt did not create.")]
     = False,
 ) -> None:
@@ -310,6 +317,10 @@ def grpo(
     for flag, value in (("--band-low", band_low), ("--band-high", band_high)):
         if not (math.isfinite(value) and 0 <= value <= 1):
             raise InputError(f"must be a pass rate in [0, 1], got {value}", field=flag)
+    if pay not in ("answer", "terse"):
+        raise InputError(f"must be answer or terse, got '{pay}'", field="--reward")
+    if not (math.isfinite(terse_share) and 0 <= terse_share <= 1):
+        raise InputError(f"must be a share in [0, 1], got {terse_share}", field="--terse-share")
     if band_low >= band_high:
         raise InputError(f"must be below --band-high ({band_high}), got {band_low}", field="--band-low")
     if pretrained is not None:
@@ -324,22 +335,26 @@ def grpo(
     from tltreal.rl.grpo_run import GRPORunConfig, run_grpo
     from tltreal.rl.pretrain import PretrainConfig
 
-    pre = PretrainConfig(steps=pretrain_steps, seed=0)
+    pre = PretrainConfig(steps=pretrain_steps, seed=0, terse_share=terse_share)
     if tiny:
-        pre = PretrainConfig(steps=pretrain_steps, seed=0, layers=2, hidden=64, intermediate=128, sequences=8)
+        pre = PretrainConfig(steps=pretrain_steps, seed=0, layers=2, hidden=64, intermediate=128, sequences=8,
+                             terse_share=terse_share)
     cfg = GRPORunConfig(seeds=tuple(seeds), steps=steps, prompts_per_step=prompts,
                         grpo=GRPOConfig(lr=lr, minibatches=2, kl_coef=kl, dual_clip=dual_clip or None),
                         eval_every=eval_every, eval_draws=eval_draws, eval_problems=eval_problems,
                         band_low=band_low, band_high=band_high, band_draws=band_draws, max_difficulty=max_difficulty,
-                        pretrain=pre, pretrained=str(pretrained) if pretrained else None)
+                        pretrain=pre, pretrained=str(pretrained) if pretrained else None, reward_kind=pay)
     given = {"--steps": steps, "--prompts": prompts, "--lr": lr, "--kl": kl, "--dual-clip": dual_clip,
              "--eval-every": eval_every, "--eval-draws": eval_draws, "--eval-problems": eval_problems,
              "--max-difficulty": max_difficulty, "--band-low": band_low, "--band-high": band_high,
              "--band-draws": band_draws, "--pretrained": record_path(pretrained, "PRETRAINED"),
-             "--pretrain-steps": None if pretrained else pretrain_steps}
-    parts = ["tlt real grpo", "--tiny"] if tiny else ["tlt real grpo", *(f"--seed {s}" for s in seeds),
-                                                      *(f"{k} {shlex.quote(str(v))}" for k, v in given.items()
-                                                        if v is not None)]
+             "--pretrain-steps": None if pretrained else pretrain_steps, "--reward": pay,
+             "--terse-share": None if pretrained else terse_share}
+    if tiny:
+        parts = ["tlt real grpo", "--tiny", f"--reward {pay}", f"--terse-share {terse_share}"]
+    else:
+        parts = ["tlt real grpo", *(f"--seed {s}" for s in seeds),
+                 *(f"{k} {shlex.quote(str(v))}" for k, v in given.items() if v is not None)]
     command = " ".join([*parts, f"--out {shlex.quote(str(record_path(out, 'RUN')))}"])
     result = run_grpo(cfg, out, force=force, log=typer.echo, command=command)
     s = result.summary

@@ -28,6 +28,12 @@ pre-trained policy. Generation here is a plain batched sampler (:func:`sample_ba
 engine: this run measures learning, not rollout speed, and SD is lossless (tests/real/test_rollout_lossless.py)
 so it would not change what is learnt.
 
+**Designed drift** (``reward_kind = "terse"``, issue 26 item 2): pre-train on a mix of the two solution
+formats (``PretrainConfig.terse_share``, e.g. 20% terse) and pay the right answer in full only in the
+terse format (:func:`tltreal.rl.task.format_reward`). GRPO then moves the policy's *text* from verbose to
+terse -- the drift a drafter trained before RL has not seen -- and ``terse_share`` (rollouts) and
+``eval_terse_share`` (held-out draws) record the format share per step.
+
 Outputs in ``--out``: ``steps.csv`` (one row per seed, arm and step; evaluation columns filled at
 evaluated steps; the row at ``step == steps`` is the evaluation after the last update), ``band.csv``
 (pass rate per step count), ``summary.json`` (``reward_gain_mean``, ``control_reward_gain_mean``, per
@@ -56,9 +62,13 @@ from tltreal.model.tokenizer import TaskTokenizer
 from tltreal.model.transformer import Transformer, causal_mask, padded_causal_mask
 from tltreal.rl.grpo import GRPOConfig, GRPOTrainer, Rollout
 from tltreal.rl.pretrain import PretrainConfig, load_pretrained, pretrain, solution_budget
-from tltreal.rl.task import Problem, TaskConfig, make_problem, reward
+from tltreal.rl.task import Problem, TaskConfig, format_reward, make_problem, reward, solution_format
 
 ARMS = ("grpo", "control")
+#: what GRPO is paid for: ``answer`` the right final answer (:func:`tltreal.rl.task.reward`); ``terse``
+#: the right answer, in full in the terse format and a quarter in any other
+#: (:func:`tltreal.rl.task.format_reward`): the designed drift of issue 26, item 2
+REWARDS = ("answer", "terse")
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,7 @@ class GRPORunConfig:
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     pretrained: str | None = None
     slack: int = 8  # tokens of generation budget beyond the longest band problem's worked solution
+    reward_kind: str = "answer"  # REWARDS
 
     def __post_init__(self) -> None:
         for name in ("steps", "prompts_per_step", "eval_every", "eval_draws", "eval_problems", "band_draws",
@@ -94,6 +105,8 @@ class GRPORunConfig:
         if not 0 <= self.band_low < self.band_high <= 1:
             raise InputError(f"need 0 <= band_low < band_high <= 1, got {self.band_low}, {self.band_high}",
                              field="band_low")
+        if self.reward_kind not in REWARDS:
+            raise InputError(f"must be one of {', '.join(REWARDS)}, got {self.reward_kind!r}", field="reward_kind")
         if not (math.isfinite(self.temperature) and self.temperature > 0):
             raise InputError(f"must be > 0 (GRPO needs sampled groups), got {self.temperature}", field="temperature")
 
@@ -158,15 +171,27 @@ def _generator(seed: int) -> torch.Generator:
     return g
 
 
+def answer_texts(model: Transformer, tokenizer: TaskTokenizer, problems: Sequence[Problem], *, draws_per_problem: int,
+                 temperature: float, seed: int, max_new_tokens: int) -> list[tuple[Problem, str]]:
+    """``draws_per_problem`` responses to each problem, as (problem, text), in one batch (greedy when
+    ``temperature == 0``, where one draw per problem is enough)."""
+    repeated = [p for p in problems for _ in range(draws_per_problem)]
+    outs = sample_batch(model, tokenizer, [tokenizer.encode(p.prompt, bos=True) for p in repeated], max_new_tokens,
+                        temperature, _generator(seed))
+    return [(p, _text(tokenizer, o)) for p, o in zip(repeated, outs, strict=True)]
+
+
 def mean_reward(model: Transformer, tokenizer: TaskTokenizer, problems: Sequence[Problem], *, draws_per_problem: int,
                 temperature: float, seed: int, max_new_tokens: int) -> float:
-    """Mean reward of ``draws_per_problem`` responses to each problem (one batch; greedy when
-    ``temperature == 0``, where one draw per problem is enough)."""
-    prompts = [tokenizer.encode(p.prompt, bos=True) for p in problems for _ in range(draws_per_problem)]
-    outs = sample_batch(model, tokenizer, prompts, max_new_tokens, temperature, _generator(seed))
-    scored = [reward(p, _text(tokenizer, o))
-              for p, o in zip([p for p in problems for _ in range(draws_per_problem)], outs, strict=True)]
-    return float(np.mean(scored))
+    """Mean (answer) reward of :func:`answer_texts`."""
+    return float(np.mean([reward(p, t) for p, t in answer_texts(
+        model, tokenizer, problems, draws_per_problem=draws_per_problem, temperature=temperature, seed=seed,
+        max_new_tokens=max_new_tokens)]))
+
+
+def terse_share(texts: Sequence[str]) -> float:
+    """Fraction of ``texts`` in the terse format (the drift's measure, :func:`solution_format`)."""
+    return float(np.mean([solution_format(t) == "terse" for t in texts])) if texts else float("nan")
 
 
 # ---- the difficulty band -----------------------------------------------------------------------------
@@ -224,9 +249,11 @@ class Evaluation:
 
 def _evaluate(model: Transformer, tokenizer: TaskTokenizer, ev: Evaluation, cfg: GRPORunConfig) -> dict[str, float]:
     per = max(1, math.ceil(cfg.eval_draws / len(ev.problems)))
-    return {"eval_reward_t1": mean_reward(model, tokenizer, ev.problems, draws_per_problem=per,
-                                          temperature=cfg.temperature, seed=ev.seed, max_new_tokens=ev.budget),
+    sampled = answer_texts(model, tokenizer, ev.problems, draws_per_problem=per, temperature=cfg.temperature,
+                           seed=ev.seed, max_new_tokens=ev.budget)
+    return {"eval_reward_t1": float(np.mean([reward(p, t) for p, t in sampled])),
             "eval_draws": per * len(ev.problems),
+            "eval_terse_share": terse_share([t for _, t in sampled]),
             "greedy_accuracy": mean_reward(model, tokenizer, ev.problems, draws_per_problem=1, temperature=0.0,
                                            seed=ev.seed, max_new_tokens=ev.budget)}
 
@@ -252,14 +279,16 @@ def run_arm(start: Transformer, tokenizer: TaskTokenizer, cfg: GRPORunConfig, se
             prompts = [tokenizer.encode(p.prompt, bos=True) for p in problems for _ in range(k)]
             outs = sample_batch(model, tokenizer, prompts, ev.budget, cfg.temperature,
                                 _generator(_seed(seed, "rollout", step)))
-            scored = [reward(problems[i // k], _text(tokenizer, o)) for i, o in enumerate(outs)]
+            texts = [_text(tokenizer, o) for o in outs]
+            pay = reward if cfg.reward_kind == "answer" else format_reward
+            scored = [pay(problems[i // k], t) for i, t in enumerate(texts)]
             groups = [i // k for i in range(len(outs))]
             used = shuffle_within_groups(scored, groups, shuffler) if arm == "control" else scored
             rollouts = [Rollout(g, tuple(p) + tuple(o), len(p), r,
                                 truncated=len(o) >= ev.budget and o[-1] != tokenizer.eos_id)
                         for g, p, o, r in zip(groups, prompts, outs, used, strict=True)]
             update = trainer.update(rollouts)
-            row.update(train_reward=float(np.mean(scored)),
+            row.update(train_reward=float(np.mean(scored)), terse_share=terse_share(texts),
                        mean_response_tokens=float(np.mean([len(o) for o in outs])),
                        loss=update.loss, clip_fraction=update.clip_fraction, grad_norm=update.grad_norm,
                        kl=update.kl, learning_responses=update.learning_responses)
@@ -267,7 +296,7 @@ def run_arm(start: Transformer, tokenizer: TaskTokenizer, cfg: GRPORunConfig, se
         rows.append(row)
         if "eval_reward_t1" in row:
             log(f"seed {seed} {arm:7s} step {step:3d}  held-out T=1 reward {row['eval_reward_t1']:.3f}  "
-                f"greedy {row['greedy_accuracy']:.3f}" +
+                f"greedy {row['greedy_accuracy']:.3f}  terse {row['eval_terse_share']:.2f}" +
                 (f"  train reward {row['train_reward']:.3f}" if "train_reward" in row else ""))
     return rows
 
@@ -311,13 +340,17 @@ def summarise(steps: pd.DataFrame, cfg: GRPORunConfig) -> dict[str, object]:
                  "above_control": bool(real.at[s, "last"] > ctrl.at[s, "last"])}
                 for s in real.index]
     gain_mean = float(real["gain"].mean())
+    fmt = gains(steps, "eval_terse_share") if "eval_terse_share" in steps else None
+    formats = {} if fmt is None or fmt.empty else {
+        f"{prefix}terse_share_{end}_mean": float(arm(fmt, name)[end].mean())
+        for prefix, name in (("", "grpo"), ("control_", "control")) for end in ("first", "last")}
     return {"seeds": [int(s) for s in cfg.seeds], "steps": cfg.steps,
             "reward_gain_mean": gain_mean, "control_reward_gain_mean": float(ctrl["gain"].mean()),
             "greedy_gain_mean": float(arm(greedy, "grpo")["gain"].mean()),
             "control_greedy_gain_mean": float(arm(greedy, "control")["gain"].mean()),
             "above_control_every_seed": all(r["above_control"] for r in per_seed),
             "meets_bar": bool(gain_mean >= 0.10 and all(r["above_control"] for r in per_seed)),
-            "per_seed": per_seed}
+            **formats, "reward_kind": cfg.reward_kind, "per_seed": per_seed}
 
 
 def versions() -> dict[str, str]:
@@ -388,6 +421,6 @@ def _jsonable(value: object) -> object:
     raise TypeError(f"cannot write {type(value).__name__} to JSON")
 
 
-__all__ = ["ARMS", "Evaluation", "GRPORunConfig", "GRPORunOutputs", "band_problems", "choose_band",
-           "difficulty_pass_rates", "gains", "mean_reward", "run_arm", "run_grpo", "sample_batch",
-           "shuffle_within_groups", "summarise"]
+__all__ = ["ARMS", "REWARDS", "Evaluation", "GRPORunConfig", "GRPORunOutputs", "answer_texts", "band_problems",
+           "choose_band", "difficulty_pass_rates", "gains", "mean_reward", "run_arm", "run_grpo", "sample_batch",
+           "shuffle_within_groups", "summarise", "terse_share"]

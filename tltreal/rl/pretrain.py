@@ -74,6 +74,9 @@ class PretrainConfig:
     task: TaskConfig = field(default_factory=lambda: TaskConfig(tail_alpha=0.6))
     first_line_weight: float = 8.0
     log_every: int = 50
+    #: share of worked solutions written in the terse format (:data:`tltreal.rl.task.FORMATS`); 0 keeps
+    #: every solution verbose and the problem stream identical to runs from before the formats existed
+    terse_share: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("steps", "sequences", "row_len", "layers", "hidden", "heads", "kv_heads", "intermediate"):
@@ -82,6 +85,8 @@ class PretrainConfig:
                 raise InputError(f"must be a positive integer, got {value!r}", field=name)
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise InputError(f"must be a positive number, got {self.lr}", field="lr")
+        if not (math.isfinite(self.terse_share) and 0 <= self.terse_share <= 1):
+            raise InputError(f"must be a share in [0, 1], got {self.terse_share}", field="terse_share")
         if not (math.isfinite(self.first_line_weight) and self.first_line_weight > 0):
             raise InputError(f"must be a positive number, got {self.first_line_weight}", field="first_line_weight")
 
@@ -129,10 +134,21 @@ def encode_example(tokenizer: TaskTokenizer, problem: Problem, *,
     return prompt + head + tail, weights
 
 
+def training_problems(rng: random.Random, cfg: PretrainConfig) -> list[Problem]:
+    """``cfg.sequences`` fresh problems from :attr:`PretrainConfig.task`'s heavy-tailed law, each solution
+    terse with probability ``cfg.terse_share`` (no draw at all when it is 0, so the stream is the one
+    runs made before the formats existed)."""
+    out = []
+    for _ in range(cfg.sequences):
+        fmt = "terse" if cfg.terse_share > 0 and rng.random() < cfg.terse_share else "verbose"
+        out.append(make_problem(rng, sample_difficulty(rng, cfg.task), cfg.task, fmt=fmt))
+    return out
+
+
 def training_batch(rng: random.Random, cfg: PretrainConfig, tokenizer: TaskTokenizer) -> PackedBatch:
-    """``cfg.sequences`` fresh problems from :attr:`PretrainConfig.task`'s heavy-tailed law, packed."""
-    examples = [encode_example(tokenizer, make_problem(rng, sample_difficulty(rng, cfg.task), cfg.task),
-                               first_line_weight=cfg.first_line_weight) for _ in range(cfg.sequences)]
+    """:func:`training_problems`, encoded and packed."""
+    examples = [encode_example(tokenizer, p, first_line_weight=cfg.first_line_weight)
+                for p in training_problems(rng, cfg)]
     return pack_sequences([e[0] for e in examples], cfg.row_len, tokenizer.pad_id, [e[1] for e in examples])
 
 

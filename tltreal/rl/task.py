@@ -39,6 +39,13 @@ from tltcore.errors import InputError
 ANSWER_WORD = "answer"
 PROMPT_WORDS = ("start", "add", "repeat")
 _ANSWER_LINE = re.compile(rf"^{ANSWER_WORD} ([0-9]{{1,18}})$")
+#: Solution formats (the designed drift of issue 26, item 2): ``verbose`` writes each step as
+#: ``03 37+8=45``, ``terse`` only the counter and the result, ``03 45``. Pre-trained on a mix (say 80%
+#: verbose) and rewarded for one format (:func:`format_reward`), GRPO moves the policy from one format
+#: to the other: a drift of the policy's *text*, by design, which a drafter trained on the old format
+#: has not seen.
+FORMATS = ("verbose", "terse")
+_STEP_LINES = {"verbose": re.compile(r"^[0-9]+ [0-9]+\+[0-9]+=[0-9]+$"), "terse": re.compile(r"^[0-9]+ [0-9]+$")}
 
 
 @dataclass(frozen=True)
@@ -92,11 +99,15 @@ def _num(value: int, cfg: TaskConfig) -> str:
     return f"{value:0{cfg.digits}d}"
 
 
-def make_problem(rng: random.Random, difficulty: int, cfg: TaskConfig | None = None) -> Problem:
-    """A problem with ``difficulty`` steps and a random start value and increment drawn from ``rng``."""
+def make_problem(rng: random.Random, difficulty: int, cfg: TaskConfig | None = None, *,
+                 fmt: str = "verbose") -> Problem:
+    """A problem with ``difficulty`` steps and a random start value and increment drawn from ``rng``,
+    its worked solution in format ``fmt`` (:data:`FORMATS`; the prompt is the same in both)."""
     cfg = cfg or TaskConfig()
     if isinstance(difficulty, bool) or not isinstance(difficulty, int) or difficulty < 1:
         raise InputError(f"must be a positive integer, got {difficulty!r}", field="difficulty")
+    if fmt not in FORMATS:
+        raise InputError(f"must be one of {', '.join(FORMATS)}, got {fmt!r}", field="fmt")
     start = rng.randrange(cfg.modulus)
     add = rng.randint(1, cfg.max_add)
     step = f"{add:0{len(str(cfg.max_add))}d}"
@@ -105,7 +116,8 @@ def make_problem(rng: random.Random, difficulty: int, cfg: TaskConfig | None = N
     lines, x = [], start
     for left in range(difficulty, 0, -1):
         y = (x + add) % cfg.modulus
-        lines.append(f"{left:0{width}d} {_num(x, cfg)}+{step}={_num(y, cfg)}\n")
+        body = f"{_num(x, cfg)}+{step}={_num(y, cfg)}" if fmt == "verbose" else _num(y, cfg)
+        lines.append(f"{left:0{width}d} {body}\n")
         x = y
     answer = _num(x, cfg)
     return Problem(prompt, "".join(lines) + f"{ANSWER_WORD} {answer}", answer, difficulty)
@@ -156,5 +168,29 @@ def reward(problem: Problem, response_text: object) -> float:
     return 1.0 if got is not None and got == int(problem.answer) else 0.0
 
 
-__all__ = ["ANSWER_WORD", "PROMPT_WORDS", "Problem", "TaskConfig", "make_problem", "parse_answer", "reward",
-           "sample_difficulty", "sample_problems"]
+def solution_format(response_text: object) -> str:
+    """``verbose`` or ``terse`` when every non-empty line before the last is a step line of that
+    format (:data:`FORMATS`), else ``other`` (no step lines, mixed formats, garbage); the answer line
+    is not looked at, so a wrong answer still has a format."""
+    if not isinstance(response_text, str):
+        return "other"
+    lines = [line.strip() for line in response_text.splitlines() if line.strip()][:-1]
+    for fmt in FORMATS:
+        if lines and all(_STEP_LINES[fmt].match(line) for line in lines):
+            return fmt
+    return "other"
+
+
+def format_reward(problem: Problem, response_text: object, *, prefer: str = "terse",
+                  other_weight: float = 0.25) -> float:
+    """The drift run's reward: :func:`reward` (the answer must be right), times 1 in the ``prefer``
+    format and ``other_weight`` in any other. Why a product: correctness still pays in either format,
+    so the policy is pushed to switch format without being paid to give up the answer."""
+    if prefer not in FORMATS:
+        raise InputError(f"must be one of {', '.join(FORMATS)}, got {prefer!r}", field="prefer")
+    base = reward(problem, response_text)
+    return base if solution_format(response_text) == prefer else base * other_weight
+
+
+__all__ = ["ANSWER_WORD", "FORMATS", "PROMPT_WORDS", "Problem", "TaskConfig", "format_reward", "make_problem",
+           "parse_answer", "reward", "sample_difficulty", "sample_problems", "solution_format"]
