@@ -171,7 +171,8 @@ def write_report(folder: Path, s: Any, rec: Any, ranking: pd.DataFrame, rows: pd
     else:
         t = fresh.table
         lines += [f"Whole RL runs of {fresh.steps} steps (the presets of `tltsim/rl/presets.py`; each fixes its "
-                  "rollout policy to TLT's `elastic+beg-mab`, so this compares upkeep, not the recommendation). Every-k-steps "
+                  "rollout policy to TLT's `elastic+beg-mab`, so this compares upkeep, not the recommendation). "
+                  "Every-k-steps "
                   "training is not a preset yet.", "",
                   markdown_table(pd.DataFrame({
                       "preset": t["preset"], "drafter upkeep": t["upkeep"],

@@ -46,6 +46,14 @@ def _t(r: dict, metric: str) -> tuple[float, float, float]:
     return (float(r[f"{metric}_median"]), float(r[f"{metric}_min"]), float(r[f"{metric}_max"]))
 
 
+#: Characters of one finding or warning printed (about two terminal lines; the report has them whole).
+MAX_LINE = 220
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MAX_LINE else text[:MAX_LINE - 1].rstrip() + "…"
+
+
 def _cpu_s() -> float:
     """CPU seconds of this process and its finished children (the local executor's workers)."""
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -105,10 +113,16 @@ def advise(
 
     wall0, cpu0 = time.perf_counter(), _cpu_s()
     check_seeds(seeds)
-    if quick:
-        seeds, rl_steps = 1, 0
     if rl_steps < 0:
         raise InputError(f"must be >= 0, got {rl_steps}", path="--rl-steps")
+    if executor not in ("local", "ray"):
+        raise InputError(f"must be local or ray, got '{executor}'", path="--executor")
+    if workers < 1:
+        raise InputError(f"must be >= 1, got {workers}", path="--workers")
+    if address and executor != "ray":
+        raise InputError("applies to --executor ray only", path="--address")
+    if quick:
+        seeds, rl_steps = 1, 0
     if out is not None:
         check_output_dir(out, force, kind="advise", inputs=[str(p) for p in (scenario, trace) if p])
     overrides: list[tuple[str, object, str]] = [
@@ -171,21 +185,18 @@ def advise(
     max_batch = int(s.engine.max_batch)
     from tltsim.advise_export import decision_table, vllm_expressible
 
-    if rec.is_sd or ranking.iloc[0]["policy"] != BASELINE_POLICY:
-        top = rec if rec.is_sd else ranking.iloc[0]
-        top_policy = top.policy if rec.is_sd else str(top["policy"])
-        top_switch = rec.switch if rec.is_sd else (top["switch"] if adv.switches_sd_on(top_policy) else None)
-        if vllm_expressible(top_policy, max_batch)[0] is None:
-            derived = _derive_table(s, inputs, top_policy, top_switch or s.engine.switch, max_batch, decision_table)
-            if derived is not None and derived not in set(ranking["policy"]):
-                cand = adv.Candidate(derived, derived, None)
-                extra = adv.run_tasks(adv.plan_tasks(s, [cand], seed_list, (switches[0],)), workers=workers,
-                                      backend=executor, address=address)
-                extra = adv.label_rows(extra[extra["policy"] == derived], [*candidates, cand])
-                rows = pd.concat([rows, extra], ignore_index=True)
-                candidates = (*candidates, cand)
-                ranking = adv.rank(adv.with_end_to_end(rows, later))
-                rec = adv.recommend(ranking)
+    if rec.is_sd and vllm_expressible(rec.policy, max_batch)[0] is None:
+        # the recommendation decides per iteration: also simulate the batch-size table its decisions amount to
+        derived = _derive_table(s, rec.policy, rec.switch or s.engine.switch, max_batch, decision_table)
+        if derived is not None and derived not in set(ranking["policy"]):
+            cand = adv.Candidate(derived, derived, None)
+            extra = adv.run_tasks(adv.plan_tasks(s, [cand], seed_list, (switches[0],)), workers=workers,
+                                  backend=executor, address=address)
+            extra = adv.label_rows(extra[extra["policy"] == derived], [*candidates, cand])
+            rows = pd.concat([rows, extra], ignore_index=True)
+            candidates = (*candidates, cand)
+            ranking = adv.rank(adv.with_end_to_end(rows, later))
+            rec = adv.recommend(ranking)
     rows = adv.with_end_to_end(rows, later)
     bound = _bound(s, inputs, [c.policy for c in candidates], seed_list, ranking)
     fresh = adv.Freshness(rl_steps)
@@ -216,7 +227,7 @@ def advise(
                   f"sglang_flags.txt; {wall:.1f} s wall, {cpu:.1f} s CPU)", markup=False)
 
 
-def _derive_table(s: Any, inputs: Any, spec: str, switch: str, max_batch: int, decision_table: Any) -> str | None:
+def _derive_table(s: Any, spec: str, switch: str, max_batch: int, decision_table: Any) -> str | None:
     """The per-batch-size chain table that the recommended policy's decisions amount to (its run at
     the first seed): the closest setting an engine with a batch-size schedule can run."""
     from tltcore.policy.registry import check_spec
@@ -366,11 +377,11 @@ def _print(console: Console, s: Any, rec: Any, ranking: pd.DataFrame, fresh: Any
         p("Where SD does not pay:")
         for f in findings[:MAX_FINDINGS]:
             head = f"{f.subject} {_x(f.speedup)}" if f.speedup else f.subject
-            p(f"  - {head}: {f.why}")
+            p(f"  - {head}: {_short(f.why)}")
         if len(findings) > MAX_FINDINGS:
             p(f"  (+{len(findings) - MAX_FINDINGS} more in the report)")
     for label, line in warnings[:MAX_WARNINGS]:
-        p(f"warning: {label}: {line}")
+        p(f"warning: {label}: {_short(line.removeprefix(label.split(' (')[0] + ': '))}")
     if len(warnings) > MAX_WARNINGS:
         p(f"(+{len(warnings) - MAX_WARNINGS} more warnings in the report)")
     for engine, title in (("vllm", "vLLM"), ("sglang", "SGLang")):

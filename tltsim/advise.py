@@ -270,8 +270,9 @@ def run_tasks(tasks: Sequence[Task], evaluate: Callable[[Scenario], pd.DataFrame
 
 # ---- ranking --------------------------------------------------------------------------------------
 def label_rows(rows: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataFrame:
-    """The task rows of the grid's candidates, labelled; ``no-sd``'s repeat under a second switch
-    mode (the simulator always adds it) and anything not in the grid are dropped."""
+    """The task rows of the grid's candidates, labelled, with ``switch`` the candidate's mode (None for
+    a setting that never switches); ``no-sd``'s repeat under a second switch mode (the simulator
+    always adds it) and anything not in the grid are dropped."""
     by_run = {(c.policy, c.switch): c.label for c in candidates}
     first_mode = rows["switch"].iloc[0] if len(rows) else None
     labels = []
@@ -280,8 +281,10 @@ def label_rows(rows: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataFr
         if label is None and switch == first_mode:
             label = by_run.get((policy, None))
         labels.append(label)
+    mode_of = {c.label: c.switch for c in candidates}
     out = rows.assign(label=labels)
     out = out[out["label"].notna()].copy()
+    out["switch"] = out["label"].map(mode_of)  # None: the setting never switches, so no mode applies
     order = {c.label: i for i, c in enumerate(candidates)}
     out["order"] = out["label"].map(order)
     return out.sort_values(["order", "seed"], kind="stable").drop(columns="order").reset_index(drop=True)
@@ -357,7 +360,7 @@ def recommend(ranking: pd.DataFrame, *, runners_up: int = 3) -> Recommendation:
                  and r["rollout_s_max"] >= chosen["rollout_s_min"])
     others = tuple(r["label"] for r in rows if r is not chosen)[:runners_up]
     return Recommendation(chosen["label"], chosen["policy"], chosen["switch"] if isinstance(chosen["switch"], str)
-                          and chosen["policy"] != BASELINE_POLICY and switches_sd_on(chosen["policy"]) else None,
+                          else None,
                           _triple(chosen, "rollout_s"), _triple(chosen, "speedup"), _triple(chosen, "e2e_speedup"),
                           ties, others, pays)
 
@@ -378,7 +381,7 @@ def _why(r: dict, warnings: Sequence[tuple[str, str]]) -> str:
     for kind in ("sd_slower", "switch_never_fired", "switch_cost", "switch_late"):
         for k, line in warnings:
             if k == kind:
-                return line
+                return line.removeprefix(f"{r['policy']}: ")
     share = r.get("sd_share_median", 0.0) or 0.0
     if share < 0.05:
         return (f"SD ran in only {100 * share:.1f}% of decode iterations: the running batch rarely got small enough "
@@ -463,8 +466,15 @@ def freshness_tasks(s: Scenario, seeds: Sequence[int], steps: int) -> tuple[list
     ``trace.prompts_per_step``) cannot show a drafter going stale."""
     if steps < 2:
         return [], "not run (--rl-steps below 2: a drafter only goes stale after an actor update)"
+    import contextlib
+    import io
+
     sk = with_values(s, {"trace.num_steps": steps, "presets": FRESHNESS_PRESETS, "policies": (BASELINE_POLICY,)})
-    n = len(inputs_for(sk).workloads)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # the one-snapshot warning: said below in our words
+            n = len(inputs_for(sk).workloads)
+    except InputError as exc:
+        return [], f"not run: {exc.message}"
     if n < 2:
         return [], (f"not run: the trace '{s.trace.name}' gives one RL step; set trace.prompts_per_step "
                     "(--set trace.prompts_per_step=64) to sample several")

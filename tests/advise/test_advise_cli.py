@@ -1,0 +1,131 @@
+"""``tlt advise`` end to end: the answer in under a screen, the report folder and its exports (the
+recommended TOML reruns the recommendation exactly), the one-writer rule for ``--out``, and one clear
+line for bad input. Small cases use the ``intern_s1_math`` length profile; the bundled scenarios need
+the real traces."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from conftest import invoke_cli, needs_shared_traces
+from tltcli import app
+from tltsim.advise_export import SGLANG_SPECULATIVE_ARGS, VLLM_SPECULATIVE_KEYS
+from tltsim.scenario import load_scenario, run_policy
+
+SMALL = ["--trace", "intern_s1_math", "--gpus", "8", "--tp", "2", "--set", "trace.prompts_per_step=4",
+         "--set", "trace.cap=4000"]
+runner = CliRunner()
+
+
+def _advise(*args: str):
+    return runner.invoke(app, ["advise", *args], catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    out = tmp_path_factory.mktemp("advise") / "report"
+    res = _advise(*SMALL, "--seeds", "2", "--threshold", "32", "--shape", "4_1_4", "--shape", "8_4_32",
+                  "--rl-steps", "2", "--out", str(out))
+    return res, out
+
+
+def test_the_answer_fits_a_screen_and_names_the_recommendation_and_runners_up(small):
+    res, out = small
+    assert res.exit_code == 0, res.output
+    lines = res.output.rstrip("\n").splitlines()
+    assert len(lines) <= 40
+    text = res.output
+    assert re.search(r"^Recommended: ", text, re.M)
+    assert re.search(r"rollout \d\.\d{3}x \(\d\.\d{3}–\d\.\d{3}\) vs no SD", text)
+    assert "upper bound:" in text and "Runners-up:" in text
+    assert "Drafter upkeep over 2 RL steps" in text
+    assert "vLLM: " in text and "SGLang: " in text and f"report: {out / 'README.md'}" in text
+
+
+def test_the_report_folder_holds_the_tables_figures_and_exports(small):
+    _, out = small
+    for name in ("README.md", "ranking.csv", "runs.csv", "freshness.csv", "findings.csv", "warnings.csv",
+                 "ranking.png", "ranking.pdf", "scenario.resolved.toml", "recommended.toml",
+                 "vllm_speculative_config.json", "sglang_flags.txt", ".tlt-results.json"):
+        assert (out / name).exists(), name
+    ranking = pd.read_csv(out / "ranking.csv")
+    assert list(ranking["rank"]) == list(range(1, len(ranking) + 1))
+    assert ranking["rollout_s_median"].is_monotonic_increasing
+    assert (ranking["rollout_s_min"] <= ranking["rollout_s_median"]).all()
+    readme = (out / "README.md").read_text()
+    assert "## Every setting, ranked by median rollout makespan" in readme and "tlt advise" in readme
+    assert "tlt sim run --scenario recommended.toml --seeds 2" in readme
+    config = json.loads((out / "vllm_speculative_config.json").read_text())
+    assert config is None or set(config) <= set(VLLM_SPECULATIVE_KEYS)
+    flags = (out / "sglang_flags.txt").read_text().splitlines()[1].split()
+    assert all(f in SGLANG_SPECULATIVE_ARGS for f in flags if f.startswith("--"))
+
+
+def test_the_recommended_toml_reruns_the_recommendation_exactly(small):
+    from tltcore.summary import summary_table
+
+    _, out = small
+    s = load_scenario(out / "recommended.toml")
+    runs = pd.read_csv(out / "runs.csv")
+    spec = ([p for p in s.policies if p != "no-sd"] or ["no-sd"])[0]
+    mine = runs[(runs["policy"] == spec) & (runs["switch"].isna() | (runs["switch"] == s.engine.switch))]
+    assert sorted(mine["seed"]) == [0, 1]
+    for seed in (0, 1):
+        sk = s.model_copy(update={"seed": seed})
+        events = run_policy(sk, spec)
+        rollout = float(summary_table(events, gpus=s.cluster.gpus, tp=s.cluster.tp)["makespan_s"].sum())
+        want = float(mine[mine["seed"] == seed]["rollout_s"].iloc[0])
+        assert rollout == pytest.approx(want, rel=1e-12)
+
+
+def test_a_second_run_replaces_its_own_folder_but_never_a_users(small, tmp_path):
+    _, out = small
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    res = invoke_cli("advise", *SMALL, "--quick", "--out", str(mine))
+    assert res.returncode == 2 and "--out" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert (mine / "notes.txt").read_text() == "keep" and sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    again = runner.invoke(app, ["advise", *SMALL, "--quick", "--out", str(out)])
+    assert again.exit_code == 0, again.output
+    assert "--quick" in (out / "README.md").read_text()  # replaced whole by the second run
+
+
+@pytest.mark.parametrize(("args", "where"), [
+    (["--seeds", "0"], "--seeds"), (["--policy", "bogus"], "--policy"), (["--switch", "sideways"], "--switch"),
+    (["--executor", "slurm"], "--executor"), (["--threshold", "0"], "--threshold"),
+    (["--rl-steps", "-1"], "--rl-steps"),
+    (["--shape", "8_4_999"], "--shape"), (["--gpu", "H2O"], "cluster.gpu"), (["--address", "x:1"], "--address")])
+def test_bad_input_is_one_line_naming_the_option(args, where):
+    res = invoke_cli("advise", *SMALL, "--quick", *args)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tlt: error:") and where in lines[0]
+
+
+@needs_shared_traces()
+def test_a_bundled_scenario_answers_quickly(tmp_path):
+    res = _advise("--scenario", "dapo_qwen32b_polytrace", "--quick", "--out", str(tmp_path / "r"))
+    assert res.exit_code == 0, res.output
+    assert "Recommended: " in res.output and len(res.output.splitlines()) <= 40
+
+
+@needs_shared_traces()
+def test_a_validation_scenario_is_advised_on_its_simulated_reading_and_says_so(tmp_path):
+    res = _advise("--scenario", "validation_vllm_cpu", "--quick", "--out", str(tmp_path / "r"))
+    assert res.exit_code == 0, res.output
+    assert "is a `tlt validate` scenario for the real CPU engine" in res.output
+    assert "`tlt validate` scenario" in (tmp_path / "r" / "README.md").read_text()
+
+
+def test_no_cli_path_is_left_half_written_on_error(tmp_path):
+    out = tmp_path / "never"
+    res = invoke_cli("advise", *SMALL, "--quick", "--policy", "bogus", "--out", str(out))
+    assert res.returncode == 2 and not out.exists()
+    assert not any(p.name.startswith(".") for p in Path(tmp_path).iterdir())

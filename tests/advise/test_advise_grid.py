@@ -1,0 +1,183 @@
+"""``tlt advise``'s pure half (:mod:`tltsim.advise`): the grid, the tasks, the ranking with spreads, the
+recommendation and its ties, the end-to-end arithmetic and where SD does not pay. The simulated cases
+use the bundled ``intern_s1_math`` length profile (no trace file) on 8 GPUs, TP 2 (4 workers)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tltcore.errors import InputError
+from tltsim import advise as adv
+from tltsim.scenario import compare_policies, resolve, with_values
+
+SMALL = (("trace.name", "intern_s1_math"), ("trace.prompts_per_step", 4), ("trace.cap", 4000),
+         ("cluster.gpus", 8), ("cluster.tp", 2))
+
+
+def _small(*sets: tuple[str, object]):
+    return resolve(None, [(k, v, "test") for k, v in (*SMALL, *sets)]).scenario
+
+
+# ---- the grid -------------------------------------------------------------------------------------
+def test_switching_policies_run_under_every_mode_and_the_others_once():
+    grid = adv.candidate_grid(["elastic:32+beg-mab", "static:8_4_32", "cost-aware", "vllm-table"],
+                              ["reprefill", "catch_up"])
+    runs = {(c.policy, c.switch): c.label for c in grid}
+    assert grid[0].policy == "no-sd"
+    assert runs[("elastic:32+beg-mab", "reprefill")] == "elastic:32+beg-mab (reprefill)"
+    assert runs[("elastic:32+beg-mab", "catch_up")] == "elastic:32+beg-mab (catch_up)"
+    # cost-aware prices the switch it is told about: under catch_up it must be told so
+    assert ("cost-aware:switch=catch_up", "catch_up") in runs and ("cost-aware", "reprefill") in runs
+    assert runs[("static:8_4_32", None)] == "static:8_4_32" and runs[("vllm-table", None)] == "vllm-table"
+    assert len(grid) == 1 + 2 + 1 + 2 + 1
+    one = adv.candidate_grid(["elastic:32+beg-mab"], ["catch_up"])
+    assert [c.label for c in one] == ["no-sd", "elastic:32+beg-mab"]  # one mode: no mode in the label
+
+
+def test_the_default_grid_covers_thresholds_shapes_and_the_peers():
+    pols = adv.default_policies((16, 64), ("4_1_4", "8_4_16"))
+    assert pols[0] == "no-sd"
+    for spec in ("elastic:16+beg-mab", "elastic:64+beg-mab", "cost-aware", "static:4_1_4", "static:8_4_16",
+                 "elastic:32:1+static:4_1_4", "elastic+static:8_4_16", "vllm-table", "sglang-ema"):
+        assert spec in pols
+    assert adv.switches_sd_on("elastic:8+static:4_1_4") and adv.switches_sd_on("cost-aware:lengths=known")
+    assert not any(adv.switches_sd_on(p) for p in ("no-sd", "static:8_4_32", "beg-mab", "vllm-table", "sglang-ema"))
+
+
+def test_a_bad_spec_or_no_switch_mode_is_one_clear_error():
+    with pytest.raises(InputError, match="bogus"):
+        adv.candidate_grid(["bogus"], ["reprefill"])
+    with pytest.raises(InputError, match="switch mode"):
+        adv.candidate_grid(["static:4_1_4"], [])
+
+
+def test_tasks_are_one_per_mode_and_seed_with_the_switch_free_policies_once():
+    s = _small()
+    grid = adv.candidate_grid(["elastic:32+beg-mab", "static:4_1_4"], ["reprefill", "catch_up"])
+    tasks = adv.plan_tasks(s, grid, [0, 1], ["reprefill", "catch_up"])
+    assert [(t.switch, t.seed) for t in tasks] == [("reprefill", 0), ("reprefill", 1), ("catch_up", 0),
+                                                  ("catch_up", 1)]
+    assert tasks[0].scenario.policies == ("elastic:32+beg-mab", "static:4_1_4")
+    assert tasks[2].scenario.policies == ("elastic:32+beg-mab",)
+    assert tasks[3].scenario.engine.switch == "catch_up" and tasks[3].scenario.seed == 1
+
+
+# ---- running and labelling ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def small_rows():
+    s = _small(("acceptance.mode", "stochastic"))
+    grid = adv.candidate_grid(["elastic:32+beg-mab", "static:8_4_32"], ["reprefill", "catch_up"])
+    raw = adv.run_tasks(adv.plan_tasks(s, grid, [0, 1], ["reprefill", "catch_up"]))
+    return s, grid, raw
+
+
+def test_a_task_row_is_the_simulators_own_run_at_that_seed_and_mode(small_rows):
+    s, _, raw = small_rows
+    sk = with_values(s, {"seed": 1, "engine.switch": "catch_up", "policies": ("elastic:32+beg-mab",)})
+    _, summary = compare_policies(sk)
+    mine = raw[(raw["seed"] == 1) & (raw["switch"] == "catch_up") & (raw["policy"] == "elastic:32+beg-mab")]
+    want = summary[summary["policy"] == "elastic:32+beg-mab"]["makespan_s"].sum()
+    assert float(mine["rollout_s"].iloc[0]) == pytest.approx(float(want), rel=1e-12)
+    base = summary[summary["policy"] == "no-sd"]["makespan_s"].sum()
+    assert float(mine["speedup"].iloc[0]) == pytest.approx(base / want, rel=1e-12)
+    assert all(isinstance(json.loads(w), list) for w in raw["warnings"])
+
+
+def test_labelled_rows_drop_the_baselines_repeat_and_keep_every_candidate_per_seed(small_rows):
+    _, grid, raw = small_rows
+    rows = adv.label_rows(raw, grid)
+    assert rows.groupby("label").size().to_dict() == {c.label: 2 for c in grid}
+    assert rows.loc[rows["label"] == "no-sd", "switch"].isna().all()
+    assert (rows.loc[rows["label"] == "elastic:32+beg-mab (catch_up)", "switch"] == "catch_up").all()
+    assert len(rows[rows["label"] == "no-sd"]) == 2  # once per seed, not once per mode too
+
+
+def test_the_process_pool_gives_the_rows_of_the_in_process_run(small_rows):
+    s, grid, raw = small_rows
+    pooled = adv.run_tasks(adv.plan_tasks(s, grid, [0, 1], ["reprefill", "catch_up"]), workers=2)
+    pd.testing.assert_frame_equal(pooled, raw)
+
+
+def test_a_bad_executor_or_worker_count_is_refused():
+    with pytest.raises(InputError, match="local, ray"):
+        adv.run_tasks([], backend="slurm")
+    with pytest.raises(InputError, match=">= 1"):
+        adv.run_tasks([], workers=0)
+
+
+# ---- ranking and the recommendation ---------------------------------------------------------------
+def _rows(values: dict[str, list[float]]) -> pd.DataFrame:
+    """Synthetic per-seed rows: rollout seconds per label (no-sd must be among them)."""
+    out = []
+    for label, secs in values.items():
+        for k, v in enumerate(secs):
+            out.append({"label": label, "policy": label, "switch": "reprefill", "seed": k, "rollout_s": v,
+                        "sd_share": 0.5 if label != "no-sd" else 0.0, "switch_s": 0.0, "accept": 2.0,
+                        "warnings": "[]"})
+    df = pd.DataFrame(out)
+    base = df[df["label"] == "no-sd"].set_index("seed")["rollout_s"]
+    df["speedup"] = df["seed"].map(base) / df["rollout_s"]
+    return adv.with_end_to_end(df, 10.0)
+
+
+def test_ranking_is_by_median_rollout_with_the_spread_and_ties_named():
+    rows = _rows({"no-sd": [100, 101, 99], "a": [50, 60, 52], "b": [53, 54, 55], "c": [70, 71, 72]})
+    ranking = adv.rank(rows)
+    assert list(ranking["label"]) == ["a", "b", "c", "no-sd"]  # a's median 52 beats b's 54 despite its 60
+    a = ranking.iloc[0]
+    assert (a["rollout_s_median"], a["rollout_s_min"], a["rollout_s_max"]) == (52, 50, 60)
+    rec = adv.recommend(ranking)
+    assert rec.label == "a" and rec.sd_pays
+    assert rec.ties == ("b",)  # b's 53-55 overlaps a's 50-60; c's 70-72 does not
+    assert rec.runners_up == ("b", "c", "no-sd")
+    assert rec.speedup[0] == pytest.approx(float(np.median([100 / 50, 101 / 60, 99 / 52])))
+
+
+def test_no_sd_is_recommended_when_the_best_gain_is_inside_its_spread_or_below_two_percent():
+    inside = adv.recommend(adv.rank(_rows({"no-sd": [100, 90, 110], "a": [95, 96, 97]})))
+    assert inside.label == "no-sd" and not inside.sd_pays and not inside.is_sd
+    assert inside.runners_up[0] == "a"
+    tiny = adv.recommend(adv.rank(_rows({"no-sd": [100, 100, 100], "a": [99, 99, 99]})))
+    assert tiny.label == "no-sd"  # 1.01x: below PAYS
+    clear = adv.recommend(adv.rank(_rows({"no-sd": [100, 100, 100], "a": [97, 97, 97]})))
+    assert clear.label == "a"  # 1.03x, no overlap
+
+
+def test_end_to_end_is_amdahl_at_the_same_seed():
+    rows = _rows({"no-sd": [100, 80], "a": [50, 40]})
+    a = rows[rows["label"] == "a"]
+    assert list(a["e2e_speedup"]) == pytest.approx([(100 + 10) / (50 + 10), (80 + 10) / (40 + 10)])
+    assert adv.with_end_to_end(rows, None)["e2e_speedup"].isna().all()
+
+
+def test_where_sd_does_not_pay_names_each_loser_with_its_cause():
+    rows = _rows({"no-sd": [100, 100], "slow": [120, 125], "idle": [101, 102], "fast": [50, 50]})
+    rows.loc[rows["label"] == "slow", "warnings"] = json.dumps([["sd_slower", "SD is slower at batch >= 5"]])
+    rows.loc[rows["label"] == "idle", "sd_share"] = 0.01
+    found = adv.not_paying(adv.rank(rows), rows, gpu_fact="the GPU line")
+    assert [f.subject for f in found] == ["slow", "idle", "GPU"]  # worst first, the GPU last, "fast" absent
+    assert found[0].why == "SD is slower at batch >= 5"
+    assert "1.0% of decode iterations" in found[1].why
+    assert found[2].speedup is None
+
+
+def test_the_gpu_line_names_the_batches_where_sd_is_slower_on_h20_and_none_on_a_small_h100_batch():
+    h20 = adv.inputs_for(_small(("cluster.gpu", "H20")))
+    line = adv.gpu_slower_line(h20, ["8_4_32"])
+    assert line is not None and "H20" in line and "8_4_32 at" in line
+    assert adv.gpu_slower_line(adv.inputs_for(_small(("engine.max_batch", 2))), ["4_1_4"]) is None
+
+
+def test_later_phases_are_priced_and_freshness_needs_two_steps():
+    s = _small()
+    later, note = adv.later_phase_seconds(adv.inputs_for(s))
+    assert later is not None and later > 0 and note == ""
+    tasks, why = adv.freshness_tasks(s, [0], 1)
+    assert tasks == [] and "below 2" in why
+    tasks, why = adv.freshness_tasks(s, [0, 1], 2)
+    assert len(tasks) == 2 and why == ""
+    assert tasks[0].scenario.presets == adv.FRESHNESS_PRESETS and tasks[0].scenario.trace.num_steps == 2
