@@ -46,6 +46,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import platform
 import random
 import time
@@ -375,7 +376,7 @@ def run_grpo(cfg: GRPORunConfig, out: str | Path, *, force: bool = False, log: C
     from tltcore.atomic import atomic_dir, write_text
 
     with atomic_dir(out, kind="real-grpo", force=force, inputs=[cfg.pretrained] if cfg.pretrained else ()) as tmp:
-        cpu0, wall0 = time.process_time(), time.perf_counter()
+        cpu0, wall0, load0 = time.process_time(), time.perf_counter(), os.getloadavg()[0]
         torch.manual_seed(cfg.pretrain.seed)
         start, tokenizer, info = _policy(cfg, log)
         one_line = mean_reward(start, tokenizer, band_problems(200, [1], cfg.pretrain.seed, "one-line", cfg.task),
@@ -402,7 +403,8 @@ def run_grpo(cfg: GRPORunConfig, out: str | Path, *, force: bool = False, log: C
             "one_line_accuracy": one_line, "one_line_ok": bool(one_line >= cfg.min_one_line_accuracy),
             "response_cap_tokens": budget, **info,
             "rl_cpu_s": float(steps["cpu_s"].sum()), "cpu_s": time.process_time() - cpu0,
-            "wall_s": time.perf_counter() - wall0, "versions": versions(), "command": command,
+            "wall_s": time.perf_counter() - wall0, "load_start": load0, "load_end": os.getloadavg()[0],
+            "versions": versions(), "command": command,
             "config": asdict(replace(cfg, pretrained="PRETRAINED" if cfg.pretrained else None))}
         write_text(tmp / "steps.csv", steps.to_csv(index=False))
         write_text(tmp / "band.csv", rates.to_csv(index=False))
@@ -410,7 +412,65 @@ def run_grpo(cfg: GRPORunConfig, out: str | Path, *, force: bool = False, log: C
         from analysis.rl_plots import learning_curves
 
         learning_curves(steps, tmp / "reward")
+        write_text(tmp / "README.md", readme(json.loads((tmp / "summary.json").read_text())))
     return GRPORunOutputs(Path(out), steps, summary)
+
+
+def readme(summary: dict[str, object]) -> str:
+    """The run folder's README.md: the bar, the per-seed table, the band, the cost and the command,
+    from ``summary`` alone (so it can be rebuilt from a folder's summary.json)."""
+    s = summary
+    per_seed = s["per_seed"]
+    assert isinstance(per_seed, list)
+    seeds = len(per_seed)
+    v = s["versions"]
+    assert isinstance(v, dict)
+    lines = ["# GRPO that learns, against a shuffled-reward control", "",
+             f"Reproduce: `{s['command']}`", "",
+             f"Device: CPU ({v['machine']}, {v['torch_threads']} torch thread), Python {v['python']}, torch "
+             f"{v['torch']}, numpy {v['numpy']}. CPU time: pre-training {s['pretrain_cpu_s']:.0f} s, RL "
+             f"{s['rl_cpu_s']:.0f} s (both arms, {seeds} seed{'s' if seeds > 1 else ''}), whole command "
+             f"{s['cpu_s']:.0f} s; wall {s['wall_s']:.0f} s at load average {s['load_start']:.1f} -> "
+             f"{s['load_end']:.1f} "
+             "(the machine was shared).", "",
+             "## Result", "",
+             f"- Held-out temperature-1 reward, step 0 to step {s['steps']} (mean over {seeds} "
+             f"seed{'s' if seeds > 1 else ''}): GRPO **{s['reward_gain_mean']:+.3f}**, shuffled-reward control "
+             f"**{s['control_reward_gain_mean']:+.3f}**. Greedy accuracy: GRPO {s['greedy_gain_mean']:+.3f}, "
+             f"control {s['control_greedy_gain_mean']:+.3f}.",
+             f"- The issue's bar (gain >= 0.10 on the mean, above the control in every seed): "
+             f"**{'met' if s['meets_bar'] else 'not met'}**"
+             + ("" if seeds >= 3 else f" on {seeds} seed{'s' if seeds > 1 else ''} (the bar asks for 3)") + ".",
+             f"- Policy: one-line greedy accuracy {s['one_line_accuracy']:.3f} "
+             f"({'>=' if s['one_line_ok'] else 'BELOW'} 0.9). Difficulty band (step counts with temperature-1 pass "
+             f"rate in [{s['config']['band_low']}, {s['config']['band_high']}]): {s['band']}; pass rates "
+             + ", ".join(f"{d}: {r:.2f}" for d, r in s["band_pass_rates"].items()) + ".",
+             ""]
+    if "terse_share_first_mean" in s and s.get("reward_kind") == "terse":
+        lines += [f"- Designed drift (reward pays the terse format): terse share of held-out draws "
+                  f"{s['terse_share_first_mean']:.2f} -> {s['terse_share_last_mean']:.2f} (control "
+                  f"{s['control_terse_share_first_mean']:.2f} -> {s['control_terse_share_last_mean']:.2f}).", ""]
+    lines += ["| seed | T=1 reward, first -> last | gain | control gain | greedy gain | control greedy gain | "
+              "above control at the end |", "|---|---|---|---|---|---|---|"]
+    for r in per_seed:
+        lines.append(f"| {r['seed']} | {r['eval_reward_first']:.3f} -> {r['eval_reward_last']:.3f} | "
+                     f"{r['reward_gain']:+.3f} | {r['control_reward_gain']:+.3f} | {r['greedy_gain']:+.3f} | "
+                     f"{r['control_greedy_gain']:+.3f} | {'yes' if r['above_control'] else 'no'} |")
+    cfg = s["config"]
+    assert isinstance(cfg, dict)
+    g = cfg["grpo"]
+    lines += ["", "![Held-out temperature-1 reward and greedy accuracy per evaluated step, GRPO beside the "
+              "shuffled-reward control](reward.png)", "",
+              f"*Held-out reward at temperature 1 ({cfg['eval_draws']} draws over {cfg['eval_problems']} held-out "
+              "band problems, the same draws' seeds at every evaluation) and greedy accuracy on the same problems; "
+              "GRPO and the control start from the same policy and see the same problems and sampling seeds; the "
+              "control's rewards are shuffled within each group before the update.*", "",
+              f"Settings: {cfg['prompts_per_step']} prompts x {g['group_size']} samples per step, lr {g['lr']}, "
+              f"{g['minibatches']} minibatches, clip {g['clip_eps']}, dual clip {g['dual_clip']}, KL "
+              f"{g['kl_coef']}, response cap {s['response_cap_tokens']} tokens, evaluation every "
+              f"{cfg['eval_every']} steps and after the last update. Files: steps.csv (one row per seed, arm and "
+              "step), band.csv, summary.json.", ""]
+    return "\n".join(lines)
 
 
 def _jsonable(value: object) -> object:
@@ -422,5 +482,5 @@ def _jsonable(value: object) -> object:
 
 
 __all__ = ["ARMS", "REWARDS", "Evaluation", "GRPORunConfig", "GRPORunOutputs", "answer_texts", "band_problems",
-           "choose_band", "difficulty_pass_rates", "gains", "mean_reward", "run_arm", "run_grpo", "sample_batch",
-           "shuffle_within_groups", "summarise", "terse_share"]
+           "choose_band", "difficulty_pass_rates", "gains", "mean_reward", "readme", "run_arm", "run_grpo",
+           "sample_batch", "shuffle_within_groups", "summarise", "terse_share"]
