@@ -351,6 +351,9 @@ def _print(console: Console, s: Any, rec: Any, ranking: pd.DataFrame, fresh: Any
         best = rows[rec.runners_up[0]]
         p(f"  best SD setting: {best['label']} {_x(_t(best, 'speedup'))} -- below {100 * (adv_pays() - 1):.0f}% "
           "or inside no-sd's spread")
+    if rec.is_sd and math.isfinite(rec.e2e_speedup[0]) and rec.e2e_speedup[0] < adv_pays():
+        p(f"  end to end it barely shows ({_x(rec.e2e_speedup)}): the later phases take {facts['later_s']:.0f} s "
+          f"against a {rec.rollout_s[0]:.0f} s rollout")
     if facts["later_s"] is not None:
         p(f"  end to end adds {facts['later_s']:.1f} s of reward, log-probs, reference, actor update and weight sync "
           "per run (rl.*; drafter at its quality, trained in the bubbles)")

@@ -391,10 +391,10 @@ def _why(r: dict, warnings: Sequence[tuple[str, str]]) -> str:
 
 
 def not_paying(ranking: pd.DataFrame, rows: pd.DataFrame, *, gpu_fact: str | None = None) -> list[Finding]:
-    """Every SD candidate whose median rollout speedup is below 1 (slower than no SD), with why, the
-    worst first; then the GPU-level fact (``gpu_fact``: batch sizes where one SD iteration is slower
-    than a plain one, :func:`gpu_slower_line`)."""
-    out: list[Finding] = []
+    """The GPU-level fact first (``gpu_fact``: batch sizes where one SD iteration is slower than a
+    plain one, :func:`gpu_slower_line`: the cause behind most losses), then every SD candidate whose
+    median rollout speedup is below 1 (slower than no SD), with why, the worst first."""
+    out: list[Finding] = [Finding("GPU", None, gpu_fact)] if gpu_fact else []
     warn_of: dict[str, list[tuple[str, str]]] = {}
     for label, text in zip(rows["label"], rows["warnings"], strict=True):
         for kind, line in json.loads(text):
@@ -403,8 +403,6 @@ def not_paying(ranking: pd.DataFrame, rows: pd.DataFrame, *, gpu_fact: str | Non
     losers = ranking[(ranking["policy"] != BASELINE_POLICY) & (ranking["speedup_median"] < 1.0)]
     for r in losers.sort_values("speedup_median", kind="stable").to_dict("records"):
         out.append(Finding(r["label"], _triple(r, "speedup"), _why(r, warn_of.get(r["label"], []))))
-    if gpu_fact:
-        out.append(Finding("GPU", None, gpu_fact))
     return out
 
 

@@ -159,10 +159,10 @@ def test_where_sd_does_not_pay_names_each_loser_with_its_cause():
     rows.loc[rows["label"] == "slow", "warnings"] = json.dumps([["sd_slower", "SD is slower at batch >= 5"]])
     rows.loc[rows["label"] == "idle", "sd_share"] = 0.01
     found = adv.not_paying(adv.rank(rows), rows, gpu_fact="the GPU line")
-    assert [f.subject for f in found] == ["slow", "idle", "GPU"]  # worst first, the GPU last, "fast" absent
-    assert found[0].why == "SD is slower at batch >= 5"
-    assert "1.0% of decode iterations" in found[1].why
-    assert found[2].speedup is None
+    assert [f.subject for f in found] == ["GPU", "slow", "idle"]  # the GPU, then worst first; "fast" absent
+    assert found[1].why == "SD is slower at batch >= 5"
+    assert "1.0% of decode iterations" in found[2].why
+    assert found[0].speedup is None
 
 
 def test_the_gpu_line_names_the_batches_where_sd_is_slower_on_h20_and_none_on_a_small_h100_batch():
