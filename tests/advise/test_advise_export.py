@@ -145,3 +145,20 @@ def test_the_decision_table_takes_the_most_run_depth_per_batch_bucket():
     assert [(lo, hi, c.depth) for lo, hi, c in table.rows] == [(1, 2, 8), (3, 16, 4), (17, 32, 2), (33, 512, 0)]
     flat = pd.DataFrame({"batch_size": [1, 5], "depth": [3, 3], "iterations": [1, 1]})
     assert decision_table(flat, 8) == "static:3_1_3"
+
+
+def test_the_recommended_toml_carries_the_switch_mode_and_reloads_as_a_scenario(tmp_path):
+    import tomllib
+
+    from analysis.advise_report import recommended_toml
+    from tltsim.scenario import load_scenario, resolve
+
+    s = resolve(None, [("trace.name", "intern_s1_math", "test")]).scenario
+    text = recommended_toml(s, "cost-aware:switch=catch_up", "catch_up", "tlt advise --quick")
+    data = tomllib.loads(text)
+    assert data["engine"]["switch"] == "catch_up" and data["policies"] == ["no-sd", "cost-aware:switch=catch_up"]
+    (tmp_path / "r.toml").write_text(text)
+    again = load_scenario(tmp_path / "r.toml")
+    assert again.engine.switch == "catch_up" and again.model == s.model and again.trace == s.trace
+    plain = tomllib.loads(recommended_toml(s, "static:4_1_4", None, "x"))  # switch-free: the scenario's mode stays
+    assert plain["engine"]["switch"] == s.engine.switch and plain["policies"] == ["no-sd", "static:4_1_4"]
