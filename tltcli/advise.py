@@ -274,7 +274,9 @@ def _warnings(rows: pd.DataFrame, labels: list[str], n_seeds: int) -> list[tuple
             for kind, line in json.loads(text):
                 first, n = seen.get(kind, (line, 0))
                 seen[kind] = (first, n + 1)
+        policy = str(part["policy"].iloc[0]) if len(part) else label
         for _kind, (line, n) in seen.items():
+            line = line.removeprefix(f"{policy}: ")  # the label already names it
             out.append((label, line + (f" (at {n} of {n_seeds} seeds)" if n_seeds > 1 else "")))
     return out
 
@@ -354,7 +356,7 @@ def _print(console: Console, s: Any, rec: Any, ranking: pd.DataFrame, fresh: Any
     if rec.is_sd and math.isfinite(rec.e2e_speedup[0]) and rec.e2e_speedup[0] < adv_pays():
         p(f"  end to end it barely shows ({_x(rec.e2e_speedup)}): the later phases take {facts['later_s']:.0f} s "
           f"against a {rec.rollout_s[0]:.0f} s rollout")
-    if facts["later_s"] is not None:
+    elif facts["later_s"] is not None:
         p(f"  end to end adds {facts['later_s']:.1f} s of reward, log-probs, reference, actor update and weight sync "
           "per run (rl.*; drafter at its quality, trained in the bubbles)")
     elif facts["later_note"]:
@@ -384,7 +386,7 @@ def _print(console: Console, s: Any, rec: Any, ranking: pd.DataFrame, fresh: Any
         if len(findings) > MAX_FINDINGS:
             p(f"  (+{len(findings) - MAX_FINDINGS} more in the report)")
     for label, line in warnings[:MAX_WARNINGS]:
-        p(f"warning: {label}: {_short(line.removeprefix(label.split(' (')[0] + ': '))}")
+        p(f"warning: {label}: {_short(line)}")
     if len(warnings) > MAX_WARNINGS:
         p(f"(+{len(warnings) - MAX_WARNINGS} more warnings in the report)")
     for engine, title in (("vllm", "vLLM"), ("sglang", "SGLang")):
