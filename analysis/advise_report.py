@@ -193,7 +193,7 @@ def write_report(folder: Path, s: Any, rec: Any, ranking: pd.DataFrame, rows: pd
               + (f"`{v['policy']}`" if v["exact"] else
                  f"vLLM cannot run `{rec.policy}` ({v['why']}); the fastest setting it can run is `{v['label']}`, "
                  f"simulated {_x(*v['speedup'])}") + (", no SD: run without `speculative_config`"
-                                                      if v["config"] is None else "") + ".",
+                                                      if v["config"] is None else "") + v.get("note", "") + ".",
               "- `sglang_flags.txt`" + (f" and `{sg['adaptive_file']}`" if sg["adaptive"] else "") + ": "
               + (f"`{sg['policy']}`" if sg["exact"] else
                  f"SGLang cannot run `{rec.policy}` ({sg['why']}); the fastest setting it can run is `{sg['label']}`, "

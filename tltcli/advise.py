@@ -391,11 +391,15 @@ def _print(console: Console, s: Any, rec: Any, ranking: pd.DataFrame, fresh: Any
         p(f"(+{len(warnings) - MAX_WARNINGS} more warnings in the report)")
     for engine, title in (("vllm", "vLLM"), ("sglang", "SGLang")):
         e = exports[engine]
+        mode = rows[e["label"]]["switch"]
+        if engine == "vllm" and isinstance(mode, str) and mode != "in_step":
+            e["note"] = (f" (simulated with the {mode} switch; vLLM's drafter runs at every step: --switch in_step "
+                         "prices that)")
         if e["exact"]:
-            p(f"{title}: exports {e['policy']} as recommended")
+            p(f"{title}: exports {e['policy']} as recommended" + e.get("note", ""))
         else:
             p(f"{title}: cannot run {rec.policy} ({e['why']}); exports {e['label']}, "
-              f"simulated {_x(e['speedup'])} vs {_x(rec.speedup)}")
+              f"simulated {_x(e['speedup'])} vs {_x(rec.speedup)}" + e.get("note", ""))
 
 
 def adv_pays() -> float:
