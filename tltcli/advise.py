@@ -12,6 +12,7 @@ reruns the recommendation), ``vllm_speculative_config.json`` and ``sglang_flags.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import resource
@@ -70,8 +71,8 @@ def advise(
     tp: Annotated[int | None, typer.Option(help="Tensor-parallel size per rollout worker (cluster.tp).")] = None,
     drafter: Annotated[str | None, typer.Option(help="Drafter kind: eagle, draft-model, ngram (drafter.kind).")
                        ] = None,
-    quality: Annotated[float | None, typer.Option(help="Drafter quality, 0-1 scale of the acceptance preset "
-                                                  "(drafter.quality).")] = None,
+    quality: Annotated[float | None, typer.Option(help="Drafter quality: multiplies every per-position acceptance "
+                                                  "(1 = as fitted, < 1 = stale; drafter.quality).")] = None,
     policy: Annotated[list[str] | None, typer.Option(
         help="Policy spec to try, repeatable: replaces the default grid (no-sd is always added).")] = None,
     threshold: Annotated[list[int] | None, typer.Option(
@@ -95,8 +96,8 @@ def advise(
     executor: Annotated[str, typer.Option(help="local (processes on this machine) or ray.")] = "local",
     address: Annotated[str | None, typer.Option(help="Ray cluster address (with --executor ray).")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="dotted.field=value, repeatable.")] = None,
-    out: Annotated[Path | None, typer.Option(help="Report folder (default results/advise/<hash>-seeds<N>).")
-                   ] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Report folder (default results/advise/<scenario hash>-<grid hash>-seeds<N>).")] = None,
     force: Annotated[bool, typer.Option(help="Write into an existing --out folder tlt did not create "
                                         "(same-named files replaced, nothing deleted).")] = False,
 ) -> None:
@@ -155,7 +156,8 @@ def advise(
     except InputError as exc:
         raise InputError(exc.message, path="--policy" if policy else "--shape") from None
     seed_list = seed_values(s.seed, seeds)
-    dest = out if out is not None else DEFAULT_RESULTS / f"{scenario_hash(s)}-seeds{seeds}"
+    grid_key = hashlib.sha256(json.dumps([[c.policy, c.switch] for c in candidates] + [rl_steps]).encode())
+    dest = out if out is not None else DEFAULT_RESULTS / f"{scenario_hash(s)}-{grid_key.hexdigest()[:6]}-seeds{seeds}"
     console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
     from tltcli.sim import describe_workload
     from tltsim.scenario.build import describe_cost
@@ -395,7 +397,9 @@ def _print(console: Console, s: Any, rec: Any, ranking: pd.DataFrame, fresh: Any
         if engine == "vllm" and isinstance(mode, str) and mode != "in_step":
             e["note"] = (f" (simulated with the {mode} switch; vLLM's drafter runs at every step: --switch in_step "
                          "prices that)")
-        if e["exact"]:
+        if e["exact"] and e["policy"] == BASELINE_POLICY:
+            p(f"{title}: run without speculative decoding (no speculative flags exported)")
+        elif e["exact"]:
             p(f"{title}: exports {e['policy']} as recommended" + e.get("note", ""))
         else:
             p(f"{title}: cannot run {rec.policy} ({e['why']}); exports {e['label']}, "
