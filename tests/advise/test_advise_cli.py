@@ -129,3 +129,15 @@ def test_no_cli_path_is_left_half_written_on_error(tmp_path):
     res = invoke_cli("advise", *SMALL, "--quick", "--policy", "bogus", "--out", str(out))
     assert res.returncode == 2 and not out.exists()
     assert not any(p.name.startswith(".") for p in Path(tmp_path).iterdir())
+
+
+def test_where_sd_only_loses_no_sd_is_recommended_and_nothing_speculative_is_exported(tmp_path):
+    out = tmp_path / "r"
+    res = _advise(*SMALL, "--gpu", "H20", "--policy", "static:8_4_32", "--quick", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    assert "Recommended: no SD (no-sd)" in res.output
+    assert re.search(r"- static:8_4_32 0\.\d{3}x .*SD is slower than no-SD on H20", res.output)
+    assert "- GPU: on H20" in res.output
+    assert json.loads((out / "vllm_speculative_config.json").read_text()) is None
+    assert "--speculative" not in (out / "sglang_flags.txt").read_text().splitlines()[-1]
+    assert load_scenario(out / "recommended.toml").policies == ("no-sd",)
