@@ -133,8 +133,8 @@ def learning_curves(steps: pd.DataFrame, stem: str | Path | None = None) -> plt.
     labels = {"grpo": "GRPO (rewards as scored)", "control": "control (rewards shuffled within each group)"}
     with plt.rc_context(paper_rc()):
         fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.2), sharex=True)
-        for ax, column, ylabel in ((axes[0], "eval_reward_t1", "held-out reward, temperature 1 (fraction right)"),
-                                   (axes[1], "greedy_accuracy", "held-out greedy accuracy (fraction right)")):
+        for ax, column, title in ((axes[0], "eval_reward_t1", "held-out reward, temperature 1"),
+                                  (axes[1], "greedy_accuracy", "held-out greedy accuracy")):
             for arm in arms:
                 stats = ev[ev["arm"] == arm].groupby("step")[column].agg(["mean", "min", "max"])
                 if ev["seed"].nunique() > 1:
@@ -142,10 +142,11 @@ def learning_curves(steps: pd.DataFrame, stem: str | Path | None = None) -> plt.
                 ax.plot(stats.index, stats["mean"], marker="o", ms=3, color=colours[arm], label=labels.get(arm, arm))
             ax.set_xlabel("RL step")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_ylabel(ylabel)
+            ax.set_ylabel("fraction answered right")
+            ax.set_title(title)
         seeds = ev["seed"].nunique()
-        fig.suptitle(f"GRPO against a shuffled-reward control ({seeds} seed{'s' if seeds > 1 else ''}; "
-                     f"{'mean, band min-max' if seeds > 1 else 'one seed, no spread'})")
+        fig.suptitle("GRPO against a shuffled-reward control (" +
+                     (f"{seeds} seeds: mean, band min-max)" if seeds > 1 else "one seed, no spread)"))
         legend_outside(axes[1])
         fig.tight_layout()
     if stem is not None:
