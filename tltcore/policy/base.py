@@ -14,6 +14,13 @@ state after that ``observe`` must be what ``n`` single-iteration rounds would ha
 of it a later decision can read. One documented exception, of state no decision reads: a BEG-MAB
 bucket with a single arm holds its arm and keeps one reward per span in that arm's window
 (:mod:`tltcore.policy.beg_mab`); an Outcome carries no per-iteration throughputs to keep ``n``.
+
+Plain phases (optional). A policy may offer ``plain_above() -> int | None``: a batch size ``m``
+such that, until its next ``observe`` of a batch at or below ``m`` (or ``reset``), ``decide`` answers
+``Decision(NO_SD, HOLD_UNTIL_EVENT)`` at every batch size above ``m`` without changing its state,
+and observing plain spans above ``m`` leaves the state that observing only the last of them leaves
+(None: no such promise now). An engine may then run a whole phase of plain spans above ``m``
+without asking, and report only the phase's last span (the simulator does it in closed form).
 """
 
 from __future__ import annotations
@@ -219,6 +226,10 @@ class NoSD:
 
     def decide(self, view: BatchView) -> Decision:
         return _UNTIL_EVENT_OFF
+
+    def plain_above(self) -> int:
+        """Plain at every batch size (the module docstring's plain phases)."""
+        return 0
 
     def observe(self, outcome: Outcome) -> None:
         return None

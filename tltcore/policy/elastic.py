@@ -80,6 +80,11 @@ class Elastic:
             return replace(decision, switch_on=True)
         return decision
 
+    def plain_above(self) -> int | None:
+        """While off: plain above the threshold (an iteration there only resets the count), the
+        :mod:`~tltcore.policy.base` plain-phase promise; once switched on, none."""
+        return None if self._switched_on else self.threshold
+
     def observe(self, outcome: Outcome) -> None:
         """Count small-batch iterations while off; once on, forward every outcome to ``inner``.
         Pre-switch iterations say nothing about the inner policy's arms and would bias a bandit."""

@@ -50,6 +50,12 @@ class VllmTable:
                 return decision
         return self._above
 
+    def plain_above(self) -> int | None:
+        """Plain above the last row when ``above`` is no SD (the :mod:`~tltcore.policy.base` promise)."""
+        if self.above.enabled:
+            return None
+        return self.table[-1][0] if self.table else 0
+
     def observe(self, outcome: Outcome) -> None:
         return None
 

@@ -125,6 +125,38 @@ class LiveRequests:
         else:  # integer progress: ctx carries it (saves an op per iteration)
             self.ctx += step
 
+    def after_plain(self, keep: np.ndarray, iters: int, prompt: np.ndarray, target: np.ndarray,
+                    decoded: np.ndarray) -> None:
+        """The live set after a plain phase of ``iters`` iterations (:mod:`tltsim.rollout.plain_phase`):
+        the requests at indices ``keep``, each having emitted ``iters`` more tokens, then new ones
+        (``prompt``, ``target``) admitted during the phase and ``decoded`` iterations into it -- the
+        columns :meth:`add` and ``iters`` one-token :meth:`advance` steps (and the drafter's lag
+        growing with them) leave. Whole numbers throughout, so in expected mode the float columns
+        are the step-by-step float sums exactly."""
+        n = len(prompt)
+        ints = self._ints.take(keep, axis=1)
+        ctx_new = prompt + 1 + decoded
+        if self._floats is None:
+            ints[3] -= iters
+            ints[4] += iters
+            ints[5] += iters
+            new = np.empty((6, n), dtype=np.int64)
+            new[0], new[1], new[2], new[3], new[4], new[5] = prompt, target, 1, target - 1 - decoded, ctx_new, ctx_new
+            self._ints = np.concatenate([ints, new], axis=1)
+        else:
+            flts = self._floats.take(keep, axis=1)
+            ints[2] += iters
+            flts[0] += iters
+            flts[1] -= iters
+            flts[2] += iters
+            new_i = np.empty((3, n), dtype=np.int64)
+            new_i[0], new_i[1], new_i[2] = prompt, target, ctx_new
+            new_f = np.empty((3, n), dtype=np.float64)
+            new_f[0], new_f[1], new_f[2] = 1 + decoded, target - 1 - decoded, ctx_new
+            self._ints = np.concatenate([ints, new_i], axis=1)
+            self._floats = np.concatenate([flts, new_f], axis=1)
+        self._bind()
+
     def drop(self, keep: np.ndarray) -> None:
         idx = keep.nonzero()[0]
         self._ints = self._ints.take(idx, axis=1)

@@ -25,12 +25,13 @@ from tltcore.acceptance import AcceptanceModel, AcceptSampler
 from tltcore.cost import CostModel
 from tltcore.dealing import deal
 from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
-from tltcore.events import CLUSTER, EventLog
+from tltcore.events import CLUSTER
 from tltcore.policy.base import SDPolicy
 from tltcore.policy.recent_accept import RecentAccept
 from tltcore.policy.registry import make_policy
 from tltcore.step_simulator import SimulatedEngine
 from tltsim.rollout.entities import EngineConfig, StepRequests
+from tltsim.rollout.event_blocks import SimEventLog
 from tltsim.rollout.worker import RolloutWorker
 
 DEFAULT_ENGINE = EngineConfig()
@@ -81,7 +82,7 @@ class RolloutRun:
         self.sampler = AcceptSampler(accept) if accept is not None else None
         self.seed, self.deal_mode, self.drafter = seed, deal_mode, drafter
         self.name = policy_name or self.policies[0].name
-        self.log = EventLog(run_id=run_id, source="sim", policy=self.name, coalesce=engine.coalesce)
+        self.log = SimEventLog(run_id=run_id, source="sim", policy=self.name, coalesce=engine.coalesce)
         self.recent = [RecentAccept() for _ in self.policies]
         self.clock = 0.0
 

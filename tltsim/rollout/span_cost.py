@@ -50,6 +50,7 @@ _PARTS = ("sd_time", "_sd_constants", "_draft_attention", "_sums", "padded")
 _PREFILL_PARTS = ("prefill_time", "drafter_prefill_time", "_prefill")
 _PLAIN_PARTS = ("decode_span_time", "_paged_span_sum", "padded")
 PlainPricer = Callable[[np.ndarray, int], float]
+PlainPhasePricer = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
 def _mirrors(cost: object, parts: tuple[str, ...]) -> bool:
@@ -153,6 +154,51 @@ def plain_pricer(cost: object) -> PlainPricer | None:
     """``price(ctx, n)``: ``cost.decode_span_time(ctx, n)`` for ``n >= 1`` plain iterations of a
     non-empty batch, or None where ``cost`` is not a roofline whose memory-bound closed form
     (paged KV read >= attention positions at every step) this mirrors."""
+    parts = _plain_parts(cost)
+    if parts is None:
+        return None
+    bs, tables, cycle, step_of, kv_per_token = parts
+
+    def price(ctx: np.ndarray, n: int) -> float:
+        size = ctx.size
+        step = step_of(size)
+        pad = (n // bs) * cycle * size
+        if n % bs:
+            pad += int(np.add.reduce(tables[n % bs][ctx % bs]))
+        paged = n * int(np.add.reduce(ctx)) + size * (n * (n - 1) // 2) + pad  # RooflineCostModel._paged_span_sum
+        return n * step + (paged + n * size) * kv_per_token
+
+    return price
+
+
+def plain_phase_pricer(cost: object) -> PlainPhasePricer | None:
+    """``price(n, b, ctx_sum, hist, start)``: the times of many plain spans at once, each what
+    :func:`plain_pricer` gives for its batch (a plain phase, :mod:`tltsim.rollout.plain_phase`).
+    Span ``j`` runs ``n[j]`` iterations over ``b[j]`` requests whose contexts sum to ``ctx_sum[j]``;
+    the batch's contexts are ``c + start[j]`` for the ``c`` counted by residue in ``hist[j]``
+    (``hist[j, r]``: how many have ``c % kv_block_size == r``). The padding sum is the same exact
+    integer (a residue's table entry times its count), then the same two float operations per span,
+    element-wise. None where :func:`plain_pricer` is."""
+    parts = _plain_parts(cost)
+    if parts is None:
+        return None
+    bs, tables, cycle, step_of, kv_per_token = parts
+    res = np.arange(bs, dtype=np.int64)
+
+    def price(n: np.ndarray, b: np.ndarray, ctx_sum: np.ndarray, hist: np.ndarray, start: np.ndarray) -> np.ndarray:
+        uniq, inv = np.unique(b, return_inverse=True)
+        step = np.array([step_of(int(x)) for x in uniq.tolist()], dtype=np.float64)[inv]
+        entry = tables[(n % bs)[:, None], (res[None, :] + start[:, None]) % bs]  # tables[n % bs][(r + start) % bs]
+        pad = (n // bs) * cycle * b + np.add.reduce(entry * hist, axis=1)
+        paged = n * ctx_sum + b * (n * (n - 1) // 2) + pad
+        return n * step + (paged + n * b) * kv_per_token
+
+    return price
+
+
+def _plain_parts(cost: object):
+    """What both plain pricers share: (block size, padding tables, a whole block's padding, the
+    memoised per-iteration fixed time of a batch size, KV read seconds per token), or None."""
     if not _mirrors(cost, _PLAIN_PARTS):
         return None
     t = cost._target
@@ -168,16 +214,11 @@ def plain_pricer(cost: object) -> PlainPricer | None:
     cycle = bs * (bs - 1) // 2  # the padding of a whole block of steps, whatever the residue
     per_iter: dict[int, float] = {}
 
-    def price(ctx: np.ndarray, n: int) -> float:
-        size = ctx.size
+    def step_of(size: int) -> float:
         step = per_iter.get(size)
         if step is None:
             rows = padded(size)
             step = per_iter[size] = fixed_time(rows, rows) + overhead
-        pad = (n // bs) * cycle * size
-        if n % bs:
-            pad += int(np.add.reduce(tables[n % bs][ctx % bs]))
-        paged = n * int(np.add.reduce(ctx)) + size * (n * (n - 1) // 2) + pad  # RooflineCostModel._paged_span_sum
-        return n * step + (paged + n * size) * kv_per_token
+        return step
 
-    return price
+    return bs, tables, cycle, step_of, kv_per_token

@@ -13,7 +13,10 @@ Each unit of work (:meth:`RolloutWorker.advance`) is one of:
   admitted while SD was on, or after plain iterations under a policy that toggles SD);
 * **a decode span**: up to ``decision.hold`` iterations with the decided config, ending early at the
   first finishing request. Plain spans use the cost model's closed form
-  (:meth:`~tltcore.cost.CostModel.decode_span_time`); SD spans loop over iterations (with
+  (:meth:`~tltcore.cost.CostModel.decode_span_time`); with ``engine.fast``, while the policy promises
+  plain spans above a batch size (``plain_above``, :mod:`tltcore.policy.base`), the whole phase of
+  them, admissions and prefills included, is computed at once (:meth:`RolloutWorker._plain_phase`,
+  :mod:`tltsim.rollout.plain_phase`) and its rows go to the log as one column block; SD spans loop over iterations (with
   ``engine.fast`` in stochastic mode, their accept lengths are drawn in blocks:
   :meth:`RolloutWorker._speculate_blocks`, and a block's times priced in one vectorised call,
   :mod:`tltsim.rollout.span_cost`, as are long prefills such as the switch's). An SD iteration
@@ -38,12 +41,13 @@ from tltcore.acceptance import AcceptanceModel, AcceptSampler
 from tltcore.cost import CostModel
 from tltcore.drafter.state import DrafterState
 from tltcore.errors import InputError
-from tltcore.events import EventLog
 from tltcore.policy.base import NO_SD, BatchView, Outcome, SDConfig, SDPolicy
 from tltcore.policy.recent_accept import RecentAccept
 from tltsim.rollout.entities import EngineConfig, LiveRequests
+from tltsim.rollout.event_blocks import SimEventLog
+from tltsim.rollout.plain_phase import fcfs_admissions, phase_spans
 from tltsim.rollout.scheduling import admissible, prefill_passes
-from tltsim.rollout.span_cost import plain_pricer, prefill_pricer, span_pricer
+from tltsim.rollout.span_cost import plain_phase_pricer, plain_pricer, prefill_pricer, span_pricer
 
 _EPS = 1e-9
 _VECTOR_PASSES = 4  # prefills of more passes than this are priced in one vectorised call
@@ -57,7 +61,7 @@ class RolloutWorker:
 
     def __init__(self, idx: int, prompts: np.ndarray, responses: np.ndarray, *, policy: SDPolicy,
                  cost: CostModel, accept: AcceptanceModel | None, sampler: AcceptSampler | None,
-                 engine: EngineConfig, rng: np.random.Generator, log: EventLog, drafter: DrafterState,
+                 engine: EngineConfig, rng: np.random.Generator, log: SimEventLog, drafter: DrafterState,
                  recent: RecentAccept, step: int, t0: float, on_finish: Callable[[int], None] | None = None) -> None:
         self.idx, self.step_no = idx, step
         self.q_prompt = prompts.astype(np.int64)
@@ -82,6 +86,10 @@ class RolloutWorker:
         self._price = span_pricer(cost) if engine.fast else None
         self._price_prefill = prefill_pricer(cost) if engine.fast else None
         self._price_plain = plain_pricer(cost) if engine.fast else None
+        self._price_phase = plain_phase_pricer(cost) if engine.fast else None
+        # a policy's promise of plain spans above a batch size (tltcore.policy.base): whole plain
+        # phases in closed form (tltsim.rollout.plain_phase), on the fast path with spans allowed
+        self._plain_bound = getattr(policy, "plain_above", None) if engine.fast and engine.closed_form else None
         self.lag_dirty = True  # some live drafter may lag (fast path: skip the catch-up scan when not)
         self._mixed_base: float | None = None
         self._accept_len: dict[SDConfig, float] = {}
@@ -112,13 +120,7 @@ class RolloutWorker:
         self.next_waiting = hi
         self.kv_used += int(_sum(reserve[:fits]))
         prompts = self.q_prompt[lo:hi]
-        t, passes = self._prefill(prompts, np.zeros(fits, dtype=np.int64), self.eng.prefill_budget, target=True,
-                                  drafter=False)
-        if self.eng.mixed_prefill and len(self.live):  # folded into the next decode iteration
-            if self._mixed_base is None:
-                one = np.ones(1, dtype=np.int64)
-                self._mixed_base = self.cost.prefill_time(one, one - 1)
-            t = max(0.0, t - self._mixed_base)
+        t, passes = self._admission_prefill(prompts, len(self.live))
         self.log.span(self.idx, "prefill", self.t, self.t + t, iterations=passes, batch=fits, tokens=fits,
                       prefill_tokens=int(_sum(prompts)))
         self.row_closed = True
@@ -130,6 +132,17 @@ class RolloutWorker:
         # finished ones were retired after the span that finished them)
         if not self.fast or _min(resp) <= 1:
             self._retire()
+
+    def _admission_prefill(self, prompts: np.ndarray, n_live: int) -> tuple[float, int]:
+        """Time and passes of the prefill of newly admitted ``prompts`` while ``n_live`` others run."""
+        t, passes = self._prefill(prompts, np.zeros(len(prompts), dtype=np.int64), self.eng.prefill_budget,
+                                  target=True, drafter=False)
+        if self.eng.mixed_prefill and n_live:  # folded into the next decode iteration
+            if self._mixed_base is None:
+                one = np.ones(1, dtype=np.int64)
+                self._mixed_base = self.cost.prefill_time(one, one - 1)
+            t = max(0.0, t - self._mixed_base)
+        return t, passes
 
     def _prefill(self, new: np.ndarray, cached: np.ndarray, budget: int, *, target: bool,
                  drafter: bool) -> tuple[float, int]:
@@ -185,6 +198,10 @@ class RolloutWorker:
             self.log.flush(self.idx)
             self.finish_time = self.t
             return False
+        if self._plain_bound is not None:
+            bound = self._plain_bound()
+            if bound is not None and b > bound and self._plain_phase(bound):
+                return True
         view = BatchView(b, tuple(live.ctx.tolist()), self.t, self.iteration, self.recent.value, self.idx,
                          self.step_no, self.drafter, tuple(live.rem.tolist()) if self.hint else ())
         decision = self.policy.decide(view)
@@ -236,6 +253,146 @@ class RolloutWorker:
         self.policy.observe(Outcome(NO_SD, b, round(emitted), dt, time=self.t, worker=self.idx, iterations=n))
         if self.log.decode(self.idx, t0, self.t, n, b, NO_SD, emitted):
             self.row_closed = True
+
+    def _plain_phase(self, bound: int) -> bool:
+        """Every plain span from here until the batch, after an event's admissions, is at or below
+        ``bound`` (the policy's ``plain_above``), in closed form (:mod:`tltsim.rollout.plain_phase`):
+        the event rows, clock, retirements, admissions with their prefills, live set and queue the
+        per-span path leaves, bit for bit. The policy is asked nothing (its contract) and told the
+        phase's last span. False, having done nothing, where it does not apply (fractional progress
+        in expected mode, after SD)."""
+        live = self.live
+        n_old = len(live)
+        if self.expected:
+            if not all(np.array_equal(c, np.floor(c)) for c in (live.rem, live.gen, live.lag)):
+                return False
+            finish0 = live.rem.astype(np.int64)
+        else:
+            finish0 = live.rem
+        lo, eng = self.next_waiting, self.eng
+        admitted: list[int] = []
+        rounds: list[int] = []
+        if lo < len(self.q_resp):
+            sched = fcfs_admissions(finish0.tolist(), (live.prompt + live.target).tolist(),
+                                    self.q_reserve[lo:].tolist(), self.q_resp[lo:].tolist(), eng.max_batch,
+                                    eng.kv_capacity_tokens)
+            if sched is None:  # cannot happen after the admission loop; the per-span path then
+                self._plain_bound = None
+                return False
+            admitted, rounds = sched
+        adm = np.array(admitted, dtype=np.int64)
+        na = len(adm)
+        a_prompt, a_resp = self.q_prompt[lo:lo + na], self.q_resp[lo:lo + na]
+        admit = np.concatenate([np.zeros(n_old, dtype=np.int64), adm])
+        finish = np.concatenate([finish0, adm + a_resp - 1])
+        c0 = np.concatenate([live.ctx, a_prompt + 1 - adm])
+        price = self._price_phase
+        ph = phase_spans(admit, finish, c0, bound, self.cost.kv_block_size if price is not None else None)
+        spans = ph.spans
+        if spans == 0:
+            self._plain_bound = None
+            return False
+        if price is not None:
+            dts = price(ph.n, ph.b, ph.ctx_sum, ph.hist, ph.start)
+        else:  # one cost call per span, over the span's contexts in live order
+            dts = np.array([self.cost.decode_span_time(c0[(ph.first <= j) & (ph.last >= j)] + int(ph.start[j - 1]),
+                                                       int(ph.n[j - 1])) for j in range(1, spans + 1)],
+                           dtype=np.float64)
+        # admission rounds within the phase (at its last event too): consecutive runs of equal (iteration, round)
+        n_in = int(np.searchsorted(adm, ph.end, side="right"))
+        if n_in:
+            key = adm[:n_in] * (n_in + 1) + np.array(rounds[:n_in], dtype=np.int64)
+            g_first = np.flatnonzero(np.diff(key, prepend=-1))
+            g_end = np.append(g_first[1:], n_in)
+            g_span = ph.first[n_old + g_first] - 1  # the span each round follows (1-based)
+        else:
+            g_first = g_end = g_span = np.zeros(0, dtype=np.int64)
+        n_rounds = len(g_first)
+        # the order of it all: span j, then the rounds at its end
+        span_pos = np.arange(spans) + np.searchsorted(g_span, np.arange(1, spans + 1), side="left")
+        round_pos = g_span + np.arange(n_rounds)
+        inc = np.empty(spans + n_rounds + 1)
+        inc[0] = self.t
+        inc[1 + span_pos] = dts
+        r_rows: list[tuple[int, int, int]] = []  # (passes, batch, prompt tokens) per round
+        if n_rounds:
+            r_t = []
+            mixed = eng.mixed_prefill
+            for g0, g1, g in zip(g_first.tolist(), g_end.tolist(), (g_first + n_old).tolist(), strict=True):
+                prompts = a_prompt[g0:g1]
+                at = int(adm[g0])
+                n_live = int(np.count_nonzero(finish[:g] > at)) if mixed else 0  # live before this prefill
+                t, passes = self._admission_prefill(prompts, n_live)
+                r_t.append(t)
+                r_rows.append((passes, g1 - g0, int(_sum(prompts))))
+            inc[1 + round_pos] = r_t
+        clock = np.add.accumulate(inc)  # the clock after each span and prefill, added in order
+        self._log_phase(spans, n_rounds, span_pos, round_pos, clock, ph, r_rows)
+        # retirements: at the end of their span, or (one-token responses) after their round's prefill
+        ids = np.arange(n_old + n_in)
+        first, last = ph.first[:n_old + n_in], ph.last[:n_old + n_in]
+        plain_done = (last >= first) & (last <= spans)
+        when = np.full(n_old + n_in, -1, dtype=np.int64)
+        when[plain_done] = span_pos[last[plain_done] - 1]
+        if n_rounds:
+            gid = np.repeat(np.arange(n_rounds), g_end - g_first)
+            quick = last[n_old:] < first[n_old:]
+            when[n_old:][quick] = round_pos[gid[quick]]
+        done = ids[when >= 0]
+        order = done[np.argsort(when[done], kind="stable")]
+        if len(order):
+            targets = np.concatenate([live.target, a_resp[:n_in]])
+            self.done_tokens.append(targets[order])
+            at_pos, counts = np.unique(when[order], return_counts=True)
+            self._done_t.extend(clock[at_pos + 1].tolist())
+            counts_l = counts.tolist()
+            self._done_n.extend(counts_l)
+            if self.on_finish is not None:
+                for c in counts_l:
+                    self.on_finish(c)
+        # the policy hears the last span (its contract: the same state as hearing every one)
+        j = spans - 1
+        n_last, b_last = int(ph.n[j]), int(ph.b[j])
+        self.policy.observe(Outcome(NO_SD, b_last, n_last * b_last, float(dts[j]), time=float(clock[span_pos[j] + 1]),
+                                    worker=self.idx, iterations=n_last))
+        # the live set and queue at the phase's end
+        end = ph.end
+        keep = np.flatnonzero(last[:n_old] > spans)
+        new = n_old + np.flatnonzero(last[n_old:] > spans)
+        live.after_plain(keep, end, a_prompt[new - n_old], a_resp[new - n_old], end - adm[new - n_old])
+        self.next_waiting = lo + n_in
+        self.t = float(clock[-1])
+        self.iteration += end
+        self.lag_dirty = True
+        self.need_admit = True  # admissions at the last event are done; asking again admits nothing (or raises)
+        return True
+
+    def _log_phase(self, spans: int, n_rounds: int, span_pos: np.ndarray, round_pos: np.ndarray, clock: np.ndarray,
+                   ph, r_rows: list[tuple[int, int, int]]) -> None:
+        """A plain phase's decode and prefill rows, in the order the per-span path closes them."""
+        log, w = self.log, self.idx
+        n, b = ph.n, ph.b
+        skip = 0
+        if log.continues(w, int(b[0]), NO_SD):
+            # the first span continues an open plain row of the same batch (coalesced, as log.decode does)
+            log.decode(w, float(clock[0]), float(clock[1]), int(n[0]), int(b[0]), NO_SD, float(n[0] * b[0]))
+            skip = 1
+        log.flush(w)
+        total = spans + n_rounds
+        kinds = np.zeros(total, dtype=np.int8)  # 0: decode, 1: prefill
+        iters = np.empty(total, dtype=np.int64)
+        batch = np.empty(total, dtype=np.int64)
+        tokens = np.empty(total, dtype=np.int64)
+        prefill = np.zeros(total, dtype=np.int64)
+        iters[span_pos], batch[span_pos], tokens[span_pos] = n, b, n * b
+        if n_rounds:
+            kinds[round_pos] = 1
+            r = np.array(r_rows, dtype=np.int64).reshape(-1, 3)
+            iters[round_pos], batch[round_pos], prefill[round_pos] = r[:, 0], r[:, 1], r[:, 2]
+            tokens[round_pos] = r[:, 1]  # prefill emits each admitted request's first token
+        sl = slice(skip, total)
+        log.block(w, kinds[sl], ("decode", "prefill"), clock[:-1][sl], clock[1:][sl], iters[sl], batch[sl],
+                  tokens[sl], prefill[sl])
 
     def _speculate(self, config: SDConfig, hold: int) -> None:
         """Up to ``hold`` SD iterations, stopping after the first one in which a request finishes."""
