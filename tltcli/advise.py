@@ -61,7 +61,25 @@ def _cpu_s() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+def command_line(ctx: typer.Context) -> str:
+    """``tlt advise`` with every option given a non-default value, as typed on a shell: the command
+    that reproduces the report (also when called from Python, where ``sys.argv`` is someone else's)."""
+    parts = ["tlt", "advise"]
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        if value is None or value == param.default or value == [] or value == ():
+            continue
+        flag = param.opts[0]
+        if isinstance(value, bool):
+            parts.append(flag if value else (param.secondary_opts or [f"--no-{flag[2:]}"])[0])
+        else:
+            for v in (value if isinstance(value, list | tuple) else [value]):
+                parts += [flag, shlex.quote(str(v))]
+    return " ".join(parts)
+
+
 def advise(
+    ctx: typer.Context,
     scenario: Annotated[Path | None, typer.Option(
         help="Scenario TOML, or a bundled scenario's name (tlt sim scenarios); defaults without one.")] = None,
     trace: Annotated[str | None, typer.Option(help="Trace name or path, or a length profile (trace.name).")] = None,
@@ -215,7 +233,7 @@ def advise(
     findings = adv.not_paying(ranking, rows, gpu_fact=adv.gpu_slower_line(inputs, grid_shapes))
     warnings = _warnings(rows, [rec.label, *rec.runners_up], len(seed_list))
     exports = _exports(s, rec, ranking, max_batch)
-    command = "tlt " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = command_line(ctx)
     wall, cpu = time.perf_counter() - wall0, _cpu_s() - cpu0
     facts = {"command": command, "wall_s": wall, "cpu_s": cpu, "seeds": seed_list, "switches": switches,
              "later_s": later, "later_note": later_note, "bound": bound, "validation": validation,

@@ -84,8 +84,11 @@ def test_the_recommended_toml_reruns_the_recommendation_exactly(small):
         assert rollout == pytest.approx(want, rel=1e-12)
 
 
-def test_a_second_run_replaces_its_own_folder_but_never_a_users(small, tmp_path):
-    _, out = small
+def test_a_second_run_replaces_its_own_folder_but_never_a_users(tmp_path):
+    out = tmp_path / "ours"
+    first = runner.invoke(app, ["advise", *SMALL, "--quick", "--seeds", "2", "--out", str(out)])
+    assert first.exit_code == 0, first.output
+    (out / "extra.txt").unlink(missing_ok=True)
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep")
@@ -95,6 +98,7 @@ def test_a_second_run_replaces_its_own_folder_but_never_a_users(small, tmp_path)
     again = runner.invoke(app, ["advise", *SMALL, "--quick", "--out", str(out)])
     assert again.exit_code == 0, again.output
     assert "--quick" in (out / "README.md").read_text()  # replaced whole by the second run
+    assert "--seeds 2" not in (out / "README.md").read_text()
 
 
 @pytest.mark.parametrize(("args", "where"), [
@@ -141,3 +145,25 @@ def test_where_sd_only_loses_no_sd_is_recommended_and_nothing_speculative_is_exp
     assert json.loads((out / "vllm_speculative_config.json").read_text()) is None
     assert "--speculative" not in (out / "sglang_flags.txt").read_text().splitlines()[-1]
     assert load_scenario(out / "recommended.toml").policies == ("no-sd",)
+
+
+def test_each_engine_gets_the_fastest_setting_it_can_run(small):
+    """The vLLM export is the recommendation when vLLM can run it, else the best-ranked setting it can run
+    (the recommendation's own decisions as a batch-size table among them), and its config is that setting's."""
+    from tltsim.advise_export import batch_table, vllm_expressible, vllm_speculative_config
+
+    _, out = small
+    ranking = pd.read_csv(out / "ranking.csv")
+    s = load_scenario(out / "scenario.resolved.toml")
+    expressible = [p for p in ranking["policy"] if vllm_expressible(p, s.engine.max_batch)[0] is not None]
+    best = expressible[0]
+    config = json.loads((out / "vllm_speculative_config.json").read_text())
+    assert config == vllm_speculative_config(batch_table(best, s.engine.max_batch), drafter=s.drafter.kind) \
+        or (best == "no-sd" and config is None)
+    readme = (out / "README.md").read_text()
+    rec = load_scenario(out / "recommended.toml").policies[-1]
+    if vllm_expressible(rec, s.engine.max_batch)[0] is None:
+        assert f"the fastest setting it can run is `{best}`" in readme
+        derived = re.search(r"`([^`]+)` is the per-batch-size chain table the best per-iteration policy's", readme)
+        assert derived is not None and derived[1] in set(ranking["policy"])  # simulated at every seed like the rest
+        assert (pd.read_csv(out / "runs.csv")["policy"] == derived[1]).sum() == 2
