@@ -188,6 +188,35 @@ def headline(table: pd.DataFrame) -> list[str]:
     return lines
 
 
+#: Why each claim can fail, in the policy's own terms (tltcore.policy.cost_aware's docstring).
+WHY = {
+    "gain": "even the upper bound is less than 5% under elastic+beg-mab here: TLT's switch already takes "
+            "nearly all SD can give, so no policy can gain 5%",
+    "not_slower": "at the step's first decision SD loses at the full batch but pays for a lone request, so the "
+                  "policy starts on and rents the loss until it equals what switching back on would cost (ski "
+                  "rental against a re-prefill). That price grows with the live contexts, so with a batch that "
+                  "stays full of long responses the loss never catches it; SD pays only in a short tail and the "
+                  "step ends slower than plain decoding. With the trace's lengths (`cost-aware:lengths=known`) the "
+                  "plan decides instead and the miss goes (checked on both H20 misses at their failing seed); a "
+                  "mean length learnt from earlier steps does not remove it (later steps start with the same rent)",
+}
+
+
+def misses(table: pd.DataFrame) -> list[str]:
+    """One line per setting that fails a claim: its numbers and why (:data:`WHY`)."""
+    lines = []
+    for r in table.itertuples(index=False):
+        failed = [c for c in ("gain", "near_best", "not_slower", "bounded") if not getattr(r, c)]
+        if not failed:
+            continue
+        label = f"{r.trace} {r.model} {r.gpus}x{r.gpu}"
+        nums = (f"cost-aware {r.speedup_cost_aware:.3f}x, elastic+beg-mab {r.speedup_elastic:.3f}x, bound "
+                f"{r.speedup_bound:.3f}x over no-SD (medians); fails {', '.join(failed)}")
+        why = [WHY[c] for c in failed if c in WHY and (c != "gain" or not r.gain_possible)]
+        lines.append(f"- **{label}**: {nums}." + (f" Why: {'; '.join(why)}." if why else ""))
+    return lines or ["- none"]
+
+
 def figure(table: pd.DataFrame) -> plt.Figure:
     """Speedup over no-SD per setting (median, min-max bars) of both policies, the bound as a mark."""
     traces = list(dict.fromkeys(table["trace"]))
@@ -265,6 +294,10 @@ def write_report(out: Path, seeds: int = 3, workers: int = 1, settings: Sequence
             *headline(table),
             "",
             "![speedups](speedups.png)",
+            "",
+            "## Where a claim fails, and why",
+            "",
+            *misses(table),
             "",
             "## Every setting",
             "",
