@@ -197,9 +197,9 @@ def advise(
             console.print(f"  simulated {task.key} ({done[0]}/{len(tasks)})", markup=False)
 
     raw = adv.run_tasks(tasks, workers=workers, backend=executor, address=address, on_done=tick)
-    rows = adv.label_rows(raw, candidates)
     later, later_note = adv.later_phase_seconds(inputs)
-    ranking = adv.rank(adv.with_end_to_end(rows, later))
+    rows = adv.with_end_to_end(adv.label_rows(raw, candidates), later)
+    ranking = adv.rank(rows)
     rec = adv.recommend(ranking)
     derived = None
     max_batch = int(s.engine.max_batch)
@@ -212,12 +212,11 @@ def advise(
             cand = adv.Candidate(derived, derived, None)
             extra = adv.run_tasks(adv.plan_tasks(s, [cand], seed_list, (switches[0],)), workers=workers,
                                   backend=executor, address=address)
-            extra = adv.label_rows(extra[extra["policy"] == derived], [*candidates, cand])
-            rows = pd.concat([rows, extra], ignore_index=True)
+            extra = adv.label_rows(extra, [*candidates, cand])  # keeps the derived table's rows and no-sd's
+            rows = adv.with_end_to_end(pd.concat([rows, extra[extra["policy"] == derived]], ignore_index=True), later)
             candidates = (*candidates, cand)
-            ranking = adv.rank(adv.with_end_to_end(rows, later))
+            ranking = adv.rank(rows)
             rec = adv.recommend(ranking)
-    rows = adv.with_end_to_end(rows, later)
     bound = _bound(s, inputs, [c.policy for c in candidates], seed_list, ranking)
     fresh = adv.Freshness(rl_steps)
     if rl_steps:
