@@ -41,7 +41,7 @@ def test_the_two_formats_by_hand():
     t = make_problem(Fixed(), 3, TaskConfig(), fmt="terse")
     assert v.prompt == t.prompt == "start 37 add 8 repeat 03\n"
     assert v.solution == "03 37+8=45\n02 45+8=53\n01 53+8=61\nanswer 61"
-    assert t.solution == "03 45\n02 53\n01 61\nanswer 61"
+    assert t.solution == "03 +8=45\n02 +8=53\n01 +8=61\nanswer 61"
     assert v.answer == t.answer == "61"
     with pytest.raises(InputError, match="fmt"):
         make_problem(Fixed(), 3, fmt="chatty")
@@ -58,11 +58,12 @@ def test_the_default_format_leaves_the_problem_stream_unchanged():
 
 @pytest.mark.parametrize(("text", "fmt"), [
     ("03 37+8=45\n02 45+8=53\nanswer 53", "verbose"),
-    ("03 45\n02 53\nanswer 53", "terse"),
-    ("03 45\n02 53\nanswer 99", "terse"),           # a wrong answer still has a format
-    ("03 37+8=45\n02 53\nanswer 53", "other"),      # mixed
+    ("03 +8=45\n02 +8=53\nanswer 53", "terse"),
+    ("03 +8=45\n02 +8=53\nanswer 99", "terse"),     # a wrong answer still has a format
+    ("03 37+8=45\n02 +8=53\nanswer 53", "other"),   # mixed
+    ("03 45\n02 53\nanswer 53", "other"),           # neither layout
     ("answer 53", "other"),                         # no step lines
-    ("03 45\nhello\nanswer 53", "other"),
+    ("03 +8=45\nhello\nanswer 53", "other"),
     ("", "other"),
     (None, "other"),
 ])

@@ -303,13 +303,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--hidden", type=int, default=PretrainConfig.hidden)
     ap.add_argument("--layers", type=int, default=PretrainConfig.layers)
     ap.add_argument("--eval-per-difficulty", type=int, default=50)
+    ap.add_argument("--terse-share", type=float, default=PretrainConfig.terse_share,
+                    help="share of worked solutions in the terse format (the designed drift's mix, e.g. 0.2)")
     ap.add_argument("--force", action="store_true", help="write into an existing folder tlt did not create")
     args = ap.parse_args(argv)
     from tltcore.atomic import check_output_dir
 
     check_output_dir(args.out, args.force, kind="model")  # before minutes of training, not after
     cfg = PretrainConfig(steps=args.steps, seed=args.seed, hidden=args.hidden, layers=args.layers,
-                         intermediate=3 * args.hidden)
+                         intermediate=3 * args.hidden, terse_share=args.terse_share)
     model, tokenizer, metrics = pretrain(cfg, log=True)
     print(f"trained {cfg.steps} steps in {metrics.seconds:.1f}s, {metrics.tokens} loss tokens, "
           f"final loss {metrics.final_loss:.4f}")

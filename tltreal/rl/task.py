@@ -40,12 +40,16 @@ ANSWER_WORD = "answer"
 PROMPT_WORDS = ("start", "add", "repeat")
 _ANSWER_LINE = re.compile(rf"^{ANSWER_WORD} ([0-9]{{1,18}})$")
 #: Solution formats (the designed drift of issue 26, item 2): ``verbose`` writes each step as
-#: ``03 37+8=45``, ``terse`` only the counter and the result, ``03 45``. Pre-trained on a mix (say 80%
-#: verbose) and rewarded for one format (:func:`format_reward`), GRPO moves the policy from one format
-#: to the other: a drift of the policy's *text*, by design, which a drafter trained on the old format
-#: has not seen.
+#: ``03 37+8=45``, ``terse`` drops the operand the line above already shows, ``03 +8=45``. Both need the
+#: same lookbacks (the previous line's result, the increment), so a small model learns both; a first
+#: terse format, ``03 45``, made it fetch the increment from the prompt at a varying distance and a
+#: 600-step pre-training on a 20% mix solved 15% of one-line terse problems. Pre-trained on a mix (say
+#: 80% verbose) and rewarded for one format (:func:`format_reward`), GRPO moves the policy from one
+#: format to the other: a drift of the policy's *text*, by design, which a drafter trained on the old
+#: format has not seen.
 FORMATS = ("verbose", "terse")
-_STEP_LINES = {"verbose": re.compile(r"^[0-9]+ [0-9]+\+[0-9]+=[0-9]+$"), "terse": re.compile(r"^[0-9]+ [0-9]+$")}
+_STEP_LINES = {"verbose": re.compile(r"^[0-9]+ [0-9]+\+[0-9]+=[0-9]+$"),
+               "terse": re.compile(r"^[0-9]+ \+[0-9]+=[0-9]+$")}
 
 
 @dataclass(frozen=True)
@@ -116,7 +120,7 @@ def make_problem(rng: random.Random, difficulty: int, cfg: TaskConfig | None = N
     lines, x = [], start
     for left in range(difficulty, 0, -1):
         y = (x + add) % cfg.modulus
-        body = f"{_num(x, cfg)}+{step}={_num(y, cfg)}" if fmt == "verbose" else _num(y, cfg)
+        body = f"{_num(x, cfg) if fmt == 'verbose' else ''}+{step}={_num(y, cfg)}"
         lines.append(f"{left:0{width}d} {body}\n")
         x = y
     answer = _num(x, cfg)
