@@ -327,7 +327,9 @@ def gains(steps: pd.DataFrame, column: str = "eval_reward_t1") -> pd.DataFrame:
 
 def summarise(steps: pd.DataFrame, cfg: GRPORunConfig) -> dict[str, object]:
     """``summary.json``'s numbers: mean gains of both arms, per seed, and whether each seed beat its
-    control (the issue's bar: a gain >= 0.10 on the mean, above the control in every seed)."""
+    control (the issue's bar: a gain >= 0.10 on the mean, above the control in every seed). "Above"
+    compares the last evaluations: both arms start from the same weights and are evaluated on the same
+    draws' seeds, so their step-0 values are equal and this is the same as comparing gains."""
     t1, greedy = gains(steps), gains(steps, "greedy_accuracy")
 
     def arm(table: pd.DataFrame, name: str) -> pd.DataFrame:
