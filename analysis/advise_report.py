@@ -129,7 +129,7 @@ def write_report(folder: Path, s: Any, rec: Any, ranking: pd.DataFrame, rows: pd
     span = f"seeds {seeds[0]}-{seeds[-1]}" if n > 1 else f"seed {seeds[0]}"
     r = ranking[ranking["label"] == rec.label].iloc[0]
     lines = ["# tlt advise: which speculative-decoding setting for these RL rollouts", "",
-             f"Written by `{command}` ({provenance_line()}); {facts['wall_s']:.1f} s wall, {facts['cpu_s']:.1f} s CPU.",
+             f"Written by `{command}` ({provenance_line()}); {facts['wall_s']:.1f} s wall, {facts['cpu_text']}.",
              ""]
     if facts["validation"]:
         lines += [f"`{Path(facts['scenario_name']).stem}` is a `tlt validate` scenario for the real CPU engine; this "

@@ -55,8 +55,16 @@ def _short(text: str) -> str:
     return text if len(text) <= MAX_LINE else text[:MAX_LINE - 1].rstrip() + "…"
 
 
+def _cpu_text(cpu: float, workers: int, executor: str) -> str:
+    """The CPU seconds measured, and what they leave out: worker processes of the forkserver pool and
+    Ray's are not this process's children, so their CPU time is not in it."""
+    if executor == "local" and workers == 1:
+        return f"{cpu:.1f} s CPU"
+    return f"{cpu:.1f} s CPU in this process; its {workers} {executor} workers' CPU not counted"
+
+
 def _cpu_s() -> float:
-    """CPU seconds of this process and its finished children (the local executor's workers)."""
+    """CPU seconds of this process and its waited-for children (not the forkserver's or Ray's workers)."""
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
@@ -234,7 +242,8 @@ def advise(
     exports = _exports(s, rec, ranking, max_batch)
     command = command_line(ctx)
     wall, cpu = time.perf_counter() - wall0, _cpu_s() - cpu0
-    facts = {"command": command, "wall_s": wall, "cpu_s": cpu, "seeds": seed_list, "switches": switches,
+    facts = {"command": command, "wall_s": wall, "cpu_s": cpu, "cpu_text": _cpu_text(cpu, workers, executor),
+             "seeds": seed_list, "switches": switches,
              "later_s": later, "later_note": later_note, "bound": bound, "validation": validation,
              "scenario_name": name, "derived": derived, "tasks": len(tasks)}
     _print(console, s, rec, ranking, fresh, findings, warnings, exports, facts)
@@ -243,7 +252,7 @@ def advise(
     with atomic_dir(dest, kind="advise", force=force) as tmp:
         write_report(tmp, s, rec, ranking, rows, fresh, findings, warnings, exports, facts)
     console.print(f"report: {dest / 'README.md'}  (exports: recommended.toml, vllm_speculative_config.json, "
-                  f"sglang_flags.txt; {wall:.1f} s wall, {cpu:.1f} s CPU)", markup=False)
+                  f"sglang_flags.txt; {wall:.1f} s wall, {_cpu_text(cpu, workers, executor)})", markup=False)
 
 
 def _derive_table(s: Any, spec: str, switch: str, max_batch: int, decision_table: Any) -> str | None:
