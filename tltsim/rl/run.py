@@ -31,12 +31,11 @@ import pandas as pd
 
 from tltcore.drafter.kinds import ngram_acceptance
 from tltcore.drafter.state import DrafterState
-from tltcore.events import CLUSTER, EventLog, empty_event_log
+from tltcore.events import BUSY_KINDS, CLUSTER, EventLog, empty_event_log
 from tltcore.hardware import get_gpu
 from tltcore.model_shape import get_model
 from tltcore.policy.base import NO_SD
 from tltcore.spot_coordinator import Checkpoint, SpotTraining, TrainingSession
-from tltcore.summary import summarize_step
 from tltsim.rl.gpu_memory import TrainingMemoryConfig, training_memory
 from tltsim.rl.phases import PhaseTimes, phase_times
 from tltsim.rl.presets import BASELINE_PRESET, Preset, get_preset, presets_with_baseline
@@ -154,15 +153,9 @@ def _step_row(preset: Preset, res, trained: TrainingResult, phases: PhaseTimes, 
 
 
 def _add_rollout_metrics(steps: pd.DataFrame, events: pd.DataFrame, s: Scenario) -> None:
-    """Per-step rollout metrics from the event log (the same summary as rollout-only runs)."""
-    accept, idle, idle_frac = [], [], []
-    rows_of = events.groupby("step", sort=False).indices  # one pass, not a filter of the whole log per step
-    for step in steps["step"]:
-        rows = rows_of.get(step, np.zeros(0, dtype=np.intp))
-        summ = summarize_step(events.take(rows).reset_index(drop=True), gpus=s.cluster.gpus, tp=s.cluster.tp)
-        accept.append(summ.mean_accept_length)
-        idle.append(summ.gpu_idle_s)
-        idle_frac.append(summ.idle_fraction)
+    """Per-step rollout metrics from the event log: the accept length, GPU idle seconds and idle
+    fraction :func:`~tltcore.summary.summarize_step` gives each step (:func:`_step_metrics`)."""
+    accept, idle, idle_frac = _step_metrics(events, steps["step"].tolist(), s.cluster.gpus, s.cluster.tp)
     steps["mean_accept_length"] = accept
     steps["rollout_gpu_idle_s"] = idle
     steps["rollout_idle_fraction"] = idle_frac
@@ -170,6 +163,54 @@ def _add_rollout_metrics(steps: pd.DataFrame, events: pd.DataFrame, s: Scenario)
     # GPU-seconds of the bubble the Spot Trainer used: training worker-seconds x tp
     steps["bubble_used_fraction"] = [
         (w * s.cluster.tp / i) if i > 0 else 0.0 for w, i in zip(steps["spot_worker_s"], idle, strict=True)]
+
+
+def _step_metrics(events: pd.DataFrame, step_list: list[int], gpus: int, tp: int
+                  ) -> tuple[list[float], list[float], list[float]]:
+    """``summarize_step``'s ``mean_accept_length``, ``gpu_idle_s`` and ``idle_fraction`` of every step
+    in ``step_list``, from numpy columns of the whole log (one pandas filter per step cost more than
+    the step's simulation): the same rows (rollout phase; the cluster ``stage`` row as the window,
+    else the rows' span; busy kinds for finish times), the same integer sums and the same float
+    operations, ``(makespan - finish).sum()`` on the same per-worker array."""
+    col = {c: events[c].to_numpy() for c in ("step", "worker", "t_start", "t_end", "iterations", "batch_size",
+                                               "depth", "tokens")}
+    rollout = (events["phase"] == "rollout").to_numpy(bool)
+    kind = events["kind"].to_numpy(object)
+    stage, busy, decode = kind == "stage", np.isin(kind, BUSY_KINDS), kind == "decode"
+    rows_of = pd.Series(np.arange(len(events))).groupby(col["step"], sort=False).indices if len(events) else {}
+    n_workers = gpus // tp
+    accept, idle, idle_frac = [], [], []
+    for step in step_list:
+        rows = rows_of.get(step, np.zeros(0, dtype=np.intp))
+        rows = rows[rollout[rows]]
+        worker, t0, t1 = col["worker"][rows], col["t_start"][rows], col["t_end"][rows]
+        win = stage[rows] & (worker == CLUSTER)
+        if win.any():
+            start, end = float(t0[win].min()), float(t1[win].max())
+        elif len(rows):
+            start, end = float(t0.min()), float(t1.max())
+        else:
+            start, end = 0.0, 0.0
+        makespan = end - start
+        finish = np.zeros(n_workers, dtype=np.float64)
+        mine = busy[rows] & (worker >= 0)
+        if mine.any():
+            w, last = worker[mine], t1[mine]
+            if w.max() >= n_workers:
+                raise ValueError(f"event log has worker {w.max()} but the layout has {n_workers}")
+            seen = np.zeros(n_workers, dtype=bool)
+            seen[w] = True
+            ends = np.full(n_workers, -np.inf)
+            np.maximum.at(ends, w, last)  # each worker's last busy end, then minus start (as groupby max)
+            finish = np.where(seen, ends - start, 0.0)
+        gpu_idle = float((makespan - finish).sum() * tp)
+        sd = decode[rows] & (worker >= 0) & (col["depth"][rows] > 0)
+        req_iters = float(np.add.reduce(col["iterations"][rows][sd] * col["batch_size"][rows][sd]))
+        tokens = float(np.add.reduce(col["tokens"][rows][sd]))
+        accept.append(tokens / req_iters if req_iters else float("nan"))
+        idle.append(gpu_idle)
+        idle_frac.append(gpu_idle / (makespan * gpus) if makespan > 0 else 0.0)
+    return accept, idle, idle_frac
 
 
 def compare_presets(s: Scenario, inputs: SimInputs | None = None, *, progress=None,

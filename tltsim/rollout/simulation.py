@@ -84,6 +84,7 @@ class RolloutRun:
         self.name = policy_name or self.policies[0].name
         self.log = SimEventLog(run_id=run_id, source="sim", policy=self.name, coalesce=engine.coalesce)
         self.recent = [RecentAccept() for _ in self.policies]
+        self._pricers: dict[str, object] = {}  # the fast path's pricers, built by the first worker
         self.clock = 0.0
 
     @property
@@ -107,7 +108,8 @@ class RolloutRun:
             worker = RolloutWorker(w, prompts[idx], responses[idx], policy=self.policies[w], cost=self.cost,
                                    accept=self.accept, sampler=self.sampler, engine=self.engine,
                                    rng=np.random.default_rng([self.seed, step, w]), log=self.log,
-                                   drafter=self.drafter, recent=self.recent[w], step=step, t0=t0, on_finish=progress)
+                                   drafter=self.drafter, recent=self.recent[w], step=step, t0=t0, on_finish=progress,
+                                   pricers=self._pricers)
             workers.append(worker)
             env.process(_worker_process(env, worker))
         env.run()

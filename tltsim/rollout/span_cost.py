@@ -44,7 +44,7 @@ import numpy as np
 from tltcore.cost.roofline import RooflineCostModel, _ForwardCosts
 from tltcore.policy.base import SDConfig
 
-SpanPricer = Callable[[np.ndarray, SDConfig], list[float]]
+SpanPricer = Callable[..., list[float]]
 PrefillPricer = Callable[[np.ndarray, np.ndarray, int, bool, bool], tuple[float, int]]
 _PARTS = ("sd_time", "_sd_constants", "_draft_attention", "_sums", "padded")
 _PREFILL_PARTS = ("prefill_time", "drafter_prefill_time", "_prefill")
@@ -73,36 +73,50 @@ def span_pricer(cost: object) -> SpanPricer | None:
     bs = cost.kv_block_size
     kv_d, att_d = draft.kv_read_s_per_token, draft.attention_s_per_position
     kv_t, att_t = target.kv_read_s_per_token, target.attention_s_per_position
-    tail = (cost.sd_overhead_s, cost.iteration_overhead_s)
-    steps: dict[int, np.ndarray] = {}  # depth -> the column (1, 2, ..., depth)
+    tail0, tail1 = cost.sd_overhead_s, cost.iteration_overhead_s
+    consts: dict[tuple[int, SDConfig], tuple] = {}  # (batch, shape) -> what does not depend on the contexts
 
-    def price(ctx_rows: np.ndarray, config: SDConfig) -> list[float]:
-        k, b = ctx_rows.shape
+    def constants(b: int, config: SDConfig) -> tuple:
         depth, topk, verify_tokens = config.depth, config.topk, config.verify_tokens
         draft_fixed, draft_overhead, verify_fixed = cost._sd_constants(b, depth, topk, verify_tokens)
-        # RooflineCostModel._sums per row: b * sum(ceil(x / b)) and sum(x), exact integers
-        paged = np.add.reduce(np.floor_divide(ctx_rows + (bs - 1), bs), axis=1) * bs
-        ctx_sum = np.add.reduce(ctx_rows, axis=1)
-        # _draft_attention: total starts at draft_fixed, each step adds max(kv, att) in step order
-        # (add.accumulate down the rows is that sequential sum, element-wise)
-        col = steps.get(depth)
-        if col is None:
-            col = steps[depth] = np.arange(1, depth + 1, dtype=np.int64)[:, None]
-        drafted = col * b  # b * (step + 1) for step < depth, one row per step
-        kv = (paged + topk * drafted) * kv_d
-        att = (topk * (ctx_sum + drafted)) * att_d
-        terms = np.empty((depth + 1, k))
-        terms[0] = draft_fixed
-        np.maximum(kv, att, out=terms[1:])  # = `att if att > kv else kv`: no NaNs, no signed zeros here
-        total = np.add.accumulate(terms, axis=0)[depth]
         tokens = verify_tokens + 1
-        kv = (paged + b * tokens) * kv_t
-        att = (tokens * (ctx_sum + b * tokens)) * att_t
-        verify = verify_fixed + np.maximum(kv, att)  # _ForwardCosts.attention_time: max(kv, att)
-        out = total + draft_overhead
-        out += verify
-        out += tail[0]
-        out += tail[1]
+        drafted = np.arange(1, depth + 1, dtype=np.int64) * b  # b * (step + 1) for step < depth
+        # rows 0..depth-1: the draft steps, row depth: the verify forward. KV read: (paged + kv_add) * kv_s;
+        # attention: (per_ctx * ctx_sum + att_add) * att_s, i.e. topk * (ctx_sum + drafted) and
+        # tokens * (ctx_sum + b * tokens) as exact integers before the one float product
+        kv_add = np.append(topk * drafted, b * tokens)[:, None]
+        per_ctx = np.append(np.full(depth, topk, dtype=np.int64), tokens)[:, None]
+        att_add = np.append(topk * drafted, tokens * (b * tokens))[:, None]
+        kv_s = np.append(np.full(depth, kv_d), kv_t)[:, None]
+        att_s = np.append(np.full(depth, att_d), att_t)[:, None]
+        return depth, draft_fixed, draft_overhead, verify_fixed, kv_add, per_ctx, att_add, kv_s, att_s
+
+    shift = bs.bit_length() - 1 if bs & (bs - 1) == 0 else None  # x // bs as x >> shift (x >= 0)
+
+    def price(ctx_rows: np.ndarray, config: SDConfig, ctx_sum: np.ndarray | None = None) -> list[float]:
+        k, b = ctx_rows.shape
+        c = consts.get((b, config))
+        if c is None:
+            c = consts[(b, config)] = constants(b, config)
+        depth, draft_fixed, draft_overhead, verify_fixed, kv_add, per_ctx, att_add, kv_s, att_s = c
+        # RooflineCostModel._sums per row: b * sum(ceil(x / b)) and sum(x), exact integers (``ctx_sum``:
+        # the row sums when the caller has them)
+        up = ctx_rows + (bs - 1)
+        paged = np.add.reduce(np.right_shift(up, shift, out=up) if shift is not None else up // bs, axis=1) * bs
+        if ctx_sum is None:
+            ctx_sum = np.add.reduce(ctx_rows, axis=1)
+        terms = np.empty((depth + 2, k))
+        terms[0] = draft_fixed
+        # max(kv, att) per draft step and for the verify forward (`att if att > kv else kv`: no NaNs,
+        # no signed zeros here)
+        np.maximum((paged + kv_add) * kv_s, (per_ctx * ctx_sum + att_add) * att_s, out=terms[1:])
+        # _draft_attention: total starts at draft_fixed, each step adds its max in step order
+        # (add.accumulate down the rows is that sequential sum, element-wise)
+        out = np.add.accumulate(terms[:depth + 1], axis=0)[depth]
+        out += draft_overhead
+        out += verify_fixed + terms[depth + 1]  # the verify forward: fixed + attention_time
+        out += tail0
+        out += tail1
         return out.tolist()
 
     return price
@@ -119,6 +133,7 @@ def prefill_pricer(cost: object) -> PrefillPricer | None:
     bs, overhead = cost.kv_block_size, cost.iteration_overhead_s
     t_fixed, t_att = cost._target.fixed_time, cost._target.attention_time
     d_fixed, d_att = cost._draft.fixed_time, cost._draft.attention_time
+    t_vec, d_vec = _forward_mirror(cost._target), _forward_mirror(cost._draft)
 
     def price(new: np.ndarray, cached: np.ndarray, budget: int, target: bool, drafter: bool) -> tuple[float, int]:
         keep = new > 0  # prefill_passes skips empty requests
@@ -135,10 +150,23 @@ def prefill_pricer(cost: object) -> PrefillPricer | None:
         req = np.searchsorted(starts, cuts, side="right") - 1
         old = cached[req] + (cuts - starts[req])  # tokens of that request before the chunk
         first = np.searchsorted(cuts // budget, np.arange(n_pass, dtype=np.int64))  # each pass's first chunk
-        rows = np.add.reduceat(seg, first).tolist()
-        live = np.diff(np.append(first, len(cuts))).tolist()
-        kv = (np.add.reduceat(-(-old // bs) * bs, first) + rows).tolist()
-        pos = np.add.reduceat(seg * old + seg * (seg + 1) // 2, first).tolist()
+        rows = np.add.reduceat(seg, first)
+        live = np.diff(np.append(first, len(cuts)))
+        kv = np.add.reduceat(-(-old // bs) * bs, first) + rows
+        pos = np.add.reduceat(seg * old + seg * (seg + 1) // 2, first)
+        if (t_vec is not None or not target) and (d_vec is not None or not drafter):
+            # every pass's terms element-wise, then the running total added in pass order
+            terms = []
+            if target:
+                terms.append(t_vec(rows, live, kv, pos) + overhead)
+            if drafter:
+                terms.append(d_vec(rows, None, kv, pos) + overhead)
+            seq = np.empty(len(terms) * n_pass + 1)
+            seq[0] = 0.0
+            for i, x in enumerate(terms):
+                seq[1 + i::len(terms)] = x
+            return float(np.add.accumulate(seq)[-1]), n_pass
+        rows, live, kv, pos = rows.tolist(), live.tolist(), kv.tolist(), pos.tolist()
         total = 0.0
         for r, n_live, k, q in zip(rows, live, kv, pos, strict=True):
             if target:
@@ -148,6 +176,35 @@ def prefill_pricer(cost: object) -> PrefillPricer | None:
         return total, n_pass
 
     return price
+
+
+def _forward_mirror(f: object) -> Callable[[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray], np.ndarray] | None:
+    """``terms(rows, logit_rows, kv, pos)``: ``f.fixed_time(r, l) + f.attention_time(k, q)`` per pass,
+    element-wise (``logit_rows`` None: ``fixed_time(r, 0)``, hidden states only), for rows > 0: the
+    same IEEE operations in the same order (``a if a > b else b`` and ``max`` as ``numpy.where``;
+    no NaNs or signed zeros arise). None unless ``f`` is exactly the sharp roofline's forward."""
+    if type(f) is not _ForwardCosts or f.smoothness != np.inf:
+        return None
+    weight_s, mm, layers, lat, ar = f.weight_s, f.matmul_s_per_token, f.layers, f.collective_latency_s, \
+        f.allreduce_s_per_token
+    lm_w, lm, lg, launch = f.lm_head_weight_s, f.lm_head_s_per_token, f.logits_gather_s_per_token, f.launch_s
+    kv_s, att_s = f.kv_read_s_per_token, f.attention_s_per_position
+
+    def terms(rows: np.ndarray, logit_rows: np.ndarray | None, kv: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        compute = rows * mm
+        matmul = np.where(weight_s > compute, weight_s, compute)  # _roof: memory if memory > compute else compute
+        comm = 2 * layers * (lat + rows * ar)
+        if logit_rows is None:
+            fixed = matmul + comm + launch
+        else:
+            head = logit_rows * lm
+            lm_head = np.where(lm_w > head, lm_w, head)
+            gather = lat + logit_rows * lg
+            fixed = matmul + lm_head + comm + gather + launch
+        a, b = kv * kv_s, pos * att_s
+        return fixed + np.where(b > a, b, a)  # max(a, b): b only when strictly larger
+
+    return terms
 
 
 def plain_pricer(cost: object) -> PlainPricer | None:
@@ -184,10 +241,23 @@ def plain_phase_pricer(cost: object) -> PlainPhasePricer | None:
         return None
     bs, tables, cycle, step_of, kv_per_token = parts
     res = np.arange(bs, dtype=np.int64)
+    known = [np.full(0, np.nan)]  # known[0][size]: step_of(size), NaN where not asked yet
+
+    def steps(b: np.ndarray) -> np.ndarray:
+        table = known[0]
+        top = int(b.max())
+        if top >= len(table):
+            table = known[0] = np.concatenate([table, np.full(top + 1 - len(table) + 64, np.nan)])
+        step = table[b]
+        missing = np.isnan(step)
+        if missing.any():
+            for size in np.unique(b[missing]).tolist():
+                table[size] = step_of(size)
+            step = table[b]
+        return step
 
     def price(n: np.ndarray, b: np.ndarray, ctx_sum: np.ndarray, hist: np.ndarray, start: np.ndarray) -> np.ndarray:
-        uniq, inv = np.unique(b, return_inverse=True)
-        step = np.array([step_of(int(x)) for x in uniq.tolist()], dtype=np.float64)[inv]
+        step = steps(b)
         entry = tables[(n % bs)[:, None], (res[None, :] + start[:, None]) % bs]  # tables[n % bs][(r + start) % bs]
         pad = (n // bs) * cycle * b + np.add.reduce(entry * hist, axis=1)
         paged = n * ctx_sum + b * (n * (n - 1) // 2) + pad

@@ -56,13 +56,37 @@ _BLOCK_DRAWS = 4096  # accept lengths drawn at once by the block SD path (iterat
 _sum, _min = np.add.reduce, np.minimum.reduce  # skip ndarray.sum's Python wrapper on the hot path
 
 
+class _Uniforms:
+    """The uniform numbers of a worker's RNG as a stream that can be rewound (the fast path's
+    acceptance draws). ``random(n)`` returns the next ``n`` numbers of ``rng.random``'s stream -- the
+    ones ``rng.random(n)`` would return there, since a Generator's doubles do not depend on how the
+    calls are chunked -- generated ahead in chunks; ``pos -= m`` gives back the last ``m`` taken (at
+    most the last call's). The worker's RNG serves nothing else, so drawing ahead changes nothing."""
+
+    __slots__ = ("buf", "pos", "rng")
+    CHUNK = 8192
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng, self.buf, self.pos = rng, np.empty(0), 0
+
+    def random(self, n: int) -> np.ndarray:
+        end = self.pos + n
+        if end > len(self.buf):
+            self.buf = np.concatenate([self.buf[self.pos:], self.rng.random(max(n, self.CHUNK))])
+            self.pos, end = 0, n
+        out = self.buf[self.pos:end]
+        self.pos = end
+        return out
+
+
 class RolloutWorker:
     """One worker's requests for one step, with a local clock starting at ``t0``."""
 
     def __init__(self, idx: int, prompts: np.ndarray, responses: np.ndarray, *, policy: SDPolicy,
                  cost: CostModel, accept: AcceptanceModel | None, sampler: AcceptSampler | None,
                  engine: EngineConfig, rng: np.random.Generator, log: SimEventLog, drafter: DrafterState,
-                 recent: RecentAccept, step: int, t0: float, on_finish: Callable[[int], None] | None = None) -> None:
+                 recent: RecentAccept, step: int, t0: float, on_finish: Callable[[int], None] | None = None,
+                 pricers: dict[str, object] | None = None) -> None:
         self.idx, self.step_no = idx, step
         self.q_prompt = prompts.astype(np.int64)
         self.q_resp = np.maximum(responses.astype(np.int64), 1)
@@ -82,15 +106,23 @@ class RolloutWorker:
         self.finish_time = t0
         self.row_closed = False
         self.fast = engine.fast
-        # a block's SD times in one vectorised call where the cost model allows (span_cost docstring)
-        self._price = span_pricer(cost) if engine.fast else None
-        self._price_prefill = prefill_pricer(cost) if engine.fast else None
-        self._price_plain = plain_pricer(cost) if engine.fast else None
-        self._price_phase = plain_phase_pricer(cost) if engine.fast else None
+        # a block's SD times in one vectorised call where the cost model allows (span_cost docstring),
+        # the pricers built once per run (``pricers``: the run's cache, shared by its workers)
+        if engine.fast:
+            if pricers is None or not pricers:
+                made = {"sd": span_pricer(cost), "prefill": prefill_pricer(cost), "plain": plain_pricer(cost),
+                        "phase": plain_phase_pricer(cost)}
+                pricers = made if pricers is None else pricers
+                pricers.update(made)
+            self._price, self._price_prefill = pricers["sd"], pricers["prefill"]
+            self._price_plain, self._price_phase = pricers["plain"], pricers["phase"]
+        else:
+            self._price = self._price_prefill = self._price_plain = self._price_phase = None
         # a policy's promise of plain spans above a batch size (tltcore.policy.base): whole plain
         # phases in closed form (tltsim.rollout.plain_phase), on the fast path with spans allowed
         self._plain_bound = getattr(policy, "plain_above", None) if engine.fast and engine.closed_form else None
         self.lag_dirty = True  # some live drafter may lag (fast path: skip the catch-up scan when not)
+        self._uniforms: _Uniforms | None = None  # the fast path's acceptance draws (_stream)
         self._mixed_base: float | None = None
         self._accept_len: dict[SDConfig, float] = {}
         self._done_t: list[float] = []  # when responses finished, and how many each time (DataCoverage's input)
@@ -434,59 +466,93 @@ class RolloutWorker:
 
         Until the first request finishes nothing is clipped, so the iterations of a block are cumulative
         sums of its draws; the block ends the span at its first iteration in which a request finishes
-        (or at ``hold``), and the RNG is rewound to exactly the draws the iterations used (the draws
-        of ``k`` iterations of ``b`` requests are ``rng.random(k * b)``, the per-iteration stream in
-        order). A block never spans more iterations than the shortest remaining response, since every
-        iteration emits at least one token per request. Times, the recent-accept estimate and the
-        emitted totals are still added one iteration at a time, in the same order."""
+        (or at ``hold``), and the uniform stream is rewound to exactly the draws the iterations used
+        (the draws of ``k`` iterations of ``b`` requests are the next ``k * b`` numbers of the
+        per-iteration stream, in order: :class:`_Uniforms`). A block never spans more iterations than
+        the shortest remaining response, since every iteration emits at least one token per request,
+        and is sized to about the iterations that response needs at the expected accept length (the
+        rest would be drawn and rewound; a span longer than its first block takes another). Times,
+        the recent-accept estimate and the emitted totals are still added one iteration at a time, in
+        the same order."""
         live = self.live
         b, t0 = len(live), self.t
-        cost, recent, rng, price = self.cost, self.recent, self.rng, self._price
+        cost, recent, price = self.cost, self.recent, self._price
+        if self.accept is None or self.sampler is None:
+            self._draw(config, b)  # raises: no acceptance model
+        uniforms = self._stream()
+        draw, drafter = self.sampler.draw, self.drafter
+        mean = self._accept_len.get(config)
+        if mean is None:
+            mean = self._accept_len[config] = float(self.accept.expected_accept_length(config, drafter))
+        fold = type(recent) is RecentAccept  # the EMA folded inline (RecentAccept.update, same operations)
+        keep = 1.0 - recent.weight
+        ema = recent.value
+        t = t0
         emitted_total = 0.0
-        drawn_total = np.zeros(b, dtype=np.int64)
+        drawn_total = None
         n = 0
         cap = max(2, _BLOCK_DRAWS // b)
+        rem, ctx = live.rem, live.ctx
+        end = rem + ctx  # prompt + response: a request is done when its context reaches it
         while True:
-            rem, ctx = live.rem, live.ctx
-            k = min(hold - n, int(_min(rem)), cap)
-            state = rng.bit_generator.state
-            drawn = self._draw(config, k * b).reshape(k, b)
-            cum = np.cumsum(drawn, axis=0)
-            hit = (cum >= rem).any(axis=1)
-            finish = bool(hit.any())
-            used = int(hit.argmax()) + 1 if finish else k
-            if used < k:  # rewind: only the draws of the iterations that ran
-                rng.bit_generator.state = state
-                rng.random(used * b)
-            sums = np.add.reduce(drawn[:used], axis=1).tolist()
-            ctx_rows = np.empty((used, b), dtype=np.int64)
-            ctx_rows[0] = ctx
-            if used > 1:
-                np.add(ctx, cum[:used - 1], out=ctx_rows[1:])
-            if finish:
-                before = cum[used - 2] if used > 1 else 0
-                step = np.minimum(rem - before, drawn[used - 1])
-                sums[-1] = int(_sum(step))
-                emitted_block = step + before
+            shortest = int(_min(rem))
+            k = min(hold - n, shortest, cap, int(shortest / mean * 1.25) + 2)
+            # rows[j]: the contexts after j iterations of this block, unclipped (row 0: now)
+            rows = np.empty((k + 1, b), dtype=np.int64)
+            rows[0] = ctx
+            rows[1:] = draw(config, k * b, uniforms, drafter).reshape(k, b)
+            np.cumsum(rows, axis=0, out=rows)
+            hit = np.logical_or.reduce(rows[1:] >= end, axis=1)
+            used = int(hit.argmax()) + 1
+            finish = bool(hit[used - 1])
+            if not finish:
+                used = k
+            elif used < k:  # rewind: only the draws of the iterations that ran
+                uniforms.pos -= (k - used) * b
+            sums = np.add.reduce(rows[:used + 1], axis=1)  # the contexts' sum before each iteration, and after
+            emitted = (sums[1:] - sums[:-1]).tolist()  # tokens of each iteration (whole numbers, exact)
+            span_drawn = rows[used] - ctx
+            drawn_total = span_drawn if drawn_total is None else drawn_total + span_drawn
+            if finish:  # the last iteration clipped at each request's end
+                np.minimum(rows[used], end, out=ctx)
+                emitted[-1] = int(_sum(ctx)) - int(sums[used - 1])
             else:
-                emitted_block = cum[used - 1]
-            dts = price(ctx_rows, config) if price is not None and used >= _PRICE_ROWS else \
-                [cost.sd_time(c, config) for c in ctx_rows]
-            for dt, emitted in zip(dts, sums, strict=True):
-                emitted = float(emitted)
-                emitted_total += emitted
-                recent.update(emitted / b)
-                self.t += dt
-            drawn_total += cum[used - 1]
+                ctx[:] = rows[used]
+            np.subtract(end, ctx, out=rem)
+            dts = price(rows[:used], config, sums[:used]) if price is not None and used >= _PRICE_ROWS else \
+                [cost.sd_time(c, config) for c in rows[:used]]
+            if fold:
+                for dt, e in zip(dts, emitted, strict=True):
+                    e = float(e)
+                    emitted_total += e
+                    a = e / b
+                    ema = a if ema is None else a + keep * (ema - a)
+                    t += dt
+            else:
+                for dt, e in zip(dts, emitted, strict=True):
+                    e = float(e)
+                    emitted_total += e
+                    recent.update(e / b)
+                    t += dt
             n += used
-            live.advance(emitted_block, _EPS)
             if finish or n >= hold:
                 break
-        live.lag[:] = 0
-        self.lag_dirty = False
+        if fold:
+            recent.value = ema
+        self.t = t
+        if self.lag_dirty:  # else every lag is already 0
+            live.lag[:] = 0
+            self.lag_dirty = False
         self.iteration += n
         accepted = (drawn_total - n).astype(np.float64)  # whole numbers: the per-iteration float sums exactly
         self._close_sd_span(config, b, n, t0, emitted_total, accepted)
+
+    def _stream(self) -> _Uniforms:
+        """The worker's acceptance draws as a rewindable stream (fast path; created on first use)."""
+        u = self._uniforms
+        if u is None:
+            u = self._uniforms = _Uniforms(self.rng)
+        return u
 
     def _speculate_expected_blocks(self, config: SDConfig, hold: int) -> None:
         """:meth:`_speculate` in expected mode over blocks of iterations.
@@ -502,9 +568,14 @@ class RolloutWorker:
         cost, recent, price = self.cost, self.recent, self._price
         a = self._draw(config, b)
         full = float(_sum(np.full(b, a)))  # one unclipped iteration's emitted tokens, summed as numpy does
+        per_request = full / b
         less = a - 1
         acc_each = 0.0
         emitted_total = 0.0
+        fold = type(recent) is RecentAccept  # the EMA folded inline (RecentAccept.update, same operations)
+        keep = 1.0 - recent.weight
+        ema = recent.value
+        t = t0
         n = 0
         cap = max(2, _BLOCK_DRAWS // b)
         prompt = live.prompt
@@ -518,24 +589,31 @@ class RolloutWorker:
             g[0], g[1:] = gen, a
             np.cumsum(g, axis=0, out=g)
             hit = np.minimum.reduce(r[1:], axis=1) <= _EPS
-            finish = bool(hit.any())
-            used = int(hit.argmax()) + 1 if finish else k
+            used = int(hit.argmax()) + 1
+            finish = bool(hit[used - 1])
+            if not finish:
+                used = k
             ctx_rows = np.empty((used, b), dtype=np.int64)
             ctx_rows[0] = live.ctx
             if used > 1:
                 np.add(np.floor(g[1:used] + _EPS).astype(np.int64), prompt, out=ctx_rows[1:])
             dts = price(ctx_rows, config) if price is not None and used >= _PRICE_ROWS else \
                 [cost.sd_time(c, config) for c in ctx_rows]
+            last = used - 1 if finish else -1
             for j, dt in enumerate(dts):
-                if finish and j == used - 1:
+                if j == last:
                     step = np.minimum(r[j], a)
                     emitted = float(_sum(step))
+                    x = emitted / b
                 else:
-                    emitted = full
+                    emitted, x = full, per_request
                 acc_each += less
                 emitted_total += emitted
-                recent.update(emitted / b)
-                self.t += dt
+                if fold:
+                    ema = x if ema is None else x + keep * (ema - x)
+                else:
+                    recent.update(x)
+                t += dt
             n += used
             if finish:
                 rem[:] = r[used - 1] - step
@@ -546,6 +624,9 @@ class RolloutWorker:
             np.add(prompt, np.floor(gen + _EPS).astype(np.int64), out=live.ctx)
             if finish or n >= hold:
                 break
+        if fold:
+            recent.value = ema
+        self.t = t
         live.lag[:] = 0
         self.lag_dirty = False
         self.iteration += n
@@ -587,7 +668,7 @@ class RolloutWorker:
             if a is None:
                 a = self._accept_len[config] = float(self.accept.expected_accept_length(config, self.drafter))
             return a
-        return self.sampler.draw(config, b, self.rng, self.drafter)
+        return self.sampler.draw(config, b, self._stream() if self.fast else self.rng, self.drafter)
 
     @property
     def done_at(self) -> list[np.ndarray]:

@@ -1,0 +1,121 @@
+"""The fast path's building blocks, each against what it replaces, to the last bit: the uniform stream
+(draws ahead, rewinds), the SD block pricer given the caller's row sums and at any KV block size,
+the plain-phase pricer against the per-span pricer, the prefill pricer's element-wise forwards, and
+the RL run's per-step metrics against :func:`tltcore.summary.summarize_step`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import needs_shared_traces
+from tltcore.cost import RooflineCostModel
+from tltcore.hardware import get_gpu
+from tltcore.model_shape import get_model
+from tltcore.policy.base import SDConfig
+from tltcore.summary import summarize_step
+from tltsim.rollout.span_cost import plain_phase_pricer, plain_pricer, prefill_pricer, span_pricer
+from tltsim.rollout.worker import _Uniforms
+
+SHAPES = [SDConfig(8, 4, 48), SDConfig(8, 4, 8), SDConfig(4, 1, 4), SDConfig(12, 8, 64), SDConfig(1, 1, 1)]
+
+
+def _rooflines():
+    qwen7b, qwen32b, h100 = get_model("Qwen2.5-7B"), get_model("Qwen2.5-32B"), get_gpu("h100")
+    return [RooflineCostModel(qwen7b, h100), RooflineCostModel(qwen32b, h100, tp=4, kv_block_size=12),
+            RooflineCostModel(qwen32b, h100, tp=4, kv_block_size=1), RooflineCostModel(qwen7b, h100, kv_block_size=32),
+            RooflineCostModel(qwen7b, h100, tp=2, smoothness=4.0, kernel_latency_s=2e-6, kernels_per_layer=9)]
+
+
+def test_uniform_stream_is_the_generators_stream_with_rewinds():
+    a, b = np.random.default_rng(7), np.random.default_rng(7)
+    stream = _Uniforms(b)
+    rng = np.random.default_rng(1)
+    got, want = [], []
+    for _ in range(400):
+        n = int(rng.integers(1, 3000))
+        take = stream.random(n)
+        back = int(rng.integers(0, n + 1))
+        stream.pos -= back  # give back the last `back` of them
+        got.append(take[:n - back].copy())
+        want.append(a.random(n - back))
+    assert np.array_equal(np.concatenate(got), np.concatenate(want))
+
+
+def test_sd_block_prices_with_the_callers_row_sums_and_any_block_size():
+    rng = np.random.default_rng(4)
+    for cost in _rooflines():
+        price = span_pricer(cost)
+        assert price is not None
+        for b in (1, 3, 8, 21, 64, 300):
+            for config in SHAPES:
+                rows = rng.integers(1, 40_000, size=(int(rng.integers(1, 12)), b), dtype=np.int64)
+                want = [cost.sd_time(r, config) for r in rows]
+                assert price(rows, config) == want
+                assert price(rows, config, np.add.reduce(rows, axis=1)) == want
+                assert price(rows, config) == want  # the memoised constants serve again
+
+
+def test_plain_phase_prices_equal_the_per_span_pricer():
+    rng = np.random.default_rng(5)
+    for cost in _rooflines():
+        span, phase = plain_pricer(cost), plain_phase_pricer(cost)
+        if span is None:
+            assert phase is None
+            continue
+        bs = cost.kv_block_size
+        for _ in range(40):
+            spans = int(rng.integers(1, 30))
+            n = rng.integers(1, 3 * bs + 5, spans)
+            start = rng.integers(0, 5000, spans)
+            batches = [rng.integers(-200, 30_000, int(rng.integers(1, 700))) for _ in range(spans)]
+            b = np.array([len(c) for c in batches])
+            ctx_sum = np.array([int(c.sum()) + len(c) * int(s) for c, s in zip(batches, start, strict=True)])
+            hist = np.array([np.bincount(c % bs, minlength=bs) for c in batches])
+            got = phase(n, b, ctx_sum, hist, start).tolist()
+            want = [span(c + s, int(k)) for c, s, k in zip(batches, start, n, strict=True)]
+            assert got == want
+
+
+def test_prefill_prices_of_the_sharp_roofline_are_element_wise_forwards():
+    """The vectorised forwards (sharp roofline) and the per-pass loop (smooth one) both equal the
+    pass-by-pass prefill sum; the deep check is in test_speed_span_cost."""
+    from tltsim.rollout.scheduling import prefill_passes
+
+    rng = np.random.default_rng(6)
+    for cost in _rooflines():
+        price = prefill_pricer(cost)
+        for budget in (7, 512, 2048):
+            new = rng.integers(0, 3000, 60)
+            cached = rng.integers(0, 9000, 60)
+            for target, drafter in ((True, False), (False, True), (True, True)):
+                total, passes = 0.0, 0
+                for a, c in prefill_passes(new, cached, budget):
+                    if target:
+                        total += cost.prefill_time(a, c)
+                    if drafter:
+                        total += cost.drafter_prefill_time(a, c)
+                    passes += 1
+                assert price(new, cached, budget, target, drafter) == (total, passes)
+
+
+@needs_shared_traces()
+@pytest.mark.parametrize("mode", ["expected", "stochastic"])
+def test_rl_step_metrics_equal_summarize_step(mode):
+    from tltsim.rl.run import _step_metrics, compare_presets
+    from tltsim.scenario import resolve
+
+    s = resolve(None, [("presets", ("tlt", "tlt-no-elastic"), "t"), ("trace.num_steps", 2, "t"),
+                       ("trace.prompts_per_step", 8, "t"), ("trace.cap", 3000, "t"), ("cluster.gpus", 72, "t"),
+                       ("cluster.tp", 2, "t"),
+                       ("acceptance.mode", mode, "t")]).scenario
+    events, _, _ = compare_presets(s)
+    assert s.n_workers > 8  # numpy sums 8 or more per-worker terms pairwise: the same call must be made
+    for preset, part in events.groupby("policy", sort=False):
+        step_list = sorted(set(part["step"].tolist()))
+        accept, idle, frac = _step_metrics(part.reset_index(drop=True), step_list, s.cluster.gpus, s.cluster.tp)
+        for i, step in enumerate(step_list):
+            want = summarize_step(part[part["step"] == step].reset_index(drop=True), gpus=s.cluster.gpus,
+                                  tp=s.cluster.tp)
+            assert (idle[i], frac[i]) == (want.gpu_idle_s, want.idle_fraction), (preset, step)
+            assert accept[i] == want.mean_accept_length or (np.isnan(accept[i]) and np.isnan(want.mean_accept_length))
