@@ -123,6 +123,25 @@ def test_first_decision_rents_sd_that_loses_now_until_the_loss_pays_for_a_switch
     assert useless.decide(view).config == NO_SD  # drafts that never pay: nothing to rent
 
 
+def test_the_rent_is_checked_where_its_budget_runs_out_not_a_recheck_window_later() -> None:
+    """The same rent with the default recheck (32): the first decision holds SD for exactly the three
+    iterations the budget buys (0.066 s / 0.03 s per iteration, rounded up), then it is off; with a
+    nearly free switch back (the native engine's catch-up of 300-token prompts, priced at a millionth
+    of the re-prefill) the rent is one iteration. A policy that held the recheck window lost ~10% of
+    a CPU validation step here (32 losing SD iterations where one was needed)."""
+    policy = _policy(BatchCost(prefill_s=1e-6))
+    view = _view(200, 300)
+    first = policy.decide(view)
+    assert first.config == SDConfig.chain(2) and first.hold == 3
+    policy.observe(Outcome(first.config, 200, 1800, 0.06, 1200, 1200, iterations=3, accepted_per_request=(6.0,) * 200))
+    assert policy.decide(view).config == NO_SD
+    cheap = _policy(BatchCost(prefill_s=1e-12), switch="catch_up")
+    d = cheap.decide(view)
+    assert d.config == SDConfig.chain(2) and d.hold == 1
+    cheap.observe(Outcome(d.config, 200, 600, 0.02, 400, 400, accepted_per_request=(2.0,) * 200))
+    assert cheap.decide(view).config == NO_SD
+
+
 @pytest.mark.parametrize(("switch", "prefill_s", "switches"), [
     # 700 tokens left each: 7.0 s plain, 5.4 s with SD
     ("reprefill", 1e-4, True),   # re-prefilling 8 x 700 tokens (target + drafter) costs 0.6 s < 1.6 s saved

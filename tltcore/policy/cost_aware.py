@@ -59,8 +59,11 @@ it); later switches set ``switch_on``.
 
 Shapes and holds. While ON the shape maximising predicted emitted tokens per second
 (``accept(c) * batch / sd_time(contexts, c)``) at this view is chosen. Decisions are re-evaluated
-when the batch size changes or every ``recheck`` iterations and held in between: ``decide`` returns
-``hold = recheck - iterations since the last evaluation``, so an engine that runs a span of ``n``
+when the batch size changes or every ``recheck`` iterations and held in between (sooner while it
+rents a losing SD: the evaluation falls when the loss would reach the rent's budget, so renting never
+overshoots it by a whole recheck window; with a nearly free switch, e.g. the native engine's
+catch-up of short prompts, that is after one iteration): ``decide`` returns
+``hold = interval - iterations since the last evaluation``, so an engine that runs a span of ``n``
 iterations and reports it once leaves exactly the state that ``n`` single rounds would (the
 statistics are sums, the counters add up, and no evaluation falls inside a span). Deterministic
 given the sequence of calls: no randomness at all.
@@ -198,6 +201,7 @@ class CostAware:
         self._progress = 0.0  # tokens per request emitted this step (sum of emitted / batch)
         self._off_at = 0.0  # progress when SD last went off
         self._since = self.recheck  # force an evaluation at the first decide
+        self._interval = self.recheck  # iterations until the next evaluation (shorter while renting)
         self._regret = 0.0  # time SD would have saved over the plain iterations since it was last on
         self._saving = 0.0  # ... per plain iteration, at the last evaluation's contexts
         self._loss = 0.0  # time SD lost against plain decoding since it last paid
@@ -211,11 +215,11 @@ class CostAware:
     def decide(self, view: BatchView) -> Decision:
         self._step_requests += max(0, view.batch_size - self._seen_b)  # admissions (what grew the batch)
         self._seen_b = view.batch_size
-        if view.batch_size != self._last_b or self._since >= self.recheck:
+        if view.batch_size != self._last_b or self._since >= self._interval:
             self._evaluate(view)
             self._since = 0
             self._last_b = view.batch_size
-        hold = self.recheck - self._since
+        hold = self._interval - self._since
         if self._pending_switch and self._choice.enabled:
             self._pending_switch = False
             return Decision(self._choice, hold, switch_on=True)
@@ -249,6 +253,7 @@ class CostAware:
             if view.batch_size <= 0:
                 return
             ctx = np.zeros(view.batch_size, dtype=np.int64)  # no contexts given: assume empty ones
+        self._interval = self.recheck
         cost = self.cost_model
         acc = np.array([self.accept_length(c) for c in self.candidates])
         sd_t = np.array([cost.sd_time(ctx, c) for c in self.candidates])
@@ -272,6 +277,8 @@ class CostAware:
             self._pending_switch = self._ran_plain
             self._regret = self._loss = 0.0
             self._choice = best
+            if rent and off_now <= on_now:
+                self._rent_until(self._switch_cost(ctx, self._progress, False))
         elif self._on and off_now < on_now and (known or self._loss >= self._switch_cost(ctx, self._progress, False)):
             self._on = False
             self._off_at = self._progress
@@ -279,6 +286,15 @@ class CostAware:
             self._choice = NO_SD
         else:
             self._choice = best if self._on else NO_SD
+            if self._on and off_now < on_now:  # renting: the plan would be off, the loss is under budget
+                self._rent_until(self._switch_cost(ctx, self._progress, False))
+
+    def _rent_until(self, budget: float) -> None:
+        """Re-evaluate when the loss would reach ``budget`` at the current deficit per iteration (never
+        later than ``recheck``): the rent is checked where it runs out, not a window later."""
+        if self._deficit > 0:
+            left = max(budget - self._loss, 0.0)
+            self._interval = int(min(self.recheck, max(1, np.ceil(left / self._deficit))))
 
     def _earned(self, known: bool, ctx: np.ndarray) -> bool:
         """Ski rental: without known lengths, a switch after plain iterations waits until SD would
