@@ -30,10 +30,11 @@ CORPUS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "hostile/test_hostile_real.py": (("CASES",), ()),
     "hostile/test_hostile_trace_demo.py": (("CASES",), ()),
     "hostile/test_hostile_cost.py": (("CASES",), ()),
+    "advise/test_advise_hostile.py": (("CASES",), ("advise",)),
 }
 EVERY_COMMAND = {"trace list", "trace stats", "trace plot", "trace fetch", "sim run", "sweep run", "sweep status",
                  "sweep points", "report", "demo", "validate", "real generate", "real profile", "real rl",
-                 "cost build", "sim sensitivity"}
+                 "cost build", "sim sensitivity", "advise"}
 
 
 def _load(rel: str) -> ModuleType:
