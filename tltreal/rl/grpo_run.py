@@ -356,10 +356,21 @@ def summarise(steps: pd.DataFrame, cfg: GRPORunConfig) -> dict[str, object]:
             **formats, "reward_kind": cfg.reward_kind, "per_seed": per_seed}
 
 
+def cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else what :mod:`platform` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
 def versions() -> dict[str, str]:
     """What the numbers were measured with."""
     return {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
-            "machine": platform.machine(), "processor": platform.processor() or "unknown",
+            "machine": platform.machine(), "processor": cpu_name(), "cores": str(os.cpu_count()),
             "device": "cpu", "torch_threads": str(torch.get_num_threads())}
 
 
@@ -429,7 +440,8 @@ def readme(summary: dict[str, object]) -> str:
     assert isinstance(v, dict)
     lines = ["# GRPO that learns, against a shuffled-reward control", "",
              f"Reproduce: `{s['command']}`", "",
-             f"Device: CPU ({v['machine']}, {v['torch_threads']} torch thread), Python {v['python']}, torch "
+             f"Device: CPU ({v['processor']}, {v.get('cores', '?')} cores, {v['torch_threads']} torch thread), "
+             f"Python {v['python']}, torch "
              f"{v['torch']}, numpy {v['numpy']}. CPU time: pre-training {s['pretrain_cpu_s']:.0f} s, RL "
              f"{s['rl_cpu_s']:.0f} s (both arms, {seeds} seed{'s' if seeds > 1 else ''}), whole command "
              f"{s['cpu_s']:.0f} s; wall {s['wall_s']:.0f} s at load average {s['load_start']:.1f} -> "
