@@ -9,9 +9,9 @@ knobs. What each engine can express, and so what is exported:
   per-batch-size table (``num_speculative_tokens_per_batch_size``: inclusive ``[first, last, k]``
   rows from batch 1, ``k = 0`` = no SD there), fixed when the engine starts. So: ``no-sd``, static
   chains, ``vllm-table`` with chain rows and ``elastic:T:1+static:K_1_K`` (an elastic switch without
-  hysteresis is "K up to batch T, 0 above"). :func:`batch_table` is the same mapping as
-  :func:`tltreal.backends.vllm_backend.vllm_schedule` (the real vLLM backend's; this module may not
-  import tltreal), and a test holds the two equal.
+  hysteresis is "K up to batch T, 0 above"). :func:`batch_table` and the real vLLM backend's
+  :func:`tltreal.backends.vllm_backend.vllm_schedule` both read the policy with
+  :func:`tltcore.policy.batch_schedule.batch_schedule`, and a test holds the two equal.
 * **SGLang** (its package is not installed here; :data:`SGLANG_SPECULATIVE_ARGS` lists the documented
   argument names with their source): a static draft shape (``--speculative-num-steps``,
   ``--speculative-eagle-topk``, ``--speculative-num-draft-tokens``: trees too), or with EAGLE/EAGLE3
@@ -31,11 +31,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tltcore.errors import InputError
-from tltcore.policy.base import NO_SD, NoSD, SDConfig, Static
-from tltcore.policy.elastic import Elastic
+from tltcore.policy.base import SDConfig
+from tltcore.policy.batch_schedule import BatchSchedule, batch_schedule
 from tltcore.policy.registry import _NullModels, make_policy
 from tltcore.policy.sglang_ema import SglangEma
-from tltcore.policy.vllm_table import VllmTable
 
 #: The vLLM version whose ``SpeculativeConfig`` the keys below were read from (the installed one).
 VLLM_VERSION = "0.32.0"
@@ -81,59 +80,15 @@ def _policy(spec: str) -> Any:
     return make_policy(spec, accept_model=null, cost_model=null)
 
 
-Row = tuple[int, int, SDConfig]  # (first batch size, last batch size, draft shape), inclusive
-
-
-@dataclass(frozen=True)
-class Table:
-    """A per-batch-size schedule of draft shapes covering batch 1 to ``max_batch``, and whether it is
-    the policy exactly (``exact``) or drops something the engine cannot do (``note`` says what)."""
-
-    rows: tuple[Row, ...]
-    exact: bool = True
-    note: str = ""
-
-    @property
-    def shapes(self) -> tuple[SDConfig, ...]:
-        return tuple(dict.fromkeys(c for _, _, c in self.rows))
-
-    @property
-    def chains_only(self) -> bool:
-        return all(not c.enabled or (c.topk == 1 and c.verify_tokens == c.depth) for _, _, c in self.rows)
-
-
-def batch_table(spec: str, max_batch: int) -> Table | None:
-    """The batch-size schedule ``spec`` amounts to, or None when it decides from more than the batch
-    size (a bandit, cost-aware, the EMA, the oracle): ``no-sd`` and ``static`` are one row, a
-    ``vllm-table`` its rows (clipped to ``max_batch``), ``elastic:T:C+static:S`` ``S`` up to ``T`` and
-    no SD above (exact only for ``C == 1``: an engine's table has no hysteresis)."""
-    policy = _policy(spec)
-    if isinstance(policy, NoSD):
-        return Table(((1, max_batch, NO_SD),))
-    if isinstance(policy, Static):
-        return Table(((1, max_batch, policy.config),))
-    if isinstance(policy, VllmTable):
-        rows: list[Row] = []
-        lo = 1
-        for hi, cfg in policy.table:
-            if lo <= max_batch:
-                rows.append((lo, min(hi, max_batch), cfg))
-            lo = hi + 1
-        if lo <= max_batch:
-            rows.append((lo, max_batch, policy.above))
-        return Table(tuple(rows))
-    if isinstance(policy, Elastic) and isinstance(policy.inner, Static):
-        cfg, t = policy.inner.config, policy.threshold
-        rows = [(1, min(t, max_batch), cfg)] + ([(t + 1, max_batch, NO_SD)] if t < max_batch else [])
-        exact = policy.consecutive == 1
-        note = "" if exact else (f"the elastic switch's hysteresis ({policy.consecutive} iterations at batch <= {t}) "
-                                 "and its stay-on are dropped: the engine switches by batch size at every step")
-        return Table(tuple(rows), exact, note)
-    return None
+def batch_table(spec: str, max_batch: int) -> BatchSchedule | None:
+    """The batch-size schedule ``spec`` amounts to (:func:`tltcore.policy.batch_schedule.batch_schedule`,
+    the same reading the real vLLM backend runs), or None when it decides from more than the batch size
+    (a bandit, cost-aware, the EMA, the oracle)."""
+    return batch_schedule(_policy(spec), max_batch)
 
 
 # ---- vLLM -----------------------------------------------------------------------------------------
-def vllm_expressible(spec: str, max_batch: int) -> tuple[Table | None, str]:
+def vllm_expressible(spec: str, max_batch: int) -> tuple[BatchSchedule | None, str]:
     """(the table vLLM would run for ``spec``, "") or (None, why vLLM cannot run it)."""
     table = batch_table(spec, max_batch)
     if table is None:
@@ -145,7 +100,7 @@ def vllm_expressible(spec: str, max_batch: int) -> tuple[Table | None, str]:
     return table, ""
 
 
-def vllm_speculative_config(table: Table, *, drafter: str = "eagle", model: str | None = None,
+def vllm_speculative_config(table: BatchSchedule, *, drafter: str = "eagle", model: str | None = None,
                             ngram: tuple[int, int] = (1, 3)) -> dict[str, Any] | None:
     """vLLM's ``speculative_config`` for a chain ``table`` (None: no SD at any batch size, run without
     one). ``drafter``: tlt's drafter kind (``eagle`` -> ``method = "eagle"``, ``draft-model`` ->
@@ -269,6 +224,6 @@ def export_json(config: dict[str, Any] | None) -> str:
 
 
 __all__ = ["SGLANG_ADAPTIVE_FILE", "SGLANG_ADAPTIVE_KEYS", "SGLANG_ALGORITHMS", "SGLANG_SOURCE",
-           "SGLANG_SPECULATIVE_ARGS", "VLLM_METHODS", "VLLM_SPECULATIVE_KEYS", "VLLM_VERSION", "SglangExport", "Table",
+           "SGLANG_SPECULATIVE_ARGS", "VLLM_METHODS", "VLLM_SPECULATIVE_KEYS", "VLLM_VERSION", "SglangExport",
            "batch_table", "decision_table", "export_json", "sglang_command", "sglang_expressible", "vllm_expressible",
            "vllm_speculative_config"]

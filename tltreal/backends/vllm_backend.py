@@ -60,9 +60,9 @@ from tltcore.errors import InputError
 from tltcore.events import CLUSTER, EventLog
 from tltcore.model_config import ModelConfig
 from tltcore.policy.base import NO_SD, NoSD, SDConfig, SDPolicy, Static
+from tltcore.policy.batch_schedule import batch_schedule
 from tltcore.policy.elastic import Elastic
 from tltcore.policy.registry import make_policy
-from tltcore.policy.vllm_table import VllmTable
 from tltreal.validation.clock import CLOCKS, clock_function
 from tltreal.validation.replay import RealRun, ReplayRequests, rotated
 
@@ -120,34 +120,22 @@ def _chain_length(config: SDConfig, what: str) -> int:
 
 def vllm_schedule(policy: SDPolicy, max_batch: int) -> tuple[int, Schedule | None]:
     """``(num_speculative_tokens, per-batch-size schedule or None)`` for a policy vLLM can run
-    (module docstring); one clear error for the others. ``(0, None)`` is no SD."""
+    (module docstring; the table itself is :func:`tltcore.policy.batch_schedule.batch_schedule`, the
+    same reading ``tlt advise`` exports); one clear error for the others. ``(0, None)`` is no SD."""
     name = policy.name
-    if isinstance(policy, NoSD):
-        return 0, None
-    if isinstance(policy, Static):
-        return _chain_length(policy.config, name), None
-    if isinstance(policy, VllmTable):
-        rows, lo = [], 1
-        for hi, config in policy.table:
-            if lo <= max_batch:
-                rows.append((lo, min(hi, max_batch), _chain_length(config, name)))
-            lo = hi + 1
-        if lo <= max_batch:
-            rows.append((lo, max_batch, _chain_length(policy.above, name)))
-        k = max(r[2] for r in rows)
-        return (k, tuple(rows)) if k else (0, None)
-    if isinstance(policy, Elastic) and isinstance(policy.inner, Static):
-        if policy.consecutive != 1:
-            raise InputError(f"{name}: vLLM switches by batch size at every step and has no hysteresis; use "
-                             f"elastic:{policy.threshold}:1+...", field="policy")
-        k = _chain_length(policy.inner.config, name)
-        rows = [(1, min(policy.threshold, max_batch), k)]
-        if policy.threshold < max_batch:
-            rows.append((policy.threshold + 1, max_batch, 0))
-        return k, tuple(rows)
-    raise InputError(f"{name}: vLLM chooses draft length by batch size only and has no per-iteration hook, so "
-                     "this policy cannot drive it; vLLM runs no-sd, static:K_1_K, vllm-table and "
-                     "elastic:T:1+static:K_1_K", field="policy")
+    table = batch_schedule(policy, max_batch)
+    if table is None:
+        raise InputError(f"{name}: vLLM chooses draft length by batch size only and has no per-iteration hook, so "
+                         "this policy cannot drive it; vLLM runs no-sd, static:K_1_K, vllm-table and "
+                         "elastic:T:1+static:K_1_K", field="policy")
+    if not table.exact and isinstance(policy, Elastic):
+        raise InputError(f"{name}: vLLM switches by batch size at every step and has no hysteresis; use "
+                         f"elastic:{policy.threshold}:1+...", field="policy")
+    rows = tuple((lo, hi, _chain_length(config, name)) for lo, hi, config in table.rows)
+    if isinstance(policy, (NoSD, Static)):
+        return rows[0][2], None  # one draft length at every batch size: no schedule
+    k = max(n for _, _, n in rows)
+    return (k, rows) if k else (0, None)
 
 
 def draft_tokens_at(k: int, schedule: Schedule | None, batch: int) -> int:
