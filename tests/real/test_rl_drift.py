@@ -113,3 +113,17 @@ def test_the_learning_run_pays_the_format_reward_and_records_the_share(monkeypat
     assert 0 <= rows.loc[0, "terse_share"] <= 1 and rows["eval_terse_share"].notna().all()
     with pytest.raises(InputError, match="reward_kind"):
         GRPORunConfig(reward_kind="short")
+
+
+def test_the_summary_reports_the_terse_share_at_the_first_and_last_evaluation():
+    from tltreal.rl.grpo_run import GRPORunConfig, summarise
+
+    rows = []
+    for arm, shares in (("grpo", [0.2, 0.5, 0.9]), ("control", [0.2, 0.25, 0.1])):
+        for step, share in zip((0, 10, 20), shares, strict=True):
+            rows.append({"seed": 0, "arm": arm, "step": step, "eval_reward_t1": 0.5, "greedy_accuracy": 0.5,
+                         "eval_terse_share": share})
+    s = summarise(pd.DataFrame(rows), GRPORunConfig(seeds=(0,), reward_kind="terse"))
+    assert (s["terse_share_first_mean"], s["terse_share_last_mean"]) == (0.2, 0.9)
+    assert (s["control_terse_share_first_mean"], s["control_terse_share_last_mean"]) == (0.2, 0.1)
+    assert s["reward_kind"] == "terse"
