@@ -119,3 +119,55 @@ def test_rl_step_metrics_equal_summarize_step(mode):
                                   tp=s.cluster.tp)
             assert (idle[i], frac[i]) == (want.gpu_idle_s, want.idle_fraction), (preset, step)
             assert accept[i] == want.mean_accept_length or (np.isnan(accept[i]) and np.isnan(want.mean_accept_length))
+
+
+def test_sd_rows_priced_with_their_own_batches_equal_sd_time():
+    from tltsim.rollout.span_cost import sd_rows_pricer
+
+    rng = np.random.default_rng(8)
+    for cost in _rooflines():
+        price = sd_rows_pricer(cost)
+        assert price is not None
+        bs = cost.kv_block_size
+        for config in SHAPES:
+            rows = [rng.integers(1, 40_000, int(rng.integers(1, 400))) for _ in range(int(rng.integers(1, 40)))]
+            paged = np.array([bs * int(np.sum(-(-r // bs))) for r in rows])
+            ctx_sum = np.array([int(r.sum()) for r in rows])
+            batch = np.array([len(r) for r in rows])
+            assert price(paged, ctx_sum, batch, config).tolist() == [cost.sd_time(r, config) for r in rows]
+
+
+def test_the_ngram_drafters_model_free_cost_is_priced_as_called():
+    """tlt-base's n-gram drafter (ModelFreeDraftCost over a roofline): SD blocks, rows of mixed
+    batches, plain spans and prefills (its drafter prefill is free) equal the call-by-call cost."""
+    from tltcore.drafter.kinds import ModelFreeDraftCost
+    from tltsim.rollout.scheduling import prefill_passes
+    from tltsim.rollout.span_cost import sd_rows_pricer
+
+    rng = np.random.default_rng(9)
+    for base in _rooflines()[:4]:
+        cost = ModelFreeDraftCost(base, lookup_s=7e-5)
+        span, rows_price, plain, prefill = span_pricer(cost), sd_rows_pricer(cost), plain_pricer(cost), \
+            prefill_pricer(cost)
+        assert None not in (span, rows_price, plain, prefill)
+        for config in (SDConfig(4, 1, 4), SDConfig(8, 1, 8), SDConfig(1, 1, 1)):
+            for b in (1, 5, 40, 300):
+                block = rng.integers(1, 30_000, size=(int(rng.integers(1, 9)), b))
+                assert span(block, config) == [cost.sd_time(r, config) for r in block]
+            batches = [rng.integers(1, 30_000, int(rng.integers(1, 300))) for _ in range(20)]
+            bs = base.kv_block_size
+            got = rows_price(np.array([bs * int(np.sum(-(-r // bs))) for r in batches]),
+                             np.array([int(r.sum()) for r in batches]), np.array([len(r) for r in batches]), config)
+            assert got.tolist() == [cost.sd_time(r, config) for r in batches]
+        ctx = rng.integers(1, 30_000, 50)
+        assert [plain(ctx, n) for n in (1, 7, 100)] == [cost.decode_span_time(ctx, n) for n in (1, 7, 100)]
+        new, cached = rng.integers(0, 3000, 40), rng.integers(0, 9000, 40)
+        for target, drafter in ((True, False), (False, True), (True, True)):
+            total, passes = 0.0, 0
+            for a, c in prefill_passes(new, cached, 1024):
+                if target:
+                    total += cost.prefill_time(a, c)
+                if drafter:
+                    total += cost.drafter_prefill_time(a, c)
+                passes += 1
+            assert prefill(new, cached, 1024, target, drafter) == (total, passes)

@@ -179,11 +179,12 @@ def test_event_frame_from_columns_equals_the_row_built_frame(fast):
     rows = list(log.rows)
     for pos, blk in reversed(log._blocks):
         names = blk["kind"][1]
-        tuples = [(blk["worker"], names[k], t0, t1, it, bt, blk["config"], tok, 0, 0, "rollout", pf, blk["step"],
+        tuples = [(blk["worker"], names[k], t0, t1, it, bt, blk["config"], tok, dr, ac, "rollout", pf, blk["step"],
                    blk["version"])
-                  for k, t0, t1, it, bt, tok, pf in zip(blk["kind"][0].tolist(), blk["t0"].tolist(), blk["t1"].tolist(),
-                                                        blk["iterations"].tolist(), blk["batch"].tolist(),
-                                                        blk["tokens"].tolist(), blk["prefill"].tolist(), strict=True)]
+                  for k, t0, t1, it, bt, tok, dr, ac, pf in zip(
+                      blk["kind"][0].tolist(), blk["t0"].tolist(), blk["t1"].tolist(), blk["iterations"].tolist(),
+                      blk["batch"].tolist(), blk["tokens"].tolist(), blk["drafted"].tolist(), blk["accepted"].tolist(),
+                      blk["prefill"].tolist(), strict=True)]
         rows[pos:pos] = tuples
     plain = EventLog(run_id=log.run_id, source=log.source, policy=log.policy)
     plain.rows = rows

@@ -157,6 +157,17 @@ class LiveRequests:
             self._floats = np.concatenate([flts, new_f], axis=1)
         self._bind()
 
+    def after_sd(self, keep: np.ndarray, rem: np.ndarray, gen: np.ndarray, eps: float) -> None:
+        """Expected mode, after SD spans: the requests at indices ``keep``, with their remaining and
+        emitted tokens taken from ``rem``/``gen`` (all requests' values, in live order), their contexts
+        as :meth:`advance` derives them, and their drafters up to date (lag 0)."""
+        ints = self._ints.take(keep, axis=1)
+        flts = np.empty((3, len(keep)))
+        flts[0], flts[1], flts[2] = gen[keep], rem[keep], 0.0
+        np.add(ints[0], np.floor(flts[0] + eps).astype(np.int64), out=ints[2])
+        self._ints, self._floats = ints, flts
+        self._bind()
+
     def drop(self, keep: np.ndarray) -> None:
         idx = keep.nonzero()[0]
         self._ints = self._ints.take(idx, axis=1)

@@ -61,18 +61,24 @@ class SimEventLog(EventLog):
 
     def block(self, worker: int, kinds: np.ndarray, kind_names: tuple[str, ...], t0: np.ndarray, t1: np.ndarray,
               iterations: np.ndarray, batch: np.ndarray, tokens: np.ndarray, prefill_tokens: np.ndarray,
-              config: SDConfig = NO_SD) -> None:
+              config: SDConfig = NO_SD, drafted: np.ndarray | None = None, accepted: np.ndarray | None = None
+              ) -> None:
         """Closed rollout rows of one worker, in the order they closed (after any row already closed):
-        ``kinds`` indexes ``kind_names``; counts are whole numbers; nothing drafted or accepted."""
+        ``kinds`` indexes ``kind_names``; every row has ``config``; counts are whole numbers (``tokens``
+        and ``accepted`` rounded as :meth:`frame` rounds the tuple rows' floats); ``drafted`` and
+        ``accepted`` default to none."""
         n = len(t0)
         if n == 0:
             return
         self.flush(worker)
+        zeros = np.zeros(n, dtype=np.int64)
         self._blocks.append((len(self.rows), {
             "worker": worker, "kind": (np.asarray(kinds), kind_names), "t0": np.asarray(t0, dtype=np.float64),
             "t1": np.asarray(t1, dtype=np.float64), "iterations": np.asarray(iterations, dtype=np.int64),
             "batch": np.asarray(batch, dtype=np.int64), "config": config,
             "tokens": np.asarray(tokens, dtype=np.int64), "prefill": np.asarray(prefill_tokens, dtype=np.int64),
+            "drafted": zeros if drafted is None else np.asarray(drafted, dtype=np.int64),
+            "accepted": zeros if accepted is None else np.asarray(accepted, dtype=np.int64),
             "step": self.step, "version": self.drafter_version, "n": n}))
         self._block_rows += n
 
@@ -127,11 +133,9 @@ class SimEventLog(EventLog):
             phase_values.setdefault("rollout", len(phase_values))
             cols["worker"].append(np.full(m, blk["worker"], dtype=np.int64))
             cols["kind"].append(remap[blk["kind"][0]])
-            for f in ("t0", "t1", "iterations", "batch", "tokens", "prefill"):
+            for f in ("t0", "t1", "iterations", "batch", "tokens", "prefill", "drafted", "accepted"):
                 cols[f].append(blk[f])
             cols["config"].append(np.full(m, config_values[blk["config"]], dtype=np.intp))
-            cols["drafted"].append(np.zeros(m, dtype=np.int64))
-            cols["accepted"].append(np.zeros(m, dtype=np.int64))
             cols["phase"].append(np.full(m, phase_values["rollout"], dtype=np.intp))
             cols["step"].append(np.full(m, blk["step"], dtype=np.int64))
             cols["version"].append(np.full(m, blk["version"], dtype=np.int64))

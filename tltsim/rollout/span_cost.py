@@ -60,9 +60,51 @@ def _mirrors(cost: object, parts: tuple[str, ...]) -> bool:
         getattr(type(cost), p) is getattr(RooflineCostModel, p) for p in parts)
 
 
+def _model_free(cost: object) -> tuple[RooflineCostModel, float] | None:
+    """(roofline, lookup seconds) of the n-gram drafter's cost model
+    (:class:`~tltcore.drafter.kinds.ModelFreeDraftCost`: the roofline's target, a verify-only SD
+    iteration, free drafter prefills), or None."""
+    from tltcore.drafter.kinds import ModelFreeDraftCost
+
+    if type(cost) is not ModelFreeDraftCost:
+        return None
+    return cost.base, cost.lookup_s
+
+
+def _verify_only(cost: object) -> tuple[RooflineCostModel, float] | None:
+    """The model-free cost's roofline and lookup where its verify forward is the roofline's own."""
+    mf = _model_free(cost)
+    if mf is None or not _mirrors(mf[0], ("verify_time", "_verify", "_sums", "padded")):
+        return None
+    t = mf[0]._target
+    if not isinstance(t, _ForwardCosts) or type(t).attention_time is not _ForwardCosts.attention_time:
+        return None
+    return mf
+
+
+def block_size(cost: object) -> int:
+    """The paged-KV block size the pricers of ``cost`` use (its roofline's; 1 when none)."""
+    mf = _model_free(cost)
+    return int(getattr(mf[0] if mf is not None else cost, "kv_block_size", 1))
+
+
 def span_pricer(cost: object) -> SpanPricer | None:
     """``price(ctx_rows, config)``: the SD time of every row of ``ctx_rows`` (iterations x requests,
-    int64, at least one request), or None where ``cost`` is not a roofline this module mirrors."""
+    int64, at least one request), or None where ``cost`` is not a roofline this module mirrors (or
+    the n-gram drafter's model-free cost over one)."""
+    if _verify_only(cost) is not None:
+        rows_price = sd_rows_pricer(cost)
+        base = cost.base
+        bsz = base.kv_block_size
+
+        def price_free(ctx_rows: np.ndarray, config: SDConfig, ctx_sum: np.ndarray | None = None) -> list[float]:
+            k, b = ctx_rows.shape
+            paged = np.add.reduce(-(-ctx_rows // bsz), axis=1) * bsz
+            if ctx_sum is None:
+                ctx_sum = np.add.reduce(ctx_rows, axis=1)
+            return rows_price(paged, ctx_sum, np.full(k, b, dtype=np.int64), config).tolist()
+
+        return price_free
     if not _mirrors(cost, _PARTS):
         return None
     target, draft = cost._target, cost._draft
@@ -122,12 +164,109 @@ def span_pricer(cost: object) -> SpanPricer | None:
     return price
 
 
+def sd_rows_pricer(cost: object) -> Callable[[np.ndarray, np.ndarray, np.ndarray, SDConfig], np.ndarray] | None:
+    """``price(paged, ctx_sum, batch, config)``: the SD time of iterations whose batches differ, each
+    given by its paged KV sum (``kv_block_size * sum(ceil(ctx / kv_block_size))``), its context sum
+    and its batch size (int64 arrays, one entry per iteration): :func:`span_pricer`'s formula with
+    the per-batch constants gathered per row (the integer terms are linear in the batch). None
+    where :func:`span_pricer` is."""
+    free = _verify_only(cost)
+    if free is not None:
+        return _verify_rows_pricer(*free)
+    if span_pricer(cost) is None:
+        return None
+    target, draft = cost._target, cost._draft
+    kv_d, att_d = draft.kv_read_s_per_token, draft.attention_s_per_position
+    kv_t, att_t = target.kv_read_s_per_token, target.attention_s_per_position
+    tail0, tail1 = cost.sd_overhead_s, cost.iteration_overhead_s
+    shapes: dict[SDConfig, tuple] = {}
+
+    def shape(config: SDConfig) -> tuple:
+        depth, topk, tokens = config.depth, config.topk, config.verify_tokens + 1
+        steps = np.arange(1, depth + 1, dtype=np.int64)
+        kv_per_b = np.append(topk * steps, tokens)[:, None]  # kv_add / b: topk * (step + 1), tokens
+        per_ctx = np.append(np.full(depth, topk, dtype=np.int64), tokens)[:, None]
+        att_per_b = np.append(topk * steps, tokens * tokens)[:, None]  # att_add / b
+        kv_s = np.append(np.full(depth, kv_d), kv_t)[:, None]
+        att_s = np.append(np.full(depth, att_d), att_t)[:, None]
+        return depth, kv_per_b, per_ctx, att_per_b, kv_s, att_s, {}
+
+    def price(paged: np.ndarray, ctx_sum: np.ndarray, batch: np.ndarray, config: SDConfig) -> np.ndarray:
+        c = shapes.get(config)
+        if c is None:
+            c = shapes[config] = shape(config)
+        depth, kv_per_b, per_ctx, att_per_b, kv_s, att_s, by_batch = c
+        sizes, inv = np.unique(batch, return_inverse=True)
+        consts = []
+        for b in sizes.tolist():
+            k = by_batch.get(b)
+            if k is None:
+                k = by_batch[b] = cost._sd_constants(b, depth, config.topk, config.verify_tokens)
+            consts.append(k)
+        draft_fixed, draft_overhead, verify_fixed = (np.array(x, dtype=np.float64)[inv]
+                                                     for x in zip(*consts, strict=True))
+        k = len(paged)
+        terms = np.empty((depth + 2, k))
+        terms[0] = draft_fixed
+        np.maximum((paged + kv_per_b * batch) * kv_s, (per_ctx * ctx_sum + att_per_b * batch) * att_s, out=terms[1:])
+        out = np.add.accumulate(terms[:depth + 1], axis=0)[depth]
+        out += draft_overhead
+        out += verify_fixed + terms[depth + 1]
+        out += tail0
+        out += tail1
+        return out
+
+    return price
+
+
+def _verify_rows_pricer(base: RooflineCostModel, lookup: float):
+    """:func:`sd_rows_pricer` for the model-free cost: ``base.verify_time`` (the fixed part of a
+    forward over ``verify_tokens + 1`` tokens per request, plus its attention) + the SD and
+    iteration overheads + the lookup, added in that order."""
+    t = base._target
+    kv_t, att_t = t.kv_read_s_per_token, t.attention_s_per_position
+    sd_oh, it_oh = base.sd_overhead_s, base.iteration_overhead_s
+    fixed: dict[tuple[int, int], float] = {}
+
+    def price(paged: np.ndarray, ctx_sum: np.ndarray, batch: np.ndarray, config: SDConfig) -> np.ndarray:
+        tokens = config.verify_tokens + 1
+        sizes, inv = np.unique(batch, return_inverse=True)
+        vals = []
+        for b in sizes.tolist():
+            f = fixed.get((b, tokens))
+            if f is None:
+                rows = base.padded(b) * tokens
+                f = fixed[(b, tokens)] = t.fixed_time(rows, rows)
+            vals.append(f)
+        kv = (paged + batch * tokens) * kv_t
+        att = (tokens * (ctx_sum + batch * tokens)) * att_t
+        out = np.array(vals, dtype=np.float64)[inv] + np.where(att > kv, att, kv)  # fixed + max(kv, att)
+        out += sd_oh
+        out += it_oh
+        out += lookup
+        return out
+
+    return price
+
+
 def prefill_pricer(cost: object) -> PrefillPricer | None:
     """``price(new, cached, budget, target, drafter)``: ``(time, passes)`` of a chunked prefill of
     ``new`` tokens per request on top of ``cached`` ones, packed into passes of at most ``budget``
     new tokens, through the target and/or the drafter, as
     :meth:`tltsim.rollout.worker.RolloutWorker._prefill` adds it up pass by pass (target, then
-    drafter); None where ``cost`` is not a roofline whose ``_prefill`` this mirrors."""
+    drafter); None where ``cost`` is not a roofline whose ``_prefill`` this mirrors. The model-free
+    cost's drafter prefill is free: its passes add 0.0, which leaves a non-negative total as it is."""
+    mf = _model_free(cost)
+    if mf is not None:
+        inner = prefill_pricer(mf[0])
+        if inner is None:
+            return None
+
+        def price_free(new: np.ndarray, cached: np.ndarray, budget: int, target: bool, drafter: bool
+                       ) -> tuple[float, int]:
+            return inner(new, cached, budget, target, False)
+
+        return price_free
     if not _mirrors(cost, _PREFILL_PARTS):
         return None
     bs, overhead = cost.kv_block_size, cost.iteration_overhead_s
@@ -268,7 +407,11 @@ def plain_phase_pricer(cost: object) -> PlainPhasePricer | None:
 
 def _plain_parts(cost: object):
     """What both plain pricers share: (block size, padding tables, a whole block's padding, the
-    memoised per-iteration fixed time of a batch size, KV read seconds per token), or None."""
+    memoised per-iteration fixed time of a batch size, KV read seconds per token), or None. The
+    model-free cost's plain decode is its roofline's."""
+    mf = _model_free(cost)
+    if mf is not None:
+        cost = mf[0]
     if not _mirrors(cost, _PLAIN_PARTS):
         return None
     t = cost._target

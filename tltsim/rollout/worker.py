@@ -41,18 +41,26 @@ from tltcore.acceptance import AcceptanceModel, AcceptSampler
 from tltcore.cost import CostModel
 from tltcore.drafter.state import DrafterState
 from tltcore.errors import InputError
-from tltcore.policy.base import NO_SD, BatchView, Outcome, SDConfig, SDPolicy
+from tltcore.policy.base import HOLD_UNTIL_EVENT, NO_SD, BatchView, Decision, Outcome, SDConfig, SDPolicy
 from tltcore.policy.recent_accept import RecentAccept
 from tltsim.rollout.entities import EngineConfig, LiveRequests
 from tltsim.rollout.event_blocks import SimEventLog
 from tltsim.rollout.plain_phase import fcfs_admissions, phase_spans
 from tltsim.rollout.scheduling import admissible, prefill_passes
-from tltsim.rollout.span_cost import plain_phase_pricer, plain_pricer, prefill_pricer, span_pricer
+from tltsim.rollout.span_cost import (
+    block_size,
+    plain_phase_pricer,
+    plain_pricer,
+    prefill_pricer,
+    sd_rows_pricer,
+    span_pricer,
+)
 
 _EPS = 1e-9
 _VECTOR_PASSES = 4  # prefills of more passes than this are priced in one vectorised call
 _PRICE_ROWS = 4  # SD blocks of at least this many iterations are priced in one call (below, per row is cheaper)
 _BLOCK_DRAWS = 4096  # accept lengths drawn at once by the block SD path (iterations x requests)
+_TAIL_CELLS = 1 << 18  # iterations x requests of one chunk of an expected-mode SD tail
 _sum, _min = np.add.reduce, np.minimum.reduce  # skip ndarray.sum's Python wrapper on the hot path
 
 
@@ -108,16 +116,17 @@ class RolloutWorker:
         self.fast = engine.fast
         # a block's SD times in one vectorised call where the cost model allows (span_cost docstring),
         # the pricers built once per run (``pricers``: the run's cache, shared by its workers)
+        pricers = {} if pricers is None else pricers
         if engine.fast:
-            if pricers is None or not pricers:
-                made = {"sd": span_pricer(cost), "prefill": prefill_pricer(cost), "plain": plain_pricer(cost),
-                        "phase": plain_phase_pricer(cost)}
-                pricers = made if pricers is None else pricers
-                pricers.update(made)
+            if "sd" not in pricers:
+                pricers.update(sd=span_pricer(cost), prefill=prefill_pricer(cost), plain=plain_pricer(cost),
+                               phase=plain_phase_pricer(cost), rows=sd_rows_pricer(cost))
             self._price, self._price_prefill = pricers["sd"], pricers["prefill"]
-            self._price_plain, self._price_phase = pricers["plain"], pricers["phase"]
+            self._price_plain, self._price_phase, self._price_rows = pricers["plain"], pricers["phase"], pricers["rows"]
         else:
-            self._price = self._price_prefill = self._price_plain = self._price_phase = None
+            self._price = self._price_prefill = self._price_plain = self._price_phase = self._price_rows = None
+        self._pending: Decision | None = None  # a decision an expected-mode SD tail asked for and did not run
+        self._sums_cache: dict = pricers.setdefault("sums", {})  # numpy's sums of b equal values, by value and b
         # a policy's promise of plain spans above a batch size (tltcore.policy.base): whole plain
         # phases in closed form (tltsim.rollout.plain_phase), on the fast path with spans allowed
         self._plain_bound = getattr(policy, "plain_above", None) if engine.fast and engine.closed_form else None
@@ -234,9 +243,13 @@ class RolloutWorker:
             bound = self._plain_bound()
             if bound is not None and b > bound and self._plain_phase(bound):
                 return True
-        view = BatchView(b, tuple(live.ctx.tolist()), self.t, self.iteration, self.recent.value, self.idx,
-                         self.step_no, self.drafter, tuple(live.rem.tolist()) if self.hint else ())
-        decision = self.policy.decide(view)
+        decision = self._pending
+        if decision is None:
+            view = BatchView(b, tuple(live.ctx.tolist()), self.t, self.iteration, self.recent.value, self.idx,
+                             self.step_no, self.drafter, tuple(live.rem.tolist()) if self.hint else ())
+            decision = self.policy.decide(view)
+        else:
+            self._pending = None
         config = decision.config
         hold = decision.hold if self.eng.closed_form else 1
         if config.enabled:
@@ -252,6 +265,10 @@ class RolloutWorker:
                 self._speculate_one(config)
             elif not self.expected:
                 self._speculate_blocks(config, hold)
+            elif hold == HOLD_UNTIL_EVENT and self.next_waiting >= len(self.q_resp) and \
+                    type(self.recent) is RecentAccept and self.sampler is not None:
+                self._expected_tail(decision)  # retires as it goes
+                return True
             else:
                 self._speculate_expected_blocks(config, hold)
         else:
@@ -319,7 +336,7 @@ class RolloutWorker:
         finish = np.concatenate([finish0, adm + a_resp - 1])
         c0 = np.concatenate([live.ctx, a_prompt + 1 - adm])
         price = self._price_phase
-        ph = phase_spans(admit, finish, c0, bound, self.cost.kv_block_size if price is not None else None)
+        ph = phase_spans(admit, finish, c0, bound, block_size(self.cost) if price is not None else None)
         spans = ph.spans
         if spans == 0:
             self._plain_bound = None
@@ -632,6 +649,161 @@ class RolloutWorker:
         self.iteration += n
         accepted = np.full(b, acc_each)
         self._close_sd_span(config, b, n, t0, emitted_total, accepted)
+
+    def _expected_tail(self, decision: Decision) -> None:
+        """Expected-mode SD spans of one held decision, many at once (fast path, nothing waiting).
+
+        Every live request emits the expected accept length ``a`` per iteration, so its remaining
+        and emitted tokens are running sums of ``-a`` and ``a`` whatever the spans around it (a span
+        ends at the first finish, and the survivors' sums go on exactly as the next span's block
+        would continue them): one ``numpy.cumsum`` over a chunk of iterations gives every request's
+        finishing iteration, the spans between finishes, every iteration's contexts (priced in one
+        call) and the state at any span boundary. Per span, what the per-span path does is done in
+        the same order with the same values: the policy is asked at every span after the first (the
+        view it would get; a different answer, or a plain-phase promise, ends the tail there and the
+        answer is run next), the clipped last iteration's tokens summed as numpy sums them, the
+        clock, recent-accept estimate and accumulators added one iteration at a time (a run of
+        equal recent-accept updates stops changing the estimate once it equals the value folded in),
+        the Outcome, the retirements and the event row (one column block per chunk)."""
+        config = decision.config
+        live, eps = self.live, _EPS
+        a = self._draw(config, len(live))
+        less, keep = a - 1, 1.0 - self.recent.weight
+        verify = config.verify_tokens
+        policy, log, idx, step_no = self.policy, self.log, self.idx, self.step_no
+        drafter, hint = self.drafter, self.hint
+        rows_price, cost, bs = self._price_rows, self.cost, block_size(self.cost)
+        # batch -> one unclipped iteration's tokens, summed as numpy sums them (shared by the run's workers)
+        full_of: dict[int, float] = self._sums_cache.setdefault(a, {})
+        acc_run = [0.0]  # acc_run[n]: n accepted-token increments added one by one
+        ema, t, iteration = self.recent.value, self.t, self.iteration
+        first = True
+        chunk = 0
+        while True:
+            prompt, rem, gen = live.prompt, live.rem, live.gen
+            b0 = len(live)
+            need = int(float(_min(rem)) / a) + 2  # rows that surely hold a finish
+            # about the iterations of the next 8, 16, 32, ... finishes (a tail may stop at any span: a
+            # decision that changes with the batch), within a bounded chunk
+            m = min(b0, 8 << chunk)
+            reach = int(float(np.partition(rem, m - 1)[m - 1]) / a) + 2
+            rows = max(need, min(reach, _TAIL_CELLS // b0))
+            chunk += 1
+            r = np.empty((rows + 1, b0))
+            r[0], r[1:] = rem, -a
+            np.cumsum(r, axis=0, out=r)  # r[j]: remaining after j iterations (the per-iteration sums)
+            g = np.empty((rows + 1, b0))
+            g[0], g[1:] = gen, a
+            np.cumsum(g, axis=0, out=g)
+            hit = r[1:] <= eps
+            fin = hit.argmax(axis=0) + 1  # each request's finishing iteration (1-based) ...
+            fin[~hit[fin - 1, np.arange(b0)]] = rows + 1  # ... or beyond this chunk
+            ends = np.unique(fin[fin <= rows])
+            if len(ends) == 0:  # cannot happen (rows >= need); the per-span path then
+                self._speculate_expected_blocks(config, HOLD_UNTIL_EVENT)
+                return
+            last_end = int(ends[-1])
+            # every iteration's contexts and batch, priced at once
+            ctx = prompt + np.floor(g[:last_end] + eps).astype(np.int64)  # (iterations, requests)
+            alive = fin[None, :] > np.arange(last_end)[:, None]  # in the batch of iteration j + 1
+            batch = np.add.reduce(alive, axis=1)
+            masked = np.where(alive, ctx, 0)
+            ctx_sum = np.add.reduce(masked, axis=1)
+            if rows_price is not None:
+                up = masked + (bs - 1)
+                paged = np.add.reduce(up // bs, axis=1) * bs
+                dts = rows_price(paged, ctx_sum, batch, config)
+            else:
+                dts = np.array([cost.sd_time(ctx[j][alive[j]], config) for j in range(last_end)], dtype=np.float64)
+            clock = np.empty(last_end + 1)
+            clock[0] = t
+            clock[1:] = dts
+            np.add.accumulate(clock, out=clock)  # the clock after each iteration, added in order
+            starts = np.concatenate(([0], ends[:-1])).tolist()
+            ends_l = ends.tolist()
+            batch_l = batch[starts].tolist()
+            rows_out: list[tuple] = []  # (t0, t1, n, b, tokens, drafted, accepted) per span
+            stop = None  # the boundary (iteration) the chunk's spans end at
+            pending = None
+            span = 0
+            counts = np.bincount(np.searchsorted(ends, fin[fin <= last_end]), minlength=len(ends))  # finishes per span
+            for s0, s1, b in zip(starts, ends_l, batch_l, strict=True):
+                in_span = fin > s0  # the span's requests, in live order
+                if not first:
+                    if self._plain_bound is not None:
+                        bound = self._plain_bound()
+                        if bound is not None and b > bound:
+                            stop = s0
+                            break
+                    view = BatchView(b, tuple(ctx[s0][in_span].tolist()), float(clock[s0]), iteration, ema, idx,
+                                     step_no, drafter, tuple(r[s0][in_span].tolist()) if hint else ())
+                    d = policy.decide(view)
+                    if not (d.config == config and d.hold == HOLD_UNTIL_EVENT and not d.switch_on):
+                        pending, stop = d, s0
+                        break
+                first = False
+                n = s1 - s0
+                full = full_of.get(b)
+                if full is None:
+                    full = full_of[b] = float(_sum(np.full(b, a)))
+                last = float(_sum(np.minimum(r[s1 - 1][in_span], a)))  # the finishing iteration, clipped
+                # n - 1 unclipped iterations, then the clipped one: tokens, recent accept, accepted
+                x = full / b
+                if n <= 16:
+                    total = 0.0
+                    for _ in range(n - 1):
+                        total += full
+                else:  # the same additions in order
+                    total = float(np.add.accumulate(np.full(n - 1, full))[-1])
+                if ema is None:
+                    ema = x if n > 1 else None
+                    start = 1
+                else:
+                    start = 0
+                for _ in range(start, n - 1):
+                    nxt = x + keep * (ema - x)
+                    if nxt == ema:  # a fixed point: the remaining updates leave it as it is
+                        break
+                    ema = nxt
+                total += last
+                xl = last / b
+                ema = xl if ema is None else xl + keep * (ema - xl)
+                while len(acc_run) <= n:
+                    acc_run.append(acc_run[-1] + less)
+                acc_each = acc_run[n]
+                acc = float(_sum(np.full(b, acc_each)))
+                t0, t1 = float(clock[s0]), float(clock[s1])
+                drafted = verify * b * n
+                policy.observe(Outcome(config, b, round(total), t1 - t0, drafted, round(acc), t1, idx, n,
+                                       (acc_each,) * b))
+                rows_out.append((t0, t1, n, b, round(total), drafted, round(acc)))
+                iteration += n
+                # retirements at the span's end (in live order: below, for the whole chunk)
+                self._done_t.append(t1)
+                if self.on_finish is not None:
+                    self.on_finish(int(counts[span]))
+                span += 1
+                stop = s1
+            if span:  # the responses retired, span by span, each span's in live order
+                self._done_n.extend(counts[:span].tolist())
+                done = np.flatnonzero(fin <= stop)
+                self.done_tokens.append(live.target[done[np.argsort(fin[done], kind="stable")]])
+            if rows_out:
+                cols = list(zip(*rows_out, strict=True))
+                log.block(idx, np.zeros(len(rows_out), dtype=np.int8), ("decode",), np.array(cols[0]),
+                          np.array(cols[1]),
+                          np.array(cols[2]), np.array(cols[3]), np.array(cols[4]), np.zeros(len(rows_out)),
+                          config=config, drafted=np.array(cols[5]), accepted=np.array(cols[6]))
+            # the state at the boundary
+            keep_idx = np.flatnonzero(fin > stop)
+            live.after_sd(keep_idx, r[stop], g[stop], eps)
+            t = float(clock[stop])
+            self.t, self.iteration, self.recent.value = t, iteration, ema
+            self.lag_dirty = False
+            self.need_admit = True
+            if pending is not None or stop < last_end or len(live) == 0:
+                self._pending = pending
+                return
 
     def _speculate_one(self, config: SDConfig) -> None:
         """:meth:`_speculate` for a one-iteration decision (BEG-MAB decides every iteration), without the
