@@ -270,7 +270,7 @@ def grpo(
     pretrain_steps: Annotated[int, typer.Option("--pretrain-steps", help="Pre-training steps when no "
                                                 "--pretrained folder is given.")] = 600,
     pay: Annotated[str, typer.Option("--reward", help="answer: the right final answer pays 1. terse: the designed "
-                                     "drift, the right answer pays 1 in the terse format and 0.25 otherwise.")]
+                                     "drift, the right answer pays 1 in the terse format and nothing otherwise.")]
     = "answer",
     terse_share: Annotated[float, typer.Option("--terse-share", help="Share of terse worked solutions in "
                                                "pre-training (with --reward terse, e.g. 0.2; ignored with "

@@ -76,7 +76,8 @@ def test_format_reward_pays_the_right_answer_in_full_only_in_the_preferred_forma
     terse = make_problem(random.Random(1), 2, fmt="terse")
     assert reward(p, p.solution) == reward(p, terse.solution) == 1.0
     assert format_reward(p, terse.solution) == 1.0
-    assert format_reward(p, p.solution) == 0.25
+    assert format_reward(p, p.solution) == 0.0
+    assert format_reward(p, p.solution, other_weight=0.25) == 0.25
     assert format_reward(p, p.solution, prefer="verbose") == 1.0
     assert format_reward(p, terse.solution.replace(f"answer {p.answer}", "answer 100")) == 0.0
     with pytest.raises(InputError, match="prefer"):

@@ -67,7 +67,7 @@ from tltreal.rl.task import Problem, TaskConfig, format_reward, make_problem, re
 
 ARMS = ("grpo", "control")
 #: what GRPO is paid for: ``answer`` the right final answer (:func:`tltreal.rl.task.reward`); ``terse``
-#: the right answer, in full in the terse format and a quarter in any other
+#: the right answer, in the terse format only
 #: (:func:`tltreal.rl.task.format_reward`): the designed drift of issue 26, item 2
 REWARDS = ("answer", "terse")
 

@@ -186,10 +186,13 @@ def solution_format(response_text: object) -> str:
 
 
 def format_reward(problem: Problem, response_text: object, *, prefer: str = "terse",
-                  other_weight: float = 0.25) -> float:
+                  other_weight: float = 0.0) -> float:
     """The drift run's reward: :func:`reward` (the answer must be right), times 1 in the ``prefer``
-    format and ``other_weight`` in any other. Why a product: correctness still pays in either format,
-    so the policy is pushed to switch format without being paid to give up the answer."""
+    format and ``other_weight`` in any other. Why a product: only a right answer pays, so the policy
+    is pushed to switch format without being paid to give up the answer. Why 0 by default: with 0.25,
+    a policy pre-trained on 20% terse text (one-line greedy accuracy 0.95) moved *away* from terse
+    over 20 GRPO steps (held-out terse share 0.28 -> 0.15, seed 0): its verbose answers were right
+    often enough more that a quarter of their reward beat the terse ones."""
     if prefer not in FORMATS:
         raise InputError(f"must be one of {', '.join(FORMATS)}, got {prefer!r}", field="prefer")
     base = reward(problem, response_text)
