@@ -116,3 +116,19 @@ def test_sd_spans_ending_at_their_hold_fast_equals_reference(hold, seed, mode):
         return res.events, pd.DataFrame({"finish": res.finish_times})
 
     _same(once(True), once(False))
+
+
+@needs_shared_traces()
+@pytest.mark.parametrize("mode", ["expected", "stochastic"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_wide_batches_fast_equals_reference(seed, mode):
+    """Batches of ~64 per worker, lengths up to 12k tokens: whole plain phases, SD tails that run many
+    spans at a time and stop where the answer changes (BEG-MAB's buckets without the elastic switch,
+    the vLLM table's rows, a cost-aware policy that reads the remaining lengths), SD at every batch
+    size, both modes."""
+    policies = ("no-sd", "beg-mab", "elastic:16+beg-mab", "static:8_4_32", "vllm-table",
+                "cost-aware:lengths=known:recheck=5", "elastic:24+static:4_1_4")
+    s = resolve(None, [("policies", policies, "test"), ("acceptance.mode", mode, "test"), ("seed", seed, "test"),
+                       ("trace.prompts_per_step", 16, "test"), ("trace.cap", 12000, "test"),
+                       ("trace.num_steps", 2, "test"), ("cluster.gpus", 8, "test"), ("cluster.tp", 4, "test")]).scenario
+    _same(*_both(s, _policies))
