@@ -264,6 +264,10 @@ class RolloutWorker:
             elif hold == 1:
                 self._speculate_one(config)
             elif not self.expected:
+                if hold == HOLD_UNTIL_EVENT and self.next_waiting >= len(self.q_resp) and \
+                        type(self.recent) is RecentAccept and self.sampler is not None:
+                    self._stochastic_tail(decision)  # retires as it goes
+                    return True
                 self._speculate_blocks(config, hold)
             elif hold == HOLD_UNTIL_EVENT and self.next_waiting >= len(self.q_resp) and \
                     type(self.recent) is RecentAccept and self.sampler is not None:
@@ -479,7 +483,31 @@ class RolloutWorker:
             self.row_closed = True
 
     def _speculate_blocks(self, config: SDConfig, hold: int) -> None:
-        """:meth:`_speculate` in stochastic mode, drawing the accept lengths of several iterations at once.
+        """:meth:`_speculate` in stochastic mode, drawing the accept lengths of several iterations at
+        once (:meth:`_stochastic_span`), then the span's Outcome and row."""
+        live = self.live
+        b, t0 = len(live), self.t
+        if self.accept is None or self.sampler is None:
+            self._draw(config, b)  # raises: no acceptance model
+        recent = self.recent
+        fold = type(recent) is RecentAccept  # the EMA folded inline (RecentAccept.update, same operations)
+        n, t, ema, emitted_total, drawn_total = self._stochastic_span(config, hold, t0, recent.value,
+                                                                      None if fold else recent)
+        if fold:
+            recent.value = ema
+        self.t = t
+        if self.lag_dirty:  # else every lag is already 0
+            live.lag[:] = 0
+            self.lag_dirty = False
+        self.iteration += n
+        accepted = (drawn_total - n).astype(np.float64)  # whole numbers: the per-iteration float sums exactly
+        self._close_sd_span(config, b, n, t0, emitted_total, accepted)
+
+    def _stochastic_span(self, config: SDConfig, hold: int, t: float, ema: float | None,
+                         recent: RecentAccept | None) -> tuple[int, float, float | None, float, np.ndarray]:
+        """One stochastic SD span from the live state, in blocks of iterations: ``(iterations, clock,
+        recent-accept EMA, tokens emitted, accept draws per request)`` after it (the EMA folded
+        here unless ``recent`` is given to update).
 
         Until the first request finishes nothing is clipped, so the iterations of a block are cumulative
         sums of its draws; the block ends the span at its first iteration in which a request finishes
@@ -492,19 +520,14 @@ class RolloutWorker:
         the recent-accept estimate and the emitted totals are still added one iteration at a time, in
         the same order."""
         live = self.live
-        b, t0 = len(live), self.t
-        cost, recent, price = self.cost, self.recent, self._price
-        if self.accept is None or self.sampler is None:
-            self._draw(config, b)  # raises: no acceptance model
+        b = len(live)
+        cost, price = self.cost, self._price
         uniforms = self._stream()
         draw, drafter = self.sampler.draw, self.drafter
         mean = self._accept_len.get(config)
         if mean is None:
             mean = self._accept_len[config] = float(self.accept.expected_accept_length(config, drafter))
-        fold = type(recent) is RecentAccept  # the EMA folded inline (RecentAccept.update, same operations)
-        keep = 1.0 - recent.weight
-        ema = recent.value
-        t = t0
+        keep = 1.0 - self.recent.weight
         emitted_total = 0.0
         drawn_total = None
         n = 0
@@ -538,7 +561,7 @@ class RolloutWorker:
             np.subtract(end, ctx, out=rem)
             dts = price(rows[:used], config, sums[:used]) if price is not None and used >= _PRICE_ROWS else \
                 [cost.sd_time(c, config) for c in rows[:used]]
-            if fold:
+            if recent is None:
                 for dt, e in zip(dts, emitted, strict=True):
                     e = float(e)
                     emitted_total += e
@@ -553,16 +576,65 @@ class RolloutWorker:
                     t += dt
             n += used
             if finish or n >= hold:
-                break
-        if fold:
-            recent.value = ema
-        self.t = t
-        if self.lag_dirty:  # else every lag is already 0
+                return n, t, ema, emitted_total, drawn_total
+
+    def _stochastic_tail(self, decision: Decision) -> None:
+        """Stochastic-mode SD spans of one held decision, span after span in one call (fast path,
+        nothing waiting): each span as :meth:`_speculate_blocks` runs it, then what
+        :meth:`advance` would do between spans -- retire the finished requests, check the policy's
+        plain-phase promise, ask the policy with the view it would build; a different answer (or the
+        promise) ends the tail and is run next. The spans' rows go to the log as one column block."""
+        config = decision.config
+        live = self.live
+        policy, idx, step_no, drafter, hint = self.policy, self.idx, self.step_no, self.drafter, self.hint
+        verify = config.verify_tokens
+        t, iteration, ema = self.t, self.iteration, self.recent.value
+        if self.lag_dirty:  # the first span brings every drafter up to date
             live.lag[:] = 0
             self.lag_dirty = False
-        self.iteration += n
-        accepted = (drawn_total - n).astype(np.float64)  # whole numbers: the per-iteration float sums exactly
-        self._close_sd_span(config, b, n, t0, emitted_total, accepted)
+        rows_out: list[tuple] = []
+        pending = None
+        while True:
+            b = len(live)
+            t0 = t
+            n, t, ema, emitted_total, drawn_total = self._stochastic_span(config, HOLD_UNTIL_EVENT, t0, ema, None)
+            accepted = (drawn_total - n).astype(np.float64)
+            acc = float(_sum(accepted))
+            drafted = verify * b * n
+            policy.observe(Outcome(config, b, round(emitted_total), t - t0, drafted, round(acc), t, idx, n,
+                                   tuple(accepted.tolist())))
+            rows_out.append((t0, t, n, b, round(emitted_total), drafted, round(acc)))
+            iteration += n
+            # retire (the span ended at a finish), as _retire does
+            done = live.rem <= 0
+            targets = live.target[done]
+            self.done_tokens.append(targets)
+            self._done_t.append(t)
+            self._done_n.append(len(targets))
+            live.drop(~done)
+            if self.on_finish is not None:
+                self.on_finish(len(targets))
+            b = len(live)
+            if b == 0:
+                break
+            if self._plain_bound is not None:
+                bound = self._plain_bound()
+                if bound is not None and b > bound:
+                    break
+            view = BatchView(b, tuple(live.ctx.tolist()), t, iteration, ema, idx, step_no, drafter,
+                             tuple(live.rem.tolist()) if hint else ())
+            d = policy.decide(view)
+            if not (d.config == config and d.hold == HOLD_UNTIL_EVENT and not d.switch_on):
+                pending = d
+                break
+        cols = list(zip(*rows_out, strict=True))
+        k = len(rows_out)
+        self.log.block(idx, np.zeros(k, dtype=np.int8), ("decode",), np.array(cols[0]), np.array(cols[1]),
+                       np.array(cols[2]), np.array(cols[3]), np.array(cols[4]), np.zeros(k), config=config,
+                       drafted=np.array(cols[5]), accepted=np.array(cols[6]))
+        self.t, self.iteration, self.recent.value = t, iteration, ema
+        self.need_admit = True
+        self._pending = pending
 
     def _stream(self) -> _Uniforms:
         """The worker's acceptance draws as a rewindable stream (fast path; created on first use)."""
