@@ -356,7 +356,9 @@ def grpo(
         parts = ["tlt real grpo", *(f"--seed {s}" for s in seeds),
                  *(f"{k} {shlex.quote(str(v))}" for k, v in given.items() if v is not None)]
     command = " ".join([*parts, f"--out {shlex.quote(str(record_path(out, 'RUN')))}"])
-    result = run_grpo(cfg, out, force=force, log=typer.echo, command=command)
+    from analysis.rl_plots import learning_curves
+
+    result = run_grpo(cfg, out, force=force, log=typer.echo, command=command, figure=learning_curves)
     s = result.summary
     typer.echo(f"held-out temperature-1 reward gain: GRPO {s['reward_gain_mean']:+.3f}, shuffled-reward control "
                f"{s['control_reward_gain_mean']:+.3f} (mean over {len(seeds)} seed{'s' if len(seeds) > 1 else ''}); "

@@ -382,10 +382,12 @@ class GRPORunOutputs:
 
 
 def run_grpo(cfg: GRPORunConfig, out: str | Path, *, force: bool = False, log: Callable[[str], None] = print,
-             command: str | None = None) -> GRPORunOutputs:
+             command: str | None = None,
+             figure: Callable[[pd.DataFrame, Path], object] | None = None) -> GRPORunOutputs:
     """The run (module docstring), built in a temporary sibling of ``out`` and swapped in at the end
     (:func:`tltcore.atomic.atomic_dir`): an interrupted run leaves nothing half written, and a folder
-    tlt did not write is refused unless ``force``."""
+    tlt did not write is refused unless ``force``. ``figure(steps, stem)`` draws the learning curves
+    (the CLI passes :func:`analysis.rl_plots.learning_curves`; the real half imports no report code)."""
     from tltcore.atomic import atomic_dir, write_text
 
     with atomic_dir(out, kind="real-grpo", force=force, inputs=[cfg.pretrained] if cfg.pretrained else ()) as tmp:
@@ -422,9 +424,8 @@ def run_grpo(cfg: GRPORunConfig, out: str | Path, *, force: bool = False, log: C
         write_text(tmp / "steps.csv", steps.to_csv(index=False))
         write_text(tmp / "band.csv", rates.to_csv(index=False))
         write_text(tmp / "summary.json", json.dumps(summary, indent=1, default=_jsonable) + "\n")
-        from analysis.rl_plots import learning_curves
-
-        learning_curves(steps, tmp / "reward")
+        if figure is not None:
+            figure(steps, tmp / "reward")
         write_text(tmp / "README.md", readme(json.loads((tmp / "summary.json").read_text())))
     return GRPORunOutputs(Path(out), steps, summary)
 
