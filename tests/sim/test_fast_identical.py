@@ -132,3 +132,18 @@ def test_wide_batches_fast_equals_reference(seed, mode):
                        ("trace.prompts_per_step", 16, "test"), ("trace.cap", 12000, "test"),
                        ("trace.num_steps", 2, "test"), ("cluster.gpus", 8, "test"), ("cluster.tp", 4, "test")]).scenario
     _same(*_both(s, _policies))
+
+
+@needs_shared_traces()
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_stochastic_tails_of_many_workers_together_equal_reference(seed):
+    """Eight workers whose stochastic SD tails run together, a block per round (tltsim.rollout.tails):
+    different shapes in one round (BEG-MAB's buckets), tails that end at different rounds, a
+    plain-phase promise above the table's last row (a draw or price with another worker's shape,
+    or a rewind off by one, fails it)."""
+    policies = ("beg-mab", "elastic:12+beg-mab", "vllm-table", "static:4_1_4", "elastic:8+static:8_4_16")
+    s = resolve(None, [("policies", policies, "test"), ("acceptance.mode", "stochastic", "test"),
+                       ("seed", seed, "test"), ("trace.prompts_per_step", 24, "test"), ("trace.cap", 9000, "test"),
+                       ("trace.num_steps", 2, "test"), ("cluster.gpus", 32, "test"), ("cluster.tp", 4, "test")]).scenario
+    assert s.n_workers == 8
+    _same(*_both(s, _policies))

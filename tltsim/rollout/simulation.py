@@ -14,6 +14,7 @@ and dealing from ``(seed, s)``, so every policy sees the same workload split and
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -32,6 +33,8 @@ from tltcore.policy.registry import make_policy
 from tltcore.step_simulator import SimulatedEngine
 from tltsim.rollout.entities import EngineConfig, StepRequests
 from tltsim.rollout.event_blocks import SimEventLog
+from tltsim.rollout.span_cost import block_size
+from tltsim.rollout.tails import StochasticTails
 from tltsim.rollout.worker import RolloutWorker
 
 DEFAULT_ENGINE = EngineConfig()
@@ -101,7 +104,6 @@ class RolloutRun:
         parts = deal(workload.group_ids, self.n_workers, self.deal_mode, self.seed, step)
         prompts = np.asarray(workload.prompt_tokens, dtype=np.int64)
         responses = np.asarray(workload.response_tokens, dtype=np.int64)
-        env = simpy.Environment(initial_time=t0)
         workers = []
         for w, idx in enumerate(parts):
             self.policies[w].reset(step)
@@ -111,8 +113,13 @@ class RolloutRun:
                                    drafter=self.drafter, recent=self.recent[w], step=step, t0=t0, on_finish=progress,
                                    pricers=self._pricers)
             workers.append(worker)
-            env.process(_worker_process(env, worker))
-        env.run()
+        if self.engine.fast:
+            _run_fast(workers, self._pricers, self.cost, self.sampler, self.drafter, self.engine)
+        else:
+            env = simpy.Environment(initial_time=t0)
+            for worker in workers:
+                env.process(_worker_process(env, worker))
+            env.run()
         finish = np.array([w.finish_time for w in workers], dtype=np.float64)
         t_end = max(float(finish.max()), t0)
         for w in workers:
@@ -132,19 +139,38 @@ class RolloutRun:
 
 
 def _worker_process(env: simpy.Environment, worker: RolloutWorker):
-    """SimPy process: advance the worker, yielding to the clock once per closed event row (the
-    reference path), or once at its end (``engine.fast``: workers never interact within a step, and
-    the event log is sorted by worker and time, so the interleaving changes nothing it records)."""
-    if worker.fast:
-        while worker.advance():
-            pass
-    else:
-        while worker.advance():
-            if worker.row_closed:
-                worker.row_closed = False
-                yield env.timeout(max(0.0, worker.t - env.now))
+    """SimPy process of the reference path: advance the worker, yielding to the clock once per
+    closed event row."""
+    while worker.advance():
+        if worker.row_closed:
+            worker.row_closed = False
+            yield env.timeout(max(0.0, worker.t - env.now))
     if worker.t > env.now:
         yield env.timeout(worker.t - env.now)
+
+
+def _run_fast(workers: list[RolloutWorker], pricers: dict, cost: CostModel, sampler: AcceptSampler | None,
+              drafter: DrafterState, engine: EngineConfig) -> None:
+    """The fast path's step: workers never interact within a step and the event log is sorted by
+    worker and time, so each worker runs its own loop to the end without a SimPy clock -- except
+    that stochastic SD tails of several workers run together, a block per worker per round
+    (:mod:`tltsim.rollout.tails`), where the cost model has a row pricer."""
+    rows_price = pricers.get("rows")
+    tails = None
+    if engine.acceptance_mode == "stochastic" and rows_price is not None and sampler is not None and \
+            len(workers) > 1:
+        tails = StochasticTails(rows_price, block_size(cost), sampler, drafter)
+        for w in workers:
+            w.tails = tails
+    queue = deque(workers)
+    while queue or (tails is not None and tails.members):
+        while queue:
+            worker = queue.popleft()
+            while worker.advance():
+                if worker.in_tail:
+                    break
+        if tails is not None and tails.members:
+            queue.extend(tails.round())
 
 
 def simulate_step(workload: StepRequests, *, policies: Sequence[SDPolicy], cost: CostModel,

@@ -125,7 +125,9 @@ class RolloutWorker:
             self._price_plain, self._price_phase, self._price_rows = pricers["plain"], pricers["phase"], pricers["rows"]
         else:
             self._price = self._price_prefill = self._price_plain = self._price_phase = self._price_rows = None
-        self._pending: Decision | None = None  # a decision an expected-mode SD tail asked for and did not run
+        self._pending: Decision | None = None  # a decision an SD tail asked for and did not run
+        self.tails = None  # the step's StochasticTails, when the run advances stochastic SD tails together
+        self.in_tail = False  # this worker's stochastic SD tail is running there
         self._sums_cache: dict = pricers.setdefault("sums", {})  # numpy's sums of b equal values, by value and b
         # a policy's promise of plain spans above a batch size (tltcore.policy.base): whole plain
         # phases in closed form (tltsim.rollout.plain_phase), on the fast path with spans allowed
@@ -266,7 +268,10 @@ class RolloutWorker:
             elif not self.expected:
                 if hold == HOLD_UNTIL_EVENT and self.next_waiting >= len(self.q_resp) and \
                         type(self.recent) is RecentAccept and self.sampler is not None:
-                    self._stochastic_tail(decision)  # retires as it goes
+                    if self.tails is not None:  # run with the other workers' tails (tltsim.rollout.tails)
+                        self.tails.enter(self, decision)
+                    else:
+                        self._stochastic_tail(decision)  # retires as it goes
                     return True
                 self._speculate_blocks(config, hold)
             elif hold == HOLD_UNTIL_EVENT and self.next_waiting >= len(self.q_resp) and \
