@@ -144,6 +144,7 @@ def test_stochastic_tails_of_many_workers_together_equal_reference(seed):
     policies = ("beg-mab", "elastic:12+beg-mab", "vllm-table", "static:4_1_4", "elastic:8+static:8_4_16")
     s = resolve(None, [("policies", policies, "test"), ("acceptance.mode", "stochastic", "test"),
                        ("seed", seed, "test"), ("trace.prompts_per_step", 24, "test"), ("trace.cap", 9000, "test"),
-                       ("trace.num_steps", 2, "test"), ("cluster.gpus", 32, "test"), ("cluster.tp", 4, "test")]).scenario
+                       ("trace.num_steps", 2, "test"), ("cluster.gpus", 32, "test"),
+                       ("cluster.tp", 4, "test")]).scenario
     assert s.n_workers == 8
     _same(*_both(s, _policies))
