@@ -171,3 +171,33 @@ def test_the_ngram_drafters_model_free_cost_is_priced_as_called():
                     total += cost.drafter_prefill_time(a, c)
                 passes += 1
             assert prefill(new, cached, 1024, target, drafter) == (total, passes)
+
+
+def test_trace_json_text_equals_the_encoders_bytes():
+    """trace.json built as text is byte for byte what json.dumps writes for chrome_trace: escaped
+    names (quotes, non-ASCII), zero-length spans, counters, several policies and steps; non-finite
+    times take the encoder."""
+    import json
+
+    from tltcore.events import EventLog
+    from tltcore.policy.base import NO_SD
+    from tltsim.perfetto import chrome_trace, chrome_trace_json
+
+    frames = []
+    for policy in ('elastic+beg-mab', 'wé"ird\\name'):
+        log = EventLog(run_id="r", source="sim", policy=policy, coalesce=True)
+        for step in range(2):
+            log.step = step
+            log.span(0, "prefill", 0.0, 0.0125, batch=3, tokens=3, prefill_tokens=900)
+            log.decode(0, 0.0125, 1.0 / 3.0, 7, 3, NO_SD, 21.0)
+            log.decode(0, 1.0 / 3.0, 2.5e-7 + 1.0 / 3.0, 1, 2, SDConfig(4, 1, 4), 7.0, 8, 3.0)
+            log.span(1, "idle", 0.0, 0.0)
+            log.span(-1, "stage", 0.0, 2.0, batch=5, tokens=40)
+        frames.append(log.frame())
+    import pandas as pd
+
+    ev = pd.concat(frames, ignore_index=True)
+    assert chrome_trace_json(ev) == json.dumps(chrome_trace(ev), separators=(",", ":"))
+    bad = ev.copy()
+    bad.loc[2, "t_end"] = float("inf")
+    assert chrome_trace_json(bad) == json.dumps(chrome_trace(bad), separators=(",", ":"))
