@@ -48,7 +48,9 @@ offline choice). The mirror image holds at a step's first decision, where turnin
 policy starts on whenever SD pays for a lone request at these contexts (the tail every rollout step
 ends in), even where it loses at this batch size, and stays on, renting the loss, until the time SD
 lost against plain decoding reaches what switching back on would cost; only then may the plan turn
-it off. With useless drafts SD pays at no batch size and it starts off. The switch cost is what the
+it off (and it rents only a switch back that costs more than one losing iteration: a nearly free one,
+such as the native engine's catch-up of short prompts, makes the rent pointless). With useless
+drafts SD pays at no batch size and it starts off. The switch cost is what the
 engine's ``switch`` mode charges (:data:`~tltcore.engine_limits.SWITCH_MODES`): ``reprefill`` --
 target and drafter prefill of every live context (priced as one pass over all of them: a slight
 under-estimate of the per-pass fixed costs); ``catch_up`` -- drafter prefill of the tokens it missed
@@ -107,6 +109,11 @@ class CostAwareCost(Protocol):
 
 class CostAware:
     """Cost-aware SD switch and shape picker (see module docstring)."""
+
+    #: Off after plain iterations with no switch earned, no plan can turn SD on, so none is priced (a
+    #: re-plan is ~100 cost lookups, a CPU engine iteration's worth). False prices it anyway: the
+    #: reference the tests pin the shortcut to.
+    skip_idle_plans: bool = True
 
     def __init__(self, cost_model: CostAwareCost, accept_model: OracleAcceptance | None = None, *,
                  candidates: Sequence[SDConfig] = DEFAULT_CANDIDATES, switch: str = "reprefill",
@@ -270,8 +277,14 @@ class CostAware:
             self._choice = best  # speculating beats plain right now: stay on
             return
         known = self.lengths == "known" and len(view.remaining_hint) == len(ctx)
+        if self.skip_idle_plans and not self._on and self._ran_plain and not self._earned(known, ctx):
+            self._choice = NO_SD  # off, and no switch is earned yet: whatever the plan says, it stays off
+            return
         off_now, on_now = self._plan(ctx, self._remaining(view, ctx), acc)
-        rent = not known and not self._ran_plain and not self._on and self._pays_alone(ctx, acc)
+        # Rent only what a switch back would cost more than one losing iteration: with a switch back
+        # that is nearly free (the native engine's catch-up of short prompts) renting cannot pay.
+        rent = (not known and not self._ran_plain and not self._on and self._pays_alone(ctx, acc)
+                and self._switch_cost(ctx, self._progress, False) > self._deficit)
         if not self._on and (rent or (on_now < off_now and self._earned(known, ctx))):
             self._on, self._was_on = True, True
             self._pending_switch = self._ran_plain
