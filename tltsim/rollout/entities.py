@@ -37,9 +37,10 @@ class EngineConfig(EngineLimits):
     schedules them, so their prefill costs only its marginal time (the pass minus the fixed cost of
     any forward, priced as a one-token prefill); off, every admission is a pass of its own (the native
     engine). ``closed_form`` and ``coalesce`` exist so tests can prove that advancing in spans equals
-    plain stepping; ``fast`` (on by default) selects the engine's fast paths (one-iteration SD spans
-    without the span loop, drafter catch-up scans only when a drafter can lag, one SimPy yield per
-    worker and step), which give bit-identical event logs: off, the reference per-row path runs.
+    plain stepping; ``fast`` (on by default) selects the engine's fast paths (whole plain phases in
+    closed form, SD blocks and tails in vectorised passes, pricers mirroring the roofline, no SimPy
+    clock: :mod:`tltsim.rollout.worker`), which give bit-identical event logs and results: off, the
+    reference per-row path runs.
     """
 
     kv_capacity_tokens: int = 10**12

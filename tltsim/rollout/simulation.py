@@ -1,4 +1,6 @@
-"""Rollout steps as a SimPy simulation: one process per rollout worker, steps back to back.
+"""Rollout steps as a SimPy simulation: one process per rollout worker, steps back to back (the
+reference path; with ``engine.fast`` the workers run without a SimPy clock, which only ordered
+them, and their stochastic SD tails run together: :func:`_run_fast`).
 
 A :class:`RolloutRun` is one policy's run over consecutive RL steps. What persists across steps is
 what persists in a real engine: each worker's policy object (``reset(step)`` is called at every

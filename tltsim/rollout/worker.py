@@ -26,8 +26,12 @@ Each unit of work (:meth:`RolloutWorker.advance`) is one of:
   :class:`Outcome` per span.
 
 Workers never interact within a step, so each keeps a local clock and the SimPy process yields once
-per closed event row (once per step with ``engine.fast``, which also runs one-iteration SD spans
-without the span loop and scans for lagging drafters only after admissions or plain spans).
+per closed event row (the reference path). ``engine.fast`` runs one-iteration SD spans without the
+span loop, scans for lagging drafters only after admissions or plain spans, and runs a held SD
+decision's spans back to back without returning here: in expected mode many spans per numpy pass
+(:meth:`RolloutWorker._expected_tail`), in stochastic mode span after span
+(:meth:`RolloutWorker._stochastic_tail`), or with the other workers' tails a block per round
+(:mod:`tltsim.rollout.tails`).
 """
 
 from __future__ import annotations
