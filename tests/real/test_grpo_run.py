@@ -25,11 +25,10 @@ from tltreal.rl.grpo_run import (  # noqa: E402
     choose_band,
     gains,
     run_arm,
-    sample_batch,
     shuffle_within_groups,
     summarise,
 )
-from tltreal.rl.pretrain import PretrainConfig, greedy_generate, pretrain  # noqa: E402
+from tltreal.rl.pretrain import PretrainConfig, greedy_generate, pretrain, sample_batch  # noqa: E402
 from tltreal.rl.task import TaskConfig  # noqa: E402
 
 
@@ -93,10 +92,13 @@ def tiny_policy():
 
 
 def test_greedy_sampling_equals_the_pretraining_greedy_decoder(tiny_policy):
+    """greedy_generate is sample_batch at temperature 0; the batch (prompts of different lengths,
+    right-padded) decodes as each prompt alone does."""
     model, tok = tiny_policy
-    texts = ["start 12 add 3 repeat 02\n", "start 99 add 9 repeat 01\n"]
+    texts = ["start 12 add 3 repeat 02\n", "start 99 add 9 repeat 01\n", "start 7 add 12 repeat 3\n"]
     outs = sample_batch(model, tok, [tok.encode(t, bos=True) for t in texts], 20, 0.0, None)
     assert [tok.decode(o) for o in outs] == greedy_generate(model, tok, texts, 20)
+    assert outs == [sample_batch(model, tok, [tok.encode(t, bos=True)], 20, 0.0, None)[0] for t in texts]
 
 
 def test_a_run_repeats_and_the_control_updates_on_other_rewards(tiny_policy, monkeypatch):

@@ -24,7 +24,7 @@ the signal. This run is the smallest honest setting we found on the arithmetic t
    generator seed, so two evaluations differ only by the policy (common random numbers).
 
 The update is :class:`tltreal.rl.grpo.GRPOTrainer` with the dual clip and an optional KL to the
-pre-trained policy. Generation here is a plain batched sampler (:func:`sample_batch`), not the SD
+pre-trained policy. Generation here is a plain batched sampler (:func:`tltreal.rl.pretrain.sample_batch`), not the SD
 engine: this run measures learning, not rollout speed, and SD is lossless (tests/real/test_rollout_lossless.py)
 so it would not change what is learnt.
 
@@ -60,9 +60,9 @@ import torch
 
 from tltcore.errors import InputError
 from tltreal.model.tokenizer import TaskTokenizer
-from tltreal.model.transformer import Transformer, causal_mask, padded_causal_mask
+from tltreal.model.transformer import Transformer
 from tltreal.rl.grpo import GRPOConfig, GRPOTrainer, Rollout
-from tltreal.rl.pretrain import PretrainConfig, load_pretrained, pretrain, solution_budget
+from tltreal.rl.pretrain import PretrainConfig, load_pretrained, pretrain, sample_batch, solution_budget
 from tltreal.rl.task import Problem, TaskConfig, format_reward, make_problem, reward, solution_format
 
 ARMS = ("grpo", "control")
@@ -122,44 +122,6 @@ def _seed(*parts: object) -> int:
 
 
 # ---- generation ------------------------------------------------------------------------------------
-@torch.no_grad()
-def sample_batch(model: Transformer, tokenizer: TaskTokenizer, prompts: Sequence[Sequence[int]],
-                 max_new_tokens: int, temperature: float, generator: torch.Generator | None) -> list[list[int]]:
-    """One continuation per prompt (token ids, ending with ``<eos>`` unless the cap came first):
-    sampled at ``temperature`` from ``generator``, or greedy when ``temperature == 0``.
-
-    One right-padded prefill, then one token per row per forward at each row's own cache length
-    (as :func:`tltreal.rl.pretrain.greedy_generate`). Rows draw in row order from one generator, so a
-    batch is reproducible from the generator's seed."""
-    if not prompts:
-        return []
-    b, width = len(prompts), max(len(p) for p in prompts)
-    counts = torch.tensor([len(p) for p in prompts])
-    tokens = torch.tensor([list(p) + [tokenizer.pad_id] * (width - len(p)) for p in prompts])
-    cache = model.new_cache(b, width + max_new_tokens)
-    slots = torch.arange(b)
-    logits, _ = model(tokens, torch.arange(width).expand(b, width), cache, slots, torch.zeros(b, dtype=torch.long),
-                      padded_causal_mask(counts, width))
-
-    def pick(last: torch.Tensor) -> torch.Tensor:
-        if temperature == 0:
-            return last.argmax(-1)
-        probs = torch.softmax(last.double() / temperature, dim=-1)
-        return torch.multinomial(probs, 1, generator=generator)[:, 0]
-
-    nxt = pick(logits[torch.arange(b), counts - 1])
-    lens, out, done = counts.clone(), [[] for _ in range(b)], torch.zeros(b, dtype=torch.bool)
-    for _ in range(max_new_tokens):
-        for i in range(b):
-            if not done[i]:
-                out[i].append(int(nxt[i]))
-        done |= nxt == tokenizer.eos_id
-        if bool(done.all()):
-            break
-        logits, _ = model(nxt[:, None], lens[:, None], cache, slots, lens, causal_mask(b, 1))
-        lens = lens + 1
-        nxt = pick(logits[:, -1])
-    return out
 
 
 def _text(tokenizer: TaskTokenizer, output: Sequence[int]) -> str:
@@ -498,4 +460,4 @@ def _jsonable(value: object) -> object:
 
 __all__ = ["ARMS", "REWARDS", "Evaluation", "GRPORunConfig", "GRPORunOutputs", "answer_texts", "band_problems",
            "choose_band", "difficulty_pass_rates", "gains", "mean_reward", "readme", "run_arm", "run_grpo",
-           "sample_batch", "shuffle_within_groups", "summarise", "terse_share"]
+           "shuffle_within_groups", "summarise", "terse_share"]

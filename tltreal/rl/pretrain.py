@@ -208,24 +208,31 @@ def pretrain(cfg: PretrainConfig, *, log: bool = False) -> tuple[Transformer, Ta
 
 # ---- greedy evaluation (cached forward; the engine is not needed for this) --------------------------
 @torch.no_grad()
-def greedy_generate(model: Transformer, tokenizer: TaskTokenizer, prompts: Sequence[str],
-                    max_new_tokens: int) -> list[str]:
-    """Greedy continuations of ``prompts`` (each prefixed with ``<bos>``), decoded up to ``<eos>``.
+def sample_batch(model: Transformer, tokenizer: TaskTokenizer, prompts: Sequence[Sequence[int]],
+                 max_new_tokens: int, temperature: float, generator: torch.Generator | None) -> list[list[int]]:
+    """One continuation per prompt (token ids, ending with ``<eos>`` unless the cap came first):
+    sampled at ``temperature`` from ``generator``, or greedy when ``temperature == 0``.
 
-    One batched prefill (right-padded; :func:`padded_causal_mask` hides the padding), then one
-    token per row per forward at each row's own cache length."""
-    rows = [tokenizer.encode(p, bos=True) for p in prompts]
-    if not rows:
+    One right-padded prefill (:func:`padded_causal_mask` hides the padding), then one token per row
+    per forward at each row's own cache length. Rows draw in row order from one generator, so a batch
+    is reproducible from the generator's seed."""
+    if not prompts:
         return []
-    b, width = len(rows), max(len(r) for r in rows)
-    counts = torch.tensor([len(r) for r in rows])
-    tokens = torch.tensor([r + [tokenizer.pad_id] * (width - len(r)) for r in rows])
+    b, width = len(prompts), max(len(p) for p in prompts)
+    counts = torch.tensor([len(p) for p in prompts])
+    tokens = torch.tensor([list(p) + [tokenizer.pad_id] * (width - len(p)) for p in prompts])
     cache = model.new_cache(b, width + max_new_tokens)
     slots = torch.arange(b)
-    positions = torch.arange(width).expand(b, width)
-    logits, _ = model(tokens, positions, cache, slots, torch.zeros(b, dtype=torch.long),
+    logits, _ = model(tokens, torch.arange(width).expand(b, width), cache, slots, torch.zeros(b, dtype=torch.long),
                       padded_causal_mask(counts, width))
-    nxt = logits[torch.arange(b), counts - 1].argmax(-1)
+
+    def pick(last: torch.Tensor) -> torch.Tensor:
+        if temperature == 0:
+            return last.argmax(-1)
+        probs = torch.softmax(last.double() / temperature, dim=-1)
+        return torch.multinomial(probs, 1, generator=generator)[:, 0]
+
+    nxt = pick(logits[torch.arange(b), counts - 1])
     lens, out, done = counts.clone(), [[] for _ in range(b)], torch.zeros(b, dtype=torch.bool)
     for _ in range(max_new_tokens):
         for i in range(b):
@@ -236,8 +243,16 @@ def greedy_generate(model: Transformer, tokenizer: TaskTokenizer, prompts: Seque
             break
         logits, _ = model(nxt[:, None], lens[:, None], cache, slots, lens, causal_mask(b, 1))
         lens = lens + 1
-        nxt = logits[:, -1].argmax(-1)
-    return [tokenizer.decode(o) for o in out]
+        nxt = pick(logits[:, -1])
+    return out
+
+
+def greedy_generate(model: Transformer, tokenizer: TaskTokenizer, prompts: Sequence[str],
+                    max_new_tokens: int) -> list[str]:
+    """Greedy continuations of ``prompts`` (each prefixed with ``<bos>``), decoded up to ``<eos>``
+    (:func:`sample_batch` at temperature 0)."""
+    rows = [tokenizer.encode(p, bos=True) for p in prompts]
+    return [tokenizer.decode(o) for o in sample_batch(model, tokenizer, rows, max_new_tokens, 0.0, None)]
 
 
 def solution_budget(tokenizer: TaskTokenizer, problem: Problem, slack: int = 16) -> int:
