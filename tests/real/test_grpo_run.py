@@ -101,6 +101,23 @@ def test_greedy_sampling_equals_the_pretraining_greedy_decoder(tiny_policy):
     assert outs == [sample_batch(model, tok, [tok.encode(t, bos=True)], 20, 0.0, None)[0] for t in texts]
 
 
+def test_the_cached_decoder_follows_a_cache_free_forward(tiny_policy):
+    """Every greedy token of the cached decoder is the argmax of a full cache-free forward over the
+    prompt and the tokens so far (positions and cache lengths right, not only self-consistent)."""
+    import copy
+
+    model, tok = tiny_policy
+    model = copy.deepcopy(model).to(torch.float64)  # float64: no near-tie flips between the two paths
+    prompt = tok.encode("start 7 add 12 repeat 3\n", bos=True)
+    (out,) = sample_batch(model, tok, [prompt], 12, 0.0, None)
+    seq = list(prompt)
+    with torch.no_grad():
+        for token in out:
+            logits = model.forward_train(torch.tensor([seq]))[0]
+            assert int(logits[0, -1].argmax()) == token
+            seq.append(token)
+
+
 def test_a_run_repeats_and_the_control_updates_on_other_rewards(tiny_policy, monkeypatch):
     """A stand-in reward with spread (even response length) so both arms learn from something: the
     first step samples the same responses (same weights, same generator), so the rewards as scored
