@@ -54,6 +54,18 @@ def _check_range(values: dict[str, tuple[object, tuple[int, int]]]) -> None:
             raise InputError(f"must be an integer in [{lo}, {hi:,}], got {value}", field=flag)
 
 
+def _check_pretrained(pretrained: Path | None) -> None:
+    """A ``--pretrained`` folder must be a readable folder holding what ``python -m tltreal.rl.pretrain``
+    writes (one line naming the missing file otherwise); None is no folder given."""
+    if pretrained is None:
+        return
+    check_input(pretrained, "--pretrained", folder=True)
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        if not (pretrained / name).is_file():
+            raise InputError(f"lacks {name}; give a folder written by `python -m tltreal.rl.pretrain --out DIR`",
+                             path=pretrained, field="--pretrained")
+
+
 def _check_rate(value: float, flag: str) -> None:
     if not (math.isfinite(value) and 0 < value <= 1):
         raise InputError(f"must be a learning rate in (0, 1], got {value}", field=flag)
@@ -200,12 +212,7 @@ def rl(
     _check_rate(drafter_lr, "--drafter-lr")
     if bubble not in ("spot", "budget"):
         raise InputError(f"must be spot or budget, got '{bubble}'", field="--bubble")
-    if pretrained is not None:
-        check_input(pretrained, "--pretrained", folder=True)
-        for name in ("config.json", "model.safetensors", "tokenizer.json"):
-            if not (pretrained / name).is_file():
-                raise InputError(f"lacks {name}; give a folder written by `python -m tltreal.rl.pretrain --out DIR`",
-                                 path=pretrained, field="--pretrained")
+    _check_pretrained(pretrained)
     check_output_dir(out, force, kind="real-rl", inputs=[pretrained] if pretrained else ())
     from analysis.adaptive_report import write_report
     from tltreal.rl.adaptive_run import AdaptiveRunConfig, record_path, run_adaptive
@@ -323,12 +330,7 @@ def grpo(
         raise InputError(f"must be a share in [0, 1], got {terse_share}", field="--terse-share")
     if band_low >= band_high:
         raise InputError(f"must be below --band-high ({band_high}), got {band_low}", field="--band-low")
-    if pretrained is not None:
-        check_input(pretrained, "--pretrained", folder=True)
-        for name in ("config.json", "model.safetensors", "tokenizer.json"):
-            if not (pretrained / name).is_file():
-                raise InputError(f"lacks {name}; give a folder written by `python -m tltreal.rl.pretrain --out DIR`",
-                                 path=pretrained, field="--pretrained")
+    _check_pretrained(pretrained)
     check_output_dir(out, force, kind="real-grpo", inputs=[pretrained] if pretrained else ())
     from tltreal.rl.adaptive_run import record_path
     from tltreal.rl.grpo import GRPOConfig
