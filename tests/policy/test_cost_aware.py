@@ -146,6 +146,18 @@ def test_no_rent_when_switching_back_costs_less_than_one_losing_iteration() -> N
     assert _policy(BatchCost(prefill_s=1e-6)).decide(view).config == SDConfig.chain(2)  # 0.066 s > 0.03 s
 
 
+def test_no_rent_where_a_later_switch_costs_what_switching_on_now_does() -> None:
+    """The rent insures against the *extra* price of switching on after plain iterations. A catch-up
+    prefills the drafter over the same prompts now or later (here 6 s, far above one iteration's 0.03 s
+    loss), so it insures nothing and the first decision stays off; a re-prefill adds the target's
+    prefill and rents; ``in_step`` never lags. The CPU validation's first decision had rented 2 SD
+    iterations at batch 32 (0.019 s per step) against its catch-up's full price."""
+    view = _view(200, 300)
+    assert _policy(BatchCost(prefill_s=1e-3), switch="catch_up").decide(view).config == NO_SD
+    assert _policy(BatchCost(prefill_s=1e-3), switch="in_step").decide(view).config == NO_SD
+    assert _policy(BatchCost(prefill_s=1e-3), switch="reprefill").decide(view).config == SDConfig.chain(2)
+
+
 def test_a_policy_off_with_no_switch_earned_skips_the_plan_and_decides_the_same() -> None:
     """Off after plain iterations and no switch earned, no plan can turn SD on, so the policy does not
     price one (a re-plan is ~100 cost lookups, a CPU engine iteration's worth): decisions are those of a

@@ -48,8 +48,9 @@ offline choice). The mirror image holds at a step's first decision, where turnin
 policy starts on whenever SD pays for a lone request at these contexts (the tail every rollout step
 ends in), even where it loses at this batch size, and stays on, renting the loss, until the time SD
 lost against plain decoding reaches what switching back on would cost; only then may the plan turn
-it off (and it rents only a switch back that costs more than one losing iteration: a nearly free one,
-such as the native engine's catch-up of short prompts, makes the rent pointless). With useless
+it off (and it rents only when a later switch would cost more than switching on now by more than
+one losing iteration: the native engine's catch-up prefills the drafter over the same prompts either
+way, so there the rent insures nothing and the first decision follows the plan). With useless
 drafts SD pays at no batch size and it starts off. The switch cost is what the
 engine's ``switch`` mode charges (:data:`~tltcore.engine_limits.SWITCH_MODES`): ``reprefill`` --
 target and drafter prefill of every live context (priced as one pass over all of them: a slight
@@ -144,6 +145,7 @@ class CostAware:
         self._gram = np.zeros((self.depth, self.depth))
         self._moment = np.zeros(self.depth)
         self._scales: np.ndarray | None = None
+        self._accepts: np.ndarray | None = None  # accept_length per candidate, for these scales
         self.mean_len: float | None = None  # mean response length of the earlier steps
         self._step_requests = 0
         self._step_tokens = 0.0
@@ -192,6 +194,13 @@ class CostAware:
         extra = float(self.prior_reach(config) @ self.scales())
         return 1.0 + min(max(extra, 0.0), float(config.depth))
 
+    def _accept_lengths(self) -> np.ndarray:
+        """:meth:`accept_length` of every candidate, kept until the scales change: every evaluation
+        needs all of them and most see no new SD outcome (while off, none at all)."""
+        if self._accepts is None:
+            self._accepts = np.array([self.accept_length(c) for c in self.candidates])
+        return self._accepts
+
     # ---- the rounds ---------------------------------------------------------------------------
     def reset(self, step: int) -> None:
         """A new rollout step: SD off, counters cleared; the acceptance statistics decay by ``memory``
@@ -217,7 +226,7 @@ class CostAware:
         self._choice = NO_SD
         self._gram *= self.memory
         self._moment *= self.memory
-        self._scales = None
+        self._scales = self._accepts = None
 
     def decide(self, view: BatchView) -> Decision:
         self._step_requests += max(0, view.batch_size - self._seen_b)  # admissions (what grew the batch)
@@ -251,7 +260,7 @@ class CostAware:
         x = self.prior_reach(outcome.config)
         self._gram += reqs * np.outer(x, x)
         self._moment += accepted * x
-        self._scales = None
+        self._scales = self._accepts = None
 
     # ---- evaluation ---------------------------------------------------------------------------
     def _evaluate(self, view: BatchView) -> None:
@@ -262,7 +271,7 @@ class CostAware:
             ctx = np.zeros(view.batch_size, dtype=np.int64)  # no contexts given: assume empty ones
         self._interval = self.recheck
         cost = self.cost_model
-        acc = np.array([self.accept_length(c) for c in self.candidates])
+        acc = self._accept_lengths()
         sd_t = np.array([cost.sd_time(ctx, c) for c in self.candidates])
         rates = np.divide(acc, sd_t, out=np.zeros_like(acc), where=sd_t > 0)
         best = self.candidates[int(np.argmax(rates))]
@@ -281,10 +290,11 @@ class CostAware:
             self._choice = NO_SD  # off, and no switch is earned yet: whatever the plan says, it stays off
             return
         off_now, on_now = self._plan(ctx, self._remaining(view, ctx), acc)
-        # Rent only what a switch back would cost more than one losing iteration: with a switch back
-        # that is nearly free (the native engine's catch-up of short prompts) renting cannot pay.
+        # Rent only when switching on later costs more than switching on now by more than one losing
+        # iteration: with the native engine's catch-up a later switch prefills the drafter over the
+        # same prompts it would prefill now, so renting cannot pay.
         rent = (not known and not self._ran_plain and not self._on and self._pays_alone(ctx, acc)
-                and self._switch_cost(ctx, self._progress, False) > self._deficit)
+                and self._switch_premium(ctx) > self._deficit)
         if not self._on and (rent or (on_now < off_now and self._earned(known, ctx))):
             self._on, self._was_on = True, True
             self._pending_switch = self._ran_plain
@@ -334,6 +344,13 @@ class CostAware:
         if self.mean_len is None:
             return doubling
         return np.maximum(doubling, self.mean_len - self._progress)
+
+    def _switch_premium(self, ctx: np.ndarray) -> float:
+        """What a switch after plain iterations would cost over switching on now, before any plain
+        iteration, at these contexts: what renting a losing SD insures against. A re-prefill's premium
+        is the target's prefill of the contexts; a catch-up's is none (the drafter prefills the same
+        contexts either way, plus the few tokens emitted meanwhile); ``in_step``'s is negative."""
+        return self._switch_cost(ctx, self._progress, False) - self._switch_cost(ctx, self._progress, True)
 
     def _switch_cost(self, ctx: np.ndarray, progress: float, fresh: bool) -> float:
         """What turning SD on costs at these contexts, by the engine's switch mode; ``fresh``: no
