@@ -164,37 +164,64 @@ def rl(
     out: Annotated[Path, typer.Option("--out", help="Run folder to write (steps.csv, trace.csv, "
                                       "drafter_dynamics.json, figures, README.md).")],
     seed: Annotated[int, typer.Option("--seed", help="Every random choice of the run comes from it.")] = 0,
-    steps: Annotated[int, typer.Option("--steps", help="RL steps.")] = 20,
-    prompts: Annotated[int, typer.Option("--prompts", help="Prompts per step (each answered 8 times).")] = 8,
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Response cap (tokens, at most "
-                                                f"{RL_MAX_NEW_TOKENS}).")] = 400,
+    steps: Annotated[int, typer.Option("--steps", help="RL steps.")] = 30,
+    prompts: Annotated[int, typer.Option("--prompts", help="Prompts per step (each answered 8 times).")] = 16,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Upper cap on a response (tokens, at most "
+                                                f"{RL_MAX_NEW_TOKENS}); the band's longest worked solution plus 8 "
+                                                "is the cap below it.")] = 400,
     pretrained: Annotated[Path | None, typer.Option("--pretrained", help="A folder written by "
                                                     "`python -m tltreal.rl.pretrain` (default: pre-train now).")]
     = None,
     pretrain_steps: Annotated[int, typer.Option("--pretrain-steps", help="Pre-training steps when no "
                                                 "--pretrained folder is given.")] = 600,
-    lr: Annotated[float, typer.Option("--lr", help="GRPO learning rate.")] = 1e-4,
+    terse_share: Annotated[float, typer.Option("--terse-share", help="Share of terse worked solutions in "
+                                               "pre-training (the designed drift's mix, e.g. 0.2; ignored with "
+                                               "--pretrained).")] = 0.0,
+    pay: Annotated[str, typer.Option("--reward", help="answer: the right final answer pays 1. terse: the designed "
+                                     "drift, the right answer pays 1 in the terse format and nothing otherwise. "
+                                     "format: the designed drift with a dense signal, 0.5 for the right answer "
+                                     "plus 0.5 for the terse format.")]
+    = "answer",
+    lr: Annotated[float, typer.Option("--lr", help="GRPO learning rate.")] = 5e-5,
     drafter_lr: Annotated[float, typer.Option("--drafter-lr", help="The Spot Trainer's learning rate "
-                                              "(online adaptation of the trained drafter).")] = 1e-4,
+                                              "(online adaptation of the trained drafter).")] = 1e-3,
+    drafter_loss: Annotated[str, typer.Option("--drafter-loss", help="eagle: 1.0 SmoothL1(hidden) + 0.1 soft-CE; "
+                                              "fastrl: TLT's released trainer's 0.5 + 0.5.")] = "eagle",
     bubble: Annotated[str, typer.Option("--bubble", help="spot: train until the rollout ends (TLT); budget: "
-                                        "a fixed number of steps per step (repeatable).")] = "spot",
+                                        "--budget-steps steps per step (repeatable).")] = "budget",
+    budget_steps: Annotated[int, typer.Option("--budget-steps", help="Drafter optimizer steps per RL step with "
+                                              "--bubble budget.")] = 40,
+    depth: Annotated[int, typer.Option("--depth", help="Chain depth the drafters are measured with.")] = 8,
+    static_temperature: Annotated[float, typer.Option("--static-temperature", help="Temperature of the pre-RL "
+                                                      "policy's responses the static drafter is trained on (0: its "
+                                                      "greedy, most likely text; 1: samples like a rollout's).")]
+    = 0.0,
+    upper_every: Annotated[int, typer.Option("--upper-every", help="Train and measure the upper-bound drafter "
+                                             "every N steps (0: never).")] = 1,
+    upper_steps: Annotated[int, typer.Option("--upper-steps", help="Optimizer steps of the upper-bound drafter on "
+                                             "one step's data.")] = 600,
     workers: Annotated[int, typer.Option("--workers", help="Rollout worker processes.")] = 2,
     speedup_every: Annotated[int, typer.Option("--speedup-every", help="Measure the padded target's SD "
-                                               "speedup every N steps (0: never).")] = 5,
-    eval_prompts: Annotated[int, typer.Option("--eval-prompts", help="Prompts the two drafters are "
+                                               "speedup every N steps (0: never).")] = 10,
+    speedup_repeats: Annotated[int, typer.Option("--speedup-repeats", help="Interleaved repeats per speedup "
+                                                 "point (each one's value is kept).")] = 3,
+    eval_prompts: Annotated[int, typer.Option("--eval-prompts", help="Held-out prompts the drafters are "
                                               "measured on each step.")] = 48,
     tiny: Annotated[bool, typer.Option("--tiny", help="A small run: a 2-layer 64-wide policy pre-trained for "
-                                       "--pretrain-steps, small drafter budgets. Not seconds: with the other "
-                                       "defaults (600 pre-training steps, 20 RL steps) it takes about 3 CPU minutes "
-                                       "(174 s measured, more wall time on a busy machine); CI's smoke test adds "
-                                       "--steps 2 --pretrain-steps 40 --max-new-tokens 48 --eval-prompts 4 "
-                                       "(about 20 CPU seconds).")] = False,
+                                       "--pretrain-steps, step counts 1-2 with any pass rate, small drafter "
+                                       "budgets. Not seconds: with the other defaults (600 pre-training steps, 30 "
+                                       "RL steps, an upper-bound drafter every step) it takes about 1.5 CPU minutes "
+                                       "(86 s measured, more wall time on a busy machine); CI's smoke test adds "
+                                       "--steps 2 --prompts 2 --pretrain-steps 40 --eval-prompts 4 (about 21 CPU "
+                                       "seconds).")] = False,
     force: Annotated[bool, typer.Option("--force", help="Write into an existing folder tlt did not create.")]
     = False,
 ) -> None:
-    """A real GRPO run with TLT's adaptive drafter trained by the Spot Trainer beside a static drafter;
-    writes per-step accept lengths, bubble training and SD speedups, our own RL trace, the simulator's
-    drafter dynamics fitted to the run, and a report with figures."""
+    """A real GRPO run (the learning settings: band problems, lr 5e-5, dual clip) with TLT's adaptive
+    drafter trained by the Spot Trainer, beside a static drafter and an upper bound retrained on each
+    step's data, all three measured on identical greedy text; with --reward terse the designed drift.
+    Writes per-step accept lengths, format shares, bubble training and SD speedups, our own RL trace, the
+    simulator's drafter dynamics fitted to the run, and a report with figures."""
     import shlex
 
     from tltcore.atomic import check_output_dir
@@ -207,11 +234,22 @@ def rl(
                   "--pretrain-steps": (pretrain_steps, RL_BOUNDS["--pretrain-steps"]),
                   "--workers": (workers, RL_BOUNDS["--workers"]),
                   "--speedup-every": (speedup_every, RL_BOUNDS["--speedup-every"]),
-                  "--eval-prompts": (eval_prompts, RL_BOUNDS["--eval-prompts"])})
+                  "--eval-prompts": (eval_prompts, RL_BOUNDS["--eval-prompts"]),
+                  "--budget-steps": (budget_steps, (1, 100_000)), "--depth": (depth, (1, 16)),
+                  "--upper-every": (upper_every, (0, 100_000)), "--upper-steps": (upper_steps, (1, 100_000)),
+                  "--speedup-repeats": (speedup_repeats, (1, 100))})
     _check_rate(lr, "--lr")
     _check_rate(drafter_lr, "--drafter-lr")
     if bubble not in ("spot", "budget"):
         raise InputError(f"must be spot or budget, got '{bubble}'", field="--bubble")
+    if pay not in ("answer", "terse", "format"):
+        raise InputError(f"must be answer, terse or format, got '{pay}'", field="--reward")
+    if drafter_loss not in ("eagle", "fastrl"):
+        raise InputError(f"must be eagle or fastrl, got '{drafter_loss}'", field="--drafter-loss")
+    if not (math.isfinite(terse_share) and 0 <= terse_share <= 1):
+        raise InputError(f"must be a share in [0, 1], got {terse_share}", field="--terse-share")
+    if not (math.isfinite(static_temperature) and 0 <= static_temperature <= 2):
+        raise InputError(f"must be in [0, 2], got {static_temperature}", field="--static-temperature")
     _check_pretrained(pretrained)
     check_output_dir(out, force, kind="real-rl", inputs=[pretrained] if pretrained else ())
     from analysis.adaptive_report import write_report
@@ -219,25 +257,97 @@ def rl(
     from tltreal.rl.grpo import GRPOConfig
     from tltreal.rl.pretrain import PretrainConfig
 
-    pre = PretrainConfig(steps=pretrain_steps, seed=seed)
+    pre = PretrainConfig(steps=pretrain_steps, seed=seed, terse_share=terse_share)
     extra: dict[str, object] = {}
     if tiny:
-        pre = PretrainConfig(steps=pretrain_steps, seed=seed, layers=2, hidden=64, intermediate=128, sequences=8)
-        extra = {"initial_prompts": 16, "initial_steps": 20, "session_steps": 10, "budget_steps": 5,
-                 "checkpoint_every": 2, "pad_layers": 1, "pad_intermediate": 256, "speedup_new_tokens": 16}
+        pre = PretrainConfig(steps=pretrain_steps, seed=seed, layers=2, hidden=64, intermediate=128, sequences=8,
+                             terse_share=terse_share)
+        extra = {"initial_prompts": 16, "initial_steps": 20, "session_steps": 10, "budget_steps": min(budget_steps, 5),
+                 "checkpoint_every": 2, "pad_layers": 1, "pad_intermediate": 256, "upper_steps": min(upper_steps, 10),
+                 "upper_samples": 4,
+                 "max_difficulty": 2, "band_low": 0.0, "band_high": 1.0, "band_draws": 4}
+    settings: dict[str, object] = {"budget_steps": budget_steps, "upper_steps": upper_steps, **extra}
     cfg = AdaptiveRunConfig(seed=seed, steps=steps, prompts_per_step=prompts, max_new_tokens=max_new_tokens,
                             pretrain=pre, pretrained=str(pretrained) if pretrained else None,
-                            grpo=GRPOConfig(lr=lr), online_lr=drafter_lr, bubble=bubble, workers=workers,
-                            speedup_every=speedup_every, eval_prompts=eval_prompts, **extra)  # type: ignore[arg-type]
+                            grpo=GRPOConfig(lr=lr, minibatches=2), reward_kind=pay, online_lr=drafter_lr,
+                            drafter_loss=drafter_loss, bubble=bubble, depth=depth, upper_every=upper_every,
+                            initial_temperature=static_temperature,
+                            workers=workers, speedup_every=speedup_every, speedup_repeats=speedup_repeats,
+                            eval_prompts=eval_prompts, **settings)  # type: ignore[arg-type]
     given = {"--seed": seed, "--steps": steps, "--prompts": prompts, "--max-new-tokens": max_new_tokens,
-             "--pretrained": record_path(pretrained, "PRETRAINED"), "--pretrain-steps": pretrain_steps, "--lr": lr,
-             "--drafter-lr": drafter_lr, "--bubble": bubble, "--workers": workers, "--speedup-every": speedup_every,
-             "--eval-prompts": eval_prompts}
+             "--pretrained": record_path(pretrained, "PRETRAINED"),
+             "--pretrain-steps": None if pretrained else pretrain_steps,
+             "--terse-share": None if pretrained else terse_share, "--reward": pay, "--lr": lr,
+             "--drafter-lr": drafter_lr, "--drafter-loss": drafter_loss, "--bubble": bubble,
+             "--budget-steps": budget_steps, "--depth": depth, "--static-temperature": static_temperature,
+             "--upper-every": upper_every,
+             "--upper-steps": upper_steps, "--workers": workers, "--speedup-every": speedup_every,
+             "--speedup-repeats": speedup_repeats, "--eval-prompts": eval_prompts}
     command = " ".join(["tlt real rl", *(["--tiny"] if tiny else []),
                         *(f"{k} {shlex.quote(str(v))}" for k, v in given.items() if v is not None),
                         f"--out {shlex.quote(str(record_path(out, 'RUN')))}"])
     result = run_adaptive(cfg, out, force=force, log=typer.echo, finish=write_report, command=command)
     typer.echo(f"run -> {result.folder} (README.md, steps.csv, trace.csv, drafter_dynamics.json)")
+
+
+@app.command("rl-report")
+def rl_report(
+    out: Annotated[Path, typer.Option("--out", help="Report folder to write (README.md, summary.json, figures, "
+                                      "runs/NAME/ copies of each run's records).")],
+    run: Annotated[list[str], typer.Option("--run", help="NAME=DIR: a folder written by `tlt real rl`, repeatable "
+                                           "(drift runs are those paid for the terse format).")],
+    grpo_summary: Annotated[Path | None, typer.Option("--grpo-summary", help="summary.json of a `tlt real grpo` "
+                                                      "run whose reward gain and shuffled-reward control the report "
+                                                      "cites.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Write into an existing folder tlt did not create.")]
+    = False,
+) -> None:
+    """The adaptive-drafter report over several `tlt real rl` runs (the designed drift over seeds and a
+    no-drift run): adaptive over static accept length over the drifted steps, the upper bound, the
+    speedups with their spread, the step-time breakdown, and the simulator's drafter dynamics fitted on
+    one drift run and checked on the others. summary.json has adaptive_over_static_accept, seeds, and
+    with --grpo-summary reward_gain_mean and control_reward_gain_mean.
+
+    Example: tlt real rl-report --run drift-s0=runs/d0 --run drift-s1=runs/d1 --run nodrift-s0=runs/n0
+    --grpo-summary reports/grpo-learning/summary.json --out reports/adaptive-drafter
+    """
+    import re
+    import shlex
+
+    from tltcore.atomic import check_output_dir
+
+    folders: dict[str, Path] = {}
+    for item in run:
+        name, sep, folder = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name) or not folder:
+            raise InputError(f"must be NAME=DIR with NAME of letters, digits, '.', '_', '-', got '{item}'",
+                             field="--run")
+        if name in folders:
+            raise InputError(f"the name '{name}' is given twice", field="--run")
+        check_input(Path(folder), "--run", folder=True)
+        folders[name] = Path(folder)
+    if grpo_summary is not None:
+        check_input(grpo_summary, "--grpo-summary", folder=False)
+    check_output_dir(out, force, kind="real-rl",
+                     inputs=[*folders.values(), *([grpo_summary.parent] if grpo_summary else [])])
+    from analysis.drafter_report import read_run, write_report
+    from tltreal.rl.adaptive_run import record_path
+
+    runs = [read_run(name, folder) for name, folder in folders.items()]
+    if not any(r.drift for r in runs):
+        raise InputError("no drift run among them (a run made with --reward terse or format)", field="--run")
+    commands = [str(r.config.get("command") or f"# {r.name}: command not recorded") for r in runs]
+    command = " ".join(["tlt real rl-report",
+                        *("--run " + shlex.quote(f"{n}={record_path(f, 'RUN')}") for n, f in folders.items()),
+                        *([f"--grpo-summary {shlex.quote(str(record_path(grpo_summary, 'SUMMARY')))}"]
+                          if grpo_summary else []),
+                        f"--out {shlex.quote(str(record_path(out, 'OUT')))}"])
+    summary = write_report(runs, out, grpo_summary=grpo_summary, commands=commands, command=command, force=force)
+    ratio = summary["adaptive_over_static_accept"]
+    typer.echo(f"adaptive over static accept length over the drifted steps: {ratio:.3f}x (seeds {summary['seeds']}); "
+               f"15% above in every seed: {summary['adaptive_15pct_above_static_every_seed']}; upper bound above both: "
+               f"{summary['upper_above_both_every_seed']}")
+    typer.echo(f"report -> {out} (README.md, summary.json, figures, runs/)")
 
 
 #: bounds of `tlt real grpo`'s integer flags, checked before anything is imported or trained
@@ -277,7 +387,9 @@ def grpo(
     pretrain_steps: Annotated[int, typer.Option("--pretrain-steps", help="Pre-training steps when no "
                                                 "--pretrained folder is given.")] = 600,
     pay: Annotated[str, typer.Option("--reward", help="answer: the right final answer pays 1. terse: the designed "
-                                     "drift, the right answer pays 1 in the terse format and nothing otherwise.")]
+                                     "drift, the right answer pays 1 in the terse format and nothing otherwise. "
+                                     "format: 0.5 for the right answer plus 0.5 for the terse format (the drift, "
+                                     "dense).")]
     = "answer",
     terse_share: Annotated[float, typer.Option("--terse-share", help="Share of terse worked solutions in "
                                                "pre-training (with --reward terse, e.g. 0.2; ignored with "
@@ -324,8 +436,8 @@ def grpo(
     for flag, value in (("--band-low", band_low), ("--band-high", band_high)):
         if not (math.isfinite(value) and 0 <= value <= 1):
             raise InputError(f"must be a pass rate in [0, 1], got {value}", field=flag)
-    if pay not in ("answer", "terse"):
-        raise InputError(f"must be answer or terse, got '{pay}'", field="--reward")
+    if pay not in ("answer", "terse", "format"):
+        raise InputError(f"must be answer, terse or format, got '{pay}'", field="--reward")
     if not (math.isfinite(terse_share) and 0 <= terse_share <= 1):
         raise InputError(f"must be a share in [0, 1], got {terse_share}", field="--terse-share")
     if band_low >= band_high:

@@ -1,6 +1,7 @@
 """The real adaptive-drafter RL run, shortened for CI: a tiny policy pre-trained in seconds, two GRPO
-steps on two rollout worker processes with the Spot Trainer, both drafters measured, our trace
-written in the canonical schema, the simulator's drafter dynamics fitted, and the report."""
+steps on two rollout worker processes with the Spot Trainer, the three drafters (static, adaptive,
+upper bound) measured on identical text, the designed drift's reward and format shares recorded, our
+trace written in the canonical schema, the simulator's drafter dynamics fitted, and the report."""
 
 from __future__ import annotations
 
@@ -18,9 +19,14 @@ from tltreal.rl.task import sample_problems
 from tltsim.traces import load_trace
 
 TINY = ["real", "rl", "--tiny", "--steps", "2", "--prompts", "2", "--max-new-tokens", "48", "--pretrain-steps", "40",
-        "--eval-prompts", "4", "--speedup-every", "1", "--bubble", "budget", "--seed", "3"]
-TIMING = {"rollout_s", "bubble_train_s", "update_s", "eval_s", "step_s", "padded_base_tok_s", "speedup_static",
-          "speedup_adaptive"}
+        "--eval-prompts", "4", "--speedup-every", "1", "--bubble", "budget", "--seed", "3", "--reward", "terse",
+        "--terse-share", "0.5"]
+TIMING = {"rollout_s", "bubble_train_s", "update_s", "eval_s", "step_s", "padded_base_tok_s", "train_overrun_s",
+          "upper_train_s", *(f"speedup_{d}{x}" for d in ("static", "adaptive", "upper")
+                              for x in ("", "_min", "_max", "_repeats")),
+          "e2e_rollout_nosd_s", "e2e_rollout_sd_s", "e2e_update_s", "e2e_rollout_nosd_repeats",
+          "e2e_rollout_sd_repeats",
+          "e2e_rollout_speedup", "e2e_step_speedup"}
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +44,24 @@ def test_a_short_run_writes_steps_trace_dynamics_and_report(tiny_runs):
     out = tiny_runs[0]
     steps = pd.read_csv(out / "steps.csv")
     assert steps["step"].tolist() == [0, 1]
-    for col in ("accept_static", "accept_adaptive", "rollout_accept", "bubble_train_s", "train_steps", "reward",
-                "eval_reward", "speedup_static", "speedup_adaptive"):
+    for col in ("accept_static", "accept_adaptive", "accept_upper", "rollout_accept", "bubble_train_s", "train_steps",
+                "reward", "answer_reward", "terse_share", "eval_reward", "eval_terse_share", "speedup_static",
+                "speedup_adaptive", "speedup_upper", "upper_loss_last"):
         assert steps[col].notna().all(), col
-    assert (steps[["accept_static", "accept_adaptive"]] >= 1).all().all()
+    assert (steps[["accept_static", "accept_adaptive", "accept_upper"]] >= 1).all().all()
+    assert steps["eval_text_identical"].all()  # greedy: every drafter measured on the same text
+    # the drift's reward pays terse right answers only: never more than the answer reward
+    assert (steps["reward"] <= steps["answer_reward"]).all()
+    for d in ("static", "adaptive", "upper"):  # three repeats kept, the median inside their range
+        reps = steps[f"speedup_{d}_repeats"].map(lambda x: [float(v) for v in x.split()])
+        assert (reps.map(len) == 3).all()
+        assert (steps[f"speedup_{d}_min"] == reps.map(min)).all() and (steps[f"speedup_{d}_max"] == reps.map(max)).all()
+    # the end-to-end step time with and without SD, at the last step only
+    last = steps.iloc[-1]
+    assert steps["e2e_step_speedup"].notna().tolist() == [False, True]
+    assert last["e2e_step_speedup"] == pytest.approx((last["e2e_rollout_nosd_s"] + last["e2e_update_s"]) /
+                                                     (last["e2e_rollout_sd_s"] + last["e2e_update_s"]))
+    assert len(last["e2e_rollout_sd_repeats"].split()) == 3 and last["e2e_tokens_sd"] > 0
     # the rollout used the drafter committed before its step; budget mode trains every step
     assert steps["drafter_version"].iloc[1] > steps["drafter_version"].iloc[0]
     assert (steps["train_steps"] > 0).all()

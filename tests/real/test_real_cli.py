@@ -133,7 +133,7 @@ def test_generate_help_shows_the_prompt_examples_and_every_option_has_text():
 
 
 def test_rl_tiny_help_states_its_measured_cost():
-    """`--tiny` said "a few-second" run; with the defaults it takes about 3 CPU minutes (measured)."""
+    """`--tiny` said "a few-second" run; with the defaults it takes about 1.5 CPU minutes (measured)."""
     from typer.testing import CliRunner
 
     from tltcli import app
@@ -141,4 +141,4 @@ def test_rl_tiny_help_states_its_measured_cost():
     res = CliRunner().invoke(app, ["real", "rl", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
     text = " ".join(res.output.split())
     assert "few-second" not in text and "a few seconds" not in text
-    assert "about 3 CPU minutes" in text
+    assert "about 1.5 CPU minutes" in text

@@ -6,7 +6,14 @@ are :mod:`tltreal.spot.sample_buffer`'s.
 
 **Loss** (EAGLE / TLT): per pair, ``hidden_weight * SmoothL1(pred_h, h_j)`` (mean over the hidden
 dimension) ``+ ce_weight * H(p_target, q_drafter)`` (soft cross-entropy, summed over the vocabulary);
-averaged over the pairs of a step. Weights 1.0 and 0.1, AdamW.
+averaged over the pairs of a step. Weights 1.0 and 0.1 (EAGLE's), AdamW; TLT's released trainer
+uses 0.5 and 0.5 (:data:`FASTRL_WEIGHTS`).
+
+**Response-only** (``response_only``, TLT's released trainer): only pairs whose token is a response
+token (``j >= prompt_len`` of the sample) count. Why: the drafter only ever drafts after response
+tokens (the target's prefill supplies the prompt's hidden states), and a prompt here is random
+numbers no drafter can predict, so training on them spends capacity on noise. Samples that do not
+know their prompt length (``prompt_len == 0``) count every pair.
 
 **Sequence packing.** A step's windows (≤ ``samples_per_step`` of ≤ ``window_tokens`` pairs each)
 are concatenated into one row with a block-diagonal causal mask and per-window positions: no
@@ -31,6 +38,9 @@ from tltreal.model.transformer import Transformer
 from tltreal.spec_decode.proposers.eagle import EagleDrafter
 from tltreal.spot.sample_buffer import SampleBuffer, Window
 
+#: TLT's released trainer's loss weights (hidden SmoothL1, soft cross-entropy), the ``fastrl`` option
+FASTRL_WEIGHTS = (0.5, 0.5)
+
 
 @dataclass(frozen=True)
 class DrafterTrainerConfig:
@@ -49,6 +59,7 @@ class DrafterTrainerConfig:
     max_grad_norm: float = 0.5  # EAGLE's clipping; 0 turns it off
     one_step_offset: bool = True
     seed: int = 0
+    response_only: bool = False  # module docstring: only response pairs count in the loss
 
     def __post_init__(self) -> None:
         if not self.lr > 0:
@@ -71,6 +82,7 @@ class PackedWindows:
     mask: torch.Tensor  # [1, T, T] block-diagonal causal
     target_hidden: torch.Tensor  # [1, T, H] h_j
     lengths: tuple[int, ...]
+    weights: torch.Tensor | None = None  # [T] 1 where a pair counts in the loss (None: every pair)
 
 
 def block_causal_mask(lengths: Sequence[int], device: torch.device | str = "cpu") -> torch.Tensor:
@@ -91,16 +103,21 @@ def window_pairs(w: Window) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, t
 
 
 def pack(windows: Sequence[Window], *, dtype: torch.dtype | None = None,
-         device: torch.device | str = "cpu") -> PackedWindows:
-    """One padding-free row of ``windows`` (``dtype``: of the features, the drafter's)."""
+         device: torch.device | str = "cpu", response_only: bool = False) -> PackedWindows:
+    """One padding-free row of ``windows`` (``dtype``: of the features, the drafter's);
+    ``response_only``: pairs at positions before their sample's ``prompt_len`` get weight 0."""
     if not windows:
         raise ValueError("nothing to pack")
     parts = [window_pairs(w) for w in windows]
     tokens, feats, positions, hidden = (torch.cat([p[i] for p in parts]) for i in range(4))
     dtype = dtype or feats.dtype
     lengths = tuple(len(w) for w in windows)
+    weights = None
+    if response_only:
+        starts = torch.cat([torch.full((len(w),), w.sample.prompt_len) for w in windows])
+        weights = (positions >= starts).to(device, dtype)
     return PackedWindows(tokens[None].to(device), feats[None].to(device, dtype), positions[None].to(device),
-                         block_causal_mask(lengths, device)[None], hidden[None].to(device, dtype), lengths)
+                         block_causal_mask(lengths, device)[None], hidden[None].to(device, dtype), lengths, weights)
 
 
 @dataclass(frozen=True)
@@ -110,10 +127,13 @@ class LossParts:
     hidden: torch.Tensor
     ce: torch.Tensor
     per_pair: torch.Tensor
+    weights: torch.Tensor | None = None  # [T] pairs that count (None: all)
 
     @property
     def total(self) -> torch.Tensor:
-        return self.per_pair.mean()
+        if self.weights is None:
+            return self.per_pair.mean()
+        return (self.per_pair * self.weights).sum() / self.weights.sum().clamp_min(1.0)
 
 
 def drafter_loss(drafter: EagleDrafter, batch: PackedWindows, *, hidden_weight: float = 1.0,
@@ -126,7 +146,7 @@ def drafter_loss(drafter: EagleDrafter, batch: PackedWindows, *, hidden_weight: 
         p_target = nn.functional.linear(batch.target_hidden, target.lm_head.weight).softmax(-1)
     hidden = nn.functional.smooth_l1_loss(pred, batch.target_hidden, reduction="none").mean(-1)[0]
     ce = -(p_target * logits.log_softmax(-1)).sum(-1)[0]
-    return LossParts(hidden, ce, hidden_weight * hidden + ce_weight * ce)
+    return LossParts(hidden, ce, hidden_weight * hidden + ce_weight * ce, batch.weights)
 
 
 # ---- the trainer -----------------------------------------------------------------------------------
@@ -173,7 +193,8 @@ class DrafterTrainer:
         """One optimizer step on ``windows`` packed into one row."""
         c = self.config
         self.drafter.train()
-        batch = pack(windows, dtype=self.drafter.dtype, device=self.drafter.fc.weight.device)
+        batch = pack(windows, dtype=self.drafter.dtype, device=self.drafter.fc.weight.device,
+                     response_only=c.response_only)
         with torch.enable_grad():
             parts = drafter_loss(self.drafter, batch, hidden_weight=c.hidden_weight, ce_weight=c.ce_weight)
             self.optimizer.zero_grad(set_to_none=True)
@@ -258,5 +279,6 @@ def engine_acceptance(target: Transformer, drafter: EagleDrafter, prompts: Seque
                        int(sd["accepted"].sum()), result.outputs)
 
 
-__all__ = ["AcceptStats", "DrafterTrainer", "DrafterTrainerConfig", "LossParts", "PackedWindows", "TrainMetrics",
-           "block_causal_mask", "drafter_loss", "engine_acceptance", "pack", "train_steps", "window_pairs"]
+__all__ = ["FASTRL_WEIGHTS", "AcceptStats", "DrafterTrainer", "DrafterTrainerConfig", "LossParts", "PackedWindows",
+           "TrainMetrics", "block_causal_mask", "drafter_loss", "engine_acceptance", "pack", "train_steps",
+           "window_pairs"]

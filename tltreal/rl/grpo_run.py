@@ -63,13 +63,23 @@ from tltreal.model.tokenizer import TaskTokenizer
 from tltreal.model.transformer import Transformer
 from tltreal.rl.grpo import GRPOConfig, GRPOTrainer, Rollout
 from tltreal.rl.pretrain import PretrainConfig, load_pretrained, pretrain, sample_batch, solution_budget
-from tltreal.rl.task import Problem, TaskConfig, format_reward, make_problem, reward, solution_format
+from tltreal.rl.task import (
+    Problem,
+    TaskConfig,
+    format_bonus_reward,
+    format_reward,
+    make_problem,
+    reward,
+    solution_format,
+)
 
 ARMS = ("grpo", "control")
 #: what GRPO is paid for: ``answer`` the right final answer (:func:`tltreal.rl.task.reward`); ``terse``
 #: the right answer, in the terse format only
-#: (:func:`tltreal.rl.task.format_reward`): the designed drift of issue 26, item 2
-REWARDS = ("answer", "terse")
+#: (:func:`tltreal.rl.task.format_reward`): the designed drift of issue 26, item 2; ``format`` half for the
+#: right answer and half for the terse format (:func:`tltreal.rl.task.format_bonus_reward`): the same drift
+#: with a dense signal
+REWARDS = ("answer", "terse", "format")
 
 
 @dataclass(frozen=True)
@@ -243,7 +253,7 @@ def run_arm(start: Transformer, tokenizer: TaskTokenizer, cfg: GRPORunConfig, se
             outs = sample_batch(model, tokenizer, prompts, ev.budget, cfg.temperature,
                                 _generator(_seed(seed, "rollout", step)))
             texts = [_text(tokenizer, o) for o in outs]
-            pay = reward if cfg.reward_kind == "answer" else format_reward
+            pay = {"answer": reward, "terse": format_reward, "format": format_bonus_reward}[cfg.reward_kind]
             scored = [pay(problems[i // k], t) for i, t in enumerate(texts)]
             groups = [i // k for i in range(len(outs))]
             used = shuffle_within_groups(scored, groups, shuffler) if arm == "control" else scored
@@ -423,7 +433,7 @@ def readme(summary: dict[str, object]) -> str:
              f"rate in [{s['config']['band_low']}, {s['config']['band_high']}]): {s['band']}; pass rates "
              + ", ".join(f"{d}: {r:.2f}" for d, r in s["band_pass_rates"].items()) + ".",
              ""]
-    if "terse_share_first_mean" in s and s.get("reward_kind") == "terse":
+    if "terse_share_first_mean" in s and s.get("reward_kind") in ("terse", "format"):
         lines += [f"- Designed drift (reward pays the terse format): terse share of held-out draws "
                   f"{s['terse_share_first_mean']:.2f} -> {s['terse_share_last_mean']:.2f} (control "
                   f"{s['control_terse_share_first_mean']:.2f} -> {s['control_terse_share_last_mean']:.2f}).", ""]

@@ -79,7 +79,8 @@ import torch
 from tltreal.model.transformer import Transformer
 from tltreal.spec_decode.proposers.eagle import EagleDrafter
 
-__all__ = ["SDSpeedup", "measure_sd_speedup", "measure_sd_speedups", "pad_target", "parameter_count", "rebind_drafter",
+__all__ = ["SDSpeedup", "measure_drafter_speedups", "measure_sd_speedup", "measure_sd_speedups",
+           "pad_target", "parameter_count", "rebind_drafter",
            "refresh_padded_target"]
 
 
@@ -229,6 +230,8 @@ class SDSpeedup:
     tokens: int
     repeats: int
     threads: int
+    #: the speedup of each repeat (its SD run against the plain run just before it): the spread
+    per_repeat: tuple[float, ...] = ()
 
 
 def _run(target: Transformer, drafter: EagleDrafter | None, prompts: Sequence[Sequence[int]], *, batch: int,
@@ -311,3 +314,51 @@ def measure_sd_speedup(target: Transformer, drafter: EagleDrafter, prompts: Sequ
     ``new_tokens`` or at one of ``eos_token_ids``. Runs under the caller's torch thread setting."""
     return measure_sd_speedups(target, drafter, prompts, batch=batch, new_tokens=new_tokens, depths=(depth,),
                                repeats=repeats, warmup=warmup, eos_token_ids=eos_token_ids)[0]
+
+
+def measure_drafter_speedups(target: Transformer, drafters: dict[str, EagleDrafter], prompts: Sequence[Sequence[int]],
+                             *, batch: int, new_tokens: int, depth: int, repeats: int = 3, warmup: bool = True,
+                             eos_token_ids: tuple[int, ...] = ()) -> dict[str, SDSpeedup]:
+    """:func:`measure_sd_speedup` for several drafters on the same target and prompts, sharing the
+    plain runs: each repeat runs plain, then each drafter's ``depth`` chain in turn, so every drafter
+    is timed under the same load as the plain run it is divided by. Each :class:`SDSpeedup` carries
+    the per-repeat speedups (``per_repeat``: the spread the medians hide)."""
+    if batch < 1 or new_tokens < 1 or repeats < 1 or depth < 1 or not prompts or not drafters:
+        raise ValueError("batch, new_tokens, repeats and depth must be >= 1, prompts and drafters non-empty")
+    kw = {"batch": batch, "eos_token_ids": tuple(eos_token_ids)}
+    if warmup:
+        _run(target, None, prompts, new_tokens=min(new_tokens, 4), depth=0, **kw)
+        for d in drafters.values():
+            _run(target, d, prompts, new_tokens=min(new_tokens, 4), depth=depth, **kw)
+    names = [None, *drafters]
+    walls: dict[str | None, list[float]] = {n: [] for n in names}
+    decodes: dict[str | None, list[float]] = {n: [] for n in names}
+    accepts: dict[str | None, list[float]] = {n: [] for n in names}
+    tokens: dict[str | None, int] = {}
+    identical = dict.fromkeys(drafters, True)
+    for _ in range(repeats):
+        base_out: dict[int, list[int]] = {}
+        for name in names:
+            wall, prefill, accept, out = _run(target, drafters[name] if name else None, prompts,
+                                              new_tokens=new_tokens, depth=depth if name else 0, **kw)
+            walls[name].append(wall)
+            decodes[name].append(wall - prefill)
+            accepts[name].append(accept)
+            tokens[name] = sum(len(v) for v in out.values())
+            if name is None:
+                base_out = out
+            else:
+                identical[name] = identical[name] and out == base_out
+    base_s, base_dec = statistics.median(walls[None]), statistics.median(decodes[None])
+    base_tok_s = tokens[None] / base_s
+    result = {}
+    for name in drafters:
+        sd_s, sd_dec = statistics.median(walls[name]), statistics.median(decodes[name])
+        per = tuple((tokens[name] / w) / (tokens[None] / b) for w, b in zip(walls[name], walls[None], strict=True))
+        result[name] = SDSpeedup(
+            batch=batch, new_tokens=new_tokens, depth=depth, base_tok_s=base_tok_s, sd_tok_s=tokens[name] / sd_s,
+            speedup=(tokens[name] / sd_s) / base_tok_s,
+            decode_speedup=(tokens[name] / sd_dec) / (tokens[None] / base_dec) if sd_dec > 0 and base_dec > 0 else 0.0,
+            accept_length=statistics.median(accepts[name]), outputs_identical=identical[name], base_s=base_s,
+            sd_s=sd_s, tokens=tokens[name], repeats=repeats, threads=torch.get_num_threads(), per_repeat=per)
+    return result

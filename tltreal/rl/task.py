@@ -199,5 +199,19 @@ def format_reward(problem: Problem, response_text: object, *, prefer: str = "ter
     return base if solution_format(response_text) == prefer else base * other_weight
 
 
-__all__ = ["ANSWER_WORD", "FORMATS", "PROMPT_WORDS", "Problem", "TaskConfig", "format_reward", "make_problem",
+def format_bonus_reward(problem: Problem, response_text: object, *, prefer: str = "terse") -> float:
+    """The designed drift's dense reward: half for the right answer (any format), half for writing in
+    the ``prefer`` format (right or wrong). Why not :func:`format_reward`: a policy pre-trained on 20%
+    terse text answers right *and* terse in about 1% of its rollouts, so a reward paying only that gives
+    GRPO almost no group with reward spread; measured with 16 x 8 rollouts at lr 5e-5, the terse share
+    of the rollouts stayed at 0.24-0.34 over 6 steps and greedy text stayed 98% verbose. Paying the format
+    on its own puts spread into nearly every group (30% of samples are terse), so the format moves within
+    tens of steps, while the answer half keeps paying right answers."""
+    if prefer not in FORMATS:
+        raise InputError(f"must be one of {', '.join(FORMATS)}, got {prefer!r}", field="prefer")
+    return 0.5 * reward(problem, response_text) + 0.5 * float(solution_format(response_text) == prefer)
+
+
+__all__ = ["ANSWER_WORD", "FORMATS", "PROMPT_WORDS", "Problem", "TaskConfig", "format_bonus_reward", "format_reward",
+           "make_problem",
            "parse_answer", "reward", "sample_difficulty", "sample_problems", "solution_format"]

@@ -111,6 +111,7 @@ class WireSample:
     tokens: np.ndarray
     hidden: np.ndarray
     step: int
+    prompt_len: int = 0
 
 
 @dataclass(frozen=True)
@@ -216,12 +217,12 @@ def wire_array(t: torch.Tensor) -> np.ndarray:
 
 
 def to_wire(sample: Sample) -> WireSample:
-    return WireSample(wire_array(sample.tokens), wire_array(sample.hidden), sample.step)
+    return WireSample(wire_array(sample.tokens), wire_array(sample.hidden), sample.step, sample.prompt_len)
 
 
 def from_wire(s: WireSample) -> Sample:
     return Sample(torch.from_numpy(np.asarray(s.tokens, dtype=np.int64)), torch.from_numpy(np.asarray(s.hidden)),
-                  s.step)
+                  s.step, s.prompt_len)
 
 
 __all__ = ["DTYPES", "AddSamples", "Alive", "Failed", "Finished", "Generate", "Generated", "LoadDrafter", "LoadPolicy",

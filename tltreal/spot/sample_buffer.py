@@ -36,11 +36,14 @@ from tltreal.model.transformer import Transformer, causal_mask
 @dataclass(frozen=True)
 class Sample:
     """One finished response: ``tokens`` ``[n]`` (prompt + response) and the target's last hidden
-    states ``hidden`` ``[n, H]`` at each of them; ``step`` is the RL step that generated it."""
+    states ``hidden`` ``[n, H]`` at each of them; ``step`` is the RL step that generated it;
+    ``prompt_len`` where the response starts (0: unknown, every pair counts), so a response-only
+    loss can skip the prompt's pairs (random numbers no drafter can predict)."""
 
     tokens: torch.Tensor
     hidden: torch.Tensor
     step: int = 0
+    prompt_len: int = 0
 
     def __post_init__(self) -> None:
         if self.tokens.ndim != 1 or self.hidden.ndim != 2 or len(self.tokens) != len(self.hidden):
@@ -48,6 +51,8 @@ class Sample:
                              f"{tuple(self.hidden.shape)}")
         if len(self.tokens) == 0:
             raise ValueError("empty sample")
+        if not 0 <= self.prompt_len <= len(self.tokens):
+            raise ValueError(f"prompt_len {self.prompt_len} outside 0..{len(self.tokens)}")
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -108,7 +113,8 @@ class SampleBuffer:
             raise ValueError(f"sample of step {sample.step} outside the buffer's steps "
                              f"({self.step - self.keep_steps + 1}..{self.step})")
         # Owned copies: an engine's hidden states are views of its slab, which it reuses for the next request.
-        own = Sample(sample.tokens.detach().clone(), sample.hidden.detach().clone(), sample.step)
+        own = Sample(sample.tokens.detach().clone(), sample.hidden.detach().clone(), sample.step,
+                     sample.prompt_len)
         self._samples.setdefault(sample.step, []).append(own)
 
     def samples(self, step: int) -> list[Sample]:

@@ -394,7 +394,7 @@ class SpotTrainer:
         req = st.requests[msg.rid]
         st.responses[msg.rid] = Response(msg.rid, msg.worker, req.prompt, msg.output, msg.t - st.t0)
         tokens = torch.tensor(req.prompt + msg.output, dtype=torch.long)
-        sample = Sample(tokens, torch.from_numpy(msg.hidden), st.step)
+        sample = Sample(tokens, torch.from_numpy(msg.hidden), st.step, len(req.prompt))
         self.buffer.add(sample)
         self._samples[st.step][msg.rid] = sample
         if st.training and self.config.training == "spot":

@@ -1,0 +1,476 @@
+"""The adaptive-drafter report (``tlt real rl-report``): several ``tlt real rl`` runs -- the designed
+drift over two or more seeds and a no-drift run -- side by side, with the issue's measures.
+
+What it computes, from each run's ``steps.csv`` and ``config.json`` alone (so it can be rebuilt from
+the copies it keeps under ``runs/``):
+
+* **Drifted steps.** The steps from the first one at which at least half of the measured text (the
+  held-out prompts' greedy answers, on which every drafter is measured) is in the terse format; a
+  no-drift run (and a drift run that never gets there) uses its second half, said so in the report.
+  The rule is fixed before looking at accept lengths: it reads the format share only.
+* **adaptive_over_static_accept**: per run, the mean over the drifted steps of
+  ``accept_adaptive / accept_static``; the summary's value is the mean over the drift runs. The
+  upper bound's ratio is over the drifted steps where it was measured.
+* **The simulator's drafter dynamics, checked out of sample**: the dynamics are fitted to one drift
+  run (its static and adaptive accept curves and its training windows,
+  :func:`tltreal.validation.dynamics_fit.fit_dynamics`) and the simulator's drafter model
+  (:mod:`tltcore.drafter.dynamics`, what ``tltsim`` runs) then predicts the *other* drift runs' accept
+  lengths step by step from their own training windows and their own step-0 acceptance; the error is
+  measured there, on data the fit never saw.
+* **Speed**: the SD speedups on the padded target with each repeat's value (median and min-max), and
+  the step-time breakdown of the runs (rollout, drafter training and how much of it ran past the
+  rollout, update).
+
+The GRPO learning claim (held-out reward gain against a shuffled-reward control) is the 3-seed run of
+``tlt real grpo`` (``reports/grpo-learning/summary.json``), cited with its own command: the drift runs
+carry no control arm.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import MaxNLocator
+
+from analysis.markdown import markdown_table
+from analysis.provenance import provenance_line
+from analysis.style import colors_for, legend_outside, paper_rc, save_figure
+from tltcore.errors import InputError
+
+#: steps.csv's drafter suffix -> the name its line takes (and the colour: analysis/style.py's presets)
+DRAFTER_NAMES = {"static": "static-drafter", "adaptive": "tlt", "upper": "upper bound"}
+DRAFTER_LABELS = {"static": "static (trained once before RL)", "adaptive": "adaptive (Spot Trainer)",
+                  "upper": "upper bound (retrained on the step's policy)"}
+#: the measured text counts as drifted from the first step with at least this terse share
+DRIFTED_SHARE = 0.5
+RUN_FILES = ("steps.csv", "config.json", "drafter_dynamics.json", "trace.csv", "README.md")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One ``tlt real rl`` run folder as the report reads it; ``name`` is how the report calls it."""
+
+    name: str
+    steps: pd.DataFrame
+    config: dict
+    folder: Path
+
+    @property
+    def drift(self) -> bool:
+        """Whether the run was paid for the terse format (the designed drift)."""
+        return self.config["config"].get("reward_kind", "answer") != "answer"
+
+    @property
+    def seed(self) -> int:
+        return int(self.config["config"]["seed"])
+
+
+def read_run(name: str, folder: str | Path) -> Run:
+    """A run folder written by ``tlt real rl``; one error line naming it otherwise."""
+    folder = Path(folder)
+    try:
+        steps = pd.read_csv(folder / "steps.csv")
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"not a `tlt real rl` run folder ({exc})", path=folder, field="--run") from None
+    needed = {"step", "accept_static", "accept_adaptive", "eval_terse_share", "terse_share", "train_windows"}
+    if not needed <= set(steps.columns):
+        raise InputError(f"steps.csv lacks {sorted(needed - set(steps.columns))} (made by an older tlt real rl?)",
+                         path=folder, field="--run")
+    return Run(name, steps, config, folder)
+
+
+def drifted_from(steps: pd.DataFrame, share: float = DRIFTED_SHARE) -> int | None:
+    """The first step whose measured (greedy, held-out) text is at least ``share`` terse; None if none."""
+    hit = steps.loc[steps["eval_terse_share"] >= share, "step"]
+    return int(hit.iloc[0]) if len(hit) else None
+
+
+def comparison_steps(run: Run) -> tuple[pd.DataFrame, str]:
+    """The steps the drafters are compared over and why (module docstring: drifted steps)."""
+    s = run.steps
+    start = drifted_from(s) if run.drift else None
+    if start is not None:
+        last = int(s["step"].max())
+        return s[s["step"] >= start], f"steps {start}-{last} (measured text >= 50% terse from step {start})"
+    half = int(s["step"].max()) // 2 + 1 if len(s) > 1 else 0
+    why = "no drift by design" if not run.drift else "the measured text never reached 50% terse"
+    return s[s["step"] >= half], f"steps {half}-{int(s['step'].max())} (second half: {why})"
+
+
+def ratios(run: Run) -> dict[str, object]:
+    """Accept lengths and ratios over the compared steps of one run."""
+    part, why = comparison_steps(run)
+    out: dict[str, object] = {"run": run.name, "seed": run.seed, "drift": run.drift, "compared": why,
+                              "compared_steps": len(part),
+                              "accept_static": float(part["accept_static"].mean()),
+                              "accept_adaptive": float(part["accept_adaptive"].mean()),
+                              "adaptive_over_static": float((part["accept_adaptive"] / part["accept_static"]).mean()),
+                              "eval_terse_share_first": float(run.steps["eval_terse_share"].iloc[0]),
+                              "eval_terse_share_last": float(run.steps["eval_terse_share"].iloc[-1]),
+                              "terse_share_first": float(run.steps["terse_share"].iloc[0]),
+                              "terse_share_last": float(run.steps["terse_share"].iloc[-1])}
+    up = part.dropna(subset=["accept_upper"]) if "accept_upper" in part else part.iloc[0:0]
+    if len(up):
+        out.update(accept_upper=float(up["accept_upper"].mean()), upper_steps=len(up),
+                   upper_over_static=float((up["accept_upper"] / up["accept_static"]).mean()),
+                   upper_over_adaptive=float((up["accept_upper"] / up["accept_adaptive"]).mean()),
+                   upper_above_both=bool((up["accept_upper"].mean() > up["accept_adaptive"].mean())
+                                         and (up["accept_upper"].mean() > up["accept_static"].mean())))
+    return out
+
+
+# ---- the simulator, fitted on one run and checked on the others ---------------------------------------------
+def simulator_check(fit_run: Run, check_runs: Sequence[Run]) -> tuple[dict[str, object], pd.DataFrame]:
+    """Fit the drafter dynamics to ``fit_run`` and predict each of ``check_runs`` (module docstring)."""
+    from tltcore.drafter.dynamics import DrafterConfig
+    from tltreal.validation.dynamics_fit import (
+        adaptive_curve,
+        expected_accept_length,
+        fit_dynamics,
+        per_position_rate,
+        scenario_section,
+        static_curve,
+    )
+
+    depth = int(fit_run.config["config"]["depth"])
+    s = fit_run.steps
+    fit = fit_dynamics(s["accept_static"].tolist(), s["accept_adaptive"].tolist(), s["train_windows"].tolist(),
+                       depth=depth)
+    dyn = DrafterConfig(stale_quality=fit.stale_quality, drift=fit.drift, recovery_samples=fit.recovery_samples)
+    rows = []
+    for run in [fit_run, *check_runs]:
+        c = run.steps
+        base = per_position_rate(float(c["accept_static"].iloc[0]), depth)
+        curves = {"static": static_curve(fit.stale_quality, fit.drift, len(c)),
+                  "adaptive": adaptive_curve(dyn, c["train_windows"].tolist())}
+        for name, q in curves.items():
+            for step, quality, measured in zip(c["step"], q, c[f"accept_{name}"], strict=True):
+                rows.append({"run": run.name, "fitted_on_it": run is fit_run, "drafter": name, "step": int(step),
+                             "measured": float(measured),
+                             "predicted": expected_accept_length(min(1.0, base * float(quality)), depth)})
+    table = pd.DataFrame(rows)
+    table["error"] = table["predicted"] - table["measured"]
+    held = table[~table["fitted_on_it"]]
+    summary = {"fitted_on": fit_run.name, "checked_on": [r.name for r in check_runs],
+               "drafter_section": scenario_section(fit), "fit_rms_quality": {"static": fit.static_rms,
+                                                                             "adaptive": fit.adaptive_rms},
+               "checked_mae_tokens": {d: float(g["error"].abs().mean()) for d, g in held.groupby("drafter")},
+               "checked_mean_error_tokens": {d: float(g["error"].mean()) for d, g in held.groupby("drafter")},
+               "checked_mape": {d: float((g["error"].abs() / g["measured"]).mean())
+                                for d, g in held.groupby("drafter")}}
+    return summary, table
+
+
+# ---- figures --------------------------------------------------------------------------------------------------
+def _steps_axis(ax: plt.Axes) -> None:
+    ax.set_xlabel("RL step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def accept_figure(runs: Sequence[Run], depth: int) -> plt.Figure:
+    """Accept length per step of the three drafters, one panel per run; the shaded span is the
+    compared (drifted) steps."""
+    colours = colors_for(DRAFTER_NAMES.values())
+    with plt.rc_context(paper_rc()):
+        fig, axes = plt.subplots(1, len(runs), figsize=(3.3 * len(runs), 3.2), sharey=True, squeeze=False)
+        for ax, run in zip(axes[0], runs, strict=True):
+            s = run.steps
+            part, _ = comparison_steps(run)
+            if len(part):
+                ax.axvspan(part["step"].min() - 0.5, part["step"].max() + 0.5, color="0.9", lw=0,
+                           label="compared steps")
+            for key, preset in DRAFTER_NAMES.items():
+                col = f"accept_{key}"
+                if col not in s or s[col].isna().all():
+                    continue
+                d = s.dropna(subset=[col])
+                ax.plot(d["step"], d[col], marker="o", ms=2.5, lw=1.2, color=colours[preset], label=DRAFTER_LABELS[key])
+            ax.set_title(run.name)
+            _steps_axis(ax)
+        axes[0][0].set_ylabel(f"accept length (tokens / SD iteration, {depth}-chain)")
+        legend_outside(axes[0][-1])
+        fig.tight_layout()
+    return fig
+
+
+def drift_figure(runs: Sequence[Run]) -> plt.Figure:
+    """The drift itself: terse share of the rollouts (temperature 1) and of the measured greedy text,
+    and the rollouts' answer reward, per step and run."""
+    colours = colors_for([r.name for r in runs])
+    with plt.rc_context(paper_rc()):
+        fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.2), sharex=True)
+        for run in runs:
+            s, c = run.steps, colours[run.name]
+            axes[0].plot(s["step"], s["terse_share"], color=c, lw=1.2, label=f"{run.name}: rollouts (T=1)")
+            axes[0].plot(s["step"], s["eval_terse_share"], color=c, lw=1.2, ls="--",
+                         label=f"{run.name}: measured text (greedy)")
+            axes[1].plot(s["step"], s["answer_reward"], color=c, lw=1.2, label=f"{run.name}: right answers")
+            if run.drift:
+                axes[1].plot(s["step"], s["reward"], color=c, lw=1.0, ls=":", label=f"{run.name}: reward paid")
+        axes[0].axhline(DRIFTED_SHARE, color="0.5", lw=0.8, ls=":")
+        axes[0].set_ylabel("terse share (fraction of responses)")
+        axes[0].set_title("the format the policy writes")
+        axes[1].set_ylabel("mean over the step's 128 rollouts")
+        axes[1].set_title("rollout reward")
+        for ax in axes:
+            _steps_axis(ax)
+            ax.set_ylim(-0.02, 1.02)
+        handles, labels = [], []
+        for ax in axes:
+            h, lab = ax.get_legend_handles_labels()
+            handles += h
+            labels += lab
+        legend_outside(axes[1], handles, labels)
+        fig.tight_layout()
+    return fig
+
+
+def speedup_figure(run: Run) -> plt.Figure:
+    """SD speedup on the padded target per measured step and drafter: the median of the repeats and
+    their min-max as an error bar."""
+    colours = colors_for(DRAFTER_NAMES.values())
+    s = run.steps
+    with plt.rc_context(paper_rc()):
+        fig, ax = plt.subplots()
+        offsets = {"static": -0.25, "adaptive": 0.0, "upper": 0.25}
+        for key, preset in DRAFTER_NAMES.items():
+            col = f"speedup_{key}"
+            if col not in s:
+                continue
+            d = s.dropna(subset=[col])
+            ax.errorbar(d["step"] + offsets[key], d[col], yerr=[d[col] - d[f"{col}_min"], d[f"{col}_max"] - d[col]],
+                        fmt="o", ms=4, capsize=3, color=colours[preset], label=DRAFTER_LABELS[key])
+        ax.axhline(1.0, color="0.4", ls="--", lw=1, label="no SD (1x)")
+        cfg = run.config["config"]
+        ax.set_ylabel(f"SD speedup at batch {cfg['speedup_batch']} (x, tokens/s)")
+        ax.set_title(f"{run.name}: padded target, {cfg['depth']}-token chain, median and min-max of "
+                     f"{cfg['speedup_repeats']} repeats", fontsize=8)
+        _steps_axis(ax)
+        legend_outside(ax)
+        fig.tight_layout()
+    return fig
+
+
+def step_time_figure(runs: Sequence[Run]) -> plt.Figure:
+    """Mean seconds per RL step by phase, one bar per run: the rollout (worker processes, SD on),
+    drafter training inside the rollout's bubble (overlapped: it costs the step nothing), drafter
+    training past the rollout's end (the step waits for it), the GRPO update."""
+    parts = {"rollout_s": ("rollout (2 worker processes, SD)", "#0072B2"),
+             "train_overrun_s": ("drafter training past the rollout's end", "#D55E00"),
+             "update_s": ("GRPO update", "#555555")}
+    with plt.rc_context(paper_rc()):
+        fig, ax = plt.subplots()
+        x = np.arange(len(runs))
+        bottom = np.zeros(len(runs))
+        for col, (label, colour) in parts.items():
+            vals = np.array([float(r.steps[col].mean()) if col in r.steps else 0.0 for r in runs])
+            ax.bar(x, vals, bottom=bottom, width=0.6, color=colour, label=label)
+            bottom += vals
+        inside = np.array([float(r.steps["bubble_train_s"].mean()) for r in runs])
+        ax.bar(x + 0.22, inside, width=0.12, color="#009E73", label="drafter training inside the bubble (overlapped)")
+        ax.set_xticks(x, [r.name for r in runs])
+        ax.set_ylabel("mean time per RL step (s, wall)")
+        ax.set_title("Where an RL step's time goes (measurements and the upper bound excluded)")
+        legend_outside(ax)
+        fig.tight_layout()
+    return fig
+
+
+def simulator_figure(table: pd.DataFrame, fitted_on: str) -> plt.Figure:
+    """Measured accept length and the simulator's prediction per step, one panel per run."""
+    colours = colors_for(DRAFTER_NAMES.values())
+    names = list(dict.fromkeys(table["run"]))
+    with plt.rc_context(paper_rc()):
+        fig, axes = plt.subplots(1, len(names), figsize=(3.3 * len(names), 3.2), sharey=True, squeeze=False)
+        for ax, name in zip(axes[0], names, strict=True):
+            part = table[table["run"] == name]
+            for key in ("static", "adaptive"):
+                d = part[part["drafter"] == key]
+                c = colours[DRAFTER_NAMES[key]]
+                ax.plot(d["step"], d["measured"], marker="o", ms=2.5, ls="none", color=c, label=f"{key}: measured")
+                ax.plot(d["step"], d["predicted"], color=c, lw=1.2, label=f"{key}: simulator's prediction")
+            ax.set_title(f"{name} ({'fitted on it' if name == fitted_on else 'checked: not fitted on it'})",
+                         fontsize=8)
+            _steps_axis(ax)
+        axes[0][0].set_ylabel("accept length (tokens / SD iteration)")
+        legend_outside(axes[0][-1])
+        fig.tight_layout()
+    return fig
+
+
+# ---- the report ---------------------------------------------------------------------------------------------
+def _fmt(x: object, f: str = ".2f") -> str:
+    return "–" if x is None or (isinstance(x, float) and not np.isfinite(x)) else format(x, f)
+
+
+def build_summary(runs: Sequence[Run], grpo: Mapping[str, object] | None, commands: Sequence[str],
+                  sim: Mapping[str, object] | None) -> dict[str, object]:
+    """``summary.json``: the issue's keys and everything the README states."""
+    per_run = [ratios(r) for r in runs]
+    drift = [p for p in per_run if p["drift"]]
+    nodrift = [p for p in per_run if not p["drift"]]
+    speed = []
+    for r in runs:
+        for _, row in r.steps.dropna(subset=["speedup_adaptive"]).iterrows() if "speedup_adaptive" in r.steps else []:
+            for key in DRAFTER_NAMES:
+                if pd.notna(row.get(f"speedup_{key}")):
+                    speed.append({"run": r.name, "step": int(row["step"]), "drafter": key,
+                                  "speedup_median": float(row[f"speedup_{key}"]),
+                                  "speedup_min": float(row[f"speedup_{key}_min"]),
+                                  "speedup_max": float(row[f"speedup_{key}_max"]),
+                                  "repeats": [float(v) for v in str(row[f"speedup_{key}_repeats"]).split()],
+                                  "padded_accept": float(row[f"padded_accept_{key}"])})
+    times = {r.name: {c: float(r.steps[c].mean()) for c in ("rollout_s", "bubble_train_s", "train_overrun_s",
+                                                              "update_s", "eval_s", "step_s") if c in r.steps}
+             for r in runs}
+    out: dict[str, object] = {
+        "seeds": sorted({p["seed"] for p in drift}),
+        "adaptive_over_static_accept": float(np.mean([p["adaptive_over_static"] for p in drift])) if drift else None,
+        "adaptive_over_static_accept_per_seed": {str(p["seed"]): p["adaptive_over_static"] for p in drift},
+        "adaptive_15pct_above_static_every_seed": bool(drift) and all(p["adaptive_over_static"] >= 1.15 for p in drift),
+        "upper_above_both_every_seed": bool(drift) and all(p.get("upper_above_both", False) for p in drift),
+        "nodrift_adaptive_over_static_accept": float(np.mean([p["adaptive_over_static"] for p in nodrift]))
+        if nodrift else None,
+        "runs": per_run, "speedups": speed, "step_time_s": times, "simulator": dict(sim) if sim else None,
+        "commands": list(commands)}
+    if grpo is not None:
+        out.update(reward_gain_mean=grpo.get("reward_gain_mean"),
+                   control_reward_gain_mean=grpo.get("control_reward_gain_mean"),
+                   reward_gain_source={"report": "reports/grpo-learning/summary.json", "command": grpo.get("command"),
+                                       "seeds": grpo.get("seeds"), "meets_bar": grpo.get("meets_bar")})
+    return out
+
+
+def write_report(runs: Sequence[Run], out: str | Path, *, grpo_summary: Path | None, commands: Sequence[str],
+                 command: str, force: bool = False) -> dict[str, object]:
+    """Copy the runs' records under ``out/runs/NAME/`` and write ``summary.json``, ``README.md`` and the
+    figures, atomically (:func:`tltcore.atomic.atomic_dir`, kind ``real-rl``: the report of ``tlt real rl``
+    runs replaces an earlier one, never a folder tlt did not write, unless ``force``)."""
+    from tltcore.atomic import atomic_dir, write_text
+
+    grpo = json.loads(grpo_summary.read_text(encoding="utf-8")) if grpo_summary else None
+    drift = [r for r in runs if r.drift]
+    sim, sim_table = None, None
+    if len(drift) >= 2:
+        sim, sim_table = simulator_check(drift[0], drift[1:])
+    summary = build_summary(runs, grpo, commands, sim)
+    summary["report_command"] = command
+    with atomic_dir(out, kind="real-rl", force=force,
+                    inputs=[r.folder for r in runs] + ([grpo_summary.parent] if grpo_summary else [])) as tmp:
+        for r in runs:
+            (tmp / "runs" / r.name).mkdir(parents=True)
+            for f in RUN_FILES:
+                if (r.folder / f).is_file():
+                    shutil.copyfile(r.folder / f, tmp / "runs" / r.name / f)
+        write_text(tmp / "summary.json", json.dumps(summary, indent=1) + "\n")
+        depth = int(runs[0].config["config"]["depth"])
+        save_figure(accept_figure(runs, depth), tmp / "accept")
+        save_figure(drift_figure(runs), tmp / "drift")
+        save_figure(step_time_figure(runs), tmp / "steptime")
+        speed_runs = [r for r in runs if "speedup_adaptive" in r.steps and r.steps["speedup_adaptive"].notna().any()]
+        for r in speed_runs:
+            save_figure(speedup_figure(r), tmp / f"speedup-{r.name}")
+        if sim_table is not None:
+            write_text(tmp / "simulator_check.csv", sim_table.to_csv(index=False))
+            save_figure(simulator_figure(sim_table, sim["fitted_on"]), tmp / "simulator")  # type: ignore[index]
+        write_text(tmp / "README.md", render_readme(runs, summary, speed_runs, sim_table is not None))
+    return summary
+
+
+def render_readme(runs: Sequence[Run], s: Mapping[str, object], speed_runs: Sequence[Run], has_sim: bool) -> str:
+    """README.md from the runs and the summary."""
+    cfg = runs[0].config
+    c = cfg["config"]
+    v = cfg.get("versions", {})
+    per = s["runs"]
+    drift = [p for p in per if p["drift"]]  # type: ignore[union-attr]
+    nodrift = [p for p in per if not p["drift"]]  # type: ignore[union-attr]
+    out = ["# Adaptive drafter under a designed drift: static vs adaptive vs upper bound (real, CPU)", ""]
+    out += ["Regenerate (each command is one `tlt real rl` run; the last one writes this folder from their run "
+            "folders, copying their records under `runs/`):", "", "```bash",
+            *s["commands"], s["report_command"], "```", ""]  # type: ignore[misc]
+    out += [f"Device: this CPU ({provenance_line()}); torch {v.get('torch', '?')}, 1 torch thread per process; "
+            "loads and times of each run are in `runs/NAME/config.json` (`load_start`, `load_end`, `cpu_s`, "
+            "`wall_s`). The machine was shared with other jobs.", ""]
+    ratio = s["adaptive_over_static_accept"]
+    out += ["## Result", ""]
+    if ratio is not None:
+        met = s["adaptive_15pct_above_static_every_seed"]
+        out.append(f"- **Adaptive over static accept length, mean over the drifted steps: "
+                   f"{ratio:.3f}x** (mean of {len(drift)} drift seeds: " +
+                   ", ".join(f"seed {p['seed']} {p['adaptive_over_static']:.3f}x" for p in drift) + "). The bar "
+                   f"(>= 1.15x in every seed) is **{'met' if met else 'not met'}**.")
+        ub = s["upper_above_both_every_seed"]
+        out.append("- Upper bound above both in every drift seed (mean over the compared steps where it was "
+                   f"measured): **{'yes' if ub else 'no'}** (" + ", ".join(
+                       f"seed {p['seed']}: upper {_fmt(p.get('accept_upper'))}, adaptive "
+                       f"{p['accept_adaptive']:.2f}, static {p['accept_static']:.2f}" for p in drift) + ").")
+    for p in nodrift:
+        out.append(f"- No-drift run ({p['run']}, same format throughout): adaptive/static "
+                   f"{p['adaptive_over_static']:.3f}x over {p['compared']}: the static drafter "
+                   f"{'holds' if p['adaptive_over_static'] < 1.05 else 'does not hold'} (static "
+                   f"{p['accept_static']:.2f}, adaptive {p['accept_adaptive']:.2f}).")
+    if s.get("reward_gain_mean") is not None:
+        src = s["reward_gain_source"]  # type: ignore[index]
+        out.append("- GRPO learns (issue 26 item 1, **not** from these runs: they carry no shuffled-reward control): "
+                   f"held-out temperature-1 reward **{s['reward_gain_mean']:+.3f}** against the shuffled-reward "
+                   f"control "
+                   f"**{s['control_reward_gain_mean']:+.3f}**, mean over seeds {src['seeds']} of "
+                   f"`reports/grpo-learning/` (`{src['command']}`).")
+    out += ["", "Per run (compared steps: module `analysis/drafter_report.py`; accept lengths are means over them):",
+            "", markdown_table(pd.DataFrame(per)[["run", "seed", "compared", "accept_static", "accept_adaptive",
+                                                   "adaptive_over_static", "eval_terse_share_first",
+                                                   "eval_terse_share_last", "terse_share_first", "terse_share_last"]],
+                               {"seed": "d", "accept_static": ".2f", "accept_adaptive": ".2f",
+                                "adaptive_over_static": ".3f", "eval_terse_share_first": ".2f",
+                                "eval_terse_share_last": ".2f", "terse_share_first": ".2f",
+                                "terse_share_last": ".2f"}), ""]
+    out += ["![Accept length per RL step of the three drafters on identical greedy text](accept.png)", "",
+            f"*Accept length per RL step ({c['depth']}-token chain, so at most {c['depth'] + 1} tokens per SD "
+            f"iteration) of the static, adaptive and upper-bound drafters, measured on the same {c['eval_prompts']} "
+            "held-out prompts, greedy: every drafter sees identical text. Shaded: the compared steps.*", ""]
+    out += ["## The drift is by design", ""]
+    out += ["![Terse share and rollout reward per RL step](drift.png)", "",
+            "*Left: the share of responses in the terse format, of the step's rollouts (temperature 1) and of the "
+            "measured greedy text. Right: the rollouts' right-answer rate, and for drift runs the reward paid.*", ""]
+    if has_sim:
+        sim = s["simulator"]
+        assert isinstance(sim, dict)
+        out += ["## The simulator, fed and checked", "",
+                f"Drafter dynamics fitted to {sim['fitted_on']} (`tltreal/validation/dynamics_fit.py`), as the "
+                "`[drafter]` section a scenario takes:", "", "```toml", "[drafter]",
+                *(f"{k} = {val:.4g}" for k, val in sim["drafter_section"].items()), "```", "",
+                "Checked on " + ", ".join(sim["checked_on"]) + " (not fitted on): mean absolute error of the "
+                "predicted accept length " + ", ".join(f"{d} {e:.2f} tokens ({sim['checked_mape'][d]:.1%})"
+                                                       for d, e in sim["checked_mae_tokens"].items()) +
+                "; mean signed error " + ", ".join(f"{d} {e:+.2f}" for d, e in sim["checked_mean_error_tokens"].items())
+                + ".", "",
+                "![The simulator's predicted accept length beside the measured one](simulator.png)", "",
+                "*Measured accept length (points) and the simulator's drafter model's prediction (lines); the "
+                "checked runs' predictions use only their own step-0 acceptance and training windows.*", ""]
+    out += ["## Speed", ""]
+    for r in speed_runs:
+        out += [f"![SD speedup on the padded target, {r.name}](speedup-{r.name}.png)", ""]
+    sp = pd.DataFrame(s["speedups"])  # type: ignore[arg-type]
+    if len(sp):
+        out += [markdown_table(sp[["run", "step", "drafter", "speedup_median", "speedup_min", "speedup_max",
+                                   "padded_accept"]],
+                               {"step": "d", "speedup_median": ".2f", "speedup_min": ".2f", "speedup_max": ".2f",
+                                "padded_accept": ".2f"}), ""]
+    out += ["![Mean time per RL step by phase](steptime.png)", ""]
+    times = pd.DataFrame([{"run": k, **val} for k, val in s["step_time_s"].items()])  # type: ignore[union-attr]
+    out += [markdown_table(times, {c: ".2f" for c in times.columns if c != "run"}), ""]
+    return "\n".join(out) + "\n"
+
+
+__all__ = ["DRAFTER_NAMES", "DRIFTED_SHARE", "Run", "accept_figure", "build_summary", "comparison_steps",
+           "drift_figure", "drifted_from", "ratios", "read_run", "render_readme", "simulator_check",
+           "speedup_figure", "step_time_figure", "write_report"]
