@@ -19,9 +19,9 @@ from analysis.provenance import package_version, provenance_line
 from analysis.report import Report
 from tltcore.errors import InputError
 
-STEP_COLUMNS = {"step": "d", "reward": ".3f", "eval_reward": ".3f", "hidden_drift": ".3f",
-                "mean_response_tokens": ".1f",
-                "max_response_tokens": "d", "accept_static": ".2f", "accept_adaptive": ".2f",
+STEP_COLUMNS = {"step": "d", "reward": ".3f", "answer_reward": ".3f", "terse_share": ".2f", "eval_reward": ".3f",
+                "eval_terse_share": ".2f", "hidden_drift": ".3f", "mean_response_tokens": ".1f",
+                "max_response_tokens": "d", "accept_static": ".2f", "accept_adaptive": ".2f", "accept_upper": ".2f",
                 "rollout_accept": ".2f", "drafter_version": "d", "rollout_s": ".1f",
                 "bubble_train_s": ".1f", "train_steps": "d", "update_s": ".1f"}
 
@@ -49,9 +49,12 @@ def _summary(steps: pd.DataFrame, drift_from: int, depth: int) -> list[str]:
     else:
         lines.append(f"- The adaptive drafter was above the static one at every step from {drift_from} on.")
     train, step_s = steps["bubble_train_s"].sum(), (steps["rollout_s"] + steps["update_s"]).sum()
+    over = float(steps["train_overrun_s"].sum()) if "train_overrun_s" in steps else 0.0
     lines.append(f"- Drafter training inside the bubbles: {train:.1f} s over {int(steps['train_steps'].sum())} "
                  f"optimizer steps, against {step_s:.1f} s of RL steps (rollout + update); it used released "
-                 "workers only, so it added nothing to a step's time.")
+                 "workers only" + (f", but {over:.1f} s of it ran past the rollouts' ends (budget mode: the step "
+                                   "waits for its training steps)." if over > 0 else
+                                   ", so it added nothing to a step's time."))
     first, last = steps.iloc[0], steps.iloc[-1]
     lines.append(f"- Rollout reward {first['reward']:.3f} -> {last['reward']:.3f}; evaluation accuracy (greedy, "
                  f"fixed prompts) {first['eval_reward']:.3f} -> {last['eval_reward']:.3f}; the policy's hidden "

@@ -17,6 +17,8 @@ from analysis.style import color_for, legend_outside, paper_rc
 
 #: steps.csv column suffix -> the preset whose colour and name the line takes
 DRAFTERS = {"static": "static-drafter", "adaptive": "tlt"}
+#: the upper bound (a drafter retrained on each step's policy), drawn where a run measured it
+UPPER = {"upper": "upper bound"}
 
 
 def _integer_steps(fig: plt.Figure) -> plt.Figure:
@@ -27,10 +29,11 @@ def _integer_steps(fig: plt.Figure) -> plt.Figure:
 
 def accept_curves(steps: pd.DataFrame) -> plt.Figure:
     """Accept length per RL step of the static and the adaptive drafter (same policy, same prompts)."""
+    drawn = {**DRAFTERS, **({} if "accept_upper" not in steps or steps["accept_upper"].isna().all() else UPPER)}
     long = pd.concat([pd.DataFrame({"step": steps["step"], "preset": preset,
-                                    "mean_accept_length": steps[f"accept_{name}"]})
-                      for name, preset in DRAFTERS.items()], ignore_index=True)
-    return _integer_steps(accept_over_steps(long, presets=list(DRAFTERS.values()),
+                                    "mean_accept_length": steps[f"accept_{name}"]}).dropna()
+                      for name, preset in drawn.items()], ignore_index=True)
+    return _integer_steps(accept_over_steps(long, presets=list(drawn.values()),
                                             title="Static (static-drafter) vs adaptive (tlt) drafter on the "
                                                   "changing policy"))
 

@@ -50,6 +50,22 @@ DRAFTER_LABELS = {"static": "static (trained once before RL)", "adaptive": "adap
                   "upper": "upper bound (retrained on the step's policy)"}
 #: the measured text counts as drifted from the first step with at least this terse share
 DRIFTED_SHARE = 0.5
+DRIFT_TEXT = """\
+The policy's change is designed, not found. The policy is pre-trained on worked solutions in two formats,
+80% verbose (`03 37+8=45`) and 20% terse (`03 +8=45`, the operand the line above already shows dropped):
+it writes mostly verbose (2% of its greedy answers, 25% of its temperature-1 samples are terse). The drift
+runs then pay GRPO half for a right answer and half for the terse format (`--reward format`,
+`tltreal/rl/task.py: format_bonus_reward`), so the policy moves from one format to the other within tens of
+steps and the text the drafters must predict changes with it. Why designed: a drafter only goes stale when
+the policy's text changes, and on this task a GRPO run that only learns to answer better changes its text
+little (the no-drift run); a real RL run's drift (longer reasoning, new phrasings) is of this kind but not
+controllable on a CPU in an hour. Why this reward: paying only terse *right* answers gave ~1% of rollouts
+a reward and moved nothing in 6 steps. Its cost, shown on the right: right answers fall as the terse format
+takes over (the policy writes the format it was pre-trained less on, and the format half of the reward
+pays terse wrong answers). The static drafter is trained to convergence on the pre-RL policy's greedy text
+(1,024 responses, 1,500 steps: as good as training makes it on that policy, `--static-temperature 0`); the
+side run trains it on temperature-1 samples instead, which already contain the terse format.\
+"""
 RUN_FILES = ("steps.csv", "config.json", "drafter_dynamics.json", "trace.csv", "README.md")
 
 
@@ -66,6 +82,13 @@ class Run:
     def drift(self) -> bool:
         """Whether the run was paid for the terse format (the designed drift)."""
         return self.config["config"].get("reward_kind", "answer") != "answer"
+
+    @property
+    def side(self) -> bool:
+        """A drift run whose static drafter was trained on the pre-RL policy's *samples*
+        (``--static-temperature`` > 0), not its greedy text: reported beside the drift seeds, not
+        among them (a different static baseline, not another seed of the same measurement)."""
+        return self.drift and float(self.config["config"].get("initial_temperature", 0.0)) > 0
 
     @property
     def seed(self) -> int:
@@ -108,7 +131,9 @@ def comparison_steps(run: Run) -> tuple[pd.DataFrame, str]:
 def ratios(run: Run) -> dict[str, object]:
     """Accept lengths and ratios over the compared steps of one run."""
     part, why = comparison_steps(run)
-    out: dict[str, object] = {"run": run.name, "seed": run.seed, "drift": run.drift, "compared": why,
+    out: dict[str, object] = {"run": run.name, "seed": run.seed, "drift": run.drift, "side": run.side,
+                              "static_temperature": float(run.config["config"].get("initial_temperature", 0.0)),
+                              "compared": why,
                               "compared_steps": len(part),
                               "accept_static": float(part["accept_static"].mean()),
                               "accept_adaptive": float(part["accept_adaptive"].mean()),
@@ -306,6 +331,20 @@ def simulator_figure(table: pd.DataFrame, fitted_on: str) -> plt.Figure:
     return fig
 
 
+def end_to_end_rows(runs: Sequence[Run]) -> list[dict[str, object]]:
+    """The end-to-end step-time measurements (``e2e_*`` columns, the last step of a run with speedups)."""
+    out = []
+    for r in runs:
+        if "e2e_step_speedup" not in r.steps:
+            continue
+        for _, row in r.steps.dropna(subset=["e2e_step_speedup"]).iterrows():
+            out.append({"run": r.name, "step": int(row["step"]),
+                        **{k: (float(row[k]) if k not in ("e2e_rollout_nosd_repeats", "e2e_rollout_sd_repeats")
+                               else [float(x) for x in str(row[k]).split()])
+                           for k in row.index if k.startswith("e2e_")}})
+    return out
+
+
 # ---- the report ---------------------------------------------------------------------------------------------
 def _fmt(x: object, f: str = ".2f") -> str:
     return "–" if x is None or (isinstance(x, float) and not np.isfinite(x)) else format(x, f)
@@ -315,8 +354,9 @@ def build_summary(runs: Sequence[Run], grpo: Mapping[str, object] | None, comman
                   sim: Mapping[str, object] | None) -> dict[str, object]:
     """``summary.json``: the issue's keys and everything the README states."""
     per_run = [ratios(r) for r in runs]
-    drift = [p for p in per_run if p["drift"]]
+    drift = [p for p in per_run if p["drift"] and not p["side"]]
     nodrift = [p for p in per_run if not p["drift"]]
+    side = [p for p in per_run if p["side"]]
     speed = []
     for r in runs:
         for _, row in r.steps.dropna(subset=["speedup_adaptive"]).iterrows() if "speedup_adaptive" in r.steps else []:
@@ -339,6 +379,8 @@ def build_summary(runs: Sequence[Run], grpo: Mapping[str, object] | None, comman
         "upper_above_both_every_seed": bool(drift) and all(p.get("upper_above_both", False) for p in drift),
         "nodrift_adaptive_over_static_accept": float(np.mean([p["adaptive_over_static"] for p in nodrift]))
         if nodrift else None,
+        "side_runs_adaptive_over_static_accept": {p["run"]: p["adaptive_over_static"] for p in side},
+        "end_to_end": end_to_end_rows(runs),
         "runs": per_run, "speedups": speed, "step_time_s": times, "simulator": dict(sim) if sim else None,
         "commands": list(commands)}
     if grpo is not None:
@@ -357,7 +399,7 @@ def write_report(runs: Sequence[Run], out: str | Path, *, grpo_summary: Path | N
     from tltcore.atomic import atomic_dir, write_text
 
     grpo = json.loads(grpo_summary.read_text(encoding="utf-8")) if grpo_summary else None
-    drift = [r for r in runs if r.drift]
+    drift = [r for r in runs if r.drift and not r.side]
     sim, sim_table = None, None
     if len(drift) >= 2:
         sim, sim_table = simulator_check(drift[0], drift[1:])
@@ -391,8 +433,9 @@ def render_readme(runs: Sequence[Run], s: Mapping[str, object], speed_runs: Sequ
     c = cfg["config"]
     v = cfg.get("versions", {})
     per = s["runs"]
-    drift = [p for p in per if p["drift"]]  # type: ignore[union-attr]
+    drift = [p for p in per if p["drift"] and not p["side"]]  # type: ignore[union-attr]
     nodrift = [p for p in per if not p["drift"]]  # type: ignore[union-attr]
+    side = [p for p in per if p["side"]]  # type: ignore[union-attr]
     out = ["# Adaptive drafter under a designed drift: static vs adaptive vs upper bound (real, CPU)", ""]
     out += ["Regenerate (each command is one `tlt real rl` run; the last one writes this folder from their run "
             "folders, copying their records under `runs/`):", "", "```bash",
@@ -418,6 +461,12 @@ def render_readme(runs: Sequence[Run], s: Mapping[str, object], speed_runs: Sequ
                    f"{p['adaptive_over_static']:.3f}x over {p['compared']}: the static drafter "
                    f"{'holds' if p['adaptive_over_static'] < 1.05 else 'does not hold'} (static "
                    f"{p['accept_static']:.2f}, adaptive {p['accept_adaptive']:.2f}).")
+    for p in side:
+        out.append(f"- Beside them, {p['run']}: the same drift with a static drafter trained on the pre-RL policy's "
+                   f"temperature-{p['static_temperature']:g} samples (which already hold the terse format): "
+                   f"adaptive/static {p['adaptive_over_static']:.3f}x over {p['compared']} (static "
+                   f"{p['accept_static']:.2f}, adaptive {p['accept_adaptive']:.2f}, upper "
+                   f"{_fmt(p.get('accept_upper'))}).")
     if s.get("reward_gain_mean") is not None:
         src = s["reward_gain_source"]  # type: ignore[index]
         out.append("- GRPO learns (issue 26 item 1, **not** from these runs: they carry no shuffled-reward control): "
@@ -437,7 +486,7 @@ def render_readme(runs: Sequence[Run], s: Mapping[str, object], speed_runs: Sequ
             f"*Accept length per RL step ({c['depth']}-token chain, so at most {c['depth'] + 1} tokens per SD "
             f"iteration) of the static, adaptive and upper-bound drafters, measured on the same {c['eval_prompts']} "
             "held-out prompts, greedy: every drafter sees identical text. Shaded: the compared steps.*", ""]
-    out += ["## The drift is by design", ""]
+    out += ["## The drift is by design", "", DRIFT_TEXT, ""]
     out += ["![Terse share and rollout reward per RL step](drift.png)", "",
             "*Left: the share of responses in the terse format, of the step's rollouts (temperature 1) and of the "
             "measured greedy text. Right: the rollouts' right-answer rate, and for drift runs the reward paid.*", ""]
@@ -465,6 +514,17 @@ def render_readme(runs: Sequence[Run], s: Mapping[str, object], speed_runs: Sequ
                                    "padded_accept"]],
                                {"step": "d", "speedup_median": ".2f", "speedup_min": ".2f", "speedup_max": ".2f",
                                 "padded_accept": ".2f"}), ""]
+    for e in s["end_to_end"]:  # type: ignore[union-attr]
+        out += [f"**End to end** ({e['run']}, step {e['step']}, on the padded target, the step's "
+                f"{cfg['config']['prompts_per_step'] * 8} requests in one engine, temperature 1): rollout without SD "
+                f"{e['e2e_rollout_nosd_s']:.1f} s (repeats "
+                + ", ".join(f"{x:.1f}" for x in e["e2e_rollout_nosd_repeats"])
+                + f"), with TLT's elastic SD and the adaptive drafter {e['e2e_rollout_sd_s']:.1f} s (repeats "
+                + ", ".join(f"{x:.1f}" for x in e["e2e_rollout_sd_repeats"]) + f"; accept length "
+                f"{e['e2e_sd_accept']:.2f}); GRPO update of the padded model {e['e2e_update_s']:.1f} s (once: the same "
+                f"in both arms); rollout speedup {e['e2e_rollout_speedup']:.3f}x, **step-time gain "
+                f"{e['e2e_step_speedup']:.3f}x** (medians). The drafter's training is not added: it runs on "
+                "released workers.", ""]
     out += ["![Mean time per RL step by phase](steptime.png)", ""]
     times = pd.DataFrame([{"run": k, **val} for k, val in s["step_time_s"].items()])  # type: ignore[union-attr]
     out += [markdown_table(times, {c: ".2f" for c in times.columns if c != "run"}), ""]

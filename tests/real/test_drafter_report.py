@@ -44,11 +44,12 @@ def _steps(drift: bool, seed: int) -> pd.DataFrame:
         "speedup_adaptive_max": 1.8, "speedup_adaptive_repeats": "1.6 1.7 1.8", "padded_accept_adaptive": 7.5})
 
 
-def _run(folder: Path, drift: bool, seed: int) -> Path:
+def _run(folder: Path, drift: bool, seed: int, static_temperature: float = 0.0) -> Path:
     folder.mkdir(parents=True)
     _steps(drift, seed).to_csv(folder / "steps.csv", index=False)
     cfg = {"seed": seed, "depth": 8, "eval_prompts": 48, "reward_kind": "format" if drift else "answer",
-           "speedup_batch": 4, "speedup_repeats": 3}
+           "speedup_batch": 4, "speedup_repeats": 3, "initial_temperature": static_temperature,
+           "prompts_per_step": 16}
     (folder / "config.json").write_text(json.dumps({"config": cfg, "command": f"tlt real rl --seed {seed} --out X",
                                                     "versions": {"torch": "t"}}))
     (folder / "drafter_dynamics.json").write_text("{}")
@@ -58,7 +59,7 @@ def _run(folder: Path, drift: bool, seed: int) -> Path:
 @pytest.fixture()
 def runs(tmp_path):
     return {"drift-s0": _run(tmp_path / "d0", True, 0), "drift-s1": _run(tmp_path / "d1", True, 1),
-            "nodrift-s0": _run(tmp_path / "n0", False, 0)}
+            "nodrift-s0": _run(tmp_path / "n0", False, 0), "side-s0": _run(tmp_path / "t0", True, 2, 1.0)}
 
 
 def test_drifted_steps_start_where_the_measured_text_turns_terse(runs):
@@ -110,11 +111,13 @@ def test_the_report_folder_has_the_issue_keys_copies_and_figures(runs, tmp_path)
     s = json.loads((out / "summary.json").read_text())
     for key in ("reward_gain_mean", "control_reward_gain_mean", "adaptive_over_static_accept", "seeds", "commands"):
         assert key in s, key
+    # the side run (static trained on samples, not greedy text) is reported beside the seeds, not among them
     assert s["seeds"] == [0, 1] and s["reward_gain_mean"] == 0.18
+    assert list(s["side_runs_adaptive_over_static_accept"]) == ["side-s0"]
     per = [ratios(read_run(n, runs[n]))["adaptive_over_static"] for n in ("drift-s0", "drift-s1")]
     assert s["adaptive_over_static_accept"] == pytest.approx(float(np.mean(per)))
     assert s["adaptive_15pct_above_static_every_seed"] is (min(per) >= 1.15)
-    assert s["commands"] == [f"tlt real rl --seed {x} --out X" for x in (0, 1, 0)]
+    assert s["commands"] == [f"tlt real rl --seed {x} --out X" for x in (0, 1, 0, 2)]
     for name in runs:
         assert (out / "runs" / name / "steps.csv").is_file()
     for fig in ("accept", "drift", "steptime", "simulator", "speedup-drift-s0"):
