@@ -49,6 +49,7 @@ POLICY_COLORS = {
     "tlt": "#D55E00",
     "tlt-base": "#E69F00",
     "tlt-no-spot": "#CC79A7",
+    "tlt-periodic": "#EE7733",
     "tlt-no-elastic": "#DDCC77",
     "tlt-no-mab": "#CC6677",
     "static-drafter": "#88CCEE",

@@ -113,7 +113,8 @@ def advise(
     seeds: Annotated[int, typer.Option(help="Simulation seeds per setting; each answer is the median (min-max).")
                      ] = 3,
     rl_steps: Annotated[int, typer.Option(
-        help="RL steps of the drafter-upkeep comparison (Spot Trainer, serial training, frozen, model-free); "
+        help="RL steps of the drafter-upkeep comparison (Spot Trainer, serial training every step or every "
+             "spot.retrain_every steps, frozen, model-free); "
              "0 skips it.")] = 3,
     quick: Annotated[bool, typer.Option(
         help="A small grid for a first look: one seed, the scenario's switch mode, thresholds 32, shape 8_4_32, "
@@ -231,7 +232,9 @@ def advise(
         ftasks, why = adv.freshness_tasks(s, seed_list, rl_steps)
         if ftasks:
             frows = adv.run_tasks(ftasks, adv.evaluate_presets, workers=workers, backend=executor, address=address)
-            fresh = adv.Freshness(len(adv.inputs_for(ftasks[0].scenario).workloads), adv.freshness_table(frows))
+            n_steps = len(adv.inputs_for(ftasks[0].scenario).workloads)
+            labels = adv.upkeep_labels(s.spot.retrain_every, n_steps)
+            fresh = adv.Freshness(n_steps, adv.freshness_table(frows, labels))
         else:
             fresh = adv.Freshness(rl_steps, skipped=why)
     else:

@@ -170,8 +170,8 @@ def run(
              "--preset or a scenario's presets: each preset runs its own SD policy.")] = None,
     preset: Annotated[list[str] | None, typer.Option(
         help="Whole RL runs of a named system, repeatable: verl, tlt-base, static-drafter, tlt, tlt-no-spot, "
-             "tlt-no-elastic, tlt-no-mab, speco-bubble (replaces the scenario's presets; verl is always added). "
-             "Each names its own SD policy, so not with --policy.")
+             "tlt-periodic, tlt-no-elastic, tlt-no-mab, speco-bubble (replaces the scenario's presets; verl is always "
+             "added). Each names its own SD policy, so not with --policy.")
     ] = None,
     steps: Annotated[int | None, typer.Option(help="Consecutive RL steps to simulate (trace.num_steps).")] = None,
     seed: Annotated[int | None, typer.Option(

@@ -53,9 +53,11 @@ DEFAULT_SWITCHES: tuple[str, ...] = ("reprefill", "catch_up")
 #: The threshold of the default elastic+static candidates (TLT's default).
 ELASTIC_DEFAULT = 32
 #: Presets compared for "how the drafter is kept fresh", in the order printed.
-FRESHNESS_PRESETS: tuple[str, ...] = ("tlt", "tlt-no-spot", "static-drafter", "tlt-base")
+FRESHNESS_PRESETS: tuple[str, ...] = ("tlt", "tlt-no-spot", "tlt-periodic", "static-drafter", "tlt-base")
 FRESHNESS_LABELS = {"tlt": "Spot Trainer (trains on released workers)",
                     "tlt-no-spot": "trained every step, as a serial stage after rollout",
+                    "tlt-periodic": "retrained every spot.retrain_every steps (default 10, TLT's released "
+                                    "cadence), as a serial stage",
                     "static-drafter": "frozen (trained once before RL)",
                     "tlt-base": "model-free n-gram drafter (nothing to train)",
                     "verl": "no SD (veRL)"}
@@ -487,14 +489,23 @@ def evaluate_presets(scenario: Scenario) -> pd.DataFrame:
     return summary.assign(seed=scenario.seed)
 
 
-def freshness_table(rows: pd.DataFrame) -> pd.DataFrame:
+def upkeep_labels(retrain_every: int, steps: int) -> dict[str, str]:
+    """:data:`FRESHNESS_LABELS` with ``tlt-periodic``'s cadence, and where a run of ``steps`` RL steps
+    is too short for it to retrain at all (then it is the frozen drafter, and says so)."""
+    never = " (never within these steps: the frozen drafter)" if retrain_every > steps else ""
+    return {**FRESHNESS_LABELS,
+            "tlt-periodic": f"retrained every {retrain_every} steps, as a serial stage{never}"}
+
+
+def freshness_table(rows: pd.DataFrame, labels: dict[str, str] | None = None) -> pd.DataFrame:
     """Per preset (best end-to-end first), the median, min and max over seeds of the end-to-end and
-    rollout speedups over veRL, with what the preset does to keep the drafter fresh."""
+    rollout speedups over veRL, with what the preset does to keep the drafter fresh (``labels``, by
+    default :data:`FRESHNESS_LABELS`; :func:`upkeep_labels` for the run's own cadence)."""
     from tltsim.seeds import aggregate
 
     ok = rows[rows["status"] == "ok"]
     agg = aggregate(ok, ["preset"], ("speedup", "rollout_speedup", "mean_accept_length"))
-    agg["upkeep"] = agg["preset"].map(FRESHNESS_LABELS)
+    agg["upkeep"] = agg["preset"].map(labels or FRESHNESS_LABELS)
     agg = agg[agg["preset"] != "verl"].sort_values("speedup_median", ascending=False, kind="stable")
     oom = rows[rows["status"] != "ok"].drop_duplicates("preset")
     if len(oom):
@@ -529,5 +540,6 @@ __all__ = [
     "recommend",
     "run_tasks",
     "switches_sd_on",
+    "upkeep_labels",
     "with_end_to_end",
 ]

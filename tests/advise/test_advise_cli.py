@@ -68,7 +68,12 @@ def test_the_report_folder_holds_the_tables_figures_and_exports(small):
     written = next(line for line in readme.splitlines() if line.startswith("Written by `tlt advise"))
     assert written.startswith("Written by `tlt advise --trace intern_s1_math --gpus 8 --tp 2 --threshold 32")
     assert "--workers" not in written and "--no-" not in written  # only what was given
-    assert set(pd.read_csv(out / "freshness.csv")["preset"]) == {"tlt", "tlt-no-spot", "static-drafter", "tlt-base"}
+    fresh = pd.read_csv(out / "freshness.csv").set_index("preset")
+    assert set(fresh.index) == {"tlt", "tlt-no-spot", "tlt-periodic", "static-drafter", "tlt-base"}
+    # the default 10-step cadence in a 3-step comparison: it says it never retrained, and it is the frozen drafter
+    assert fresh.loc["tlt-periodic", "upkeep"] == "retrained every 10 steps, as a serial stage (never within these " \
+                                                  "steps: the frozen drafter)"
+    assert fresh.loc["tlt-periodic", "speedup_median"] == fresh.loc["static-drafter", "speedup_median"]
     assert "tlt sim run --scenario recommended.toml --seeds 2" in readme
     config = json.loads((out / "vllm_speculative_config.json").read_text())
     assert config is None or set(config) <= set(VLLM_SPECULATIVE_KEYS)

@@ -67,8 +67,8 @@ def test_phase_times_follow_their_formulas() -> None:
 # ---- presets ---------------------------------------------------------------------------------------
 def test_presets_are_named_with_suggestions_and_verl_first() -> None:
     assert presets_with_baseline(("tlt", "verl", "tlt")) == ("verl", "tlt")
-    assert {"verl", "tlt-base", "static-drafter", "tlt", "tlt-no-spot", "tlt-no-elastic", "tlt-no-mab",
-            "speco-bubble"} <= set(PRESET_NAMES)
+    assert {"verl", "tlt-base", "static-drafter", "tlt", "tlt-no-spot", "tlt-periodic", "tlt-no-elastic",
+            "tlt-no-mab", "speco-bubble"} <= set(PRESET_NAMES)
     with pytest.raises(InputError, match="did you mean tlt-no-spot"):
         get_preset("tlt-nospot")
     with pytest.raises(InputError, match="presets"):
@@ -127,6 +127,28 @@ def test_no_spot_is_slower_than_tlt_when_the_bubble_holds_the_training(roomy_run
     assert (tlt["trained_samples"] == 64).all() and (tlt["lost_samples"] == 0).all()  # it fits the bubble
     assert (inline["drafter_train_s"] > 0).all() and (tlt["drafter_train_s"] == 0).all()
     assert inline["step_s"].sum() > tlt["step_s"].sum()
+
+
+def _same_run(a, b) -> None:
+    cols = ["step_s", "rollout_s", "drafter_train_s", "drafter_quality", "trained_samples"]
+    pd.testing.assert_frame_equal(a.steps[cols], b.steps[cols])
+
+
+@needs_shared_traces()
+def test_periodic_retraining_trains_after_every_kth_rollout_only(roomy_runs) -> None:
+    """``tlt-periodic`` is the serial stage of ``tlt-no-spot`` after every ``spot.retrain_every``-th
+    rollout (TLT's released trainer retrains every 10 steps): every 1 is ``tlt-no-spot`` step for
+    step; every 2 trains after the second rollout only (of three), and its drafter goes stale like the
+    frozen one's until that training; past the run's length it never trains and is the frozen drafter."""
+    s = _scenario(**ROOMY)
+    inputs = prepare(s)
+    every = {k: run_preset(apply_override(s, "spot.retrain_every", str(k)), "tlt-periodic", inputs) for k in (1, 2, 5)}
+    _same_run(every[1], roomy_runs["tlt-no-spot"])
+    two, static = every[2].steps, roomy_runs["static-drafter"].steps
+    assert (two["drafter_train_s"] > 0).tolist() == [False, True, False]
+    assert two["drafter_quality"].iloc[:2].tolist() == static["drafter_quality"].iloc[:2].tolist()
+    assert two["drafter_quality"].iloc[2] > static["drafter_quality"].iloc[2]
+    _same_run(every[5], roomy_runs["static-drafter"])
 
 
 @needs_shared_traces()

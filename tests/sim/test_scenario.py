@@ -463,6 +463,7 @@ DEFAULT_TOML = (
     "one_step_offset = true\n"
     "window_tokens = 512\n"
     "bubble_budget = 256\n"
+    "retrain_every = 10\n"
     "\n"
     "[rl]\n"
     "reward_s_per_sample = 0.01\n"

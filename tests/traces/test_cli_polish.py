@@ -239,8 +239,9 @@ def test_umask_is_read_without_setting_it(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 # ---- 7. distinct, fixed colours; legends off the data ----------------------------------------------------
-KNOWN = ["no-sd", "verl", "tlt-base", "static-drafter", "tlt", "tlt-no-spot", "tlt-no-elastic", "tlt-no-mab",
-         "speco-bubble", "elastic+beg-mab", "beg-mab", "static", "vllm-table", "sglang-ema", "greedy-oracle"]
+KNOWN = ["no-sd", "verl", "tlt-base", "static-drafter", "tlt", "tlt-no-spot", "tlt-periodic", "tlt-no-elastic",
+         "tlt-no-mab", "speco-bubble", "elastic+beg-mab", "beg-mab", "static", "vllm-table", "sglang-ema",
+         "greedy-oracle"]
 
 
 def test_known_policies_and_presets_have_fixed_distinct_colours() -> None:

@@ -11,6 +11,8 @@ tlt-base       elastic + static chain  ngram       none (model-free: nothing to 
 static-drafter elastic + BEG-MAB       eagle       trained once before RL, never again (goes stale)
 tlt            elastic + BEG-MAB       eagle       Spot Trainer on released workers
 tlt-no-spot    elastic + BEG-MAB       eagle       the same samples as a serial stage after rollout
+tlt-periodic   elastic + BEG-MAB       eagle       a serial stage after every ``spot.retrain_every``-th
+                                                   rollout (TLT's released trainer: every 10 steps)
 tlt-no-elastic BEG-MAB (SD always on)  eagle       Spot Trainer
 tlt-no-mab     elastic + static 8_4_32 eagle       Spot Trainer
 speco-bubble   static chain 4_1_4      eagle       in rollout bubbles on a fixed sample budget,
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from tltcore.config import suggest
 from tltcore.errors import InputError
 
-TRAINING_MODES = ("none", "never", "spot", "inline", "bubble")
+TRAINING_MODES = ("none", "never", "spot", "inline", "periodic", "bubble")
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class Preset:
     @property
     def adapts(self) -> bool:
         """Whether the drafter is trained during RL (its quality recovers)."""
-        return self.training in ("spot", "inline", "bubble")
+        return self.training in ("spot", "inline", "periodic", "bubble")
 
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (
@@ -54,6 +56,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("static-drafter", "elastic+beg-mab", "eagle", "never", "TLT's rollout engine, drafter trained once (stale)"),
     Preset("tlt", "elastic+beg-mab", "eagle", "spot", "TLT: elastic SD, BEG-MAB, Spot Trainer"),
     Preset("tlt-no-spot", "elastic+beg-mab", "eagle", "inline", "TLT with drafter training as a serial stage"),
+    Preset("tlt-periodic", "elastic+beg-mab", "eagle", "periodic", "TLT's rollout engine, drafter retrained as a "
+           "serial stage every spot.retrain_every steps"),
     Preset("tlt-no-elastic", "beg-mab", "eagle", "spot", "TLT with SD on at every batch size"),
     Preset("tlt-no-mab", "elastic+static:8_4_32", "eagle", "spot", "TLT with one fixed draft tree (8_4_32)"),
     Preset("speco-bubble", "static:4_1_4", "eagle", "bubble", "verl-SpeCo-style: fixed chain SD, fixed-budget "

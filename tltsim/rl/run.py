@@ -5,7 +5,8 @@ One preset (:mod:`tltsim.rl.presets`) runs every step of the scenario in order, 
 1. **rollout** with the drafter the workers hold this step (:class:`~tltsim.rollout.RolloutRun`);
 2. **drafter training** on that step's data: the Spot Trainer on released workers during the
    rollout (``spot``; ``bubble`` with a fixed budget and full checkpoints), or a serial stage after
-   it (``inline``), or none (:mod:`tltsim.spot.analytic_trainer`, :mod:`tltsim.spot.coverage`);
+   it (``inline``; ``periodic``: after every ``spot.retrain_every``-th rollout only), or none
+   (:mod:`tltsim.spot.analytic_trainer`, :mod:`tltsim.spot.coverage`);
 3. **reward, old log-probs, reference, actor update, weight sync**, cluster-wide, one after the
    other (:mod:`tltsim.rl.phases`);
 4. the **drafter for the next step**: the committed checkpoints' training recovers its quality, then
@@ -35,7 +36,7 @@ from tltcore.events import BUSY_KINDS, CLUSTER, EventLog, empty_event_log
 from tltcore.hardware import get_gpu
 from tltcore.model_shape import get_model
 from tltcore.policy.base import NO_SD
-from tltcore.spot_coordinator import Checkpoint, SpotTraining, TrainingSession
+from tltcore.spot_coordinator import Checkpoint, InlineTraining, SpotTraining, TrainingSession
 from tltsim.rl.gpu_memory import TrainingMemoryConfig, training_memory
 from tltsim.rl.phases import PhaseTimes, phase_times
 from tltsim.rl.presets import BASELINE_PRESET, Preset, get_preset, presets_with_baseline
@@ -92,7 +93,7 @@ def run_preset(s: Scenario, name: str, inputs: SimInputs | None = None, *, run_i
     model, gpu = get_model(s.model.name), get_gpu(s.cluster.gpu)
     rows = []
     previous_tokens = 0
-    for workload in inputs.workloads:
+    for index, workload in enumerate(inputs.workloads):
         run.drafter = drafter
         res = run.step(workload, progress)
         buffer = DataCoverage(res.response_finish, res.response_tokens, previous_tokens, s.spot.one_step_offset,
@@ -100,7 +101,8 @@ def run_preset(s: Scenario, name: str, inputs: SimInputs | None = None, *, run_i
         if preset.training in ("spot", "bubble"):
             trained = spot_train(res.finish_times, res.t_end, policy=SpotTraining(s.spot.min_workers),
                                  session=session, cfg=trainer, buffer=buffer, step=res.step)
-        elif preset.training == "inline":
+        elif preset.training in ("inline", "periodic") and InlineTraining(
+                s.spot.retrain_every if preset.training == "periodic" else 1).trains_inline(index):
             trained = inline_train(res.t_end, run.n_workers, session=session, cfg=trainer, buffer=buffer,
                                    step=res.step)
         else:

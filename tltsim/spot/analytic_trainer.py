@@ -56,7 +56,8 @@ class SpotTrainerConfig(ConfigModel):
     asynchronous) or ``full_checkpoint_s``. ``one_step_offset`` mixes the previous step's complete
     responses into the data buffer (DataCoverage); ``window_tokens`` is one training sample's length.
     ``bubble_budget``: samples per step of the ``speco-bubble`` preset's fixed-budget training
-    (:meth:`bubble`)."""
+    (:meth:`bubble`). ``retrain_every``: the ``tlt-periodic`` preset retrains the drafter as a serial
+    stage after every ``retrain_every``-th rollout (10: the cadence of TLT's released trainer)."""
 
     SECTION = "spot"
 
@@ -71,6 +72,7 @@ class SpotTrainerConfig(ConfigModel):
     one_step_offset: Bool = True
     window_tokens: Int = Field(512, ge=1, le=10**7)
     bubble_budget: Int = Field(256, ge=1, le=10**9)  # 0: speco-bubble would train nothing
+    retrain_every: Int = Field(10, ge=1, le=10**6)
 
     @property
     def rate(self) -> float:
