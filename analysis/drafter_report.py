@@ -66,7 +66,8 @@ pays terse wrong answers). The static drafter is trained to convergence on the p
 (1,024 responses, 1,500 steps: as good as training makes it on that policy, `--static-temperature 0`); the
 side run trains it on temperature-1 samples instead, which already contain the terse format.\
 """
-RUN_FILES = ("steps.csv", "config.json", "drafter_dynamics.json", "trace.csv", "README.md")
+#: what the report keeps of each run (its trace.csv, ~370 KB a run, stays in the run folder: not read here)
+RUN_FILES = ("steps.csv", "config.json", "drafter_dynamics.json", "README.md")
 
 
 @dataclass(frozen=True)
@@ -392,7 +393,7 @@ def build_summary(runs: Sequence[Run], grpo: Mapping[str, object] | None, comman
 
 
 def write_report(runs: Sequence[Run], out: str | Path, *, grpo_summary: Path | None, commands: Sequence[str],
-                 command: str, force: bool = False) -> dict[str, object]:
+                 command: str, force: bool = False, setup: Sequence[str] = ()) -> dict[str, object]:
     """Copy the runs' records under ``out/runs/NAME/`` and write ``summary.json``, ``README.md`` and the
     figures, atomically (:func:`tltcore.atomic.atomic_dir`, kind ``real-rl``: the report of ``tlt real rl``
     runs replaces an earlier one, never a folder tlt did not write, unless ``force``)."""
@@ -403,8 +404,10 @@ def write_report(runs: Sequence[Run], out: str | Path, *, grpo_summary: Path | N
     sim, sim_table = None, None
     if len(drift) >= 2:
         sim, sim_table = simulator_check(drift[0], drift[1:])
-    summary = build_summary(runs, grpo, commands, sim)
+    summary = build_summary(runs, grpo, [*setup, *commands], sim)
     summary["report_command"] = command
+    summary["cost"] = [{"run": r.name, **{k: r.config.get(k) for k in ("cpu_s", "wall_s", "load_start", "load_end")}}
+                       for r in runs]
     with atomic_dir(out, kind="real-rl", force=force,
                     inputs=[r.folder for r in runs] + ([grpo_summary.parent] if grpo_summary else [])) as tmp:
         for r in runs:
@@ -486,6 +489,21 @@ def render_readme(runs: Sequence[Run], s: Mapping[str, object], speed_runs: Sequ
             f"*Accept length per RL step ({c['depth']}-token chain, so at most {c['depth'] + 1} tokens per SD "
             f"iteration) of the static, adaptive and upper-bound drafters, measured on the same {c['eval_prompts']} "
             "held-out prompts, greedy: every drafter sees identical text. Shaded: the compared steps.*", ""]
+    g = c.get("grpo", {})
+    if g:
+        out += ["Settings (from the runs' `config.json`): GRPO on band problems (step counts whose temperature-1 pass "
+                f"rate is in [{c['band_low']}, {c['band_high']}]), {c['prompts_per_step']} prompts x "
+                f"{g['group_size']} samples, lr {g['lr']}, {g['minibatches']} minibatches, clip {g['clip_eps']}, dual "
+                f"clip {g['dual_clip']}, KL {g['kl_coef']}; rollouts on {c['workers']} Spot Trainer worker processes "
+                f"with SD policy `{c['sd_policy']}`. Drafters measured with a {c['depth']}-token chain on "
+                f"{c['eval_prompts']} held-out band prompts, greedy. Static: trained once, {c['initial_steps']} steps "
+                f"at lr {c['initial_lr']} on {c['initial_prompts']} responses of the pre-RL policy at temperature "
+                f"{c['initial_temperature']:g}. Adaptive: the Spot Trainer, bubble mode `{c['bubble']}` "
+                f"({c['budget_steps']} optimizer steps per RL step on the first released worker, lr {c['online_lr']}, "
+                f"data of the last 2 steps), loss `{c['drafter_loss']}`, response-only {c['response_only']}. Upper "
+                f"bound: every {c['upper_every']} steps, the static drafter fine-tuned {c['upper_steps']} steps at lr "
+                f"{c['initial_lr']} on the step's rollouts plus {c['upper_samples']} fresh temperature-1 responses of "
+                "the step's policy.", ""]
     out += ["## The drift is by design", "", DRIFT_TEXT, ""]
     out += ["![Terse share and rollout reward per RL step](drift.png)", "",
             "*Left: the share of responses in the terse format, of the step's rollouts (temperature 1) and of the "
@@ -524,8 +542,19 @@ def render_readme(runs: Sequence[Run], s: Mapping[str, object], speed_runs: Sequ
                 f"{e['e2e_sd_accept']:.2f}); GRPO update of the padded model {e['e2e_update_s']:.1f} s (once: the same "
                 f"in both arms); rollout speedup {e['e2e_rollout_speedup']:.3f}x, **step-time gain "
                 f"{e['e2e_step_speedup']:.3f}x** (medians). The drafter's training is not added: it runs on "
-                "released workers.", ""]
+                "released workers. " + (
+                    f"The update is {e['e2e_update_s'] / (e['e2e_update_s'] + e['e2e_rollout_sd_s']):.0%} of the step "
+                    "here: these band problems have no long tail (every response is 1-11 lines), so the rollout is "
+                    "a few dozen batched iterations and the elastic policy turns SD on only for its last <= 16 "
+                    "requests; the batch-4 speedups above are what SD gives where a long tail leaves few requests "
+                    "running." if e["e2e_step_speedup"] < 1.05 else ""), ""]
     out += ["![Mean time per RL step by phase](steptime.png)", ""]
+    cost = pd.DataFrame(s.get("cost", []))  # type: ignore[arg-type]
+    if len(cost) and cost["cpu_s"].notna().all():
+        out += ["Cost of each run command on this machine: CPU seconds of the command's own process (its two "
+                "rollout worker processes' CPU not included), wall seconds, and the 1-minute load average at its "
+                "start and end:", "",
+                markdown_table(cost, {"cpu_s": ".0f", "wall_s": ".0f", "load_start": ".1f", "load_end": ".1f"}), ""]
     times = pd.DataFrame([{"run": k, **val} for k, val in s["step_time_s"].items()])  # type: ignore[union-attr]
     out += [markdown_table(times, {c: ".2f" for c in times.columns if c != "run"}), ""]
     return "\n".join(out) + "\n"

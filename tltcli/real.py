@@ -299,6 +299,9 @@ def rl_report(
     grpo_summary: Annotated[Path | None, typer.Option("--grpo-summary", help="summary.json of a `tlt real grpo` "
                                                       "run whose reward gain and shuffled-reward control the report "
                                                       "cites.")] = None,
+    setup: Annotated[list[str] | None, typer.Option("--setup", help="A command the runs depend on (the "
+                                                    "pre-training of their --pretrained folders), repeatable: listed "
+                                                    "first among the commands that regenerate the report.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Write into an existing folder tlt did not create.")]
     = False,
 ) -> None:
@@ -341,8 +344,10 @@ def rl_report(
                         *("--run " + shlex.quote(f"{n}={record_path(f, 'RUN')}") for n, f in folders.items()),
                         *([f"--grpo-summary {shlex.quote(str(record_path(grpo_summary, 'SUMMARY')))}"]
                           if grpo_summary else []),
+                        *(f"--setup {shlex.quote(x)}" for x in setup or ()),
                         f"--out {shlex.quote(str(record_path(out, 'OUT')))}"])
-    summary = write_report(runs, out, grpo_summary=grpo_summary, commands=commands, command=command, force=force)
+    summary = write_report(runs, out, grpo_summary=grpo_summary, commands=commands, command=command, force=force,
+                           setup=setup or ())
     ratio = summary["adaptive_over_static_accept"]
     typer.echo(f"adaptive over static accept length over the drifted steps: {ratio:.3f}x (seeds {summary['seeds']}); "
                f"15% above in every seed: {summary['adaptive_15pct_above_static_every_seed']}; upper bound above both: "
