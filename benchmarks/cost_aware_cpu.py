@@ -1,0 +1,171 @@
+"""Is cost-aware slower than no SD, or than TLT's elastic+BEG-MAB, on the native engine? An A/B on this CPU.
+
+The validation scenario's steps are replayed as ``tlt validate`` replays them (traced lengths scaled and
+forced, a pinned drafter, outputs checked equal to the plain run's) under no SD, elastic+BEG-MAB and
+cost-aware, **interleaved**: every repeat runs each policy once per step, in an order rotated from repeat
+to repeat, timed on the engine thread's CPU clock. ``tlt validate`` runs cost-aware in a phase of its own
+after each round's profile (it needs that table), so its comparison with no SD also compares two moments of
+a shared machine; here the policies share the machine's conditions, and each repeat gives one paired ratio.
+
+cost-aware is priced by a cost table profiled on this machine (``--table``: by default the median table
+``tlt validate`` last wrote, for the same default model). Two checks ride along: ``no-sd (SD harness)`` is
+no SD on the speculative harness (the drafter loaded, never used), so a difference between the harnesses
+would show; and cost-aware's own ``decide``/``observe`` time is measured inside the engine (its decisions
+are the only work it adds where it never speculates).
+
+    OMP_NUM_THREADS=1 python benchmarks/cost_aware_cpu.py --out reports/cost-aware-cpu
+    python benchmarks/cost_aware_cpu.py --repeats 2 --out /tmp/ab  # quick look
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from options import run
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+NO_SD, NO_SD_HARNESS, ELASTIC, COST_AWARE = "no-sd", "no-sd (SD harness)", "elastic:16:3+beg-mab", "cost-aware"
+POLICIES = (NO_SD, NO_SD_HARNESS, ELASTIC, COST_AWARE)
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+@dataclass
+class TimedPolicy:
+    """Wraps a policy and adds up the engine thread's CPU time spent in its ``decide`` and ``observe``."""
+
+    inner: object
+    seconds: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def decide(self, view):
+        t = time.thread_time()
+        try:
+            return self.inner.decide(view)
+        finally:
+            self.seconds += time.thread_time() - t
+
+    def observe(self, outcome) -> None:
+        t = time.thread_time()
+        self.inner.observe(outcome)
+        self.seconds += time.thread_time() - t
+
+    def reset(self, step: int) -> None:
+        self.inner.reset(step)
+
+
+def _load(avg: tuple[float, float, float]) -> str:
+    return "/".join(f"{x:.2f}" for x in avg)
+
+
+@app.command(help=__doc__)
+def main(
+    out: Annotated[Path, typer.Option(help="Results folder (written atomically; one tlt did not write is refused).")],
+    scenario: Annotated[str, typer.Option(help="Validation scenario (bundled name or TOML).")] = "validation_dapo_cpu",
+    table: Annotated[Path, typer.Option(help="Cost table that prices cost-aware (a tlt validate profile).")]
+    = Path("reports/validation/cpu/cost_table.parquet"),
+    repeats: Annotated[int, typer.Option(help="Runs of each (step, policy), interleaved.")] = 5,
+    max_batch: Annotated[int, typer.Option(help="Running requests of the native engine.")] = 32,
+    length_scale: Annotated[float, typer.Option(help="Traced lengths are multiplied by this.")] = 0.03125,
+) -> None:
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from analysis.markdown import markdown_table
+    from analysis.provenance import provenance_line
+    from tltcli.validate import RealBackend, target_config, validation_scenario
+    from tltcore.atomic import atomic_dir, check_output_dir
+    from tltcore.cost import TableCostModel, shape_fingerprint
+    from tltcore.errors import InputError
+    from tltcore.policy.base import NoSD
+    from tltcore.policy.registry import make_policy
+    from tltreal.model.weights import random_model
+    from tltreal.validation.replay import reference_run, replay_requests, speculative_run, with_extra_tokens
+    from tltreal.validation.validate import PINNED_DEPTH, PINNED_TOPK, NativeSettings, scaled, shape_of
+    from tltsim.scenario import acceptance_model, load_steps
+
+    if repeats < 1:
+        raise InputError(f"must be >= 1, got {repeats}", field="--repeats")
+    check_output_dir(out, kind="benchmark", inputs=[table])
+    s = validation_scenario(scenario, RealBackend.native)
+    settings = NativeSettings(model=target_config(None), length_scale=length_scale, max_batch=max_batch, seed=s.seed,
+                              grid_repeats=1, real_repeats=repeats, device="cpu", clock="thread")
+    cost = TableCostModel.from_file(table)
+    want = shape_fingerprint(shape_of(settings.model))
+    if cost.metadata.get("model") not in (None, want):
+        raise InputError(f"the table was profiled for model {cost.metadata.get('model')!r}, not this benchmark's "
+                         f"{want!r}", path=table, field="model")
+    accept = acceptance_model(s.acceptance)
+    probs = accept.position_probs(PINNED_DEPTH, PINNED_TOPK)
+    torch.manual_seed(s.seed)
+    target = random_model(settings.model, seed=s.seed, dtype=torch.float32)
+    rows, loads = [], [os.getloadavg()]
+    for workload in (scaled(w, length_scale) for w in load_steps(s.trace)):
+        req = replay_requests(workload, vocab_size=settings.model.vocab_size, seed=s.seed, deal_mode=s.trace.deal)
+        reference_run(target, req, max_batch=max_batch)  # warm-up: the first run is slower, untimed
+        truth = reference_run(target, with_extra_tokens(req, PINNED_DEPTH), max_batch=max_batch)
+        for r in range(repeats):
+            for name in POLICIES[r % len(POLICIES):] + POLICIES[:r % len(POLICIES)]:
+                t0 = time.perf_counter()
+                if name == NO_SD:
+                    res, decided = reference_run(target, req, max_batch=max_batch, clock="thread"), float("nan")
+                else:
+                    inner = NoSD() if name == NO_SD_HARNESS else make_policy(
+                        name, seed=s.seed, accept_model=accept, cost_model=cost, switch="catch_up")
+                    policy = TimedPolicy(inner)
+                    res = speculative_run(target, req, truth, policy, position_probs=probs, max_batch=max_batch,
+                                          seed=s.seed, clock="thread")
+                    decided = policy.seconds
+                decode = res.events[res.events["kind"] == "decode"]
+                rows.append({"step": req.step, "policy": name, "repeat": r, "seconds": res.wall_s,
+                             "wall_s": time.perf_counter() - t0, "policy_s": decided,
+                             "sd_iterations": int((decode["sd_config"] != "off").sum())})
+    loads.append(os.getloadavg())
+    runs = pd.DataFrame(rows)
+    base = runs[runs["policy"] == NO_SD].set_index(["step", "repeat"])["seconds"]
+    runs["vs_no_sd"] = runs["seconds"].to_numpy() / base.loc[list(zip(runs["step"], runs["repeat"], strict=True))
+                                                             ].to_numpy() - 1.0
+    summary = []
+    for (step, name), g in runs.groupby(["step", "policy"], sort=False):
+        summary.append({"step": step, "policy": name,
+                        "seconds": f"{g['seconds'].median():.3f} ({g['seconds'].min():.3f}-{g['seconds'].max():.3f})",
+                        "vs no-SD, paired": "" if name == NO_SD else
+                        f"{100 * g['vs_no_sd'].median():+.1f}% ({100 * g['vs_no_sd'].min():+.1f} to "
+                        f"{100 * g['vs_no_sd'].max():+.1f})",
+                        "decide+observe (s)": "" if np.isnan(g["policy_s"]).all() else f"{g['policy_s'].median():.4f}",
+                        "SD iterations": int(g["sd_iterations"].median())})
+    table_md = markdown_table(pd.DataFrame(summary))
+    command = "python benchmarks/cost_aware_cpu.py " + " ".join(sys.argv[1:])
+    text = (f"# cost-aware vs no SD vs elastic+BEG-MAB on the native engine, interleaved\n\n"
+            f"Reproduce: `OMP_NUM_THREADS=1 {command}`\n\n{provenance_line()}; torch {torch.__version__}, "
+            f"1 torch thread. Load average (1/5/15 min) at start {_load(loads[0])}, at end {_load(loads[1])}.\n\n"
+            f"Scenario `{scenario}` (lengths x{length_scale}, max batch {max_batch}), {repeats} repeats per (step, "
+            f"policy), policies interleaved in an order rotated per repeat; seconds are the engine thread's CPU time "
+            f"of the whole step (median, min-max); `vs no-SD, paired` is each repeat's ratio to the no-SD run of "
+            f"the same repeat (median, min to max). cost-aware priced by `{table}`.\n\n{table_md}\n\n"
+            "How to read it (see the docstring of `benchmarks/cost_aware_cpu.py`): `no-sd (SD harness)` is no SD with "
+            "the drafter loaded and never used (the two harnesses should time alike); `decide+observe` is the CPU "
+            "time the policy itself took inside the engine per step; `SD iterations` the speculative iterations it "
+            "ran.\n")
+    print(table_md)
+    with atomic_dir(out, kind="benchmark", inputs=[table]) as tmp:
+        runs.to_csv(tmp / "runs.csv", index=False)
+        (tmp / "README.md").write_text(text)
+    print(f"wrote {out}/README.md")
+
+
+if __name__ == "__main__":
+    run(app)
