@@ -1,0 +1,59 @@
+"""benchmarks/cost_aware_cpu.py: the interleaved A/B of cost-aware on the native engine.
+
+Timings are the benchmark's business (reports/cost-aware-cpu); what is pinned here does not depend on
+the machine: with the committed CPU cost table, cost-aware's decisions are a function of the table and
+the contexts only, so on the validation scenario it runs no speculative iteration (SD loses on this
+engine; a rent of SD at each step's first decision against the catch-up's full price cost two losing
+iterations per step before d9ed2d3), while elastic+beg-mab does speculate; and bad input is one line.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import needs_shared_traces
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "benchmarks" / "cost_aware_cpu.py"
+TABLE = ROOT / "reports" / "validation" / "cpu" / "cost_table.parquet"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, str(BENCH), *args], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=600)
+
+
+@needs_shared_traces()
+def test_one_repeat_interleaves_every_policy_and_cost_aware_never_speculates(tmp_path) -> None:
+    out = tmp_path / "ab"
+    res = _run("--repeats", "1", "--table", str(TABLE), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    runs = pd.read_csv(out / "runs.csv")
+    assert sorted(runs["policy"].unique()) == sorted(["no-sd", "no-sd (SD harness)", "elastic:16:3+beg-mab",
+                                                      "cost-aware"])
+    assert len(runs) == 4 * runs["step"].nunique()
+    sd = runs.groupby("policy")["sd_iterations"].sum()
+    assert sd["cost-aware"] == 0 and sd["no-sd (SD harness)"] == 0 and sd["elastic:16:3+beg-mab"] > 0
+    assert (runs.loc[runs["policy"] == "no-sd", "vs_no_sd"] == 0).all()
+    assert (runs.loc[runs["policy"] == "cost-aware", "policy_s"] > 0).all()  # its decisions are timed
+    assert "Reproduce: `OMP_NUM_THREADS=1 python benchmarks/cost_aware_cpu.py" in (out / "README.md").read_text()
+
+
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path) -> None:
+    out = tmp_path / "ab"
+    res = _run("--repeats", "0", "--table", str(TABLE), "--out", str(out))
+    assert res.returncode == 2 and "--repeats" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+    missing = _run("--table", str(tmp_path / "none.parquet"), "--out", str(out))
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == f"error: {tmp_path / 'none.parquet'}: cost table not found"
+    assert not out.exists()
