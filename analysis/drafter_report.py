@@ -440,8 +440,9 @@ def render_readme(runs: Sequence[Run], s: Mapping[str, object], speed_runs: Sequ
     nodrift = [p for p in per if not p["drift"]]  # type: ignore[union-attr]
     side = [p for p in per if p["side"]]  # type: ignore[union-attr]
     out = ["# Adaptive drafter under a designed drift: static vs adaptive vs upper bound (real, CPU)", ""]
-    out += ["Regenerate (each command is one `tlt real rl` run; the last one writes this folder from their run "
-            "folders, copying their records under `runs/`):", "", "```bash",
+    out += ["Regenerate, with `OMP_NUM_THREADS=1` (the pre-training the runs start from, one `tlt real rl` run per "
+            "line, then the report, which writes this folder from their run folders and copies their records under "
+            "`runs/`):", "", "```bash",
             *s["commands"], s["report_command"], "```", ""]  # type: ignore[misc]
     out += [f"Device: this CPU ({provenance_line()}); torch {v.get('torch', '?')}, 1 torch thread per process; "
             "loads and times of each run are in `runs/NAME/config.json` (`load_start`, `load_end`, `cpu_s`, "
@@ -554,10 +555,11 @@ def render_readme(runs: Sequence[Run], s: Mapping[str, object], speed_runs: Sequ
                 f"{e['e2e_step_speedup']:.3f}x** (medians). The drafter's training is not added: it runs on "
                 "released workers. " + (
                     f"The update is {e['e2e_update_s'] / (e['e2e_update_s'] + e['e2e_rollout_sd_s']):.0%} of the step "
-                    "here: these band problems have no long tail (every response is 1-11 lines), so the rollout is "
-                    "a few dozen batched iterations and the elastic policy turns SD on only for its last <= 16 "
-                    "requests; the batch-4 speedups above are what SD gives where a long tail leaves few requests "
-                    "running." if e["e2e_step_speedup"] < 1.05 else ""), ""]
+                    f"here: these band problems have no long tail (a response is at most {max(cfg.get('band', [0]))} "
+                    "solution lines), so the rollout is a few dozen batched iterations and the elastic policy "
+                    f"(`{cfg['config']['sd_policy']}`) turns SD on only for its last requests; the batch-"
+                    f"{cfg['config']['speedup_batch']} speedups above are what SD gives where a long tail leaves few "
+                    "requests running." if e["e2e_step_speedup"] < 1.05 else ""), ""]
     out += ["![Mean time per RL step by phase](steptime.png)", ""]
     cost = pd.DataFrame(s.get("cost", []))  # type: ignore[arg-type]
     if len(cost) and cost["cpu_s"].notna().all():
@@ -566,7 +568,11 @@ def render_readme(runs: Sequence[Run], s: Mapping[str, object], speed_runs: Sequ
                 "start and end:", "",
                 markdown_table(cost, {"cpu_s": ".0f", "wall_s": ".0f", "load_start": ".1f", "load_end": ".1f"}), ""]
     times = pd.DataFrame([{"run": k, **val} for k, val in s["step_time_s"].items()])  # type: ignore[union-attr]
-    out += [markdown_table(times, {c: ".2f" for c in times.columns if c != "run"}), ""]
+    out += ["Mean seconds per RL step (wall), by phase: the rollout on the worker processes; drafter training inside "
+            "the rollout (overlapped, free); drafter training past the rollout's end (`budget` mode: the step waits "
+            "for its optimizer steps); the GRPO update; `eval_s` the measurements (three drafters, upper bound, "
+            "speedups: not part of an RL step); `step_s` all of it:", "",
+            markdown_table(times, {c: ".2f" for c in times.columns if c != "run"}), ""]
     return "\n".join(out) + "\n"
 
 
