@@ -66,8 +66,8 @@ pays terse wrong answers). The static drafter is trained to convergence on the p
 (1,024 responses, 1,500 steps: as good as training makes it on that policy, `--static-temperature 0`); the
 side run trains it on temperature-1 samples instead, which already contain the terse format.\
 """
-#: what the report keeps of each run (its trace.csv, ~370 KB a run, stays in the run folder: not read here)
-RUN_FILES = ("steps.csv", "config.json", "drafter_dynamics.json", "README.md")
+#: what the report keeps of each run: its trace.csv (~370 KB) and README (figures not kept) stay in the run folder
+RUN_FILES = ("steps.csv", "config.json", "drafter_dynamics.json")
 
 
 @dataclass(frozen=True)
