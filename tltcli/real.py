@@ -200,6 +200,10 @@ def rl(
                                              "every N steps (0: never).")] = 1,
     upper_steps: Annotated[int, typer.Option("--upper-steps", help="Optimizer steps of the upper-bound drafter on "
                                              "one step's data.")] = 600,
+    upper_samples: Annotated[int, typer.Option("--upper-samples", help="Fresh temperature-1 responses of the step's "
+                                               "policy the upper bound trains on beside the step's rollouts (e.g. "
+                                               "896 with --upper-steps 1500: as much data and training as the static "
+                                               "drafter had).")] = 384,
     workers: Annotated[int, typer.Option("--workers", help="Rollout worker processes.")] = 2,
     speedup_every: Annotated[int, typer.Option("--speedup-every", help="Measure the padded target's SD "
                                                "speedup every N steps (0: never).")] = 10,
@@ -237,6 +241,7 @@ def rl(
                   "--eval-prompts": (eval_prompts, RL_BOUNDS["--eval-prompts"]),
                   "--budget-steps": (budget_steps, (1, 100_000)), "--depth": (depth, (1, 16)),
                   "--upper-every": (upper_every, (0, 100_000)), "--upper-steps": (upper_steps, (1, 100_000)),
+                  "--upper-samples": (upper_samples, (0, 100_000)),
                   "--speedup-repeats": (speedup_repeats, (1, 100))})
     _check_rate(lr, "--lr")
     _check_rate(drafter_lr, "--drafter-lr")
@@ -266,7 +271,8 @@ def rl(
                  "checkpoint_every": 2, "pad_layers": 1, "pad_intermediate": 256, "upper_steps": min(upper_steps, 10),
                  "upper_samples": 4,
                  "max_difficulty": 2, "band_low": 0.0, "band_high": 1.0, "band_draws": 4}
-    settings: dict[str, object] = {"budget_steps": budget_steps, "upper_steps": upper_steps, **extra}
+    settings: dict[str, object] = {"budget_steps": budget_steps, "upper_steps": upper_steps,
+                                   "upper_samples": upper_samples, **extra}
     cfg = AdaptiveRunConfig(seed=seed, steps=steps, prompts_per_step=prompts, max_new_tokens=max_new_tokens,
                             pretrain=pre, pretrained=str(pretrained) if pretrained else None,
                             grpo=GRPOConfig(lr=lr, minibatches=2), reward_kind=pay, online_lr=drafter_lr,
@@ -280,8 +286,8 @@ def rl(
              "--terse-share": None if pretrained else terse_share, "--reward": pay, "--lr": lr,
              "--drafter-lr": drafter_lr, "--drafter-loss": drafter_loss, "--bubble": bubble,
              "--budget-steps": budget_steps, "--depth": depth, "--static-temperature": static_temperature,
-             "--upper-every": upper_every,
-             "--upper-steps": upper_steps, "--workers": workers, "--speedup-every": speedup_every,
+             "--upper-every": upper_every, "--upper-steps": upper_steps, "--upper-samples": upper_samples,
+             "--workers": workers, "--speedup-every": speedup_every,
              "--speedup-repeats": speedup_repeats, "--eval-prompts": eval_prompts}
     command = " ".join(["tlt real rl", *(["--tiny"] if tiny else []),
                         *(f"{k} {shlex.quote(str(v))}" for k, v in given.items() if v is not None),
