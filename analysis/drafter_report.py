@@ -430,6 +430,21 @@ def write_report(runs: Sequence[Run], out: str | Path, *, grpo_summary: Path | N
     return summary
 
 
+def upper_recipes(runs: Sequence[Run]) -> str:
+    """How each run trained its upper bound, one sentence per distinct recipe (runs may differ: the report
+    must not state one run's recipe for all)."""
+    recipes: dict[tuple, list[str]] = {}
+    for r in runs:
+        c = r.config["config"]
+        recipes.setdefault((c["upper_every"], c["upper_steps"], c["initial_lr"], c["upper_samples"]), []).append(r.name)
+    parts = []
+    for (every, steps, lr, samples), names in recipes.items():
+        which = "" if len(recipes) == 1 else f" ({', '.join(names)})"
+        parts.append(f"Upper bound{which}: every {every} steps, the static drafter fine-tuned {steps} steps at lr {lr} "
+                     f"on the step's rollouts plus {samples} fresh temperature-1 responses of the step's policy.")
+    return " ".join(parts)
+
+
 def render_readme(runs: Sequence[Run], s: Mapping[str, object], speed_runs: Sequence[Run], has_sim: bool) -> str:
     """README.md from the runs and the summary."""
     cfg = runs[0].config
@@ -463,12 +478,10 @@ def render_readme(runs: Sequence[Run], s: Mapping[str, object], speed_runs: Sequ
         if not ub:
             out.append("  Where it is not, the likely cause is the bound's construction, not the adaptive drafter "
                        "beating a converged one: the upper bound is the static drafter fine-tuned on *one* step's "
-                       "policy alone (its rollouts and the fresh samples, a few hundred responses), while the adaptive "
-                       "drafter has trained on every step's rollouts since step 0; once the policy's text stops "
-                       "changing (the measured text is all terse for the last half of the run), many steps of nearly "
-                       "the same policy are more data than one step's. A bound trained to convergence on as much "
-                       "current-policy data as the static drafter had (1,024 responses) was not run: it costs ~45 s "
-                       "per measurement.")
+                       "policy alone (its rollouts and the fresh samples), while the adaptive drafter has trained on "
+                       "every step's rollouts since step 0; once the policy's text stops changing (the measured text "
+                       "is all terse for the last half of the run), many steps of nearly the same policy can be more "
+                       "data than one step's. Each run's bound recipe is in the settings below.")
     for p in nodrift:
         out.append(f"- No-drift run ({p['run']}, same format throughout: paid for right answers, pre-trained on "
                    f"verbose text only): adaptive/static {p['adaptive_over_static']:.3f}x over {p['compared']} "
@@ -511,10 +524,8 @@ def render_readme(runs: Sequence[Run], s: Mapping[str, object], speed_runs: Sequ
                 f"at lr {c['initial_lr']} on {c['initial_prompts']} responses of the pre-RL policy at temperature "
                 f"{c['initial_temperature']:g}. Adaptive: the Spot Trainer, bubble mode `{c['bubble']}` "
                 f"({c['budget_steps']} optimizer steps per RL step on the first released worker, lr {c['online_lr']}, "
-                f"data of the last 2 steps), loss `{c['drafter_loss']}`, response-only {c['response_only']}. Upper "
-                f"bound: every {c['upper_every']} steps, the static drafter fine-tuned {c['upper_steps']} steps at lr "
-                f"{c['initial_lr']} on the step's rollouts plus {c['upper_samples']} fresh temperature-1 responses of "
-                "the step's policy.", ""]
+                f"data of the last 2 steps), loss `{c['drafter_loss']}`, response-only {c['response_only']}. "
+                + upper_recipes(runs), ""]
     out += ["## The drift is by design", "", DRIFT_TEXT, ""]
     out += ["![Terse share and rollout reward per RL step](drift.png)", "",
             "*Left: the share of responses in the terse format, of the step's rollouts (temperature 1) and of the "

@@ -145,3 +145,18 @@ def test_a_report_without_a_drift_run_is_refused(runs, tmp_path):
     res = CliRunner().invoke(app, ["real", "rl-report", "--run", f"n={runs['nodrift-s0']}", "--out",
                                    str(tmp_path / "o")])
     assert isinstance(res.exception, InputError) and "no drift run" in str(res.exception)
+
+
+def test_each_runs_upper_bound_recipe_is_stated_never_one_runs_for_all() -> None:
+    from analysis.drafter_report import Run, upper_recipes
+
+    def run(name: str, steps: int, samples: int) -> Run:
+        cfg = {"upper_every": 3, "upper_steps": steps, "initial_lr": 0.003, "upper_samples": samples}
+        return Run(name, pd.DataFrame(), {"config": cfg}, Path(name))
+
+    same = upper_recipes([run("a", 600, 384), run("b", 600, 384)])
+    assert same == ("Upper bound: every 3 steps, the static drafter fine-tuned 600 steps at lr 0.003 on the step's "
+                    "rollouts plus 384 fresh temperature-1 responses of the step's policy.")
+    mixed = upper_recipes([run("a", 1500, 896), run("b", 600, 384), run("c", 1500, 896)])
+    assert "Upper bound (a, c): every 3 steps, the static drafter fine-tuned 1500 steps" in mixed
+    assert "Upper bound (b): every 3 steps, the static drafter fine-tuned 600 steps" in mixed and "896" in mixed
