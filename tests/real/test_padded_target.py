@@ -218,3 +218,22 @@ def test_measure_sd_speedup_fields_are_consistent(trained):
     assert 1.0 <= r.accept_length <= 4.0 and r.decode_speedup > 0 and r.threads == torch.get_num_threads()
     with pytest.raises(ValueError):
         measure_sd_speedup(big, drafter, prompts, batch=0, new_tokens=10, depth=3)
+
+
+def test_interleaved_speedups_pair_each_repeat_with_its_plain_run_and_flag_changed_outputs(monkeypatch):
+    """The one timing loop behind measure_sd_speedups and measure_drafter_speedups, on scripted runs:
+    every repeat's speedup divides by the plain run just before it, medians are over repeats, and an
+    arm whose output differs from the plain run's is flagged (a lossless engine never does that; the
+    flag is what would show it did)."""
+    import tltreal.rl.padded_target as pt
+
+    walls = iter([2.0, 1.0, 1.0,   # repeat 0: plain, arm a, arm b
+                  4.0, 1.0, 2.0])  # repeat 1
+    monkeypatch.setattr(pt, "_run", lambda target, drafter, prompts, *, new_tokens, depth, **kw: (
+        next(walls), 0.0, 1.0 + depth, {0: [1, 2] if drafter != "b" else [1, 3]}))
+    res = pt.measure_drafter_speedups(None, {"a": "a", "b": "b"}, [[1]], batch=1, new_tokens=2, depth=2,
+                                      repeats=2, warmup=False)
+    assert res["a"].per_repeat == (2.0, 4.0) and res["b"].per_repeat == (2.0, 2.0)
+    assert res["a"].speedup == pytest.approx(3.0 / 1.0) and res["b"].speedup == pytest.approx(3.0 / 1.5)
+    assert res["a"].outputs_identical and not res["b"].outputs_identical
+    assert res["a"].accept_length == 3.0 and res["a"].depth == 2

@@ -256,6 +256,49 @@ def _run(target: Transformer, drafter: EagleDrafter | None, prompts: Sequence[Se
     return result.wall_s, prefill_s, result.mean_accept_length, result.outputs
 
 
+def _interleaved_speedups(target: Transformer, arms: dict[object, tuple[EagleDrafter, int]],
+                          prompts: Sequence[Sequence[int]], *, batch: int, new_tokens: int, repeats: int,
+                          warmup: bool, eos_token_ids: tuple[int, ...]) -> dict[object, SDSpeedup]:
+    """Each arm (a drafter and the depth of its chain) against shared plain runs: each repeat runs
+    plain, then every arm in turn, so every arm is timed under the same load as the plain run it is
+    divided by; medians, and each repeat's speedup (``per_repeat``)."""
+    kw = {"batch": batch, "eos_token_ids": tuple(eos_token_ids)}
+    runs: dict[object, tuple[EagleDrafter | None, int]] = {None: (None, 0), **arms}
+    if warmup:  # allocator, caches and lazy initialisation, once per configuration (short runs)
+        for drafter, depth in runs.values():
+            _run(target, drafter, prompts, new_tokens=min(new_tokens, 4), depth=depth, **kw)
+    walls: dict[object, list[float]] = {k: [] for k in runs}
+    decodes: dict[object, list[float]] = {k: [] for k in runs}
+    accepts: dict[object, list[float]] = {k: [] for k in runs}
+    tokens: dict[object, int] = {}
+    identical = dict.fromkeys(arms, True)
+    for _ in range(repeats):
+        base_out: dict[int, list[int]] = {}
+        for key, (drafter, depth) in runs.items():
+            wall, prefill, accept, out = _run(target, drafter, prompts, new_tokens=new_tokens, depth=depth, **kw)
+            walls[key].append(wall)
+            decodes[key].append(wall - prefill)
+            accepts[key].append(accept)
+            tokens[key] = sum(len(v) for v in out.values())
+            if key is None:
+                base_out = out
+            else:
+                identical[key] = identical[key] and out == base_out
+    base_s, base_dec = statistics.median(walls[None]), statistics.median(decodes[None])
+    base_tok_s = tokens[None] / base_s
+    result = {}
+    for key, (_, depth) in arms.items():
+        sd_s, sd_dec = statistics.median(walls[key]), statistics.median(decodes[key])
+        per = tuple((tokens[key] / w) / (tokens[None] / b) for w, b in zip(walls[key], walls[None], strict=True))
+        result[key] = SDSpeedup(
+            batch=batch, new_tokens=new_tokens, depth=depth, base_tok_s=base_tok_s, sd_tok_s=tokens[key] / sd_s,
+            speedup=(tokens[key] / sd_s) / base_tok_s,
+            decode_speedup=(tokens[key] / sd_dec) / (tokens[None] / base_dec) if sd_dec > 0 and base_dec > 0 else 0.0,
+            accept_length=statistics.median(accepts[key]), outputs_identical=identical[key], base_s=base_s,
+            sd_s=sd_s, tokens=tokens[key], repeats=repeats, threads=torch.get_num_threads(), per_repeat=per)
+    return result
+
+
 def measure_sd_speedups(target: Transformer, drafter: EagleDrafter, prompts: Sequence[Sequence[int]], *,
                         batch: int, new_tokens: int, depths: Sequence[int], repeats: int = 3, warmup: bool = True,
                         eos_token_ids: tuple[int, ...] = ()) -> list[SDSpeedup]:
@@ -263,42 +306,10 @@ def measure_sd_speedups(target: Transformer, drafter: EagleDrafter, prompts: Seq
     repeat runs plain, then SD at each depth in turn (one :class:`SDSpeedup` per depth, in order)."""
     if batch < 1 or new_tokens < 1 or repeats < 1 or not prompts or not depths or min(depths) < 1:
         raise ValueError("batch, new_tokens, repeats and every depth must be >= 1, and prompts non-empty")
-    kw = {"batch": batch, "eos_token_ids": tuple(eos_token_ids)}
-    if warmup:  # allocator, caches and lazy initialisation, once per configuration (short runs)
-        for depth in (0, *depths):
-            _run(target, drafter if depth else None, prompts, new_tokens=min(new_tokens, 4), depth=depth, **kw)
-    configs = (0, *depths)
-    walls: dict[int, list[float]] = {d: [] for d in configs}
-    decodes: dict[int, list[float]] = {d: [] for d in configs}
-    accepts: dict[int, list[float]] = {d: [] for d in configs}
-    tokens: dict[int, int] = {}
-    identical = dict.fromkeys(depths, True)
-    for _ in range(repeats):
-        base_out: dict[int, list[int]] = {}
-        for depth in configs:
-            wall, prefill, accept, out = _run(target, drafter if depth else None, prompts, new_tokens=new_tokens,
-                                              depth=depth, **kw)
-            walls[depth].append(wall)
-            decodes[depth].append(wall - prefill)
-            accepts[depth].append(accept)
-            tokens[depth] = sum(len(v) for v in out.values())
-            if depth == 0:
-                base_out = out
-            else:
-                identical[depth] = identical[depth] and out == base_out
-    base_s, base_dec = statistics.median(walls[0]), statistics.median(decodes[0])
-    base_tok_s = tokens[0] / base_s
-    result = []
-    for depth in depths:
-        sd_s, sd_dec = statistics.median(walls[depth]), statistics.median(decodes[depth])
-        sd_tok_s = tokens[depth] / sd_s
-        result.append(SDSpeedup(
-            batch=batch, new_tokens=new_tokens, depth=depth, base_tok_s=base_tok_s, sd_tok_s=sd_tok_s,
-            speedup=sd_tok_s / base_tok_s,
-            decode_speedup=(tokens[depth] / sd_dec) / (tokens[0] / base_dec) if sd_dec > 0 and base_dec > 0 else 0.0,
-            accept_length=statistics.median(accepts[depth]), outputs_identical=identical[depth], base_s=base_s,
-            sd_s=sd_s, tokens=tokens[depth], repeats=repeats, threads=torch.get_num_threads()))
-    return result
+    by_depth = _interleaved_speedups(target, {d: (drafter, d) for d in depths}, prompts, batch=batch,
+                                     new_tokens=new_tokens, repeats=repeats, warmup=warmup,
+                                     eos_token_ids=eos_token_ids)
+    return [by_depth[d] for d in depths]
 
 
 def measure_sd_speedup(target: Transformer, drafter: EagleDrafter, prompts: Sequence[Sequence[int]], *, batch: int,
@@ -325,40 +336,6 @@ def measure_drafter_speedups(target: Transformer, drafters: dict[str, EagleDraft
     the per-repeat speedups (``per_repeat``: the spread the medians hide)."""
     if batch < 1 or new_tokens < 1 or repeats < 1 or depth < 1 or not prompts or not drafters:
         raise ValueError("batch, new_tokens, repeats and depth must be >= 1, prompts and drafters non-empty")
-    kw = {"batch": batch, "eos_token_ids": tuple(eos_token_ids)}
-    if warmup:
-        _run(target, None, prompts, new_tokens=min(new_tokens, 4), depth=0, **kw)
-        for d in drafters.values():
-            _run(target, d, prompts, new_tokens=min(new_tokens, 4), depth=depth, **kw)
-    names = [None, *drafters]
-    walls: dict[str | None, list[float]] = {n: [] for n in names}
-    decodes: dict[str | None, list[float]] = {n: [] for n in names}
-    accepts: dict[str | None, list[float]] = {n: [] for n in names}
-    tokens: dict[str | None, int] = {}
-    identical = dict.fromkeys(drafters, True)
-    for _ in range(repeats):
-        base_out: dict[int, list[int]] = {}
-        for name in names:
-            wall, prefill, accept, out = _run(target, drafters[name] if name else None, prompts,
-                                              new_tokens=new_tokens, depth=depth if name else 0, **kw)
-            walls[name].append(wall)
-            decodes[name].append(wall - prefill)
-            accepts[name].append(accept)
-            tokens[name] = sum(len(v) for v in out.values())
-            if name is None:
-                base_out = out
-            else:
-                identical[name] = identical[name] and out == base_out
-    base_s, base_dec = statistics.median(walls[None]), statistics.median(decodes[None])
-    base_tok_s = tokens[None] / base_s
-    result = {}
-    for name in drafters:
-        sd_s, sd_dec = statistics.median(walls[name]), statistics.median(decodes[name])
-        per = tuple((tokens[name] / w) / (tokens[None] / b) for w, b in zip(walls[name], walls[None], strict=True))
-        result[name] = SDSpeedup(
-            batch=batch, new_tokens=new_tokens, depth=depth, base_tok_s=base_tok_s, sd_tok_s=tokens[name] / sd_s,
-            speedup=(tokens[name] / sd_s) / base_tok_s,
-            decode_speedup=(tokens[name] / sd_dec) / (tokens[None] / base_dec) if sd_dec > 0 and base_dec > 0 else 0.0,
-            accept_length=statistics.median(accepts[name]), outputs_identical=identical[name], base_s=base_s,
-            sd_s=sd_s, tokens=tokens[name], repeats=repeats, threads=torch.get_num_threads(), per_repeat=per)
-    return result
+    return _interleaved_speedups(target, {name: (d, depth) for name, d in drafters.items()},  # type: ignore[return-value]
+                                 prompts, batch=batch, new_tokens=new_tokens, repeats=repeats, warmup=warmup,
+                                 eos_token_ids=eos_token_ids)
