@@ -32,6 +32,7 @@ from tltcore.errors import InputError
 from tltcore.input_files import check_input
 from tltcore.policy.base import SDConfig
 from tltreal.engine.outputs import check_generate_outputs
+from tltreal.rl.task import REWARDS
 
 app = typer.Typer(help="Run the real engine (needs the `real` extra: torch, triton).", no_args_is_help=True)
 
@@ -52,6 +53,14 @@ def _check_range(values: dict[str, tuple[object, tuple[int, int]]]) -> None:
     for flag, (value, (lo, hi)) in values.items():
         if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
             raise InputError(f"must be an integer in [{lo}, {hi:,}], got {value}", field=flag)
+
+
+def _check_reward(pay: str, terse_share: float) -> None:
+    """``--reward`` names one of :data:`tltreal.rl.task.REWARDS`; ``--terse-share`` is a share."""
+    if pay not in REWARDS:
+        raise InputError(f"must be {', '.join(REWARDS[:-1])} or {REWARDS[-1]}, got '{pay}'", field="--reward")
+    if not (math.isfinite(terse_share) and 0 <= terse_share <= 1):
+        raise InputError(f"must be a share in [0, 1], got {terse_share}", field="--terse-share")
 
 
 def _check_pretrained(pretrained: Path | None) -> None:
@@ -247,12 +256,9 @@ def rl(
     _check_rate(drafter_lr, "--drafter-lr")
     if bubble not in ("spot", "budget"):
         raise InputError(f"must be spot or budget, got '{bubble}'", field="--bubble")
-    if pay not in ("answer", "terse", "format"):
-        raise InputError(f"must be answer, terse or format, got '{pay}'", field="--reward")
+    _check_reward(pay, terse_share)
     if drafter_loss not in ("eagle", "fastrl"):
         raise InputError(f"must be eagle or fastrl, got '{drafter_loss}'", field="--drafter-loss")
-    if not (math.isfinite(terse_share) and 0 <= terse_share <= 1):
-        raise InputError(f"must be a share in [0, 1], got {terse_share}", field="--terse-share")
     if not (math.isfinite(static_temperature) and 0 <= static_temperature <= 2):
         raise InputError(f"must be in [0, 2], got {static_temperature}", field="--static-temperature")
     _check_pretrained(pretrained)
@@ -447,10 +453,7 @@ def grpo(
     for flag, value in (("--band-low", band_low), ("--band-high", band_high)):
         if not (math.isfinite(value) and 0 <= value <= 1):
             raise InputError(f"must be a pass rate in [0, 1], got {value}", field=flag)
-    if pay not in ("answer", "terse", "format"):
-        raise InputError(f"must be answer, terse or format, got '{pay}'", field="--reward")
-    if not (math.isfinite(terse_share) and 0 <= terse_share <= 1):
-        raise InputError(f"must be a share in [0, 1], got {terse_share}", field="--terse-share")
+    _check_reward(pay, terse_share)
     if band_low >= band_high:
         raise InputError(f"must be below --band-high ({band_high}), got {band_low}", field="--band-low")
     _check_pretrained(pretrained)

@@ -22,10 +22,10 @@ torch = pytest.importorskip("torch")
 from tltcore.errors import InputError  # noqa: E402
 from tltcore.model_config import ModelConfig  # noqa: E402
 from tltreal.model.weights import random_model  # noqa: E402
-from tltreal.rl.adaptive_run import AdaptiveRunConfig, paid, policy_samples  # noqa: E402
+from tltreal.rl.adaptive_run import AdaptiveRunConfig, policy_samples  # noqa: E402
 from tltreal.rl.drafter_train import FASTRL_WEIGHTS, DrafterTrainerConfig, drafter_loss, pack, train_steps  # noqa: E402
 from tltreal.rl.padded_target import measure_drafter_speedups, pad_target, rebind_drafter  # noqa: E402
-from tltreal.rl.task import make_problem  # noqa: E402
+from tltreal.rl.task import make_problem, paid  # noqa: E402
 from tltreal.spec_decode.proposers.eagle import random_drafter  # noqa: E402
 from tltreal.spot.messages import from_wire, to_wire  # noqa: E402
 from tltreal.spot.sample_buffer import Sample, SampleBuffer, Window, target_sample  # noqa: E402

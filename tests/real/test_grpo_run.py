@@ -123,8 +123,13 @@ def test_a_run_repeats_and_the_control_updates_on_other_rewards(tiny_policy, mon
     first step samples the same responses (same weights, same generator), so the rewards as scored
     are equal, and the control's shuffled rewards give another update (another loss)."""
     import tltreal.rl.grpo_run as grpo_run
+    import tltreal.rl.task as task
 
-    monkeypatch.setattr(grpo_run, "reward", lambda problem, text: float(len(text) % 2 == 0))
+    def stand_in(problem, text):
+        return float(len(text) % 2 == 0)
+
+    monkeypatch.setattr(task, "reward", stand_in)  # what rollouts are paid (tltreal.rl.task.paid)
+    monkeypatch.setattr(grpo_run, "reward", stand_in)  # what evaluations score
     model, tok = tiny_policy
     cfg = GRPORunConfig(seeds=(0,), steps=2, prompts_per_step=3, eval_every=5, eval_draws=6, eval_problems=3,
                         pretrain=PretrainConfig(steps=5))

@@ -99,13 +99,13 @@ def test_pretraining_mixes_the_formats_at_the_share_asked_for():
 def test_the_learning_run_pays_the_format_reward_and_records_the_share(monkeypatch):
     """``reward_kind = "terse"`` scores rollouts with the format reward (a stand-in paying 0.5 here) and
     every row records the rollouts' terse share; an unknown kind is refused."""
-    import tltreal.rl.grpo_run as grpo_run
+    import tltreal.rl.task as task
     from tltreal.rl.grpo_run import Evaluation, GRPORunConfig, band_problems, run_arm
     from tltreal.rl.pretrain import pretrain
 
     model, tok, _ = pretrain(PretrainConfig(steps=3, layers=1, hidden=32, heads=2, kv_heads=1, intermediate=64,
                                             sequences=4, row_len=128))
-    monkeypatch.setattr(grpo_run, "format_reward", lambda problem, text: 0.5)
+    monkeypatch.setattr(task, "format_reward", lambda problem, text: 0.5)  # paid("terse") reads it
     cfg = GRPORunConfig(seeds=(0,), steps=1, prompts_per_step=2, eval_draws=2, eval_problems=2,
                         pretrain=PretrainConfig(steps=3), reward_kind="terse")
     ev = Evaluation(band_problems(2, [1], 0, "held-out", cfg.task), 5, 8)

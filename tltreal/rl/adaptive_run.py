@@ -83,7 +83,6 @@ from tltreal.model.transformer import Transformer
 from tltreal.rl.drafter_train import FASTRL_WEIGHTS, DrafterTrainer, DrafterTrainerConfig
 from tltreal.rl.grpo import GRPOConfig, GRPOTrainer, Rollout
 from tltreal.rl.grpo_run import (
-    REWARDS,
     GRPORunConfig,
     band_problems,
     choose_band,
@@ -92,15 +91,7 @@ from tltreal.rl.grpo_run import (
     versions,
 )
 from tltreal.rl.pretrain import PretrainConfig, load_pretrained, pretrain, save_pretrained, solution_budget
-from tltreal.rl.task import (
-    Problem,
-    TaskConfig,
-    format_bonus_reward,
-    format_reward,
-    make_problem,
-    reward,
-    solution_format,
-)
+from tltreal.rl.task import REWARDS, Problem, TaskConfig, make_problem, paid, reward, solution_format
 from tltreal.spec_decode.proposers.eagle import EagleDrafter, random_drafter
 from tltreal.spot.drafter_checkpoint import trainable_tensors
 from tltreal.spot.sample_buffer import Sample, SampleBuffer, target_hidden, target_sample
@@ -126,7 +117,7 @@ class AdaptiveRunConfig:
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     pretrained: str | None = None
     grpo: GRPOConfig = field(default_factory=lambda: GRPOConfig(lr=5e-5, minibatches=2))
-    reward_kind: str = "answer"  # tltreal.rl.grpo_run.REWARDS
+    reward_kind: str = "answer"  # tltreal.rl.task.REWARDS
     band_low: float = 0.2
     band_high: float = 0.8
     band_draws: int = 64
@@ -205,15 +196,6 @@ class AdaptiveRunConfig:
 def _seed(*parts: object) -> int:
     """A stable 31-bit seed from the run seed and a purpose (no Python hash randomisation)."""
     return random.Random(":".join(map(str, parts))).getrandbits(31)
-
-
-def paid(kind: str) -> Callable[[Problem, object], float]:
-    """The reward a rollout is paid (:data:`tltreal.rl.grpo_run.REWARDS`): the right answer; (``terse``)
-    the right answer in the terse format only; (``format``) half for the right answer, half for the
-    terse format -- the designed drift, sparse or dense."""
-    if kind not in REWARDS:
-        raise InputError(f"must be one of {', '.join(REWARDS)}, got {kind!r}", field="reward_kind")
-    return {"answer": reward, "terse": format_reward, "format": format_bonus_reward}[kind]
 
 
 # ---- generation and acceptance -------------------------------------------------------------------------
@@ -667,7 +649,6 @@ __all__ = [
     "RunOutputs",
     "drafter_with_state",
     "generate_responses",
-    "paid",
     "policy_samples",
     "record_path",
     "run_adaptive",

@@ -63,23 +63,9 @@ from tltreal.model.tokenizer import TaskTokenizer
 from tltreal.model.transformer import Transformer
 from tltreal.rl.grpo import GRPOConfig, GRPOTrainer, Rollout
 from tltreal.rl.pretrain import PretrainConfig, load_pretrained, pretrain, sample_batch, solution_budget
-from tltreal.rl.task import (
-    Problem,
-    TaskConfig,
-    format_bonus_reward,
-    format_reward,
-    make_problem,
-    reward,
-    solution_format,
-)
+from tltreal.rl.task import REWARDS, Problem, TaskConfig, make_problem, paid, reward, solution_format
 
 ARMS = ("grpo", "control")
-#: what GRPO is paid for: ``answer`` the right final answer (:func:`tltreal.rl.task.reward`); ``terse``
-#: the right answer, in the terse format only
-#: (:func:`tltreal.rl.task.format_reward`): the designed drift of issue 26, item 2; ``format`` half for the
-#: right answer and half for the terse format (:func:`tltreal.rl.task.format_bonus_reward`): the same drift
-#: with a dense signal
-REWARDS = ("answer", "terse", "format")
 
 
 @dataclass(frozen=True)
@@ -103,7 +89,7 @@ class GRPORunConfig:
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     pretrained: str | None = None
     slack: int = 8  # tokens of generation budget beyond the longest band problem's worked solution
-    reward_kind: str = "answer"  # REWARDS
+    reward_kind: str = "answer"  # what GRPO is paid for: tltreal.rl.task.REWARDS
 
     def __post_init__(self) -> None:
         for name in ("steps", "prompts_per_step", "eval_every", "eval_draws", "eval_problems", "band_draws",
@@ -253,7 +239,7 @@ def run_arm(start: Transformer, tokenizer: TaskTokenizer, cfg: GRPORunConfig, se
             outs = sample_batch(model, tokenizer, prompts, ev.budget, cfg.temperature,
                                 _generator(_seed(seed, "rollout", step)))
             texts = [_text(tokenizer, o) for o in outs]
-            pay = {"answer": reward, "terse": format_reward, "format": format_bonus_reward}[cfg.reward_kind]
+            pay = paid(cfg.reward_kind)
             scored = [pay(problems[i // k], t) for i, t in enumerate(texts)]
             groups = [i // k for i in range(len(outs))]
             used = shuffle_within_groups(scored, groups, shuffler) if arm == "control" else scored
@@ -468,6 +454,6 @@ def _jsonable(value: object) -> object:
     raise TypeError(f"cannot write {type(value).__name__} to JSON")
 
 
-__all__ = ["ARMS", "REWARDS", "Evaluation", "GRPORunConfig", "GRPORunOutputs", "answer_texts", "band_problems",
+__all__ = ["ARMS", "Evaluation", "GRPORunConfig", "GRPORunOutputs", "answer_texts", "band_problems",
            "choose_band", "difficulty_pass_rates", "gains", "mean_reward", "readme", "run_arm", "run_grpo",
            "shuffle_within_groups", "summarise", "terse_share"]

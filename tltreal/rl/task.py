@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tltcore.errors import InputError
@@ -212,6 +213,21 @@ def format_bonus_reward(problem: Problem, response_text: object, *, prefer: str 
     return 0.5 * reward(problem, response_text) + 0.5 * float(solution_format(response_text) == prefer)
 
 
-__all__ = ["ANSWER_WORD", "FORMATS", "PROMPT_WORDS", "Problem", "TaskConfig", "format_bonus_reward", "format_reward",
-           "make_problem",
-           "parse_answer", "reward", "sample_difficulty", "sample_problems", "solution_format"]
+
+#: What a rollout may be paid for, by name: ``answer`` the right final answer (:func:`reward`); ``terse``
+#: the right answer in the terse format only (:func:`format_reward`), the designed drift of issue 26;
+#: ``format`` half for the right answer, half for the terse format (:func:`format_bonus_reward`), the same
+#: drift with a dense signal. ``tlt real grpo``, ``tlt real rl`` and their CLI all read this one table.
+REWARDS = ("answer", "terse", "format")
+
+
+def paid(kind: str) -> Callable[[Problem, object], float]:
+    """The reward function named ``kind`` (:data:`REWARDS`)."""
+    if kind not in REWARDS:
+        raise InputError(f"must be one of {', '.join(REWARDS)}, got {kind!r}", field="reward_kind")
+    return {"answer": reward, "terse": format_reward, "format": format_bonus_reward}[kind]
+
+
+__all__ = ["ANSWER_WORD", "FORMATS", "PROMPT_WORDS", "REWARDS", "Problem", "TaskConfig", "format_bonus_reward",
+           "format_reward", "make_problem", "paid", "parse_answer", "reward", "sample_difficulty", "sample_problems",
+           "solution_format"]
