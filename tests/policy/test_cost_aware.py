@@ -187,6 +187,28 @@ def test_a_policy_off_with_no_switch_earned_skips_the_plan_and_decides_the_same(
     assert fewer < all_plans
 
 
+def test_an_idle_policy_prices_a_shrinking_batch_once_per_recheck_and_a_growing_one_at_once() -> None:
+    """Off with no switch earned (idle), a request finishing changes only the priced forgone saving,
+    so the policy waits for the recheck instead of pricing a dozen shapes per finished request (on the
+    CPU engine that was 1-1.5% of a step); an admission past the priced size makes SD dearer and is
+    priced at once. Before the step's first plain iteration nothing is idle: every change is priced."""
+    policy = _policy(BatchCost(prefill_s=1e-3), switch="catch_up")  # SD loses at >= 100 requests
+    priced: list[int] = []
+    evaluate = policy._evaluate
+
+    def counted(view: BatchView) -> None:
+        priced.append(view.batch_size)
+        evaluate(view)
+
+    policy._evaluate = counted  # type: ignore[method-assign]
+    for b in range(200, 150, -1):  # a request finishes every iteration
+        _plain(policy, _view(b, 300))
+    assert priced == [200, 199, 167]  # the first decision, the first idle one, one recheck later
+    _plain(policy, _view(150, 300))
+    _plain(policy, _view(168, 300))  # admissions: past the 167 last priced
+    assert priced == [200, 199, 167, 168]
+
+
 @pytest.mark.parametrize(("switch", "prefill_s", "switches"), [
     # 700 tokens left each: 7.0 s plain, 5.4 s with SD
     ("reprefill", 1e-4, True),   # re-prefilling 8 x 700 tokens (target + drafter) costs 0.6 s < 1.6 s saved

@@ -62,7 +62,12 @@ it); later switches set ``switch_on``.
 
 Shapes and holds. While ON the shape maximising predicted emitted tokens per second
 (``accept(c) * batch / sd_time(contexts, c)``) at this view is chosen. Decisions are re-evaluated
-when the batch size changes or every ``recheck`` iterations and held in between (sooner while it
+when the batch size changes or every ``recheck`` iterations and held in between (while off with no
+switch earned -- idle, as through most of a step where SD loses -- a shrinking batch does not trigger
+one: it could only change the priced forgone saving, which the next recheck prices at the contexts
+then; a batch growing past the size last priced still does, since admissions make SD dearer and an
+over-priced regret could switch on early. Each evaluation prices a dozen shapes; on the CPU engine,
+whose iterations take ~3 ms, one per request that finished was 1-1.5% of a step; sooner while it
 rents a losing SD: the evaluation falls when the loss would reach the rent's budget, so renting never
 overshoots it by a whole recheck window; with a nearly free switch, e.g. the native engine's
 catch-up of short prompts, that is after one iteration): ``decide`` returns
@@ -142,10 +147,11 @@ class CostAware:
         self.depth = max(c.depth for c in cands)
         self.name = name
         self._reach: dict[SDConfig, np.ndarray] = {}
+        self._off: dict[int, Decision] = {}  # Decision(NO_SD, hold) by hold
         self._gram = np.zeros((self.depth, self.depth))
         self._moment = np.zeros(self.depth)
         self._scales: np.ndarray | None = None
-        self._accepts: np.ndarray | None = None  # accept_length per candidate, for these scales
+        self._accepts: list[float] | None = None  # accept_length per candidate, for these scales
         self.mean_len: float | None = None  # mean response length of the earlier steps
         self._step_requests = 0
         self._step_tokens = 0.0
@@ -194,11 +200,12 @@ class CostAware:
         extra = float(self.prior_reach(config) @ self.scales())
         return 1.0 + min(max(extra, 0.0), float(config.depth))
 
-    def _accept_lengths(self) -> np.ndarray:
+    def _accept_lengths(self) -> list[float]:
         """:meth:`accept_length` of every candidate, kept until the scales change: every evaluation
-        needs all of them and most see no new SD outcome (while off, none at all)."""
+        needs all of them and most see no new SD outcome (while off, none at all). Python floats: a
+        dozen of them are faster to combine in plain Python than through numpy's per-call overhead."""
         if self._accepts is None:
-            self._accepts = np.array([self.accept_length(c) for c in self.candidates])
+            self._accepts = [self.accept_length(c) for c in self.candidates]
         return self._accepts
 
     # ---- the rounds ---------------------------------------------------------------------------
@@ -223,6 +230,7 @@ class CostAware:
         self._loss = 0.0  # time SD lost against plain decoding since it last paid
         self._deficit = 0.0  # ... per SD iteration, at the last evaluation's contexts
         self._last_b = -1
+        self._idle = False  # off after plain iterations with no switch earned (at the last evaluation)
         self._choice = NO_SD
         self._gram *= self.memory
         self._moment *= self.memory
@@ -231,7 +239,8 @@ class CostAware:
     def decide(self, view: BatchView) -> Decision:
         self._step_requests += max(0, view.batch_size - self._seen_b)  # admissions (what grew the batch)
         self._seen_b = view.batch_size
-        if view.batch_size != self._last_b or self._since >= self._interval:
+        b = view.batch_size
+        if (b > self._last_b if self._idle else b != self._last_b) or self._since >= self._interval:
             self._evaluate(view)
             self._since = 0
             self._last_b = view.batch_size
@@ -239,6 +248,11 @@ class CostAware:
         if self._pending_switch and self._choice.enabled:
             self._pending_switch = False
             return Decision(self._choice, hold, switch_on=True)
+        if not self._choice.enabled:  # most calls: one Decision per hold, not one per iteration
+            off = self._off.get(hold)
+            if off is None:
+                off = self._off[hold] = Decision(NO_SD, hold)
+            return off
         return Decision(self._choice, hold)
 
     def observe(self, outcome: Outcome) -> None:
@@ -272,21 +286,23 @@ class CostAware:
         self._interval = self.recheck
         cost = self.cost_model
         acc = self._accept_lengths()
-        sd_t = np.array([cost.sd_time(ctx, c) for c in self.candidates])
-        rates = np.divide(acc, sd_t, out=np.zeros_like(acc), where=sd_t > 0)
-        best = self.candidates[int(np.argmax(rates))]
+        sd_t = [float(cost.sd_time(ctx, c)) for c in self.candidates]
+        rates = [a / t if t > 0 else 0.0 for a, t in zip(acc, sd_t, strict=True)]
+        top = max(rates)
+        i = rates.index(top)  # the first best, as numpy's argmax
+        best = self.candidates[i]
         plain_t = float(cost.decode_time(ctx))
         plain_rate = 1.0 / plain_t if plain_t > 0 else 0.0
-        top = float(rates.max())
         self._saving = max(0.0, plain_t - 1.0 / top) if top > 0 else 0.0
-        i = int(np.argmax(rates))
-        self._deficit = max(0.0, float(sd_t[i]) - float(acc[i]) * plain_t)
+        self._deficit = max(0.0, sd_t[i] - acc[i] * plain_t)
         if self._on and top > plain_rate:
+            self._idle = False
             self._loss = 0.0
             self._choice = best  # speculating beats plain right now: stay on
             return
         known = self.lengths == "known" and len(view.remaining_hint) == len(ctx)
-        if self.skip_idle_plans and not self._on and self._ran_plain and not self._earned(known, ctx):
+        self._idle = not self._on and self._ran_plain and not self._earned(known, ctx)
+        if self.skip_idle_plans and self._idle:
             self._choice = NO_SD  # off, and no switch is earned yet: whatever the plan says, it stays off
             return
         off_now, on_now = self._plan(ctx, self._remaining(view, ctx), acc)
