@@ -70,6 +70,21 @@ def _load(avg: tuple[float, float, float]) -> str:
     return "/".join(f"{x:.2f}" for x in avg)
 
 
+def median_ci(ratios, *, level: float = 0.95, resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """Percentile-bootstrap interval of the median paired ratio (seeded: the same runs give the same
+    interval). The verdict "slower" needs the whole interval above zero: a median above zero inside an
+    interval that reaches below it is what noise alone gives a policy that costs nothing."""
+    import numpy as np
+
+    x = np.asarray(ratios, dtype=float)
+    if x.size == 0:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    medians = np.median(x[rng.integers(0, x.size, size=(resamples, x.size))], axis=1)
+    tail = 100 * (1 - level) / 2
+    return float(np.percentile(medians, tail)), float(np.percentile(medians, 100 - tail))
+
+
 @app.command(help=__doc__)
 def main(
     out: Annotated[Path, typer.Option(help="Results folder (written atomically; one tlt did not write is refused).")],
@@ -145,6 +160,9 @@ def main(
                         "vs no-SD, paired": "" if name == NO_SD else
                         f"{100 * g['vs_no_sd'].median():+.1f}% ({100 * g['vs_no_sd'].min():+.1f} to "
                         f"{100 * g['vs_no_sd'].max():+.1f})",
+                        "95% CI of that median": "" if name == NO_SD else
+                        "{:+.1f} to {:+.1f}%".format(*(100 * v for v in median_ci(g["vs_no_sd"]))),
+                        "slower in": "" if name == NO_SD else f"{int((g['vs_no_sd'] > 0).sum())} of {len(g)}",
                         "decide+observe (s)": "" if np.isnan(g["policy_s"]).all() else f"{g['policy_s'].median():.4f}",
                         "SD iterations": int(g["sd_iterations"].median())})
     table_md = markdown_table(pd.DataFrame(summary))
@@ -155,7 +173,9 @@ def main(
             f"Scenario `{scenario}` (lengths x{length_scale}, max batch {max_batch}), {repeats} repeats per (step, "
             f"policy), policies interleaved in an order rotated per repeat; seconds are the engine thread's CPU time "
             f"of the whole step (median, min-max); `vs no-SD, paired` is each repeat's ratio to the no-SD run of "
-            f"the same repeat (median, min to max). cost-aware priced by `{table}`.\n\n{table_md}\n\n"
+            f"the same repeat (median, min to max), with a percentile-bootstrap 95% interval of that median (10,000 "
+            f"resamples, seed 0) and the repeats in which the policy was slower than no SD. cost-aware priced by "
+            f"`{table}`.\n\n{table_md}\n\n"
             "How to read it (see the docstring of `benchmarks/cost_aware_cpu.py`): `no-sd (SD harness)` is no SD with "
             "the drafter loaded and never used (the two harnesses should time alike); `decide+observe` is the CPU "
             "time the policy itself took inside the engine per step; `SD iterations` the speculative iterations it "

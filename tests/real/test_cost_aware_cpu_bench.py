@@ -57,3 +57,23 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path) -> None:
     assert missing.returncode == 2
     assert missing.stderr.strip() == f"error: {tmp_path / 'none.parquet'}: cost table not found"
     assert not out.exists()
+
+
+def _bench_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cost_aware_cpu_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_median_interval_calls_slower_only_what_lies_wholly_above_zero() -> None:
+    median_ci = _bench_module().median_ci
+    assert median_ci([0.02] * 9) == (0.02, 0.02)
+    noise = [-0.05, -0.03, -0.01, 0.0, 0.01, 0.012, 0.02, 0.04, 0.06]  # median +1%, but noise
+    lo, hi = median_ci(noise)
+    assert lo < 0 < hi and median_ci(noise) == (lo, hi)  # seeded: the same interval every time
+    lo, hi = median_ci([0.01, 0.012, 0.015, 0.02, 0.018, 0.011, 0.013, 0.016, 0.019])
+    assert 0.01 <= lo < hi <= 0.02  # consistently slower: the whole interval above zero
