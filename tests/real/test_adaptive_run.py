@@ -111,6 +111,9 @@ def test_config_refuses_bad_values():
         AdaptiveRunConfig(bubble="sometimes")
     with pytest.raises(InputError, match="temperature"):
         AdaptiveRunConfig(temperature=0.0)
+    with pytest.raises(InputError, match="answer, terse, format") as bad:
+        AdaptiveRunConfig(reward_kind="short")
+    assert bad.value.field == "reward_kind"
 
 
 def test_the_padded_target_follows_the_policy_from_step_to_step():
