@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis.cost_aware_matrix import BOUND, Setting, checks, headline, write_report
+from analysis.cost_aware_matrix import BOUND, KNOWN, Setting, checks, headline, write_report
 from conftest import needs_shared_traces
 from tltcore.errors import InputError
 
@@ -35,6 +35,19 @@ def test_claims_follow_the_medians_and_every_seed():
     assert not row["gain_possible"]  # the bound is < 5% under elastic: no policy could gain 5%
 
 
+def test_the_known_lengths_policy_gets_its_own_claims_and_counts_for_the_bound():
+    both = checks(_rows({"no-sd": [100, 100], "elastic+beg-mab": [90, 90], "cost-aware": [101, 99],
+                         KNOWN: [80, 80], BOUND: [79, 79]}))
+    row = both.iloc[0]
+    assert not row["not_slower"] and row["known_not_slower"] and row["known_gain"]
+    assert row["known_over_best"] == pytest.approx(80 / 90 - 1)
+    assert row["gain_vs_elastic"] == pytest.approx(1 - 100 / 90)  # cost-aware's own, not the known one's
+    under = checks(_rows({"no-sd": [100], "elastic+beg-mab": [90], "cost-aware": [85], KNOWN: [70], BOUND: [75]}))
+    assert not under.iloc[0]["bounded"]  # the known-lengths policy under the bound fails it too
+    assert "known_gain" not in checks(_rows({"no-sd": [100], "elastic+beg-mab": [90], "cost-aware": [85],
+                                             BOUND: [75]}))  # tables without it still check
+
+
 def test_headline_counts_the_claims_and_separates_impossible_gains():
     table = pd.concat([checks(_rows({"no-sd": [100], "elastic+beg-mab": [90], "cost-aware": [80], BOUND: [70]}, "a")),
                        checks(_rows({"no-sd": [100], "elastic+beg-mab": [99], "cost-aware": [98], BOUND: [97]}, "b"))])
@@ -49,10 +62,14 @@ def test_a_one_setting_report_is_written_whole_and_a_foreign_folder_refused(tmp_
                        command="test", log=lambda _: None)
     table = pd.read_csv(out / "matrix.csv")
     assert len(table) == 1 and table["bounded"].all()
+    # the grid's worst miss: the blind first decision rents SD to the end (9% slower than no SD); the same
+    # policy with the trace's lengths is not slower, so the miss is the length predictor's
+    assert not table.loc[0, "not_slower"] and table.loc[0, "known_not_slower"]
     per_seed = pd.read_csv(out / "per_seed.csv")
-    assert set(per_seed["policy"]) == {"no-sd", "elastic+beg-mab", "cost-aware", BOUND}
+    assert set(per_seed["policy"]) == {"no-sd", "elastic+beg-mab", "cost-aware", KNOWN, BOUND}
     readme = (out / "README.md").read_text()
     assert "Reproduce: `test`" in readme and "![speedups](speedups.png)" in readme
+    assert "| claims, known lengths |" in readme and f"With the trace's lengths (`{KNOWN}`" in readme
     assert (out / "speedups.png").exists()
     foreign = tmp_path / "mine"
     foreign.mkdir()
