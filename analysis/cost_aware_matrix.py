@@ -213,12 +213,14 @@ WHY = {
     "gain": "even the upper bound is less than 5% under elastic+beg-mab here: TLT's switch already takes "
             "nearly all SD can give, so no policy can gain 5%",
     "not_slower": "at the step's first decision SD loses at the full batch but pays for a lone request, so the "
-                  "policy starts on and rents the loss until it equals what switching back on would cost (ski "
-                  "rental against a re-prefill). That price grows with the live contexts, so with a batch that "
-                  "stays full of long responses the loss never catches it; SD pays only in a short tail and the "
-                  "step ends slower than plain decoding. With the trace's lengths (`cost-aware:lengths=known`, the "
-                  "table's column beside it) the plan decides instead and the miss goes; a mean length learnt "
-                  "from earlier steps does not remove it (later steps start with the same rent)",
+                  "policy starts on (paying the drafter's prefill of the prompts) and rents the loss until it "
+                  "equals what switching back on would cost (ski rental against a re-prefill). When long responses "
+                  "keep the batch full, that price grows with the contexts faster than the loss and SD pays only "
+                  "in a short tail; when decode is short after long prompts, the drafter's prefill and the rent "
+                  "cost more than the tail gives back. Either way the step ends slower than plain decoding. With "
+                  "the trace's lengths (`cost-aware:lengths=known`, the table's column beside it) the plan decides "
+                  "instead and the miss goes; a mean length learnt from earlier steps does not remove it (later "
+                  "steps start with the same rent)",
 }
 
 
