@@ -62,18 +62,18 @@ it); later switches set ``switch_on``.
 
 Shapes and holds. While ON the shape maximising predicted emitted tokens per second
 (``accept(c) * batch / sd_time(contexts, c)``) at this view is chosen. Decisions are re-evaluated
-when the batch size changes or every ``recheck`` iterations and held in between (while off with no
-switch earned -- idle, as through most of a step where SD loses -- a shrinking batch does not trigger
-one: it could only change the priced forgone saving, which the next recheck prices at the contexts
-then; a batch growing past the size last priced still does, since admissions make SD dearer and an
-over-priced regret could switch on early. Each evaluation prices a dozen shapes; on the CPU engine,
-whose iterations take ~3 ms, one per request that finished was 1-1.5% of a step; sooner while it
-rents a losing SD: the evaluation falls when the loss would reach the rent's budget, so renting never
-overshoots it by a whole recheck window; with a nearly free switch, e.g. the native engine's
-catch-up of short prompts, that is after one iteration): ``decide`` returns
-``hold = interval - iterations since the last evaluation``, so an engine that runs a span of ``n``
-iterations and reports it once leaves exactly the state that ``n`` single rounds would (the
-statistics are sums, the counters add up, and no evaluation falls inside a span). Deterministic
+when the batch size changes or every ``recheck`` iterations and held in between, with two exceptions.
+While off with no switch earned (idle, as through most of a step where SD loses) a shrinking batch
+does not trigger an evaluation: it could only change the priced forgone saving, which the next
+recheck prices at the contexts then (a batch growing past the size last priced still does:
+admissions make SD dearer, and an over-priced regret could switch on early); an evaluation prices a
+dozen shapes, and on the CPU engine, whose iterations take ~3 ms, one per finished request was
+1-1.5% of a step. While it rents a losing SD the evaluation comes sooner, when the loss would reach
+the rent's budget, so renting never overshoots it by a whole recheck window (with a nearly free
+switch, e.g. the native engine's catch-up of short prompts, that is after one iteration).
+``decide`` returns ``hold = interval - iterations since the last evaluation``, so an engine that runs
+a span of ``n`` iterations and reports it once leaves exactly the state that ``n`` single rounds
+would (the statistics are sums, the counters add up, and no evaluation falls inside a span). Deterministic
 given the sequence of calls: no randomness at all.
 """
 
