@@ -148,7 +148,9 @@ def test_every_run_is_simulated_with_its_own_rounds_table_and_kept():
 
 
 class _SleepyPolicy:
-    """A no-SD policy that sleeps at every decision: time the wall clock sees and the thread does not."""
+    """A no-SD policy that sleeps at every decision: time the wall clock sees and the thread does not.
+    Its decisions hold one iteration, so the engine asks at every one (a longer plain hold is run
+    without asking)."""
 
     def __init__(self, seconds: float) -> None:
         from tltcore.policy.base import NoSD
@@ -159,9 +161,11 @@ class _SleepyPolicy:
     def decide(self, view):
         import time
 
+        from tltcore.policy.base import NO_SD, Decision
+
         self.decisions += 1
         time.sleep(self.seconds)
-        return self.inner.decide(view)
+        return Decision(NO_SD)
 
     def observe(self, outcome) -> None:
         self.inner.observe(outcome)

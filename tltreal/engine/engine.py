@@ -5,7 +5,11 @@ admitted into free cache slots and prefilled together (one forward, a ``prefill`
 each request's first token); then each decode iteration asks the policy for a :class:`Decision` for
 the current running batch, runs it, reports an :class:`Outcome` (per-request accepted counts
 included) and logs one ``decode`` event through the event log shared with the simulator
-(:class:`tltcore.events.EventLog`). Finished requests leave and free their slot. The policy's
+(:class:`tltcore.events.EventLog`). Finished requests leave and free their slot. A plain decision
+is run for its ``hold`` while the running requests stay the same, without asking again, and the
+span is reported in one Outcome (the policy contract's spans, as the simulator runs them): asking
+and reporting every iteration of a long plain phase was a policy's whole cost on this engine's
+CPU iterations of a few ms. SD decisions are asked for and reported every iteration. The policy's
 ``recent_accept`` view is the shared :class:`~tltcore.policy.recent_accept.RecentAccept`.
 
 A plain iteration feeds every request's last token. An SD iteration (:mod:`tltreal.engine.sd_step`,
@@ -42,13 +46,14 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
 from tltcore.events import CLUSTER, EventLog
-from tltcore.policy.base import BatchView, Outcome, SDConfig, SDPolicy
+from tltcore.policy.base import NO_SD, BatchView, Decision, Outcome, SDConfig, SDPolicy
 from tltcore.policy.recent_accept import RecentAccept
 from tltreal.engine.engine_config import EngineConfig, ModelledCosts, skip_padding
 from tltreal.engine.records import Records
@@ -59,6 +64,21 @@ from tltreal.model.kv_cache import SlotPool
 from tltreal.model.sampling import SamplingParams, draw_uniforms, sample_inverse_cdf, target_probs
 from tltreal.model.transformer import Transformer, padded_causal_mask
 from tltreal.spec_decode.proposers.base import DraftModel, TokenProposer
+
+
+@dataclass
+class _PlainSpan:
+    """A plain decision the engine runs for its hold over an unchanged batch (``batch_version``),
+    and what the span's iterations did so far: reported in one :class:`Outcome` when it ends."""
+
+    decision: Decision
+    batch_version: int
+    batch_size: int
+    left: int
+    iterations: int = 0
+    emitted: int = 0
+    elapsed_s: float = 0.0
+    end: float = 0.0
 
 
 class Engine(SpeculativeStep, ElasticSwitch, Records):
@@ -97,6 +117,8 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
         self.recent = RecentAccept()
         self._next_rid = 0
         self._iteration = 0
+        self._batch_version = 0  # changes whenever a request joins or leaves the running batch
+        self._span: _PlainSpan | None = None  # the plain decision being held, not yet reported
         self._t0 = 0.0
         self._model_t = 0.0
         self._step_requests = 0
@@ -134,6 +156,7 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
     def start(self) -> None:
         """Begin a step: reset the policy and the clock (``run`` = start, iterate until done, finish)."""
         self.policy.reset(self.cfg.step)
+        self._span = None
         self._t0 = time.perf_counter()
         self._model_t = 0.0
         self._step_requests = len(self.waiting)
@@ -152,6 +175,7 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
 
     def finish(self) -> RunResult:
         """End the step: the cluster-wide ``stage`` row and the result."""
+        self._report_span()
         end = self._now()
         done = sorted(self.done.items())
         outputs = {rid: r.output for rid, r in done}
@@ -201,6 +225,7 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
             self.slots.give(r.slot)
             self.done[r.rid] = r
         self.running = [r for r in self.running if not r.finished]
+        self._batch_version += 1
 
     def _tensor(self, values: Sequence[int] | Sequence[Sequence[int]]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.hidden.device)
@@ -273,18 +298,35 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
         if self.cfg.record_logprobs:
             self._record_logprobs(reqs, last_logits[:, None], probs[:, None], self._tensor(first)[:, None], counts)
         self.running.extend(reqs)
+        self._batch_version += 1
         self.log.span(self.cfg.worker, "prefill", t_start, self._now(), batch=len(reqs), tokens=len(reqs),
                       prefill_tokens=int(lens.sum()))
         self._retire()
 
     # ------------------------------------------------------------------------------------- decode
+    def _report_span(self) -> None:
+        """Report the held plain span, if any, in one Outcome (before the policy is asked again)."""
+        span, self._span = self._span, None
+        if span is not None and span.iterations > 0:
+            self.policy.observe(Outcome(config=NO_SD, batch_size=span.batch_size, emitted_tokens=span.emitted,
+                                        elapsed_s=span.elapsed_s, time=span.end, worker=self.cfg.worker,
+                                        iterations=span.iterations))
+
     def _decode_iteration(self) -> None:
         reqs = list(self.running)
         ctx = tuple(len(r.tokens) for r in reqs)
-        view = BatchView(batch_size=len(reqs), context_lens=ctx, time=self._now(), iteration=self._iteration,
-                         recent_accept=self.recent.value, worker=self.cfg.worker, step=self.cfg.step,
-                         drafter=self.drafter_state)
-        decision = self.policy.decide(view)
+        span = self._span
+        if span is not None and span.left > 0 and span.batch_version == self._batch_version:
+            decision = span.decision  # a plain decision still held: the same batch, hold not used up
+        else:
+            self._report_span()
+            view = BatchView(batch_size=len(reqs), context_lens=ctx, time=self._now(), iteration=self._iteration,
+                             recent_accept=self.recent.value, worker=self.cfg.worker, step=self.cfg.step,
+                             drafter=self.drafter_state)
+            decision = self.policy.decide(view)
+            span = None
+            if not decision.config.enabled and decision.hold > 1:
+                span = self._span = _PlainSpan(decision, self._batch_version, len(reqs), decision.hold)
         config = decision.config
         if config.enabled:
             self._check_shape(config)
@@ -307,10 +349,18 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
         self.log.decode(self.cfg.worker, t_start, t_end, 1, len(reqs), config, emitted, drafted, total_accepted)
         if config.enabled:
             self.recent.update(emitted / len(reqs))
-        self.policy.observe(Outcome(config=config, batch_size=len(reqs), emitted_tokens=emitted,
-                                    elapsed_s=t_end - t_start, drafted_tokens=drafted,
-                                    accepted_tokens=total_accepted, time=t_end, worker=self.cfg.worker,
-                                    accepted_per_request=tuple(float(a) for a in accepted) if config.enabled else ()))
+        if span is not None:  # a held plain span: reported whole when it ends
+            span.left -= 1
+            span.iterations += 1
+            span.emitted += emitted
+            span.elapsed_s += t_end - t_start
+            span.end = t_end
+        else:
+            self.policy.observe(Outcome(config=config, batch_size=len(reqs), emitted_tokens=emitted,
+                                        elapsed_s=t_end - t_start, drafted_tokens=drafted,
+                                        accepted_tokens=total_accepted, time=t_end, worker=self.cfg.worker,
+                                        accepted_per_request=tuple(float(a) for a in accepted) if config.enabled
+                                        else ()))
         self._retire()
 
     def _check_shape(self, config: SDConfig) -> None:
