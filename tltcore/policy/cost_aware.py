@@ -319,8 +319,8 @@ class CostAware:
         # Rent only when switching on later costs more than switching on now by more than one losing
         # iteration: with the native engine's catch-up a later switch prefills the drafter over the
         # same prompts it would prefill now, so renting cannot pay.
-        rent = (not known and not self._ran_plain and not self._on and self._pays_alone(ctx, acc)
-                and self._switch_premium(ctx) > self._deficit)
+        rent = (not known and not self._ran_plain and not self._on and self._switch_premium(ctx) > self._deficit
+                and self._pays_alone(ctx, acc))  # the premium first: two lookups, and none for a catch-up
         if not self._on and (rent or (on_now < off_now and self._earned(known, ctx))):
             self._on, self._was_on = True, True
             self._pending_switch = self._ran_plain
