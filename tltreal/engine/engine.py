@@ -314,12 +314,12 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
 
     def _decode_iteration(self) -> None:
         reqs = list(self.running)
-        ctx = tuple(len(r.tokens) for r in reqs)
         span = self._span
         if span is not None and span.left > 0 and span.batch_version == self._batch_version:
             decision = span.decision  # a plain decision still held: the same batch, hold not used up
         else:
             self._report_span()
+            ctx = tuple(len(r.tokens) for r in reqs)
             view = BatchView(batch_size=len(reqs), context_lens=ctx, time=self._now(), iteration=self._iteration,
                              recent_accept=self.recent.value, worker=self.cfg.worker, step=self.cfg.step,
                              drafter=self.drafter_state)
@@ -334,13 +334,16 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
                 self._switch(reqs, config)
             self._catch_up_laggards(reqs, self.cfg.catch_up_limit)
         t_start = self._now()
-        ctx_arr = np.asarray(ctx, dtype=np.int64)
+
+        def contexts() -> np.ndarray:  # built only on the modelled clock, which prices the iteration
+            return np.array([len(r.tokens) for r in reqs], dtype=np.int64)
+
         if config.enabled:
-            self._charge(lambda c: c.sd_time(ctx_arr, config))
+            self._charge(lambda c: c.sd_time(contexts(), config))
             step = self._chain_step if self.proposer is not None else self._speculative_step
             emitted, drafted, accepted = step(reqs, config)
         else:
-            self._charge(lambda c: c.decode_time(ctx_arr))
+            self._charge(lambda c: c.decode_time(contexts()))
             emitted, drafted, accepted = self._plain_step(reqs), 0, [0] * len(reqs)
         t_end = self._now()
         self._iteration += 1
