@@ -89,3 +89,39 @@ def test_hold_one_and_sd_decisions_are_asked_every_iteration_and_outputs_do_not_
     sd = [o for o in held.outcomes if o.config.enabled]
     assert sd and all(o.iterations == 1 for o in sd)  # SD is asked for and reported per iteration
     assert sum(o.iterations for o in held.outcomes) == len(b.decode_events)
+
+
+class ContextCosts:
+    """A modelled clock that records the contexts each decode iteration is priced at."""
+
+    def __init__(self) -> None:
+        self.priced: list[list[int]] = []
+
+    def decode_time(self, context_lens) -> float:
+        self.priced.append(context_lens.tolist())
+        return 1e-3
+
+    def sd_time(self, context_lens, config) -> float:
+        self.priced.append(context_lens.tolist())
+        return 2e-3
+
+    def prefill_time(self, new_tokens, cached_tokens) -> float:
+        return 1e-3
+
+    def drafter_prefill_time(self, new_tokens, cached_tokens) -> float:
+        return 1e-4
+
+
+def test_the_modelled_clock_prices_every_iteration_at_its_own_contexts_held_or_asked(target) -> None:
+    def run(hold: int) -> tuple[Recorder, ContextCosts]:
+        policy, costs = Recorder(hold=hold), ContextCosts()
+        engine = Engine(target, policy, OracleDrafter(target, noise=0.3),
+                        EngineConfig(max_batch=2, max_len=64, clock="model"), costs=costs)
+        for i, n in enumerate((5, 9, 14)):
+            engine.add_request([(3 * i + j) % TINY_V64.vocab_size for j in range(4)], n)
+        engine.run()
+        return policy, costs
+
+    (every, asked), (_, held) = run(1), run(3)
+    assert asked.priced == [list(v.context_lens) for v in every.views]  # what the policy saw, each iteration
+    assert held.priced == asked.priced  # held iterations are priced at their own, grown contexts
