@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tltcore.cost.protocol import PerConfigSDTimes
 from tltcore.policy.base import SDConfig
 
 
@@ -24,7 +25,7 @@ class Work:
     response_tokens: np.ndarray
 
 
-class LinearCost:
+class LinearCost(PerConfigSDTimes):
     """Iteration times linear in the summed context; an SD iteration costs more with depth."""
 
     def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:

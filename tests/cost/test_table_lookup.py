@@ -21,3 +21,38 @@ def test_scalar_lookup_is_the_vectorised_one_bit_for_bit(nb: int, nc: int) -> No
     for b in bs:
         for c in cs[rng.choice(len(cs), 12)]:
             assert grid.at_one(float(b), float(c)) == float(grid.at(float(b), float(c))[()])
+
+
+def _table(rule: str, rng: np.random.Generator):
+    """A table with every kind a shape can be priced from: whole ``sd`` rows for two shapes, draft-step
+    and verify rows (and a per-iteration SD overhead) for the rest."""
+    from tltcore.cost.table import TableCostModel, table_frame
+
+    rows = []
+    for b in (1, 4, 16, 64):
+        for c in (0, 512, 4096):
+            kinds = [("decode", {}), ("sd", {"depth": 8, "topk": 4, "verify_tokens": 48}),
+                     ("sd", {"depth": 3, "topk": 1, "verify_tokens": 3}),
+                     *(("draft_step", {"topk": k}) for k in (1, 4)),
+                     *(("verify", {"verify_tokens": v}) for v in range(1, 33))]
+            rows += [{"kind": kind, "batch_size": b, "context": c, "seconds": float(rng.uniform(1e-3, 9e-2)), **shape}
+                     for kind, shape in kinds]
+        rows.append({"kind": "sd_overhead", "batch_size": b, "context": 0, "seconds": float(rng.uniform(0, 1e-3))})
+    return TableCostModel.from_frame(table_frame(rows), {"context_rule": rule})
+
+
+@pytest.mark.parametrize("rule", ["sum", "max"])
+def test_batched_sd_times_are_each_shapes_own_lookup_bit_for_bit(rule: str) -> None:
+    """``sd_times`` (one contexts check, one lookup per shared grid) gives every shape exactly its own
+    ``sd_time``: whole SD rows, composed shapes sharing a draft-step grid, the overhead, plain decoding,
+    an empty batch, and contexts inside and beyond the grid."""
+    from tltcore.policy.base import NO_SD, SDConfig
+
+    rng = np.random.default_rng(7)
+    table = _table(rule, rng)
+    shapes = [SDConfig(8, 4, 48), SDConfig(3, 1, 3), *(SDConfig.chain(k) for k in range(1, 9)), SDConfig(6, 4, 16),
+              NO_SD, SDConfig(5, 4, 32)]
+    for b in (1, 2, 5, 16, 40, 64, 100):
+        ctx = rng.integers(0, 9000, b)
+        assert table.sd_times(ctx, shapes) == [table.sd_time(ctx, c) for c in shapes]
+    assert table.sd_times(np.zeros(0, dtype=np.int64), shapes) == [0.0] * len(shapes)

@@ -10,6 +10,7 @@ from rollout_fixtures import LinearCost, Work
 
 from tltcore.acceptance import ChainAcceptance, get_acceptance, paper_qwen32b_tp4
 from tltcore.cost import RooflineCostModel
+from tltcore.cost.protocol import PerConfigSDTimes
 from tltcore.hardware import get_gpu
 from tltcore.model_shape import get_model
 from tltcore.policy.base import NO_SD, BatchView, Decision, Outcome, SDConfig
@@ -49,7 +50,7 @@ def test_never_speculates_when_drafts_are_useless() -> None:
     assert set(ours.events.query("kind == 'decode'")["sd_config"]) == {"off"}
 
 
-class BatchCost:
+class BatchCost(PerConfigSDTimes):
     """SD pays 30% below ``loss_at`` requests and loses 2x from there on; prefills cost
     ``prefill_s`` per token (the switch's price)."""
 
@@ -275,7 +276,7 @@ def test_learns_per_position_acceptance_online_and_shares_it_across_batch_sizes(
     assert after.depth < before.depth
 
 
-class Growing:
+class Growing(PerConfigSDTimes):
     """The best chain shortens as contexts grow, so when the policy re-evaluates matters."""
 
     def decode_time(self, ctx):

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from tltcore.cost.protocol import PerConfigSDTimes
 from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
 from tltcore.policy.base import NO_SD, BatchView, SDConfig
 from tltcore.policy.beg_mab import DEFAULT_ARMS
@@ -28,7 +29,7 @@ class ChainAcceptance:
         return 1.0 + (chain - 1.0) * (1.0 - math.exp(-config.verify_tokens / 16))
 
 
-class LinearCost:
+class LinearCost(PerConfigSDTimes):
     """Memory-bound toy: a forward costs 10 ms plus a bit per verified token and per context token."""
 
     def __init__(self) -> None:

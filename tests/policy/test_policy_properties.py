@@ -7,6 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tltcore.cost.protocol import PerConfigSDTimes
 from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
 from tltcore.policy.base import NO_SD, BatchView, Outcome, SDConfig, max_tree_nodes
 from tltcore.policy.registry import make_policy
@@ -22,7 +23,7 @@ class ToyAcceptance:
         return 1.0 + 0.4 * config.depth * (1 - np.exp(-config.verify_tokens / 16))
 
 
-class ToyCost:
+class ToyCost(PerConfigSDTimes):
     def decode_time(self, ctx: np.ndarray) -> float:
         return 0.01 + 1e-9 * float(ctx.sum())
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tltcore.cost.protocol import PerConfigSDTimes
 from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
 from tltcore.errors import InputError
 from tltcore.policy.bandits import UCB1, EpsilonGreedy
@@ -22,7 +23,7 @@ class FlatAcceptance:
         return 1.0 + 0.5 * config.depth
 
 
-class FlatCost:
+class FlatCost(PerConfigSDTimes):
     def decode_time(self, ctx: np.ndarray) -> float:
         return 0.01
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tltcore.cost.protocol import PerConfigSDTimes
 from tltcore.errors import InputError
 from tltcore.policy.base import NO_SD, BatchView, SDConfig
 from tltcore.policy.elastic import Elastic
@@ -58,7 +59,7 @@ def test_the_cost_model_changes_its_decision_where_the_proxy_differs() -> None:
     assert true_throughput(inputs.cost, 0.7, 7, ctx) > true_throughput(inputs.cost, 0.7, 3, ctx)
 
 
-class RecordingCost:
+class RecordingCost(PerConfigSDTimes):
     """A cost model that records the contexts it is priced at: SD pays only at short contexts."""
 
     def __init__(self) -> None:

@@ -13,6 +13,7 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
+from tltcore.cost.protocol import PerConfigSDTimes  # noqa: E402
 from tltcore.policy.base import NO_SD, BatchView, Decision, Outcome, SDConfig  # noqa: E402
 from tltreal.engine.engine import Engine  # noqa: E402
 from tltreal.engine.engine_config import EngineConfig  # noqa: E402
@@ -91,7 +92,7 @@ def test_hold_one_and_sd_decisions_are_asked_every_iteration_and_outputs_do_not_
     assert sum(o.iterations for o in held.outcomes) == len(b.decode_events)
 
 
-class ContextCosts:
+class ContextCosts(PerConfigSDTimes):
     """A modelled clock that records the contexts each decode iteration is priced at."""
 
     def __init__(self) -> None:

@@ -25,6 +25,7 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
+from tltcore.cost.protocol import PerConfigSDTimes  # noqa: E402
 from tltcore.policy.base import NO_SD, BatchView, Decision, NoSD, Outcome, SDConfig  # noqa: E402
 from tltreal.engine.engine import Engine  # noqa: E402
 from tltreal.engine.engine_config import EngineConfig  # noqa: E402
@@ -57,7 +58,7 @@ class SwitchOnAt:
         return None
 
 
-class LinearCosts:
+class LinearCosts(PerConfigSDTimes):
     """A modelled clock whose prefill costs are per token, with the target's and drafter's apart."""
 
     def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:

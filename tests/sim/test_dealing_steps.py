@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from rollout_fixtures import Work
 
+from tltcore.cost.protocol import PerConfigSDTimes
 from tltcore.policy.base import NoSD
 from tltsim.rollout import RolloutRun, deal
 
@@ -47,7 +48,7 @@ def test_the_deal_depends_on_the_step_and_is_reproducible() -> None:
     assert len({str(d) for d in once}) == 6  # six steps, six different deals
 
 
-class FlatCost:
+class FlatCost(PerConfigSDTimes):
     """Any positive iteration times do: only who got which prompt is read."""
 
     def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:

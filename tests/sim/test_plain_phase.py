@@ -19,6 +19,7 @@ from rollout_fixtures import Work
 import tltsim.rollout.worker as worker_mod
 from tltcore.acceptance import ChainAcceptance, paper_qwen32b_tp4
 from tltcore.cost import RooflineCostModel
+from tltcore.cost.protocol import PerConfigSDTimes
 from tltcore.errors import InputError
 from tltcore.events import EventLog
 from tltcore.hardware import get_gpu
@@ -31,7 +32,7 @@ from tltsim.rollout import EngineConfig, RolloutRun
 from tltsim.rollout.plain_phase import fcfs_admissions
 
 
-class LinearCost:
+class LinearCost(PerConfigSDTimes):
     """Not a roofline: the worker prices each span by its own call (no vectorised pricer)."""
 
     def prefill_time(self, new_tokens, cached_tokens):

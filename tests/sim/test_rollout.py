@@ -9,6 +9,7 @@ import pytest
 from rollout_fixtures import Work
 
 from tltcore.acceptance import ChainAcceptance, paper_qwen32b_tp4
+from tltcore.cost.protocol import PerConfigSDTimes
 from tltcore.drafter.state import DrafterState
 from tltcore.events import check_event_log
 from tltcore.policy.base import BatchView, Decision, NoSD, Outcome, SDConfig, Static
@@ -22,7 +23,7 @@ A, B, C, D = 1e-3, 1e-6, 1e-2, 1e-5  # decode: A + B*sum(ctx); target prefill pa
 E, F = 2e-3, 3e-6  # drafter prefill pass: E + F*sum(new)
 
 
-class LinearCost:
+class LinearCost(PerConfigSDTimes):
     """Iteration time linear in the summed context: every sum is checkable by hand."""
 
     def prefill_time(self, new_tokens, cached_tokens):

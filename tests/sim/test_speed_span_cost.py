@@ -23,7 +23,7 @@ from tltcore.cost import RooflineCostModel
 from tltcore.cost.measured import measured_cost_model
 from tltcore.hardware import get_gpu
 from tltcore.model_shape import get_model
-from tltcore.policy.base import SDConfig, Static
+from tltcore.policy.base import NO_SD, SDConfig, Static
 from tltcore.policy.elastic import Elastic
 from tltsim.rollout import EngineConfig, simulate_step
 from tltsim.rollout.scheduling import prefill_passes
@@ -165,3 +165,16 @@ def test_worker_prices_in_one_call_and_matches_the_call_by_call_path(mode, monke
     for name in ("span_pricer", "prefill_pricer", "plain_pricer", "sd_rows_pricer", "plain_phase_pricer"):
         monkeypatch.setattr(worker, name, lambda c: None)
     pd.testing.assert_frame_equal(fast, sim(), check_exact=True)
+
+
+def test_batched_sd_times_are_sd_time_per_shape(tmp_path) -> None:
+    """Every roofline class (and the n-gram drafter's verify-only cost) prices a list of shapes as its
+    ``sd_time`` does one by one: the contract cost-aware relies on when it prices a dozen at once."""
+    from tltcore.drafter.kinds import ModelFreeDraftCost
+
+    rng = np.random.default_rng(3)
+    models = _models(tmp_path)
+    for cost in [*models, ModelFreeDraftCost(models[0])]:
+        for b in (1, 7, 64):
+            ctx = rng.integers(0, 20_000, b)
+            assert cost.sd_times(ctx, [*SHAPES, NO_SD]) == [float(cost.sd_time(ctx, c)) for c in [*SHAPES, NO_SD]]

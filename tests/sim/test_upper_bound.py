@@ -13,6 +13,7 @@ from rollout_fixtures import Work
 from conftest import needs_shared_traces
 from tltcore.acceptance import ChainAcceptance, paper_qwen32b_tp4
 from tltcore.cost import RooflineCostModel
+from tltcore.cost.protocol import PerConfigSDTimes
 from tltcore.errors import InputError
 from tltcore.hardware import get_gpu
 from tltcore.model_shape import get_model
@@ -88,7 +89,7 @@ def test_admission_progress_brackets_the_engine() -> None:
     assert late.tolist() == [0, 0, 7, 13]
 
 
-class FlatCost:
+class FlatCost(PerConfigSDTimes):
     """Times that ignore contexts: the bound is hand-computable."""
 
     def prefill_time(self, new, cached):

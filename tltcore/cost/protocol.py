@@ -8,6 +8,7 @@ attention work. ``context_lens[i]`` is request i's prompt + generated tokens (th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -39,7 +40,26 @@ class CostModel(Protocol):
         forward over ``config.verify_tokens`` (+1 root) tokens per request."""
         ...
 
+    def sd_times(self, context_lens: np.ndarray, configs: Sequence[SDConfig]) -> list[float]:
+        """``sd_time`` of every config at the same contexts, each bit-identical to its own call. A
+        policy pricing a dozen draft shapes per decision (cost-aware) pays the contexts' checks and
+        reductions once instead of once per shape; :class:`PerConfigSDTimes` is the plain loop for
+        a model with nothing to share."""
+        ...
+
     def drafter_prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
         """One drafter-only prefill pass (no LM head): what bringing a drafter up to date over
         already generated tokens costs (elastic switch, drafter catch-up)."""
         ...
+
+
+class _SDTime(Protocol):
+    def sd_time(self, context_lens: np.ndarray, config: SDConfig) -> float: ...
+
+
+class PerConfigSDTimes:
+    """``sd_times`` as one ``sd_time`` call per config: the definition every faster version is
+    pinned to, and all a cost model needs when its shapes share nothing worth computing once."""
+
+    def sd_times(self: _SDTime, context_lens: np.ndarray, configs: Sequence[SDConfig]) -> list[float]:
+        return [float(self.sd_time(context_lens, c)) for c in configs]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tltcore.cost.lengths import as_lengths, prefill_lengths
+from tltcore.cost.protocol import PerConfigSDTimes
 from tltcore.errors import InputError
 from tltcore.hardware import GPUSpec
 from tltcore.model_shape import BF16_BYTES, ModelShape
@@ -126,7 +127,7 @@ class _ForwardCosts:
 
 
 @dataclass(frozen=True)
-class RooflineCostModel:
+class RooflineCostModel(PerConfigSDTimes):
     """Analytic iteration costs of ``model`` on a tensor-parallel group of ``tp`` x ``gpu``.
 
     Decode of ``B`` requests: decoder matmuls over the CUDA-graph-padded batch (weights read once,

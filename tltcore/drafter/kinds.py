@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tltcore.acceptance import ChainAcceptance
+from tltcore.cost.protocol import PerConfigSDTimes
 from tltcore.cost.roofline import RooflineCostModel
 from tltcore.errors import InputError
 from tltcore.policy.base import SDConfig
@@ -34,7 +35,7 @@ DRAFTER_KINDS = ("eagle", "draft-model", "ngram")
 
 
 @dataclass(frozen=True)
-class ModelFreeDraftCost:
+class ModelFreeDraftCost(PerConfigSDTimes):
     """A roofline cost model whose drafts cost no GPU time: an SD iteration is one target verify
     forward, the SD bookkeeping and a CPU lookup. The drafter keeps no KV, so catching it up is
     free. Everything without SD is the base model's."""

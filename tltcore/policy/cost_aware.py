@@ -108,6 +108,8 @@ class CostAwareCost(Protocol):
 
     def sd_time(self, context_lens: np.ndarray, config: SDConfig) -> float: ...
 
+    def sd_times(self, context_lens: np.ndarray, configs: Sequence[SDConfig]) -> list[float]: ...
+
     def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float: ...
 
     def drafter_prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float: ...
@@ -296,7 +298,7 @@ class CostAware:
         self._interval = self.recheck
         cost = self.cost_model
         acc = self._accept_lengths()
-        sd_t = [float(cost.sd_time(ctx, c)) for c in self.candidates]
+        sd_t = cost.sd_times(ctx, self.candidates)
         rates = [a / t if t > 0 else 0.0 for a, t in zip(acc, sd_t, strict=True)]
         top = max(rates)
         i = rates.index(top)  # the first best, as numpy's argmax
@@ -358,8 +360,7 @@ class CostAware:
         rollout's tail will want SD."""
         one = np.array([int(np.median(ctx))], dtype=np.int64)
         plain = float(self.cost_model.decode_time(one))
-        return any(float(self.cost_model.sd_time(one, c)) < a * plain
-                   for c, a in zip(self.candidates, acc, strict=True))
+        return any(t < a * plain for t, a in zip(self.cost_model.sd_times(one, self.candidates), acc, strict=True))
 
     def _remaining(self, view: BatchView, ctx: np.ndarray) -> np.ndarray:
         """Tokens each live request is expected still to emit: the engine's hint, or the doubling
@@ -415,7 +416,7 @@ class CostAware:
             at_mid = ctx[live] + int(mid)
             length = hi - lo
             plain[k] = length * float(cost.decode_time(at_mid))
-            sd[k] = length * min(float(cost.sd_time(at_mid, c)) / a for c, a in zip(self.candidates, acc, strict=True))
+            sd[k] = length * min(t / a for t, a in zip(cost.sd_times(at_mid, self.candidates), acc, strict=True))
             if k == 0:
                 switch[k] = self._switch_cost(ctx, self._progress, not self._ran_plain)
             else:

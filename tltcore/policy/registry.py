@@ -45,7 +45,7 @@ wrote.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tltcore.errors import InputError
@@ -255,6 +255,9 @@ class _NullModels:
 
     def sd_time(self, context_lens: object, config: SDConfig) -> float:
         return 1.0
+
+    def sd_times(self, context_lens: object, configs: Sequence[SDConfig]) -> list[float]:
+        return [1.0 for _ in configs]
 
     def prefill_time(self, new_tokens: object, cached_tokens: object) -> float:
         return 1.0
