@@ -44,6 +44,10 @@ def test_one_repeat_interleaves_every_policy_and_cost_aware_never_speculates(tmp
     sd = runs.groupby("policy")["sd_iterations"].sum()
     assert sd["cost-aware"] == 0 and sd["no-sd (SD harness)"] == 0 and sd["elastic:16:3+beg-mab"] > 0
     assert (runs.loc[runs["policy"] == "no-sd", "vs_no_sd"] == 0).all()
+    assert (runs.loc[runs["policy"] == "no-sd (SD harness)", "vs_harness"] == 0).all()
+    ca = runs[runs["policy"] == "cost-aware"].set_index(["step", "repeat"])
+    harness = runs[runs["policy"] == "no-sd (SD harness)"].set_index(["step", "repeat"])
+    assert (ca["vs_harness"] == ca["seconds"] / harness.loc[ca.index, "seconds"] - 1).all()
     assert (runs.loc[runs["policy"] == "cost-aware", "policy_s"] > 0).all()  # its decisions are timed
     assert "Reproduce: `OMP_NUM_THREADS=1 python benchmarks/cost_aware_cpu.py" in (out / "README.md").read_text()
 
