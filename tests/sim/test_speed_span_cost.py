@@ -169,12 +169,14 @@ def test_worker_prices_in_one_call_and_matches_the_call_by_call_path(mode, monke
 
 def test_batched_sd_times_are_sd_time_per_shape(tmp_path) -> None:
     """Every roofline class (and the n-gram drafter's verify-only cost) prices a list of shapes as its
-    ``sd_time`` does one by one: the contract cost-aware relies on when it prices a dozen at once."""
+    ``sd_time`` does one by one: the contract cost-aware relies on when it prices a dozen at once. A
+    subclass that overrides ``sd_time`` is priced by its own."""
     from tltcore.drafter.kinds import ModelFreeDraftCost
 
     rng = np.random.default_rng(3)
     models = _models(tmp_path)
-    for cost in [*models, ModelFreeDraftCost(models[0])]:
+    for cost in [*models, ModelFreeDraftCost(models[0]), _Tweaked(get_model("Qwen2.5-7B"), get_gpu("h100"))]:
         for b in (1, 7, 64):
             ctx = rng.integers(0, 20_000, b)
             assert cost.sd_times(ctx, [*SHAPES, NO_SD]) == [float(cost.sd_time(ctx, c)) for c in [*SHAPES, NO_SD]]
+        assert cost.sd_times(np.zeros(0, dtype=np.int64), SHAPES) == [0.0] * len(SHAPES)

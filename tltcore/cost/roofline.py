@@ -323,9 +323,25 @@ class RooflineCostModel(PerConfigSDTimes):
         b = ctx.size
         if b == 0:
             return 0.0
+        return self._sd_at(b, *self._sums(ctx), config)
+
+    def sd_times(self, context_lens: np.ndarray, configs: Sequence[SDConfig]) -> list[float]:
+        """:meth:`sd_time` of every config, each the same float as its own call, the contexts checked
+        and reduced once (cost-aware prices a dozen shapes per decision). A subclass that prices SD its
+        own way (overrides ``sd_time``) gets its own ``sd_time`` per config."""
+        if type(self).sd_time is not RooflineCostModel.sd_time:
+            return PerConfigSDTimes.sd_times(self, context_lens, configs)
+        ctx = as_lengths(context_lens, "context_lens")
+        b = ctx.size
+        if b == 0:
+            return [0.0 for _ in configs]
+        sums = self._sums(ctx) if any(c.enabled for c in configs) else (0, 0)
+        return [self._sd_at(b, *sums, c) if c.enabled else self.decode_time(ctx) for c in configs]
+
+    def _sd_at(self, b: int, paged_sum: int, ctx_sum: int, config: SDConfig) -> float:
+        """One SD iteration of ``b`` requests from their (paged, plain) context sums."""
         depth, topk, verify_tokens = config.depth, config.topk, config.verify_tokens
         draft_fixed, draft_overhead, verify_fixed = self._sd_constants(b, depth, topk, verify_tokens)
-        paged_sum, ctx_sum = self._sums(ctx)
         drafting = self._draft_attention(draft_fixed, b, paged_sum, ctx_sum, topk, 0, depth)
         tokens = verify_tokens + 1
         verify = verify_fixed + self._target.attention_time(paged_sum + b * tokens,

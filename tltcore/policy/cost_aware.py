@@ -155,6 +155,7 @@ class CostAware:
         self.depth = max(c.depth for c in cands)
         self.name = name
         self._reach: dict[SDConfig, np.ndarray] = {}
+        self._info: np.ndarray | None = None  # _prior_info, once computed
         self._off: dict[int, Decision] = {}  # Decision(NO_SD, hold) by hold
         self._gram = np.zeros((self.depth, self.depth))
         self._moment = np.zeros(self.depth)
@@ -190,9 +191,12 @@ class CostAware:
 
     def _prior_info(self) -> np.ndarray:
         """Per position, the squared largest prior reach over the candidates: what one request-iteration
-        observing that position tells about its scale (floored so every position stays determined)."""
-        top = np.max([self.prior_reach(c) for c in self.candidates], axis=0)
-        return np.maximum(top, 1e-3) ** 2
+        observing that position tells about its scale (floored so every position stays determined).
+        Fixed by the candidates and the prior, so computed once (it was a twentieth of a simulation)."""
+        if self._info is None:
+            top = np.max([self.prior_reach(c) for c in self.candidates], axis=0)
+            self._info = np.maximum(top, 1e-3) ** 2
+        return self._info
 
     def scales(self) -> np.ndarray:
         """The learned per-position scales ``s`` (ridge towards 1, see module docstring)."""

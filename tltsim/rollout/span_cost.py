@@ -46,7 +46,7 @@ from tltcore.policy.base import SDConfig
 
 SpanPricer = Callable[..., list[float]]
 PrefillPricer = Callable[[np.ndarray, np.ndarray, int, bool, bool], tuple[float, int]]
-_PARTS = ("sd_time", "_sd_constants", "_draft_attention", "_sums", "padded")
+_PARTS = ("sd_time", "_sd_at", "_sd_constants", "_draft_attention", "_sums", "padded")
 _PREFILL_PARTS = ("prefill_time", "drafter_prefill_time", "_prefill")
 _PLAIN_PARTS = ("decode_span_time", "_paged_span_sum", "padded")
 PlainPricer = Callable[[np.ndarray, int], float]
