@@ -122,10 +122,11 @@ def test_small_validation_holds_its_bound_and_a_wrong_cost_model_fails_it():
         workloads = load_steps(s.trace)
     except InputError:
         pytest.skip("../shared/traces not beside the repo")
-    # Each profile point the median of 3 fresh engines: with one, the median error of this check ranged
-    # 0.09-0.30 over 5 runs on this box (2 over the bound, a flaky CI); with 3, 0.05-0.14.
+    # Noisy on a shared 2-core box: the median error ranged 0.09-0.30 over 5 runs (`make test` reruns the
+    # timing group once). Three engines per profile point narrowed it (0.05-0.14) but biased the profile
+    # low, so the x1.5 table below stopped failing the bound in CI: not used.
     settings = NativeSettings(model=CFG, length_scale=1 / 32, max_batch=16, grid_batches=(1, 2, 4, 8, 16),
-                              grid_iterations=4, grid_repeats=3, real_repeats=2, clock="thread")
+                              grid_iterations=4, grid_repeats=1, real_repeats=2, clock="thread")
     specs = ["no-sd", "static:4_1_4", "elastic:8:2+static:6_4_16"]
     accept = acceptance_model(s.acceptance)
     result, rows, meta = validate_native(workloads, specs, accept, settings, simulate=simulate_policy_step)
