@@ -35,7 +35,7 @@ import csv
 import json
 import math
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -347,52 +347,45 @@ class TableCostModel:
         ctx = as_lengths(context_lens, "context_lens")
         if ctx.size == 0:
             return 0.0
-        whole = self.grids.get(("sd", config.depth, config.topk, config.verify_tokens))
-        if whole is not None:
-            return self._lookup(whole, ctx)
-        total = (config.depth * self._lookup(self._grid("draft_step", config.topk), ctx)
-                 + self._lookup(self._grid("verify", config.verify_tokens), ctx))
-        overhead = self.grids.get(("sd_overhead",))
-        return total + (float(overhead.at(ctx.size, 0.0)[()]) if overhead is not None else 0.0)
+        return self._sd(ctx, config, lambda grid: self._lookup(grid, ctx))
 
     def sd_times(self, context_lens: np.ndarray, configs: Sequence[SDConfig]) -> list[float]:
         """:meth:`sd_time` of every config, each the same float as its own call: the contexts are
-        checked (and, by the ``max`` rule, reduced) once, and a draft-step or verify grid shared by
-        several shapes is looked up once. About twice as fast for cost-aware's dozen shapes, whose
-        decisions are CPU time on the critical path of a CPU engine."""
+        checked (and, by the ``max`` rule, reduced) once, and a grid shared by several shapes (a
+        draft step, a verify width, plain decoding) is looked up once. About twice as fast for
+        cost-aware's dozen shapes, whose decisions are CPU time on the critical path of a CPU engine."""
         ctx = as_lengths(context_lens, "context_lens")
         if ctx.size == 0:
             return [0.0 for _ in configs]
         if self.context_rule == "max":
-            b, top = float(ctx.size), float(ctx.max())
+            b, top = float(ctx.size), float(ctx.max())  # what _lookup reads of the contexts by this rule
 
-            def lookup(grid: _Grid) -> float:
+            def read(grid: _Grid) -> float:
                 return grid.at_one(b, top)
         else:
-            def lookup(grid: _Grid) -> float:
+            def read(grid: _Grid) -> float:
                 return self._lookup(grid, ctx)
-        seen: dict[tuple, float] = {}
+        seen: dict[int, float] = {}  # by grid identity
 
-        def once(*key) -> float:
-            hit = seen.get(key)
+        def lookup(grid: _Grid) -> float:
+            hit = seen.get(id(grid))
             if hit is None:
-                hit = seen[key] = lookup(self._grid(*key))
+                hit = seen[id(grid)] = read(grid)
             return hit
 
+        return [self._sd(ctx, c, lookup) if c.enabled else lookup(self._grid("decode")) for c in configs]
+
+    def _sd(self, ctx: np.ndarray, config: SDConfig, lookup: Callable[[_Grid], float]) -> float:
+        """One speculative iteration at the (non-empty) contexts ``ctx``, each grid read through
+        ``lookup``: the table's whole ``sd`` rows for the shape, else its draft steps, its verify
+        forward and the per-iteration overhead. The one formula of :meth:`sd_time` and :meth:`sd_times`."""
+        whole = self.grids.get(("sd", config.depth, config.topk, config.verify_tokens))
+        if whole is not None:
+            return lookup(whole)
+        total = (config.depth * lookup(self._grid("draft_step", config.topk))
+                 + lookup(self._grid("verify", config.verify_tokens)))
         overhead = self.grids.get(("sd_overhead",))
-        extra = float(overhead.at(ctx.size, 0.0)[()]) if overhead is not None else 0.0
-        out = []
-        for config in configs:
-            if not config.enabled:
-                out.append(once("decode"))
-                continue
-            key = ("sd", config.depth, config.topk, config.verify_tokens)
-            if key in self.grids:
-                out.append(once(*key))
-            else:
-                total = config.depth * once("draft_step", config.topk) + once("verify", config.verify_tokens)
-                out.append(total + extra)
-        return out
+        return total + (float(overhead.at(ctx.size, 0.0)[()]) if overhead is not None else 0.0)
 
     def _prefill(self, kind: str, new_tokens: np.ndarray) -> float:
         new = as_lengths(new_tokens, "new_tokens")
