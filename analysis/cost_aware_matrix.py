@@ -22,7 +22,8 @@ R1-distill, PolyTrace's verl DAPO-32B, rllm DeepCoder-14B and verl video VL-7B, 
 length profile of the paper reproduction at 64 prompts x 8). Models: Qwen2.5-7B at TP 4 and
 Qwen2.5-32B at TP 8 (TLT's released scripts). GPUs: H100, A100, H20 (the measured cost model; H20 has
 no measured profile, so the roofline serves it and the run says so); 16 and 64 GPUs. Engine: the
-scenario defaults (veRL's vLLM rollout settings). Acceptance: the paper-fitted ``paper-qwen32b``
+scenario defaults (veRL's vLLM rollout settings), the response cap the trace shows as its max_new_tokens
+(``StepWorkload.cap``; none for DAPO-32B, whose source declares none). Acceptance: the paper-fitted ``paper-qwen32b``
 preset in ``expected`` mode; a seed changes which worker serves which prompt group.
 
 Reproduce: ``python -m analysis.cost_aware_matrix --out reports/cost-aware`` (about 15 CPU minutes on
@@ -212,15 +213,13 @@ def headline(table: pd.DataFrame) -> list[str]:
 WHY = {
     "gain": "even the upper bound is less than 5% under elastic+beg-mab here: TLT's switch already takes "
             "nearly all SD can give, so no policy can gain 5%",
-    "not_slower": "at the step's first decision SD loses at the full batch but pays for a lone request, so the "
-                  "policy starts on (paying the drafter's prefill of the prompts) and rents the loss until it "
-                  "equals what switching back on would cost (ski rental against a re-prefill). When long responses "
-                  "keep the batch full, that price grows with the contexts faster than the loss and SD pays only "
-                  "in a short tail; when decode is short after long prompts, the drafter's prefill and the rent "
-                  "cost more than the tail gives back. Either way the step ends slower than plain decoding. With "
-                  "the trace's lengths (`cost-aware:lengths=known`, the table's column beside it) the plan decides "
-                  "instead and the miss goes; a mean length learnt from earlier steps does not remove it (later "
-                  "steps start with the same rent)",
+    "not_slower": "at the step's first decision SD pays at the whole batch by the length predictor (as many "
+                  "tokens again as each context holds), so the policy starts on and pays the drafter's prefill "
+                  "of the prompts; where the contexts are mostly prompt (video frames) and the responses short, "
+                  "the worker that ends last gets less back than that prefill cost, and the step ends slower "
+                  "than plain decoding. With the trace's lengths (`cost-aware:lengths=known`, the table's column "
+                  "beside it) the plan decides instead and the miss goes; a mean length learnt from earlier "
+                  "steps only raises the prediction, so it does not remove it",
 }
 
 
@@ -311,7 +310,9 @@ def write_report(out: Path, seeds: int = 3, workers: int = 1, settings: Sequence
             "",
             "Simulated, not measured: the measured cost model (kernels calibrated on measured GPU profiles; the "
             f"roofline where a GPU has none — served here by: {', '.join(served)}), acceptance `paper-qwen32b` in "
-            "`expected` mode (so the upper bound is a proof, not a bound on expectations), veRL's engine defaults. "
+            "`expected` mode (so the upper bound is a proof, not a bound on expectations), veRL's engine defaults, "
+            "with the response cap each trace shows (16k for AIME, DeepCoder and video, 32k for Intern-S1, none "
+            "for DAPO-32B) as the engine's max_new_tokens, which cost-aware's first decision reads. "
             "Each number is the median (min–max) over the simulation seeds (which worker serves which prompt "
             "group). Models run at TLT's released TP (7B: 4, 32B: 8).",
             "",

@@ -89,7 +89,7 @@ def scale_workload(groups: int = SCALE_GROUPS, seed: int = 0):
     rows = np.concatenate([order[starts[g]:starts[g] + counts[g]] for g in pick])
     new_gid = np.repeat(np.array([f"s{i}" for i in range(groups)]), counts[pick])
     return StepWorkload(step=0, source=base.source, group_ids=new_gid, prompt_tokens=base.prompt_tokens[rows],
-                        response_tokens=base.response_tokens[rows], hit_cap=base.hit_cap[rows])
+                        response_tokens=base.response_tokens[rows], hit_cap=base.hit_cap[rows], cap=base.cap)
 
 
 def _case(case: str) -> tuple[Callable[[], SimInputs], Callable[[SimInputs], object]]:

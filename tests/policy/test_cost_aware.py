@@ -161,6 +161,35 @@ def test_no_rent_where_a_later_switch_costs_what_switching_on_now_does() -> None
     assert _policy(BatchCost(prefill_s=1e-3), switch="reprefill").decide(view).config == SDConfig.chain(2)
 
 
+class LongContextCost(BatchCost):
+    """As :class:`BatchCost`, but a large batch's SD pays 3x once its contexts reach 1,000 tokens (KV
+    reads dominate)."""
+
+    def sd_time(self, ctx: np.ndarray, config: SDConfig) -> float:
+        if len(ctx) >= self.loss_at and float(np.mean(ctx)) >= 1000:
+            return 0.01 * (1 + config.depth) / 3.0
+        return super().sd_time(ctx, config)
+
+
+def test_the_rent_insures_only_what_the_whole_batch_running_to_the_cap_would_repay() -> None:
+    """A rent saves a later re-prefill of the live contexts, which is dear only while the batch is
+    large. At batch 200 SD loses now and pays for a lone request. With a response cap of 5,000 the
+    whole batch would reach 1,000-token contexts, where SD pays at any batch size and switching on
+    then would re-prefill 200 long contexts: the policy starts on and rents. With a cap of 600 no
+    context can get there, SD pays only once the batch has drained (a cheap switch), and it starts
+    off; on DeepCoder 7B 16xH20 that rent had lasted the whole step (+9% over no SD). Without a known
+    cap it rents, as before."""
+    view = _view(200, 300)
+    rented = SDConfig.chain(2)
+    assert _policy(LongContextCost(prefill_s=1e-3), response_cap=5000).decide(view).config == rented
+    assert _policy(LongContextCost(prefill_s=1e-3), response_cap=600).decide(view).config == NO_SD
+    assert _policy(LongContextCost(prefill_s=1e-3)).decide(view).config == rented
+    assert _policy(BatchCost(prefill_s=1e-3), response_cap=10**6).decide(view).config == NO_SD  # never at b=200
+    assert make_policy("cost-aware", cost_model=BatchCost(), response_cap=700).response_cap == 700
+    with pytest.raises(Exception, match="response_cap"):
+        _policy(BatchCost(), response_cap=0)
+
+
 def test_a_policy_off_with_no_switch_earned_skips_the_plan_and_decides_the_same() -> None:
     """Off after plain iterations and no switch earned, no plan can turn SD on, so the policy does not
     price one (a re-plan is ~100 cost lookups, a CPU engine iteration's worth): decisions are those of a

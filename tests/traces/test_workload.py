@@ -38,6 +38,25 @@ def test_capped_responses_finish_together_at_their_sources_cap() -> None:
     assert lower.response_tokens.tolist() == [8000, 8000, 8000, 4000, 4000] and lower.capped == 5
 
 
+def test_the_workload_carries_the_engines_response_cap_where_every_source_shows_one() -> None:
+    """The cap the engine ran under: a source's capped responses show it (16,000 and 4,000 here, the
+    largest is the engine's), a scenario cap lowers it, and a source that shows none leaves it
+    unknown (None) unless the scenario caps."""
+    df = trace([("a", "g", 0, 16000, 1), ("a", "g", 1, 9000, 0), ("b", "h", 0, 4000, 1)])
+    assert build_workload(df)[0].cap == 16000
+    assert build_workload(df, cap=8000)[0].cap == 8000
+    uncapped = trace([("a", "g", 0, 16000, 1), ("c", "k", 0, 300, 0)])
+    assert build_workload(uncapped)[0].cap is None  # source c shows no cap
+    assert build_workload(uncapped, cap=20000)[0].cap == 20000  # c runs under the scenario's cap
+    declared = trace([("c", "k", 0, 300, 0)]).assign(response_cap=512)
+    assert build_workload(declared)[0].cap == 512  # a declared cap nothing hit
+    from tltreal.validation.validate import scaled  # the CPU validation's shrunken steps shrink their cap too
+
+    small = scaled(build_workload(df)[0], 1 / 32)
+    assert small.cap == 500 and small.response_tokens.max() == 500
+    assert scaled(build_workload(uncapped)[0], 1 / 32).cap is None
+
+
 def test_expansion_grows_one_sample_groups_with_the_documented_dispersion() -> None:
     rng = np.random.default_rng(0)
     lengths = rng.integers(500, 5000, 400)

@@ -142,7 +142,7 @@ def _vllm_table(args: list[str]) -> VllmTable:
 
 
 def _base(base: str, args: list[str], seed: int, accept_model: OracleAcceptance | None,
-          cost_model: OracleCost | None, switch: str | None) -> SDPolicy:
+          cost_model: OracleCost | None, switch: str | None, response_cap: int | None) -> SDPolicy:
     if base == "no-sd":
         if args:
             raise _SpecError("no-sd takes no arguments")
@@ -188,7 +188,7 @@ def _base(base: str, args: list[str], seed: int, accept_model: OracleAcceptance 
             opts["candidates"] = opts.pop("arms")
         if switch is not None:
             opts.setdefault("switch", switch)  # the engine's own mode unless the spec names one
-        return CostAware(cost_model, accept_model, **opts)  # type: ignore[arg-type]
+        return CostAware(cost_model, accept_model, response_cap=response_cap, **opts)  # type: ignore[arg-type]
     raise _SpecError(f"unknown policy '{base}'")
 
 
@@ -201,7 +201,7 @@ def _elastic_args(args: list[str]) -> tuple[int, int]:
 
 
 def _build(spec: str, seed: int, accept_model: OracleAcceptance | None, cost_model: OracleCost | None,
-           switch: str | None) -> SDPolicy:
+           switch: str | None, response_cap: int | None) -> SDPolicy:
     parts = [p.strip() for p in spec.split("+")]
     if any(not p for p in parts):
         raise _SpecError("empty component")
@@ -209,7 +209,7 @@ def _build(spec: str, seed: int, accept_model: OracleAcceptance | None, cost_mod
     base, *args = last.split(":")
     if base in WRAPPER_NAMES:
         raise _SpecError(f"'{base}' wraps another policy, e.g. {base}+beg-mab")
-    policy = _base(base, args, seed, accept_model, cost_model, switch)
+    policy = _base(base, args, seed, accept_model, cost_model, switch, response_cap)
     for wrapper in reversed(wrappers):
         name, *wargs = wrapper.split(":")
         if name not in WRAPPER_NAMES:
@@ -221,21 +221,24 @@ def _build(spec: str, seed: int, accept_model: OracleAcceptance | None, cost_mod
 
 
 def make_policy(spec: str, *, seed: int = 0, accept_model: OracleAcceptance | None = None,
-                cost_model: OracleCost | None = None, switch: str | None = None) -> SDPolicy:
+                cost_model: OracleCost | None = None, switch: str | None = None,
+                response_cap: int | None = None) -> SDPolicy:
     """The policy described by ``spec`` (see the module docstring), seeded with ``seed``.
 
     ``accept_model`` and ``cost_model`` are needed by ``greedy-oracle``, ``cost_model`` by
     ``cost-aware`` (``accept_model`` is its prior when given); ``sglang-ema`` prices its depths with
     ``cost_model`` when given (else with a proxy). ``switch`` is the engine's switch mode
     (:data:`~tltcore.engine_limits.SWITCH_MODES`): ``cost-aware`` prices that switch unless its spec
-    names another (a policy pricing a re-prefill the engine never does would switch too rarely). The
-    result's ``name`` is ``spec`` (stripped).
+    names another (a policy pricing a re-prefill the engine never does would switch too rarely).
+    ``response_cap`` is the engine's response cap (its max_new_tokens; None: unknown), which
+    ``cost-aware`` uses to price the longest step the engine allows. The result's ``name`` is ``spec``
+    (stripped).
     """
     text = spec.strip() if isinstance(spec, str) else ""
     if not text:
         raise InputError(f"empty SD policy spec {spec!r}; valid: {_valid_names()}", field="policy")
     try:
-        policy = _build(text, seed, accept_model, cost_model, switch)
+        policy = _build(text, seed, accept_model, cost_model, switch, response_cap)
     except (_SpecError, InputError) as exc:
         raise InputError(f"bad SD policy spec '{text}': {exc}; valid: {_valid_names()}",
                          field="policy") from None

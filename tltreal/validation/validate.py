@@ -99,7 +99,8 @@ def scaled(workload, scale: float):
     """A step with prompt and response lengths multiplied by ``scale`` (at least one token each)."""
     prompts = np.maximum(1, np.rint(np.asarray(workload.prompt_tokens) * scale)).astype(np.int64)
     responses = np.maximum(1, np.rint(np.asarray(workload.response_tokens) * scale)).astype(np.int64)
-    return replace(workload, prompt_tokens=prompts, response_tokens=responses)
+    cap = None if workload.cap is None else max(1, int(np.rint(workload.cap * scale)))
+    return replace(workload, prompt_tokens=prompts, response_tokens=responses, cap=cap)
 
 
 def _real_run(step: int, spec: str, result, recorder: RecordingPolicy, repeat: int = 0) -> RealRun:

@@ -30,6 +30,13 @@ class SimInputs:
         """The first simulated step."""
         return self.workloads[0]
 
+    @property
+    def response_cap(self) -> int | None:
+        """The engine's response cap over the simulated steps (``StepWorkload.cap``), None when a step
+        shows none."""
+        caps = [w.cap for w in self.workloads]
+        return None if not caps or any(c is None for c in caps) else max(caps)
+
 
 def acceptance_model(a: AcceptanceSection):
     """The acceptance preset with the section's parameter overrides applied."""
@@ -165,6 +172,7 @@ def make_policies(spec: str, inputs: SimInputs) -> list[Any]:
     """One fresh policy per worker, seeded from (scenario seed, worker)."""
     from tltcore.policy.registry import make_policy
 
+    cap = inputs.response_cap
     return [make_policy(spec, seed=inputs.scenario.seed * 1_000_003 + w, accept_model=inputs.accept,
-                        cost_model=inputs.cost, switch=inputs.scenario.engine.switch)
+                        cost_model=inputs.cost, switch=inputs.scenario.engine.switch, response_cap=cap)
             for w in range(inputs.n_workers)]

@@ -52,6 +52,11 @@ class StepWorkload:
     prompt_tokens: np.ndarray
     response_tokens: np.ndarray
     hit_cap: np.ndarray
+    #: The response cap the engine ran these requests under (its max_new_tokens, veRL's
+    #: ``response_length``): the largest of the rows' caps (:func:`_source_caps`), None when a row's
+    #: source declares none and none of its responses hit one. Knowledge every engine has (the
+    #: simulator reads it from the trace); ``cost-aware`` prices the longest step it allows.
+    cap: int | None = None
 
     @property
     def n_requests(self) -> int:
@@ -71,6 +76,12 @@ def _source_caps(df: pd.DataFrame, cap: int | None) -> np.ndarray:
     """Per row, the cap a capped response is snapped to: its source's own cap (the row's
     ``response_cap``, else the longest response the trace marks capped in that source), lowered to
     ``cap`` when the scenario caps harder."""
+    own = _known_caps(df, cap)
+    return np.where(np.isnan(own), df["response_tokens"].to_numpy(np.float64), own).astype(np.int64)
+
+
+def _known_caps(df: pd.DataFrame, cap: int | None) -> np.ndarray:
+    """Per row, its source's cap as :func:`_source_caps` finds it, NaN where none is known."""
     marked = df["response_tokens"].where(df["hit_cap"])
     own = marked.groupby(df["source"]).transform("max")
     if "response_cap" in df.columns:
@@ -79,7 +90,7 @@ def _source_caps(df: pd.DataFrame, cap: int | None) -> np.ndarray:
     own = own.to_numpy(np.float64)
     if cap is not None:
         own = np.where(np.isnan(own), cap, np.minimum(own, cap))
-    return np.where(np.isnan(own), df["response_tokens"].to_numpy(np.float64), own).astype(np.int64)
+    return own
 
 
 def _to_step(df: pd.DataFrame, step: int, cap: int | None, snap_capped: bool,
@@ -93,9 +104,11 @@ def _to_step(df: pd.DataFrame, step: int, cap: int | None, snap_capped: bool,
         resp = np.where(hit, _source_caps(df, cap), resp)
     prompt = df["prompt_tokens"].fillna(default_prompt_tokens).to_numpy(np.int64)
     sources = df["source"].unique()
+    caps = _known_caps(df, cap)
+    known = len(caps) > 0 and not np.isnan(caps).any()
     return StepWorkload(step=step, source=",".join(map(str, sources)),
                         group_ids=df["group_id"].to_numpy(str), prompt_tokens=prompt,
-                        response_tokens=resp, hit_cap=hit)
+                        response_tokens=resp, hit_cap=hit, cap=int(caps.max()) if known else None)
 
 
 def _take_samples(df: pd.DataFrame, samples: int | None) -> pd.DataFrame:
