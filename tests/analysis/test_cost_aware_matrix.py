@@ -48,6 +48,16 @@ def test_the_known_lengths_policy_gets_its_own_claims_and_counts_for_the_bound()
                                              BOUND: [75]}))  # tables without it still check
 
 
+def test_held_out_traces_run_apart_and_a_bad_trace_name_is_refused(tmp_path, capsys):
+    from analysis.cost_aware_matrix import HELD_OUT, TRACES, grid, main
+
+    assert not set(HELD_OUT) & set(TRACES)  # the grid stays the traces the reports use
+    assert {s.trace for s in grid(traces=list(HELD_OUT))} == set(HELD_OUT)
+    with pytest.raises(SystemExit):
+        main(["--traces", "search-r1,nope", "--out", str(tmp_path / "x")])
+    assert "unknown nope" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
 def test_headline_counts_the_claims_and_separates_impossible_gains():
     table = pd.concat([checks(_rows({"no-sd": [100], "elastic+beg-mab": [90], "cost-aware": [80], BOUND: [70]}, "a")),
                        checks(_rows({"no-sd": [100], "elastic+beg-mab": [99], "cost-aware": [98], BOUND: [97]}, "b"))])

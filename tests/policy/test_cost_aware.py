@@ -190,6 +190,36 @@ def test_the_rent_insures_only_what_the_whole_batch_running_to_the_cap_would_rep
         _policy(BatchCost(), response_cap=0)
 
 
+def _earn_a_switch(cap: int | None, *, join: bool = False) -> Decision:
+    """Contexts too short for SD at the first decision (it starts off), then 2 requests at contexts where
+    SD pays 30%: the re-prefill (0.77 s) is earned after ~335 plain iterations. ``join``: a third request
+    joins once."""
+    policy = _policy(ContextCost(prefill_s=5e-4), response_cap=cap)
+    _plain(policy, _view(2, 300))
+    if join:
+        _plain(policy, _view(3, 700))
+    d = policy.decide(_view(2, 700))
+    for _ in range(400):
+        if d.config.enabled:
+            return d
+        policy.observe(Outcome(NO_SD, 2, 2, 0.01))
+        d = policy.decide(_view(2, 700))
+    return d
+
+
+def test_the_cap_bounds_the_predicted_remaining_work_while_no_request_joined() -> None:
+    """A switch earned near the response cap buys SD for the few tokens the cap leaves: with a cap of
+    400, after ~350 plain iterations every request (all started at the first decision) has at most
+    ~50 tokens left, which cannot repay the re-prefill, so it stays off. Without a cap the doubling
+    predictor expects 700 more tokens and switches on, as it does with a far cap, or when a request has
+    joined since (its own count is unknown, so the cap says nothing about it). On Search-R1 (3k cap)
+    32B 64xH20 such a switch at batch 2, 62 tokens before the cap, was the one run slower than no SD."""
+    assert _earn_a_switch(None).switch_on
+    assert not _earn_a_switch(400).config.enabled
+    assert _earn_a_switch(5000).switch_on
+    assert _earn_a_switch(400, join=True).switch_on
+
+
 def test_a_policy_off_with_no_switch_earned_skips_the_plan_and_decides_the_same() -> None:
     """Off after plain iterations and no switch earned, no plan can turn SD on, so the policy does not
     price one (a re-plan is ~100 cost lookups, a CPU engine iteration's worth): decisions are those of a

@@ -30,8 +30,11 @@ simulator, from the trace: clairvoyant), else predicted as *as many again as its
 at most doubles what a wrong switch costs), but at least the mean response length of the earlier
 steps minus the tokens emitted so far (``mean_len - progress``; learnt across steps like the
 acceptance, ``memory`` weighting the past; the step's requests are counted from the batch sizes the
-policy sees, its tokens from the Outcomes). At step 0 only the doubling predictor speaks (see
-the first decision below). The drain is cut at quantiles of
+policy sees, its tokens from the Outcomes), and at most what the engine's response cap leaves
+(``response_cap - progress``) while no request has joined the batch since the step's first decision
+(every live request has then emitted the step's progress; a request that joined later may have
+emitted less, so after a join the cap bounds nothing). At step 0 only the doubling predictor and
+the cap speak (see the first decision below). The drain is cut at quantiles of
 ``r`` into ``phases`` phases (the live set and contexts taken at each phase's middle, contexts grown
 by the progress made); per phase the plain time and the best SD shape's time are priced, and a
 two-state dynamic program (OFF -> ON costs the switch at the phase start, ON -> OFF is free) gives
@@ -238,6 +241,7 @@ class CostAware:
             self.mean_len = mean if self.mean_len is None else self.memory * self.mean_len + (1 - self.memory) * mean
         self._step_requests, self._step_tokens = 0, 0.0
         self._seen_b = 0
+        self._joined = False  # a request joined the batch after the step's first decision
         self._on = False
         self._ran_plain = False  # a plain iteration ran this step: switching on needs switch_on
         self._pending_switch = False
@@ -265,6 +269,8 @@ class CostAware:
         if b != self._seen_b:
             if b > self._seen_b:
                 self._step_requests += b - self._seen_b  # admissions (what grew the batch)
+                if self._seen_b:
+                    self._joined = True
             self._seen_b = b
         if self._since >= self._interval or (b > self._last_b if self._idle else b != self._last_b):
             self._evaluate(view)
@@ -407,10 +413,14 @@ class CostAware:
         predictor floored by the earlier steps' mean length."""
         if self.lengths == "known" and len(view.remaining_hint) == len(ctx):
             return np.maximum(np.asarray(view.remaining_hint, dtype=float), 0.0)
-        doubling = ctx.astype(float)
-        if self.mean_len is None:
-            return doubling
-        return np.maximum(doubling, self.mean_len - self._progress)
+        predicted = ctx.astype(float)
+        if self.mean_len is not None:
+            predicted = np.maximum(predicted, self.mean_len - self._progress)
+        if self.response_cap is not None and not self._joined:
+            # every live request started at the first decision, so it has emitted the step's progress and
+            # may emit at most the rest of the cap
+            predicted = np.minimum(predicted, max(self.response_cap - self._progress, 0.0))
+        return predicted
 
     def _switch_premium(self, ctx: np.ndarray) -> float:
         """What a switch after plain iterations would cost over switching on now, before any plain
