@@ -126,7 +126,8 @@ def run_setting(setting: Setting, seeds: int) -> pd.DataFrame:
     served = f"measured ({setting.gpu})" if isinstance(inputs.cost, MeasuredCostModel) and inputs.cost.measured \
         else f"roofline ({setting.gpu})"
     return pd.DataFrame(rows).assign(trace=setting.trace, model=setting.model, gpu=setting.gpu, gpus=setting.gpus,
-                                     responses=len(inputs.workload.response_tokens), cost_served_by=served)
+                                     responses=len(inputs.workload.response_tokens), cost_served_by=served,
+                                     response_cap=inputs.response_cap)
 
 
 def _task(args: tuple[Setting, int]) -> pd.DataFrame:
@@ -310,6 +311,8 @@ def write_report(out: Path, seeds: int = 3, workers: int = 1, settings: Sequence
         table.to_csv(tmp / "matrix.csv", index=False)
         save_figure(figure(table), tmp / "speedups")
         served = sorted(set(per_seed["cost_served_by"]))
+        caps = per_seed.groupby("trace", sort=False)["response_cap"].first()
+        cap_text = ", ".join(f"{t} {'none' if pd.isna(c) else f'{int(c):,}'}" for t, c in caps.items())
         text = [
             title,
             "",
@@ -321,8 +324,8 @@ def write_report(out: Path, seeds: int = 3, workers: int = 1, settings: Sequence
             "Simulated, not measured: the measured cost model (kernels calibrated on measured GPU profiles; the "
             f"roofline where a GPU has none — served here by: {', '.join(served)}), acceptance `paper-qwen32b` in "
             "`expected` mode (so the upper bound is a proof, not a bound on expectations), veRL's engine defaults, "
-            "with the response cap each trace shows (16k for AIME, DeepCoder and video, 32k for Intern-S1, none "
-            "for DAPO-32B) as the engine's max_new_tokens, which cost-aware's first decision reads. "
+            f"with the response cap each trace shows as the engine's max_new_tokens ({cap_text} tokens; none: the "
+            "source declares none and no response hit one), which cost-aware reads. "
             "Each number is the median (min–max) over the simulation seeds (which worker serves which prompt "
             "group). Models run at TLT's released TP (7B: 4, 32B: 8).",
             "",
