@@ -56,6 +56,9 @@ def test_held_out_traces_run_apart_and_a_bad_trace_name_is_refused(tmp_path, cap
     with pytest.raises(SystemExit):
         main(["--traces", "search-r1,nope", "--out", str(tmp_path / "x")])
     assert "unknown nope" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    with pytest.raises(SystemExit):
+        main(["--gpus", "A40,V100", "--out", str(tmp_path / "x")])
+    assert "--gpus: unknown V100" in capsys.readouterr().err and not (tmp_path / "x").exists()
 
 
 def test_headline_counts_the_claims_and_separates_impossible_gains():
