@@ -410,7 +410,9 @@ class CostAware:
 
     def _remaining(self, view: BatchView, ctx: np.ndarray) -> np.ndarray:
         """Tokens each live request is expected still to emit: the engine's hint, or the doubling
-        predictor floored by the earlier steps' mean length."""
+        predictor floored by the earlier steps' mean length and capped by what the response cap leaves
+        (module docstring). Under an elastic wrapper the progress counts from the inner policy's first
+        decision, so the cap's bound is looser there, never tighter."""
         if self.lengths == "known" and len(view.remaining_hint) == len(ctx):
             return np.maximum(np.asarray(view.remaining_hint, dtype=float), 0.0)
         predicted = ctx.astype(float)
