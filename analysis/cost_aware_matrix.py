@@ -379,16 +379,16 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"comma-separated GPUs (the grid: {', '.join(GPUS)}; held out: "
                              f"{', '.join(HELD_OUT_GPUS)})")
     args = parser.parse_args(argv)
-    traces = [t.strip() for t in args.traces.split(",") if t.strip()]
-    unknown = [t for t in traces if t not in TRACES and t not in HELD_OUT]
-    if unknown or not traces:
-        parser.error(f"--traces: unknown {', '.join(unknown) or '(none given)'}; valid: "
-                     f"{', '.join([*TRACES, *HELD_OUT])}")
-    gpus = [g.strip() for g in args.gpus.split(",") if g.strip()]
-    unknown = [g for g in gpus if g not in GPUS and g not in HELD_OUT_GPUS]
-    if unknown or not gpus:
-        parser.error(f"--gpus: unknown {', '.join(unknown) or '(none given)'}; valid: "
-                     f"{', '.join([*GPUS, *HELD_OUT_GPUS])}")
+
+    def pick(flag: str, text: str, valid: list[str]) -> list[str]:
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        unknown = [n for n in names if n not in valid]
+        if unknown or not names:
+            parser.error(f"{flag}: unknown {', '.join(unknown) or '(none given)'}; valid: {', '.join(valid)}")
+        return names
+
+    traces = pick("--traces", args.traces, [*TRACES, *HELD_OUT])
+    gpus = pick("--gpus", args.gpus, [*GPUS, *HELD_OUT_GPUS])
     cmd = f"python -m analysis.cost_aware_matrix --out {args.out} --seeds {args.seeds} --workers {args.workers}"
     if traces != list(TRACES):
         cmd += f" --traces {','.join(traces)}"

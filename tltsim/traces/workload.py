@@ -53,7 +53,7 @@ class StepWorkload:
     response_tokens: np.ndarray
     hit_cap: np.ndarray
     #: The response cap the engine ran these requests under (its max_new_tokens, veRL's
-    #: ``response_length``): the largest of the rows' caps (:func:`_source_caps`), None when a row's
+    #: ``response_length``): the largest of the rows' caps (:func:`_known_caps`), None when a row's
     #: source declares none and none of its responses hit one. Knowledge every engine has (the
     #: simulator reads it from the trace); ``cost-aware`` prices the longest step it allows.
     cap: int | None = None
@@ -72,16 +72,10 @@ class StepWorkload:
         return int(np.count_nonzero(self.hit_cap))
 
 
-def _source_caps(df: pd.DataFrame, cap: int | None) -> np.ndarray:
-    """Per row, the cap a capped response is snapped to: its source's own cap (the row's
-    ``response_cap``, else the longest response the trace marks capped in that source), lowered to
-    ``cap`` when the scenario caps harder."""
-    own = _known_caps(df, cap)
-    return np.where(np.isnan(own), df["response_tokens"].to_numpy(np.float64), own).astype(np.int64)
-
-
 def _known_caps(df: pd.DataFrame, cap: int | None) -> np.ndarray:
-    """Per row, its source's cap as :func:`_source_caps` finds it, NaN where none is known."""
+    """Per row, its source's own cap (the row's ``response_cap``, else the longest response the trace
+    marks capped in that source), lowered to ``cap`` when the scenario caps harder; NaN where none is
+    known. A capped response is snapped to it (its own length where NaN)."""
     marked = df["response_tokens"].where(df["hit_cap"])
     own = marked.groupby(df["source"]).transform("max")
     if "response_cap" in df.columns:
@@ -100,11 +94,12 @@ def _to_step(df: pd.DataFrame, step: int, cap: int | None, snap_capped: bool,
     if cap is not None:
         hit = hit | (resp >= cap)
         resp = np.minimum(resp, cap)
+    caps = _known_caps(df, cap)
     if snap_capped and hit.any():
-        resp = np.where(hit, _source_caps(df, cap), resp)
+        snapped = np.where(np.isnan(caps), df["response_tokens"].to_numpy(np.float64), caps).astype(np.int64)
+        resp = np.where(hit, snapped, resp)
     prompt = df["prompt_tokens"].fillna(default_prompt_tokens).to_numpy(np.int64)
     sources = df["source"].unique()
-    caps = _known_caps(df, cap)
     known = len(caps) > 0 and not np.isnan(caps).any()
     return StepWorkload(step=step, source=",".join(map(str, sources)),
                         group_ids=df["group_id"].to_numpy(str), prompt_tokens=prompt,
