@@ -75,7 +75,7 @@ class StepWorkload:
 def _known_caps(df: pd.DataFrame, cap: int | None) -> np.ndarray:
     """Per row, its source's own cap (the row's ``response_cap``, else the longest response the trace
     marks capped in that source), lowered to ``cap`` when the scenario caps harder; NaN where none is
-    known. A capped response is snapped to it (its own length where NaN)."""
+    known. A capped response is snapped to it."""
     marked = df["response_tokens"].where(df["hit_cap"])
     own = marked.groupby(df["source"]).transform("max")
     if "response_cap" in df.columns:
@@ -95,9 +95,8 @@ def _to_step(df: pd.DataFrame, step: int, cap: int | None, snap_capped: bool,
         hit = hit | (resp >= cap)
         resp = np.minimum(resp, cap)
     caps = _known_caps(df, cap)
-    if snap_capped and hit.any():
-        snapped = np.where(np.isnan(caps), df["response_tokens"].to_numpy(np.float64), caps).astype(np.int64)
-        resp = np.where(hit, snapped, resp)
+    if snap_capped and hit.any():  # a capped row's cap is always known: its own source marks it, or `cap` cut it
+        resp = np.where(hit, caps, resp).astype(np.int64)
     prompt = df["prompt_tokens"].fillna(default_prompt_tokens).to_numpy(np.int64)
     sources = df["source"].unique()
     known = len(caps) > 0 and not np.isnan(caps).any()
