@@ -33,7 +33,7 @@ from typing import Any
 from tltcore.errors import InputError
 from tltcore.policy.base import SDConfig
 from tltcore.policy.batch_schedule import BatchSchedule, batch_schedule
-from tltcore.policy.registry import _NullModels, make_policy
+from tltcore.policy.registry import spec_policy
 from tltcore.policy.sglang_ema import SglangEma
 
 #: The vLLM version whose ``SpeculativeConfig`` the keys below were read from (the installed one).
@@ -73,18 +73,11 @@ SGLANG_ALGORITHM_OF = {"eagle": "EAGLE", "draft-model": "STANDALONE", "ngram": "
 #: The file name the adaptive config is written to, next to the flags.
 SGLANG_ADAPTIVE_FILE = "sglang_adaptive.json"
 
-def _policy(spec: str) -> Any:
-    """The policy of ``spec``, built only to read its structure (models stand-ins: cost-aware and the
-    oracle need models to be built at all)."""
-    null = _NullModels()
-    return make_policy(spec, accept_model=null, cost_model=null)
-
-
 def batch_table(spec: str, max_batch: int) -> BatchSchedule | None:
     """The batch-size schedule ``spec`` amounts to (:func:`tltcore.policy.batch_schedule.batch_schedule`,
     the same reading the real vLLM backend runs), or None when it decides from more than the batch size
     (a bandit, cost-aware, the EMA, the oracle)."""
-    return batch_schedule(_policy(spec), max_batch)
+    return batch_schedule(spec_policy(spec), max_batch)
 
 
 # ---- vLLM -----------------------------------------------------------------------------------------
@@ -154,7 +147,7 @@ def sglang_expressible(spec: str, max_batch: int, drafter: str = "eagle") -> tup
     head = ["--speculative-algorithm", algorithm]
     if drafter != "ngram":
         head += ["--speculative-draft-model-path", "<path to your drafter>"]
-    policy = _policy(spec)
+    policy = spec_policy(spec)
     if isinstance(policy, SglangEma):
         if algorithm != "EAGLE":
             return None, "SGLang's adaptive mode runs with EAGLE/EAGLE3 only"

@@ -102,41 +102,25 @@ class RunWarning:
 
 
 # ---- models ---------------------------------------------------------------------------------------
-def policy_shapes(spec: str, cost: Any = None, accept: Any = None) -> tuple[SDConfig, ...]:
-    """The draft shapes the policy ``spec`` can choose (its inner policy's, under ``elastic``): the
-    static config, a bandit's arms, a vLLM table's rows, SGLang's chain depths, cost-aware's
-    candidates. Empty for ``no-sd``; TLT's four trees when the policy does not say."""
+def policy_shapes(spec: str) -> tuple[SDConfig, ...]:
+    """The draft shapes the policy ``spec`` can choose (its inner policy's, under ``elastic``), by the
+    policies' own declarations (:func:`tltcore.policy.shapes.policy_shapes`). Empty for ``no-sd``;
+    TLT's four trees for a policy type that declares none."""
     from tltcore.policy.beg_mab import DEFAULT_ARMS
-    from tltcore.policy.registry import _NullModels, make_policy
+    from tltcore.policy.registry import spec_shapes
 
-    null = _NullModels()
-    policy = make_policy(spec, accept_model=null if accept is None else accept,
-                         cost_model=null if cost is None else cost)
-    inner = getattr(policy, "inner", policy)
-    shapes: list[SDConfig] = []
-    if isinstance(getattr(inner, "config", None), SDConfig):
-        shapes.append(inner.config)
-    for attr in ("arms", "candidates"):
-        shapes.extend(c for c in getattr(inner, attr, ()) or () if isinstance(c, SDConfig))
-    for row in getattr(inner, "table", ()) or ():
-        shapes.append(row[1])
-    if isinstance(getattr(inner, "above", None), SDConfig):
-        shapes.append(inner.above)
-    shapes.extend(SDConfig.chain(int(d)) for d in getattr(inner, "depths", ()) or ())
-    found = tuple(dict.fromkeys(c for c in shapes if c.enabled))
-    if found or type(inner).__name__ == "NoSD":
-        return found
-    return tuple(DEFAULT_ARMS)
+    shapes = spec_shapes(spec)
+    return tuple(DEFAULT_ARMS) if shapes is None else shapes
 
 
 def elastic_switch(spec: str) -> tuple[int, int] | None:
     """The elastic switch of ``spec``: (batch threshold, consecutive iterations at or below it before
     it fires); None when the policy is not elastic."""
-    from tltcore.policy.registry import _NullModels, make_policy
+    from tltcore.policy.elastic import Elastic
+    from tltcore.policy.registry import spec_policy
 
-    null = _NullModels()
-    policy = make_policy(spec, accept_model=null, cost_model=null)
-    if not hasattr(policy, "threshold") or not hasattr(policy, "consecutive"):
+    policy = spec_policy(spec)
+    if not isinstance(policy, Elastic):
         return None
     return int(policy.threshold), int(policy.consecutive)
 
@@ -253,7 +237,7 @@ def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.Data
     dec = rows[rows["kind"] == "decode"]
     if dec.empty:
         return []
-    shapes = policy_shapes(spec, cost, accept)
+    shapes = policy_shapes(spec)
     if not shapes:
         return []
     base_dec = base[base["kind"] == "decode"] if len(base) else base

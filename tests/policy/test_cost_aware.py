@@ -552,3 +552,23 @@ def test_engine_spans_equal_per_iteration_stepping(spec: str) -> None:
         return simulate_step(work, policies=policies, cost=QWEN7B_H100, accept=accept, engine=engine, seed=1).makespan
 
     assert sim(True) == pytest.approx(sim(False), rel=1e-9)
+
+
+def test_the_prior_is_the_acceptance_models_reach_or_its_mean_spread_evenly() -> None:
+    """A positional acceptance model (the simulator's presets) gives the prior per position; a model
+    with only an expected accept length has it spread evenly over the positions; none: ``prior**i``."""
+
+    class MeanOnly:  # an acceptance model with no per-position reach
+        def expected_accept_length(self, config: SDConfig, drafter: object = None) -> float:
+            return 3.0
+
+    chain4, tree = SDConfig.chain(4), SDConfig(6, 4, 16)
+    positional = paper_qwen32b_tp4()
+    ours = CostAware(QWEN7B_H100, positional, candidates=(chain4, tree))
+    for c in (chain4, tree):
+        assert np.array_equal(ours.prior_reach(c)[: c.depth], positional.reach(c))
+    assert ours.accept_length(tree) == pytest.approx(positional.expected_accept_length(tree))
+    even = CostAware(QWEN7B_H100, MeanOnly(), candidates=(chain4, tree)).prior_reach(chain4)
+    assert np.allclose(even[: chain4.depth], 2.0 / chain4.depth) and not even[chain4.depth:].any()
+    bare = CostAware(QWEN7B_H100, None, candidates=(chain4,), prior=0.5).prior_reach(chain4)
+    assert np.allclose(bare, 0.5 ** np.arange(1, 5))

@@ -100,3 +100,10 @@ def test_sim_run_prints_which_cost_model_served(profiles, tmp_path):
     assert res.returncode == 0, res.stderr
     assert "cost model: measured: h100" in res.stdout.replace("\n", " ")
     assert 'model = "measured"' in (tmp_path / "run" / "scenario.resolved.toml").read_text()
+
+
+def test_a_model_free_drafter_is_described_by_its_target_model():
+    from tltcore.drafter.kinds import ModelFreeDraftCost
+
+    line = describe_cost(ModelFreeDraftCost(cost_model(_scenario())))
+    assert line.startswith("cost model: roofline") and line.endswith("(model-free drafter)")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -213,6 +214,32 @@ class SDPolicy(Protocol):
     def observe(self, outcome: Outcome) -> None: ...
 
     def reset(self, step: int) -> None: ...
+
+
+@runtime_checkable
+class PlainPhases(Protocol):
+    """The optional plain-phase promise (module docstring): ``plain_above() -> m | None``."""
+
+    def plain_above(self) -> int | None: ...
+
+
+@runtime_checkable
+class ReadsRemaining(Protocol):
+    """A policy that may read ``BatchView.remaining_hint`` (clairvoyant lengths, which only the
+    simulator has): the engine fills the hint when ``wants_remaining_hint`` is True."""
+
+    @property
+    def wants_remaining_hint(self) -> bool: ...
+
+
+def plain_phase_bound(policy: SDPolicy) -> Callable[[], int | None] | None:
+    """``policy.plain_above`` where the policy offers the plain-phase promise, else None."""
+    return policy.plain_above if isinstance(policy, PlainPhases) else None
+
+
+def wants_remaining_hint(policy: SDPolicy) -> bool:
+    """Whether ``policy`` asks for ``BatchView.remaining_hint`` (:class:`ReadsRemaining`)."""
+    return isinstance(policy, ReadsRemaining) and bool(policy.wants_remaining_hint)
 
 
 _UNTIL_EVENT_OFF = Decision(NO_SD, HOLD_UNTIL_EVENT)

@@ -94,11 +94,11 @@ given the sequence of calls: no randomness at all.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from tltcore.drafter.state import INITIAL_DRAFTER
+from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
 from tltcore.engine_limits import SWITCH_MODES
 from tltcore.errors import InputError
 from tltcore.policy.base import NO_SD, BatchView, Decision, Outcome, SDConfig
@@ -128,6 +128,15 @@ class CostAwareCost(Protocol):
     def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float: ...
 
     def drafter_prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float: ...
+
+
+@runtime_checkable
+class ReachAcceptance(OracleAcceptance, Protocol):
+    """An acceptance model that also gives, per draft position ``i``, the probability that at least
+    ``i`` draft tokens are accepted (the simulator's positional presets): the prior the learnt
+    per-position scales multiply. Other models give only the expected accept length."""
+
+    def reach(self, config: SDConfig, drafter: DrafterState) -> np.ndarray: ...
 
 
 class CostAware:
@@ -190,8 +199,8 @@ class CostAware:
         if hit is None:
             hit = np.zeros(self.depth)
             d = min(config.depth, self.depth)
-            model: Any = self.accept_model
-            if model is not None and hasattr(model, "reach"):
+            model = self.accept_model
+            if isinstance(model, ReachAcceptance):
                 hit[:d] = np.asarray(model.reach(config, INITIAL_DRAFTER), dtype=float)[:d]
             elif model is not None:
                 extra = float(model.expected_accept_length(config, INITIAL_DRAFTER)) - 1.0

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tltcore.errors import InputError
-from tltcore.policy.base import HOLD_UNTIL_EVENT, NO_SD, BatchView, Decision, Outcome, SDPolicy
+from tltcore.policy.base import HOLD_UNTIL_EVENT, NO_SD, BatchView, Decision, Outcome, SDPolicy, wants_remaining_hint
 
 DEFAULT_THRESHOLD = 32
 DEFAULT_CONSECUTIVE = 10
@@ -56,7 +56,7 @@ class Elastic:
     def wants_remaining_hint(self) -> bool:
         """The inner policy's wish for ``BatchView.remaining_hint`` (``elastic+cost-aware:lengths=known``
         must see the lengths the bare policy sees; the switch itself never reads them)."""
-        return bool(getattr(self.inner, "wants_remaining_hint", False))
+        return wants_remaining_hint(self.inner)
 
     @property
     def switched_on(self) -> bool:

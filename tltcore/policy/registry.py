@@ -273,7 +273,7 @@ def elastic_split(spec: str) -> tuple[int | None, str]:
     """``(threshold, inner spec)`` of an elastic spec (``elastic:8+beg-mab`` -> ``(8, "beg-mab")``),
     ``(None, spec)`` for any other. Lets a sweep over policy specs be plotted against the threshold
     as a number rather than as spec strings."""
-    policy = make_policy(spec, accept_model=_NullModels(), cost_model=_NullModels())
+    policy = spec_policy(spec)
     if not isinstance(policy, Elastic):
         return None, spec.strip()
     return policy.threshold, spec.strip().split("+", 1)[1].strip()
@@ -296,9 +296,15 @@ def spec_shapes(spec: str) -> tuple[SDConfig, ...] | None:
     at hand."""
     from tltcore.policy.shapes import policy_shapes
 
-    return policy_shapes(make_policy(spec, accept_model=_NullModels(), cost_model=_NullModels()))
+    return policy_shapes(spec_policy(spec))
+
+
+def spec_policy(spec: str) -> SDPolicy:
+    """The policy ``spec`` builds, on placeholder models: what the spec declares (its type, shapes,
+    elastic switch) for code that reads it without the models a run needs. Never run it."""
+    return make_policy(spec, accept_model=_NullModels(), cost_model=_NullModels())
 
 
 def check_spec(spec: str) -> None:
     """Raise :class:`InputError` unless ``spec`` is a valid policy spec (no models needed)."""
-    make_policy(spec, accept_model=_NullModels(), cost_model=_NullModels())
+    spec_policy(spec)

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import pandas as pd
@@ -115,6 +116,16 @@ def _real_run(step: int, spec: str, result, recorder: RecordingPolicy, repeat: i
                    {c: np.asarray(v) for c, v in accepted.items()}, repeat, float(result.wall_s))
 
 
+@runtime_checkable
+class Progress(Protocol):
+    """A progress display told each phase (with its size) and each unit done, e.g.
+    :class:`tltcli.progress.PhaseProgress`."""
+
+    def phase(self, name: str, total: int | None = None, unit: str = "units") -> None: ...
+
+    def advance(self, n: int = 1) -> None: ...
+
+
 class _Silent:
     """No progress display."""
 
@@ -135,13 +146,13 @@ class _Messages(_Silent):
         self.say(name)
 
 
-def phases(progress) -> _Silent:
+def phases(progress: Progress | Callable[[str], None] | None) -> Progress:
     """``progress`` as an object with ``phase(name, total, unit)`` and ``advance(n)`` (e.g.
     :class:`tltcli.progress.PhaseProgress`): None is silent, a plain callable gets each phase's
     name."""
     if progress is None:
         return _Silent()
-    if hasattr(progress, "phase") and hasattr(progress, "advance"):
+    if isinstance(progress, Progress):
         return progress
     return _Messages(progress)
 

@@ -85,7 +85,8 @@ def _verify_only(cost: object) -> tuple[RooflineCostModel, float] | None:
 def block_size(cost: object) -> int:
     """The paged-KV block size the pricers of ``cost`` use (its roofline's; 1 when none)."""
     mf = _model_free(cost)
-    return int(getattr(mf[0] if mf is not None else cost, "kv_block_size", 1))
+    roof = mf[0] if mf is not None else cost
+    return int(roof.kv_block_size) if isinstance(roof, RooflineCostModel) else 1
 
 
 def span_pricer(cost: object) -> SpanPricer | None:

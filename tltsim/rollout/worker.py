@@ -45,7 +45,17 @@ from tltcore.acceptance import AcceptanceModel, AcceptSampler
 from tltcore.cost import CostModel
 from tltcore.drafter.state import DrafterState
 from tltcore.errors import InputError
-from tltcore.policy.base import HOLD_UNTIL_EVENT, NO_SD, BatchView, Decision, Outcome, SDConfig, SDPolicy
+from tltcore.policy.base import (
+    HOLD_UNTIL_EVENT,
+    NO_SD,
+    BatchView,
+    Decision,
+    Outcome,
+    SDConfig,
+    SDPolicy,
+    plain_phase_bound,
+    wants_remaining_hint,
+)
 from tltcore.policy.recent_accept import RecentAccept
 from tltsim.rollout.entities import EngineConfig, LiveRequests
 from tltsim.rollout.event_blocks import SimEventLog
@@ -108,7 +118,7 @@ class RolloutWorker:
         self.eng, self.rng, self.log, self.drafter, self.recent = engine, rng, log, drafter, recent
         self.on_finish = on_finish
         # the trace's remaining lengths, only for a policy that asks (BatchView.remaining_hint: clairvoyant)
-        self.hint = bool(getattr(policy, "wants_remaining_hint", False))
+        self.hint = wants_remaining_hint(policy)
         self.expected = engine.acceptance_mode == "expected"
         self.live = LiveRequests(self.expected)
         self.kv_used = 0
@@ -135,7 +145,7 @@ class RolloutWorker:
         self._sums_cache: dict = pricers.setdefault("sums", {})  # numpy's sums of b equal values, by value and b
         # a policy's promise of plain spans above a batch size (tltcore.policy.base): whole plain
         # phases in closed form (tltsim.rollout.plain_phase), on the fast path with spans allowed
-        self._plain_bound = getattr(policy, "plain_above", None) if engine.fast and engine.closed_form else None
+        self._plain_bound = plain_phase_bound(policy) if engine.fast and engine.closed_form else None
         self.lag_dirty = True  # some live drafter may lag (fast path: skip the catch-up scan when not)
         self._uniforms: _Uniforms | None = None  # the fast path's acceptance draws (_stream)
         self._mixed_base: float | None = None

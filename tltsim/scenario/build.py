@@ -104,8 +104,9 @@ def describe_cost(cost: Any) -> str:
     """Which cost model serves a run, in one line (what ``tlt sim run`` prints)."""
     from tltcore.cost import RooflineCostModel, TableCostModel
     from tltcore.cost.measured import MeasuredCostModel
+    from tltcore.drafter.kinds import ModelFreeDraftCost
 
-    inner = getattr(cost, "base", None)
+    inner = cost.base if isinstance(cost, ModelFreeDraftCost) else None
     note = ""
     if not isinstance(cost, RooflineCostModel | TableCostModel) and isinstance(inner, RooflineCostModel):
         cost, note = inner, " (model-free drafter)"
