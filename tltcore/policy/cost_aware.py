@@ -94,7 +94,7 @@ given the sequence of calls: no randomness at all.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -168,6 +168,8 @@ class CostAware:
                              f"{prior}, {prior_weight}, {memory}")
         # Neither model is touched here: scenario validation builds policies with placeholders.
         self.cost_model, self.accept_model = cost_model, accept_model
+        # a protocol check is ~20 us (typing walks the protocol's attributes): made once, not per shape
+        self._positional = isinstance(accept_model, ReachAcceptance)
         self.candidates = cands
         self.switch, self.lengths = switch, lengths
         self.recheck, self.phases = int(recheck), int(phases)
@@ -200,8 +202,9 @@ class CostAware:
             hit = np.zeros(self.depth)
             d = min(config.depth, self.depth)
             model = self.accept_model
-            if isinstance(model, ReachAcceptance):
-                hit[:d] = np.asarray(model.reach(config, INITIAL_DRAFTER), dtype=float)[:d]
+            if self._positional:
+                reach = cast(ReachAcceptance, model).reach(config, INITIAL_DRAFTER)
+                hit[:d] = np.asarray(reach, dtype=float)[:d]
             elif model is not None:
                 extra = float(model.expected_accept_length(config, INITIAL_DRAFTER)) - 1.0
                 hit[:d] = min(max(extra, 0.0), float(d)) / d if d else 0.0
