@@ -56,3 +56,21 @@ def test_batched_sd_times_are_each_shapes_own_lookup_bit_for_bit(rule: str) -> N
         ctx = rng.integers(0, 9000, b)
         assert table.sd_times(ctx, shapes) == [table.sd_time(ctx, c) for c in shapes]
     assert table.sd_times(np.zeros(0, dtype=np.int64), shapes) == [0.0] * len(shapes)
+
+
+def test_shapes_with_whole_rows_are_priced_in_one_stacked_pass_bit_for_bit() -> None:
+    """Under the ``max`` rule, shapes whose times are whole ``sd`` rows (a CPU profile's, cost-aware's
+    dozen) are read from one stack of their grids: the same floats as each shape's own lookup, inside
+    and beyond the grid; a list with a composed shape is looked up shape by shape."""
+    from tltcore.policy.base import NO_SD, SDConfig
+
+    rng = np.random.default_rng(11)
+    table = _table("max", rng)
+    whole = (SDConfig(8, 4, 48), NO_SD, SDConfig(3, 1, 3), SDConfig(8, 4, 48))
+    assert table._stack(whole) is not None and table._stack((*whole, SDConfig.chain(5))) is None
+    for b in (1, 2, 3, 5, 16, 40, 64, 100, 300):
+        for top in (0, 1, 300, 512, 2000, 4096, 9000, 70_000):
+            ctx = np.minimum(rng.integers(0, top + 1, b), top)
+            ctx[0] = top
+            assert table.sd_times(ctx, whole) == [table.sd_time(ctx, c) for c in whole]
+            assert table.sd_times(ctx, list(whole)) == [table.sd_time(ctx, c) for c in whole]
