@@ -33,8 +33,9 @@ from options import run
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-NO_SD, NO_SD_HARNESS, ELASTIC, COST_AWARE = "no-sd", "no-sd (SD harness)", "elastic:16:3+beg-mab", "cost-aware"
-POLICIES = (NO_SD, NO_SD_HARNESS, ELASTIC, COST_AWARE)
+NO_SD, NO_SD_AGAIN, NO_SD_HARNESS = "no-sd", "no-sd again (A/A)", "no-sd (SD harness)"
+ELASTIC, COST_AWARE = "elastic:16:3+beg-mab", "cost-aware"
+POLICIES = (NO_SD, NO_SD_AGAIN, NO_SD_HARNESS, ELASTIC, COST_AWARE)
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -108,7 +109,13 @@ def main(
     from tltcore.policy.base import NoSD
     from tltcore.policy.registry import make_policy
     from tltreal.model.weights import random_model
-    from tltreal.validation.replay import reference_run, replay_requests, speculative_run, with_extra_tokens
+    from tltreal.validation.replay import (
+        reference_run,
+        replay_drafter,
+        replay_requests,
+        speculative_run,
+        with_extra_tokens,
+    )
     from tltreal.validation.validate import PINNED_DEPTH, PINNED_TOPK, NativeSettings, scaled, shape_of
     from tltsim.scenario import acceptance_model, load_steps
 
@@ -127,6 +134,7 @@ def main(
     probs = accept.position_probs(PINNED_DEPTH, PINNED_TOPK)
     torch.manual_seed(s.seed)
     target = random_model(settings.model, seed=s.seed, dtype=torch.float32)
+    drafter = replay_drafter(target, s.seed)  # built once, as tlt validate does (see replay_drafter)
     rows, loads = [], [os.getloadavg()]
     for workload in (scaled(w, length_scale) for w in load_steps(s.trace)):
         req = replay_requests(workload, vocab_size=settings.model.vocab_size, seed=s.seed, deal_mode=s.trace.deal)
@@ -135,14 +143,14 @@ def main(
         for r in range(repeats):
             for name in POLICIES[r % len(POLICIES):] + POLICIES[:r % len(POLICIES)]:
                 t0 = time.perf_counter()
-                if name == NO_SD:
+                if name in (NO_SD, NO_SD_AGAIN):
                     res, decided = reference_run(target, req, max_batch=max_batch, clock="thread"), float("nan")
                 else:
                     inner = NoSD() if name == NO_SD_HARNESS else make_policy(
                         name, seed=s.seed, accept_model=accept, cost_model=cost, switch="catch_up")
                     policy = TimedPolicy(inner)
                     res = speculative_run(target, req, truth, policy, position_probs=probs, max_batch=max_batch,
-                                          seed=s.seed, clock="thread")
+                                          seed=s.seed, clock="thread", drafter=drafter)
                     decided = policy.seconds
                 decode = res.events[res.events["kind"] == "decode"]
                 rows.append({"step": req.step, "policy": name, "repeat": r, "seconds": res.wall_s,
@@ -181,8 +189,10 @@ def main(
             f"the same repeat (median, min to max), with a percentile-bootstrap 95% interval of that median (10,000 "
             f"resamples, seed 0) and the repeats in which the policy was slower than no SD. cost-aware priced by "
             f"`{table}`.\n\n{table_md}\n\n"
-            "How to read it (see the docstring of `benchmarks/cost_aware_cpu.py`): `no-sd (SD harness)` is no SD with "
-            "the drafter loaded and never used (the two harnesses should time alike); `decide+observe` is the CPU "
+            "How to read it (see the docstring of `benchmarks/cost_aware_cpu.py`): `no-sd again (A/A)` is the plain "
+            "engine run twice per repeat, so its row is what this A/B shows when nothing differs (its noise floor); "
+            "`no-sd (SD harness)` is no SD with the drafter loaded and never used (the two harnesses should time "
+            "alike); `decide+observe` is the CPU "
             "time the policy itself took inside the engine per step; `SD iterations` the speculative iterations it "
             "ran; `vs the SD harness` pairs each run with the same repeat's no-SD run on the speculative harness: "
             "what the policy adds to an engine that can speculate, the harness's own cost taken out.\n")

@@ -38,11 +38,12 @@ def test_one_repeat_interleaves_every_policy_and_cost_aware_never_speculates(tmp
     res = _run("--repeats", "1", "--table", str(TABLE), "--out", str(out))
     assert res.returncode == 0, res.stderr
     runs = pd.read_csv(out / "runs.csv")
-    assert sorted(runs["policy"].unique()) == sorted(["no-sd", "no-sd (SD harness)", "elastic:16:3+beg-mab",
-                                                      "cost-aware"])
-    assert len(runs) == 4 * runs["step"].nunique()
+    assert sorted(runs["policy"].unique()) == sorted(["no-sd", "no-sd again (A/A)", "no-sd (SD harness)",
+                                                      "elastic:16:3+beg-mab", "cost-aware"])
+    assert len(runs) == 5 * runs["step"].nunique()
     sd = runs.groupby("policy")["sd_iterations"].sum()
     assert sd["cost-aware"] == 0 and sd["no-sd (SD harness)"] == 0 and sd["elastic:16:3+beg-mab"] > 0
+    assert sd["no-sd again (A/A)"] == 0 and runs.loc[runs["policy"] == "no-sd again (A/A)", "policy_s"].isna().all()
     assert (runs.loc[runs["policy"] == "no-sd", "vs_no_sd"] == 0).all()
     assert (runs.loc[runs["policy"] == "no-sd (SD harness)", "vs_harness"] == 0).all()
     ca = runs[runs["policy"] == "cost-aware"].set_index(["step", "repeat"])

@@ -24,6 +24,7 @@ from tltreal.validation.profiler import ProfileGrid, profile_native  # noqa: E40
 from tltreal.validation.replay import (  # noqa: E402
     RecordingPolicy,
     reference_run,
+    replay_drafter,
     replay_requests,
     speculative_run,
     with_extra_tokens,
@@ -78,6 +79,28 @@ def test_measured_acceptance_of_short_responses_is_not_censored_by_their_ends(ta
     extended = reference_run(target, with_extra_tokens(requests, 16), max_batch=16)
     assert mean_accept(extended) == pytest.approx(expected, rel=0.06)  # measured 5.72 vs 5.65
     assert mean_accept(reference_run(target, requests, max_batch=16)) < 0.9 * expected  # measured 4.84
+
+
+def test_one_drafter_built_once_runs_every_speculative_run_as_a_fresh_one_would(target):
+    """``tlt validate`` and the CPU A/B pin one drafter for all their runs (a fresh one per run had
+    slowed each run): the same accepted tokens, iteration by iteration, run after run."""
+    model, config = paper_qwen32b_tp4(), SDConfig(6, 4, 16)
+    requests = replay_requests(workload(8, 60), vocab_size=CFG.vocab_size, seed=5)
+    reference = reference_run(target, with_extra_tokens(requests, 16), max_batch=8)
+
+    def accepted(**kw) -> list[tuple[float, ...]]:
+        recorder = RecordingPolicy(Static(config))
+        speculative_run(target, requests, reference, recorder, position_probs=model.position_probs(16, 8),
+                        max_batch=8, seed=7, **kw)
+        return [o.accepted_per_request for o in recorder.outcomes]
+
+    shared = replay_drafter(target, seed=7)
+    fresh = accepted()
+    assert accepted(drafter=shared) == fresh and accepted(drafter=shared) == fresh
+    # and it runs the very weights a fresh one would: runs do not change them, the seed fixes them
+    again = replay_drafter(target, seed=7).state_dict()
+    assert all(torch.equal(v, again[k]) for k, v in shared.state_dict().items())
+    assert not torch.equal(replay_drafter(target, seed=8).fc.weight, shared.fc.weight)
 
 
 def test_speculative_run_refuses_a_run_whose_output_differs(target):

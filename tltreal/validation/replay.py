@@ -26,7 +26,7 @@ from tltreal.engine.engine import Engine
 from tltreal.engine.engine_config import EngineConfig
 from tltreal.engine.requests import RunResult
 from tltreal.model.transformer import Transformer
-from tltreal.spec_decode.proposers import PinnedDrafter, random_drafter
+from tltreal.spec_decode.proposers import EagleDrafter, PinnedDrafter, random_drafter
 from tltreal.validation.clock import engine_class
 from tltreal.validation.profiler import device_of
 
@@ -126,12 +126,24 @@ def reference_run(target: Transformer, requests: ReplayRequests, *, max_batch: i
     return _engine(target, policy or NoSD(), None, requests, max_batch, config_kwargs, clock).run()
 
 
+def replay_drafter(target: Transformer, seed: int = 0) -> EagleDrafter:
+    """The drafter network the pinned drafter runs (seeded random weights; its acceptance is pinned,
+    not its own). Build it once per process and pass it to every :func:`speculative_run`, as a
+    deployment loads its drafter once. One built just before each timed run made that run slower even
+    where it never drafts: in ``benchmarks/cost_aware_cpu.py`` (40 interleaved repeats) no SD on the
+    speculative harness was +0.4% and +0.6% against the plain engine (95% intervals +0.1 to +0.7%, +0.2
+    to +1.1%), with one drafter for all runs +0.1% and +0.0% (-0.2 to +0.4%), what the same plain run
+    repeated shows. That cost had been charged to every speculative policy."""
+    return random_drafter(target, seed=seed + 1).to(device_of(target))
+
+
 def speculative_run(target: Transformer, requests: ReplayRequests, reference: RunResult, policy: SDPolicy, *,
                     position_probs: np.ndarray, max_batch: int, seed: int = 0, clock: str = "wall",
-                    **config_kwargs) -> RunResult:
+                    drafter: EagleDrafter | None = None, **config_kwargs) -> RunResult:
     """The same requests under ``policy`` with a pinned drafter; refuses a run whose output differs
     from the reference (that would be a losslessness bug, not a timing). ``reference`` may run longer
-    than ``requests`` (:func:`with_extra_tokens`); its outputs are then compared up to each length."""
+    than ``requests`` (:func:`with_extra_tokens`); its outputs are then compared up to each length.
+    ``drafter``: the :func:`replay_drafter` to pin (default: one built for this run)."""
     sequences = [list(p) + reference.outputs[i] for i, p in enumerate(requests.prompts)]
     engine: Engine | None = None
 
@@ -140,9 +152,9 @@ def speculative_run(target: Transformer, requests: ReplayRequests, reference: Ru
         req = engine.request_in_slot(slot)
         return sequences[req.rid], req.cache_len
 
-    inner = random_drafter(target, seed=seed + 1).to(device_of(target))
-    drafter = PinnedDrafter(inner, position_probs, truth, seed=seed)
-    engine = _engine(target, policy, drafter, requests, max_batch, config_kwargs, clock)
+    inner = replay_drafter(target, seed) if drafter is None else drafter
+    pinned = PinnedDrafter(inner, position_probs, truth, seed=seed)
+    engine = _engine(target, policy, pinned, requests, max_batch, config_kwargs, clock)
     result = engine.run()
     expected = {rid: out[: requests.lengths[rid]] for rid, out in reference.outputs.items()}
     if result.outputs != expected:

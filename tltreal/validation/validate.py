@@ -55,12 +55,14 @@ from tltcore.step_simulator import SimulatedEngine, StepSimulator
 from tltcore.summary import summarize_step
 from tltreal.model.transformer import Transformer
 from tltreal.model.weights import random_model
+from tltreal.spec_decode.proposers import EagleDrafter
 from tltreal.validation.profiler import PROFILE_DEVICE, ProfileGrid, grid_points, profile_metadata, profile_native
 from tltreal.validation.replay import (
     RealRun,
     RecordingPolicy,
     ReplayRequests,
     reference_run,
+    replay_drafter,
     replay_requests,
     rotated,
     speculative_run,
@@ -159,7 +161,8 @@ def phases(progress: Progress | Callable[[str], None] | None) -> Progress:
 
 def real_round(target: Transformer, requests: ReplayRequests, specs: Sequence[str], accept: Positional,
                reference, *, max_batch: int, seed: int, repeat: int = 0, clock: str = "wall",
-               on_run: Callable[[], None] | None = None, cost_model: CostModel | None = None) -> list[RealRun]:
+               on_run: Callable[[], None] | None = None, cost_model: CostModel | None = None,
+               drafter: EagleDrafter | None = None) -> list[RealRun]:
     """Every policy once on one step's requests, in the order :func:`rotated` by ``repeat`` (a slow
     spell of the machine then falls on another policy each round). ``reference`` is the plain run
     over :func:`with_extra_tokens` (``PINNED_DEPTH`` more tokens per request) that the pinned drafter
@@ -167,8 +170,11 @@ def real_round(target: Transformer, requests: ReplayRequests, specs: Sequence[st
     (:mod:`tltreal.validation.clock`). ``on_run()`` is called after each run (progress).
     ``cost_model``: this engine's measured costs, for a policy that prices its decisions
     (:func:`~tltcore.policy.registry.needs_cost_model`); such a policy also gets the acceptance model
-    as its prior and the replay's switch mode (``catch_up``) as the switch it prices."""
+    as its prior and the replay's switch mode (``catch_up``) as the switch it prices. ``drafter``: the
+    :func:`~tltreal.validation.replay.replay_drafter` the speculative runs pin (built here if None)."""
     probs = accept.position_probs(PINNED_DEPTH, PINNED_TOPK)
+    if drafter is None and any(spec != "no-sd" for spec in specs):
+        drafter = replay_drafter(target, seed)
     runs = []
     for spec in rotated(specs, repeat):
         if needs_cost_model(spec) and cost_model is None:
@@ -180,7 +186,7 @@ def real_round(target: Transformer, requests: ReplayRequests, specs: Sequence[st
             result = reference_run(target, requests, max_batch=max_batch, policy=recorder, clock=clock)
         else:
             result = speculative_run(target, requests, reference, recorder, position_probs=probs,
-                                     max_batch=max_batch, seed=seed, clock=clock)
+                                     max_batch=max_batch, seed=seed, clock=clock, drafter=drafter)
         runs.append(_real_run(requests.step, spec, result, recorder, repeat))
         if on_run is not None:
             on_run()
@@ -487,13 +493,14 @@ def validate_native(workloads: Sequence, specs: Sequence[str], accept: Positiona
     priced = [s for s in specs if needs_cost_model(s)]
     free = [s for s in specs if s not in priced]
     priced_shapes = sorted({c for s in priced for c in spec_shapes(s) or ()})
+    drafter = replay_drafter(target, settings.seed)  # one for every speculative run, as a deployment loads one
     for repeat in range(n):
         loads.append(load_row(repeat, "real runs"))
         for requests in all_requests:
             shown.phase(f"round {repeat + 1}/{n}: real runs, step {requests.step}", len(free), "runs")
             runs += real_round(target, requests, free, accept, references[requests.step],
                                max_batch=settings.max_batch, seed=settings.seed, repeat=repeat, clock=settings.clock,
-                               on_run=shown.advance)
+                               on_run=shown.advance, drafter=drafter)
         round_table = table
         if table is None:
             loads.append(load_row(repeat, "profile"))
@@ -509,7 +516,8 @@ def validate_native(workloads: Sequence, specs: Sequence[str], accept: Positiona
                             len(priced), "runs")
                 runs += real_round(target, requests, priced, accept, references[requests.step],
                                    max_batch=settings.max_batch, seed=settings.seed, repeat=repeat,
-                                   clock=settings.clock, on_run=shown.advance, cost_model=round_table)
+                                   clock=settings.clock, on_run=shown.advance, cost_model=round_table,
+                                   drafter=drafter)
     loads.append(load_row(None, "end"))
     if table is None:
         tables = [TableCostModel.from_frame(r, meta, source=f"profile, round {i + 1}") for i, r in enumerate(rounds)]
