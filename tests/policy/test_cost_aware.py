@@ -572,3 +572,85 @@ def test_the_prior_is_the_acceptance_models_reach_or_its_mean_spread_evenly() ->
     assert np.allclose(even[: chain4.depth], 2.0 / chain4.depth) and not even[chain4.depth:].any()
     bare = CostAware(QWEN7B_H100, None, candidates=(chain4,), prior=0.5).prior_reach(chain4)
     assert np.allclose(bare, 0.5 ** np.arange(1, 5))
+
+
+class _CountingCost:
+    """Delegates to ``inner`` and counts the shape pricings (``sd_times`` calls) a policy makes."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.calls = inner, 0
+
+    def decode_time(self, ctx: np.ndarray) -> float:
+        return self.inner.decode_time(ctx)
+
+    def sd_time(self, ctx: np.ndarray, config: SDConfig) -> float:
+        return self.inner.sd_time(ctx, config)
+
+    def sd_times(self, ctx: np.ndarray, configs) -> list[float]:
+        self.calls += 1
+        return self.inner.sd_times(ctx, configs)
+
+    def prefill_time(self, new: np.ndarray, cached: np.ndarray) -> float:
+        return self.inner.prefill_time(new, cached)
+
+    def drafter_prefill_time(self, new: np.ndarray, cached: np.ndarray) -> float:
+        return self.inner.drafter_prefill_time(new, cached)
+
+
+@pytest.mark.parametrize("switch", ["reprefill", "catch_up"])
+@pytest.mark.parametrize("gpu", ["H100", "H20"])
+def test_a_plan_whose_first_phase_shows_switching_now_dominated_stops_there_and_decides_the_same(
+        switch: str, gpu: str, monkeypatch) -> None:
+    """Off, waiting a phase and then doing what switching now would do costs plain[0] + switch[1] +
+    the rest, switching now switch[0] + sd[0] + the same rest: where waiting is no dearer the plan stops
+    after its first phase. Whole steps (long and short, capped and mixed responses, where SD pays and
+    where it loses) run event for event as with every phase priced; the shortcut fires where SD loses
+    at the full batch and the switch is a cheap catch-up (the native engine's case on the CPU)."""
+    cost = RooflineCostModel(get_model("Qwen2.5-7B"), get_gpu(gpu), tp=1)
+    rng = np.random.default_rng(3)
+    mixed = Work(0, np.arange(96), rng.integers(100, 2000, 96), rng.lognormal(6.5, 1.2, 96).astype(np.int64) + 1)
+    works = [_capped(48, 3000), _capped(200, 400), mixed]
+    pricings = {}
+    for skip in (True, False):
+        monkeypatch.setattr(CostAware, "skip_dominated_plans", skip)
+        runs, calls = [], 0
+        for work in works:
+            counted = _CountingCost(cost)
+            policy = CostAware(counted, paper_qwen32b_tp4(), switch=switch)
+            res = simulate_step(work, policies=[policy], cost=cost, accept=paper_qwen32b_tp4(),
+                                engine=EngineConfig(switch=switch, max_batch=64), seed=0)
+            runs.append(res.events)
+            calls += counted.calls
+        pricings[skip] = (runs, calls)
+    for fast, full in zip(pricings[True][0], pricings[False][0], strict=True):
+        assert fast.equals(full)
+    if (gpu, switch) == ("H20", "catch_up"):  # SD loses at the full batch and a later switch costs little
+        assert pricings[True][1] < pricings[False][1]  # it fired: fewer shapes priced
+    else:  # a later re-prefill dwarfs the first phase's loss, or SD pays now: every phase is needed
+        assert pricings[True][1] == pricings[False][1]
+
+
+@pytest.mark.parametrize("switch", ["reprefill", "catch_up"])
+def test_the_shortcut_plan_orders_on_and_off_as_the_full_plan_does(switch: str, monkeypatch) -> None:
+    """Random batches (contexts around where SD starts to pay, remaining lengths spread, before and
+    after plain iterations, switches cheap and dear): whether switching on now beats staying off is
+    the same with the dominated-plan shortcut as with every phase priced, and the shortcut is taken."""
+    rng = np.random.default_rng(5)
+    taken = 0
+    for trial in range(300):
+        counted = _CountingCost(ContextCost(prefill_s=float(10 ** rng.uniform(-8, -4))))
+        policy = CostAware(counted, ChainAcceptance((1.0,)), candidates=PERFECT_CHAIN, switch=switch)
+        policy._ran_plain = bool(trial % 2)
+        b = int(rng.integers(1, 64))
+        ctx = rng.integers(200, 900, b).astype(np.int64)
+        remaining = rng.lognormal(5.5, 1.0, b)
+        acc = policy._accept_lengths()
+        orders = []
+        for skip in (False, True):
+            monkeypatch.setattr(CostAware, "skip_dominated_plans", skip)
+            before = counted.calls
+            off, on = policy._plan(ctx, remaining, acc)
+            orders.append((on < off, off <= on))
+            taken += skip and counted.calls - before == 1
+        assert orders[0] == orders[1], trial
+    assert taken > 30

@@ -146,6 +146,9 @@ class CostAware:
     #: re-plan is ~100 cost lookups, a CPU engine iteration's worth). False prices it anyway: the
     #: reference the tests pin the shortcut to.
     skip_idle_plans: bool = True
+    #: Off, a plan whose first phase already shows switching on now dominated (waiting a phase costs no
+    #: more, see ``_plan``) prices no further phase. False prices them all: the reference it is pinned to.
+    skip_dominated_plans: bool = True
 
     def __init__(self, cost_model: CostAwareCost, accept_model: OracleAcceptance | None = None, *,
                  candidates: Sequence[SDConfig] = DEFAULT_CANDIDATES, switch: str = "reprefill",
@@ -474,21 +477,40 @@ class CostAware:
             edges = np.unique(np.concatenate(([0.0], qs[qs > 0])))
         n = len(edges) - 1
         plain, sd, switch = np.zeros(n), np.zeros(n), np.zeros(n)
-        for k in range(n):
+
+        def price(k: int, switch_cost: bool = True, times: bool = True) -> None:  # phase k, where any is live
             lo, hi = float(edges[k]), float(edges[k + 1])
             mid = 0.5 * (lo + hi)
             live = remaining > mid
             if not live.any():
-                continue
-            at_mid = ctx[live] + int(mid)
-            length = hi - lo
-            plain[k] = length * float(cost.decode_time(at_mid))
-            sd[k] = length * min(t / a for t, a in zip(cost.sd_times(at_mid, self.candidates), acc, strict=True))
-            if k == 0:
+                return
+            if switch_cost and k == 0:
                 switch[k] = self._switch_cost(ctx, self._progress, not self._ran_plain)
-            else:
+            elif switch_cost:
                 start = remaining > lo
                 switch[k] = self._switch_cost(ctx[start] + int(lo), self._progress + lo, False)
+            if times:
+                at_mid = ctx[live] + int(mid)
+                length = hi - lo
+                plain[k] = length * float(cost.decode_time(at_mid))
+                sd[k] = length * min(t / a for t, a in zip(cost.sd_times(at_mid, self.candidates), acc, strict=True))
+
+        price(0)
+        priced_switch = False
+        if self.skip_dominated_plans and not self._on:
+            # Off, the plan switches on now only if that beats waiting. Waiting one phase and then doing
+            # what switching now would have done costs plain[0] + switch[1] + (the rest), switching now
+            # switch[0] + sd[0] + (the same rest): where the first is no dearer, no later phase can make
+            # switching now the better plan, and the pair returned is the two totals less that common
+            # rest (callers only compare them). A hair of margin keeps float sums from deciding a tie.
+            if n > 1:
+                price(1, times=False)
+                priced_switch = True
+            wait, now = float(plain[0] + (switch[1] if n > 1 else 0.0)), float(switch[0] + sd[0])
+            if wait <= now * (1 - 1e-9):
+                return wait, now
+        for k in range(1, n):
+            price(k, switch_cost=not (k == 1 and priced_switch))
         on_next = off_next = 0.0
         for k in range(n - 1, 0, -1):
             on_k = min(sd[k] + on_next, plain[k] + off_next)
