@@ -38,7 +38,8 @@ the cap speak (see the first decision below). The drain is cut at quantiles of
 ``r`` into ``phases`` phases (the live set and contexts taken at each phase's middle, contexts grown
 by the progress made); per phase the plain time and the best SD shape's time are priced, and a
 two-state dynamic program (OFF -> ON costs the switch at the phase start, ON -> OFF is free) gives
-the cheapest plan. OFF switches on now iff the best plan switches now; ON turns off now iff the best
+the cheapest plan (while OFF it stops after the first phase when that phase already shows switching
+on now dominated: waiting one phase and then doing what switching now would do costs no more). OFF switches on now iff the best plan switches now; ON turns off now iff the best
 plan is off now (only examined when plain beats every shape at this iteration, since otherwise
 staying on is cheaper now and the plan is revisited anyway). Without known lengths a switch after
 plain iterations must also be *earned* (ski rental): the time SD would have saved over the plain
