@@ -39,9 +39,10 @@ the cap speak (see the first decision below). The drain is cut at quantiles of
 by the progress made); per phase the plain time and the best SD shape's time are priced, and a
 two-state dynamic program (OFF -> ON costs the switch at the phase start, ON -> OFF is free) gives
 the cheapest plan (while OFF it stops after the first phase when that phase already shows switching
-on now dominated: waiting one phase and then doing what switching now would do costs no more). OFF switches on now iff the best plan switches now; ON turns off now iff the best
-plan is off now (only examined when plain beats every shape at this iteration, since otherwise
-staying on is cheaper now and the plan is revisited anyway). Without known lengths a switch after
+on now dominated: waiting one phase and then doing what switching now would do costs no more).
+OFF switches on now iff the best plan switches now; ON turns off now iff the best plan is off now
+(only examined when plain beats every shape at this iteration, since otherwise staying on is cheaper
+now and the plan is revisited anyway). Without known lengths a switch after
 plain iterations must also be *earned* (ski rental): the time SD would have saved over the plain
 iterations run since SD was last on (priced at each re-evaluation's contexts) must reach the
 switch's cost. A predictor can be wrong, and a switch is paid in full at once (re-prefilling ~10K
