@@ -251,8 +251,6 @@ class TableCostModel:
     # per tuple of configs: (the stack of the grids they read, each config's row in it), or None
     _stacks: dict[tuple[SDConfig, ...], tuple[_Stack, list[int]] | None] = field(
         default_factory=dict, init=False, repr=False, compare=False)
-    _stacks_by_id: dict[int, tuple[tuple[SDConfig, ...], tuple[_Stack, list[int]] | None]] = field(
-        default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.context_rule not in CONTEXT_RULES:
@@ -423,18 +421,12 @@ class TableCostModel:
         """The :class:`_Stack` of the grids ``configs`` read and each config's row in it (cached per
         tuple of configs), or None when a config composes its time (no whole ``sd`` rows) or the
         grids do not share axes: :meth:`sd_times` then looks each grid up on its own."""
-        if type(configs) is tuple:  # a policy's own candidates, passed on every call: found by identity
-            hit = self._stacks_by_id.get(id(configs))
-            if hit is not None and hit[0] is configs:
-                return hit[1]
         key = tuple(configs)
-        if key not in self._stacks:
-            self._stacks[key] = self._stack_of(key)
-        if type(configs) is tuple:  # hashing a dozen dataclasses twice per call was most of a lookup
-            if len(self._stacks_by_id) >= 256:  # a policy per run over many runs: keep it bounded
-                self._stacks_by_id.clear()
-            self._stacks_by_id[id(configs)] = (configs, self._stacks[key])  # holds it: the id stays its own
-        return self._stacks[key]
+        try:
+            return self._stacks[key]
+        except KeyError:
+            found = self._stacks[key] = self._stack_of(key)
+            return found
 
     def _stack_of(self, key: tuple[SDConfig, ...]) -> tuple[_Stack, list[int]] | None:
         """:meth:`_stack`, uncached."""

@@ -498,21 +498,19 @@ class CostAware:
                 sd[k] = length * min(t / a for t, a in zip(cost.sd_times(at_mid, self.candidates), acc, strict=True))
 
         price(0)
-        priced_switch = False
+        if n > 1:
+            price(1, times=False)  # its switch: the shortcut below reads it, the full plan too
         if self.skip_dominated_plans and not self._on:
             # Off, the plan switches on now only if that beats waiting. Waiting one phase and then doing
             # what switching now would have done costs plain[0] + switch[1] + (the rest), switching now
             # switch[0] + sd[0] + (the same rest): where the first is no dearer, no later phase can make
             # switching now the better plan, and the pair returned is the two totals less that common
             # rest (callers only compare them). A hair of margin keeps float sums from deciding a tie.
-            if n > 1:
-                price(1, times=False)
-                priced_switch = True
             wait, now = float(plain[0] + (switch[1] if n > 1 else 0.0)), float(switch[0] + sd[0])
             if wait <= now * (1 - 1e-9):
                 return wait, now
         for k in range(1, n):
-            price(k, switch_cost=not (k == 1 and priced_switch))
+            price(k, switch_cost=k > 1)
         on_next = off_next = 0.0
         for k in range(n - 1, 0, -1):
             on_k = min(sd[k] + on_next, plain[k] + off_next)
