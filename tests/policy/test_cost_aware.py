@@ -4,6 +4,8 @@ throughput from an acceptance it learns online, and keeps the hold contract."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from rollout_fixtures import LinearCost, Work
@@ -19,6 +21,7 @@ from tltcore.policy.registry import make_policy
 from tltsim.rollout import EngineConfig, simulate_step
 
 QWEN7B_H100 = RooflineCostModel(get_model("Qwen2.5-7B"), get_gpu("H100"), tp=4)
+CPU_TABLE = Path(__file__).resolve().parents[2] / "reports" / "validation" / "cpu" / "cost_table.parquet"
 
 
 def _sim(spec: str, work: Work, accept, *, cost=QWEN7B_H100, **engine):
@@ -654,3 +657,45 @@ def test_the_shortcut_plan_orders_on_and_off_as_the_full_plan_does(switch: str, 
             taken += skip and counted.calls - before == 1
         assert orders[0] == orders[1], trial
     assert taken > 30
+
+
+def test_the_prior_accept_lengths_are_shared_per_prior_and_equal_a_policys_own() -> None:
+    """Before any SD outcome a policy's accept lengths are the prior's: computed once per (acceptance
+    model, candidates, prior) and shared, each the very float a policy derives alone; different priors
+    or candidates never share, and a policy that has seen an SD outcome derives its own."""
+    chain4, tree = SDConfig.chain(4), SDConfig(6, 4, 16)
+    model = paper_qwen32b_tp4()
+
+    def own(policy: CostAware) -> tuple[float, ...]:
+        return tuple(policy.accept_length(c) for c in policy.candidates)
+
+    first = CostAware(QWEN7B_H100, model, candidates=(chain4, tree))
+    again = CostAware(QWEN7B_H100, paper_qwen32b_tp4(), candidates=(chain4, tree))  # an equal model
+    assert first._accept_lengths() == own(first)
+    assert again._accept_lengths() is first._accept_lengths()
+    fewer = CostAware(QWEN7B_H100, model, candidates=(chain4,))
+    assert fewer._accept_lengths() == own(fewer) == first._accept_lengths()[:1]  # a memo entry of its own
+    weaker = CostAware(QWEN7B_H100, ChainAcceptance((0.5,)), candidates=(chain4, tree))
+    assert weaker._accept_lengths() == own(weaker) and weaker._accept_lengths()[0] < first._accept_lengths()[0]
+    bare = [CostAware(QWEN7B_H100, None, candidates=(chain4,), prior=p)._accept_lengths() for p in (0.3, 0.8)]
+    assert bare[0] != bare[1]
+    first.observe(Outcome(config=chain4, batch_size=8, emitted_tokens=8, elapsed_s=0.01, accepted_tokens=0))
+    learnt = first._accept_lengths()
+    assert learnt == own(first) and learnt[0] < again._accept_lengths()[0]  # it saw nothing accepted
+    first.reset(1)
+    assert first._accept_lengths() == own(first) != again._accept_lengths()  # the decayed statistics remain
+
+
+@pytest.mark.parametrize("cost", ["roofline", "table"])
+def test_a_catch_up_that_never_ran_costs_what_switching_on_now_does(cost: str) -> None:
+    """The rent's premium under ``catch_up`` before the drafter ever ran this step is 0 without pricing
+    (both prefill the drafter over the whole contexts): the same as the two switch prices' difference."""
+    from tltcore.cost import TableCostModel
+
+    model = QWEN7B_H100 if cost == "roofline" else TableCostModel.from_file(CPU_TABLE)
+    policy = CostAware(model, paper_qwen32b_tp4(), switch="catch_up")
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        ctx = rng.integers(1, 4000, int(rng.integers(1, 64))).astype(np.int64)
+        full = policy._switch_cost(ctx, 0.0, False) - policy._switch_cost(ctx, 0.0, True)
+        assert policy._switch_premium(ctx) == full == 0.0

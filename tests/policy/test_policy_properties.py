@@ -84,3 +84,17 @@ def test_no_sd_is_a_valid_bandit_arm() -> None:
     decisions = drive("beg-mab:arms=8_4_8,off:thresholds=1,2", 0, steps)
     # bucket [1,2) gets the larger budget (8), bucket [2,inf) the smallest (0 = off)
     assert decisions == [SDConfig(8, 4, 8), NO_SD] * 3
+
+
+def test_a_shapes_hash_is_its_fields_hash_and_survives_a_copy() -> None:
+    """SDConfig caches its hash (shapes key every cost and acceptance table): it must stay the dataclass
+    hash of its fields, equal for equal shapes, through pickling and ``dataclasses.replace``."""
+    import dataclasses
+    import pickle
+
+    for c in (NO_SD, SDConfig.chain(4), SDConfig(8, 4, 32)):
+        assert hash(c) == hash((c.depth, c.topk, c.verify_tokens))
+        copied = pickle.loads(pickle.dumps(c))
+        assert copied == c and hash(copied) == hash(c)
+    wider = dataclasses.replace(SDConfig(8, 4, 32), verify_tokens=16)
+    assert hash(wider) == hash(SDConfig(8, 4, 16)) and {wider: 1}[SDConfig(8, 4, 16)] == 1

@@ -73,6 +73,12 @@ class SDConfig:
         if self.depth > 0 and not (1 <= self.verify_tokens <= max_tree_nodes(self.depth, self.topk)):
             raise InputError(f"SDConfig {self.name}: verify_tokens must be in "
                              f"[1, {max_tree_nodes(self.depth, self.topk)}] for an EAGLE-2 tree")
+        object.__setattr__(self, "_hash", hash((self.depth, self.topk, self.verify_tokens)))
+
+    def __hash__(self) -> int:
+        # The dataclass hash of the same fields, computed once: shapes key every cost, acceptance and
+        # bandit table, and a policy pricing a dozen of them per decision hashed each one every time.
+        return self._hash
 
     @property
     def enabled(self) -> bool:
