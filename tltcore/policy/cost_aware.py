@@ -100,7 +100,6 @@ from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 
-from tltcore.acceptance import ChainAcceptance, TreeAcceptance
 from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
 from tltcore.engine_limits import SWITCH_MODES
 from tltcore.errors import InputError
@@ -199,6 +198,8 @@ class CostAware:
         self._scales: np.ndarray | None = None
         self._accepts: Sequence[float] | None = None  # accept_length per candidate, for these scales
         self._observed = False  # an SD outcome entered the statistics (the scales are no longer the prior's)
+        from tltcore.acceptance import ChainAcceptance, TreeAcceptance  # it imports this package: not at the top
+
         pure = accept_model is None or isinstance(accept_model, (ChainAcceptance, TreeAcceptance))
         self._prior_key = (accept_model, cands, self.prior, self.prior_weight) if pure else None
         self.mean_len: float | None = None  # mean response length of the earlier steps
