@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from rollout_fixtures import LinearCost, Work
 
+from conftest import needs_shared_traces
 from tltcore.acceptance import ChainAcceptance, get_acceptance, paper_qwen32b_tp4
 from tltcore.cost import RooflineCostModel
 from tltcore.cost.protocol import PerConfigSDTimes
@@ -473,6 +474,7 @@ def test_elastic_passes_the_known_lengths_through_to_its_inner_policy() -> None:
     assert seen and all(len(h) == len(seen[0]) for h in seen[:1]) and seen[-1] == (1.0,)
 
 
+@needs_shared_traces()  # it loads a bundled scenario, whose trace lives in ../shared
 def test_the_engines_switch_mode_is_the_default_a_spec_may_override() -> None:
     """The policy prices the switch the engine does: ``make_policy(..., switch=)`` (the simulator passes
     ``engine.switch``) sets cost-aware's default; ``switch=`` in the spec wins."""
