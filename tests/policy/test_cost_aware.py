@@ -701,3 +701,32 @@ def test_a_catch_up_that_never_ran_costs_what_switching_on_now_does(cost: str) -
         ctx = rng.integers(1, 4000, int(rng.integers(1, 64))).astype(np.int64)
         full = policy._switch_cost(ctx, 0.0, False) - policy._switch_cost(ctx, 0.0, True)
         assert policy._switch_premium(ctx) == full == 0.0
+
+
+@pytest.mark.parametrize("phases", [1, 2, 3, 8, 13])
+def test_the_plans_phase_edges_are_numpys_quantiles_bit_for_bit(phases: int) -> None:
+    """The plan's phase edges are computed in Python (np.quantile was half of a plan's time): each edge
+    is the very float ``np.unique(np.concatenate(([0], q[q > 0])))`` of numpy's quantiles gives, over
+    sizes from 1 to 300, ties, zeros, integers and spreads from a few tokens to millions."""
+    from tltcore.policy.cost_aware import phase_edges
+
+    rng = np.random.default_rng(11)
+    levels = np.linspace(0.0, 1.0, phases + 1)[1:]
+    draws = [np.zeros(5), np.full(7, 3.0), np.array([0.0, 0.0, 5.0]), np.array([2.5])]
+    for _ in range(400):
+        n = int(rng.integers(1, 300))
+        kind = rng.integers(0, 4)
+        if kind == 0:
+            x = rng.lognormal(rng.uniform(0, 12), rng.uniform(0.1, 2.5), n)
+        elif kind == 1:
+            x = rng.integers(0, 40, n).astype(float)  # many ties
+        elif kind == 2:
+            x = np.maximum(rng.normal(100, 300, n), 0.0)  # many zeros
+        else:
+            x = rng.uniform(0, 1e6, n) * rng.uniform(0, 1, n) ** 3
+        draws.append(x)
+    for x in draws:
+        q = np.quantile(x, levels)
+        want = np.unique(np.concatenate(([0.0], q[q > 0])))
+        got = phase_edges(x, levels.tolist())
+        assert len(got) == len(want) and all(a == b for a, b in zip(got, want.tolist(), strict=True)), x

@@ -151,14 +151,15 @@ class _Grid:
 @dataclass(frozen=True)
 class _Stack:
     """Grids on the same batch x context axes (two or more of each), stacked: :meth:`_Grid.at_one` of
-    all of them in one numpy pass, each value the very float its own grid's ``at_one`` gives (the
-    same operations in the same order, elementwise). Cost-aware prices a dozen shapes per phase of
-    its plan; one pass instead of a dozen Python lookups is its plan's largest saving on the CPU
-    engine, where the decisions are CPU time on the critical path."""
+    all of them in one pass, each value the very float its own grid's ``at_one`` gives (the same
+    operations in the same order). Cost-aware prices a dozen shapes per phase of its plan; one pass
+    instead of a dozen lookups is its plan's largest saving on the CPU engine, where the decisions are
+    CPU time on the critical path. The pass runs on Python floats, a cell's dozen values side by side:
+    a dozen values are combined faster so than by a dozen numpy calls (~4 us against ~13 us)."""
 
     batches: list[float]
     contexts: list[float]
-    values: np.ndarray  # (grids, batches, contexts)
+    cells: list[list[tuple[float, ...]]]  # [batch][context] -> each grid's value there
 
     @classmethod
     def of(cls, grids: Sequence[_Grid]) -> _Stack | None:
@@ -168,8 +169,9 @@ class _Stack:
                 not (np.array_equal(g.batches, first.batches) and np.array_equal(g.contexts, first.contexts))
                 for g in grids[1:]):
             return None
-        return cls(first._batch_list, first._context_list, np.stack([np.asarray(g.values, dtype=np.float64)
-                                                                     for g in grids]))
+        rows = [g._value_rows for g in grids]
+        cells = [[tuple(r[i][j] for r in rows) for j in range(len(first.contexts))] for i in range(len(first.batches))]
+        return cls(first._batch_list, first._context_list, cells)
 
     def at_one(self, b: float, context: float) -> list[float]:
         bl, cl = self.batches, self.contexts
@@ -177,10 +179,10 @@ class _Stack:
         wb = (b - bl[i]) / (bl[i + 1] - bl[i])
         j = min(max(bisect_right(cl, context) - 1, 0), len(cl) - 2)
         wc = (context - cl[j]) / (cl[j + 1] - cl[j])
-        v = self.values
-        lo = v[:, i, j] * (1 - wb) + v[:, i + 1, j] * wb
-        hi = v[:, i, j + 1] * (1 - wb) + v[:, i + 1, j + 1] * wb
-        return np.maximum(lo * (1 - wc) + hi * wc, 0.0).tolist()
+        ub, uc = 1 - wb, 1 - wc
+        near, far = self.cells[i], self.cells[i + 1]
+        return [max((a * ub + c * wb) * uc + (e * ub + g * wb) * wc, 0.0)
+                for a, c, e, g in zip(near[j], far[j], near[j + 1], far[j + 1], strict=True)]
 
 
 def _grid_from(rows: pd.DataFrame, where: str, path: object) -> _Grid:
