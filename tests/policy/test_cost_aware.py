@@ -14,6 +14,7 @@ from conftest import needs_shared_traces
 from tltcore.acceptance import ChainAcceptance, get_acceptance, paper_qwen32b_tp4
 from tltcore.cost import RooflineCostModel
 from tltcore.cost.protocol import PerConfigSDTimes
+from tltcore.errors import InputError
 from tltcore.hardware import get_gpu
 from tltcore.model_shape import get_model
 from tltcore.policy.base import NO_SD, BatchView, Decision, Outcome, SDConfig
@@ -730,3 +731,119 @@ def test_the_plans_phase_edges_are_numpys_quantiles_bit_for_bit(phases: int) -> 
         want = np.unique(np.concatenate(([0.0], q[q > 0])))
         got = phase_edges(x, levels.tolist())
         assert len(got) == len(want) and all(a == b for a, b in zip(got, want.tolist(), strict=True)), x
+
+
+def _longest_table(composed: bool):
+    """A ``max``-rule table on which SD pays at small batches and loses at large ones, whole SD rows for
+    every default candidate (one stacked lookup) or, ``composed``, draft-step and verify rows instead."""
+    from tltcore.cost.table import TableCostModel, table_frame
+    from tltcore.policy.cost_aware import DEFAULT_CANDIDATES
+
+    rows = []
+    for b in (1, 2, 4, 8, 16, 32, 64):
+        for c in (0, 64, 256, 1024, 4096):
+            plain = 2e-3 + 2e-5 * b + 1e-7 * b * c
+            rows.append({"kind": "decode", "batch_size": b, "context": c, "seconds": plain})
+            rows.append({"kind": "prefill", "batch_size": b, "context": c, "seconds": 1e-3 + 2e-7 * b * c})
+            rows.append({"kind": "drafter_prefill", "batch_size": b, "context": c, "seconds": 2e-4 + 4e-8 * b * c})
+            if composed:
+                rows += [{"kind": "draft_step", "batch_size": b, "context": c, "seconds": 0.1 * plain * k, "topk": k}
+                         for k in sorted({s.topk for s in DEFAULT_CANDIDATES})]
+                rows += [{"kind": "verify", "batch_size": b, "context": c, "seconds": plain + 1.5e-4 * v * b,
+                          "verify_tokens": v} for v in sorted({s.verify_tokens for s in DEFAULT_CANDIDATES})]
+            else:
+                rows += [{"kind": "sd", "batch_size": b, "context": c, "depth": s.depth, "topk": s.topk,
+                          "verify_tokens": s.verify_tokens,
+                          "seconds": plain * (1 + 0.08 * s.depth) + 1.5e-4 * s.verify_tokens * b}
+                         for s in DEFAULT_CANDIDATES]
+        if composed:
+            rows.append({"kind": "sd_overhead", "batch_size": b, "context": 0, "seconds": 1e-4})
+    return TableCostModel.from_frame(table_frame(rows), {"context_rule": "max"})
+
+
+class _PerRequest:
+    """A table without its (batch, longest) readings: cost-aware then prices it from per-request arrays."""
+
+    def __init__(self, table) -> None:
+        self.table = table
+
+    def decode_time(self, ctx: np.ndarray) -> float:
+        return self.table.decode_time(ctx)
+
+    def sd_time(self, ctx: np.ndarray, config: SDConfig) -> float:
+        return self.table.sd_time(ctx, config)
+
+    def sd_times(self, ctx: np.ndarray, configs) -> list[float]:
+        return self.table.sd_times(ctx, configs)
+
+    def prefill_time(self, new: np.ndarray, cached: np.ndarray) -> float:
+        return self.table.prefill_time(new, cached)
+
+    def drafter_prefill_time(self, new: np.ndarray, cached: np.ndarray) -> float:
+        return self.table.drafter_prefill_time(new, cached)
+
+
+@pytest.mark.parametrize("composed", [False, True])
+@pytest.mark.parametrize("switch", ["reprefill", "catch_up", "in_step"])
+def test_a_batch_priced_from_its_size_and_longest_context_decides_as_per_request_arrays(
+        composed: bool, switch: str) -> None:
+    """On a ``max``-rule table cost-aware prices a batch from its size and longest context, on Python
+    ints; with the same table read from per-request numpy arrays (the path every other cost model takes)
+    whole simulated steps run event for event alike -- switching on and off, with predicted and known
+    lengths, a response cap, and a second step whose mean length floors the prediction."""
+    table = _longest_table(composed)
+    assert table.longest_context_times() is table
+    rng = np.random.default_rng(17)
+    mixed = Work(0, np.arange(48), rng.integers(20, 900, 48), rng.lognormal(5.5, 1.3, 48).astype(np.int64) + 1)
+    works = [_capped(40, 600), mixed]
+    switched = 0
+    for lengths, cap in (("predicted", None), ("predicted", 700), ("known", None)):
+        for work in works:
+            runs = []
+            for cost in (table, _PerRequest(table)):
+                policy = CostAware(cost, paper_qwen32b_tp4(), switch=switch, lengths=lengths, response_cap=cap)
+                assert (policy._at is None) == (cost is not table)
+                steps = []
+                for _ in range(2):
+                    res = simulate_step(work, policies=[policy], cost=table, accept=paper_qwen32b_tp4(),
+                                        engine=EngineConfig(switch=switch, max_batch=32), seed=0)
+                    steps.append(res.events)
+                runs.append(steps)
+            for fast, slow in zip(*runs, strict=True):
+                assert fast.equals(slow)
+            decode = runs[0][0].query("kind == 'decode'")
+            switched += (decode["sd_config"] != "off").any() and (decode["sd_config"] == "off").any()
+    assert switched  # some runs turned SD on mid-step: the plan and the switch prices were exercised
+
+
+def test_the_longest_context_prices_are_the_per_request_ones() -> None:
+    """Each price cost-aware takes from a batch's size and longest context -- an iteration, a plan, a
+    switch in every mode and state, the drain predicted -- is the very float per-request arrays give."""
+    table = _longest_table(False)
+    rng = np.random.default_rng(23)
+    for trial in range(300):
+        switch = ("reprefill", "catch_up", "in_step")[trial % 3]
+        kw = {"switch": switch, "response_cap": int(rng.integers(50, 3000)) if trial % 2 else None}
+        fast = CostAware(table, paper_qwen32b_tp4(), **kw)
+        slow = CostAware(_PerRequest(table), paper_qwen32b_tp4(), **kw)
+        progress, off_at = float(rng.integers(0, 400)), float(rng.integers(0, 200))
+        mean_len = None if trial % 3 else float(rng.integers(10, 2000))
+        for p in (fast, slow):
+            p._ran_plain, p._was_on, p._on = bool(trial % 4 > 1), bool(trial % 5 > 2), bool(trial % 7 > 4)
+            p._progress, p._off_at, p.mean_len = progress, min(off_at, progress), mean_len
+        b = int(rng.integers(1, 80))
+        ctx = tuple(int(c) for c in rng.integers(0 if trial % 6 == 0 else 1, 5000, b))
+        view = BatchView(b, ctx, remaining_hint=tuple(float(r) for r in rng.lognormal(5, 1.5, b)))
+        acc = fast._accept_lengths()
+        c_fast, c_slow = fast._contexts(view), slow._contexts(view)
+        assert isinstance(c_fast, tuple) and isinstance(c_slow, np.ndarray)
+        assert fast._times(c_fast) == slow._times(c_slow)
+        for progress, fresh in ((fast._progress, False), (fast._progress + 37.5, False), (0.0, True)):
+            assert fast._switch_cost(c_fast, progress, fresh) == slow._switch_cost(c_slow, progress, fresh)
+        r_fast, r_slow = fast._remaining(view, c_fast), slow._remaining(view, c_slow)
+        assert list(r_fast) == r_slow.tolist()
+        assert fast._plan(c_fast, r_fast, acc) == slow._plan(c_slow, r_slow, acc)
+        assert fast._pays_alone(c_fast, acc) == slow._pays_alone(c_slow, acc)
+        assert fast._full_batch_pays(c_fast, acc) == slow._full_batch_pays(c_slow, acc)
+    with pytest.raises(InputError, match="non-negative"):
+        CostAware(table, paper_qwen32b_tp4()).decide(BatchView(2, (5, -1)))

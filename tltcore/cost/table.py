@@ -362,6 +362,47 @@ class TableCostModel:
         base = grid.at_one(float(b), 0.0)
         return base + float((grid.at(b, ctx) - base).sum()) / b
 
+    # ---- by batch size and longest context (the ``max`` rule) -----------------------------------
+    def longest_context_times(self) -> TableCostModel | None:
+        """This table, whose times read a batch's contexts only through its size and its longest
+        context (the ``max`` rule: the native slab engine pads attention to the longest), so that a
+        policy may price a batch from those two numbers (the ``*_at`` methods) without per-request
+        arrays; None under the ``sum`` rule, which reads every context."""
+        return self if self.context_rule == "max" else None
+
+    def decode_time_at(self, batch: int, longest: int) -> float:
+        """:meth:`decode_time` of ``batch`` requests whose longest context is ``longest`` (``max`` rule)."""
+        return self._grid("decode").at_one(float(batch), float(longest)) if batch > 0 else 0.0
+
+    def sd_times_at(self, batch: int, longest: int, configs: Sequence[SDConfig]) -> list[float]:
+        """:meth:`sd_times` of ``batch`` requests whose longest context is ``longest`` (``max`` rule)."""
+        if batch <= 0:
+            return [0.0 for _ in configs]
+        b, top = float(batch), float(longest)
+        stacked = self._stack(configs)
+        if stacked is not None:
+            values = stacked[0].at_one(b, top)
+            return [values[k] for k in stacked[1]]
+        seen: dict[int, float] = {}  # by grid identity: a grid shared by several shapes is read once
+
+        def lookup(grid: _Grid) -> float:
+            hit = seen.get(id(grid))
+            if hit is None:
+                hit = seen[id(grid)] = grid.at_one(b, top)
+            return hit
+
+        return [self._sd(batch, c, lookup) if c.enabled else lookup(self._grid("decode")) for c in configs]
+
+    def prefill_time_at(self, batch: int, longest: int) -> float:
+        """:meth:`prefill_time` of a pass of ``batch`` requests with new tokens, at most ``longest``
+        of them per request (``max`` rule; requests with none are not in the pass)."""
+        return self._grid("prefill").at_one(float(batch), float(longest)) if batch > 0 else 0.0
+
+    def drafter_prefill_time_at(self, batch: int, longest: int) -> float:
+        """:meth:`drafter_prefill_time` as :meth:`prefill_time_at` reads a pass (``max`` rule)."""
+        return self._grid("drafter_prefill").at_one(float(batch), float(longest)) if batch > 0 else 0.0
+
+    # ---- by per-request contexts ------------------------------------------------------------------
     def decode_time(self, context_lens: np.ndarray) -> float:
         ctx = as_lengths(context_lens, "context_lens")
         return self._lookup(self._grid("decode"), ctx) if ctx.size else 0.0
@@ -387,7 +428,7 @@ class TableCostModel:
         ctx = as_lengths(context_lens, "context_lens")
         if ctx.size == 0:
             return 0.0
-        return self._sd(ctx, config, lambda grid: self._lookup(grid, ctx))
+        return self._sd(ctx.size, config, lambda grid: self._lookup(grid, ctx))
 
     def sd_times(self, context_lens: np.ndarray, configs: Sequence[SDConfig]) -> list[float]:
         """:meth:`sd_time` of every config, each the same float as its own call: the contexts are
@@ -398,26 +439,16 @@ class TableCostModel:
         if ctx.size == 0:
             return [0.0 for _ in configs]
         if self.context_rule == "max":
-            b, top = float(ctx.size), float(ctx.max())  # what _lookup reads of the contexts by this rule
-            stacked = self._stack(configs)
-            if stacked is not None:
-                values = stacked[0].at_one(b, top)
-                return [values[k] for k in stacked[1]]
-
-            def read(grid: _Grid) -> float:
-                return grid.at_one(b, top)
-        else:
-            def read(grid: _Grid) -> float:
-                return self._lookup(grid, ctx)
+            return self.sd_times_at(ctx.size, int(ctx.max()), configs)  # all this rule reads of the contexts
         seen: dict[int, float] = {}  # by grid identity
 
         def lookup(grid: _Grid) -> float:
             hit = seen.get(id(grid))
             if hit is None:
-                hit = seen[id(grid)] = read(grid)
+                hit = seen[id(grid)] = self._lookup(grid, ctx)
             return hit
 
-        return [self._sd(ctx, c, lookup) if c.enabled else lookup(self._grid("decode")) for c in configs]
+        return [self._sd(ctx.size, c, lookup) if c.enabled else lookup(self._grid("decode")) for c in configs]
 
     def _stack(self, configs: Sequence[SDConfig]) -> tuple[_Stack, list[int]] | None:
         """The :class:`_Stack` of the grids ``configs`` read and each config's row in it (cached per
@@ -446,17 +477,17 @@ class TableCostModel:
             found = _Stack.of(grids) if grids else None
         return None if found is None else (found, rows)
 
-    def _sd(self, ctx: np.ndarray, config: SDConfig, lookup: Callable[[_Grid], float]) -> float:
-        """One speculative iteration at the (non-empty) contexts ``ctx``, each grid read through
-        ``lookup``: the table's whole ``sd`` rows for the shape, else its draft steps, its verify
-        forward and the per-iteration overhead. The one formula of :meth:`sd_time` and :meth:`sd_times`."""
+    def _sd(self, batch: int, config: SDConfig, lookup: Callable[[_Grid], float]) -> float:
+        """One speculative iteration of ``batch`` (> 0) requests, each grid read through ``lookup`` (at
+        the batch's contexts): the table's whole ``sd`` rows for the shape, else its draft steps, its
+        verify forward and the per-iteration overhead. The one formula of every SD lookup."""
         whole = self.grids.get(("sd", config.depth, config.topk, config.verify_tokens))
         if whole is not None:
             return lookup(whole)
         total = (config.depth * lookup(self._grid("draft_step", config.topk))
                  + lookup(self._grid("verify", config.verify_tokens)))
         overhead = self.grids.get(("sd_overhead",))
-        return total + (float(overhead.at(ctx.size, 0.0)[()]) if overhead is not None else 0.0)
+        return total + (float(overhead.at(batch, 0.0)[()]) if overhead is not None else 0.0)
 
     def _prefill(self, kind: str, new_tokens: np.ndarray) -> float:
         new = as_lengths(new_tokens, "new_tokens")

@@ -132,13 +132,13 @@ _OFF: dict[int, Decision] = {}
 _OFF_MAX = 4096
 
 
-def phase_edges(remaining: np.ndarray, levels: Sequence[float]) -> list[float]:
+def phase_edges(remaining: np.ndarray | Sequence[float], levels: Sequence[float]) -> list[float]:
     """``np.unique(np.concatenate(([0.0], q[q > 0])))`` for ``q = np.quantile(remaining, levels)`` (numpy's
     default ``linear`` method) as Python floats: every value the very float numpy gives (the same index,
     weight and interpolation operations, in the same order, on IEEE doubles), for finite ``remaining``.
     A plan cuts the predicted drain at these edges at every re-plan; ``np.quantile`` over a few dozen
     requests was half of a plan's time (~120 us), on the CPU engine's critical path."""
-    values = sorted(remaining.tolist())
+    values = sorted(remaining.tolist() if isinstance(remaining, np.ndarray) else remaining)
     n = len(values)
     last = n - 1
     edges = {0.0}
@@ -169,6 +169,27 @@ class CostAwareCost(Protocol):
     def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float: ...
 
     def drafter_prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float: ...
+
+
+class LongestContextTimes(Protocol):
+    """Times that read a batch's contexts only through its size and its longest context (a measured
+    table under the ``max`` rule: the native slab engine pads attention to the longest). A prefill
+    pass holds only the requests with tokens to prefill; ``longest`` is the most any of them has."""
+
+    def decode_time_at(self, batch: int, longest: int) -> float: ...
+
+    def sd_times_at(self, batch: int, longest: int, configs: Sequence[SDConfig]) -> list[float]: ...
+
+    def prefill_time_at(self, batch: int, longest: int) -> float: ...
+
+    def drafter_prefill_time_at(self, batch: int, longest: int) -> float: ...
+
+
+@runtime_checkable
+class LongestContextCost(Protocol):
+    """A cost model that may offer :class:`LongestContextTimes` (None where its times read more)."""
+
+    def longest_context_times(self) -> LongestContextTimes | None: ...
 
 
 @runtime_checkable
@@ -214,6 +235,11 @@ class CostAware:
         self.cost_model, self.accept_model = cost_model, accept_model
         # a protocol check is ~20 us (typing walks the protocol's attributes): made once, not per shape
         self._positional = isinstance(accept_model, ReachAcceptance)
+        # Where the cost reads a batch only through its size and longest context, batches are priced from
+        # those two numbers, the contexts kept as Python ints: on the CPU engine, whose forward passes
+        # leave the caches cold, each numpy call on a few dozen contexts cost ~15-20 us, and an evaluation
+        # that made ~30 of them took ~0.3 ms of a ~3 ms iteration. Else per-request numpy arrays.
+        self._at = cost_model.longest_context_times() if isinstance(cost_model, LongestContextCost) else None
         self.candidates = cands
         self.switch, self.lengths = switch, lengths
         self.recheck, self.phases = int(recheck), int(phases)
@@ -390,20 +416,16 @@ class CostAware:
 
     # ---- evaluation ---------------------------------------------------------------------------
     def _evaluate(self, view: BatchView) -> None:
-        ctx = np.asarray(view.context_lens, dtype=np.int64)
-        if len(ctx) == 0:
-            if view.batch_size <= 0:
-                return
-            ctx = np.zeros(view.batch_size, dtype=np.int64)  # no contexts given: assume empty ones
+        ctx = self._contexts(view)
+        if ctx is None:
+            return
         self._interval = self.recheck
-        cost = self.cost_model
         acc = self._accept_lengths()
-        sd_t = cost.sd_times(ctx, self.candidates)
+        sd_t, plain_t = self._times(ctx)
         rates = [a / t if t > 0 else 0.0 for a, t in zip(acc, sd_t, strict=True)]
         top = max(rates)
         i = rates.index(top)  # the first best, as numpy's argmax
         best = self.candidates[i]
-        plain_t = float(cost.decode_time(ctx))
         plain_rate = 1.0 / plain_t if plain_t > 0 else 0.0
         self._saving = max(0.0, plain_t - 1.0 / top) if top > 0 else 0.0
         self._deficit = max(0.0, sd_t[i] - acc[i] * plain_t)
@@ -444,6 +466,37 @@ class CostAware:
             if self._on and off_now < on_now:  # renting: the plan would be off, the loss is under budget
                 self._rent_until(self._switch_cost(ctx, self._progress, False))
 
+    def _contexts(self, view: BatchView) -> Sequence[int] | None:
+        """The view's contexts as this policy prices them (a tuple of Python ints where the cost reads
+        only the batch size and longest context, else an int64 array); None for an empty batch."""
+        ctx = view.context_lens
+        if len(ctx) == 0:
+            if view.batch_size <= 0:
+                return None
+            ctx = (0,) * view.batch_size  # no contexts given: assume empty ones
+        if self._at is None:
+            return np.asarray(ctx, dtype=np.int64)
+        if min(ctx) < 0:
+            raise InputError("context_lens must be non-negative", field="context_lens")
+        return ctx
+
+    def _times(self, ctx: Sequence[int]) -> tuple[list[float], float]:
+        """(every candidate's SD time, the plain time) of one iteration at the (non-empty) contexts."""
+        at = self._at
+        if at is None:
+            cost = self.cost_model
+            return cost.sd_times(cast(np.ndarray, ctx), self.candidates), float(cost.decode_time(cast(np.ndarray, ctx)))
+        b, top = len(ctx), max(ctx)
+        return at.sd_times_at(b, top, self.candidates), at.decode_time_at(b, top)
+
+    def _above(self, ctx: Sequence[int], remaining: Sequence[float], x: float, grow: int) -> Sequence[int] | None:
+        """The contexts, grown by ``grow`` tokens, of the requests with more than ``x`` tokens to go
+        (None: no such request)."""
+        if self._at is None:
+            live = cast(np.ndarray, remaining) > x
+            return cast(np.ndarray, ctx)[live] + grow if live.any() else None
+        return [c + grow for c, r in zip(ctx, remaining, strict=True) if r > x] or None
+
     def _rent_until(self, budget: float) -> None:
         """Re-evaluate when the loss would reach ``budget`` at the current deficit per iteration (never
         later than ``recheck``): the rent is checked where it runs out, not a window later."""
@@ -451,7 +504,7 @@ class CostAware:
             left = max(budget - self._loss, 0.0)
             self._interval = int(min(self.recheck, max(1, np.ceil(left / self._deficit))))
 
-    def _earned(self, known: bool, ctx: np.ndarray) -> bool:
+    def _earned(self, known: bool, ctx: Sequence[int]) -> bool:
         """Ski rental: without known lengths, a switch after plain iterations waits until SD would
         have saved its cost over them. A step's first decision (a drafter prefill of the prompts) and
         known lengths need no such proof."""
@@ -459,14 +512,14 @@ class CostAware:
             return True
         return self._regret >= self._switch_cost(ctx, self._progress, False)
 
-    def _pays_alone(self, ctx: np.ndarray, acc: Sequence[float]) -> bool:
+    def _pays_alone(self, ctx: Sequence[int], acc: Sequence[float]) -> bool:
         """Whether some shape beats plain decoding for one request at the median context: the
         rollout's tail will want SD."""
-        one = np.array([int(np.median(ctx))], dtype=np.int64)
-        plain = float(self.cost_model.decode_time(one))
-        return any(t < a * plain for t, a in zip(self.cost_model.sd_times(one, self.candidates), acc, strict=True))
+        median = int(np.median(ctx))
+        sd_t, plain = self._times(np.array([median], dtype=np.int64) if self._at is None else (median,))
+        return any(t < a * plain for t, a in zip(sd_t, acc, strict=True))
 
-    def _full_batch_pays(self, ctx: np.ndarray, acc: Sequence[float]) -> bool:
+    def _full_batch_pays(self, ctx: Sequence[int], acc: Sequence[float]) -> bool:
         """Whether starting on now is the best plan were every live request to run to the response cap
         (the batch kept whole, its contexts growing to the cap, cut in ``phases`` equal spans): what a
         rent insures against. A rent saves a later switch's re-prefill of the live contexts, which is
@@ -478,27 +531,41 @@ class CostAware:
         top = float(self.response_cap) - self._progress
         if top <= 0:
             return False
-        whole = np.full(len(ctx), top)
+        whole = np.full(len(ctx), top) if self._at is None else [top] * len(ctx)
         off_now, on_now = self._plan(ctx, whole, acc, np.linspace(0.0, top, self.phases + 1))
         return on_now < off_now
 
-    def _remaining(self, view: BatchView, ctx: np.ndarray) -> np.ndarray:
+    def _remaining(self, view: BatchView, ctx: Sequence[int]) -> Sequence[float]:
         """Tokens each live request is expected still to emit: the engine's hint, or the doubling
         predictor floored by the earlier steps' mean length and capped by what the response cap leaves
         (module docstring). Under an elastic wrapper the progress counts from the inner policy's first
         decision, so the cap's bound is looser there, never tighter."""
-        if self.lengths == "known" and len(view.remaining_hint) == len(ctx):
-            return np.maximum(np.asarray(view.remaining_hint, dtype=float), 0.0)
-        predicted = ctx.astype(float)
-        if self.mean_len is not None:
-            predicted = np.maximum(predicted, self.mean_len - self._progress)
-        if self.response_cap is not None and not self._joined:
-            # every live request started at the first decision, so it has emitted the step's progress and
-            # may emit at most the rest of the cap
-            predicted = np.minimum(predicted, max(self.response_cap - self._progress, 0.0))
-        return predicted
+        known = self.lengths == "known" and len(view.remaining_hint) == len(ctx)
+        floor = None if self.mean_len is None else self.mean_len - self._progress
+        # every live request started at the first decision, so it has emitted the step's progress and may
+        # emit at most the rest of the cap
+        cap = None if self.response_cap is None or self._joined else max(self.response_cap - self._progress, 0.0)
+        if self._at is None:
+            if known:
+                return np.maximum(np.asarray(view.remaining_hint, dtype=float), 0.0)
+            predicted = cast(np.ndarray, ctx).astype(float)
+            if floor is not None:
+                predicted = np.maximum(predicted, floor)
+            if cap is not None:
+                predicted = np.minimum(predicted, cap)
+            return predicted
+        # the same, elementwise on Python floats (np.maximum/np.minimum keep the first of equal values, as
+        # max/min do)
+        if known:
+            return [max(float(h), 0.0) for h in view.remaining_hint]
+        listed = [float(c) for c in ctx]
+        if floor is not None:
+            listed = [max(p, floor) for p in listed]
+        if cap is not None:
+            listed = [min(p, cap) for p in listed]
+        return listed
 
-    def _switch_premium(self, ctx: np.ndarray) -> float:
+    def _switch_premium(self, ctx: Sequence[int]) -> float:
         """What a switch after plain iterations would cost over switching on now, before any plain
         iteration, at these contexts: what renting a losing SD insures against. A re-prefill's premium
         is the target's prefill of the contexts; a catch-up's is none (the drafter prefills the same
@@ -507,11 +574,14 @@ class CostAware:
             return 0.0  # both prefill the drafter over the whole contexts (none cached): the same two prices
         return self._switch_cost(ctx, self._progress, False) - self._switch_cost(ctx, self._progress, True)
 
-    def _switch_cost(self, ctx: np.ndarray, progress: float, fresh: bool) -> float:
+    def _switch_cost(self, ctx: Sequence[int], progress: float, fresh: bool) -> float:
         """What turning SD on costs at these contexts, by the engine's switch mode; ``fresh``: no
         plain iteration will have run this step by then."""
         if len(ctx) == 0:
             return 0.0
+        if self._at is not None:
+            return self._switch_cost_at(self._at, ctx, progress, fresh)
+        ctx = cast(np.ndarray, ctx)
         cost = self.cost_model
         zero = np.zeros(len(ctx), dtype=np.int64)
         if fresh:  # the step's first decision: the engine's catch-up prefills the drafter
@@ -523,37 +593,55 @@ class CostAware:
             return float(cost.drafter_prefill_time(missed, ctx - missed))
         return 0.0  # in_step: the drafter never lags
 
-    def _plan(self, ctx: np.ndarray, remaining: np.ndarray, acc: Sequence[float],
+    def _switch_cost_at(self, at: LongestContextTimes, ctx: Sequence[int], progress: float, fresh: bool) -> float:
+        """:meth:`_switch_cost` from each pass's size and longest context: the same passes, a pass
+        holding the requests with tokens to prefill (as a table reads per-request prefills)."""
+        if fresh or self.switch == "reprefill" or (self.switch == "catch_up" and not self._was_on):
+            todo = [c for c in ctx if c > 0]
+        elif self.switch == "catch_up":
+            lag = math.ceil(progress - self._off_at)  # tokens emitted since the drafter last ran
+            todo = [m for m in (min(c, lag) for c in ctx) if m > 0]
+        else:
+            return 0.0  # in_step: the drafter never lags
+        if not todo:
+            return 0.0
+        b, top = len(todo), max(todo)
+        if not fresh and self.switch == "reprefill":
+            return at.prefill_time_at(b, top) + at.drafter_prefill_time_at(b, top)
+        return at.drafter_prefill_time_at(b, top)
+
+    def _plan(self, ctx: Sequence[int], remaining: Sequence[float], acc: Sequence[float],
               edges: Sequence[float] | None = None) -> tuple[float, float]:
         """(best predicted time to drain the batch if the policy is off now, best if it is on now,
         the switch included when it is off): a two-state dynamic program over the predicted drain's
         phases (see module docstring), cut at ``edges`` (tokens from now; by default at the
         quantiles of ``remaining``)."""
-        cost = self.cost_model
-        top = float(remaining.max()) if len(remaining) else 0.0
+        if len(remaining) == 0:
+            return 0.0, 0.0
+        top = float(cast(np.ndarray, remaining).max()) if self._at is None else max(remaining)
         if top <= 0:
             return 0.0, 0.0
         if edges is None:
             edges = phase_edges(remaining, self._levels)
         n = len(edges) - 1
-        plain, sd, switch = np.zeros(n), np.zeros(n), np.zeros(n)
+        plain, sd, switch = [0.0] * n, [0.0] * n, [0.0] * n
 
         def price(k: int, switch_cost: bool = True, times: bool = True) -> None:  # phase k, where any is live
             lo, hi = float(edges[k]), float(edges[k + 1])
             mid = 0.5 * (lo + hi)
-            live = remaining > mid
-            if not live.any():
+            at_mid = self._above(ctx, remaining, mid, int(mid))  # the live set, its contexts at mid-phase
+            if at_mid is None:
                 return
             if switch_cost and k == 0:
                 switch[k] = self._switch_cost(ctx, self._progress, not self._ran_plain)
             elif switch_cost:
-                start = remaining > lo
-                switch[k] = self._switch_cost(ctx[start] + int(lo), self._progress + lo, False)
+                start = cast(Sequence[int], self._above(ctx, remaining, lo, int(lo)))  # a superset of the live set
+                switch[k] = self._switch_cost(start, self._progress + lo, False)
             if times:
-                at_mid = ctx[live] + int(mid)
                 length = hi - lo
-                plain[k] = length * float(cost.decode_time(at_mid))
-                sd[k] = length * min(t / a for t, a in zip(cost.sd_times(at_mid, self.candidates), acc, strict=True))
+                sd_t, plain_t = self._times(at_mid)
+                plain[k] = length * plain_t
+                sd[k] = length * min(t / a for t, a in zip(sd_t, acc, strict=True))
 
         price(0)
         if n > 1:
