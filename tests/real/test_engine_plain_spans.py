@@ -1,7 +1,7 @@
-"""The native engine runs a plain decision for its hold while the running batch stays the same, and
+"""The native engine runs a plain decision for its hold while the running batch keeps its size, and
 reports the span in one Outcome (the policy contract's spans, as the simulator runs them); it asks
-again when the hold is used up or a request joins or leaves. SD decisions are asked for every
-iteration."""
+again when the hold is used up or the size changes -- not when a finished request's slot is taken by
+a waiting one (churn). SD decisions are asked for every iteration."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def test_a_plain_hold_runs_unasked_until_used_up_or_the_batch_changes(target) ->
     assert all(1 <= o.iterations <= 3 for o in policy.outcomes)
     assert [o.batch_size for o in policy.outcomes] == [v.batch_size for v in policy.views]
     assert sum(o.emitted_tokens for o in policy.outcomes) == decode["tokens"].sum()
-    # each span runs at one batch (a request leaving or joining ends it) and at most its hold
+    # each span runs at one batch size (a change of size ends it) and at most its hold
     sizes = decode["batch_size"].tolist()
     start = 0
     for o in policy.outcomes:
@@ -79,6 +79,22 @@ def test_a_plain_hold_runs_unasked_until_used_up_or_the_batch_changes(target) ->
     assert starts[0] == 0 and all(0 < b - a <= 3 for a, b in pairwise(starts))
     short = sum(b - a < 3 for a, b in pairwise(starts))
     assert short <= 4  # only where the batch changed: 3 requests finished, 1 joined later
+
+
+def test_a_plain_hold_stands_through_churn_and_ends_when_the_size_changes(target) -> None:
+    """Two slots, three requests: the first finishes and the third takes its slot (churn: the size stays
+    2), so the first span runs on through it; the second request finishing leaves one running, and only
+    then is the policy asked again. Outputs are those of asking every iteration."""
+    policy, every = Recorder(hold=100), Recorder(hold=1)
+    result, reference = _run(target, policy), _run(target, every)
+    assert result.outputs == reference.outputs
+    assert [v.batch_size for v in policy.views] == [2, 1]
+    first, second = policy.outcomes
+    # the first request ran 4 decode iterations (its prefill emitted its first token): the span went on
+    assert first.batch_size == 2 and first.iterations == 8 and second.iterations == 9
+    assert first.emitted_tokens == 2 * first.iterations
+    churned = [v for v in every.views if v.batch_size == 2]
+    assert len(churned) == 8  # asked every iteration, the same size throughout the churn
 
 
 def test_hold_one_and_sd_decisions_are_asked_every_iteration_and_outputs_do_not_change(target) -> None:

@@ -8,8 +8,11 @@ Life cycle. One policy object lives for a whole run on one rollout worker. At th
 step the engine calls ``reset(step)`` (per-rollout state such as the elastic switch re-arms; learned
 state such as BEG-MAB's reward windows persists, as in TLT). Before a decode iteration the engine
 builds a :class:`BatchView` and asks ``decide(view)`` for a :class:`Decision`; it runs the decision
-for ``n`` iterations (``1 <= n <= decision.hold``, fewer when a request finishes or is admitted) and
-reports what happened in one :class:`Outcome` with ``iterations == n`` through ``observe``. A policy's
+for ``n`` iterations (``1 <= n <= decision.hold``, fewer when the batch size changes, and an engine
+may always ask sooner) and reports what happened in one :class:`Outcome` with ``iterations == n``
+through ``observe``. Churn -- a request finishing while a waiting one is admitted in its place --
+keeps the size, so a decision must stand through it: a policy whose answer depends on which requests
+run (rather than on how many) holds for one iteration (``hold=1``). A policy's
 state after that ``observe`` must be what ``n`` single-iteration rounds would have left -- every part
 of it a later decision can read. One documented exception, of state no decision reads: a BEG-MAB
 bucket with a single arm holds its arm and keeps one reward per span in that arm's window
@@ -113,8 +116,8 @@ NO_SD = SDConfig()
 
 
 
-#: ``Decision.hold`` of a policy whose answer cannot change while the running batch stays the same:
-#: the engine may run it until the next request finishes or is admitted.
+#: ``Decision.hold`` of a policy whose answer cannot change while the running batch keeps its size: the
+#: engine may run it until a request finishes or is admitted with none taking its place.
 HOLD_UNTIL_EVENT = sys.maxsize
 
 
@@ -123,9 +126,10 @@ class Decision:
     """What a policy wants for the next decode iterations.
 
     ``config``: the draft-tree shape (``NO_SD`` for a plain iteration). ``hold``: for how many
-    iterations the answer stands if the running batch does not change (``HOLD_UNTIL_EVENT`` when
-    only a finish or an admission can change it); engines may run up to that many iterations
-    without asking again, which lets the simulator advance non-learning policies in spans.
+    iterations the answer stands while the running batch keeps its size, through churn (module
+    docstring; ``HOLD_UNTIL_EVENT`` when only a change of size can change it); engines may run up to
+    that many iterations without asking again, which lets the simulator advance non-learning
+    policies in spans.
     ``switch_on``: speculation is being switched on for the live requests (TLT's elastic switch):
     the engine must bring every live request's drafter state up to date first, by its configured
     switch mode (``switch_reprefill`` of target and drafter, or a drafter ``catch_up``).

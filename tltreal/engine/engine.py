@@ -6,11 +6,14 @@ each request's first token); then each decode iteration asks the policy for a :c
 the current running batch, runs it, reports an :class:`Outcome` (per-request accepted counts
 included) and logs one ``decode`` event through the event log shared with the simulator
 (:class:`tltcore.events.EventLog`). Finished requests leave and free their slot. A plain decision
-is run for its ``hold`` while the running requests stay the same, without asking again, and the
-span is reported in one Outcome (the policy contract's spans, as the simulator runs them): asking
-and reporting every iteration of a long plain phase was a policy's whole cost on this engine's
-CPU iterations of a few ms. SD decisions are asked for and reported every iteration. The policy's
-``recent_accept`` view is the shared :class:`~tltcore.policy.recent_accept.RecentAccept`.
+is run for its ``hold`` while the running batch keeps its size, without asking again, and the span is
+reported in one Outcome (the policy contract's spans, as the simulator runs them): asking and
+reporting every iteration of a long plain phase was a policy's whole cost on this engine's CPU
+iterations of a few ms. A request finishing while a waiting one takes its slot leaves the size, and
+the plain decision, standing (the contract's churn): on a full batch that is most finishes, and
+asking at each was 60% of a step's policy calls. SD decisions are asked for and reported
+every iteration. The policy's ``recent_accept`` view is the shared
+:class:`~tltcore.policy.recent_accept.RecentAccept`.
 
 A plain iteration feeds every request's last token. An SD iteration (:mod:`tltreal.engine.sd_step`,
 hop by hop) catches the drafter up, expands the draft tree (``depth``, ``topk``, ``verify_tokens``),
@@ -68,11 +71,10 @@ from tltreal.spec_decode.proposers.base import DraftModel, TokenProposer
 
 @dataclass
 class _PlainSpan:
-    """A plain decision the engine runs for its hold over an unchanged batch (``batch_version``),
+    """A plain decision the engine runs for its hold while the batch keeps its size (``batch_size``),
     and what the span's iterations did so far: reported in one :class:`Outcome` when it ends."""
 
     decision: Decision
-    batch_version: int
     batch_size: int
     left: int
     iterations: int = 0
@@ -117,7 +119,6 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
         self.recent = RecentAccept()
         self._next_rid = 0
         self._iteration = 0
-        self._batch_version = 0  # changes whenever a request joins or leaves the running batch
         self._span: _PlainSpan | None = None  # the plain decision being held, not yet reported
         self._t0 = 0.0
         self._model_t = 0.0
@@ -225,7 +226,6 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
             self.slots.give(r.slot)
             self.done[r.rid] = r
         self.running = [r for r in self.running if not r.finished]
-        self._batch_version += 1
 
     def _tensor(self, values: Sequence[int] | Sequence[Sequence[int]]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.hidden.device)
@@ -298,7 +298,6 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
         if self.cfg.record_logprobs:
             self._record_logprobs(reqs, last_logits[:, None], probs[:, None], self._tensor(first)[:, None], counts)
         self.running.extend(reqs)
-        self._batch_version += 1
         self.log.span(self.cfg.worker, "prefill", t_start, self._now(), batch=len(reqs), tokens=len(reqs),
                       prefill_tokens=int(lens.sum()))
         self._retire()
@@ -315,8 +314,8 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
     def _decode_iteration(self) -> None:
         reqs = list(self.running)
         span = self._span
-        if span is not None and span.left > 0 and span.batch_version == self._batch_version:
-            decision = span.decision  # a plain decision still held: the same batch, hold not used up
+        if span is not None and span.left > 0 and span.batch_size == len(reqs):
+            decision = span.decision  # a plain decision still held: the same batch size, hold not used up
         else:
             self._report_span()
             ctx = tuple(len(r.tokens) for r in reqs)
@@ -326,7 +325,7 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
             decision = self.policy.decide(view)
             span = None
             if not decision.config.enabled and decision.hold > 1:
-                span = self._span = _PlainSpan(decision, self._batch_version, len(reqs), decision.hold)
+                span = self._span = _PlainSpan(decision, len(reqs), decision.hold)
         config = decision.config
         if config.enabled:
             self._check_shape(config)
