@@ -2,8 +2,12 @@
 
 The validation scenario's steps are replayed as ``tlt validate`` replays them (traced lengths scaled and
 forced, a pinned drafter, outputs checked equal to the plain run's) under no SD, elastic+BEG-MAB and
-cost-aware, **interleaved**: every repeat runs each policy once per step, in an order rotated from repeat
-to repeat, timed on the engine thread's CPU clock. ``tlt validate`` runs cost-aware in a phase of its own
+cost-aware, **interleaved**: every repeat runs each policy once per step, timed on the engine thread's CPU
+clock, in the order of a Williams design (:func:`~tltreal.validation.replay.balanced_order`): over every ten
+repeats each policy runs in each position twice and right after each other policy twice. A rotated order
+(before) kept every policy behind the same one, so what ran just before was part of the comparison: two
+plain runs back to back read the second 0.5% faster in a 200-repeat run, and cost-aware always ran right
+after elastic+BEG-MAB's speculative run. ``tlt validate`` runs cost-aware in a phase of its own
 after each round's profile (it needs that table), so its comparison with no SD also compares two moments of
 a shared machine; here the policies share the machine's conditions, and each repeat gives one paired ratio.
 
@@ -110,6 +114,7 @@ def main(
     from tltcore.policy.registry import make_policy
     from tltreal.model.weights import random_model
     from tltreal.validation.replay import (
+        balanced_order,
         reference_run,
         replay_drafter,
         replay_requests,
@@ -141,7 +146,7 @@ def main(
         reference_run(target, req, max_batch=max_batch)  # warm-up: the first run is slower, untimed
         truth = reference_run(target, with_extra_tokens(req, PINNED_DEPTH), max_batch=max_batch)
         for r in range(repeats):
-            for name in POLICIES[r % len(POLICIES):] + POLICIES[:r % len(POLICIES)]:
+            for name in balanced_order(POLICIES, r):
                 t0 = time.perf_counter()
                 if name in (NO_SD, NO_SD_AGAIN):
                     res, decided = reference_run(target, req, max_batch=max_batch, clock="thread"), float("nan")
@@ -184,8 +189,10 @@ def main(
             f"Reproduce: `OMP_NUM_THREADS=1 {command}`\n\n{provenance_line()}; torch {torch.__version__}, "
             f"1 torch thread. Load average (1/5/15 min) at start {_load(loads[0])}, at end {_load(loads[1])}.\n\n"
             f"Scenario `{scenario}` (lengths x{length_scale}, max batch {max_batch}), {repeats} repeats per (step, "
-            f"policy), policies interleaved in an order rotated per repeat; seconds are the engine thread's CPU time "
-            f"of the whole step (median, min-max); `vs no-SD, paired` is each repeat's ratio to the no-SD run of "
+            f"policy), policies interleaved in a carry-over-balanced order (a Williams design: over every ten "
+            f"repeats each policy runs in each position twice and right after each other policy twice); seconds are "
+            f"the engine thread's CPU time of the whole step (median, min-max); `vs no-SD, paired` is each repeat's "
+            f"ratio to the no-SD run of "
             f"the same repeat (median, min to max), with a percentile-bootstrap 95% interval of that median (10,000 "
             f"resamples, seed 0) and the repeats in which the policy was slower than no SD. cost-aware priced by "
             f"`{table}`.\n\n{table_md}\n\n"

@@ -19,7 +19,13 @@ torch = pytest.importorskip("torch")
 from tltcore.acceptance import paper_qwen32b_tp4  # noqa: E402
 from tltcore.cost import TableCostModel, table_frame  # noqa: E402
 from tltreal.model.weights import random_model  # noqa: E402
-from tltreal.validation.replay import reference_run, replay_requests, rotated, with_extra_tokens  # noqa: E402
+from tltreal.validation.replay import (  # noqa: E402
+    balanced_order,
+    reference_run,
+    replay_requests,
+    rotated,
+    with_extra_tokens,
+)
 from tltreal.validation.validate import (  # noqa: E402
     PINNED_DEPTH,
     MeasuredAcceptance,
@@ -44,6 +50,28 @@ def test_rotation_puts_every_policy_in_every_position_once_over_as_many_rounds()
     for i in range(len(specs)):
         assert sorted(o[i] for o in orders) == sorted(specs)  # each position sees every policy
     assert rotated(specs, len(specs)) == specs
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7])
+def test_a_williams_order_balances_positions_and_predecessors(n: int) -> None:
+    """Over one period (n repeats, 2n for odd n) every item runs in each position equally often and right
+    after each other item equally often; a rotation does the first only (each item keeps its predecessor)."""
+    from collections import Counter
+    from itertools import pairwise
+
+    items = [f"p{i}" for i in range(n)]
+    period = n if n % 2 == 0 else 2 * n
+    orders = [balanced_order(items, r) for r in range(period)]
+    assert all(sorted(o) == items for o in orders)
+    assert balanced_order(items, period) == orders[0]
+    for i in range(n):
+        assert Counter(o[i] for o in orders) == dict.fromkeys(items, period // n)
+    follows = Counter(pair for o in orders for pair in pairwise(o))
+    assert all(follows[(a, b)] == period // n for a in items for b in items if a != b)
+    if n >= 3:
+        rotations = Counter(pair for r in range(n) for pair in pairwise(rotated(items, r)))
+        assert len(rotations) == n  # each item always behind the same one
+    assert balanced_order([], 3) == []
 
 
 def _makespans() -> pd.DataFrame:
