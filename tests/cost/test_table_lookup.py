@@ -25,13 +25,14 @@ def test_scalar_lookup_is_the_vectorised_one_bit_for_bit(nb: int, nc: int) -> No
 
 def _table(rule: str, rng: np.random.Generator):
     """A table with every kind a shape can be priced from: whole ``sd`` rows for two shapes, draft-step
-    and verify rows (and a per-iteration SD overhead) for the rest."""
+    and verify rows (and a per-iteration SD overhead) for the rest; and both prefills."""
     from tltcore.cost.table import TableCostModel, table_frame
 
     rows = []
     for b in (1, 4, 16, 64):
         for c in (0, 512, 4096):
-            kinds = [("decode", {}), ("sd", {"depth": 8, "topk": 4, "verify_tokens": 48}),
+            kinds = [("decode", {}), ("prefill", {}), ("drafter_prefill", {}),
+                     ("sd", {"depth": 8, "topk": 4, "verify_tokens": 48}),
                      ("sd", {"depth": 3, "topk": 1, "verify_tokens": 3}),
                      *(("draft_step", {"topk": k}) for k in (1, 4)),
                      *(("verify", {"verify_tokens": v}) for v in range(1, 33))]
@@ -74,3 +75,28 @@ def test_shapes_with_whole_rows_are_priced_in_one_stacked_pass_bit_for_bit() -> 
             ctx[0] = top
             assert table.sd_times(ctx, whole) == [table.sd_time(ctx, c) for c in whole]
             assert table.sd_times(ctx, list(whole)) == [table.sd_time(ctx, c) for c in whole]
+
+
+def test_a_max_rule_table_reads_a_batch_by_its_size_and_longest_context_bit_for_bit() -> None:
+    """Under the ``max`` rule every time is a function of the batch size and the longest context, and the
+    ``*_at`` readings are those times to the bit: plain and SD iterations (whole rows, composed shapes),
+    prefills (requests with nothing to prefill are not in the pass), an empty batch. Under ``sum`` a
+    table offers no such readings."""
+    from tltcore.policy.base import NO_SD, SDConfig
+
+    rng = np.random.default_rng(5)
+    table = _table("max", rng)
+    assert table.longest_context_times() is table and _table("sum", rng).longest_context_times() is None
+    shapes = [SDConfig(8, 4, 48), SDConfig(3, 1, 3), SDConfig.chain(5), SDConfig(6, 4, 16), NO_SD]
+    for b in (1, 2, 5, 16, 40, 64, 100):
+        for top in (0, 1, 300, 4096, 9000):
+            ctx = np.minimum(rng.integers(0, top + 1, b), top)
+            ctx[0] = top
+            assert table.decode_time(ctx) == table.decode_time_at(b, top)
+            assert table.sd_times(ctx, shapes) == table.sd_times_at(b, top, shapes)
+            new = ctx[ctx > 0]
+            zero = np.zeros(b, dtype=np.int64)
+            assert table.prefill_time(ctx, zero) == table.prefill_time_at(new.size, int(new.max()) if new.size else 0)
+            assert table.drafter_prefill_time(ctx, ctx) == table.drafter_prefill_time_at(
+                new.size, int(new.max()) if new.size else 0)
+    assert table.decode_time_at(0, 5) == 0.0 and table.sd_times_at(0, 5, shapes) == [0.0] * len(shapes)

@@ -154,8 +154,8 @@ class _Stack:
     all of them in one pass, each value the very float its own grid's ``at_one`` gives (the same
     operations in the same order). Cost-aware prices a dozen shapes per phase of its plan; one pass
     instead of a dozen lookups is its plan's largest saving on the CPU engine, where the decisions are
-    CPU time on the critical path. The pass runs on Python floats, a cell's dozen values side by side:
-    a dozen values are combined faster so than by a dozen numpy calls (~4 us against ~13 us)."""
+    CPU time on the critical path. The pass runs on Python floats, a cell's values side by side:
+    combining a dozen of them so is faster than a dozen numpy calls (~4 us against ~13 us)."""
 
     batches: list[float]
     contexts: list[float]
