@@ -383,15 +383,7 @@ class TableCostModel:
         if stacked is not None:
             values = stacked[0].at_one(b, top)
             return [values[k] for k in stacked[1]]
-        seen: dict[int, float] = {}  # by grid identity: a grid shared by several shapes is read once
-
-        def lookup(grid: _Grid) -> float:
-            hit = seen.get(id(grid))
-            if hit is None:
-                hit = seen[id(grid)] = grid.at_one(b, top)
-            return hit
-
-        return [self._sd(batch, c, lookup) if c.enabled else lookup(self._grid("decode")) for c in configs]
+        return self._sd_each(batch, configs, lambda grid: grid.at_one(b, top))
 
     def prefill_time_at(self, batch: int, longest: int) -> float:
         """:meth:`prefill_time` of a pass of ``batch`` requests with new tokens, at most ``longest``
@@ -440,15 +432,20 @@ class TableCostModel:
             return [0.0 for _ in configs]
         if self.context_rule == "max":
             return self.sd_times_at(ctx.size, int(ctx.max()), configs)  # all this rule reads of the contexts
+        return self._sd_each(ctx.size, configs, lambda grid: self._lookup(grid, ctx))
+
+    def _sd_each(self, batch: int, configs: Sequence[SDConfig], read: Callable[[_Grid], float]) -> list[float]:
+        """:meth:`_sd` of every config (plain decoding for a disabled one), each grid read through ``read``
+        once however many shapes share it (a draft step, a verify width, the decode grid)."""
         seen: dict[int, float] = {}  # by grid identity
 
         def lookup(grid: _Grid) -> float:
             hit = seen.get(id(grid))
             if hit is None:
-                hit = seen[id(grid)] = self._lookup(grid, ctx)
+                hit = seen[id(grid)] = read(grid)
             return hit
 
-        return [self._sd(ctx.size, c, lookup) if c.enabled else lookup(self._grid("decode")) for c in configs]
+        return [self._sd(batch, c, lookup) if c.enabled else lookup(self._grid("decode")) for c in configs]
 
     def _stack(self, configs: Sequence[SDConfig]) -> tuple[_Stack, list[int]] | None:
         """The :class:`_Stack` of the grids ``configs`` read and each config's row in it (cached per

@@ -489,13 +489,11 @@ class CostAware:
         b, top = len(ctx), max(ctx)
         return at.sd_times_at(b, top, self.candidates), at.decode_time_at(b, top)
 
-    def _above(self, ctx: Sequence[int], remaining: Sequence[float], x: float, grow: int) -> Sequence[int] | None:
-        """The contexts, grown by ``grow`` tokens, of the requests with more than ``x`` tokens to go
-        (None: no such request)."""
+    def _above(self, ctx: Sequence[int], remaining: Sequence[float], x: float, grow: int) -> Sequence[int]:
+        """The contexts, grown by ``grow`` tokens, of the requests with more than ``x`` tokens to go."""
         if self._at is None:
-            live = cast(np.ndarray, remaining) > x
-            return cast(np.ndarray, ctx)[live] + grow if live.any() else None
-        return [c + grow for c, r in zip(ctx, remaining, strict=True) if r > x] or None
+            return cast(np.ndarray, ctx)[cast(np.ndarray, remaining) > x] + grow
+        return [c + grow for c, r in zip(ctx, remaining, strict=True) if r > x]
 
     def _rent_until(self, budget: float) -> None:
         """Re-evaluate when the loss would reach ``budget`` at the current deficit per iteration (never
@@ -629,17 +627,16 @@ class CostAware:
         def price(k: int, switch_cost: bool = True, times: bool = True) -> None:  # phase k, where any is live
             lo, hi = float(edges[k]), float(edges[k + 1])
             mid = 0.5 * (lo + hi)
-            at_mid = self._above(ctx, remaining, mid, int(mid))  # the live set, its contexts at mid-phase
-            if at_mid is None:
+            if top <= mid:  # no request outlives the phase's middle
                 return
             if switch_cost and k == 0:
                 switch[k] = self._switch_cost(ctx, self._progress, not self._ran_plain)
             elif switch_cost:
-                start = cast(Sequence[int], self._above(ctx, remaining, lo, int(lo)))  # a superset of the live set
+                start = self._above(ctx, remaining, lo, int(lo))  # a superset of the live set
                 switch[k] = self._switch_cost(start, self._progress + lo, False)
             if times:
                 length = hi - lo
-                sd_t, plain_t = self._times(at_mid)
+                sd_t, plain_t = self._times(self._above(ctx, remaining, mid, int(mid)))  # the live set at mid-phase
                 plain[k] = length * plain_t
                 sd[k] = length * min(t / a for t, a in zip(sd_t, acc, strict=True))
 
