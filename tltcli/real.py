@@ -550,6 +550,15 @@ def profile(
     need_torch()
     import torch
 
+    cfg = target_config(config)
+    prefill_lengths = tuple(sorted({1, 8, 64, max(contexts)}))
+    if vllm:  # before vLLM is imported: a model too short for the profile is refused in one line
+        from tltreal.backends.vllm_backend import model_len, profile_length
+
+        chains = sorted({c.depth for c in shapes})
+        max_model_len = model_len(cfg, profile_length(contexts, chains, prefill_lengths),
+                                  max(2048, 2 * max(contexts)), config=config,
+                                  hint=f" at --context {max(contexts)}; give a shorter --context")
     device = torch_device(device, backend)
     clock_name = check_clock(clock, device)
 
@@ -560,16 +569,16 @@ def profile(
     from tltreal.validation.profiler import ProfileGrid, grid_points, profile_metadata, profile_native
     from tltreal.validation.validate import PINNED_DEPTH, PINNED_TOPK, shape_of
 
-    cfg = target_config(config)
     if vllm:
-        _profile_vllm(cfg, shapes, batches, contexts, repeats, drafter, out, clock_name)
+        _profile_vllm(cfg, chains, batches, contexts, prefill_lengths, repeats, drafter, out, clock_name,
+                      max_model_len)
         return
     accept = get_acceptance(acceptance)
     with PhaseProgress(phase_console(), planned=3) as bar:
         bar.phase("building the model")
         target = random_model(cfg, seed=0, dtype=torch.float32).to(device)
         grid = ProfileGrid(batch_sizes=batches, contexts=contexts, sd_configs=shapes, repeats=repeats,
-                           prefill_lengths=tuple(sorted({1, 8, 64, max(contexts)})), clock=clock_name)
+                           prefill_lengths=prefill_lengths, clock=clock_name)
         probs = accept.position_probs(PINNED_DEPTH, PINNED_TOPK)
         bar.phase(f"profiling {len(shapes)} draft shapes, {repeats} repeats", grid_points(grid), "grid points")
         df = profile_native(target, grid, position_probs=dict.fromkeys(shapes, probs), on_point=bar.advance)
@@ -617,8 +626,10 @@ def _plain_table(out: Path) -> Path:
     return out.with_name(out.stem + "-plain.parquet")
 
 
-def _profile_vllm(cfg, shapes, batches, contexts, repeats: int, drafter: str, out: Path, clock: str = "wall"
-                  ) -> None:
+def _profile_vllm(cfg, chains: list[int], batches, contexts, prefill_lengths: tuple[int, ...], repeats: int,
+                  drafter: str, out: Path, clock: str, max_model_len: int) -> None:
+    """``tlt real profile --backend vllm``: ``max_model_len`` is sized for the profile's longest
+    sequence and the model's positions (:func:`tltreal.backends.vllm_backend.model_len`)."""
     import tempfile
 
     from tltcli.progress import PhaseProgress
@@ -629,14 +640,13 @@ def _profile_vllm(cfg, shapes, batches, contexts, repeats: int, drafter: str, ou
     plain_out = _plain_table(out)
 
     settings = VllmSettings(model=cfg, drafter=drafter, max_batch=max(batches), clock=clock,
-                            max_model_len=max(2048, 2 * max(contexts)))
+                            max_model_len=max_model_len)
     with PhaseProgress(phase_console(), planned=3) as bar, tempfile.TemporaryDirectory(prefix="tlt-vllm-") as workdir:
         bar.phase("writing the vLLM model folders")
         target_dir, draft_dir = write_models(Path(workdir), cfg, seed=0, late_scale=settings.late_scale)
         bar.phase(f"profiling vLLM ({len(batches)} batch sizes x {len(contexts)} contexts, {repeats} repeats)")
         rows = profile_vllm(target_dir, draft_dir, settings, batch_sizes=batches, contexts=contexts,
-                            chains=sorted({c.depth for c in shapes}), prefill_lengths=sorted({1, 8, 64, max(contexts)}),
-                            repeats=repeats)
+                            chains=chains, prefill_lengths=prefill_lengths, repeats=repeats)
         bar.phase("writing the tables")
         meta = {**vllm_metadata(settings, command=command_line(), model_fingerprint=shape_fingerprint(shape_of(cfg))),
                 "writer": PROFILE_WRITER}

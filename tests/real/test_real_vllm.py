@@ -9,6 +9,8 @@ share module-scoped runs; they skip where vLLM is not installed (CI installs ``v
 from __future__ import annotations
 
 import os
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,7 +27,14 @@ from tltcore.model_config import ModelConfig  # noqa: E402
 from tltcore.model_shape import ModelShape  # noqa: E402
 from tltcore.policy.base import SDConfig  # noqa: E402
 from tltcore.policy.registry import make_policy  # noqa: E402
-from tltreal.backends.vllm_backend import VllmSettings, draft_tokens_at, vllm_schedule  # noqa: E402
+from tltreal.backends.vllm_backend import (  # noqa: E402
+    VllmEngine,
+    VllmSettings,
+    draft_tokens_at,
+    model_len,
+    profile_length,
+    vllm_schedule,
+)
 from tltreal.validation.replay import ReplayRequests  # noqa: E402
 from tltreal.validation.validate import fitted_chain, vllm_chains  # noqa: E402
 from tltsim.rollout import EngineConfig, RolloutRun  # noqa: E402
@@ -82,6 +91,21 @@ def test_vllm_settings_refuse_bad_values():
         VllmSettings(model=CFG, late_scale=0)
 
 
+def test_engine_length_is_sized_from_the_models_positions():
+    short = replace(CFG, max_position_embeddings=512)
+    assert model_len(short, 100, 2048) == 512  # capped: vLLM refuses a max_model_len above the positions
+    assert model_len(CFG, 100, 512) == 512
+    assert model_len(CFG, 900, 512) == 900  # never shorter than the run's longest sequence
+    with pytest.raises(InputError, match=r"^c.json, field 'max_position_embeddings': is 512, .* 600 tokens"):
+        model_len(short, 600, 2048, config=Path("c.json"))
+
+
+def test_profile_length_covers_the_longest_sequence_the_profile_runs():
+    # decode at context 64 with K=5: a 60-token prompt, 8 * 6 new tokens, and 5 drafts proposed past them
+    assert profile_length((16, 64), (1, 5), (1, 8, 64)) == 60 + 48 + 5
+    assert profile_length((8,), (), (1, 8, 64)) == 64 + 2  # the longest prefill point and its 2 new tokens
+
+
 def test_fitted_chain_recovers_per_position_acceptance():
     truth = ChainAcceptance((0.8, 0.6, 0.5))
     rng = np.random.default_rng(0)
@@ -120,6 +144,13 @@ def test_in_step_switch_pays_no_catch_up_or_reprefill_and_still_marks_the_switch
 # ---- vLLM itself -------------------------------------------------------------------------------------
 vllm_needed = pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is None,
                                  reason="vLLM is not installed (pip install 'tlt[vllm]')")
+
+
+@vllm_needed
+def test_an_engine_longer_than_the_models_positions_is_refused_in_one_line(tmp_path):
+    settings = VllmSettings(model=replace(CFG, max_position_embeddings=512), max_model_len=2048)
+    with pytest.raises(InputError, match="field 'max_position_embeddings': is 512, below vLLM's max_model_len 2048"):
+        VllmEngine(tmp_path, None, settings, 0, None)
 
 
 def _requests() -> ReplayRequests:

@@ -210,6 +210,10 @@ class VllmEngine:
             if schedule is not None:
                 spec["num_speculative_tokens_per_batch_size"] = [list(r) for r in schedule]
         self.k, self.schedule, self.settings = k, schedule, settings
+        positions = settings.model.max_position_embeddings
+        if settings.max_model_len > positions:  # vLLM's own refusal is a 67-line pydantic ValidationError
+            raise InputError(f"is {positions}, below vLLM's max_model_len {settings.max_model_len}; size the "
+                             "engine with model_len()", field="max_position_embeddings")
         self.llm = LLM(model=str(target_dir), dtype="float32", enforce_eager=True, distributed_executor_backend="uni",
                        max_model_len=settings.max_model_len, max_num_seqs=settings.max_batch,
                        max_num_batched_tokens=settings.max_batched_tokens, enable_prefix_caching=False,
@@ -362,6 +366,29 @@ def run_policies(target_dir: Path, draft_dir: Path, settings: VllmSettings, step
 
 
 # ---- profiling -------------------------------------------------------------------------------------
+def model_len(model: ModelConfig, needed: int, wanted: int, *, config: Path | None = None, hint: str = "") -> int:
+    """vLLM's ``max_model_len`` for ``model``: ``wanted`` (room to spare, at least ``needed``, the
+    longest sequence the run makes) but at most the model's ``max_position_embeddings``, which vLLM
+    refuses to exceed. A run whose sequences need more positions than the model has is refused in one
+    line naming ``config`` (the config file, None for a built-in model) and the field; ``hint`` says
+    how to make the run shorter."""
+    positions = model.max_position_embeddings
+    if needed > positions:
+        raise InputError(f"is {positions}, but the vLLM run needs sequences of {needed} tokens{hint}",
+                         path=config, field="max_position_embeddings")
+    return min(max(wanted, needed), positions)
+
+
+def profile_length(contexts: Sequence[int], chains: Sequence[int], prefill_lengths: Sequence[int],
+                   steps: int = 8) -> int:
+    """The longest sequence :func:`profile_vllm` runs with these arguments (prompt, new tokens and
+    the drafts vLLM proposes past them), so the engine can be sized for it: the warm-up, the prefill
+    points (2 new tokens) and the decode points (``steps`` tokens, ``steps * (K + 1)`` with drafts)."""
+    k = max(chains, default=0)
+    decode = max(max(1, c - steps // 2) + steps * (k + 1) for c in contexts)
+    return max(contexts[0] + steps, max(prefill_lengths, default=0) + 2, decode) + k
+
+
 def _uniform(b: int, length: int, new_tokens: int, vocab: int, seed: int) -> ReplayRequests:
     rng = np.random.default_rng(seed)
     prompts = tuple(tuple(int(x) for x in rng.integers(0, vocab, length)) for _ in range(b))
@@ -455,5 +482,6 @@ def vllm_metadata(settings: VllmSettings, *, command: str, model_fingerprint: st
     }
 
 
-__all__ = ["DRAFTERS", "VllmEngine", "VllmRun", "VllmSettings", "build_engine", "draft_tokens_at", "profile_vllm",
-           "run_policies", "vllm_device", "vllm_metadata", "vllm_schedule", "write_models"]
+__all__ = ["DRAFTERS", "VllmEngine", "VllmRun", "VllmSettings", "build_engine", "draft_tokens_at", "model_len",
+           "profile_length", "profile_vllm", "run_policies", "vllm_device", "vllm_metadata", "vllm_schedule",
+           "write_models"]
