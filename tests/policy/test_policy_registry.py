@@ -99,3 +99,66 @@ def test_which_specs_need_a_cost_model_and_their_shapes_from_the_spec_alone():
     assert spec_shapes("cost-aware:arms=4_1_4,8_4_16") == (SDConfig(4, 1, 4), SDConfig(8, 4, 16))
     assert spec_shapes("elastic:8+static:6_4_16") == (SDConfig(6, 4, 16),)
     assert spec_shapes("no-sd") == ()
+
+
+#: (spec at an option's documented bound, the same spec just past it): the registry's docstring
+#: promises these numbers, and each ``MAX_*`` constant beside its policy is pinned here.
+BOUNDS = [
+    ("cost-aware:phases=64", "cost-aware:phases=65"),
+    ("cost-aware:recheck=1048576", "cost-aware:recheck=1048577"),
+    ("cost-aware:prior_weight=1048576", "cost-aware:prior_weight=1048577"),
+    ("cost-aware:arms=" + ",".join(f"{d}_1_{d}" for d in range(1, 65)),
+     "cost-aware:arms=" + ",".join(f"{d}_1_{d}" for d in range(1, 65)) + ",8_4_32"),
+    ("beg-mab:window=100000", "beg-mab:window=100001"),
+    ("eps-greedy:window=100000", "eps-greedy:window=100001"),
+    ("beg-mab:thresholds=1,1000000", "beg-mab:thresholds=1,1000001"),
+    ("beg-mab:thresholds=" + ",".join(map(str, range(64))), "beg-mab:thresholds=" + ",".join(map(str, range(65)))),
+    ("ucb1:c=10", "ucb1:c=10.5"),
+    ("sglang-ema:hysteresis=1", "sglang-ema:hysteresis=1.01"),
+    ("sglang-ema:ranges=1,1000000", "sglang-ema:ranges=1,1000001"),
+    ("sglang-ema:ranges=" + ",".join(map(str, range(1, 65))), "sglang-ema:ranges=" + ",".join(map(str, range(1, 66)))),
+    ("vllm-table:1000000=3", "vllm-table:1000001=3"),
+    ("vllm-table:" + ",".join(f"{b}=1" for b in range(1, 4097)),
+     "vllm-table:" + ",".join(f"{b}=1" for b in range(1, 4098))),
+    ("elastic:1000000+beg-mab", "elastic:1000001+beg-mab"),
+    ("elastic:32:1048576+beg-mab", "elastic:32:1048577+beg-mab"),
+]
+
+
+@pytest.mark.parametrize(("at", "past"), BOUNDS, ids=[b[1][:40] for b in BOUNDS])
+def test_every_numeric_option_has_its_documented_upper_bound(at: str, past: str) -> None:
+    """issue 39: ``cost-aware:phases=100000`` ran 150 s for 19% of a 32-response step; every number a
+    spec takes has a bound, and the bound itself is accepted."""
+    assert make_policy(at, **MODELS).name == at
+    with pytest.raises(InputError) as err:
+        make_policy(past, **MODELS)
+    assert past in str(err.value)
+
+
+@pytest.mark.parametrize(("spec", "says"), [
+    ("static:0_1_1", "depth 0"), ("static:0_4_32", "depth 0"), ("static:off", "never drafts"),
+    ("static:0", "never drafts"), ("elastic+static:off", "never drafts"), ("sglang-ema:depths=0", "never draft"),
+    ("greedy-oracle:arms=off", "never drafts"), ("beg-mab:arms=off", "never draft"), ("ucb1:arms=off", "never draft"),
+    ("vllm-table:4=off", "never drafts"), ("vllm-table:4=0,above=0", "never drafts"),
+    ("vllm-table:4=0_1_1", "depth 0"), ("beg-mab:arms=8_4_16,0_1_1", "depth 0"),
+])
+def test_a_spec_that_never_drafts_is_refused_no_sd_says_it(spec: str, says: str) -> None:
+    """issue 39: an SD name that never drafts ran as no SD under its SD name; ``no-sd`` says that."""
+    with pytest.raises(InputError) as err:
+        make_policy(spec, **MODELS)
+    assert spec in str(err.value) and says in str(err.value)
+    for drafts in ("sglang-ema:depths=0,1,3", "beg-mab:arms=8_4_8,off:thresholds=1,2", "vllm-table:4=2,above=0",
+                   "vllm-table:4=0,above=2"):
+        make_policy(drafts, **MODELS)  # off beside a drafting choice stays a policy's option
+
+
+@pytest.mark.parametrize(("spec", "option"), [
+    ("cost-aware:prior=0.7:prior=0.2", "'prior' is given twice"), ("beg-mab:eps=0.1:eps=0.2", "'eps' is given twice"),
+    ("sglang-ema:depths=1,3:depths=7", "'depths' is given twice"), ("vllm-table:4=2,above=3,above=off", "'above'"),
+    ("cost-aware:prior_weight=inf", "prior_weight must be a finite"), ("ucb1:c=nan", "c must be a finite"),
+    ("sglang-ema:hysteresis=inf", "hysteresis must be a finite"),
+])
+def test_repeated_and_non_finite_options_are_refused(spec: str, option: str) -> None:
+    with pytest.raises(InputError) as err:
+        make_policy(spec, **MODELS)
+    assert spec in str(err.value) and option in str(err.value)

@@ -14,16 +14,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tltcore.errors import InputError
-from tltcore.policy.base import BatchView, Decision, Outcome, SDConfig
+from tltcore.policy.base import MAX_ARMS, BatchView, Decision, Outcome, SDConfig
+
+#: Most rewards a window keeps (TLT keeps 300): each reward is inserted into a sorted list, so a
+#: window of millions would cost a memory shift per decode iteration and remember a whole run.
+MAX_WINDOW = 100_000
 
 
 def validate_arms(arms: Sequence[SDConfig]) -> tuple[SDConfig, ...]:
-    """Arms as a tuple; at least one, no duplicates (a duplicate would get two windows)."""
+    """Arms as a tuple: 1 to :data:`~tltcore.policy.base.MAX_ARMS`, no duplicates (a duplicate would get
+    two windows), at least one that drafts."""
     arms = tuple(arms)
     if not arms:
         raise InputError("a bandit needs at least one arm")
     if len(set(arms)) != len(arms):
         raise InputError(f"duplicate bandit arms in {[a.name for a in arms]}")
+    if len(arms) > MAX_ARMS:
+        raise InputError(f"a bandit takes at most {MAX_ARMS} arms, got {len(arms)}")
+    if not any(a.enabled for a in arms):  # a bandit choosing among 'off' alone is no SD under another name
+        raise InputError(f"bandit arms {[a.name for a in arms]} never draft: name a shape, or use the policy no-sd")
     return arms
 
 
@@ -35,12 +44,13 @@ def validate_eps(eps: float) -> float:
 
 
 def validate_window(window: int | None, *, optional: bool) -> int | None:
-    """A reward window of at least one reward; ``None`` (cumulative statistics) only when ``optional``."""
+    """A reward window of 1 to :data:`MAX_WINDOW` rewards; ``None`` (cumulative statistics) only when
+    ``optional``."""
     if optional:
-        if window is not None and window < 1:
-            raise InputError(f"reward window must be >= 1 or None, got {window}")
-    elif window is None or window < 1:
-        raise InputError(f"reward window must be >= 1, got {window}")
+        if window is not None and not 1 <= window <= MAX_WINDOW:
+            raise InputError(f"reward window must be in [1, {MAX_WINDOW:,}] or None, got {window}")
+    elif window is None or not 1 <= window <= MAX_WINDOW:
+        raise InputError(f"reward window must be in [1, {MAX_WINDOW:,}], got {window}")
     return window
 
 

@@ -20,6 +20,10 @@ from tltcore.policy.base import Outcome, SDConfig
 from tltcore.policy.beg_mab import DEFAULT_ARMS, DEFAULT_EPS
 from tltcore.policy.reward_window import RewardWindow
 
+#: Largest UCB1 exploration constant: rewards are scaled to [0, 1], so past ~10 the bonus drowns every
+#: mean and UCB1 only cycles through its arms (Auer et al. use sqrt(2), i.e. c = 1 here).
+MAX_C = 10.0
+
 
 class _ArmStats:
     """Reward statistics of one arm: cumulative (window None) or over the last ``window`` rewards."""
@@ -82,8 +86,8 @@ class UCB1(ArmBandit):
     def __init__(self, arms: Sequence[SDConfig] = DEFAULT_ARMS, c: float = 1.0,
                  window: int | None = None, seed: int = 0, name: str = "ucb1") -> None:
         super().__init__(arms, seed, name)
-        if c < 0:
-            raise InputError(f"UCB1 exploration constant must be >= 0, got {c}")
+        if not 0.0 <= c <= MAX_C:
+            raise InputError(f"UCB1 exploration constant c must be in [0, {MAX_C:g}], got {c}")
         self.c = float(c)
         self.window = validate_window(window, optional=True)
         self.clear()

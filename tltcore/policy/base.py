@@ -44,6 +44,14 @@ _NAME = re.compile(r"^(\d+)_(\d+)_(\d+)$")
 MAX_DEPTH = 64
 MAX_TOPK = 64
 MAX_VERIFY = 1024
+# Bounds of the policies' numeric options (tltcore.policy.registry documents them per option), so a
+# spec's typo fails at once instead of running for hours or doing nothing. A batch size an option names
+# (a threshold, a table row, a range) is at most the largest engine batch a scenario allows
+# (tltsim.scenario.schema.MAX_BATCH); an iteration count (a hold, a streak, a reward window) at most
+# 2**20, more iterations than any response has; a policy chooses among at most 64 shapes.
+MAX_POLICY_BATCH = 1_000_000
+MAX_POLICY_ITERATIONS = 1 << 20
+MAX_ARMS = 64
 
 
 def max_tree_nodes(depth: int, topk: int) -> int:
@@ -101,6 +109,8 @@ class SDConfig:
         m = _NAME.match(text)
         if not m:
             raise InputError(f"SD config '{text}' is not of the form depth_topk_verify (e.g. 8_4_32) or 'off'")
+        if int(m[1]) == 0:  # 0_1_1 would be a shape that never drafts under an SD name
+            raise InputError(f"SD config '{text}' has depth 0: it never drafts; write 'off' for no SD")
         return cls(int(m[1]), int(m[2]), int(m[3]))
 
     @classmethod

@@ -48,7 +48,7 @@ from random import Random
 
 from tltcore.errors import InputError
 from tltcore.policy.arm_bandit import ArmBandit, validate_eps, validate_window
-from tltcore.policy.base import HOLD_UNTIL_EVENT, BatchView, Decision, Outcome, SDConfig
+from tltcore.policy.base import HOLD_UNTIL_EVENT, MAX_ARMS, MAX_POLICY_BATCH, BatchView, Decision, Outcome, SDConfig
 from tltcore.policy.reward_window import RewardWindow
 
 DEFAULT_ARMS: tuple[SDConfig, ...] = (  # TLT's published arms (DESIGN §1)
@@ -82,8 +82,9 @@ class BucketedEpsilonGreedy(ArmBandit):
         self.thresholds = tuple(int(t) for t in thresholds)
         if not self.thresholds or any(b <= a for a, b in pairwise(self.thresholds)):
             raise InputError(f"bucket thresholds must be a strictly increasing list, got {list(thresholds)}")
-        if self.thresholds[0] < 0:
-            raise InputError(f"bucket thresholds must be >= 0, got {list(thresholds)}")
+        if self.thresholds[0] < 0 or self.thresholds[-1] > MAX_POLICY_BATCH or len(self.thresholds) > MAX_ARMS:
+            raise InputError(f"bucket thresholds must be at most {MAX_ARMS} batch sizes in [0, {MAX_POLICY_BATCH:,}], "
+                             f"got {list(thresholds)}")
         self.eps = validate_eps(eps)
         validate_window(window, optional=False)
         self.window = window

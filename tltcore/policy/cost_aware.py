@@ -104,7 +104,7 @@ import numpy as np
 from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
 from tltcore.engine_limits import SWITCH_MODES
 from tltcore.errors import InputError
-from tltcore.policy.base import NO_SD, BatchView, Decision, Outcome, SDConfig
+from tltcore.policy.base import MAX_ARMS, MAX_POLICY_ITERATIONS, NO_SD, BatchView, Decision, Outcome, SDConfig
 from tltcore.policy.beg_mab import DEFAULT_ARMS
 from tltcore.policy.oracle import OracleAcceptance
 
@@ -115,6 +115,13 @@ DEFAULT_PHASES = 8
 DEFAULT_PRIOR_RATE = 0.7  # per-position acceptance without an acceptance model (SGLang-EMA's prior)
 DEFAULT_PRIOR_WEIGHT = 256.0  # request-iterations: a few iterations of a large batch outweigh the prior
 DEFAULT_MEMORY = 0.5  # share of the acceptance statistics a new RL step keeps
+# Upper bounds. Each phase prices the drain once more per evaluation (~2.3 us per phase on this box:
+# 0.08 ms per decision at the default 8, 0.2 ms at 64, 2.4 ms at 1024, and phases=100000 took 150 s of
+# a 32-response step): past 64 the drain's quantiles are finer than the predicted lengths they cut.
+# A prior weighing more than 2**20 request-iterations never yields to what the policy sees.
+MAX_PHASES = 64
+MAX_RECHECK = MAX_POLICY_ITERATIONS
+MAX_PRIOR_WEIGHT = float(MAX_POLICY_ITERATIONS)
 LENGTH_SOURCES = ("predicted", "known")
 IDLE_BACKOFF_DOUBLINGS = 3  # idle rechecks where SD loses back off to 2, 4, then 8 x recheck
 
@@ -220,17 +227,26 @@ class CostAware:
         cands = tuple(dict.fromkeys(c for c in candidates if c.enabled))
         if not cands:
             raise InputError("cost-aware needs at least one speculating candidate shape (arms)")
+        if len(cands) > MAX_ARMS:
+            raise InputError(f"cost-aware takes at most {MAX_ARMS} candidate shapes (arms), got {len(cands)}")
         if switch not in SWITCH_MODES:
             raise InputError(f"cost-aware switch must be one of {', '.join(SWITCH_MODES)}, got '{switch}'")
         if lengths not in LENGTH_SOURCES:
             raise InputError(f"cost-aware lengths must be one of {', '.join(LENGTH_SOURCES)}, got '{lengths}'")
-        if recheck < 1 or phases < 1:
-            raise InputError(f"cost-aware recheck and phases must be >= 1, got {recheck} and {phases}")
+        if not 1 <= recheck <= MAX_RECHECK:
+            raise InputError(f"cost-aware recheck must be in [1, {MAX_RECHECK:,}] iterations, got {recheck}")
+        if not 1 <= phases <= MAX_PHASES:
+            raise InputError(f"cost-aware phases must be in [1, {MAX_PHASES}] (each prices the drain once more per "
+                             f"decision), got {phases}")
         if response_cap is not None and response_cap < 1:
             raise InputError(f"cost-aware response_cap must be >= 1 or None, got {response_cap}")
-        if not 0.0 <= prior < 1.0 or prior_weight <= 0 or not 0.0 <= memory <= 1.0:
-            raise InputError("cost-aware needs prior in [0, 1), prior_weight > 0 and memory in [0, 1], got "
-                             f"{prior}, {prior_weight}, {memory}")
+        if not 0.0 <= prior < 1.0:
+            raise InputError(f"cost-aware prior must be in [0, 1), got {prior}")
+        if not 0.0 < prior_weight <= MAX_PRIOR_WEIGHT:
+            raise InputError(f"cost-aware prior_weight must be in (0, {MAX_PRIOR_WEIGHT:,.0f}] request-iterations, "
+                             f"got {prior_weight}")
+        if not 0.0 <= memory <= 1.0:
+            raise InputError(f"cost-aware memory must be in [0, 1], got {memory}")
         # Neither model is touched here: scenario validation builds policies with placeholders.
         self.cost_model, self.accept_model = cost_model, accept_model
         # a protocol check is ~20 us (typing walks the protocol's attributes): made once, not per shape

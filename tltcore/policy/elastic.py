@@ -28,7 +28,17 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tltcore.errors import InputError
-from tltcore.policy.base import HOLD_UNTIL_EVENT, NO_SD, BatchView, Decision, Outcome, SDPolicy, wants_remaining_hint
+from tltcore.policy.base import (
+    HOLD_UNTIL_EVENT,
+    MAX_POLICY_BATCH,
+    MAX_POLICY_ITERATIONS,
+    NO_SD,
+    BatchView,
+    Decision,
+    Outcome,
+    SDPolicy,
+    wants_remaining_hint,
+)
 
 DEFAULT_THRESHOLD = 32
 DEFAULT_CONSECUTIVE = 10
@@ -40,10 +50,10 @@ class Elastic:
 
     def __init__(self, inner: SDPolicy, threshold: int = DEFAULT_THRESHOLD,
                  consecutive: int = DEFAULT_CONSECUTIVE, name: str | None = None) -> None:
-        if threshold < 1:
-            raise InputError(f"elastic threshold must be >= 1, got {threshold}")
-        if consecutive < 1:
-            raise InputError(f"elastic consecutive checks must be >= 1, got {consecutive}")
+        if not 1 <= threshold <= MAX_POLICY_BATCH:
+            raise InputError(f"elastic threshold must be a batch size in [1, {MAX_POLICY_BATCH:,}], got {threshold}")
+        if not 1 <= consecutive <= MAX_POLICY_ITERATIONS:
+            raise InputError(f"elastic consecutive checks must be in [1, {MAX_POLICY_ITERATIONS:,}], got {consecutive}")
         self.inner = inner
         self.threshold = threshold
         self.consecutive = consecutive

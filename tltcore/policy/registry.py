@@ -38,6 +38,19 @@ re-evaluations at an unchanged batch, default 32), ``phases`` (of the predicted 
 a new RL step keeps, default 0.5). E.g. ``elastic:16:5+beg-mab:eps=0.05:window=100``,
 ``cost-aware:lengths=known:switch=catch_up``.
 
+Bounds, so that a typo fails at once instead of running for hours or doing nothing (each refused
+naming the spec and the option; numbers must be finite; an option is given once): a shape
+``depth_topk_verify`` has depth 1-64, topk 1-64, verify 1-1,024 (``off`` is no SD, allowed only
+where a policy also drafts: a bandit's arm, a ``vllm-table`` row; a spec that can never draft, such
+as ``static:off`` or ``sglang-ema:depths=0``, is refused: say ``no-sd``); ``arms`` at most 64 shapes;
+``eps`` 0-1; ``window`` 1-100,000 rewards; ``c`` 0-10; ``thresholds`` at most 64 batch sizes 0-1,000,000;
+``vllm-table`` at most 4,096 rows of batch sizes 1-1,000,000; ``sglang-ema``'s ``depths`` distinct in
+0-64 with one >= 1, ``ranges`` at most 64 batch sizes 1-1,000,000, ``smoothing`` (0, 1], ``prior``
+0-0.999, ``hysteresis`` 0-1; ``cost-aware``'s ``recheck`` 1-1,048,576 iterations, ``phases`` 1-64
+(each prices the drain once more per decision), ``prior`` [0, 1), ``prior_weight`` (0, 1,048,576]
+request-iterations, ``memory`` 0-1; ``elastic``'s threshold 1-1,000,000 and consecutive
+1-1,048,576. The constants live beside each policy (``MAX_*``).
+
 Every problem with a spec raises :class:`~tltcore.errors.InputError` naming the spec and the valid
 names. The returned policy's ``name`` is the spec string, so results are labelled by what the user
 wrote.
@@ -45,6 +58,7 @@ wrote.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -81,9 +95,12 @@ def _int(text: str, what: str) -> int:
 
 def _float(text: str, what: str) -> float:
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise _SpecError(f"{what} must be a number, got '{text}'") from None
+    if not math.isfinite(value):
+        raise _SpecError(f"{what} must be a finite number, got '{text}'")
+    return value
 
 
 def _config(text: str) -> SDConfig:
@@ -110,6 +127,8 @@ def _options(args: list[str], allowed: dict[str, Callable[[str], Any]], base: st
             raise _SpecError(f"'{base}' options are key=value, got '{arg}'")
         if key not in allowed:
             raise _SpecError(f"'{base}' has no option '{key}' (options: {', '.join(allowed)})")
+        if key in out:  # which of two values would win is nobody's guess: refused, as --set refuses it
+            raise _SpecError(f"'{base}' option '{key}' is given twice")
         out[key] = allowed[key](value)
     return out
 
@@ -128,14 +147,16 @@ def _vllm_table(args: list[str]) -> VllmTable:
     if len(args) > 1:
         raise _SpecError("vllm-table takes one argument, e.g. vllm-table:4=5,16=3,32=1")
     rows: list[tuple[int, SDConfig]] = []
-    above = NO_SD
+    above, seen_above = NO_SD, False
     for item in args[0].split(","):
         key, sep, value = item.partition("=")
         if not sep:
             raise _SpecError(f"vllm-table rows are max_batch=draft, got '{item}'")
         draft = SDConfig.chain(_int(value, "chain length")) if value.isdigit() else _config(value)
         if key == "above":
-            above = draft
+            if seen_above:
+                raise _SpecError("vllm-table row 'above' is given twice")
+            above, seen_above = draft, True
         else:
             rows.append((_int(key, "vllm-table batch size"), draft))
     return VllmTable(rows, above=above)
@@ -150,7 +171,7 @@ def _base(base: str, args: list[str], seed: int, accept_model: OracleAcceptance 
     if base == "static":
         if len(args) > 1:
             raise _SpecError("static takes one config, e.g. static:8_4_32")
-        return Static(_config(args[0])) if args else Static()
+        return Static(_config(args[0])) if args else Static()  # 'static:off' is refused by _build
     if base == "beg-mab":
         opts = _options(args, _bandit_options(thresholds=lambda v: _ints(v, "threshold")), base)
         return BucketedEpsilonGreedy(seed=seed, **opts)
@@ -192,6 +213,14 @@ def _base(base: str, args: list[str], seed: int, accept_model: OracleAcceptance 
     raise _SpecError(f"unknown policy '{base}'")
 
 
+def _never_drafts(policy: SDPolicy) -> bool:
+    """True when ``policy`` can choose no speculating shape (``static:off``, ``greedy-oracle:arms=off``):
+    it would run as no SD while its results carry an SD policy's name."""
+    from tltcore.policy.shapes import policy_shapes  # shapes imports every policy module, as this one does
+
+    return policy_shapes(policy) == ()
+
+
 def _elastic_args(args: list[str]) -> tuple[int, int]:
     if len(args) > 2:
         raise _SpecError("elastic takes at most threshold and consecutive, e.g. elastic:32:10")
@@ -210,6 +239,8 @@ def _build(spec: str, seed: int, accept_model: OracleAcceptance | None, cost_mod
     if base in WRAPPER_NAMES:
         raise _SpecError(f"'{base}' wraps another policy, e.g. {base}+beg-mab")
     policy = _base(base, args, seed, accept_model, cost_model, switch, response_cap)
+    if base != "no-sd" and _never_drafts(policy):
+        raise _SpecError(f"'{last}' never drafts: no SD under an SD policy's name; say no-sd")
     for wrapper in reversed(wrappers):
         name, *wargs = wrapper.split(":")
         if name not in WRAPPER_NAMES:

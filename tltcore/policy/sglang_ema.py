@@ -40,7 +40,7 @@ from itertools import pairwise
 import numpy as np
 
 from tltcore.errors import InputError
-from tltcore.policy.base import MAX_DEPTH, BatchView, Decision, Outcome, SDConfig
+from tltcore.policy.base import MAX_DEPTH, MAX_POLICY_BATCH, BatchView, Decision, Outcome, SDConfig
 from tltcore.policy.oracle import OracleCost
 
 DEFAULT_DEPTHS: tuple[int, ...] = (1, 3, 7)
@@ -49,6 +49,10 @@ DEFAULT_SMOOTHING = 0.2
 DEFAULT_PRIOR_ACCEPT_RATE = 0.7
 DEFAULT_HYSTERESIS = 0.02
 _MAX_RATE = 0.999
+# Upper bounds: a switch that needs a candidate more than twice as good as the current depth almost never
+# happens (SGLang's default asks for 2% more); ranges are batch sizes, one EMA each, walked per decision.
+MAX_HYSTERESIS = 1.0
+MAX_RANGES = 64
 
 CostFn = Callable[[int, int], float]
 
@@ -108,17 +112,24 @@ class SglangEma:
         if not self.depths or any(not 0 <= d <= MAX_DEPTH for d in self.depths) or len(set(self.depths)) != len(
                 self.depths):
             raise InputError(f"sglang-ema depths must be distinct ints in [0, {MAX_DEPTH}], got {list(depths)}")
+        if max(self.depths) == 0:
+            raise InputError(f"sglang-ema depths {list(depths)} never draft (depth 0 is no SD): name a depth >= 1, "
+                             "or use the policy no-sd")
         self.ranges = tuple(int(r) for r in ranges)
         if not self.ranges or any(b <= a for a, b in pairwise(self.ranges)):
             raise InputError(f"sglang-ema ranges must be strictly increasing, got {list(ranges)}")
+        if len(self.ranges) > MAX_RANGES or self.ranges[0] < 1 or self.ranges[-1] > MAX_POLICY_BATCH:
+            raise InputError(f"sglang-ema ranges must be at most {MAX_RANGES} batch sizes in "
+                             f"[1, {MAX_POLICY_BATCH:,}], got {list(ranges)}")
         if not 0.0 < smoothing <= 1.0:
             raise InputError(f"sglang-ema smoothing must be in (0, 1], got {smoothing}")
         if not 0.0 <= prior_accept_rate <= _MAX_RATE:
             raise InputError(
                 f"sglang-ema prior acceptance rate must be in [0, {_MAX_RATE}], got {prior_accept_rate}"
             )
-        if hysteresis < 0:
-            raise InputError(f"sglang-ema hysteresis must be >= 0, got {hysteresis}")
+        if not 0.0 <= hysteresis <= MAX_HYSTERESIS:
+            raise InputError(f"sglang-ema hysteresis must be in [0, {MAX_HYSTERESIS:g}] (a relative gain), "
+                             f"got {hysteresis}")
         self.smoothing = float(smoothing)
         self.prior_accept_rate = float(prior_accept_rate)
         self.hysteresis = float(hysteresis)

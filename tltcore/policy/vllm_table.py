@@ -16,7 +16,10 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 from tltcore.errors import InputError
-from tltcore.policy.base import HOLD_UNTIL_EVENT, NO_SD, BatchView, Decision, Outcome, SDConfig
+from tltcore.policy.base import HOLD_UNTIL_EVENT, MAX_POLICY_BATCH, NO_SD, BatchView, Decision, Outcome, SDConfig
+
+#: Most rows a table has (each decision walks them): one per batch size of a 4096-sequence engine.
+MAX_ROWS = 4096
 
 DEFAULT_TABLE: tuple[tuple[int, SDConfig], ...] = (
     (4, SDConfig.chain(5)),
@@ -32,8 +35,14 @@ class VllmTable:
     def __init__(self, table: Sequence[tuple[int, SDConfig]] = DEFAULT_TABLE, above: SDConfig = NO_SD,
                  name: str = "vllm-table") -> None:
         rows = tuple((int(bs), cfg) for bs, cfg in table)
-        if any(bs < 1 for bs, _ in rows):
-            raise InputError(f"vllm-table batch-size thresholds must be >= 1, got {[bs for bs, _ in rows]}")
+        if any(not 1 <= bs <= MAX_POLICY_BATCH for bs, _ in rows):
+            raise InputError(f"vllm-table batch-size thresholds must be in [1, {MAX_POLICY_BATCH:,}], "
+                             f"got {[bs for bs, _ in rows]}")
+        if len(rows) > MAX_ROWS:
+            raise InputError(f"vllm-table takes at most {MAX_ROWS} rows, got {len(rows)}")
+        if not above.enabled and not any(cfg.enabled for _, cfg in rows):
+            raise InputError("vllm-table never drafts (every row and above are off): give a row a draft, or use "
+                             "the policy no-sd")
         if any(b <= a for (a, _), (b, _) in pairwise(rows)):
             raise InputError(
                 f"vllm-table batch-size thresholds must be strictly increasing, got {[bs for bs, _ in rows]}"
