@@ -54,8 +54,12 @@ class Mode(StrEnum):
 
 
 class Switch(StrEnum):
+    """``--switch``: every mode of :data:`~tltcore.engine_limits.SWITCH_MODES` (``in_step`` too: the
+    simulator prices vLLM's drafter at every iteration, and ``tlt advise --switch`` takes all three)."""
+
     reprefill = "reprefill"
     catch_up = "catch_up"
+    in_step = "in_step"
 
 
 class Perfetto(StrEnum):
@@ -190,7 +194,11 @@ def run(
              "flip a ranking); --seeds 1 is one plain run without one (results/sim/<hash>).")
     ] = 3,
     acceptance: Annotated[Mode | None, typer.Option(help="Acceptance mode (acceptance.mode).")] = None,
-    switch: Annotated[Switch | None, typer.Option(help="What switching SD on costs (engine.switch).")] = None,
+    switch: Annotated[Switch | None, typer.Option(
+        help="What switching SD on costs (engine.switch): reprefill (TLT: target and drafter re-prefill the live "
+             "requests), catch_up (the native engine: the drafter catches up on the tokens it missed), in_step "
+             "(vLLM: the drafter runs at every iteration, drafting or not, so a switch costs nothing extra).")
+    ] = None,
     perfetto: Annotated[Perfetto, typer.Option(
         help="Write trace.json for ui.perfetto.dev: on, off, or auto (single-step runs only, up to ~64 MB).")
     ] = Perfetto.auto,

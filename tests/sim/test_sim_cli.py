@@ -163,3 +163,27 @@ def test_sim_schema_prints_and_writes_the_scenario_json_schema(tmp_path):
     res = runner.invoke(app, ["sim", "schema", "--out", str(other)])
     assert "not written by tlt sim schema" in str(res.exception) and "field '--out'" in str(res.exception)
     assert other.read_text() == '{"keep": true}\n'
+
+
+def test_switch_in_step_runs_and_prices_no_switch(tmp_path):
+    """issue 39: ``tlt sim run --switch in_step`` was refused while ``tlt advise --switch in_step``
+    took it. The simulator prices it (vLLM's drafter runs every iteration: no re-prefill, no catch-up),
+    so an elastic policy's switch is cheaper than TLT's re-prefill (the trace ships with tlt)."""
+    from conftest import invoke_cli
+
+    makespan, kinds = {}, {}
+    for mode in ("reprefill", "catch_up", "in_step"):
+        out = tmp_path / mode
+        res = invoke_cli("sim", "run", "--trace", "tlt_grpo_arith_seed0", "--gpus", "8", "--policy",
+                         "elastic:16:1+static:4_1_4", "--switch", mode, "--seeds", "1", "--out", str(out))
+        assert res.returncode == 0, res.stderr
+        assert f"switch {mode}" in res.stdout
+        assert load_scenario(out / "scenario.resolved.toml").engine.switch == mode
+        summary = pd.read_csv(out / "summary.csv").set_index("policy")
+        makespan[mode] = summary.loc["elastic:16:1+static:4_1_4", "makespan_s"]
+        events = pd.read_parquet(out / "events.parquet")
+        kinds[mode] = set(events.loc[events["policy"] != "no-sd", "kind"])
+    assert "switch" in kinds["in_step"] and "switch_reprefill" in kinds["reprefill"]
+    assert not kinds["in_step"] & {"switch_reprefill", "catch_up"}
+    assert makespan["in_step"] < makespan["reprefill"]
+    assert makespan["in_step"] <= makespan["catch_up"]
