@@ -6,7 +6,8 @@ override single fields; ``--set dotted.field=value`` reaches any other field. Re
 ``results/sim/<hash of the resolved scenario>/`` unless ``--out`` says otherwise, written as one
 atomic folder: ``events.parquet``, ``summary.csv``, ``trace.json`` (single-step runs, or ``--perfetto on``),
 ``scenario.resolved.toml``, ``warnings.csv`` (:mod:`tltsim.run_warnings`: what went wrong and where, also
-printed as ``warning: ...`` lines after the tables).
+printed as ``warning: ...`` lines after the tables), ``bound.csv`` (the upper bound printed under the
+tables, per step: :func:`upper_bound_table`).
 With ``--preset`` (or ``presets`` in the scenario) it simulates whole RL steps of named systems
 (:mod:`tltsim.rl.presets`, :mod:`tltsim.rl.run`) and adds ``steps.csv``, one row per (preset, step).
 """
@@ -188,7 +189,8 @@ def run(
              "seeds; trace.seed stays, so every seed simulates the same responses) and report each speedup and "
              "makespan as median (min-max). With N > 1, summary.csv (and steps.csv) hold every seed's rows with "
              "a seed column, seeds_summary.csv one row per policy and step (per preset) with <metric>_median, "
-             "_min, _max and seeds, seeds_totals.csv the whole run (several steps), seeds.png/.pdf the spread; "
+             "_min, _max and seeds, seeds_totals.csv the whole run (several steps), bound.csv the upper bound "
+             "per seed, seeds.png/.pdf the spread; "
              "a line says when the ranking flips across seeds; default folder results/sim/<hash>-seeds<N>. 1 to 1000. "
              "The default, 3, gives every answer its spread (the dealing seed alone can move a speedup by 10% and "
              "flip a ranking); --seeds 1 is one plain run without one (results/sim/<hash>).")
@@ -248,7 +250,7 @@ def run(
     bound = upper_bound_table(inputs, specs, summary)
     warnings = scenario_warnings(inputs, events, summary)
     wrote_trace = write_results(dest, events, summary, s, perfetto, force=force,
-                                extra_csv={WARNINGS_CSV: warnings_frame(warnings)})
+                                extra_csv={WARNINGS_CSV: warnings_frame(warnings), BOUND_CSV: bound})
     n_steps = len(inputs.workloads)
     title = (f"One RL step, {s.trace.name} step {inputs.workload.step}" if n_steps == 1
              else f"{n_steps} RL steps of {s.trace.name}, per step")
@@ -269,10 +271,15 @@ ONE_SEED = ("one simulation seed (--seeds 1): no spread; the default --seeds 3 g
             "as the median (min–max) over seeds")
 
 
+#: The upper bound's file in a results folder (policies, not presets): :func:`upper_bound_table`'s rows.
+BOUND_CSV = "bound.csv"
+
+
 def upper_bound_table(inputs: SimInputs, specs: tuple[str, ...], summary: pd.DataFrame) -> pd.DataFrame:
     """Per step, the makespan no policy of ``specs`` can beat under the model (:mod:`tltsim.upper_bound`)
-    and the speedup over no-sd it caps. Printed, not added to summary.csv: a ``--seeds`` run's
-    per-seed rows must stay the plain run's rows at that seed."""
+    and the speedup over no-sd it caps: printed, and written to :data:`BOUND_CSV` (a file of its own,
+    not columns of summary.csv: a ``--seeds`` run's per-seed rows must stay the plain run's rows at
+    that seed; its ``bound.csv`` is these rows per seed)."""
     from tltsim.upper_bound import scenario_bounds
 
     bounds = scenario_bounds(inputs, specs)

@@ -5,8 +5,12 @@
 * ``summary.csv`` — every seed's rows, as a one-seed run writes them, with a leading ``seed`` column
   (per policy and step; per preset with ``--preset``); ``steps.csv`` likewise with presets;
 * ``seeds_summary.csv`` — one row per (policy, step), or per preset, with ``seeds`` and, for each
-  speedup and makespan, ``<metric>_median``, ``<metric>_min`` and ``<metric>_max`` over the seeds;
-* ``seeds_totals.csv`` — with several RL steps (policies): the whole run's rollout seconds and speedup;
+  speedup, makespan, accept length and (policies) tokens/s, ``<metric>_median``, ``<metric>_min`` and
+  ``<metric>_max`` over the seeds (the columns of the tables printed);
+* ``seeds_totals.csv`` — with several RL steps (policies): the whole run's rollout seconds, speedup and
+  accept length;
+* ``bound.csv`` — policies: the upper bound (:mod:`tltsim.upper_bound`) per seed and step, the rows a
+  one-seed run writes with a leading ``seed`` column (the printed line is their whole-run median);
 * ``events.parquet`` — every seed's events with a ``seed`` column; ``trace.json`` the first seed's;
 * ``seeds.png`` / ``seeds.pdf`` — per policy the median, min–max and each seed, speedup and makespan;
 * ``warnings.csv`` — :mod:`tltsim.run_warnings` per seed, merged: each says at how many seeds it holds.
@@ -44,32 +48,45 @@ def _labels(names: tuple[str, ...], seeds: list[int]) -> list[str]:
     return [f"{n} (seed {k})" for k in seeds for n in names]
 
 
+#: The columns a seeds table shows after makespan and speedup when its frame has them, as the one-seed
+#: tables show them: (metric, label, format).
+_MORE_COLUMNS = (("mean_accept_length", "accept", ".2f"), ("tokens_per_s", "tok/s", ",.0f"))
+
+
 def seed_policy_table(agg: pd.DataFrame, title: str, name: str = "policy", makespan: str = "makespan_s",
                       makespan_label: str = "makespan s") -> Table:
-    """Rich table: per policy (and step) the makespan and speedup as median (min–max) over the seeds."""
+    """Rich table: per policy (and step) the makespan, speedup, accept length and tokens/s (those the
+    frame has: the whole-run totals have no tokens/s) as median (min–max) over the seeds."""
     multi = "step" in agg and agg["step"].nunique() > 1
+    more = [(m, label, spec) for m, label, spec in _MORE_COLUMNS if f"{m}_median" in agg]
     table = Table(title=title)
     table.add_column(name, no_wrap=True)
     if multi:
-        table.add_column("step", justify="right")
+        table.add_column("step", justify="right", no_wrap=True)
     table.add_column(makespan_label, justify="right", no_wrap=True)
     table.add_column("speedup", justify="right", no_wrap=True)
+    for _, label, _ in more:  # these wrap (the range under the median) where 120 columns are too few
+        table.add_column(label, justify="right")
     for r in agg.to_dict("records"):
         cells = [str(r[name]), *([str(r["step"])] if multi else [])]
         table.add_row(*cells, fmt_range(r[f"{makespan}_median"], r[f"{makespan}_min"], r[f"{makespan}_max"]),
-                      fmt_range(r["speedup_median"], r["speedup_min"], r["speedup_max"], ".3f", "x"))
+                      fmt_range(r["speedup_median"], r["speedup_min"], r["speedup_max"], ".3f", "x"),
+                      *(fmt_range(r[f"{m}_median"], r[f"{m}_min"], r[f"{m}_max"], spec) for m, _, spec in more))
     return table
 
 
 def seed_preset_table(agg: pd.DataFrame, title: str) -> Table:
-    """Rich table: per preset the total and rollout seconds and both speedups, median (min–max)."""
+    """Rich table: per preset the total and rollout seconds, accept length and both speedups, median
+    (min–max)."""
     table = Table(title=title)
-    for col in ("preset", "seeds", "total s", "rollout s", "rollout speedup", "speedup"):
+    for col in ("preset", "seeds", "total s", "rollout s", "accept", "rollout speedup", "speedup"):
         table.add_column(col, justify="left" if col == "preset" else "right", no_wrap=True)
     for r in agg.to_dict("records"):
         table.add_row(str(r["preset"]), str(r["seeds"]),
                       fmt_range(r["total_s_median"], r["total_s_min"], r["total_s_max"], ".1f"),
                       fmt_range(r["rollout_s_median"], r["rollout_s_min"], r["rollout_s_max"], ".1f"),
+                      fmt_range(r["mean_accept_length_median"], r["mean_accept_length_min"],
+                                r["mean_accept_length_max"]),
                       fmt_range(r["rollout_speedup_median"], r["rollout_speedup_min"], r["rollout_speedup_max"],
                                 ".3f", "x"),
                       fmt_range(r["speedup_median"], r["speedup_min"], r["speedup_max"], ".3f", "x"))
@@ -95,8 +112,10 @@ def run_seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, dest: Pa
             runs = run_policy_seeds(s, n, inputs, progress=on_finish, on_policy=hook)
     agg = seeds_summary(runs)
     totals = None if runs.presets or len(inputs.workloads) == 1 else seeds_totals(runs)
+    bound = None if runs.presets else seed_bounds(s, inputs, names, runs)
     warnings = scenario_warnings(inputs, runs.events, runs.summary)
-    wrote_trace = write_seed_results(dest, runs, agg, totals, s, perfetto, force=force, warnings=warnings)
+    wrote_trace = write_seed_results(dest, runs, agg, totals, s, perfetto, force=force, warnings=warnings,
+                                     bound=bound)
     span = f"seeds {seeds[0]}-{seeds[-1]}"
     if runs.presets:
         console.print(seed_preset_table(agg, f"Whole run over {n} {span}: median (min–max) over the seeds"))
@@ -111,7 +130,7 @@ def run_seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, dest: Pa
         if totals is not None:
             console.print(seed_policy_table(totals, f"Whole run ({n_steps} rollouts back to back), {span}",
                                             makespan="rollout_s", makespan_label="rollout s"))
-        console.print(seed_bound_line(s, inputs, names, seeds), highlight=False)
+        console.print(seed_bound_line(bound, s.acceptance.mode), highlight=False)
     frame, name, metric = headline(runs)
     flip = ranking_flip(frame, name, metric)
     kinds = "presets" if runs.presets else "policies"
@@ -125,26 +144,41 @@ def run_seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, dest: Pa
     console.print(f"results: {dest}")
 
 
-def seed_bound_line(s: Scenario, inputs: SimInputs, specs: tuple[str, ...], seeds: list[int]) -> str:
+def seed_bounds(s: Scenario, inputs: SimInputs, specs: tuple[str, ...], runs: SeedRuns) -> pd.DataFrame:
+    """``bound.csv`` of a ``--seeds`` run: the one-seed run's upper-bound rows
+    (:func:`tltcli.sim.upper_bound_table`) at each seed, with a leading ``seed`` column (the dealing
+    moves the bound, so each seed has its own)."""
+    from tltcli.sim import upper_bound_table
+    from tltsim.seeds import with_seed
+
+    frames = []
+    for k in runs.seeds:
+        summary = runs.summary[runs.summary["seed"] == k].drop(columns="seed")
+        frame = upper_bound_table(with_seed(s, inputs, k)[1], specs, summary)
+        frames.append(frame.assign(seed=k)[["seed", *frame.columns]])
+    return pd.concat(frames, ignore_index=True)
+
+
+def seed_bound_line(bound: pd.DataFrame, mode: str) -> str:
     """The upper bound (:mod:`tltsim.upper_bound`) over the whole run at each seed (the dealing moves
     it), as the median (min–max): no policy above finishes faster at that seed."""
     from tltcli.sim import bound_caveat
-    from tltsim.seeds import fmt_range, with_seed
-    from tltsim.upper_bound import scenario_bounds
+    from tltsim.seeds import fmt_range
 
-    totals = np.array([sum(b.makespan for b in scenario_bounds(with_seed(s, inputs, k)[1], specs))
-                       for k in seeds])
+    totals = bound.groupby("seed", sort=False)["bound_makespan_s"].sum().to_numpy(dtype=float)
     return (f"upper bound: at each seed no policy above finishes in under "
             f"{fmt_range(float(np.median(totals)), float(totals.min()), float(totals.max()))} s"
-            + bound_caveat(s.acceptance.mode))
+            + bound_caveat(mode))
 
 
 def write_seed_results(dest: Path, runs: SeedRuns, agg: pd.DataFrame, totals: pd.DataFrame | None, s: Scenario,
-                       perfetto, *, force: bool = False, warnings: Sequence[RunWarning] | None = None) -> bool:
+                       perfetto, *, force: bool = False, warnings: Sequence[RunWarning] | None = None,
+                       bound: pd.DataFrame | None = None) -> bool:
     """The ``--seeds`` results folder (module docstring), built aside and swapped in atomically;
-    ``warnings`` (merged over the seeds) go to ``warnings.csv``."""
+    ``warnings`` (merged over the seeds) go to ``warnings.csv``, ``bound`` (:func:`seed_bounds`) to
+    ``bound.csv``."""
     from analysis.uncertainty_plots import seed_spread_figure
-    from tltcli.sim import write_results
+    from tltcli.sim import BOUND_CSV, write_results
 
     first = runs.events[runs.events["seed"] == runs.seeds[0]].drop(columns="seed").reset_index(drop=True)
     frame, name, _ = headline(runs)
@@ -153,7 +187,8 @@ def write_seed_results(dest: Path, runs: SeedRuns, agg: pd.DataFrame, totals: pd
     else:
         panels = [("speedup", "rollout speedup over no-sd (x)"), ("rollout_s", "rollout makespan, whole run (s)")]
     extra = {"seeds_summary.csv": agg, **({"seeds_totals.csv": totals} if totals is not None else {}),
-             **({WARNINGS_CSV: warnings_frame(warnings)} if warnings is not None else {})}
+             **({WARNINGS_CSV: warnings_frame(warnings)} if warnings is not None else {}),
+             **({BOUND_CSV: bound} if bound is not None else {})}
     steps = runs.steps if runs.steps is not None and not runs.steps.empty else None
     return write_results(dest, runs.events, runs.summary, s, perfetto, force=force, steps=steps, trace_events=first,
                          extra_csv=extra, also=lambda tmp: seed_spread_figure(frame, name, panels, tmp / "seeds"))

@@ -33,10 +33,11 @@ from tltsim.scenario import MAX_SEED, Scenario, SimInputs, compare_policies, pre
 #: median does not move and the command would run for hours.
 MAX_SEEDS = 1000
 
-#: The metrics summarised over seeds, per kind of run: (table, columns).
-POLICY_METRICS = ("makespan_s", "speedup")
-TOTAL_METRICS = ("rollout_s", "speedup")
-PRESET_METRICS = ("total_s", "rollout_s", "speedup", "rollout_speedup")
+#: The metrics summarised over seeds, per kind of run: (table, columns). The one-seed tables' accept
+#: length and tokens/s come after the first ones, so the CSV columns written before them keep their places.
+POLICY_METRICS = ("makespan_s", "speedup", "mean_accept_length", "tokens_per_s")
+TOTAL_METRICS = ("rollout_s", "speedup", "mean_accept_length")
+PRESET_METRICS = ("total_s", "rollout_s", "speedup", "rollout_speedup", "mean_accept_length")
 
 
 def check_seeds(n: int, seed: int = 0, *, option: str = "--seeds") -> int:
@@ -152,7 +153,8 @@ def aggregate(per_seed: pd.DataFrame, keys: Sequence[str], metrics: Sequence[str
 
 def seeds_summary(runs: SeedRuns) -> pd.DataFrame:
     """``seeds_summary.csv``: one row per (policy, step) (policies mode) or per preset (presets mode)
-    with the median, min and max over the seeds of each speedup and makespan."""
+    with the median, min and max over the seeds of each speedup, makespan, accept length and (policies)
+    tokens/s."""
     if runs.presets:
         return aggregate(runs.summary, ["preset"], PRESET_METRICS)
     return aggregate(runs.summary, ["policy", "step"], POLICY_METRICS)
@@ -160,7 +162,7 @@ def seeds_summary(runs: SeedRuns) -> pd.DataFrame:
 
 def seeds_totals(runs: SeedRuns) -> pd.DataFrame:
     """Whole-run totals per policy over the seeds (policies mode): rollout seconds summed over the
-    steps and its speedup, as median, min and max."""
+    steps, its speedup and the accept length over every SD iteration, as median, min and max."""
     if runs.totals is None:
         raise ValueError("presets mode has no rollout totals; see seeds_summary")
     return aggregate(runs.totals, ["policy"], TOTAL_METRICS)

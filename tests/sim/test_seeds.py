@@ -136,6 +136,24 @@ def test_seeds_3_each_seed_is_the_plain_run_at_that_seed(tmp_path: Path) -> None
     assert agg.at["no-sd", "seeds"] == 3
     for col in ("makespan_s_median", "makespan_s_min", "makespan_s_max"):
         assert col in agg
+    # the one-seed table's accept and tok/s columns, median (min–max), after the earlier columns (issue 39)
+    assert list(agg.columns[:8]) == ["step", "seeds", "makespan_s_median", "makespan_s_min", "makespan_s_max",
+                                     "speedup_median", "speedup_min", "speedup_max"]
+    for metric, spec in (("mean_accept_length", ".2f"), ("tokens_per_s", ",.0f")):
+        per_seed = summary[summary["policy"] == "elastic+beg-mab"][metric]
+        assert agg.at["elastic+beg-mab", f"{metric}_median"] == pytest.approx(float(np.median(per_seed)))
+        assert agg.at["elastic+beg-mab", f"{metric}_max"] == pytest.approx(per_seed.max())
+        cell = fmt_range(agg.at["elastic+beg-mab", f"{metric}_median"], per_seed.min(), per_seed.max(), spec)
+        assert cell.split(" (")[0] in r.stdout, (metric, cell)
+    assert "accept" in r.stdout and "tok/s" in r.stdout
+    # the upper bound printed, per seed in bound.csv: the rows of a one-seed run at that seed (issue 39)
+    bound = pd.read_csv(out / "bound.csv")
+    assert list(bound.columns) == ["seed", "step", "bound_makespan_s", "bound_speedup", "queued_workers"]
+    assert sorted(bound["seed"]) == [4, 5, 6]
+    pd.testing.assert_frame_equal(bound[bound["seed"] == 5].drop(columns="seed").reset_index(drop=True),
+                                  pd.read_csv(plain / "bound.csv"))
+    totals = bound.groupby("seed")["bound_makespan_s"].sum()
+    assert fmt_range(float(np.median(totals)), totals.min(), totals.max()) in r.stdout
     events = pd.read_parquet(out / "events.parquet")
     assert sorted(events["seed"].unique()) == [4, 5, 6]
     assert "median (min–max)" in r.stdout and "ranking" in r.stdout and "trace.seed 0 fixed" in r.stdout
@@ -154,6 +172,10 @@ def test_seeds_over_several_steps_adds_whole_run_totals(tmp_path: Path) -> None:
         per_seed = summary[summary["policy"] == policy].groupby("seed")["makespan_s"].sum()
         assert totals.at[policy, "rollout_s_median"] == pytest.approx(float(np.median(per_seed)))
         assert totals.at[policy, "rollout_s_max"] == pytest.approx(per_seed.max())
+    assert np.isnan(totals.at["no-sd", "mean_accept_length_median"])
+    assert totals.at["elastic+beg-mab", "mean_accept_length_median"] > 1
+    assert sorted(pd.read_csv(out / "bound.csv")[["seed", "step"]].itertuples(index=False, name=None)) == [
+        (0, 0), (0, 1), (1, 0), (1, 1)]
     assert sorted(pd.read_csv(out / "seeds_summary.csv")["step"].unique()) == [0, 1]
     assert "Whole run (2 rollouts back to back)" in r.stdout
 
@@ -166,7 +188,7 @@ def test_seeds_with_presets(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     agg = pd.read_csv(out / "seeds_summary.csv")
     assert list(agg["preset"]) == ["verl", "tlt"]
-    for m in ("total_s", "rollout_s", "speedup", "rollout_speedup"):
+    for m in ("total_s", "rollout_s", "speedup", "rollout_speedup", "mean_accept_length"):
         for stat in ("median", "min", "max"):
             assert f"{m}_{stat}" in agg
     steps = pd.read_csv(out / "steps.csv")

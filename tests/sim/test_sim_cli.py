@@ -24,9 +24,13 @@ def test_run_on_polytrace_step_writes_results_and_elastic_beats_no_sd(tmp_path):
     assert result.exit_code == 0, result.output
     assert "no-sd" in result.output and "elastic+beg-mab" in result.output and "speedup" in result.output
     assert "one simulation seed (--seeds 1): no spread" in result.output
-    assert sorted(p.name for p in out.iterdir()) == [".tlt-results.json", "events.parquet",
+    assert sorted(p.name for p in out.iterdir()) == [".tlt-results.json", "bound.csv", "events.parquet",
                                                      "scenario.resolved.toml", "summary.csv", "trace.json",
                                                      "warnings.csv"]
+    bound = pd.read_csv(out / "bound.csv")  # the upper bound printed, in a file (issue 39)
+    assert list(bound.columns) == ["step", "bound_makespan_s", "bound_speedup", "queued_workers"]
+    assert f"in under {bound['bound_makespan_s'].sum():.2f} s (speedup <= {bound['bound_speedup'][0]:.3f}x)" \
+        in result.output
     summary = pd.read_csv(out / "summary.csv").set_index("policy")
     assert summary.loc["no-sd", "speedup"] == 1.0
     assert summary.loc["elastic+beg-mab", "speedup"] > 1.05
