@@ -6,7 +6,7 @@ data may enter the repository.
 catalog (``$TLT_TRACE_CATALOG``) whose entries point at it: ``fake_aime`` (good), ``fake_badsum`` (the
 catalog pins another sha256), ``fake_gone`` (a file the mirror lacks), ``fake_unavailable`` (cannot be
 rebuilt), ``fake_noconvert`` (stored as is) and a profile. :func:`serve` serves a folder over HTTP on
-127.0.0.1 with hostile modes chosen by the first path component (``/ok/``, ``/404/``, ``/lie/``...).
+127.0.0.1 with hostile modes chosen by the first path component (``/ok/``, ``/404/``, ``/lie/``, ``/drip/``...).
 :func:`fresh_clone_env` is the environment of a clone with no ``../shared`` and an empty cache.
 """
 
@@ -155,6 +155,18 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         body = self._body(unquote(rest))
         if mode == "hang":  # accept, never answer
             self.release.wait(30)
+            return
+        if mode == "drip" and body is not None:  # the right length at a byte a second: no wait is long
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            for i in range(min(len(body), 10)):  # then it hangs up: a client without a deadline fails in 10 s
+                if self.release.wait(1):
+                    return
+                try:
+                    self.wfile.write(body[i:i + 1])
+                except OSError:  # the client gave up
+                    return
             return
         if mode == "garbage":
             self.wfile.write(b"this is not HTTP\r\n\r\n")

@@ -108,8 +108,8 @@ def list_traces() -> None:
 @app.command("fetch", epilog=(
         "Downloads go to $XDG_CACHE_HOME/tlt/traces (default ~/.cache/tlt/traces), the last folder of the "
         "trace search path. TLT_TRACE_MIRROR (or --mirror) replaces https://raw.githubusercontent.com/ with "
-        "another base URL laid out as OWNER/REPO/COMMIT/PATH (http, https or file); TLT_FETCH_TIMEOUT bounds "
-        "every network wait (seconds, default 60)."))
+        "another base URL laid out as OWNER/REPO/COMMIT/PATH (http, https or file); TLT_FETCH_TIMEOUT is a "
+        "deadline on the whole download (seconds, default 300)."))
 def fetch(name: Annotated[str, typer.Argument(help="Catalog name (tlt trace list).")],
           force: Annotated[bool, typer.Option(help="Download again even if a checked copy is already on the "
                                               "search path.")] = False,

@@ -127,6 +127,8 @@ CASES: list[Case] = [
     Case("fetch-content-length-lie", "trace fetch", _fetch("fake_aime", "lie"), "announces 1,000,000,000,000"),
     Case("fetch-server-never-answers", "trace fetch", _fetch("fake_aime", "hang"), "no answer within 1 s",
          env={"TLT_FETCH_TIMEOUT": "1"}),
+    Case("fetch-drip-feed-past-the-deadline", "trace fetch", _fetch("fake_aime", "drip"), "not finished within 2 s",
+         env={"TLT_FETCH_TIMEOUT": "2"}),
     Case("fetch-garbage-response", "trace fetch", _fetch("fake_aime", "garbage"), "broken HTTP response"),
     Case("fetch-redirect-to-file-url", "trace fetch", _fetch("fake_aime", "redirect-file"), "HTTP 302"),
     Case("fetch-server-down", "trace fetch",

@@ -187,6 +187,29 @@ def test_fetch_server_down_is_one_line(cli, upstream) -> None:
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "Connection refused" in res.stderr
 
 
+def test_fetch_timeout_is_a_deadline_on_the_whole_download(upstream, tmp_path: Path) -> None:
+    """A mirror that sends the right file at a byte a second never makes one wait long: the timeout
+    must still end the download at its deadline, and the deadline is shared by a fetch's files."""
+    import time
+    from urllib.parse import quote
+
+    from fake_upstream import sha
+
+    from tltcore.errors import InputError
+    from tltsim.traces.fetch import download
+
+    with serve(upstream.mirror) as server:
+        url = f"{server.url}/drip/{BASE.split('.com/')[1]}{quote(UPSTREAM_PATH)}"
+        start = time.monotonic()
+        with pytest.raises(InputError, match=r"/drip/.*: download not finished within 1.5 s \(TLT_FETCH_TIMEOUT"):
+            download(url, tmp_path / "x", len(upstream.raw), sha(upstream.raw), timeout=1.5)
+        assert time.monotonic() - start < 1.5 + 3  # not the 10 s the mirror drips for (or the hours of the file)
+        with pytest.raises(InputError, match="not finished within 9 s"):  # an earlier file used the time up
+            download(url.replace("/drip/", "/ok/"), tmp_path / "y", len(upstream.raw), sha(upstream.raw), timeout=9,
+                     deadline=time.monotonic() - 1)
+        assert len(server.requests) == 1  # the second was never asked for
+
+
 def test_fetch_of_a_profile_or_a_shipped_trace_downloads_nothing(cli, fresh: Path) -> None:
     assert "parametric profile" in cli("trace", "fetch", "intern_s1_math").stdout
     res = cli("trace", "fetch", "tlt_grpo_arith_seed0")

@@ -17,8 +17,10 @@ down, Ctrl-C) removes the temp folder. A cached file whose checksum matches is a
 downloaded unless ``--force``. ``$TLT_TRACE_MIRROR`` (or ``--mirror``) replaces
 ``https://raw.githubusercontent.com/`` with another base URL laid out the same way
 (``OWNER/REPO/COMMIT/PATH``; ``http://``, ``https://`` or ``file://``): a mirror, or a local server in
-the tests. ``$TLT_FETCH_TIMEOUT`` (seconds, default 60) bounds every wait on the network, so a
-server that never answers cannot hang the command.
+the tests. ``$TLT_FETCH_TIMEOUT`` (seconds, default 300) is a deadline on the whole download, every
+file of the trace from the first request to the last byte: each wait on the network gets only the time
+left, so neither a server that never answers nor one that trickles a byte a second can keep the
+command running past it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -44,7 +47,7 @@ from tltsim.traces.catalog import CatalogEntry, cache_dir, catalog, find_file
 GITHUB_RAW = "https://raw.githubusercontent.com/"
 MIRROR_ENV = "TLT_TRACE_MIRROR"
 TIMEOUT_ENV = "TLT_FETCH_TIMEOUT"
-DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_TIMEOUT_S = 300.0  # the whole download: 16.6 MB (the largest trace) at 56 KB/s
 #: Downloads at least this large show a progress bar (on a terminal's stderr).
 PROGRESS_MIN_BYTES = 1 << 20
 _CHUNK = 1 << 16
@@ -65,7 +68,7 @@ def _one_line(text: object) -> str:
 
 
 def timeout_s() -> float:
-    """The network timeout: ``$TLT_FETCH_TIMEOUT`` seconds, else 60."""
+    """The deadline on the whole download: ``$TLT_FETCH_TIMEOUT`` seconds, else 300."""
     raw = os.environ.get(TIMEOUT_ENV, "")
     if not raw:
         return DEFAULT_TIMEOUT_S
@@ -158,20 +161,54 @@ def _progress(total: int, label: str) -> Iterator[Callable[[int], None] | None]:
         yield lambda n: progress.advance(task, n)
 
 
-def download(url: str, dest: Path, size: int, sha256: str, *, timeout: float,
+def _left(deadline: float) -> float:
+    """Seconds until ``deadline`` (``time.monotonic``), at least a millisecond: a socket timeout of 0
+    would mean non-blocking, not expired."""
+    return max(deadline - time.monotonic(), 1e-3)
+
+
+def _bound_wait(resp: object, deadline: float) -> None:
+    """Make the next wait on ``resp``'s socket end by ``deadline``. urllib sets the socket timeout once,
+    per wait: a server sending a byte a second resets it forever. The socket sits behind the response's
+    buffered reader (CPython's ``SocketIO._sock``); a ``file://`` response has none and never waits."""
+    sock = getattr(getattr(getattr(resp, "fp", None), "raw", None), "_sock", None)
+    if sock is not None:
+        sock.settimeout(_left(deadline))
+
+
+def download(url: str, dest: Path, size: int, sha256: str, *, timeout: float, deadline: float | None = None,
              advance: Callable[[int], None] | None = None) -> None:
     """Stream ``url`` into ``dest``, refusing in one line anything but exactly ``size`` bytes with
-    ``sha256``. Never reads more than ``size + 1`` bytes, whatever the server claims."""
+    ``sha256``. Never reads more than ``size + 1`` bytes, whatever the server claims. The download
+    must end by ``deadline`` (``time.monotonic``; default ``timeout`` seconds from now): each read
+    takes what one wait on the network brings and the deadline is checked between reads, so the
+    error names ``timeout``, the bound the user set, whatever the server's pace."""
+    deadline = time.monotonic() + timeout if deadline is None else deadline
+    late = InputError(f"{url}: download not finished within {timeout:g} s ({TIMEOUT_ENV} bounds the whole "
+                      "download); nothing was cached")
+    silent = InputError(f"{url}: no answer within {timeout:g} s ({TIMEOUT_ENV} bounds the whole download); nothing "
+                        "was cached")
+    answered = False
     request = urllib.request.Request(url, headers={"User-Agent": "tlt-trace-fetch"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
+        if time.monotonic() >= deadline:
+            raise late
+        with urllib.request.urlopen(request, timeout=_left(deadline)) as resp:
+            answered = True
             announced = resp.headers.get("Content-Length")
             if announced is not None and announced.strip().isdigit() and int(announced) != size:
                 raise InputError(f"{url}: the server announces {int(announced):,} bytes, the catalogued file has "
                                  f"{size:,}; refusing it (nothing was cached)")
             h, got = hashlib.sha256(), 0
             with dest.open("wb") as fh:
-                while chunk := resp.read(min(_CHUNK, size + 1 - got)):
+                while True:
+                    if time.monotonic() >= deadline:
+                        raise late
+                    _bound_wait(resp, deadline)
+                    # read1: at most one wait on the socket (read(n) would wait until all n bytes came)
+                    chunk = resp.read1(min(_CHUNK, size + 1 - got))
+                    if not chunk:
+                        break
                     got += len(chunk)
                     if got > size:
                         raise InputError(f"{url}: the server sent more than the catalogued {size:,} bytes; refusing "
@@ -188,11 +225,11 @@ def download(url: str, dest: Path, size: int, sha256: str, *, timeout: float,
     except urllib.error.URLError as exc:
         reason = exc.reason
         if isinstance(reason, TimeoutError):
-            raise InputError(f"{url}: no answer within {timeout:g} s ({TIMEOUT_ENV}); nothing was cached") from None
+            raise silent from None
         raise InputError(f"cannot download {url}: {_one_line(getattr(reason, 'strerror', None) or reason)} "
                          "(check the network or set TLT_TRACE_MIRROR; nothing was cached)") from None
-    except TimeoutError:
-        raise InputError(f"{url}: no answer within {timeout:g} s ({TIMEOUT_ENV}); nothing was cached") from None
+    except TimeoutError:  # every wait ends at the deadline: a timeout is the deadline passing
+        raise (late if answered else silent) from None
     except http.client.HTTPException as exc:
         raise InputError(f"{url}: broken HTTP response ({type(exc).__name__}: {_one_line(exc)}); nothing was "
                          "cached") from None
@@ -237,6 +274,7 @@ def fetch(name: str, *, force: bool = False, mirror: str | None = None) -> Fetch
     if target.is_dir():
         raise InputError("is a folder where the downloaded trace would go; move it away", path=target, field="cache")
     timeout = timeout_s()
+    deadline = time.monotonic() + timeout  # one deadline for every file of the trace
     urls = [(path, source_url(spec.base_url, path, mirror), size, sha) for path, size, sha in spec.files]
     total = sum(size for _, _, size, _ in urls)
     # Downloads go to the system temp folder; only the verified result enters the cache (write_with:
@@ -249,7 +287,7 @@ def fetch(name: str, *, force: bool = False, mirror: str | None = None) -> Fetch
         with _progress(total, f"fetching {name}") as advance:
             for i, (path, url, size, sha) in enumerate(urls):
                 local[path] = tmp / f"{i:04d}{Path(path).suffix[:16]}"
-                download(url, local[path], size, sha, timeout=timeout, advance=advance)
+                download(url, local[path], size, sha, timeout=timeout, deadline=deadline, advance=advance)
         if spec.convert:
             from tltsim.traces.upstream import convert
 
