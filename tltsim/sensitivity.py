@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tltcore.drafter.dynamics import DEFAULT_STALE_QUALITY
+from tltcore.drafter.dynamics import DEFAULT_STALE_FRACTION
 from tltcore.errors import InputError
 from tltsim.scenario import Scenario, prepare, with_values
 from tltsim.seeds import headline, run_policy_seeds, run_preset_seeds
@@ -81,7 +81,9 @@ FACTORS: tuple[Factor, ...] = (
 
 def factors_for(s: Scenario) -> tuple[Factor, ...]:
     """The factors that change the answer of this kind of run (rollout ones only without presets)."""
-    return tuple(f for f in FACTORS if s.presets or not f.rl_only)
+    model_free = s.drafter.kind == "ngram"  # the n-gram drafter has no quality to vary (drafter.ngram_alpha)
+    return tuple(f for f in FACTORS if (s.presets or not f.rl_only)
+                 and not (model_free and f.field == "drafter.quality"))
 
 
 def _groups_available(s: Scenario) -> int:
@@ -115,7 +117,7 @@ def low_high(f: Factor, s: Scenario, inputs) -> tuple[object, object, object]:
         return s.cluster.tp, max(1, s.cluster.tp // 2), 2 * s.cluster.tp
     if f.field == "drafter.quality":
         q = s.drafter.quality
-        return q, round(DEFAULT_STALE_QUALITY * q, 4), round(min(1.15 * q, max(q, _drafter_limit(s))), 4)
+        return q, round(DEFAULT_STALE_FRACTION * q, 4), round(min(1.15 * q, max(q, _drafter_limit(s))), 4)
     if f.field == "trace.cap":
         longest = int(max(int(w.response_tokens.max()) for w in inputs.workloads if w.n_requests))
         base = t.cap if t.cap is not None else longest

@@ -71,3 +71,43 @@ def test_a_measured_table_holds_one_drafter_only() -> None:
     with pytest.raises(InputError, match=r"drafter\.kind"):
         # past validation (which would refuse the missing table first): the cost model's own check
         cost_model(s.model_copy(update={"cost": s.cost.model_copy(update={"model": "table", "table": "x.csv"})}))
+
+
+@needs_shared_traces()
+def test_every_way_to_choose_the_ngram_drafter_prices_it_with_its_own_acceptance() -> None:
+    # drafter.kind = "ngram" in a scenario (or --drafter ngram) used to keep the EAGLE tree's acceptance
+    # at no draft cost: accept ~3.3 at 4_1_4 and n-gram ranked above EAGLE
+    from tltsim.scenario import drafter_acceptance
+
+    chain = SDConfig(4, 1, 4)
+    ngram = prepare(_scenario(**{"drafter.kind": "ngram"}))
+    eagle = prepare(_scenario())
+    assert ngram.accept.expected_accept_length(chain) == pytest.approx(1.9375)
+    assert eagle.accept.expected_accept_length(chain) > ngram.accept.expected_accept_length(chain)
+    assert isinstance(ngram.cost, ModelFreeDraftCost) and ngram.drafter.quality == 1.0
+    # the preset path and the scenario path agree: one place decides
+    s = _scenario()
+    via_preset = preset_inputs(s, get_preset("tlt-base"), eagle)
+    assert via_preset.accept == drafter_acceptance(s, "ngram") == ngram.accept
+    assert via_preset.drafter.quality == 1.0
+
+
+def test_ngram_with_a_drafter_quality_is_refused() -> None:
+    with pytest.raises(InputError, match=r"quality.*model-free n-gram drafter.*ngram_alpha"):
+        _scenario(**{"drafter.kind": "ngram", "drafter.quality": "0.9"})
+
+
+def test_the_stale_floor_is_a_fraction_of_the_quality_unless_set() -> None:
+    from tltcore.drafter.dynamics import DEFAULT_STALE_FRACTION, DrafterConfig
+
+    weak = DrafterConfig(quality=0.8)
+    assert weak.floor == pytest.approx(DEFAULT_STALE_FRACTION * 0.8)
+    state = weak.initial()
+    for _ in range(30):
+        state = weak.after_update(state)
+    # a drafter below the old absolute 0.89 floor goes stale too (it used to stay at 0.8 forever)
+    assert state.quality == pytest.approx(DEFAULT_STALE_FRACTION * 0.8, rel=1e-3) and state.quality < 0.8
+    assert DrafterConfig(quality=1.0).floor == pytest.approx(0.89)  # the paper-fitted drafter: as before
+    assert DrafterConfig(quality=0.8, stale_quality=0.5).floor == 0.5
+    with pytest.raises(InputError, match="stale_quality"):
+        DrafterConfig(quality=0.8, stale_quality=0.85)

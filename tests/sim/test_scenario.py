@@ -322,11 +322,12 @@ def test_refusals_that_make_a_run_meaningless():
                             (("cluster.gpus", "1000000"), "cluster.gpus")):
         with pytest.raises(InputError, match=rf"^--set, field '{dotted}'"):
             resolve(None, [(*setting, "--set"), ("cluster.tp", "1" if dotted == "cluster.gpus" else "4", "--tp")])
-    # the default stale floor above a lowered quality is not refused (one override at a time must pass
-    # through it: the paper-repro weak-drafter case); whole RL runs get a warning
+    # the default stale floor is a fraction of the quality, so a lowered quality still goes stale (an
+    # absolute 0.89 floor above quality 0.8 left that drafter forever fresh)
     assert resolve(None, [("drafter.quality", "0.8", "--set")]).notes == ()
     weak = resolve(None, [("drafter.quality", "0.8", "--set"), ("presets", "tlt", "--preset")])
-    assert [kind for kind, _ in weak.notes] == ["stale-default"] and "never goes stale" in weak.warnings[0]
+    assert weak.notes == () and weak.scenario.drafter.floor == pytest.approx(0.89 * 0.8)
+    assert resolve(None, []).scenario.drafter.floor == pytest.approx(0.89)
     s = apply_override(load_scenario(REPRO / "qwen7b_1node.toml"), "drafter.quality", "0.7")
     assert apply_override(s, "drafter.stale_quality", "0.6").drafter.stale_quality == 0.6
     with pytest.raises(InputError, match=r"^--policy, field 'policies'"):
@@ -446,7 +447,6 @@ DEFAULT_TOML = (
     "position_scale = []\n"
     "kind = \"eagle\"\n"
     "draft_model = \"Qwen2.5-0.5B\"\n"
-    "stale_quality = 0.89\n"
     "drift = 0.3\n"
     "recovery_samples = 400.0\n"
     "ngram_alpha = 0.5\n"

@@ -9,8 +9,8 @@ multiplies every per-position acceptance probability, and the scenario's ``[draf
 :class:`DrafterConfig` (this module), moves that quality:
 
 * **after each policy update** (:meth:`DrafterConfig.after_update`) the quality decays toward
-  ``stale_quality`` by the fraction ``drift``: ``q <- stale + (q - stale) * (1 - drift)``. A drafter
-  never trained again tends to ``stale_quality``; ``drift = 0`` leaves it unchanged.
+  the stale floor (:attr:`DrafterConfig.floor`) by the fraction ``drift``: ``q <- stale + (q - stale) *
+  (1 - drift)``. A drafter never trained again tends to the floor; ``drift = 0`` leaves it unchanged.
 * **after training on n samples** (:meth:`DrafterConfig.after_training`) the quality recovers
   toward ``quality`` (the trained ceiling): ``q <- trained - (trained - q) * exp(-n / recovery_samples)``:
   monotone in ``n``, never above the ceiling, and never lower than before (training does not harm).
@@ -18,11 +18,16 @@ multiplies every per-position acceptance probability, and the scenario's ``[draf
 The ceiling is ``drafter.quality`` (the drafter trained for the initial policy, which training can
 bring back); 1.0, the drafter the paper-fitted tree acceptance
 (``paper-qwen32b``) describes, gives accept lengths 5.9-7.1 across BEG-MAB's arms, around the
-paper's adapted 6.53. ``stale_quality`` (0.89: 4.3-5.1 across the arms, around the paper's stale
-4.59), ``drift`` and ``recovery_samples`` are not published; the defaults make a stale drafter lose
-most of its edge within ~5 policy updates and a drafter trained on a few hundred samples per step
-stay near the ceiling. ``reports/paper-repro`` shows the resulting curves beside the paper's two
-numbers; the real adaptive-drafter runs are meant to replace these numbers with measured ones.
+paper's adapted 6.53. The stale floor is a *fraction of that ceiling*: by default
+:data:`DEFAULT_STALE_FRACTION` (0.89) of ``quality`` (at quality 1: accept lengths 4.3-5.1 across the
+arms, around the paper's stale 4.59), so a drafter that starts weaker goes stale too (an absolute
+floor of 0.89 left a drafter of quality 0.85 forever fresh, and a frozen drafter compared equal to
+a trained one). ``stale_quality`` sets the floor as an absolute quality instead (a fitted value,
+:mod:`tltreal.validation.dynamics_fit`). The fraction, ``drift`` and ``recovery_samples`` are not
+published; the defaults make a stale drafter lose most of its edge within ~5 policy updates and a
+drafter trained on a few hundred samples per step stay near the ceiling. ``reports/paper-repro``
+shows the resulting curves beside the paper's two numbers; the real adaptive-drafter runs are meant
+to replace these numbers with measured ones.
 """
 
 from __future__ import annotations
@@ -39,7 +44,10 @@ from tltcore.errors import InputError
 
 #: What drafts (:mod:`tltcore.drafter.kinds`, whose ``DRAFTER_KINDS`` is this list).
 DrafterKind = Literal["eagle", "draft-model", "ngram"]
-DEFAULT_STALE_QUALITY = 0.89
+#: The stale floor as a fraction of the trained quality when ``stale_quality`` is not set.
+DEFAULT_STALE_FRACTION = 0.89
+#: The stale floor of a drafter of quality 1 (the paper-fitted one).
+DEFAULT_STALE_QUALITY = DEFAULT_STALE_FRACTION
 _SCALE = Annotated[float, Field(allow_inf_nan=False, strict=True)]
 
 
@@ -49,15 +57,15 @@ class DrafterConfig(ConfigModel):
     ``quality`` multiplies every per-position acceptance (1 = as fitted, < 1 = stale; the initial
     :class:`~tltcore.drafter.state.DrafterState` and the ceiling training recovers toward);
     ``position_scale`` refines it per draft position. Whole RL runs (``presets``) move it (module
-    docstring): each policy update decays it toward ``stale_quality`` by the fraction ``drift``,
+    docstring): each policy update decays it toward the stale floor by the fraction ``drift``,
     training recovers it toward ``quality`` with ``recovery_samples`` samples per e-folding. ``kind``
     (:mod:`tltcore.drafter.kinds`): ``eagle`` (TLT's one-layer drafter), ``draft-model`` (the separate
     LM ``draft_model``) or ``ngram`` (model-free, chain acceptance ``ngram_alpha``, ``ngram_lookup_s``
     of CPU per SD iteration); a preset names its own kind.
 
-    ``stale_quality`` above ``quality`` would be no staleness at all, so a value set there is refused;
-    the default riding above a lowered ``quality`` is not (it is clamped to ``quality``, and a whole
-    RL run warns)."""
+    ``stale_quality`` (None: :data:`DEFAULT_STALE_FRACTION` of ``quality``) above ``quality`` would be
+    no staleness at all, so it is refused. The model-free ``ngram`` kind has no weights: its
+    acceptance is ``ngram_alpha`` alone, so a ``quality`` other than 1 is refused beside it."""
 
     SECTION = "drafter"
 
@@ -65,7 +73,7 @@ class DrafterConfig(ConfigModel):
     position_scale: tuple[_SCALE, ...] = ()
     kind: DrafterKind = "eagle"
     draft_model: Str = "Qwen2.5-0.5B"
-    stale_quality: Float = DEFAULT_STALE_QUALITY
+    stale_quality: Float | None = None
     drift: Float = Field(0.3, ge=0, le=1)
     recovery_samples: Float = Field(400.0, gt=0)
     ngram_alpha: Float = Field(0.5, ge=0, le=1)
@@ -81,9 +89,13 @@ class DrafterConfig(ConfigModel):
 
     @model_validator(mode="after")
     def _stale(self) -> DrafterConfig:
-        if self.stale_quality != DEFAULT_STALE_QUALITY and not 0 <= self.stale_quality <= self.quality:
+        if self.stale_quality is not None and not 0 <= self.stale_quality <= self.quality:
             raise InputError(f"must be in [0, drafter.quality = {self.quality:g}] (a stale drafter is never better "
                              f"than the trained one), got {self.stale_quality:g}", field="stale_quality")
+        if self.kind == "ngram" and self.quality != 1.0:
+            raise InputError(f"is {self.quality:g}, but the model-free n-gram drafter (drafter.kind = 'ngram') has no "
+                             "weights to be stale or trained: its acceptance is drafter.ngram_alpha; leave "
+                             "drafter.quality at 1", field="quality")
         return self
 
     @property
@@ -93,11 +105,18 @@ class DrafterConfig(ConfigModel):
 
     @property
     def floor(self) -> float:
-        """What a drafter never trained again tends to: ``stale_quality``, never above ``quality``."""
-        return min(self.stale_quality, self.quality)
+        """What a drafter never trained again tends to: ``stale_quality``, or by default
+        :data:`DEFAULT_STALE_FRACTION` of ``quality`` (module docstring)."""
+        if self.stale_quality is not None:
+            return self.stale_quality
+        return DEFAULT_STALE_FRACTION * self.quality
 
-    def initial(self) -> DrafterState:
-        """The drafter trained for the initial policy (version 0, at the ceiling)."""
+    def initial(self, kind: str | None = None) -> DrafterState:
+        """The drafter of kind ``kind`` (None: ``self.kind``) trained for the initial policy (version 0,
+        at the ceiling). A model-free drafter is quality 1: its acceptance is its own
+        (:func:`tltcore.drafter.kinds.drafter_acceptance`)."""
+        if (kind or self.kind) == "ngram":
+            return DrafterState()
         return DrafterState(quality=self.quality, position_scale=self.position_scale)
 
     def after_update(self, state: DrafterState) -> DrafterState:

@@ -70,3 +70,14 @@ def ngram_acceptance(alpha: float) -> ChainAcceptance:
     if not 0 <= alpha <= 1:
         raise InputError(f"must be in [0, 1], got {alpha}", field="drafter.ngram_alpha")
     return ChainAcceptance((alpha,))
+
+
+def drafter_acceptance(kind: str, ngram_alpha: float, model_acceptance):
+    """The acceptance a drafter of ``kind`` is priced with, the one place that decides it: the
+    model-free ``ngram`` drafter its constant-alpha chain (:func:`ngram_acceptance`), a model-based
+    drafter (``eagle``, ``draft-model``) the scenario's acceptance model ``model_acceptance`` (the
+    paper-fitted EAGLE tree by default). Pricing an n-gram drafter with the EAGLE tree's acceptance
+    at no draft cost made it look better than EAGLE."""
+    if kind not in DRAFTER_KINDS:
+        raise InputError(f"must be one of {', '.join(DRAFTER_KINDS)}, got '{kind}'", field="drafter.kind")
+    return ngram_acceptance(ngram_alpha) if kind == "ngram" else model_acceptance

@@ -28,7 +28,15 @@ vs ``elastic+beg-mab``, the paper-fitted tree acceptance in expected-value mode.
 from __future__ import annotations
 
 from tltcore.config import MAX_GPUS, MAX_SECONDS
-from tltsim.scenario.build import SimInputs, acceptance_model, cost_model, graph_memory_bytes, make_policies, prepare
+from tltsim.scenario.build import (
+    SimInputs,
+    acceptance_model,
+    cost_model,
+    drafter_acceptance,
+    graph_memory_bytes,
+    make_policies,
+    prepare,
+)
 from tltsim.scenario.identity import (
     policies_with_baseline,
     resolved_dict,
@@ -84,7 +92,7 @@ __all__ = ["BASELINE_POLICY", "BUNDLED_SCENARIOS", "CUDA_GRAPH_MODES", "DEFAULT_
            "ClusterSection", "CostSection", "DrafterConfig", "EngineSection", "ModelSection",
            "RLPhaseConfig", "Resolved", "Scenario", "SimInputs", "SpotTrainerConfig",
            "TraceSection", "acceptance_model", "apply_override", "bundled_scenarios", "compare_policies",
-           "cost_model", "field_paths", "graph_memory_bytes", "load_scenario", "load_steps", "make_policies",
-           "policies_with_baseline", "prepare", "resolve", "resolved_dict", "run_each", "run_policy",
+           "cost_model", "drafter_acceptance", "field_paths", "graph_memory_bytes", "load_scenario", "load_steps",
+           "make_policies", "policies_with_baseline", "prepare", "resolve", "resolved_dict", "run_each", "run_policy",
            "scenario_from_dict", "scenario_hash", "scenario_toml", "split_policy_specs", "trace_fingerprint",
            "validate", "with_values"]

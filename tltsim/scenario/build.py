@@ -53,6 +53,17 @@ def acceptance_model(a: AcceptanceSection):
     return replace(model, **overrides)
 
 
+def drafter_acceptance(s: Scenario, drafter_kind: str | None = None):
+    """The acceptance model the drafter kind ``drafter_kind`` (None: ``drafter.kind``) is priced with
+    (:func:`tltcore.drafter.kinds.drafter_acceptance`): the n-gram drafter's own chain, else the
+    scenario's acceptance preset. With :func:`cost_model` and
+    :meth:`~tltcore.drafter.dynamics.DrafterConfig.initial`, the one place a drafter kind is priced."""
+    from tltcore.drafter.kinds import drafter_acceptance as of_kind
+
+    kind = drafter_kind or s.drafter.kind
+    return of_kind(kind, s.drafter.ngram_alpha, acceptance_model(s.acceptance) if kind != "ngram" else None)
+
+
 def cost_model(s: Scenario, drafter_kind: str | None = None):
     """The scenario's cost model (roofline with its constant overrides, a measured table, or the model
     calibrated on measured GPU profiles), for the drafter kind ``drafter_kind`` (None: ``drafter.kind``;
@@ -153,7 +164,7 @@ def prepare(s: Scenario) -> SimInputs:
                 "cluster.tp (more GPUs per worker) or engine.kv_mem_fraction, or set trace.cap", field="cluster.tp")
     engine = EngineConfig.of(s.engine, kv_capacity_tokens=kv, acceptance_mode=s.acceptance.mode,
                              mixed_prefill=s.engine.mixed_prefill)
-    return SimInputs(scenario=s, workloads=workloads, cost=cost, accept=acceptance_model(s.acceptance),
+    return SimInputs(scenario=s, workloads=workloads, cost=cost, accept=drafter_acceptance(s),
                      engine=engine, drafter=s.drafter.initial())
 
 

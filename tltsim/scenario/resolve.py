@@ -120,7 +120,7 @@ def validate(s: Scenario, *, path: str | None = None) -> None:
 
 # ---- one path from a file and settings to a checked scenario ---------------------------------------
 #: Fields only whole RL runs (``presets``) read: set without presets, they change nothing.
-RL_ONLY_FIELDS = ("drafter.stale_quality", "drafter.drift", "drafter.recovery_samples")
+RL_ONLY_FIELDS = ("drafter.stale_quality", "drafter.drift", "drafter.recovery_samples", "presets_policy")
 RL_ONLY_SECTIONS = ("spot.", "rl.")
 
 
@@ -138,7 +138,7 @@ class Resolved:
     given: dict[str, str]
     file: str | None = None
     flags: tuple[str, ...] = ()
-    notes: tuple[tuple[str, str], ...] = ()  # (kind, warning): rl-only, stale-default, policies, trace-seed
+    notes: tuple[tuple[str, str], ...] = ()  # (kind, warning): rl-only, policies, trace-seed
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -243,11 +243,6 @@ def _notes(s: Scenario, given: dict[str, str], by_flag: dict[str, tuple[str, Any
         verb = "is" if len(rl_only) == 1 else "are"
         out.append(("rl-only", f"{where}: {shown} {verb} used only by whole RL runs (presets, --preset); this run "
                     "compares rollout policies, so changing it does nothing"))
-    d = s.drafter
-    if s.presets and d.stale_quality > d.quality:  # only the default gets here (validation refuses a set one)
-        out.append(("stale-default", f"{given.get('drafter.quality', given['presets'])}: drafter.quality = "
-                    f"{d.quality:g} is below the default drafter.stale_quality = {d.stale_quality:g}, so the "
-                    "drafter never goes stale in these RL runs; set drafter.stale_quality <= drafter.quality"))
     if s.presets and "policies" in given and "policies" not in by_flag:
         out.append(("policies", f"{given['policies']}: field 'policies' is not used: {given['presets']} runs whole "
                     "RL runs of presets, each with its own SD policy"))
