@@ -6,7 +6,8 @@ Files (all written into the results folder ``tlt advise`` builds atomically):
   seeds), the upper bound, the ranking of every setting, the drafter-upkeep comparison, where SD does
   not pay and why, the warnings, the exports and the commands that reproduce each number;
 * ``ranking.csv`` (one row per setting, ``<metric>_median/_min/_max``), ``runs.csv`` (one row per
-  setting and seed), ``freshness.csv``, ``findings.csv``, ``warnings.csv``;
+  setting and seed), ``freshness.csv``, ``findings.csv``, ``warnings.csv``, ``exports_by_step.csv`` (the
+  recommendation and the exports re-simulated on every step of the workload);
 * ``ranking.png``/``.pdf`` — rollout speedup per setting with its min–max whiskers and each seed;
 * ``scenario.resolved.toml`` (the scenario advised on), ``recommended.toml`` (that scenario running only
   the recommendation: ``tlt sim run --scenario recommended.toml`` reruns it),
@@ -111,6 +112,8 @@ def write_report(folder: Path, s: Any, rec: Any, ranking: pd.DataFrame, rows: pd
                   for f in findings], columns=["subject", "speedup_median", "why"]).to_csv(
         folder / "findings.csv", index=False)
     pd.DataFrame(warnings, columns=["setting", "warning"]).to_csv(folder / "warnings.csv", index=False)
+    if facts.get("check") is not None:
+        facts["check"].table.to_csv(folder / "exports_by_step.csv", index=False)
     (folder / "scenario.resolved.toml").write_text(scenario_toml(s), encoding="utf-8")
     (folder / "recommended.toml").write_text(recommended_toml(s, rec.policy, rec.switch, command), encoding="utf-8")
     (folder / "vllm_speculative_config.json").write_text(export_json(exports["vllm"]["config"]), encoding="utf-8")
@@ -170,21 +173,22 @@ def write_report(folder: Path, s: Any, rec: Any, ranking: pd.DataFrame, rows: pd
         lines += [f"Drafter upkeep: {fresh.skipped}.", ""]
     else:
         t = fresh.table
-        lines += [f"Whole RL runs of {fresh.steps} steps (the presets of `tltsim/rl/presets.py`; each fixes its "
-                  "rollout policy to TLT's `elastic+beg-mab`, so this compares upkeep, not the recommendation). "
-                  "Every-k-steps "
-                  "training is not a preset yet.", "",
-                  markdown_table(pd.DataFrame({
-                      "preset": t["preset"], "drafter upkeep": t["upkeep"],
-                      "end-to-end speedup over veRL": [_x(a, b, c) for a, b, c in
-                                                       t[["speedup_median", "speedup_min", "speedup_max"]].to_numpy()],
-                      "rollout speedup": [_x(a, b, c) for a, b, c in t[["rollout_speedup_median", "rollout_speedup_min",
-                                                                        "rollout_speedup_max"]].to_numpy()]})), ""]
+        lines += [f"Whole RL runs of {fresh.steps} steps (the presets of `tltsim/rl/presets.py`) under "
+                  f"{fresh.rollout} (`presets_policy`; the model-free `tlt-base` keeps its own chain policy).", ""]
+        if fresh.note:
+            lines += [f"**Note:** {fresh.note}.", ""]
+        lines += [markdown_table(pd.DataFrame({
+            "preset": t["preset"], "drafter upkeep": t["upkeep"],
+            "end-to-end speedup over veRL": [_x(a, b, c) for a, b, c in
+                                             t[["speedup_median", "speedup_min", "speedup_max"]].to_numpy()],
+            "rollout speedup": [_x(a, b, c) for a, b, c in t[["rollout_speedup_median", "rollout_speedup_min",
+                                                              "rollout_speedup_max"]].to_numpy()]})), ""]
     lines += ["## Where SD does not pay, and why", ""]
     lines += [f"- **{f.subject}**" + (f" {_x(*f.speedup)}" if f.speedup else "") + f": {f.why}" for f in findings] \
-        or ["Every SD setting of the grid is at least as fast as no SD (median)."]
-    lines += ["", "## Warnings (recommended setting and runners-up)", ""]
-    lines += [f"- `{label}`: {line}" for label, line in warnings] or ["None."]
+        or ["Every SD setting of the grid beats no SD by at least 2% (median)."]
+    lines += ["", "## Warnings (every run: the recommendation and runners-up first, then the other settings and "
+              "the upkeep runs; `warnings.csv`)", ""]
+    lines += [f"- `{label}`: {line}" for label, line in warnings] or ["None: no run raised a warning."]
     v, sg = exports["vllm"], exports["sglang"]
     lines += ["", "## Exports", "",
               f"- `recommended.toml`: `{rec.policy}`"
@@ -198,7 +202,17 @@ def write_report(folder: Path, s: Any, rec: Any, ranking: pd.DataFrame, rows: pd
               + (f"`{sg['policy']}`" if sg["exact"] else
                  f"SGLang cannot run `{rec.policy}` ({sg['why']}); the fastest setting it can run is `{sg['label']}`, "
                  f"simulated {_x(*sg['speedup'])}") + f": `{sg['command']}`.",
-              "", "## Reproduce", "",
+              ]
+    check = facts.get("check")
+    if check is not None:
+        parts = [f"the recommendation {_x(*exports['rec_steps'])}"] if exports.get("rec_steps") else []
+        parts += [f"the {title} export `{exports[e]['label']}` {_x(*exports[e]['steps'])}"
+                  for e, title in (("vllm", "vLLM"), ("sglang", "SGLang")) if exports[e].get("steps")]
+        lines += [f"- Re-simulated against no SD on every step of the workload ({check.steps}, seed {check.seed}; "
+                  f"median, min–max over the steps; `exports_by_step.csv`): " + "; ".join(parts) + ". A table tuned "
+                  "on one step holds on the others only where its batch sizes were reached; batch sizes the run "
+                  "never reached take the cost model's fastest chain (`tltsim.advise_export.best_chain_depth`)."]
+    lines += ["", "## Reproduce", "",
               f"- this report: `{command}`",
               f"- the recommendation alone: `tlt sim run --scenario recommended.toml --seeds {n}`",
               f"- every setting: `tlt sim run --scenario scenario.resolved.toml --seeds {n} "

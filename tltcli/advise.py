@@ -228,27 +228,35 @@ def advise(
             rec = adv.recommend(ranking)
     bound = _bound(s, inputs, [c.policy for c in candidates], seed_list, ranking)
     fresh = adv.Freshness(rl_steps)
+    fresh_warnings: list[tuple[str, str]] = []
     if rl_steps:
-        ftasks, why = adv.freshness_tasks(s, seed_list, rl_steps)
+        ftasks, why = adv.freshness_tasks(s, seed_list, rl_steps, rec)
         if ftasks:
             frows = adv.run_tasks(ftasks, adv.evaluate_presets, workers=workers, backend=executor, address=address)
             n_steps = len(adv.inputs_for(ftasks[0].scenario).workloads)
             labels = adv.upkeep_labels(s.spot.retrain_every, n_steps)
-            fresh = adv.Freshness(n_steps, adv.freshness_table(frows, labels))
+            table = adv.freshness_table(frows, labels)
+            fresh_warnings = _warnings(frows.assign(label=[f"upkeep run {p}" for p in frows["preset"]],
+                                                    policy=frows["preset"]),
+                                       [f"upkeep run {p}" for p in dict.fromkeys(frows["preset"])], len(seed_list))
+            fresh = adv.Freshness(n_steps, table, rollout=adv.upkeep_rollout(rec),
+                                  note=adv.empty_upkeep(table, ftasks[0].scenario, n_steps))
         else:
             fresh = adv.Freshness(rl_steps, skipped=why)
     else:
         fresh = adv.Freshness(0, skipped="not run (--rl-steps 0)" if not quick else "not run (--quick)")
     grid_shapes = tuple(dict.fromkeys(shapes))
     findings = adv.not_paying(ranking, rows, gpu_fact=adv.gpu_slower_line(inputs, grid_shapes))
-    warnings = _warnings(rows, [rec.label, *rec.runners_up], len(seed_list))
+    labels = [rec.label, *rec.runners_up, *(str(x) for x in ranking["label"])]
+    warnings = _warnings(rows, list(dict.fromkeys(labels)), len(seed_list)) + fresh_warnings
     exports = _exports(s, rec, ranking, max_batch)
+    check = _check_exports(s, rec, exports, ranking, seed_list[0])
     command = command_line(ctx)
     wall, cpu = time.perf_counter() - wall0, _cpu_s() - cpu0
     facts = {"command": command, "wall_s": wall, "cpu_s": cpu, "cpu_text": _cpu_text(cpu, workers, executor),
              "seeds": seed_list, "switches": switches,
              "later_s": later, "later_note": later_note, "bound": bound, "validation": validation,
-             "scenario_name": name, "derived": derived, "tasks": len(tasks)}
+             "scenario_name": name, "derived": derived, "tasks": len(tasks), "check": check}
     _print(console, s, rec, ranking, fresh, findings, warnings, exports, facts)
     from analysis.advise_report import write_report
 
@@ -262,14 +270,18 @@ def _derive_table(s: Any, spec: str, switch: str, max_batch: int, decision_table
     """The per-batch-size chain table that the recommended policy's decisions amount to (its run at
     the first seed): the closest setting an engine with a batch-size schedule can run."""
     from tltcore.policy.registry import check_spec
+    from tltsim.advise_export import best_chain_depth
+    from tltsim.run_warnings import typical_context
     from tltsim.scenario import run_policy
 
     sk = with_values(s, {"engine.switch": switch})
-    events = run_policy(sk, spec, adv_inputs(sk))
+    inputs = adv_inputs(sk)
+    events = run_policy(sk, spec, inputs)
     decode = events[events["kind"] == "decode"]
     if decode.empty:
         return None
-    table = decision_table(decode, max_batch)
+    fill = best_chain_depth(inputs.cost, inputs.accept, typical_context(inputs.workloads), drafter=inputs.drafter)
+    table = decision_table(decode, max_batch, fill)
     check_spec(table)
     return table
 
@@ -295,8 +307,9 @@ def _bound(s: Any, inputs: Any, specs: list[str], seeds: list[int], ranking: pd.
 
 
 def _warnings(rows: pd.DataFrame, labels: list[str], n_seeds: int) -> list[tuple[str, str]]:
-    """(label, line) per run warning of the recommended setting and the runners-up, once per (label,
-    kind), with at how many seeds it held."""
+    """(label, line) per run warning of the settings ``labels`` (in that order: the recommendation and
+    the runners-up first, then every other setting run), once per (label, kind), with at how many
+    seeds it held."""
     out: list[tuple[str, str]] = []
     for label in labels:
         part = rows[rows["label"] == label]
@@ -357,6 +370,35 @@ def _exports(s: Any, rec: Any, ranking: pd.DataFrame, max_batch: int) -> dict[st
     return out
 
 
+def _check_exports(s: Any, rec: Any, exports: dict[str, Any], ranking: pd.DataFrame, seed: int) -> Any:
+    """The recommendation and each engine's export re-simulated on every step of the workload
+    (:func:`tltsim.advise.check_on_every_step`), or None when nothing speculates. Each export entry
+    gets ``steps`` (median, min, max over the steps) and the recommendation's own under ``rec``."""
+    from tltsim import advise as adv
+
+    mode_of = {str(r["label"]): (r["switch"] if isinstance(r["switch"], str) else None)
+               for r in ranking.to_dict("records")}
+    runs = [(rec.label, rec.policy, rec.switch)] if rec.is_sd else []
+    for engine in ("vllm", "sglang"):
+        e = exports[engine]
+        if e["policy"] != BASELINE_POLICY:
+            runs.append((e["label"], e["policy"], mode_of.get(e["label"])))
+    runs = list({(spec, mode): (label, spec, mode) for label, spec, mode in runs}.values())
+    if not runs:
+        return None
+    check = adv.check_on_every_step(s, runs, seed)
+    by_label = {label: part["speedup"].to_numpy(dtype=float) for label, part in check.table.groupby("label")}
+
+    def spread(label: str) -> tuple[float, float, float] | None:
+        v = by_label.get(label)
+        return None if v is None or not len(v) else (float(np.median(v)), float(v.min()), float(v.max()))
+
+    exports["rec_steps"] = spread(rec.label) if rec.is_sd else None
+    for engine in ("vllm", "sglang"):
+        exports[engine]["steps"] = spread(exports[engine]["label"])
+    return check
+
+
 def _print(console: Console, s: Any, rec: Any, ranking: pd.DataFrame, fresh: Any, findings: list, warnings: list,
            exports: dict[str, Any], facts: dict[str, Any]) -> None:
     """The answer in under a screen."""
@@ -405,8 +447,10 @@ def _print(console: Console, s: Any, rec: Any, ranking: pd.DataFrame, fresh: Any
                 parts.append(f"{q['preset']} {_x(_t(q, 'speedup'))}")
             else:
                 parts.append(f"{q['preset']} ({q['upkeep']})")
-        p(f"Drafter upkeep over {fresh.steps} RL steps, end to end vs veRL (presets; TLT's elastic+beg-mab rollout):")
+        p(f"Drafter upkeep over {fresh.steps} RL steps, end to end vs veRL (presets under {fresh.rollout}):")
         p("  " + "; ".join(parts))
+        if fresh.note:
+            p(f"  {fresh.note}")
     else:
         p(f"Drafter upkeep: {fresh.skipped}")
     if findings:
@@ -419,7 +463,9 @@ def _print(console: Console, s: Any, rec: Any, ranking: pd.DataFrame, fresh: Any
     for label, line in warnings[:MAX_WARNINGS]:
         p(f"warning: {label}: {_short(line)}")
     if len(warnings) > MAX_WARNINGS:
-        p(f"(+{len(warnings) - MAX_WARNINGS} more warnings in the report)")
+        p(f"(+{len(warnings) - MAX_WARNINGS} more warnings in the report's warnings.csv)")
+    if not warnings:
+        p("Warnings: none (no run of the grid or of the upkeep comparison raised one)")
     for engine, title in (("vllm", "vLLM"), ("sglang", "SGLang")):
         e = exports[engine]
         mode = rows[e["label"]]["switch"]
@@ -433,6 +479,14 @@ def _print(console: Console, s: Any, rec: Any, ranking: pd.DataFrame, fresh: Any
         else:
             p(f"{title}: cannot run {rec.policy} ({e['why']}); exports {e['label']}, "
               f"simulated {_x(e['speedup'])} vs {_x(rec.speedup)}" + e.get("note", ""))
+    check = facts.get("check")
+    if check is not None:
+        parts = [f"recommended {_x(exports['rec_steps'])}"] if exports.get("rec_steps") else []
+        for engine, title in (("vllm", "vLLM"), ("sglang", "SGLang")):
+            if exports[engine].get("steps"):
+                parts.append(f"{title} export {_x(exports[engine]['steps'])}")
+        p(f"On every step of the workload ({check.steps}; seed {check.seed}; median, min–max over the steps): "
+          + "; ".join(parts))
 
 
 def adv_pays() -> float:

@@ -385,6 +385,9 @@ def _why(r: dict, warnings: Sequence[tuple[str, str]]) -> str:
             if k == kind:
                 return line.removeprefix(f"{r['policy']}: ")
     share = r.get("sd_share_median", 0.0) or 0.0
+    if share == 0:
+        return ("SD never ran: the running batch never got small enough for it to switch on, so this setting is "
+                "no SD under another name")
     if share < 0.05:
         return (f"SD ran in only {100 * share:.1f}% of decode iterations: the running batch rarely got small enough "
                 "for it to switch on, and the time it took to switch did not come back")
@@ -395,14 +398,16 @@ def _why(r: dict, warnings: Sequence[tuple[str, str]]) -> str:
 def not_paying(ranking: pd.DataFrame, rows: pd.DataFrame, *, gpu_fact: str | None = None) -> list[Finding]:
     """The GPU-level fact first (``gpu_fact``: batch sizes where one SD iteration is slower than a
     plain one, :func:`gpu_slower_line`: the cause behind most losses), then every SD candidate whose
-    median rollout speedup is below 1 (slower than no SD), with why, the worst first."""
+    median rollout speedup is below :data:`PAYS`, with why, the worst first: slower than no SD, or
+    a tie with it (a gain under 2%, e.g. exactly 1x where an elastic switch never fired), which a
+    user must not read as a setting that pays."""
     out: list[Finding] = [Finding("GPU", None, gpu_fact)] if gpu_fact else []
     warn_of: dict[str, list[tuple[str, str]]] = {}
     for label, text in zip(rows["label"], rows["warnings"], strict=True):
         for kind, line in json.loads(text):
             if (kind, line) not in warn_of.setdefault(label, []):
                 warn_of[label].append((kind, line))
-    losers = ranking[(ranking["policy"] != BASELINE_POLICY) & (ranking["speedup_median"] < 1.0)]
+    losers = ranking[(ranking["policy"] != BASELINE_POLICY) & (ranking["speedup_median"] < PAYS)]
     for r in losers.sort_values("speedup_median", kind="stable").to_dict("records"):
         out.append(Finding(r["label"], _triple(r, "speedup"), _why(r, warn_of.get(r["label"], []))))
     return out
@@ -449,6 +454,68 @@ def later_phase_seconds(inputs: SimInputs) -> tuple[float | None, str]:
     return total, ""
 
 
+# ---- the exports on every step of the workload ------------------------------------------------------
+#: Steps of the workload an export is re-simulated on, at most (the first ones from the scenario's).
+MAX_CHECK_STEPS = 8
+
+
+def workload_steps(s: Scenario) -> tuple[Scenario, str]:
+    """``s`` set to simulate every step its workload offers from its first (at most
+    :data:`MAX_CHECK_STEPS`), and which steps in words: the trace's steps from ``trace.step`` on, or
+    for one snapshot cut into steps of ``trace.prompts_per_step`` groups, as many such steps as it
+    holds. An export tuned on one step must also hold on the steps it was not tuned on."""
+    from tltsim.traces import load_trace
+
+    t = s.trace
+    df = load_trace(t.name, seed=t.seed)
+    if t.source is not None:
+        df = df[df["source"] == t.source]
+    steps = sorted(int(x) for x in df["step"].unique())
+    if len(steps) > 1:
+        first = t.step if t.step is not None else steps[0]
+        later = [k for k in steps if k >= first]
+        n = min(len(later), MAX_CHECK_STEPS)
+        return with_values(s, {"trace.step": first, "trace.num_steps": n}), (
+            f"trace steps {later[0]}-{later[n - 1]}" if n > 1 else f"trace step {later[0]}")
+    if t.prompts_per_step is None:
+        return with_values(s, {"trace.num_steps": 1}), "the trace's one step"
+    groups = int(df.groupby("step")["group_id"].nunique().max())
+    n = max(1, min(groups // t.prompts_per_step, MAX_CHECK_STEPS))
+    first = t.step or 0
+    return with_values(s, {"trace.step": first, "trace.num_steps": n}), (
+        f"{n} steps of {t.prompts_per_step} prompt groups sampled from the trace's one snapshot")
+
+
+@dataclass(frozen=True)
+class StepCheck:
+    """Speedups over no SD per workload step (first seed) of the recommendation and its exports."""
+
+    steps: str  # which steps, in words (workload_steps)
+    seed: int
+    table: pd.DataFrame  # columns label, policy, switch, step, speedup
+
+
+def check_on_every_step(s: Scenario, runs: Sequence[tuple[str, str, str | None]], seed: int) -> StepCheck:
+    """Re-simulate each ``(label, policy spec, switch mode)`` of ``runs`` against no SD on every step of
+    the workload (:func:`workload_steps`) at ``seed``: per step, its rollout speedup."""
+    sk, words = workload_steps(s)
+    frames = []
+    by_mode: dict[str, list[tuple[str, str]]] = {}
+    for label, spec, mode in runs:
+        by_mode.setdefault(mode or s.engine.switch, []).append((label, spec))
+    for mode, items in by_mode.items():
+        specs = tuple(dict.fromkeys(spec for _, spec in items if spec != BASELINE_POLICY)) or (BASELINE_POLICY,)
+        run = with_values(sk, {"engine.switch": mode, "seed": int(seed), "policies": specs, "presets": ()})
+        _, summary = compare_policies(run, inputs_for(run))
+        for label, spec in items:
+            part = summary[summary["policy"] == spec]
+            frames.append(pd.DataFrame({"label": label, "policy": spec, "switch": mode,
+                                        "step": part["step"].to_numpy(), "speedup": part["speedup"].to_numpy()}))
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=["label", "policy", "switch", "step", "speedup"])
+    return StepCheck(words, int(seed), table)
+
+
 # ---- how the drafter is kept fresh ----------------------------------------------------------------
 @dataclass(frozen=True)
 class Freshness:
@@ -458,18 +525,28 @@ class Freshness:
     steps: int
     table: pd.DataFrame = field(default_factory=pd.DataFrame)
     skipped: str = ""
+    rollout: str = ""  # which rollout policy the presets ran (upkeep_rollout)
+    note: str = ""  # why the comparison shows nothing (empty_upkeep), or ""
 
 
-def freshness_tasks(s: Scenario, seeds: Sequence[int], steps: int) -> tuple[list[Task], str]:
+def freshness_tasks(s: Scenario, seeds: Sequence[int], steps: int, rec: Recommendation | None = None
+                    ) -> tuple[list[Task], str]:
     """The preset runs (one task per seed, :data:`FRESHNESS_PRESETS` against ``verl``) over ``steps``
     RL steps, or no tasks and why: a trace that offers one step (a single snapshot without
-    ``trace.prompts_per_step``) cannot show a drafter going stale."""
+    ``trace.prompts_per_step``) cannot show a drafter going stale. With ``rec`` an SD recommendation,
+    the presets that differ only in upkeep run it (``presets_policy``, under its switch mode): the
+    upkeep a user should pick is the one for the setting they will run, not TLT's."""
     if steps < 2:
         return [], "not run (--rl-steps below 2: a drafter only goes stale after an actor update)"
     import contextlib
     import io
 
-    sk = with_values(s, {"trace.num_steps": steps, "presets": FRESHNESS_PRESETS, "policies": (BASELINE_POLICY,)})
+    values: dict[str, Any] = {"trace.num_steps": steps, "presets": FRESHNESS_PRESETS, "policies": (BASELINE_POLICY,)}
+    if rec is not None and rec.is_sd:
+        values["presets_policy"] = rec.policy
+        if rec.switch is not None:
+            values["engine.switch"] = rec.switch
+    sk = with_values(s, values)
     try:
         with contextlib.redirect_stderr(io.StringIO()):  # the one-snapshot warning: said below in our words
             n = len(inputs_for(sk).workloads)
@@ -482,11 +559,17 @@ def freshness_tasks(s: Scenario, seeds: Sequence[int], steps: int) -> tuple[list
 
 
 def evaluate_presets(scenario: Scenario) -> pd.DataFrame:
-    """One preset task: :func:`tltsim.rl.run.compare_presets`'s per-preset summary with the seed."""
+    """One preset task: :func:`tltsim.rl.run.compare_presets`'s per-preset summary with the seed and
+    each preset's run warnings (``warnings``: JSON list of ``[kind, line]``, as :func:`evaluate_task`)."""
     from tltsim.rl.run import compare_presets
+    from tltsim.run_warnings import scenario_warnings
 
-    _, _, summary = compare_presets(scenario, inputs_for(scenario))
-    return summary.assign(seed=scenario.seed)
+    inputs = inputs_for(scenario)
+    events, _, summary = compare_presets(scenario, inputs)
+    warns: dict[str, list[list[str]]] = {}
+    for w in scenario_warnings(inputs, events, summary):
+        warns.setdefault(w.subject, []).append([w.kind, w.line()])
+    return summary.assign(seed=scenario.seed, warnings=[json.dumps(warns.get(str(p), [])) for p in summary["preset"]])
 
 
 def upkeep_labels(retrain_every: int, steps: int) -> dict[str, str]:
@@ -495,6 +578,37 @@ def upkeep_labels(retrain_every: int, steps: int) -> dict[str, str]:
     never = " (never within these steps: the frozen drafter)" if retrain_every > steps else ""
     return {**FRESHNESS_LABELS,
             "tlt-periodic": f"retrained every {retrain_every} steps, as a serial stage{never}"}
+
+
+def upkeep_rollout(rec: Recommendation) -> str:
+    """Which rollout policy the upkeep comparison ran, in words."""
+    from tltsim.rl.presets import TLT_ROLLOUT
+
+    if rec.is_sd:
+        return f"the recommended {rec.label} rollout"
+    return f"TLT's {TLT_ROLLOUT} rollout (no SD is recommended)"
+
+
+def empty_upkeep(table: pd.DataFrame, s: Scenario, steps: int) -> str:
+    """Why the upkeep comparison compares nothing, or "": when a frozen drafter (``static-drafter``)
+    runs exactly as fast as one the Spot Trainer keeps fresh (``tlt``), the choice of upkeep does not
+    matter under this scenario, and a table of equal numbers must say so and why."""
+    med = table.set_index("preset")["speedup_median"] if "speedup_median" in table else pd.Series(dtype=float)
+    if not {"tlt", "static-drafter"} <= set(med.index) or not math.isclose(
+            float(med["tlt"]), float(med["static-drafter"]), rel_tol=1e-9, abs_tol=0.0):
+        return ""
+    accept = table.set_index("preset").get("mean_accept_length_median", pd.Series(dtype=float))
+    d = s.drafter
+    if "tlt" in accept.index and not math.isfinite(float(accept["tlt"])):
+        why = "the rollout policy never switched SD on, so no drafter was ever used"
+    elif d.drift == 0:
+        why = "drafter.drift = 0: the policy never moves away from the drafter, so it never goes stale"
+    elif d.floor >= d.quality:
+        why = (f"the stale floor ({d.floor:g}) equals drafter.quality ({d.quality:g}): a stale drafter is as good "
+               "as a fresh one")
+    else:
+        why = f"over {steps} RL steps the drafter's staleness does not change any rollout's makespan"
+    return f"every upkeep gives the same result, so this comparison shows nothing here: {why}"
 
 
 def freshness_table(rows: pd.DataFrame, labels: dict[str, str] | None = None) -> pd.DataFrame:
@@ -523,9 +637,12 @@ __all__ = [
     "Finding",
     "Freshness",
     "Recommendation",
+    "StepCheck",
     "Task",
     "candidate_grid",
+    "check_on_every_step",
     "default_policies",
+    "empty_upkeep",
     "evaluate_presets",
     "evaluate_task",
     "freshness_table",
@@ -541,5 +658,7 @@ __all__ = [
     "run_tasks",
     "switches_sd_on",
     "upkeep_labels",
+    "upkeep_rollout",
     "with_end_to_end",
+    "workload_steps",
 ]

@@ -27,6 +27,7 @@ which, with its simulated speedup.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,27 +182,38 @@ def sglang_command(export: SglangExport) -> str:
 
 
 # ---- the closest setting an engine can run --------------------------------------------------------
-def decision_table(decode: Any, max_batch: int) -> str:
+def decision_table(decode: Any, max_batch: int, fill: Callable[[int], int] | None = None) -> str:
     """A ``vllm-table`` spec of chains from a run's decode rows (columns ``batch_size``, ``depth``,
-    ``iterations``): per power-of-two batch bucket, the draft depth that ran most iterations there (0:
-    mostly plain), a bucket without iterations taking the one below; consecutive equal buckets merge
-    and the last becomes ``above``. A draft tree of depth D becomes a chain of D tokens (vLLM drafts
-    chains): the closest setting vLLM or SGLang's adaptive mode can run to a policy that decides per
-    iteration."""
+    ``iterations``): per power-of-two batch bucket from 1 to ``max_batch``, the draft depth that ran
+    most of the bucket's *speculative* iterations when any ran there (SD paid there at least part of
+    the time, and vLLM has no switch to pay for), 0 when the run decoded only plainly there, and
+    ``fill(largest batch of the bucket)`` where the run never went (None: the bucket below's value).
+    Without the fill a table switched SD off exactly where a run never reached (often the smallest
+    batches, where SD pays most), and another step of the same workload that does reach them ran
+    plain there. Consecutive equal buckets merge and the last becomes ``above``. A draft tree of depth
+    D becomes a chain of D tokens (vLLM drafts chains): the closest setting vLLM or SGLang's adaptive
+    mode can run to a policy that decides per iteration."""
     edges = [1]
     while edges[-1] < max_batch:
         edges.append(min(edges[-1] * 2, max_batch))
-    values: list[int] = []
-    last = 0
+    values: list[int | None] = []
     for i, hi in enumerate(edges):
         lo = edges[i - 1] + 1 if i else 1
         part = decode[(decode["batch_size"] >= lo) & (decode["batch_size"] <= hi)]
-        if len(part):
-            weights = part.groupby("depth")["iterations"].sum()
-            last = int(weights.idxmax())
-        values.append(last)
+        sd = part[part["depth"] > 0]
+        if len(sd):
+            values.append(int(sd.groupby("depth")["iterations"].sum().idxmax()))
+        elif len(part):
+            values.append(0)
+        else:
+            values.append(int(fill(hi)) if fill is not None else None)
+    last = 0
+    for i, v in enumerate(values):  # without a fill, a bucket never visited takes the one below
+        last = v if v is not None else last
+        values[i] = last
     rows: list[tuple[int, int]] = []
     for hi, v in zip(edges, values, strict=True):
+        assert v is not None
         if rows and rows[-1][1] == v:
             rows[-1] = (hi, v)
         else:
@@ -211,6 +223,29 @@ def decision_table(decode: Any, max_batch: int) -> str:
     return f"vllm-table:{body},above={above}" if body else (f"static:{above}_1_{above}" if above else "no-sd")
 
 
+def best_chain_depth(cost: Any, accept: Any, context_tokens: int, depths: Sequence[int] = range(1, 9),
+                     drafter: Any = None) -> Callable[[int], int]:
+    """``batch -> draft length`` the cost model prefers at ``context_tokens``: the chain of ``depths``
+    with the highest per-iteration speedup over a plain iteration
+    (:func:`tltcore.sd_speedup.sd_speedup_table`), 0 where none is faster. What an export fills in at
+    batch sizes its run never reached."""
+    from tltcore.drafter.state import INITIAL_DRAFTER
+    from tltcore.sd_speedup import sd_speedup_table
+
+    shapes = [SDConfig.chain(int(k)) for k in depths]
+    memo: dict[int, int] = {}
+
+    def best(batch: int) -> int:
+        if batch not in memo:
+            table = sd_speedup_table(cost, accept, shapes, [int(batch)], context_tokens=context_tokens,
+                                     drafter=drafter or INITIAL_DRAFTER)
+            top = table.loc[table["speedup"].idxmax()]
+            memo[batch] = int(top["depth"]) if float(top["speedup"]) > 1.0 else 0
+        return memo[batch]
+
+    return best
+
+
 def export_json(config: dict[str, Any] | None) -> str:
     """The vLLM config as JSON text (``null``: no SD)."""
     return json.dumps(config, indent=2) + "\n"
@@ -218,5 +253,5 @@ def export_json(config: dict[str, Any] | None) -> str:
 
 __all__ = ["SGLANG_ADAPTIVE_FILE", "SGLANG_ADAPTIVE_KEYS", "SGLANG_ALGORITHMS", "SGLANG_SOURCE",
            "SGLANG_SPECULATIVE_ARGS", "VLLM_METHODS", "VLLM_SPECULATIVE_KEYS", "VLLM_VERSION", "SglangExport",
-           "batch_table", "decision_table", "export_json", "sglang_command", "sglang_expressible", "vllm_expressible",
-           "vllm_speculative_config"]
+           "batch_table", "best_chain_depth", "decision_table", "export_json", "sglang_command", "sglang_expressible",
+           "vllm_expressible", "vllm_speculative_config"]

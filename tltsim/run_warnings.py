@@ -343,12 +343,19 @@ def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.Data
             every = (f"; none of its shapes pays at {slow_span(none_pay, used)}" if none_pay and len(shapes) > 1
                      else "")
             more = f" (and {len(per_shape) - 1} more of its shapes)" if len(per_shape) > 1 else ""
+            slow_rows = sd_rows[slow]
+            # what those iterations achieved at the contexts they ran at: the seconds no SD's plain
+            # iterations at the same batch sizes would need for the same tokens, over the seconds taken
+            plain_need = sum(int(k) * plain_s(int(b)) / max(int(b), 1)
+                             for k, b in zip(slow_rows["tokens"], slow_rows["batch_size"], strict=True))
+            realized = plain_need / float(durs[slow].sum())
             out.append(RunWarning(
                 "sd_slower", who, step, None, (),
                 f"{label}: SD is slower than no-SD{on} at {slow_span(slow_b, used)} for {top}{more}: "
-                f"{speed[(top, lo)]:.2f}x per iteration at batch {lo}, {speed[(top, hi)]:.2f}x at {hi} "
-                f"({ctx}){every}; the policy ran SD there for {float(durs[slow].sum()):.1f} s, "
-                f"{100 * float(durs[slow].sum()) / total:.0f}% of its SD decode time"))
+                f"{speed[(top, lo)]:.2f}x per iteration at batch {lo}, {speed[(top, hi)]:.2f}x at {hi} at the "
+                f"workload's typical {ctx}{every}; the policy ran SD there for {float(durs[slow].sum()):.1f} s, "
+                f"{100 * float(durs[slow].sum()) / total:.0f}% of its SD decode time, emitting tokens at "
+                f"{realized:.2f}x the rate of plain iterations at the same batch sizes (at the contexts it ran at)"))
     return out
 
 
@@ -475,12 +482,12 @@ def scenario_warnings(inputs: Any, events: pd.DataFrame, summary: pd.DataFrame) 
     specs: dict[str, str] = {}
     costs: dict[str, tuple[Any, Any]] = {}
     if "preset" in summary.columns:
-        from tltsim.rl.presets import get_preset
+        from tltsim.rl.presets import get_preset, rollout_policy
         from tltsim.rl.run import preset_inputs
 
         for name in dict.fromkeys(str(p) for p in summary["preset"]):
             preset = get_preset(name)
-            specs[name] = preset.sd_policy
+            specs[name] = rollout_policy(preset, inputs.scenario.presets_policy)
             mine = preset_inputs(inputs.scenario, preset, inputs)
             costs[name] = (mine.cost, mine.accept)
     return seeds_warnings(events, summary, inputs.cost, inputs.accept, context_tokens=typical_context(inputs.workloads),

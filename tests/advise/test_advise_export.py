@@ -147,6 +147,37 @@ def test_the_decision_table_takes_the_most_run_depth_per_batch_bucket():
     assert decision_table(flat, 8) == "static:3_1_3"
 
 
+def test_the_decision_table_keeps_sd_where_it_ran_and_fills_where_the_run_never_went():
+    # a run that never got below batch 17, ran SD in a minority of bucket 17-32's iterations and
+    # plain above: SD stays on in 17-32, and the buckets it never reached take the cost model's choice
+    decode = pd.DataFrame({"batch_size": [20, 30, 40, 100], "depth": [4, 0, 0, 0], "iterations": [3, 50, 9, 9]})
+    asked = []
+
+    def fill(batch: int) -> int:
+        asked.append(batch)
+        return 6 if batch <= 4 else 5
+
+    spec = decision_table(decode, 128, fill)
+    assert asked == [1, 2, 4, 8, 16]  # only the buckets never visited, at their largest batch
+    assert spec == "vllm-table:4=6,16=5,32=4,above=0"
+    # without a fill the buckets below the first visited one are plain (what the exports used to do)
+    assert decision_table(decode, 128) == "vllm-table:16=0,32=4,above=0"
+
+
+def test_the_fill_prefers_the_fastest_chain_and_plain_where_no_chain_pays():
+    from tltcore.acceptance import ChainAcceptance
+    from tltcore.cost import RooflineCostModel
+    from tltcore.hardware import get_gpu
+    from tltcore.model_shape import get_model
+    from tltsim.advise_export import best_chain_depth
+
+    cost = RooflineCostModel(get_model("Qwen2.5-7B"), get_gpu("H20"), tp=2)
+    good = best_chain_depth(cost, ChainAcceptance((0.9,)), 4096)
+    assert good(1) >= 4  # a drafter right 90% of the time drafts long at batch 1
+    useless = best_chain_depth(cost, ChainAcceptance((0.0,)), 4096)
+    assert useless(1) == 0 and useless(256) == 0  # never accepted: no chain pays anywhere
+
+
 def test_the_recommended_toml_carries_the_switch_mode_and_reloads_as_a_scenario(tmp_path):
     import tomllib
 

@@ -155,13 +155,18 @@ def test_end_to_end_is_amdahl_at_the_same_seed():
 
 
 def test_where_sd_does_not_pay_names_each_loser_with_its_cause():
-    rows = _rows({"no-sd": [100, 100], "slow": [120, 125], "idle": [101, 102], "fast": [50, 50]})
+    rows = _rows({"no-sd": [100, 100], "slow": [120, 125], "idle": [101, 102], "fast": [50, 50],
+                  "tie": [100, 100], "small": [99, 99]})
     rows.loc[rows["label"] == "slow", "warnings"] = json.dumps([["sd_slower", "SD is slower at batch >= 5"]])
     rows.loc[rows["label"] == "idle", "sd_share"] = 0.01
+    rows.loc[rows["label"] == "tie", "sd_share"] = 0.0
+    rows.loc[rows["label"] == "small", "sd_share"] = 0.5
     found = adv.not_paying(adv.rank(rows), rows, gpu_fact="the GPU line")
-    assert [f.subject for f in found] == ["GPU", "slow", "idle"]  # the GPU, then worst first; "fast" absent
+    # the GPU, then worst first: the losers, then the ties (exactly 1x, and a gain under 2%); "fast" absent
+    assert [f.subject for f in found] == ["GPU", "slow", "idle", "tie", "small"]
     assert found[1].why == "SD is slower at batch >= 5"
     assert "1.0% of decode iterations" in found[2].why
+    assert "SD never ran" in found[3].why and found[3].speedup[0] == 1.0
     assert found[0].speedup is None
 
 
@@ -181,3 +186,48 @@ def test_later_phases_are_priced_and_freshness_needs_two_steps():
     tasks, why = adv.freshness_tasks(s, [0, 1], 2)
     assert len(tasks) == 2 and why == ""
     assert tasks[0].scenario.presets == adv.FRESHNESS_PRESETS and tasks[0].scenario.trace.num_steps == 2
+
+
+def test_the_upkeep_runs_the_recommendation_and_says_when_it_compares_nothing():
+    s = _small()
+    rec = adv.Recommendation("cost-aware (catch_up)", "cost-aware:switch=catch_up", "catch_up", (1, 1, 1), (2, 2, 2),
+                             (1.5, 1.5, 1.5))
+    tasks, _ = adv.freshness_tasks(s, [0], 2, rec)
+    assert tasks[0].scenario.presets_policy == "cost-aware:switch=catch_up"
+    assert tasks[0].scenario.engine.switch == "catch_up"
+    assert "recommended cost-aware (catch_up)" in adv.upkeep_rollout(rec)
+    plain = adv.Recommendation("no-sd", "no-sd", None, (1, 1, 1), (1, 1, 1), (1, 1, 1))
+    tasks, _ = adv.freshness_tasks(s, [0], 2, plain)
+    assert tasks[0].scenario.presets_policy is None and "TLT's elastic+beg-mab" in adv.upkeep_rollout(plain)
+    table = pd.DataFrame({"preset": ["tlt", "static-drafter", "tlt-base"], "speedup_median": [1.2, 1.2, 1.1],
+                          "mean_accept_length_median": [4.0, 4.0, 2.0]})
+    assert "drift = 0" in adv.empty_upkeep(table, with_values(s, {"drafter.drift": 0.0}), 3)
+    assert "does not change" in adv.empty_upkeep(table, s, 3)
+    never = table.assign(mean_accept_length_median=[np.nan, np.nan, 2.0])
+    assert "never switched SD on" in adv.empty_upkeep(never, s, 3)
+    assert adv.empty_upkeep(table.assign(speedup_median=[1.3, 1.2, 1.1]), s, 3) == ""
+
+
+def test_a_preset_run_follows_presets_policy_only_where_it_runs_tlts_rollout():
+    from tltsim.rl.presets import get_preset, rollout_policy
+
+    assert rollout_policy(get_preset("tlt"), "cost-aware") == "cost-aware"
+    assert rollout_policy(get_preset("static-drafter"), "cost-aware") == "cost-aware"
+    assert rollout_policy(get_preset("tlt-no-mab"), "cost-aware") == "elastic+static:8_4_32"
+    assert rollout_policy(get_preset("tlt-base"), "cost-aware") == "elastic+static:4_1_4"
+    assert rollout_policy(get_preset("tlt"), None) == "elastic+beg-mab"
+    with pytest.raises(InputError, match="presets_policy"):
+        _small(("presets_policy", "static:x"))
+
+
+def test_every_export_is_resimulated_on_every_step_of_the_workload():
+    s = _small(("trace.num_steps", 1))
+    sk, words = adv.workload_steps(s)
+    assert sk.trace.num_steps == adv.MAX_CHECK_STEPS or "snapshot" in words or "steps" in words
+    check = adv.check_on_every_step(s, [("a", "static:4_1_4", None), ("b", "elastic:32:1+static:4_1_4", "catch_up")], 0)
+    steps = sk.trace.num_steps
+    assert sorted(check.table["label"].value_counts().to_dict().items()) == [("a", steps), ("b", steps)]
+    one = with_values(sk, {"policies": ("static:4_1_4",), "presets": (), "seed": 0})
+    _, summary = compare_policies(one, adv.inputs_for(one))
+    got = check.table[check.table["label"] == "a"]["speedup"].to_numpy()
+    assert got == pytest.approx(summary[summary["policy"] == "static:4_1_4"]["speedup"].to_numpy(), rel=0, abs=0)

@@ -89,6 +89,10 @@ def test_sd_slower_names_the_batch_range_on_h20_and_is_silent_at_small_batch_on_
                   r"decode time", slow[0].message)
     assert m, slow[0].message
     assert 1 < int(m.group(1)) <= 16 and int(m.group(2)) >= 50
+    # the loss as the run had it, not only at the one typical context the per-iteration figures use
+    rate = re.search(r"emitting tokens at ([\d.]+)x the rate of plain iterations at the same batch sizes",
+                     slow[0].message)
+    assert rate and 0 < float(rate.group(1)) < 1, slow[0].message
     h100 = _warnings(("trace.prompts_per_step", 2), ("policies", "static:8_4_32,elastic+beg-mab"))
     assert h100 == []  # batch <= 4 per worker: SD pays, the switch fires at once and is cheap
 

@@ -65,6 +65,19 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
 )}
 PRESET_NAMES: tuple[str, ...] = tuple(PRESETS)
 BASELINE_PRESET = "verl"
+#: TLT's rollout engine: the SD policy of the presets that differ only in how the drafter is kept fresh.
+TLT_ROLLOUT = "elastic+beg-mab"
+
+
+def rollout_policy(preset: Preset, presets_policy: str | None) -> str:
+    """The SD policy ``preset``'s rollouts run: the scenario's ``presets_policy`` in place of TLT's
+    :data:`TLT_ROLLOUT` where the preset runs it (``tlt``, ``tlt-no-spot``, ``tlt-periodic``,
+    ``static-drafter``: they differ only in drafter upkeep, so a user can compare upkeep under the
+    setting they will run, which ``tlt advise`` does with its recommendation), else the preset's own
+    (a preset named for its policy, ``tlt-no-mab``, ``tlt-base``, keeps it)."""
+    if presets_policy and preset.sd_policy == TLT_ROLLOUT:
+        return presets_policy
+    return preset.sd_policy
 
 
 def get_preset(name: str) -> Preset:

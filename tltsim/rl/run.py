@@ -30,7 +30,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from tltcore.drafter.kinds import ngram_acceptance
 from tltcore.drafter.state import DrafterState
 from tltcore.events import BUSY_KINDS, CLUSTER, EventLog, empty_event_log
 from tltcore.hardware import get_gpu
@@ -39,9 +38,9 @@ from tltcore.policy.base import NO_SD
 from tltcore.spot_coordinator import Checkpoint, InlineTraining, SpotTraining, TrainingSession
 from tltsim.rl.gpu_memory import TrainingMemoryConfig, training_memory
 from tltsim.rl.phases import PhaseTimes, phase_times
-from tltsim.rl.presets import BASELINE_PRESET, Preset, get_preset, presets_with_baseline
+from tltsim.rl.presets import BASELINE_PRESET, Preset, get_preset, presets_with_baseline, rollout_policy
 from tltsim.rollout import RolloutRun
-from tltsim.scenario import Scenario, SimInputs, cost_model, make_policies, prepare, run_each
+from tltsim.scenario import Scenario, SimInputs, cost_model, drafter_acceptance, make_policies, prepare, run_each
 from tltsim.spot.analytic_trainer import NO_TRAINING, TrainingResult, inline_train, spot_train
 from tltsim.spot.coverage import DataCoverage
 
@@ -63,8 +62,8 @@ def preset_inputs(s: Scenario, preset: Preset, inputs: SimInputs) -> SimInputs:
     """The simulation inputs with the preset's drafter kind: its cost model and acceptance."""
     if preset.drafter in ("none", s.drafter.kind):
         return inputs
-    accept = ngram_acceptance(s.drafter.ngram_alpha) if preset.drafter == "ngram" else inputs.accept
-    return replace(inputs, cost=cost_model(s, preset.drafter), accept=accept)
+    return replace(inputs, cost=cost_model(s, preset.drafter), accept=drafter_acceptance(s, preset.drafter),
+                   drafter=s.drafter.initial(preset.drafter))
 
 
 def training_memory_problem(s: Scenario) -> str | None:
@@ -83,9 +82,9 @@ def run_preset(s: Scenario, name: str, inputs: SimInputs | None = None, *, run_i
         return RLRunResult(preset.name, empty_event_log(), pd.DataFrame(), oom)
     inputs = preset_inputs(s, preset, inputs or prepare(s))
     dyn = s.drafter  # the drafter section moves its own quality (DrafterConfig.after_update/after_training)
-    drafter = dyn.initial()
-    run = RolloutRun(make_policies(preset.sd_policy, inputs), cost=inputs.cost, accept=inputs.accept,
-                     engine=inputs.engine, seed=s.seed, deal_mode=s.trace.deal, run_id=run_id,
+    drafter = dyn.initial(preset.drafter if preset.drafter != "none" else None)
+    run = RolloutRun(make_policies(rollout_policy(preset, s.presets_policy), inputs), cost=inputs.cost,
+                     accept=inputs.accept, engine=inputs.engine, seed=s.seed, deal_mode=s.trace.deal, run_id=run_id,
                      policy_name=preset.name, drafter=drafter)
     trainer = s.spot.bubble() if preset.training == "bubble" else s.spot
     session = TrainingSession(Checkpoint(version=0, step=-1, trained_samples=0), trainer.checkpoint_every,

@@ -212,6 +212,10 @@ class Scenario(ConfigModel):
     training, reward, log-probs, actor update, weight sync), ``verl`` is the baseline and
     ``policies`` is not used (each preset names its own SD policy).
 
+    ``presets_policy`` (None: each preset's own) replaces TLT's ``elastic+beg-mab`` rollout in the
+    presets that differ only in drafter upkeep (:func:`tltsim.rl.presets.rollout_policy`): how to keep
+    the drafter fresh compared under the SD setting a user will run.
+
     ``seed`` is the simulation's seed: which worker serves which prompt group (``trace.deal =
     "shuffle"``), the stochastic accept lengths and the policies' own randomness. It never changes
     which responses are simulated; that is ``trace.seed``."""
@@ -227,6 +231,7 @@ class Scenario(ConfigModel):
     rl: RLPhaseConfig = Field(default_factory=RLPhaseConfig)
     policies: tuple[Str, ...] = DEFAULT_POLICIES
     presets: tuple[Str, ...] = ()
+    presets_policy: Str | None = None
     seed: Int = Field(0, ge=0, le=MAX_SEED)
 
     @property
@@ -305,6 +310,11 @@ def check_names(s: Scenario) -> None:
             check_spec(spec)
         except InputError as exc:
             raise relocated(exc, path=None, dotted="policies") from None
+    if s.presets_policy is not None:
+        try:
+            check_spec(s.presets_policy)
+        except InputError as exc:
+            raise relocated(exc, path=None, dotted="presets_policy") from None
     try:
         accept = acceptance_model(s.acceptance)
         accept.check_drafter(d.initial())
