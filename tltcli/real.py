@@ -371,10 +371,23 @@ def rl_report(
 GRPO_BOUNDS = {"--seed": (0, 2**31 - 1), "--steps": (1, 100_000), "--prompts": (1, 4_096),
                "--eval-every": (1, 100_000), "--eval-draws": (1, 1_000_000), "--eval-problems": (1, 100_000),
                "--max-difficulty": (1, 64), "--band-draws": (1, 100_000), "--pretrain-steps": (1, 10_000_000)}
+#: `tlt real grpo --tiny`'s sizes, by parameter: they replace the defaults, never a flag given on the command line
+GRPO_TINY: dict[str, object] = {"seed": [0], "steps": 2, "prompts": 2, "eval_every": 1, "eval_draws": 8,
+                                "eval_problems": 4, "max_difficulty": 2, "band_low": 0.0, "band_high": 1.0,
+                                "band_draws": 4, "pretrain_steps": 40}
+
+
+def _tiny_sizes(ctx: typer.Context) -> dict[str, object]:
+    """:data:`GRPO_TINY` less the parameters given on the command line: an explicit ``--steps 0`` or
+    ``--seed -1`` must be checked and refused (an explicit valid value used), not silently replaced.
+    (The source is compared by name: typer vendors its own click, whose enum is not click's.)"""
+    return {name: value for name, value in GRPO_TINY.items()
+            if getattr(ctx.get_parameter_source(name), "name", None) == "DEFAULT"}
 
 
 @app.command()
 def grpo(
+    ctx: typer.Context,
     out: Annotated[Path, typer.Option("--out", help="Run folder to write (steps.csv, band.csv, summary.json, "
                                       "reward.png/.pdf).")],
     seed: Annotated[list[int] | None, typer.Option("--seed", help="RL seed, repeatable (default: 0 1 2). Each "
@@ -414,8 +427,8 @@ def grpo(
     tiny: Annotated[bool, typer.Option("--tiny", help="CI's smoke size, seconds of CPU: a 2-layer 64-wide "
                                        "policy pre-trained 40 steps, seed 0, 2 steps of 2 prompts, step counts "
                                        "1-2 with any pass rate, 8 evaluation draws on 4 problems. Proves the "
-                                       "plumbing, not learning; of the other flags only --reward, --terse-share, "
-                                       "--out and --force count.")] = False,
+                                       "plumbing, not learning. A flag given beside it wins over its size.")]
+    = False,
     force: Annotated[bool, typer.Option("--force", help="Write into an existing folder tlt did not create.")]
     = False,
 ) -> None:
@@ -430,10 +443,15 @@ def grpo(
 
     from tltcore.atomic import check_output_dir
 
-    seeds = list(seed) if seed else [0, 1, 2]
     if tiny:
-        seeds, steps, prompts, eval_every, eval_draws, eval_problems = [0], 2, 2, 1, 8, 4
-        max_difficulty, band_low, band_high, band_draws, pretrain_steps = 2, 0.0, 1.0, 4, 40
+        size = _tiny_sizes(ctx)
+        seed, steps, prompts = size.get("seed", seed), size.get("steps", steps), size.get("prompts", prompts)
+        eval_every, eval_draws = size.get("eval_every", eval_every), size.get("eval_draws", eval_draws)
+        eval_problems, band_draws = size.get("eval_problems", eval_problems), size.get("band_draws", band_draws)
+        max_difficulty, pretrain_steps = size.get("max_difficulty", max_difficulty), size.get("pretrain_steps",
+                                                                                              pretrain_steps)
+        band_low, band_high = size.get("band_low", band_low), size.get("band_high", band_high)
+    seeds = list(seed) if seed else [0, 1, 2]
     _check_range({"--steps": (steps, GRPO_BOUNDS["--steps"]), "--prompts": (prompts, GRPO_BOUNDS["--prompts"]),
                   "--eval-every": (eval_every, GRPO_BOUNDS["--eval-every"]),
                   "--eval-draws": (eval_draws, GRPO_BOUNDS["--eval-draws"]),
@@ -478,11 +496,8 @@ def grpo(
              "--band-draws": band_draws, "--pretrained": record_path(pretrained, "PRETRAINED"),
              "--pretrain-steps": None if pretrained else pretrain_steps, "--reward": pay,
              "--terse-share": None if pretrained else terse_share}
-    if tiny:
-        parts = ["tlt real grpo", "--tiny", f"--reward {pay}", f"--terse-share {terse_share}"]
-    else:
-        parts = ["tlt real grpo", *(f"--seed {s}" for s in seeds),
-                 *(f"{k} {shlex.quote(str(v))}" for k, v in given.items() if v is not None)]
+    parts = ["tlt real grpo", *(["--tiny"] if tiny else []), *(f"--seed {s}" for s in seeds),
+             *(f"{k} {shlex.quote(str(v))}" for k, v in given.items() if v is not None)]
     command = " ".join([*parts, f"--out {shlex.quote(str(record_path(out, 'RUN')))}"])
     from analysis.rl_plots import learning_curves
 

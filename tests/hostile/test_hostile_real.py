@@ -1,11 +1,11 @@
-"""Hostile input to the real commands: ``tlt real generate``, ``tlt real profile`` and ``tlt real rl``.
+"""Hostile input to the real commands: ``tlt real generate``, ``profile``, ``rl`` and ``grpo``.
 
 What ``tests/real/test_real_hostile.py`` already covers (generate's numbers, broken configs, weights
 and prompt files) is not repeated; this corpus adds the paths: every file ``generate`` writes beside
 ``--out`` (a user's ``<stem>.tokens.jsonl`` once was silently replaced), outputs that are inputs,
 FIFOs and devices where a file is read (a FIFO blocked forever, ``/dev/zero`` filled the memory), and
 ``rl``'s and ``profile``'s flags and paths, which ``rl`` used to meet only after minutes of
-pre-training.
+pre-training, and ``grpo --tiny``'s explicit flags, which it used to replace with its own sizes.
 
 Every case ends as bad input ends everywhere in tlt: exit 2, exactly one ``tlt: error:`` line holding
 the expected fragment, no traceback, every file's bytes unchanged, refused before any model is built,
@@ -35,7 +35,7 @@ from tltcore.input_files import sha256_of
 
 BOUND_S = 5.0  # in this process; the cases refuse in milliseconds, this is the margin of a busy machine
 CHILD_BOUND_S = 20.0  # a child process: interpreter start-up and imports on top
-COMMANDS = ("real generate", "real profile", "real rl")
+COMMANDS = ("real generate", "real profile", "real rl", "real grpo")
 CONFIG = (REPO / "examples" / "tiny-llama" / "config.json").read_text()
 
 
@@ -122,6 +122,10 @@ def _rl_with(setup: Callable[[Path], object], *extra: str, out: str = "run") -> 
         setup(root)
         return ["--tiny", "--out", out, *extra]
     return argv
+
+
+def _grpo(*extra: str) -> Callable[[Path], list[str]]:
+    return lambda root: ["--tiny", "--out", "run", *extra]
 
 
 def _prof(*extra: str) -> Callable[[Path], list[str]]:
@@ -273,6 +277,16 @@ CASES: list[Case] = [
     Case("rl-out-contains-the-pretrained-model", "real rl",
          _rl_with(lambda r: _pretrained(r, name="runs/pre"), "--pretrained", "runs/pre", "--force", out="runs"),
          "input"),
+    # -- grpo --tiny: a flag given beside it is checked, not replaced by --tiny's size ----------------
+    Case("grpo-tiny-steps-zero", "real grpo", _grpo("--steps", "0"), "--steps"),
+    Case("grpo-tiny-prompts-zero", "real grpo", _grpo("--prompts", "0"), "--prompts"),
+    Case("grpo-tiny-seed-negative", "real grpo", _grpo("--seed", "-1"), "--seed"),
+    Case("grpo-tiny-eval-draws-zero", "real grpo", _grpo("--eval-draws", "0"), "--eval-draws"),
+    Case("grpo-tiny-eval-every-zero", "real grpo", _grpo("--eval-every", "0"), "--eval-every"),
+    Case("grpo-tiny-max-difficulty-zero", "real grpo", _grpo("--max-difficulty", "0"), "--max-difficulty"),
+    Case("grpo-tiny-pretrain-steps-zero", "real grpo", _grpo("--pretrain-steps", "0"), "--pretrain-steps"),
+    Case("grpo-tiny-band-inverted", "real grpo", _grpo("--band-low", "0.9", "--band-high", "0.1"), "--band-low"),
+    Case("grpo-tiny-band-low-above-its-high", "real grpo", _grpo("--band-low", "1.0"), "--band-low"),
     # -- profile: flags and paths before any model is built -------------------------------------------
     Case("prof-shape-two-parts", "real profile", _prof("--shape", "9_9"), "depth_topk_verify"),
     Case("prof-shape-words", "real profile", _prof("--shape", "deep_wide_many"), "depth_topk_verify"),

@@ -166,3 +166,30 @@ def test_tiny_cli_run_writes_its_folder_in_seconds(tmp_path):
     again = CliRunner().invoke(app, ["real", "grpo", "--tiny", "--out", str(tmp_path / "user"), "--lr", "2"])
     assert isinstance(again.exception, InputError) and again.exception.field == "--lr"
     assert not (tmp_path / "user").exists()
+
+
+def test_tiny_keeps_every_flag_given_beside_it(tmp_path, monkeypatch):
+    """--tiny's sizes replace the defaults only: explicit flags reach the run and its recorded command."""
+    from types import SimpleNamespace
+
+    from typer.testing import CliRunner
+
+    import tltreal.rl.grpo_run
+    from tltcli import app
+
+    seen = {}
+
+    def run_grpo(cfg, out, *, command, **_):
+        seen.update(cfg=cfg, command=command)
+        summary = {"reward_gain_mean": 0.0, "control_reward_gain_mean": 0.0, "above_control_every_seed": True}
+        return SimpleNamespace(summary=summary, folder=out)
+
+    monkeypatch.setattr(tltreal.rl.grpo_run, "run_grpo", run_grpo)
+    given = ["--steps", "1", "--seed", "3", "--eval-draws", "5", "--band-low", "0.1", "--band-high", "0.9"]
+    result = CliRunner().invoke(app, ["real", "grpo", "--tiny", *given, "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    cfg = seen["cfg"]
+    assert (cfg.steps, cfg.seeds, cfg.eval_draws, cfg.band_low, cfg.band_high) == (1, (3,), 5, 0.1, 0.9)
+    assert (cfg.prompts_per_step, cfg.eval_problems, cfg.pretrain.steps, cfg.pretrain.layers) == (2, 4, 40, 2)
+    assert seen["command"].startswith("tlt real grpo --tiny --seed 3 --steps 1 --prompts 2 ")
+    assert "--eval-draws 5 " in seen["command"] and "--band-low 0.1 --band-high 0.9 " in seen["command"]
