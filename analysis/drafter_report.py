@@ -409,7 +409,7 @@ def write_report(runs: Sequence[Run], out: str | Path, *, grpo_summary: Path | N
     summary["cost"] = [{"run": r.name, **{k: r.config.get(k) for k in ("cpu_s", "wall_s", "load_start", "load_end")}}
                        for r in runs]
     with atomic_dir(out, kind="real-rl", force=force,
-                    inputs=[r.folder for r in runs] + ([grpo_summary.parent] if grpo_summary else [])) as tmp:
+                    inputs=[r.folder for r in runs] + ([grpo_summary] if grpo_summary else [])) as tmp:
         for r in runs:
             (tmp / "runs" / r.name).mkdir(parents=True)
             for f in RUN_FILES:

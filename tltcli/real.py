@@ -343,8 +343,8 @@ def rl_report(
         folders[name] = Path(folder)
     if grpo_summary is not None:
         check_input(grpo_summary, "--grpo-summary", folder=False)
-    check_output_dir(out, force, kind="real-rl",
-                     inputs=[*folders.values(), *([grpo_summary.parent] if grpo_summary else [])])
+    # the runs are folders read whole; the GRPO summary is one file (an --out beside it is fine)
+    check_output_dir(out, force, kind="real-rl", inputs=[*folders.values(), *([grpo_summary] if grpo_summary else [])])
     from analysis.drafter_report import read_run, write_report
     from tltreal.rl.adaptive_run import record_path
 

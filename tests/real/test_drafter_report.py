@@ -133,6 +133,23 @@ def test_the_report_folder_has_the_issue_keys_copies_and_figures(runs, tmp_path)
     assert res.exit_code != 0 and (foreign / "notes.txt").read_text() == "keep"
 
 
+def test_a_report_beside_its_grpo_summary_is_written_and_one_holding_it_refused(runs, tmp_path, monkeypatch):
+    """The input is the summary file, not its folder: ``--grpo-summary summary.json --out report`` in
+    the folder that holds it is fine; an --out that is the file or would hold it is still refused."""
+    monkeypatch.chdir(tmp_path)
+    Path("summary.json").write_text(json.dumps({"reward_gain_mean": 0.1, "control_reward_gain_mean": 0.0}))
+    (tmp_path / "g").mkdir()
+    Path("g/summary.json").write_text(Path("summary.json").read_text())
+    run = ["real", "rl-report", "--run", f"d={runs['drift-s0']}"]
+    res = CliRunner().invoke(app, [*run, "--grpo-summary", "summary.json", "--out", "report"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(Path("report/summary.json").read_text())["reward_gain_mean"] == 0.1
+    for summary, out, why in (("summary.json", "summary.json", "is the input"), ("g/summary.json", "g", "contains"),
+                              ("g/summary.json", "g/summary.json/r", "lies inside")):
+        res = CliRunner().invoke(app, [*run, "--grpo-summary", summary, "--out", out])
+        assert isinstance(res.exception, InputError) and why in str(res.exception), (out, res.output)
+
+
 @pytest.mark.parametrize("bad", ["noequals", "=dir", "a b=dir", "x=/nonexistent/folder"])
 def test_bad_run_values_name_the_option(bad, tmp_path):
     res = CliRunner().invoke(app, ["real", "rl-report", "--run", bad, "--out", str(tmp_path / "o")])
