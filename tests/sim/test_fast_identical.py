@@ -1,6 +1,9 @@
 """The engine's fast paths (``EngineConfig.fast``, on by default) give bit-identical results to the
 reference per-row path: the same event log, summary and per-step table, for every bundled scenario,
-every preset, seeds 0-2, expected and stochastic acceptance, a queueing and a KV-limited case.
+every preset, seeds 0-2, expected and stochastic acceptance, a queueing and a KV-limited case; and the
+policies are shown the same views (:class:`_Recording`): a fast path that got a view wrong (say the
+recent-accept estimate of an expected-mode SD tail) changes no event row while no policy reads that
+field, and would go unseen by the event logs alone.
 
 Kept short: each case is a few prompt groups on a few workers (the paths differ in how they step,
 not in scale)."""
@@ -9,12 +12,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from unittest import mock
 
 import pandas as pd
 import pytest
 
 import tltsim
 from conftest import needs_shared_traces
+from tltcore.policy import registry
+from tltcore.policy.base import BatchView, PlainPhases, wants_remaining_hint
 from tltsim.rl.presets import PRESET_NAMES
 from tltsim.rl.run import compare_presets
 from tltsim.scenario import compare_policies, prepare, resolve
@@ -24,11 +30,79 @@ SMALL = [("trace.prompts_per_step", 4, "test"), ("trace.cap", 3000, "test"), ("c
          ("cluster.tp", 4, "test")]
 
 
+class _Recording:
+    """The policy the simulator built, recording every view it is shown with the plain-phase promise
+    (``plain_above``) it held just before: the views the fast path may skip (module docstring of
+    :mod:`tltcore.policy.base`)."""
+
+    def __init__(self, inner, shown: list[tuple[BatchView, int | None]]) -> None:
+        self.inner, self.shown, self.name = inner, shown, inner.name
+
+    @property
+    def wants_remaining_hint(self) -> bool:
+        return wants_remaining_hint(self.inner)
+
+    def decide(self, view: BatchView):
+        promise = self.inner.plain_above() if isinstance(self.inner, PlainPhases) else None
+        self.shown.append((view, promise))
+        return self.inner.decide(view)
+
+    def observe(self, outcome) -> None:
+        self.inner.observe(outcome)
+
+    def reset(self, step: int) -> None:
+        self.inner.reset(step)
+
+
+class _RecordingPlain(_Recording):
+    """:class:`_Recording` of a policy that offers the plain-phase promise (kept, so the fast path
+    runs its closed-form plain phases as it does unrecorded)."""
+
+    def plain_above(self) -> int | None:
+        return self.inner.plain_above()
+
+
+def _recorded(run, s, inputs):
+    """``run(s, inputs)`` with every policy the scenario builds recorded: (its result, the views each
+    policy was shown, one list per policy in the order they were built)."""
+    build, shown = registry.make_policy, []
+
+    def make(*args, **kwargs):
+        policy = build(*args, **kwargs)
+        shown.append([])
+        return (_RecordingPlain if isinstance(policy, PlainPhases) else _Recording)(policy, shown[-1])
+
+    with mock.patch.object(registry, "make_policy", make):
+        return run(s, inputs), shown
+
+
+def _same_views(fast: list[list[tuple[BatchView, int | None]]], slow: list[list[tuple[BatchView, int | None]]]) -> None:
+    """Each policy was shown, on the fast path, the reference path's views, field for field and in
+    order, less only views the policy's plain-phase promise let the engine skip (a batch above the
+    promised size: the fast path runs such plain phases in closed form without asking)."""
+    assert len(fast) == len(slow)
+    for k, (got, want) in enumerate(zip(fast, slow, strict=True)):
+        j = 0
+        for view, promise in want:
+            if j < len(got) and got[j][0] == view:
+                j += 1
+                continue
+            assert promise is not None and view.batch_size > promise, (
+                f"policy {k}: the fast path showed {got[j][0] if j < len(got) else 'nothing'} where the reference "
+                f"showed {view}")
+        assert j == len(got), f"policy {k}: the fast path showed {got[j][0]}, the reference never did"
+    assert any(fast), "no policy was asked anything"
+
+
 def _both(s, run):
+    """The fast and the reference run of ``run(s, inputs)``, the views every policy was shown already
+    compared."""
     inputs = prepare(s)
     assert inputs.engine.fast  # the default
     slow = replace(inputs, engine=replace(inputs.engine, fast=False))
-    return run(s, inputs), run(s, slow)
+    (fast_out, fast_views), (slow_out, slow_views) = _recorded(run, s, inputs), _recorded(run, s, slow)
+    _same_views(fast_views, slow_views)
+    return fast_out, slow_out
 
 
 def _same(fast, slow) -> None:
