@@ -146,6 +146,58 @@ def test_catch_up_switch_runs_only_the_drafter_over_what_it_missed():
     assert cu.iloc[0]["t_end"] - cu.iloc[0]["t_start"] == pytest.approx(E + 68 * F)
 
 
+class _Toggle:
+    """SD (a 2-token chain) for 3 iterations, plain for ``off``, then SD again, with ``switch_on`` on
+    its first decision when ``switch``: a policy that turns SD off and back on while the drafter lags
+    only ``off`` tokens, at or under the engine's catch_up_limit of 16."""
+
+    name = "toggle"
+
+    def __init__(self, off: int, switch: bool) -> None:
+        self.off, self.switch, self.asked = off, switch, 0
+
+    def decide(self, view: BatchView) -> Decision:
+        self.asked += 1
+        if 3 < self.asked <= 3 + self.off:
+            return Decision(SDConfig())
+        return Decision(SDConfig.chain(2), switch_on=self.switch and self.asked == 4 + self.off)
+
+    def observe(self, outcome: Outcome) -> None:
+        return None
+
+    def reset(self, step: int) -> None:
+        return None
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("mode", ["expected", "stochastic"])
+@pytest.mark.parametrize("off", [1, 5, 16])
+def test_catch_up_switch_catches_up_a_drafter_that_lags_16_tokens_or_fewer(off, mode, fast):
+    """issue 39's mutant: the catch-up switch caught up only drafters lagging more than 16 tokens
+    (catch_up_limit) and no test failed. A switch brings every lagging drafter up to date, however
+    little it lags: after ``off`` plain iterations, each of the 2 requests' drafters has missed ``off``
+    tokens, and the switch's catch-up is one drafter pass over 2 * off tokens (E + F * 2 off, by hand),
+    right before the first SD iteration. Without the switch, a lag that small is folded into the next
+    SD iteration (no catch-up row): the engine's catch_up_limit."""
+    engine = {"switch": "catch_up", "acceptance_mode": mode, "fast": fast}
+    for switch in (True, False):
+        res = run(work([20, 20], [200, 200]), lambda switch=switch: _Toggle(off, switch), alpha=0.5, **engine)
+        ev = worker_rows(res).reset_index(drop=True)
+        cu = ev[ev.kind == "catch_up"]
+        assert cu.iloc[0]["prefill_tokens"] == 2 * 21  # the first SD iteration: prompt + first token each
+        if not switch:
+            assert len(cu) == 1 and (ev.kind == "switch").sum() == 0
+            continue
+        assert len(cu) == 2 and (ev.kind == "switch").sum() == 1
+        row = cu.iloc[1]
+        assert row["prefill_tokens"] == 2 * off and row["batch_size"] == 2
+        assert row["t_end"] - row["t_start"] == pytest.approx(E + F * 2 * off)
+        switch_at = ev.index[ev.kind == "switch"][0]
+        assert ev.loc[switch_at + 1, "kind"] == "catch_up" and ev.loc[switch_at + 2, "depth"] == 2
+        plain = ev.loc[:switch_at].query("kind == 'decode' and depth == 0")
+        assert plain["iterations"].sum() == off and plain["t_end"].max() <= ev.loc[switch_at, "t_start"]
+
+
 def test_requests_admitted_while_speculating_get_their_drafter_caught_up():
     # max_batch 1: the second request is prefilled while SD is on; its drafter has seen none of it.
     res = run(work([30, 40], [3, 3]), lambda: Static(SDConfig.chain(2)), alpha=1.0, max_batch=1)
