@@ -134,6 +134,20 @@ def run(
     console.print(f"results: {report.out}", highlight=False)
 
 
+def _spec_store(spec: Any, out: Path | None) -> Any:
+    """The sweep folder a spec's results are read from (``--out``, else the default). A path that
+    exists but is not a sweep tlt wrote (no ``sweep.json`` saying so) is refused: read as a sweep,
+    ``--out /etc`` would list every point as pending without a word. A folder not made yet is a
+    sweep not started: every point pending is the truth."""
+    from tltsim.sweep.store import SweepStore
+
+    store = SweepStore(out if out is not None else _default_out(spec.path))
+    if (store.root.exists() or store.root.is_symlink()) and not store.is_sweep():
+        raise InputError("is not a sweep folder tlt wrote (no sweep.json); give the folder `tlt sweep run` wrote for "
+                         "this spec", path=store.root, field="--out")
+    return store
+
+
 def _status_frames(target: str, out: Path | None) -> tuple[Path, pd.DataFrame, pd.DataFrame]:
     """(sweep folder, its points, its deduplicated results) for a spec or a sweep folder."""
     from tltcore.errors import warn
@@ -156,7 +170,7 @@ def _status_frames(target: str, out: Path | None) -> tuple[Path, pd.DataFrame, p
                  f"{store.root / 'sweep.json'}: `tlt sweep run` with the spec and --out rebuilds it")
     else:
         s = load_spec(target)
-        store = SweepStore(out if out is not None else _default_out(s.path))
+        store = _spec_store(s, out)
         points = points_frame(s, expand(s))
     results = store.read() if store.results.is_dir() else pd.DataFrame(columns=["key", "status", "error"])
     if points is None:
@@ -252,11 +266,11 @@ def points(
 
     from tltsim.sweep.runner import points_frame
     from tltsim.sweep.spec import expand, iter_points, load_spec
-    from tltsim.sweep.store import SweepStore
 
     if show < 0:
         raise InputError(f"must be >= 0 (0 lists every point), got {show}", path="--show")
     s = load_spec(spec)
+    store = _spec_store(s, out)
     base = s.base or "defaults"
     if show == 0 or s.size <= show:  # all of them: exact count, and every axis value checked as a run would
         pts = points_frame(s, expand(s))
@@ -265,7 +279,6 @@ def points(
         pts = points_frame(s, list(itertools.islice(iter_points(s), show)))
         title = (f"{s.name}: {s.size:,} points over {base} (the axes' product; scenarios that coincide run "
                  f"once), the first {len(pts):,} listed (--show N for more, --show 0 for all)")
-    store = SweepStore(out if out is not None else _default_out(s.path))
     have = store.status_by_key() if store.results.is_dir() else {}
     table = Table(title=title)
     for col in ("#", "key", *s.axis_fields, "status"):
