@@ -1,7 +1,10 @@
-"""The one command-line tool, ``tlt``.
+"""The one command-line tool, ``tlt``: the entry point, light enough to answer Ctrl-C at once.
 
-Sub-commands live one per module (``trace``, ``sim``, ``sweep``, ``real``, ``demo``, ``report``) and are mounted here.
-:func:`main` turns :class:`~tltcore.errors.InputError` into one line on stderr and exit code 2.
+The app and its commands are built in :mod:`tltcli.cli`; importing them (typer, pandas, rich, every
+sub-command) takes a second or more, and an interrupt in that time raised ``KeyboardInterrupt`` out of
+the console script's ``from tltcli import main``: a traceback. So this module imports nothing heavy:
+:func:`main` imports the app itself and answers an interrupt there as one mid-command is answered
+(exit 130, one line). ``from tltcli import app`` (and every other name of :mod:`tltcli.cli`) still works.
 """
 
 from __future__ import annotations
@@ -9,117 +12,28 @@ from __future__ import annotations
 import signal
 import sys
 
-import typer
-
-from tltcore.errors import EXIT_INPUT_ERROR, InputError
-
-try:  # typer 0.2x vendors click; older typer uses click itself
-    from typer._click import exceptions as click_errors
-except ImportError:  # pragma: no cover
-    from click import exceptions as click_errors  # type: ignore[no-redef]
-
-app = typer.Typer(
-    name="tlt",
-    help="Simulate, compare, run and validate adaptive speculative decoding for RL rollouts.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-
-
-def _version(value: bool) -> None:
-    if value:
-        import platform
-
-        from tltcore import __version__
-
-        typer.echo(f"tlt {__version__} (Python {platform.python_version()})")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print tlt's version and exit.")) -> None:
-    """Simulate, compare, run and validate adaptive speculative decoding for RL rollouts."""
-
-
-def _mount() -> None:
-    from tltcli.cost import app as cost_app
-    from tltcli.demo import demo
-    from tltcli.real import app as real_app
-    from tltcli.report import report
-    from tltcli.sim import app as sim_app
-    from tltcli.sweep import app as sweep_app
-    from tltcli.trace import app as trace_app
-    from tltcli.validate import validate
-
-    app.add_typer(trace_app, name="trace")
-    app.add_typer(sim_app, name="sim")
-    app.add_typer(sweep_app, name="sweep")
-    app.add_typer(real_app, name="real")
-    app.add_typer(cost_app, name="cost")
-    app.command("demo")(demo)
-    app.command("validate")(validate)
-    app.command("report")(report)
-    app.command("advise")(__import__("tltcli.advise", fromlist=["advise"]).advise)
-
-
-_mount()
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (a scheduler, ``timeout``, ``kill``) raised like Ctrl-C, so that every ``finally``
-    and every temp-folder cleanup runs; nothing half written survives either signal."""
-
-
-_terminated = False
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    global _terminated
-    _terminated = True
-    raise Terminated
-
-
-def _usage_line(exc: click_errors.ClickException) -> str:
-    """A click usage error (unknown option, bad value, missing argument) as the one line every other
-    bad input gets, keeping click's own suggestion ("Did you mean --trace?") and naming the help."""
-    text = " ".join(exc.format_message().split())
-    ctx = exc.ctx if isinstance(exc, click_errors.UsageError) else None
-    return f"{text} (see '{ctx.command_path} --help')" if ctx is not None else text
+#: The one line an interrupted ``tlt`` prints, wherever the interrupt came.
+INTERRUPTED = "tlt: interrupted; nothing half written was left behind"
 
 
 def main() -> None:
-    """Console-script entry point: input errors, click's usage errors included, are one line and exit
-    2; Ctrl-C exits 130 and SIGTERM 143 (the shell's 128 + signal), both after cleaning up. (Typer
-    turns an interrupt into exit 130 itself; the flag tells the two signals apart.)"""
-    global _terminated
-    _terminated = False
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    """Console-script entry point: import the commands, then run :func:`tltcli.cli.main`."""
     try:
-        code = app(prog_name="tlt", standalone_mode=False)
-        code = code if isinstance(code, int) else 0
-    except click_errors.NoArgsIsHelpError as exc:  # `tlt sim`: the help, as typer shows it
-        from typer import rich_utils
+        from tltcli.cli import main as run
+    except KeyboardInterrupt:  # Ctrl-C while importing: nothing was read or written yet
+        print(INTERRUPTED, file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)
+    run()
 
-        rich_utils.rich_format_error(exc)
-        code = exc.exit_code
-    except click_errors.ClickException as exc:
-        print(f"tlt: error: {_usage_line(exc)}", file=sys.stderr)
-        code = EXIT_INPUT_ERROR if isinstance(exc, click_errors.UsageError) else exc.exit_code
-    except typer.Abort:  # end of input at a prompt
-        print("tlt: aborted", file=sys.stderr)
-        code = 1
-    except InputError as exc:
-        print(f"tlt: error: {exc}", file=sys.stderr)
-        code = EXIT_INPUT_ERROR
-    except KeyboardInterrupt:
-        code = 128 + signal.SIGINT
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    if code == 128 + signal.SIGINT:
-        if _terminated:
-            print("tlt: terminated (SIGTERM); nothing half written was left behind", file=sys.stderr)
-            sys.exit(128 + signal.SIGTERM)
-        print("tlt: interrupted; nothing half written was left behind", file=sys.stderr)
-    sys.exit(code)
+
+def __getattr__(name: str) -> object:
+    """``tltcli.app`` and the other names of :mod:`tltcli.cli`, imported when first asked for."""
+    if name.startswith("__") or name == "cli":  # dunders, and the submodule while it is being imported
+        raise AttributeError(name)
+    import importlib
+
+    cli = importlib.import_module("tltcli.cli")  # not `from tltcli import cli`: that asks this hook again
+    try:
+        return getattr(cli, name)
+    except AttributeError:
+        raise AttributeError(f"module 'tltcli' has no attribute '{name}'") from None

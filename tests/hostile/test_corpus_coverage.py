@@ -24,7 +24,7 @@ CORPUS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "real/test_real_hostile.py": (("FLAGS", "CONFIGS", "WEIGHTS", "PROMPT_FILES"), ("real generate",)),
     "test_output_safety.py": (("REFUSED",), ("sim run",)),
     "hostile/test_hostile_outputs.py": (("CASES",), ()),
-    "hostile/test_hostile_signals.py": (("CASES",), ()),
+    "hostile/test_hostile_signals.py": (("CASES", "IMPORTS"), ()),
     "hostile/test_hostile_sweep_report.py": (("CASES",), ()),
     "hostile/test_hostile_settings.py": (("CASES",), ()),
     "hostile/test_hostile_real.py": (("CASES",), ()),

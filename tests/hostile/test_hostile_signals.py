@@ -62,3 +62,32 @@ def test_signal_mid_command_leaves_nothing_half_written(case: Case, tmp_path: Pa
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1:] == [_LINE[case.signum]], err
     assert snapshot(tmp_path) == before, sorted(set(snapshot(tmp_path)) ^ set(before))
+
+
+#: Where a Ctrl-C can land before any command runs: importing typer, pandas and the sub-commands
+#: takes a second or more, and an interrupt there printed a traceback out of `from tltcli import main`.
+IMPORTS = ["typer", "pandas", "tltcore.errors", "tltcli.cli", "tltcli.sim", "tltcli.advise"]
+_INTERRUPT_AT = """
+import os, signal, sys
+
+class Interrupt:  # a real SIGINT, sent by the process to itself as MODULE starts importing
+    def find_spec(self, name, path=None, target=None):
+        if name == MODULE:
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, Interrupt())
+sys.argv = ["tlt", "sweep", "points", "elastic_threshold_gpu"]
+from tltcli import main  # what the console script runs
+main()
+"""
+
+
+@pytest.mark.parametrize("module", IMPORTS)
+def test_ctrl_c_while_importing_is_one_line_and_exit_130(module: str, tmp_path: Path) -> None:
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    proc = subprocess.run([sys.executable, "-c", f"MODULE = {module!r}\n{_INTERRUPT_AT}"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.splitlines() == [_LINE[signal.SIGINT]], proc.stderr
+    assert proc.stdout == "" and list(tmp_path.iterdir()) == []
