@@ -194,9 +194,17 @@ def paper_rc() -> dict:
             "savefig.bbox": "tight"}
 
 
+#: File metadata per format: a PDF records its creation date unless told not to, so two identical
+#: runs wrote different bytes; without it every figure file depends only on the figure.
+SAVE_METADATA: dict[str, dict[str, Any]] = {".png": {}, ".pdf": {"CreationDate": None}}
+
+
 def save_figure(fig: plt.Figure, stem: str | Path) -> list[Path]:
-    """Save ``fig`` as ``stem.png`` and ``stem.pdf`` atomically; close it; return the paths."""
+    """Save ``fig`` as ``stem.png`` and ``stem.pdf`` atomically, byte for byte the same for the same
+    figure (:data:`SAVE_METADATA`); close it; return the paths."""
     stem = Path(stem)
-    paths = [write_with(stem.with_suffix(ext), fig.savefig) for ext in (".png", ".pdf")]
+    paths = [write_with(stem.with_suffix(ext), lambda tmp, ext=ext: fig.savefig(tmp, format=ext[1:],
+                                                                                metadata=SAVE_METADATA[ext]))
+             for ext in (".png", ".pdf")]
     plt.close(fig)
     return paths

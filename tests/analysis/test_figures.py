@@ -96,6 +96,24 @@ def rendered(fig: plt.Figure, tmp_path: Path, stem: str) -> plt.Figure:
     return fig
 
 
+def test_the_same_figure_saved_twice_is_the_same_bytes(tmp_path, monkeypatch):
+    """A PDF carried its creation date, so identical runs wrote different files: saved on two
+    different dates (matplotlib reads the date from SOURCE_DATE_EPOCH when set), the bytes agree."""
+    def figure() -> plt.Figure:
+        fig, ax = plt.subplots()
+        ax.plot([1, 2, 3], [3, 1, 2])
+        ax.set(title="t", xlabel="x", ylabel="y")
+        return fig
+
+    files = []
+    for day, stem in ((0, "a"), (400, "b")):
+        monkeypatch.setenv("SOURCE_DATE_EPOCH", str(day * 86400))
+        files.append(save_figure(figure(), tmp_path / stem))
+    for first, second in zip(*files, strict=True):
+        assert first.read_bytes() == second.read_bytes(), first.name
+    assert b"CreationDate" not in files[0][1].read_bytes()
+
+
 # ---- traces ---------------------------------------------------------------------------------------
 def test_length_cdf_and_straggler_factor(tmp_path):
     rng = np.random.default_rng(0)
