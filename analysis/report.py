@@ -32,7 +32,9 @@ from tltcore.input_files import check_input
 BASELINES = ("no-sd", "verl")
 HEATMAP_DEPTHS = (2, 4, 6, 8, 10, 12)
 HEATMAP_VERIFY = (4, 8, 16, 32, 48, 64)
-CURVE_CONFIGS = ("8_4_8", "8_4_16", "8_4_32", "8_4_48")
+#: Draft shapes the SD-vs-batch figure always shows: ``tlt advise``'s chain and TLT's trees; the shapes
+#: the run's own policies may choose are added (:func:`curve_configs`).
+CURVE_CONFIGS = ("4_1_4", "8_4_8", "8_4_16", "8_4_32", "8_4_48")
 CURVE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 RUN_FILES = ("summary.csv", "events.parquet", "scenario.resolved.toml")
 #: The summary columns each kind of run report reads (checked up front, named when missing).
@@ -277,6 +279,22 @@ def _rl_sections(rep: Report, summary: pd.DataFrame, steps: pd.DataFrame) -> Non
                    lambda: accept_over_steps(steps))
 
 
+def curve_configs(policies: list[str]) -> list[str]:
+    """The draft shapes of the SD-vs-batch figure: :data:`CURVE_CONFIGS` and every shape the run's
+    ``policies`` may choose (a chain policy's shapes were left out: only trees were drawn), chains
+    first, each by depth."""
+    from tltcore.policy.base import SDConfig
+    from tltcore.policy.registry import spec_shapes
+
+    shapes = {SDConfig.parse(c) for c in CURVE_CONFIGS}
+    for spec in policies:
+        try:
+            shapes |= set(spec_shapes(spec) or ())
+        except InputError:  # a preset's name, not a policy spec: it adds no shape
+            continue
+    return [c.name for c in sorted(shapes, key=lambda c: (c.topk, c.depth, c.verify_tokens))]
+
+
 def _sd_sections(rep: Report, s) -> None:
     from tltcore.policy.base import SDConfig
     from tltcore.sd_speedup import grid_configs, sd_speedup_table
@@ -284,7 +302,8 @@ def _sd_sections(rep: Report, s) -> None:
 
     cost, accept = cost_model(s), acceptance_model(s.acceptance)
     grid = sd_speedup_table(cost, accept, grid_configs(HEATMAP_DEPTHS, HEATMAP_VERIFY), [1])
-    curves = sd_speedup_table(cost, accept, [SDConfig.parse(c) for c in CURVE_CONFIGS], CURVE_BATCHES)
+    run_policies = [*([] if s.presets else s.policies), *([s.presets_policy] if s.presets_policy else [])]
+    curves = sd_speedup_table(cost, accept, [SDConfig.parse(c) for c in curve_configs(run_policies)], CURVE_BATCHES)
     rep.sections += ["## One SD iteration on this model and GPU",
                      "Tokens per second with SD over without, per draft shape, at 2,048 context tokens per "
                      "request (`tltcore.sd_speedup`): what the elastic switch and the bandit weigh."]

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.colors import TwoSlopeNorm
-from matplotlib.ticker import ScalarFormatter
+from matplotlib.ticker import NullLocator
 
 from analysis.style import annotate_cells, colors_for, legend_outside, paper_rc
 
@@ -44,7 +44,8 @@ def sd_speedup_heatmap(table: pd.DataFrame, *, batch: int | None = None,
 
 def sd_speedup_vs_batch(table: pd.DataFrame, *, configs: list[str] | None = None,
                         title: str = "SD speedup per iteration vs batch size") -> plt.Figure:
-    """Speedup against batch size (log x), one line per draft shape (``config``)."""
+    """Speedup against batch size (log x), one line per draft shape (``config``); the batch sizes of
+    ``table`` are the ticks, as the whole numbers they are (a log axis labelled them ``1.0, 2.0``)."""
     configs = configs or list(dict.fromkeys(table["config"]))
     colours = colors_for(configs)
     with plt.rc_context(paper_rc()):
@@ -54,7 +55,9 @@ def sd_speedup_vs_batch(table: pd.DataFrame, *, configs: list[str] | None = None
             ax.plot(part["batch"], part["speedup"], marker="o", ms=3, label=c, color=colours[c])
         ax.axhline(1.0, color="0.4", lw=0.8, ls="--")
         ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_formatter(ScalarFormatter())
+        batches = sorted({int(b) for b in table["batch"]})
+        ax.set_xticks(batches, [str(b) for b in batches])
+        ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xlabel("running batch (requests, log scale)")
         ax.set_ylabel("speedup over plain decoding (×)")
         ax.set_title(title)

@@ -201,10 +201,17 @@ SAVE_METADATA: dict[str, dict[str, Any]] = {".png": {}, ".pdf": {"CreationDate":
 
 def save_figure(fig: plt.Figure, stem: str | Path) -> list[Path]:
     """Save ``fig`` as ``stem.png`` and ``stem.pdf`` atomically, byte for byte the same for the same
-    figure (:data:`SAVE_METADATA`); close it; return the paths."""
+    figure (:data:`SAVE_METADATA`); close it; return the paths. The figures are drawn inside
+    ``plt.rc_context(paper_rc())`` but saved after it has closed, where savefig fell back to 100 dpi
+    and no tight box (a title or bar label past the edge was cut): the paper's dpi and box are passed
+    here, for every figure."""
     stem = Path(stem)
-    paths = [write_with(stem.with_suffix(ext), lambda tmp, ext=ext: fig.savefig(tmp, format=ext[1:],
-                                                                                metadata=SAVE_METADATA[ext]))
-             for ext in (".png", ".pdf")]
+    rc = paper_rc()
+
+    def save(tmp: Path, ext: str) -> None:
+        fig.savefig(tmp, format=ext[1:], metadata=SAVE_METADATA[ext], dpi=rc["savefig.dpi"],
+                    bbox_inches=rc["savefig.bbox"])
+
+    paths = [write_with(stem.with_suffix(ext), lambda tmp, ext=ext: save(tmp, ext)) for ext in (".png", ".pdf")]
     plt.close(fig)
     return paths

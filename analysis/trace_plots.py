@@ -10,6 +10,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import LogFormatter, MaxNLocator
 
 from analysis.style import colors_for, legend_outside, paper_rc
 
@@ -35,7 +36,9 @@ def length_cdf(df: pd.DataFrame, by: str = "source") -> plt.Figure:
 
 
 def straggler_factor(df: pd.DataFrame, by: str = "source") -> plt.Figure:
-    """Per-step max/mean response length: how much the slowest response stretches each step."""
+    """Per-step max/mean response length: how much the slowest response stretches each step. Steps
+    are whole numbers on the axis (a two-step trace had ticks 1.0, 1.5, 2.0) and the factors plain
+    numbers (a log axis within one decade labelled them ``4.6×10^0``)."""
     with plt.rc_context(paper_rc()):
         fig, ax = plt.subplots()
         groups = list(df.groupby(by, sort=True))
@@ -44,6 +47,9 @@ def straggler_factor(df: pd.DataFrame, by: str = "source") -> plt.Figure:
             s = g.groupby("step")["response_tokens"].agg(["max", "mean"])
             ax.plot(s.index, s["max"] / s["mean"], marker="o", ms=3, label=str(name), color=colours[str(name)])
         ax.set_yscale("log")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_formatter(LogFormatter())
+        ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
         ax.set_xlabel("RL step")
         ax.set_ylabel("straggler factor (max / mean length, ×)")
         ax.set_title("Per-step straggler factor")

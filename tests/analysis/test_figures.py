@@ -16,6 +16,7 @@ import pytest
 from matplotlib.collections import LineCollection
 
 from analysis.memory_plots import cuda_graph_memory
+from analysis.report import curve_configs
 from analysis.rl_plots import accept_over_steps, speedup_bars, step_breakdown
 from analysis.rollout_plots import (
     TRAIN_COLOUR,
@@ -25,7 +26,7 @@ from analysis.rollout_plots import (
     utilisation_over_time,
 )
 from analysis.sd_plots import sd_speedup_heatmap, sd_speedup_vs_batch
-from analysis.style import save_figure
+from analysis.style import paper_rc, save_figure
 from analysis.sweep_plots import response_curves, response_surface, with_elastic_columns
 from analysis.trace_plots import length_cdf, straggler_factor
 from analysis.validation_report import makespan_bars as validation_makespan_bars
@@ -93,7 +94,21 @@ def rendered(fig: plt.Figure, tmp_path: Path, stem: str) -> plt.Figure:
     assert_labelled(fig)
     paths = save_figure(fig, tmp_path / stem)
     assert [p.suffix for p in paths] == [".png", ".pdf"] and all(p.stat().st_size > 1000 for p in paths)
+    assert png_dpi(paths[0]) == pytest.approx(paper_rc()["savefig.dpi"], rel=1e-3)  # not savefig's 100
     return fig
+
+
+def png_dpi(path: Path) -> float:
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return float(im.info["dpi"][0])
+
+
+def tick_texts(axis) -> list[str]:
+    """The labels an axis shows (major and minor), as drawn."""
+    axis.figure.canvas.draw()
+    return [t.get_text() for t in (*axis.get_ticklabels(), *axis.get_ticklabels(minor=True)) if t.get_text()]
 
 
 def test_the_same_figure_saved_twice_is_the_same_bytes(tmp_path, monkeypatch):
@@ -125,6 +140,21 @@ def test_length_cdf_and_straggler_factor(tmp_path):
     s = df[df["source"] == "a"].groupby("step")["response_tokens"].agg(["max", "mean"])
     np.testing.assert_allclose(line.get_ydata(), s["max"] / s["mean"])
     rendered(fig, tmp_path, "straggler")
+
+
+def test_straggler_factor_labels_whole_steps_and_plain_factors():
+    """Two steps gave step ticks 1.0, 1.5, 2.0; factors within one decade read ``2.2×10^0``."""
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"source": "a", "step": np.repeat([1, 2], 20),
+                       "response_tokens": rng.lognormal(6, 0.6, 40).astype(int) + 1})
+    ax = straggler_factor(df).axes[0]
+    lo, hi = ax.get_xlim()
+    steps = [x for x in ax.get_xticks() if lo <= x <= hi]
+    assert steps == [1, 2]
+    labels = tick_texts(ax.yaxis)
+    assert labels and not any("times" in t or "^" in t for t in labels), labels
+    assert all(float(t) > 0 for t in labels)
+    plt.close(ax.figure)
 
 
 # ---- rollouts and RL runs -------------------------------------------------------------------------
@@ -167,6 +197,21 @@ def test_gpu_utilisation_integrates_to_busy_worker_seconds_and_never_trains_whil
 def test_makespan_bars(rollout_run, tmp_path):
     _, summary = rollout_run
     rendered(makespan_bars(summary), tmp_path, "makespan")
+
+
+@pytest.mark.parametrize("names", [["no-sd"], ["no-sd", "cost-aware:phases=4:prior_weight=2",
+                                               "elastic:128:3+static:8_4_32", "vllm-table:4=5,16=3,above=1"]])
+def test_makespan_bars_title_fits_inside_the_figure(names):
+    """Long policy names pushed the axes right and the title over them past the figure's edge."""
+    summary = pd.DataFrame({"policy": names, "makespan_s": np.linspace(100, 50, len(names)),
+                            "speedup": 100 / np.linspace(100, 50, len(names))})
+    fig = makespan_bars(summary)
+    renderer = fig.canvas.get_renderer()
+    titles = [t for t in (fig._suptitle, *(ax.title for ax in fig.axes)) if t is not None and t.get_text()]
+    assert len(titles) == 1
+    box, page = titles[0].get_window_extent(renderer), fig.bbox
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+    plt.close(fig)
 
 
 def test_step_breakdown_stacks_every_phase_to_the_step_time(rl_run, tmp_path):
@@ -234,6 +279,22 @@ def test_sd_speedup_vs_batch(sd_tables, tmp_path):
     fig = sd_speedup_vs_batch(curves)
     assert [line.get_label() for line in fig.axes[0].get_lines()][:2] == ["8_4_8", "8_4_32"]
     rendered(fig, tmp_path, "vs_batch")
+
+
+def test_sd_speedup_vs_batch_ticks_are_the_whole_batch_sizes():
+    """A log-2 axis with a scalar formatter labelled the batches 1.0, 2.0, ... (and 0.5, 512.0)."""
+    curves = pd.DataFrame({"config": "4_1_4", "batch": [1, 4, 16, 64], "speedup": [2.0, 1.6, 1.2, 0.9]})
+    ax = sd_speedup_vs_batch(curves).axes[0]
+    assert list(ax.get_xticks()) == [1, 4, 16, 64]
+    assert tick_texts(ax.xaxis) == ["1", "4", "16", "64"]
+    plt.close(ax.figure)
+
+
+def test_sd_vs_batch_shows_the_chains_beside_the_trees():
+    """The report drew TLT's trees only, so a chain recommendation (advise's 4_1_4, vLLM's tables, a
+    run's static chain) had no curve to read."""
+    shapes = curve_configs(["no-sd", "static:3_1_3", "vllm-table", "tlt"])  # "tlt" is a preset: no shapes
+    assert shapes == ["1_1_1", "3_1_3", "4_1_4", "5_1_5", "8_4_8", "8_4_16", "8_4_32", "8_4_48"]
 
 
 # ---- sweeps, memory, validation -------------------------------------------------------------------
