@@ -57,15 +57,21 @@ class Report:
         self.figures[stem] = make
         self.sections.append(f"![{caption}]({stem}.png)\n\n*{caption}.*")
 
-    def write(self, folder: Path) -> list[str]:
-        for stem, make in self.figures.items():
+    def write(self, folder: Path, on_figure: Callable[[int, int, str], None] | None = None) -> list[str]:
+        """Write the figures and README.md into ``folder``; ``on_figure(i, n, stem)`` is told as each
+        figure starts (figures of a large run take minutes: a report must not look stuck)."""
+        for i, (stem, make) in enumerate(self.figures.items(), 1):
+            if on_figure is not None:
+                on_figure(i, len(self.figures), stem)
             save_figure(make(), folder / stem)
         (folder / "README.md").write_text("\n\n".join([f"# {self.title}", *self.sections]) + "\n", encoding="utf-8")
         return ["README.md", *(f"{s}.png" for s in self.figures)]
 
 
 def kind_of(path: Path) -> str:
-    """``run`` or ``sweep``; one clear line if ``path`` is neither."""
+    """``run`` or ``sweep``; one clear line if ``path`` is neither, naming what it is when tlt wrote
+    it (an advise folder is a report already: its README.md is what to read)."""
+    from tltcore.atomic import KINDS, results_kind
     from tltsim.sweep.store import SweepStore
 
     if not path.is_dir():
@@ -73,6 +79,14 @@ def kind_of(path: Path) -> str:
     if SweepStore(path).is_sweep():
         return "sweep"
     missing = [f for f in RUN_FILES if not (path / f).exists()]
+    kind = results_kind(path) if missing else None
+    if kind == "advise":
+        raise InputError(f"is a `tlt advise` report, already rendered: read {path / 'README.md'}; to report its "
+                         f"recommended setting, run `tlt sim run --scenario {path / 'recommended.toml'} --out DIR` "
+                         "and `tlt report DIR`", path=path)
+    if kind in KINDS and kind != "sim-run":
+        raise InputError(f"holds {KINDS[kind]} results, not a `tlt sim run` or `tlt sweep run` folder"
+                         + (f"; read {path / 'README.md'}" if (path / "README.md").is_file() else ""), path=path)
     if missing:
         raise InputError(f"neither a sweep folder (no sweep.json) nor a run folder (missing {', '.join(missing)})",
                          path=path)
@@ -492,11 +506,13 @@ def _sweep_figures(rep: Report, view: SweepView) -> None:
                    lambda: response_curves(data, x, y, facet=facet, value_label=label, log_x=log_x, band=band))
 
 
-def write_report(path: str | Path, out: str | Path, *, command: str, force: bool = False) -> list[str]:
-    """Build the report of ``path`` and write it to ``out`` atomically; return the files written."""
+def write_report(path: str | Path, out: str | Path, *, command: str, force: bool = False,
+                 on_figure: Callable[[int, int, str], None] | None = None) -> list[str]:
+    """Build the report of ``path`` and write it to ``out`` atomically; return the files written.
+    ``on_figure(i, n, stem)`` is told as each figure starts (:meth:`Report.write`)."""
     from tltcore.atomic import atomic_dir, check_output_dir
 
     check_output_dir(out, force, kind="report")
     rep = build_report(Path(path), command)
     with atomic_dir(out, kind="report", force=force) as tmp:
-        return rep.write(tmp)
+        return rep.write(tmp, on_figure)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -26,6 +27,12 @@ def report(path: Annotated[Path, typer.Argument(help="A `tlt sim run` or `tlt sw
     # Before any reading: a report written into (or around) the folder it reads would replace it.
     check_output_dir(out, force, kind="report", inputs=[path])
     command = "tlt report " + " ".join(shlex.quote(str(a)) for a in (path, "--out", out))
-    files = write_report(path, out, command=command, force=force)
+    start = time.monotonic()
+
+    def on_figure(i: int, n: int, stem: str) -> None:  # a large run's figures take minutes: say which is drawn
+        seconds = int(time.monotonic() - start)
+        typer.echo(f"[{seconds // 60}:{seconds % 60:02d}] figure {i}/{n}: {stem}")
+
+    files = write_report(path, out, command=command, force=force, on_figure=on_figure)
     figures = sum(f.endswith(".png") for f in files)
     typer.echo(f"wrote {out}/ (README.md, {figures} figures as PNG + PDF)")

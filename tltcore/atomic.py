@@ -134,6 +134,16 @@ def read_marker(path: Path) -> list[str] | None:
     return None if marker is None else marker[1]
 
 
+def results_kind(path: Path) -> str | None:
+    """The kind of results (:data:`KINDS`; ``""`` from before kinds were recorded) tlt wrote in folder
+    ``path``, or None if it is not a tlt results folder. A marker that is not a regular file is none
+    (a FIFO would block the read): for folders a user hands a command as input."""
+    if not (path / MARKER).is_file():
+        return None
+    marker = _read_marker(path)
+    return None if marker is None else marker[0]
+
+
 def _check_kind(kind: str) -> None:
     if kind not in KINDS:
         raise ValueError(f"unknown results kind {kind!r}; one of {sorted(KINDS)}")  # a programming error

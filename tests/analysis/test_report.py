@@ -95,6 +95,19 @@ def test_report_of_a_whole_rl_run(rl_run_folder, tmp_path):
     assert f"tlt sim run --scenario {rl_run_folder / 'scenario.resolved.toml'}" in readme
 
 
+def test_report_says_which_figure_it_is_drawing(rl_run_folder, tmp_path):
+    """`tlt report` sat silent for minutes on a large run: one line per figure as it starts."""
+    out = tmp_path / "rep"
+    res = invoke_cli("report", str(rl_run_folder), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    lines = [line for line in res.stdout.splitlines() if " figure " in line]
+    pngs = sorted(p.stem for p in out.glob("*.png"))
+    assert len(lines) == len(pngs) and sorted(line.rsplit(": ", 1)[1] for line in lines) == pngs
+    assert [line.split("] figure ")[1].split(":")[0] for line in lines] == [f"{i}/{len(pngs)}"
+                                                                            for i in range(1, len(pngs) + 1)]
+    assert res.stderr == ""  # progress is not a warning
+
+
 def test_report_refuses_a_folder_that_is_neither_and_writes_nothing(tmp_path):
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "summary.csv").write_text("a\n1\n")

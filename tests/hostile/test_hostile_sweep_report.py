@@ -372,6 +372,17 @@ OPTION_CASES = [
 
 
 # -- report
+def _tlt_folder(ctx: Ctx, kind: str) -> Path:
+    """A results folder another tlt command wrote (as `tlt advise` writes one: README.md, the scenario
+    advised on and the recommended one), which `tlt report` cannot render."""
+    from tltcore.atomic import atomic_dir
+
+    with atomic_dir(ctx.tmp / "folder", kind=kind) as d:
+        for name in ("README.md", "scenario.resolved.toml", "recommended.toml", "ranking.csv"):
+            (d / name).write_text("x\n")
+    return ctx.tmp / "folder"
+
+
 def _summary(edit: Callable[[pd.DataFrame], pd.DataFrame] | None = None, raw: bytes | None = None) -> Make:
     def make(ctx: Ctx) -> list[str]:
         run = ctx.run()
@@ -476,6 +487,11 @@ REPORT_CASES = [
     Case("report:sweep-results-lack-columns", "report", _results_without_speedup, ("lack column(s)",)),
     Case("report:sweep-part-damaged", "report", _report_damaged_part, ("{file}", "is damaged"), outcome="warning",
          recovered=_only_new("rep"), timeout_s=60),
+    Case("report:an-advise-folder", "report",
+         lambda ctx: [str(_tlt_folder(ctx, "advise")), "--out", str(ctx.tmp / "rep")],
+         ("tlt advise", "{tmp}/folder/README.md", "recommended.toml")),
+    Case("report:a-demo-folder", "report", lambda ctx: [str(_tlt_folder(ctx, "demo")), "--out", str(ctx.tmp / "rep")],
+         ("tlt demo results", "{tmp}/folder/README.md")),
     Case("report:out-is-the-input", "report", lambda ctx: [str(ctx.run()), "--out", str(ctx.tmp / "run")],
          ("--out", "input")),
     Case("report:out-inside-the-input", "report", lambda ctx: [str(ctx.run()), "--out", str(ctx.tmp / "run" / "rep")],
