@@ -436,7 +436,7 @@ DEFAULT_TOML = (
     "cuda_graphs = \"none\"\n"
     "\n"
     "[cost]\n"
-    "model = \"roofline\"\n"
+    "model = \"measured\"\n"
     "\n"
     "[acceptance]\n"
     "preset = \"paper-qwen32b\"\n"

@@ -88,9 +88,11 @@ def test_no_flip_when_every_seed_agrees_and_ties_never_flip() -> None:
 @needs_shared_traces()
 def test_flip_line_on_a_real_trace(tmp_path: Path) -> None:
     """Found, not constructed: on the first polytrace step TLT's policy (elastic+beg-mab) and
-    sglang-ema swap places across seeds 0-4 (sglang-ema ahead by the median, elastic+beg-mab at seeds 2, 3)."""
+    sglang-ema swap places across seeds 0-4 (sglang-ema ahead by the median, elastic+beg-mab at seeds 2, 3),
+    priced by the data-sheet roofline (where it was found)."""
     r = invoke_cli("sim", "run", "--trace", "polytrace_rl_rollouts", "--policy", "elastic+beg-mab", "--policy",
-                   "sglang-ema", "--seeds", "5", "--perfetto", "off", "--out", str(tmp_path / "flip"))
+                   "sglang-ema", "--seeds", "5", "--perfetto", "off", "--set", "cost.model=roofline",
+                   "--out", str(tmp_path / "flip"))
     assert r.returncode == 0, r.stderr
     flips = [x for x in r.stdout.splitlines() if x.startswith("ranking flips across seeds")]
     assert len(flips) == 1, r.stdout
