@@ -7,7 +7,8 @@ Files (all written into the results folder ``tlt advise`` builds atomically):
   not pay and why, the warnings, the exports and the commands that reproduce each number;
 * ``ranking.csv`` (one row per setting, ``<metric>_median/_min/_max``), ``runs.csv`` (one row per
   setting and seed), ``freshness.csv``, ``findings.csv``, ``warnings.csv``, ``exports_by_step.csv`` (the
-  recommendation and the exports re-simulated on every step of the workload);
+  recommendation and the exports re-simulated on every step of the workload), ``robustness.csv`` (the
+  recommendation under each unmeasured input's range, :mod:`tltsim.robustness`);
 * ``ranking.png``/``.pdf`` — rollout speedup per setting with its min–max whiskers and each seed;
 * ``scenario.resolved.toml`` (the scenario advised on), ``recommended.toml`` (that scenario running only
   the recommendation: ``tlt sim run --scenario recommended.toml`` reruns it),
@@ -40,12 +41,30 @@ def _x(med: float, lo: float, hi: float) -> str:
     return fmt_range(med, lo, hi, ".3f", "x")
 
 
+#: freshness.csv's columns (written as a header alone when the upkeep comparison did not run).
+FRESHNESS_COLUMNS = ["preset", "speedup_median", "speedup_min", "speedup_max", "rollout_speedup_median",
+                     "rollout_speedup_min", "rollout_speedup_max", "mean_accept_length_median",
+                     "mean_accept_length_min", "mean_accept_length_max", "upkeep"]
+
+
+def _absolute(name: str | None) -> str | None:
+    """A relative path to a file that exists from here, made absolute (a catalog name, a preset or an
+    absolute path as it is): ``recommended.toml`` must rerun from any folder."""
+    if name is None or Path(name).is_absolute() or not Path(name).exists():
+        return name
+    return str(Path(name).resolve())
+
+
 def recommended_toml(s: Any, policy: str, switch: str | None, command: str) -> str:
     """The advised scenario with only the recommended policy (and its switch mode): a scenario file
-    ``tlt sim run --scenario`` reruns (``no-sd`` is added as the baseline, as always)."""
+    ``tlt sim run --scenario`` reruns (``no-sd`` is added as the baseline, as always) from any
+    folder (relative file paths made absolute)."""
     from tltsim.scenario import scenario_toml, with_values
 
-    values: dict[str, Any] = {"policies": (policy,), "presets": ()}
+    values: dict[str, Any] = {"policies": (policy,), "presets": (), "trace.name": _absolute(s.trace.name),
+                              "model.name": _absolute(s.model.name)}
+    if s.cost.table is not None:
+        values["cost.table"] = _absolute(s.cost.table)
     if switch is not None:
         values["engine.switch"] = switch
     head = (f"# Written by `{command}`: the recommended setting on the scenario it advised on.\n"
@@ -53,9 +72,45 @@ def recommended_toml(s: Any, policy: str, switch: str | None, command: str) -> s
     return head + scenario_toml(with_values(s, values))
 
 
-def ranking_figure(rows: pd.DataFrame, ranking: pd.DataFrame, stem: Path, bound_speedup: float) -> list[Path]:
+def robustness_table(robust: Any) -> pd.DataFrame:
+    """One row per unmeasured input's variant: its value, the recommendation's speedup there and the
+    setting recommended there (``tltsim.robustness``)."""
+    return pd.DataFrame([{"input": r.variant.input, "value": r.variant.value, "speedup_median": r.speedup[0],
+                          "speedup_min": r.speedup[1], "speedup_max": r.speedup[2], "recommended_there": r.best,
+                          "its_speedup_median": r.best_speedup[0], "flips": r.flips} for r in robust.results],
+                        columns=["input", "value", "speedup_median", "speedup_min", "speedup_max",
+                                 "recommended_there", "its_speedup_median", "flips"])
+
+
+def _robustness_lines(robust: Any) -> list[str]:
+    from tltsim.robustness import UNMEASURED
+
+    t = robustness_table(robust)
+    shown = pd.DataFrame({
+        "input": t["input"], "set to": t["value"],
+        "recommendation's rollout speedup": [_x(a, b, c) for a, b, c in
+                                             t[["speedup_median", "speedup_min", "speedup_max"]].to_numpy()],
+        "recommended there": [f"{b} ({x:.3f}x)" + (" — flips" if f else "") for b, x, f in
+                              t[["recommended_there", "its_speedup_median", "flips"]].to_numpy()]})
+    rules = "; ".join(f"{u.name}: {u.rule} ({u.why})" for u in UNMEASURED)
+    out = ["## How sure: the inputs nobody measured", "",
+           f"**{robust.line()}.** The seed spread above covers the dealing and the sampled accept lengths only. "
+           f"Each input below was set to one end of its range, one at a time, and the top settings "
+           f"({', '.join(f'`{x}`' for x in robust.settings)}) re-simulated at the same seeds (`robustness.csv`; "
+           f"`tltsim/robustness.py`). Ranges: {rules}.", "", markdown_table(shown), ""]
+    if robust.e2e:
+        out += ["End to end with the phases after rollout at " + ", ".join(
+            f"x{k:g}: {x:.3f}x" for k, x in robust.e2e) + ".", ""]
+    if robust.skipped:
+        out += ["Not varied: " + "; ".join(robust.skipped) + ".", ""]
+    return out
+
+
+def ranking_figure(rows: pd.DataFrame, ranking: pd.DataFrame, stem: Path, bound_speedup: float,
+                   stochastic: bool = False) -> list[Path]:
     """Rollout speedup over no-sd per setting (fastest on top): the median as a bar, min–max as a
-    whisker, every seed as a dot, 1x and the upper bound's cap as lines."""
+    whisker, every seed as a dot, 1x and the upper bound's cap as lines. Under stochastic acceptance
+    the bound is on *expected* accept lengths, so a lucky seed can pass it: the legend says so."""
     order = list(ranking["label"])[::-1]
     with plt.rc_context(paper_rc()):
         fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(order) + 1.4))
@@ -71,7 +126,9 @@ def ranking_figure(rows: pd.DataFrame, ranking: pd.DataFrame, stem: Path, bound_
             ax.scatter(pts, np.full(len(pts), i), s=9, color="black", zorder=3)
         ax.axvline(1.0, color="grey", ls="--", lw=1, label="no SD (1x)")
         if math.isfinite(bound_speedup):
-            ax.axvline(bound_speedup, color="#D55E00", ls=":", lw=1.2, label="upper bound (no setting beats it)")
+            label = ("upper bound on expected accept lengths (a lucky stochastic seed may pass it)" if stochastic
+                     else "upper bound (no setting beats it)")
+            ax.axvline(bound_speedup, color="#D55E00", ls=":", lw=1.2, label=label)
         ax.set_yticks(y, order, fontsize=7)
         ax.set_xlabel("rollout speedup over no SD (x), median with min–max over seeds")
         ax.set_title("Settings ranked by median rollout makespan")
@@ -107,11 +164,14 @@ def write_report(folder: Path, s: Any, rec: Any, ranking: pd.DataFrame, rows: pd
     command = facts["command"]
     ranking.to_csv(folder / "ranking.csv", index=False)
     rows.to_csv(folder / "runs.csv", index=False)
-    fresh.table.to_csv(folder / "freshness.csv", index=False)
+    fresh_table = fresh.table if len(fresh.table.columns) else pd.DataFrame(columns=FRESHNESS_COLUMNS)
+    fresh_table.to_csv(folder / "freshness.csv", index=False)  # a header even when not run: pandas reads it
     pd.DataFrame([{"subject": f.subject, "speedup_median": f.speedup[0] if f.speedup else None, "why": f.why}
                   for f in findings], columns=["subject", "speedup_median", "why"]).to_csv(
         folder / "findings.csv", index=False)
     pd.DataFrame(warnings, columns=["setting", "warning"]).to_csv(folder / "warnings.csv", index=False)
+    if facts.get("robust") is not None:
+        robustness_table(facts["robust"]).to_csv(folder / "robustness.csv", index=False)
     if facts.get("check") is not None:
         facts["check"].table.to_csv(folder / "exports_by_step.csv", index=False)
     (folder / "scenario.resolved.toml").write_text(scenario_toml(s), encoding="utf-8")
@@ -125,7 +185,7 @@ def write_report(folder: Path, s: Any, rec: Any, ranking: pd.DataFrame, rows: pd
     if sg["adaptive"]:
         (folder / sg["adaptive_file"]).write_text(json.dumps(sg["adaptive"], indent=2) + "\n", encoding="utf-8")
     bound = facts["bound"]
-    ranking_figure(rows, ranking, folder / "ranking", bound["speedup"])
+    ranking_figure(rows, ranking, folder / "ranking", bound["speedup"], stochastic=bound.get("mode") != "expected")
 
     n = len(facts["seeds"])
     seeds = facts["seeds"]
@@ -139,7 +199,8 @@ def write_report(folder: Path, s: Any, rec: Any, ranking: pd.DataFrame, rows: pd
                   "advice is for its simulated reading (the model, GPU and layout below).", ""]
     lines += [f"Scenario: {s.trace.name}, {s.model.name} on {s.cluster.gpus} x {s.cluster.gpu} (TP {s.cluster.tp}, "
               f"{s.n_workers} rollout workers), drafter {s.drafter.kind} at quality {s.drafter.quality}, acceptance "
-              f"{s.acceptance.preset} ({s.acceptance.mode}), cost model {s.cost.model} (`scenario.resolved.toml`).", ""]
+              f"{s.acceptance.preset} ({s.acceptance.mode}), cost model: {facts.get('cost', s.cost.model)} "
+              "(`scenario.resolved.toml`).", ""]
     if rec.is_sd:
         lines.append(f"**Recommended: `{rec.label}`** — rollout {_x(*rec.speedup)} over no SD, end to end "
                      f"{_x(*rec.e2e_speedup)} (median, min–max over simulation {span}).")
@@ -153,7 +214,17 @@ def write_report(folder: Path, s: Any, rec: Any, ranking: pd.DataFrame, rows: pd
               f"{fmt_range(bound['median'], bound['min'], bound['max'])} s at these seeds, a speedup of at most "
               f"{bound['speedup']:.3f}x (`tltsim/upper_bound.py`; the recommendation's rollout is "
               f"{fmt_range(r['rollout_s_median'], r['rollout_s_min'], r['rollout_s_max'])} s).", ""]
+    robust = facts.get("robust")
+    if robust is not None:
+        lines += _robustness_lines(robust)
+    elif facts.get("quick"):
+        lines += ["How sure: the unmeasured inputs were not varied (`--quick`).", ""]
+    if facts.get("assumes"):
+        lines += ["Assumed, not measured for this run: " + "; ".join(facts["assumes"]) + ".", ""]
     if facts["later_s"] is not None:
+        if facts.get("rl_defaults"):
+            lines += [f"The end-to-end figures assume {facts['rl_defaults']}: set the `rl.*` fields you know "
+                      "(`--set rl.reward_s_per_sample=...`).", ""]
         lines += [f"End to end = (rollout + {facts['later_s']:.1f} s of reward, old log-probs, reference, actor update "
                   "and weight sync under the scenario's `rl.*`) against no SD's, at the same seed: Amdahl's law with "
                   "the drafter at its quality and its training in the rollout's bubbles.", ""]

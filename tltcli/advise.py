@@ -37,6 +37,9 @@ DEFAULT_RESULTS = Path("results/advise")
 MAX_FINDINGS = 4
 #: Warning lines printed (the report has all of them).
 MAX_WARNINGS = 4
+#: How many times a repeatable grid option (--threshold, --shape, --policy, --switch) may be given: each
+#: value multiplies the simulations, and 200 thresholds would run for most of an hour.
+MAX_REPEATS = 16
 
 
 def _x(t: tuple[float, float, float], spec: str = ".3f") -> str:
@@ -82,8 +85,14 @@ def command_line(ctx: typer.Context) -> str:
             parts.append(flag if value else (param.secondary_opts or [f"--no-{flag[2:]}"])[0])
         else:
             for v in (value if isinstance(value, list | tuple) else [value]):
-                parts += [flag, shlex.quote(str(v))]
+                parts += [flag, _one_line(shlex.quote(str(v)))]
     return " ".join(parts)
+
+
+def _one_line(text: str) -> str:
+    """``text`` with control characters (a newline in an argument) written as escapes: the command is
+    pasted into a TOML comment and a README line, where a raw newline would break both."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def advise(
@@ -150,7 +159,17 @@ def advise(
     if address and executor != "ray":
         raise InputError("applies to --executor ray only", path="--address")
     if quick:
+        for param, given, value in (("seeds", seeds, 1), ("rl_steps", rl_steps, 0)):
+            source = ctx.get_parameter_source(param)  # typer's click: compare the source by name
+            if source is not None and source.name == "COMMANDLINE" and given != value:
+                flag = "--" + param.replace("_", "-")
+                raise InputError(f"is {given}, but --quick runs {value} (one seed and no drafter-upkeep runs); drop "
+                                 f"--quick or {flag}", path=flag)
         seeds, rl_steps = 1, 0
+    for flag, values in (("--threshold", threshold), ("--shape", shape), ("--policy", policy), ("--switch", switch)):
+        if values and len(values) > MAX_REPEATS:
+            raise InputError(f"is given {len(values)} times; at most {MAX_REPEATS} (each one is simulated at every "
+                             "seed and switch mode)", path=flag)
     if out is not None:
         check_output_dir(out, force, kind="advise", inputs=[str(p) for p in (scenario, trace) if p])
     overrides: list[tuple[str, object, str]] = [
@@ -175,8 +194,18 @@ def advise(
     thresholds = tuple(threshold) if threshold else ((32,) if quick else adv.DEFAULT_THRESHOLDS)
     shapes = tuple(shape) if shape else (("8_4_32",) if quick else adv.DEFAULT_SHAPES)
     for t in thresholds:
-        if t < 1:
-            raise InputError(f"must be >= 1, got {t}", path="--threshold")
+        if not 1 <= t <= s.engine.max_batch:
+            raise InputError(f"must be in [1, engine.max_batch = {s.engine.max_batch}], got {t}", path="--threshold")
+    from tltcore.policy.base import SDConfig
+
+    for text in shapes:
+        try:
+            cfg = SDConfig.parse(text)
+        except InputError as exc:
+            raise InputError(exc.message, path="--shape") from None
+        if not cfg.enabled:
+            raise InputError(f"'{text}' is no SD, which the grid always holds; give a draft shape such as 4_1_4",
+                             path="--shape")
     try:
         policies = tuple(policy) if policy else adv.default_policies(thresholds, shapes)
         candidates = adv.candidate_grid(policies, switches)
@@ -198,14 +227,28 @@ def advise(
     tasks = adv.plan_tasks(s, candidates, seed_list, switches)
     console.print(f"grid: {len(candidates)} settings x {seeds} seed(s), {len(tasks)} simulations of "
                   f"{len(set(switches))} switch mode(s) on {workers} worker(s) ({executor})", markup=False)
+    say = _progress(wall0)
     done = [0]
 
     def tick(task: Any) -> None:
         done[0] += 1
-        if console.is_terminal:
-            console.print(f"  simulated {task.key} ({done[0]}/{len(tasks)})", markup=False)
+        say(f"simulated {task.key} ({done[0]}/{len(tasks)})")
 
-    raw = adv.run_tasks(tasks, workers=workers, backend=executor, address=address, on_done=tick)
+    def run(more: list[Any], what: str, evaluate: Any = None) -> pd.DataFrame:
+        count = [0]
+
+        def each(task: Any) -> None:
+            count[0] += 1
+            say(f"{what}: simulated {task.key} ({count[0]}/{len(more)})")
+
+        return adv.run_tasks(more, evaluate, workers=workers, backend=executor, address=address, on_done=each)
+
+    try:
+        raw = adv.run_tasks(tasks, workers=workers, backend=executor, address=address, on_done=tick)
+    except InputError as exc:
+        if exc.path != "--backend":
+            raise
+        raise InputError(exc.message.replace("--backend", "--executor"), path="--executor") from None
     later, later_note = adv.later_phase_seconds(inputs)
     rows = adv.with_end_to_end(adv.label_rows(raw, candidates), later)
     ranking = adv.rank(rows)
@@ -216,23 +259,30 @@ def advise(
 
     if rec.is_sd and vllm_expressible(rec.policy, max_batch)[0] is None:
         # the recommendation decides per iteration: also simulate the batch-size table its decisions amount to
+        say(f"deriving the per-batch-size table {rec.label}'s decisions amount to")
         derived = _derive_table(s, rec.policy, rec.switch or s.engine.switch, max_batch, decision_table)
         if derived is not None and derived not in set(ranking["policy"]):
             cand = adv.Candidate(derived, derived, None)
-            extra = adv.run_tasks(adv.plan_tasks(s, [cand], seed_list, (switches[0],)), workers=workers,
-                                  backend=executor, address=address)
+            extra = run(adv.plan_tasks(s, [cand], seed_list, (switches[0],)), "the derived table")
             extra = adv.label_rows(extra, [*candidates, cand])  # keeps the derived table's rows and no-sd's
             rows = adv.with_end_to_end(pd.concat([rows, extra[extra["policy"] == derived]], ignore_index=True), later)
             candidates = (*candidates, cand)
             ranking = adv.rank(rows)
             rec = adv.recommend(ranking)
+    say("bounding the makespan")
     bound = _bound(s, inputs, [c.policy for c in candidates], seed_list, ranking)
+    robust = None
+    if not quick:
+        from tltsim.robustness import assess
+
+        robust = assess(s, ranking, candidates, seed_list, switches, rec, rows, later, inputs.cost,
+                        lambda more: run(more, "unmeasured inputs"))
     fresh = adv.Freshness(rl_steps)
     fresh_warnings: list[tuple[str, str]] = []
     if rl_steps:
         ftasks, why = adv.freshness_tasks(s, seed_list, rl_steps, rec)
         if ftasks:
-            frows = adv.run_tasks(ftasks, adv.evaluate_presets, workers=workers, backend=executor, address=address)
+            frows = run(ftasks, "drafter upkeep", adv.evaluate_presets)
             n_steps = len(adv.inputs_for(ftasks[0].scenario).workloads)
             labels = adv.upkeep_labels(s.spot.retrain_every, n_steps)
             table = adv.freshness_table(frows, labels)
@@ -250,13 +300,17 @@ def advise(
     labels = [rec.label, *rec.runners_up, *(str(x) for x in ranking["label"])]
     warnings = _warnings(rows, list(dict.fromkeys(labels)), len(seed_list)) + fresh_warnings
     exports = _exports(s, rec, ranking, max_batch)
+    say("re-simulating the exports on every step of the workload")
     check = _check_exports(s, rec, exports, ranking, seed_list[0])
     command = command_line(ctx)
     wall, cpu = time.perf_counter() - wall0, _cpu_s() - cpu0
     facts = {"command": command, "wall_s": wall, "cpu_s": cpu, "cpu_text": _cpu_text(cpu, workers, executor),
              "seeds": seed_list, "switches": switches,
              "later_s": later, "later_note": later_note, "bound": bound, "validation": validation,
-             "scenario_name": name, "derived": derived, "tasks": len(tasks), "check": check}
+             "scenario_name": name, "quick": quick, "derived": derived, "tasks": len(tasks), "check": check,
+             "robust": robust,
+             "cost": describe_cost(inputs.cost).removeprefix("cost model: "), "rl_defaults": _rl_defaults(s),
+             "assumes": _assumptions(s, inputs.cost)}
     _print(console, s, rec, ranking, fresh, findings, warnings, exports, facts)
     from analysis.advise_report import write_report
 
@@ -264,6 +318,59 @@ def advise(
         write_report(tmp, s, rec, ranking, rows, fresh, findings, warnings, exports, facts)
     console.print(f"report: {dest / 'README.md'}  (exports: recommended.toml, vllm_speculative_config.json, "
                   f"sglang_flags.txt; {wall:.1f} s wall, {_cpu_text(cpu, workers, executor)})", markup=False)
+
+
+def _progress(wall0: float) -> Any:
+    """``say(line)``: one progress line on stderr with the elapsed seconds, so a command that runs for
+    minutes never looks stuck (stdout keeps the one-screen answer)."""
+    err = Console(stderr=True, highlight=False, width=200)
+
+    def say(line: str) -> None:
+        err.print(f"advise [{time.perf_counter() - wall0:5.1f} s] {line}", markup=False, soft_wrap=True)
+
+    return say
+
+
+def _assumptions(s: Any, cost: Any) -> list[str]:
+    """The unmeasured defaults the answer rests on, in words (what a user should replace with their
+    own numbers): the drafter's acceptance, the GPU's efficiencies where the data-sheet roofline
+    prices, the RL phases. The cost model is printed on its own line."""
+    from tltcore.cost.measured import MeasuredCostModel
+    from tltcore.drafter.dynamics import DrafterConfig
+    from tltcore.drafter.kinds import ModelFreeDraftCost
+    from tltsim.scenario import AcceptanceSection
+
+    out = []
+    d, default = s.drafter, DrafterConfig()
+    if d.kind == "ngram":
+        if d.ngram_alpha == default.ngram_alpha:
+            out.append(f"n-gram acceptance {d.ngram_alpha:g} per position (drafter.ngram_alpha: our assumption)")
+    elif s.acceptance.preset == AcceptanceSection().preset and d.quality == default.quality:
+        out.append(f"the paper's Qwen2.5-32B EAGLE-tree acceptance ({s.acceptance.preset}) at drafter quality 1 "
+                   "(--quality or a measured acceptance profile replaces it)")
+    inner = cost.base if isinstance(cost, ModelFreeDraftCost) else cost
+    roofline = not isinstance(inner, MeasuredCostModel) or inner.calibration is None
+    if roofline and s.cost.model != "table" and s.cluster.flops_efficiency is None:
+        out.append(f"{s.cluster.gpu}'s data-sheet peaks at typical efficiencies (cluster.flops_efficiency, "
+                   "cluster.bandwidth_efficiency)")
+    rl = _rl_defaults(s)
+    if rl:
+        out.append(rl)
+    return out
+
+
+def _rl_defaults(s: Any) -> str:
+    """The end-to-end answer's assumption in words: the ``rl.*`` phase settings still at tlt's
+    defaults (all, some, or none)."""
+    from tltsim.rl.phases import RLPhaseConfig
+    from tltsim.robustness import rl_defaults
+
+    left = rl_defaults(s)
+    if not left:
+        return ""
+    if len(left) == len(RLPhaseConfig.model_fields):
+        return "every rl.* phase setting at tlt's defaults (reward 0.01 s per sample, train MFU 0.35, ...)"
+    return "tlt's defaults for " + ", ".join(left)
 
 
 def _derive_table(s: Any, spec: str, switch: str, max_batch: int, decision_table: Any) -> str | None:
@@ -434,6 +541,16 @@ def _print(console: Console, s: Any, rec: Any, ranking: pd.DataFrame, fresh: Any
           "per run (rl.*; drafter at its quality, trained in the bubbles)")
     elif facts["later_note"]:
         p(f"  {facts['later_note']}")
+    robust = facts.get("robust")
+    if robust is not None:
+        p(f"  how sure: {robust.line()}")
+    elif facts.get("quick"):
+        p("  how sure: the unmeasured inputs were not varied (--quick)")
+    if robust is not None and robust.e2e and math.isfinite(rec.e2e_speedup[0]):
+        p("  end to end with the phases after rollout x1/2 .. x2: "
+          + "; ".join(f"{x:.3f}x at x{k:g}" for k, x in robust.e2e))
+    if facts.get("assumes"):
+        p("  assumes (not measured for your run): " + "; ".join(facts["assumes"]))
     p("Runners-up:")
     for label in rec.runners_up:
         q = rows[label]

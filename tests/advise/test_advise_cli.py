@@ -38,9 +38,16 @@ def small(tmp_path_factory):
 def test_the_answer_fits_a_screen_and_names_the_recommendation_and_runners_up(small):
     res, out = small
     assert res.exit_code == 0, res.output
-    lines = res.output.rstrip("\n").splitlines()
+    lines = res.stdout.rstrip("\n").splitlines()  # progress lines go to stderr
     assert len(lines) <= 40
-    text = res.output
+    text = res.stdout
+    assert re.search(r"^advise \[\s*[\d.]+ s\] simulated reprefill-seed0 \(1/4\)$", res.stderr, re.M)
+    # how sure: the unmeasured inputs, and the defaults the answer rests on
+    assert re.search(r"^  how sure: .*(holds across|flips to) .*\(rollout speedup [\d.]+-[\d.]+x over those runs\)",
+                     text, re.M)
+    assert "assumes (not measured for your run): " in text and "rl.* phase setting at tlt's defaults" in text
+    assert re.search(r"^On every step of the workload \(.*\): recommended [\d.]+x", text, re.M) or \
+        "Recommended: no SD" in text
     assert re.search(r"^Recommended: ", text, re.M)
     assert re.search(r"rollout \d\.\d{3}x \(\d\.\d{3}–\d\.\d{3}\) vs no SD", text)
     assert "upper bound:" in text and "Runners-up:" in text
@@ -56,6 +63,7 @@ def test_the_answer_fits_a_screen_and_names_the_recommendation_and_runners_up(sm
 def test_the_report_folder_holds_the_tables_figures_and_exports(small):
     _, out = small
     for name in ("README.md", "ranking.csv", "runs.csv", "freshness.csv", "findings.csv", "warnings.csv",
+                 "robustness.csv", "exports_by_step.csv",
                  "ranking.png", "ranking.pdf", "scenario.resolved.toml", "recommended.toml",
                  "vllm_speculative_config.json", "sglang_flags.txt", ".tlt-results.json"):
         assert (out / name).exists(), name
@@ -100,7 +108,7 @@ def test_the_recommended_toml_reruns_the_recommendation_exactly(small):
 
 def test_a_second_run_replaces_its_own_folder_but_never_a_users(tmp_path):
     out = tmp_path / "ours"
-    first = runner.invoke(app, ["advise", *SMALL, "--quick", "--seeds", "2", "--out", str(out)])
+    first = runner.invoke(app, ["advise", *SMALL, "--quick", "--threshold", "16", "--out", str(out)])
     assert first.exit_code == 0, first.output
     (out / "extra.txt").unlink(missing_ok=True)
     mine = tmp_path / "mine"
@@ -112,7 +120,7 @@ def test_a_second_run_replaces_its_own_folder_but_never_a_users(tmp_path):
     again = runner.invoke(app, ["advise", *SMALL, "--quick", "--out", str(out)])
     assert again.exit_code == 0, again.output
     assert "--quick" in (out / "README.md").read_text()  # replaced whole by the second run
-    assert "--seeds 2" not in (out / "README.md").read_text()
+    assert "--threshold 16" not in (out / "README.md").read_text()
 
 
 @pytest.mark.parametrize(("args", "where"), [
@@ -182,3 +190,38 @@ def test_each_engine_gets_the_fastest_setting_it_can_run(small):
         derived = re.search(r"`([^`]+)` is the per-batch-size chain table the best per-iteration policy's", readme)
         assert derived is not None and derived[1] in set(ranking["policy"])  # simulated at every seed like the rest
         assert (pd.read_csv(out / "runs.csv")["policy"] == derived[1]).sum() == 2
+
+
+def test_a_quick_look_writes_readable_tables_and_reruns_from_anywhere(tmp_path, monkeypatch):
+    # a relative trace path and --quick: recommended.toml reruns from another folder, and freshness.csv
+    # (no upkeep runs) is a header pandas reads
+    import shutil
+
+    from tltsim.traces import load_trace
+
+    here = tmp_path / "work"
+    here.mkdir()
+    load_trace("intern_s1_math", seed=0).head(64).to_csv(here / "mine.csv", index=False)
+    monkeypatch.chdir(here)
+    res = _advise("--trace", "mine.csv", "--gpus", "8", "--tp", "2", "--set", "trace.cap=4000",
+                  "--set", "trace.prompts_per_step=4", "--quick", "--out", "r")
+    assert res.exit_code == 0, res.output
+    assert pd.read_csv(here / "r" / "freshness.csv").empty
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    shutil.copy(here / "r" / "recommended.toml", other / "recommended.toml")
+    monkeypatch.chdir(other)
+    s = load_scenario(other / "recommended.toml")
+    assert Path(s.trace.name).is_absolute() and Path(s.trace.name).exists()
+
+
+def test_a_newline_in_an_argument_stays_inside_the_toml_comment(tmp_path):
+    from analysis.advise_report import recommended_toml
+    from tltcli.advise import _one_line
+    from tltcore.config_files import load_toml_text
+    from tltsim.scenario import resolve
+
+    s = resolve(None, [("trace.name", "intern_s1_math", "t")]).scenario
+    text = recommended_toml(s, "static:4_1_4", None, "tlt advise --set " + _one_line("'a=1\nb'"))
+    assert "\\n" in text.splitlines()[0]
+    load_toml_text(text, path="recommended.toml")  # raises on invalid TOML

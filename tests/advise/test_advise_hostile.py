@@ -88,6 +88,17 @@ CASES: list[Case] = [
     Case("out-onto-user-folder", lambda r: _base(r, out=_user_folder(r)), "--out", "not created by tlt"),
     Case("out-onto-user-file", lambda r: _base(r, out=_user_file(r)), "--out"),
     Case("out-is-cwd", lambda r: _base(r, out="."), "--out"),
+    # issue 39's red team: each used to be a traceback, silent, or accepted meaning nothing
+    Case("shape-without-underscores", lambda r: _base(r, "--shape", "4-1-4"), "--shape", "depth_topk_verify"),
+    Case("shape-that-never-drafts", lambda r: _base(r, "--shape", "0_1_1"), "--shape", "never drafts"),
+    Case("shape-off", lambda r: _base(r, "--shape", "off"), "--shape", "no SD"),
+    Case("threshold-above-max-batch", lambda r: _base(r, "--threshold", "5000"), "--threshold", "max_batch"),
+    Case("two-hundred-thresholds", lambda r: _base(r, *[x for k in range(1, 201) for x in ("--threshold", str(k))]),
+         "--threshold", "200 times"),
+    Case("quick-with-seeds", lambda r: _base(r, "--seeds", "5"), "--seeds", "--quick runs 1"),
+    Case("quick-with-rl-steps", lambda r: _base(r, "--rl-steps", "3"), "--rl-steps", "--quick"),
+    Case("ngram-with-quality", lambda r: _base(r, "--drafter", "ngram", "--quality", "0.9"), "drafter.quality",
+         "n-gram"),
 ]
 
 

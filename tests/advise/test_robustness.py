@@ -1,0 +1,128 @@
+"""How sure an answer is (:mod:`tltsim.robustness`): which unmeasured inputs apply to a scenario, and the
+flip logic over them. The flip logic runs on a fake simulator whose makespans are a formula of the
+variant's inputs, so each case is computed by hand; one case runs the real simulator."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from tltsim import advise as adv
+from tltsim import robustness as rb
+from tltsim.scenario import BASELINE_POLICY, resolve
+
+SMALL = (("trace.name", "intern_s1_math"), ("trace.prompts_per_step", 4), ("trace.cap", 4000),
+         ("cluster.gpus", 8), ("cluster.tp", 2))
+
+
+def _small(*sets: tuple[str, object]):
+    return resolve(None, [(k, v, "test") for k, v in (*SMALL, *sets)]).scenario
+
+
+def _inputs(s):
+    return adv.inputs_for(s)
+
+
+def test_the_inputs_that_apply_depend_on_the_drafter_gpu_and_grid():
+    h100 = _small()  # calibrated cost model (the default on H100): efficiencies are fitted, the roofline is the variant
+    vs, skipped = rb.variants(h100, _inputs(h100).cost, ["cost-aware", "static:4_1_4"])
+    names = {(v.input, v.value) for v in vs}
+    assert ("cost model", "roofline") in names and ("length predictor", "the true lengths (cost-aware)") in names
+    assert ("drafter quality", "0.89 (the stale floor)") in names and ("drafter quality", "1.029") in names
+    assert not any(v.input == "GPU efficiency" for v in vs) and any("GPU efficiency" in x for x in skipped)
+    h20 = _small(("cluster.gpu", "H20"))  # no profiles: the roofline's efficiencies vary, no cost-model variant
+    vs, skipped = rb.variants(h20, _inputs(h20).cost, ["static:4_1_4"])
+    eff = [v for v in vs if v.input == "GPU efficiency"]
+    assert [v.sets for v in eff] == [{"cluster.flops_efficiency": 0.525, "cluster.bandwidth_efficiency": 0.7225},
+                                     {"cluster.flops_efficiency": 0.84, "cluster.bandwidth_efficiency": 0.935}]
+    assert any("no measured profiles for H20" in x for x in skipped)
+    assert any("no cost-aware setting" in x for x in skipped)
+    ngram = _small(("drafter.kind", "ngram"))
+    vs, _ = rb.variants(ngram, _inputs(ngram).cost, ["static:4_1_4"])
+    assert [v.sets for v in vs if v.input == "n-gram alpha"] == [{"drafter.ngram_alpha": 0.3},
+                                                                  {"drafter.ngram_alpha": 0.7}]
+    assert not any(v.input == "drafter quality" for v in vs)
+    assert rb._known_lengths("elastic:32+cost-aware:switch=catch_up") == \
+        "elastic:32+cost-aware:switch=catch_up:lengths=known"
+    assert rb._known_lengths("static:4_1_4") == "static:4_1_4"
+
+
+def _fake_run(speed_of):
+    """A task runner whose makespans are (100 + 4 x seed) / speed_of(policy, scenario): no SD's spread
+    over seeds 0-1 is 100-104 s, so a setting within ~4% of it overlaps it."""
+    def run(tasks):
+        rows = []
+        for t in tasks:
+            for p in (BASELINE_POLICY, *[x for x in t.scenario.policies if x != BASELINE_POLICY]):
+                sp = 1.0 if p == BASELINE_POLICY else speed_of(p, t.scenario)
+                rows.append({"policy": p, "switch": t.switch, "seed": t.seed, "rollout_s": (100.0 + 4 * t.seed) / sp,
+                             "speedup": sp, "accept": 2.0, "sd_share": 1.0, "switch_s": 0.0, "warnings": "[]"})
+        return pd.DataFrame(rows)
+    return run
+
+
+def _assess(s, speed_of):
+    cands = adv.candidate_grid(["static:4_1_4", "static:8_4_32", "cost-aware"], ["reprefill"])
+    run = _fake_run(speed_of)
+    rows = adv.with_end_to_end(adv.label_rows(run(adv.plan_tasks(s, cands, [0, 1], ["reprefill"])), cands), 50.0)
+    ranking = adv.rank(rows)
+    rec = adv.recommend(ranking)
+    return rec, rb.assess(s, ranking, cands, [0, 1], ["reprefill"], rec, rows, 50.0, _inputs(s).cost, run)
+
+
+def test_the_answer_flips_to_no_sd_where_a_stale_drafter_stops_paying_and_holds_elsewhere():
+    s = _small(("cluster.gpu", "H20"))
+
+    def speed(p, sk):  # the chain pays 1.10x at quality 1 and loses below 0.95; the tree always loses
+        if p == "static:4_1_4":
+            return 1.10 if sk.drafter.quality > 0.95 else 0.97
+        return 0.8
+    rec, r = _assess(s, speed)
+    assert rec.label == "static:4_1_4"
+    flips = r.flips
+    assert [(f.variant.input, f.variant.value, f.best) for f in flips] == [
+        ("drafter quality", "0.89 (the stale floor)", BASELINE_POLICY)]
+    # its makespans (103.1-107.2 s) overlap no SD's (100-104 s), yet SD stopping to pay is a flip, not a tie
+    assert flips[0].speedup == pytest.approx((0.97, 0.97, 0.97))
+    line = r.line()
+    assert line.startswith("flips to no SD (1.000x; the recommendation 0.970x) if drafter quality is 0.89 "
+                           "(the stale floor); otherwise holds across GPU efficiency, drafter quality")
+    assert "(rollout speedup 0.970-1.100x over those runs)" in line
+    # end to end under the phases x1/2 and x2, the median over seeds of (b + k 50) / (b / 1.1 + k 50)
+    assert [k for k, _ in r.e2e] == [0.5, 2.0]
+    want = [sum((b + k * 50) / (b / 1.1 + k * 50) for b in (100, 104)) / 2 for k in (0.5, 2.0)]
+    assert [x for _, x in r.e2e] == pytest.approx(want)
+
+
+def test_another_sd_setting_winning_within_the_spread_is_a_tie_not_a_flip():
+    s = _small(("cluster.gpu", "H20"))
+
+    def speed(p, sk):
+        eff = sk.cluster.flops_efficiency or 0.7
+        if p == "static:4_1_4":
+            return 1.50
+        if p == "static:8_4_32":  # wins by far at high efficiency, ties (same makespan) at low
+            return 2.0 if eff > 0.8 else 1.50
+        return 1.2
+    rec, r = _assess(s, speed)
+    assert rec.label == "static:4_1_4"  # grid order breaks the exact tie at the base point
+    by_value = {f.variant.value: f for f in r.results if f.variant.input == "GPU efficiency"}
+    high = next(v for k, v in by_value.items() if k.startswith("high"))
+    low = next(v for k, v in by_value.items() if k.startswith("low"))
+    assert high.flips and high.best == "static:8_4_32"
+    assert not low.flips
+
+
+def test_the_real_simulator_runs_every_variant_at_the_top_settings():
+    s = _small(("cluster.gpu", "H20"))
+    cands = adv.candidate_grid(["static:4_1_4", "elastic:32:1+static:4_1_4"], ["catch_up"])
+    tasks = adv.plan_tasks(s, cands, [0], ["catch_up"])
+    rows = adv.with_end_to_end(adv.label_rows(adv.run_tasks(tasks), cands), None)
+    ranking = adv.rank(rows)
+    rec = adv.recommend(ranking)
+    r = rb.assess(s, ranking, cands, [0], ["catch_up"], rec, rows, None, _inputs(s).cost, adv.run_tasks)
+    assert {v.variant.input for v in r.results} == {"drafter quality", "GPU efficiency"}
+    assert set(r.settings) == {"static:4_1_4", "elastic:32:1+static:4_1_4", BASELINE_POLICY}
+    assert r.e2e == ()  # no later phases priced: no end-to-end range
+    lo, hi = r.band
+    assert lo <= rec.speedup[0] <= hi

@@ -1,0 +1,261 @@
+"""How sure an answer is: the recommendation re-run over the inputs nobody measured.
+
+A spread over simulation seeds says how much the dealing and the sampled accept lengths move an
+answer; it says nothing about the inputs the simulation *assumed*. A user's drafter may be staler
+than assumed, their GPU's kernels slower than its data sheet, the cost model another one, the
+length predictor perfect or not, the RL phases after rollout longer or shorter. Each of those is an
+*unmeasured input* (:data:`UNMEASURED`, with its range and why); :func:`assess` sets each to the
+ends of its defensible range, one at a time, re-simulates the top settings of the ranking (the
+recommendation, the runners-up and no SD) at the same seeds, and asks :func:`tltsim.advise.recommend`
+again. The answer *holds* where the same setting wins (or ties within its spread), and *flips*
+where another does: "flips to no SD if the drafter quality is 0.89". The recommendation's speedup
+over all those runs is the band that includes what was not measured.
+
+================= =========================================== =============================================
+input             range                                       why
+================= =========================================== =============================================
+drafter quality   the stale floor (0.89 of it by default) /   a drafter goes stale between trainings (the
+                  x 1.15 (at most the acceptance limit)       paper: accept length 4.59 stale vs 6.53
+                                                              adapted); a user's drafter may beat the fit
+n-gram alpha      0.3 / 0.7 (n-gram drafter only)             our 0.5 is an assumption, not a measurement
+GPU efficiency    FLOP/s x 0.75, bandwidth x 0.85 / FLOP/s    the roofline's per-layer error against
+                  x 1.2, bandwidth x 1.1 (at most 1; only     measured kernels is 9-24% (the calibrated
+                  where the roofline prices)                  model's 3-4%): GEMMs at small batch reach
+                                                              less of the peak than large ones
+cost model        the other of roofline and calibrated        where measured profiles cover the GPU (H100,
+                  (only on GPUs with measured profiles)       A100, A40) the two disagree by up to ~20%
+length predictor  cost-aware told the true lengths            cost-aware predicts remaining lengths; a
+                  (cost-aware settings only)                  perfect predictor bounds what it leaves
+RL phase times    the phases after rollout x 1/2 / x 2        reward, log-probs, update and sync are
+                  (end to end only: no re-simulation)         priced from defaults unless the user set them
+                                                              (users report reward at up to 40% of a step)
+================= =========================================== =============================================
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tltcore.errors import InputError
+from tltsim.scenario import BASELINE_POLICY, Scenario, with_values
+
+#: How many SD settings of the ranking (from the top) are re-simulated under each variant.
+TOP_SD = 3
+FLOPS_LOW, FLOPS_HIGH = 0.75, 1.2
+BANDWIDTH_LOW, BANDWIDTH_HIGH = 0.85, 1.1
+QUALITY_HIGH = 1.15
+NGRAM_ALPHAS = (0.3, 0.7)
+PHASE_SCALES = (0.5, 2.0)
+
+
+@dataclass(frozen=True)
+class Unmeasured:
+    """One input the answer rests on without a measurement: its name, the rule for its range, why."""
+
+    name: str
+    rule: str
+    why: str
+
+
+UNMEASURED: tuple[Unmeasured, ...] = (
+    Unmeasured("drafter quality", "the stale floor / x 1.15",
+               "a drafter goes stale between trainings (the paper: accept length 4.59 stale vs 6.53 adapted) and a "
+               "user's may beat the paper's fit"),
+    Unmeasured("n-gram alpha", "0.3 / 0.7", "the n-gram drafter's 0.5 is an assumption, not a measurement"),
+    Unmeasured("GPU efficiency", f"FLOP/s x {FLOPS_LOW}, bandwidth x {BANDWIDTH_LOW} / x {FLOPS_HIGH}, "
+               f"x {BANDWIDTH_HIGH}", "the data-sheet roofline's per-layer error is 9-24% against measured kernels"),
+    Unmeasured("cost model", "the other of roofline and calibrated",
+               "on GPUs with measured profiles the two disagree by up to ~20% per layer"),
+    Unmeasured("length predictor", "cost-aware told the true lengths",
+               "cost-aware predicts remaining lengths; a perfect predictor bounds what a wrong one costs"),
+    Unmeasured("RL phase times", "x 1/2 / x 2 (end to end only)",
+               "the phases after rollout are priced from defaults unless set (reward can be 40% of a step)"),
+)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One input set to one end of its range: the scenario fields it sets, and for the length
+    predictor a rewrite of the policy specs."""
+
+    input: str
+    value: str  # the value in words ("0.89 (the stale floor)")
+    sets: dict[str, Any] = field(default_factory=dict)
+    spec: Callable[[str], str] | None = None
+
+
+def _known_lengths(spec: str) -> str:
+    """``spec`` with cost-aware told the true remaining lengths (``lengths=known``)."""
+    from tltcore.policy.registry import elastic_split
+
+    _, inner = elastic_split(spec)
+    if inner.split(":", 1)[0] == "cost-aware" and "lengths=" not in inner:
+        return f"{spec}:lengths=known"
+    return spec
+
+
+def _quality_limit(s: Scenario) -> float:
+    """The highest drafter quality the acceptance model admits (no depth's mass above 1)."""
+    from tltsim.scenario import acceptance_model
+
+    mass = acceptance_model(s.acceptance).max_row_mass()
+    scale = max(s.drafter.position_scale, default=1.0)
+    return math.floor(1e3 / (mass * max(scale, 1e-9))) / 1e3 if mass > 0 else 10.0
+
+
+def variants(s: Scenario, cost: Any, specs: Sequence[str]) -> tuple[list[Variant], list[str]]:
+    """Every variant of :data:`UNMEASURED` that applies to ``s`` (priced by ``cost``, ranking the
+    policy ``specs``), and one line per input left out with why."""
+    from tltcore.cost.measured import MeasuredCostModel, profile_key
+    from tltcore.drafter.kinds import ModelFreeDraftCost
+
+    out: list[Variant] = []
+    skipped: list[str] = []
+    d = s.drafter
+    if d.kind == "ngram":
+        out += [Variant("n-gram alpha", f"{a:g}", {"drafter.ngram_alpha": a}) for a in NGRAM_ALPHAS]
+        skipped.append("drafter quality: the n-gram drafter has none (its alpha is varied instead)")
+    else:
+        floor = round(d.floor, 4)
+        high = round(min(QUALITY_HIGH * d.quality, max(d.quality, _quality_limit(s))), 4)
+        if floor < d.quality:
+            out.append(Variant("drafter quality", f"{floor:g} (the stale floor)", {"drafter.quality": floor}))
+        if high > d.quality:
+            out.append(Variant("drafter quality", f"{high:g}", {"drafter.quality": high}))
+        skipped.append("n-gram alpha: the drafter is not the n-gram one")
+    inner = cost.base if isinstance(cost, ModelFreeDraftCost) else cost
+    calibrated = isinstance(inner, MeasuredCostModel) and inner.calibration is not None
+    roofline_prices = s.cost.model in ("roofline", "measured") and not calibrated
+    if roofline_prices:
+        from tltcore.hardware import get_gpu
+
+        gpu = get_gpu(s.cluster.gpu)
+        fe = s.cluster.flops_efficiency if s.cluster.flops_efficiency is not None else gpu.flops_efficiency
+        be = s.cluster.bandwidth_efficiency if s.cluster.bandwidth_efficiency is not None else gpu.bandwidth_efficiency
+        for tag, fx, bx in (("low", FLOPS_LOW, BANDWIDTH_LOW), ("high", FLOPS_HIGH, BANDWIDTH_HIGH)):
+            f, b = round(min(1.0, fe * fx), 4), round(min(1.0, be * bx), 4)
+            out.append(Variant("GPU efficiency", f"{tag} (FLOP/s {f:g}, bandwidth {b:g})",
+                               {"cluster.flops_efficiency": f, "cluster.bandwidth_efficiency": b}))
+    else:
+        skipped.append("GPU efficiency: the calibrated model's kernel efficiencies are fitted (the cost model "
+                       "input varies it instead)" if calibrated else "GPU efficiency: a measured table prices it")
+    if s.cost.model == "table":
+        skipped.append("cost model: a measured table of this engine prices it")
+    elif profile_key(s.cluster.gpu) is None:
+        skipped.append(f"cost model: no measured profiles for {s.cluster.gpu}, only the roofline prices it")
+    elif calibrated:
+        out.append(Variant("cost model", "roofline", {"cost.model": "roofline"}))
+    else:
+        out.append(Variant("cost model", "calibrated", {"cost.model": "measured"}))
+    if any(_known_lengths(p) != p for p in specs):
+        out.append(Variant("length predictor", "the true lengths (cost-aware)", spec=_known_lengths))
+    else:
+        skipped.append("length predictor: no cost-aware setting among the top ones")
+    return out, skipped
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    """One variant's answer: the recommendation's speedup there (median, min, max over the seeds),
+    the setting :func:`tltsim.advise.recommend` picks there, and whether that is a flip."""
+
+    variant: Variant
+    speedup: tuple[float, float, float]
+    best: str
+    best_speedup: tuple[float, float, float]
+    flips: bool
+
+
+@dataclass(frozen=True)
+class Robustness:
+    """Every variant's result, the end-to-end range over the RL phase times, the inputs left out, and
+    the recommendation's speedup range over everything run (the band with the unmeasured inputs)."""
+
+    label: str
+    results: tuple[VariantResult, ...]
+    e2e: tuple[tuple[float, float], ...]  # (phase scale, end-to-end speedup) per PHASE_SCALES
+    skipped: tuple[str, ...]
+    band: tuple[float, float]
+    settings: tuple[str, ...]  # the labels re-simulated
+
+    @property
+    def flips(self) -> tuple[VariantResult, ...]:
+        return tuple(r for r in self.results if r.flips)
+
+    def line(self, defaults: str = "") -> str:
+        """``holds across ...`` or ``flips to X if ...``, with the band: one line for the screen."""
+        held = sorted({r.variant.input for r in self.results if not r.flips})
+        parts = []
+        for r in self.flips:
+            to = "no SD" if r.best == BASELINE_POLICY else r.best
+            parts.append(f"flips to {to} ({r.best_speedup[0]:.3f}x; the recommendation {r.speedup[0]:.3f}x) if "
+                         f"{r.variant.input} is {r.variant.value}")
+        if held:
+            parts.append(("otherwise " if parts else "") + "holds across " + ", ".join(held))
+        band = f"rollout speedup {self.band[0]:.3f}-{self.band[1]:.3f}x over those runs"
+        return "; ".join(parts) + f" ({band})" + defaults
+
+
+def assess(s: Scenario, ranking: pd.DataFrame, candidates: Sequence[Any], seeds: Sequence[int],
+           switches: Sequence[str], rec: Any, rows: pd.DataFrame, later_s: float | None, cost: Any,
+           run: Callable[[list[Any]], pd.DataFrame]) -> Robustness:
+    """Re-run the top of ``ranking`` (``rec``, the :data:`TOP_SD` best SD settings, no SD) under each
+    :func:`variants` of ``s`` at ``seeds`` (``run``: the advise task runner), and recommend again."""
+    from tltsim import advise as adv
+
+    order = [str(x) for x in ranking["label"]]
+    sd = [lab for lab in order if lab != BASELINE_POLICY][:TOP_SD]
+    keep = list(dict.fromkeys([rec.label, *sd, BASELINE_POLICY]))
+    by_label = {c.label: c for c in candidates}
+    top = [by_label[lab] for lab in keep if lab in by_label]
+    vs, skipped = variants(s, cost, [c.policy for c in top])
+    results = []
+    speeds = [float(v) for v in rows.loc[rows["label"] == rec.label, "speedup"]]
+    for v in vs:
+        cands = [adv.Candidate(c.label, v.spec(c.policy) if v.spec else c.policy, c.switch) for c in top]
+        try:
+            sv = with_values(s, v.sets) if v.sets else s
+        except InputError as exc:
+            skipped.append(f"{v.input} {v.value}: {exc.message}")
+            continue
+        modes = [m for m in dict.fromkeys(switches) if any(c.switch in (m, None) for c in cands)]
+        raw = run(adv.plan_tasks(sv, cands, seeds, modes or list(switches)))
+        vrows = adv.label_rows(raw, cands)
+        vrank = adv.rank(vrows)
+        vrec = adv.recommend(vrank)
+        mine = vrank[vrank["label"] == rec.label]
+        sp = (float(mine["speedup_median"].iloc[0]), float(mine["speedup_min"].iloc[0]),
+              float(mine["speedup_max"].iloc[0])) if len(mine) else (float("nan"),) * 3
+        speeds += [float(x) for x in vrows.loc[vrows["label"] == rec.label, "speedup"]]
+        # SD stopping (or starting) to pay is a flip; another SD setting is one only outside the spread
+        flips = vrec.label != rec.label and (vrec.is_sd != rec.is_sd or rec.label not in vrec.ties)
+        results.append(VariantResult(v, sp, vrec.label, vrec.speedup, flips))
+    e2e = []
+    base_rows = rows[rows["label"] == BASELINE_POLICY].drop_duplicates("seed").set_index("seed")["rollout_s"]
+    mine_rows = rows[rows["label"] == rec.label].set_index("seed")["rollout_s"]
+    if later_s is not None and math.isfinite(later_s):
+        for k in PHASE_SCALES:
+            ratio = (base_rows + k * later_s) / (mine_rows + k * later_s)
+            e2e.append((k, float(np.median(ratio.dropna().to_numpy()))))
+    finite = [x for x in speeds if math.isfinite(x)]
+    band = (min(finite), max(finite)) if finite else (float("nan"), float("nan"))
+    return Robustness(rec.label, tuple(results), tuple(e2e), tuple(skipped), band, tuple(keep))
+
+
+def rl_defaults(s: Scenario) -> list[str]:
+    """The ``rl.*`` fields at tlt's defaults (what the end-to-end speedup assumes unless told)."""
+    from tltsim.rl.phases import RLPhaseConfig
+
+    default = RLPhaseConfig()
+    return [f"rl.{name}" for name in type(default).model_fields
+            if getattr(s.rl, name) == getattr(default, name)]
+
+
+__all__ = ["PHASE_SCALES", "TOP_SD", "UNMEASURED", "Robustness", "Unmeasured", "Variant", "VariantResult", "assess",
+           "rl_defaults", "variants"]
