@@ -7,7 +7,9 @@ The rules, because a results path is typed by a user who may point it at their o
   Only such a folder is ever replaced, only by a command writing the same kind, and only if it holds
   nothing but what the marker lists: ``tlt report r --out r_sim_run`` cannot replace a run with a report.
 * A command never writes into a folder it reads, nor into a folder that contains it
-  (``inputs=``): ``tlt report r --out r`` or ``--out r/inner`` is refused before any work.
+  (``inputs=``): ``tlt report r --out r`` or ``--out r/inner`` is refused before any work; nor
+  inside another results folder (``tlt advise --out r/inner`` where ``r`` is a ``tlt sim run``
+  folder), which the next run into ``r`` would have to refuse or delete.
 * Anything else that exists at the target -- a file, a folder with the user's files, a folder tlt
   wrote into which the user added a file -- is refused with one line unless ``force`` is given;
   ``force`` writes the new files *into* the folder (replacing same-named files) and never deletes.
@@ -221,10 +223,25 @@ def check_output_dir(path: str | Path, force: bool = False, *, kind: str, field:
     reason = _foreign_reason(path, kind)
     if reason is not None and (not force or not path.is_dir()):
         raise _err(path, reason, field)
+    holder = _enclosing_results(path)
+    if holder is not None:
+        raise _err(path, f"lies inside {holder}, a results folder of {KINDS.get(results_kind(holder) or '', 'tlt')}: "
+                   "the next run into that folder would have to delete it (or refuse); give a folder outside it",
+                   field)
     if path.exists() and path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
         raise _err(path, "folder is not writable", field)
     _check_parent(path, field)
     return path
+
+
+def _enclosing_results(path: Path) -> Path | None:
+    """The nearest folder above ``path`` that is a tlt results folder, or None. A results folder holds
+    only what tlt listed in its marker, so writing another one inside it would make the next run into
+    it refuse (a user file there) or, forced, delete the nested results."""
+    for parent in path.absolute().parents:
+        if results_kind(parent) is not None:
+            return parent
+    return None
 
 
 def check_output_file(path: str | Path, *, field: str = "--out", writer: str = "",

@@ -48,6 +48,14 @@ def _user_file(root: Path) -> str:
     return str(root / "notes.txt")
 
 
+def _inside_a_sim_run(root: Path) -> str:
+    from tltcore.atomic import atomic_dir
+
+    with atomic_dir(root / "r", kind="sim-run") as d:
+        (d / "summary.csv").write_text("policy\n")
+    return str(root / "r" / "inner")
+
+
 def _bad_toml(root: Path) -> str:
     (root / "s.toml").write_text("[cluster\ngpus = 8\n")
     return str(root / "s.toml")
@@ -97,6 +105,8 @@ CASES: list[Case] = [
          "--threshold", "200 times"),
     Case("quick-with-seeds", lambda r: _base(r, "--seeds", "5"), "--seeds", "--quick runs 1"),
     Case("quick-with-rl-steps", lambda r: _base(r, "--rl-steps", "3"), "--rl-steps", "--quick"),
+    Case("out-inside-a-sim-run-folder", lambda r: _base(r, out=_inside_a_sim_run(r)), "--out",
+         "inside"),
     Case("ngram-with-quality", lambda r: _base(r, "--drafter", "ngram", "--quality", "0.9"), "drafter.quality",
          "n-gram"),
 ]
