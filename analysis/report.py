@@ -312,9 +312,9 @@ def curve_configs(policies: list[str]) -> list[str]:
 def _sd_sections(rep: Report, s) -> None:
     from tltcore.policy.base import SDConfig
     from tltcore.sd_speedup import grid_configs, sd_speedup_table
-    from tltsim.scenario import acceptance_model, cost_model
+    from tltsim.scenario import cost_model, drafter_acceptance
 
-    cost, accept = cost_model(s), acceptance_model(s.acceptance)
+    cost, accept = cost_model(s), drafter_acceptance(s)  # the scenario's drafter kind, priced as the run was
     grid = sd_speedup_table(cost, accept, grid_configs(HEATMAP_DEPTHS, HEATMAP_VERIFY), [1])
     run_policies = [*([] if s.presets else s.policies), *([s.presets_policy] if s.presets_policy else [])]
     curves = sd_speedup_table(cost, accept, [SDConfig.parse(c) for c in curve_configs(run_policies)], CURVE_BATCHES)
