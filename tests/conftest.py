@@ -29,7 +29,7 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> sub
     """Run ``tlt`` in a subprocess (so exit codes and stderr are the user's)."""
     full_env = {**os.environ, "MPLBACKEND": "Agg", **(env or {})}
     return subprocess.run([sys.executable, "-m", "tltcli", *args], capture_output=True, text=True,
-                          cwd=cwd or REPO, env=full_env, timeout=600)
+                          cwd=cwd or REPO, env=full_env, timeout=hang_seconds(120))
 
 
 def invoke_cli(*args: str) -> subprocess.CompletedProcess:
@@ -50,25 +50,88 @@ def invoke_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(["tlt", *args], code, out.getvalue(), err.getvalue())
 
 
+#: A wall-clock bound that only guards against hangs is this many times the CPU-time bound, and more
+#: on a loaded machine (:func:`hang_seconds`): a command that blocks (a FIFO read, a server that never
+#: answers) uses no CPU, so only wall time can catch it, but wall time is also what a busy machine
+#: stretches (issue 39: at load ~18 on 2 cores two wall-bounded tests failed).
+HANG_FACTOR = 5.0
+
+
+def load_factor() -> float:
+    """How many times longer than on an idle machine wall time runs now: the 1-minute load average
+    per usable core, at least 1 (1 where the platform has no load average)."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 1.0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1.0, load / max(1, cores))
+
+
+def hang_seconds(seconds: float) -> float:
+    """A wall-clock limit that fails a test only for a hang: ``seconds`` (what the work may take on an
+    idle machine) times :data:`HANG_FACTOR` times :func:`load_factor`. For subprocess and wait
+    timeouts whose only job is to keep a broken command from hanging the suite."""
+    return seconds * HANG_FACTOR * load_factor()
+
+
+def child_cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process's finished, waited-for children so far: take the
+    difference around a ``subprocess.run`` to bound the child's work, which load does not stretch."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_child_bounded(cpu_s: float, cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, capture_output=True, text=True, **kwargs)`` that fails the test when the
+    child used more than ``cpu_s`` CPU seconds (runaway work), or ran past :func:`hang_seconds` of
+    ``cpu_s`` in wall time (a hang): a bound that holds on a loaded machine."""
+    before = child_cpu_seconds()
+    wall = hang_seconds(cpu_s)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=wall, **kwargs)  # type: ignore[call-overload]
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`{' '.join(map(str, cmd))}` still ran after {wall:.0f} s of wall time (a hang; load factor "
+                    f"{load_factor():.1f})")
+    used = child_cpu_seconds() - before
+    assert used < cpu_s, f"`{' '.join(map(str, cmd))}` used {used:.1f} s of CPU (bound {cpu_s:g} s)"
+    return proc
+
+
 class Hang(BaseException):
-    """SIGALRM in a bounded command: a BaseException, so no ``except Exception`` in tlt swallows it."""
+    """A bounded command ran past its bound: a BaseException, so no ``except Exception`` in tlt swallows it."""
 
 
 def invoke_bounded(seconds: float, *args: str) -> subprocess.CompletedProcess:
-    """:func:`invoke_cli` that fails the test instead of hanging the suite when the command has not
-    finished after ``seconds`` (a FIFO read, a server that never answers): the hostile corpora's bound."""
+    """:func:`invoke_cli` that fails the test instead of running on or hanging the suite: the hostile
+    corpora's bound. ``seconds`` bounds the command's CPU time (runaway work: ITIMER_PROF, this
+    process's user + system time, which a loaded machine does not stretch); a command that blocks (a
+    FIFO read, a server that never answers) uses no CPU, so a wall-clock guard of
+    :func:`hang_seconds` (``seconds`` x 5, more under load) fails it as a hang."""
+    fired: list[str] = []
+    wall = hang_seconds(seconds)
+
     def fire(signum: int, frame: object) -> None:
+        fired.append("cpu" if signum == signal.SIGPROF else "wall")
         raise Hang
 
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    previous = signal.signal(signal.SIGALRM, fire), signal.signal(signal.SIGPROF, fire)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    signal.setitimer(signal.ITIMER_REAL, wall)
     try:
         return invoke_cli(*args)
     except Hang:
-        pytest.fail(f"`tlt {' '.join(args)}` did not finish in {seconds:g} s (a hang)")
+        if fired[:1] == ["cpu"]:
+            pytest.fail(f"`tlt {' '.join(args)}` used more than {seconds:g} s of CPU (runaway work)")
+        pytest.fail(f"`tlt {' '.join(args)}` did not finish in {wall:.0f} s of wall time (a hang; load factor "
+                    f"{load_factor():.1f})")
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGALRM, previous[0])
+        signal.signal(signal.SIGPROF, previous[1])
 
 
 @pytest.fixture

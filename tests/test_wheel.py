@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SHARED, needs_shared_traces
+from conftest import REPO, SHARED, hang_seconds, needs_shared_traces
 
 
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, **kw)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=hang_seconds(60), **kw)
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
 
+from conftest import hang_seconds  # noqa: E402
 from tltcore.errors import InputError  # noqa: E402
 from tltcore.model_config import ModelConfig  # noqa: E402
 from tltreal.model.weights import random_model  # noqa: E402
@@ -190,7 +191,7 @@ def test_the_spot_trainer_records_each_rollouts_prompt_length(tmp_path):
     cfg = dataclasses.replace(TINY_V64, max_position_embeddings=128)
     target = random_model(cfg, seed=0, dtype=torch.float32)
     spot = SpotConfig(n_workers=1, training="never", sd_policy="no-sd", max_batch=4, max_len=64,
-                      start_method="forkserver", timeout_s=60.0)
+                      start_method="forkserver", timeout_s=hang_seconds(12))
     prompts = [(1, 2, 3), (4, 5, 6, 7, 8)]
     reqs = [RolloutRequest(i, p, 4, i, i, 1.0) for i, p in enumerate(prompts)]
     with SpotTrainer(spot, tmp_path / "spot", target.cfg, None) as trainer:

@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from conftest import hang_seconds
 from tltcore.events import check_event_log
 from tltcore.model_config import ModelConfig
 
@@ -21,7 +22,7 @@ CFG = ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidd
 
 def tlt(*args: str) -> subprocess.CompletedProcess:
     code = "import sys; from tltcli import main; sys.argv = ['tlt', *sys.argv[1:]]; main()"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=hang_seconds(24),
                           env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
 
 

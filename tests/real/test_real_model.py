@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import hang_seconds  # noqa: E402
 from tltcore.errors import InputError  # noqa: E402
 from tltcore.model_config import ModelConfig  # noqa: E402
 from tltreal.model.transformer import causal_mask  # noqa: E402
@@ -160,7 +161,7 @@ def test_oracle_generation_at_qwen_vocabulary_stays_within_2_gb(tmp_path):
     # worker it was forked from (Linux keeps the larger of the two across exec), which after a vLLM
     # test holds about 2 GB itself.
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "config.json")], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=hang_seconds(60))
     assert proc.returncode == 0, proc.stderr
     peak_gb = int(proc.stdout.split()[-1]) * 1024 / 1e9
     assert peak_gb < 2.0, peak_gb

@@ -10,7 +10,7 @@ import sys
 import pandas as pd
 from typer.testing import CliRunner
 
-from conftest import needs_shared_traces
+from conftest import hang_seconds, needs_shared_traces
 from tltcli import app
 from tltcore.events import check_event_log
 from tltsim.scenario import load_scenario
@@ -49,7 +49,7 @@ def test_run_on_polytrace_step_writes_results_and_elastic_beats_no_sd(tmp_path):
 def _tlt(*args: str, cwd) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-c", "from tltcli import main; main()", *args],
-                          capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+                          capture_output=True, text=True, cwd=cwd, env=env, timeout=hang_seconds(24))
 
 
 def test_bad_scenario_exits_2_with_one_line_and_writes_nothing(tmp_path):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import invoke_cli
+from conftest import hang_seconds, invoke_bounded, invoke_cli
 from tltcore.errors import InputError
 from tltsim.sweep import SweepStore, expand, load_spec, parse_spec, run_sweep
 from tltsim.sweep.runner import PointResult, result_rows
@@ -167,18 +167,19 @@ def test_sigkilled_sweep_resumes_with_one_result_per_point_and_recomputes_nothin
            "kill_helper.main()", str(path), str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "SWEEP_CALL_LOG": str(log1)}
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 90
+    wait_s = hang_seconds(18)  # a hang guard: 90 s on an idle machine, more under load
+    deadline = time.monotonic() + wait_s
     while len(list((out / "results").glob("part-*.parquet"))) < 3:
         assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the sweep committed nothing in 90 s"
+        assert time.monotonic() < deadline, f"the sweep committed nothing in {wait_s:.0f} s"
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)  # the driver and its worker processes, mid-run
-    proc.wait(timeout=30)
+    proc.wait(timeout=hang_seconds(6))
     committed = set(SweepStore(out).status_by_key())
     assert 3 <= len(committed) < len(keys) and committed <= keys
     before = raw_rows(out)
     resumed = subprocess.run(cmd, env={**env, "SWEEP_CALL_LOG": str(log2)}, capture_output=True, text=True,
-                             timeout=120)
+                             timeout=hang_seconds(24))
     assert resumed.returncode == 0, resumed.stderr
     assert f"skipped={len(committed)}" in resumed.stdout
     second_calls = log2.read_text().split()
@@ -381,24 +382,12 @@ def test_points_of_a_big_grid_resolves_only_what_it_lists(tmp_path, monkeypatch)
 
 
 def test_points_of_a_million_point_grid_lists_its_head_at_once(tmp_path):
-    """Before: every point was resolved first (more than 150 s for 90,000). A SIGALRM bound makes a
-    regression a failure, not a hang."""
+    """Before: every point was resolved first (more than 150 s for 90,000). A CPU-time bound makes a
+    regression a failure, not a hang (:func:`conftest.invoke_bounded`: 60 s of CPU, which a loaded
+    machine does not stretch)."""
     seeds = ", ".join(str(i) for i in range(1000))
     path = spec_file(tmp_path, f'[[axes]]\nseed = [{seeds}]\n"drafter.quality" = [{seeds.replace(", ", ".0, ")}.0]\n')
-
-    class Hung(BaseException):  # not an OSError: no `except OSError` in tlt may swallow it
-        pass
-
-    def on_alarm(signum, frame):
-        raise Hung("tlt sweep points did not list the head of a 1M grid in 60 s")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, 60)
-    try:
-        res = invoke_cli("sweep", "points", str(path), "--show", "2")
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    res = invoke_bounded(60, "sweep", "points", str(path), "--show", "2")
     assert res.returncode == 0 and "1,000,000 points" in res.stdout, res.stderr
 
 

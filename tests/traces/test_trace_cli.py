@@ -187,6 +187,7 @@ def test_fetch_server_down_is_one_line(cli, upstream) -> None:
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "Connection refused" in res.stderr
 
 
+@pytest.mark.timing  # a wall-clock deadline is what it checks: run alone, not beside the parallel suite
 def test_fetch_timeout_is_a_deadline_on_the_whole_download(upstream, tmp_path: Path) -> None:
     """A mirror that sends the right file at a byte a second never makes one wait long: the timeout
     must still end the download at its deadline, and the deadline is shared by a fetch's files."""
