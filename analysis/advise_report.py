@@ -72,20 +72,10 @@ def recommended_toml(s: Any, policy: str, switch: str | None, command: str) -> s
     return head + scenario_toml(with_values(s, values))
 
 
-def robustness_table(robust: Any) -> pd.DataFrame:
-    """One row per unmeasured input's variant: its value, the recommendation's speedup there and the
-    setting recommended there (``tltsim.robustness``)."""
-    return pd.DataFrame([{"input": r.variant.input, "value": r.variant.value, "speedup_median": r.speedup[0],
-                          "speedup_min": r.speedup[1], "speedup_max": r.speedup[2], "recommended_there": r.best,
-                          "its_speedup_median": r.best_speedup[0], "flips": r.flips} for r in robust.results],
-                        columns=["input", "value", "speedup_median", "speedup_min", "speedup_max",
-                                 "recommended_there", "its_speedup_median", "flips"])
-
-
 def _robustness_lines(robust: Any) -> list[str]:
     from tltsim.robustness import UNMEASURED
 
-    t = robustness_table(robust)
+    t = robust.table()
     shown = pd.DataFrame({
         "input": t["input"], "set to": t["value"],
         "recommendation's rollout speedup": [_x(a, b, c) for a, b, c in
@@ -171,7 +161,7 @@ def write_report(folder: Path, s: Any, rec: Any, ranking: pd.DataFrame, rows: pd
         folder / "findings.csv", index=False)
     pd.DataFrame(warnings, columns=["setting", "warning"]).to_csv(folder / "warnings.csv", index=False)
     if facts.get("robust") is not None:
-        robustness_table(facts["robust"]).to_csv(folder / "robustness.csv", index=False)
+        facts["robust"].table().to_csv(folder / "robustness.csv", index=False)
     if facts.get("check") is not None:
         facts["check"].table.to_csv(folder / "exports_by_step.csv", index=False)
     (folder / "scenario.resolved.toml").write_text(scenario_toml(s), encoding="utf-8")

@@ -13,7 +13,9 @@
   one-seed run writes with a leading ``seed`` column (the printed line is their whole-run median);
 * ``events.parquet`` — every seed's events with a ``seed`` column; ``trace.json`` the first seed's;
 * ``seeds.png`` / ``seeds.pdf`` — per policy the median, min–max and each seed, speedup and makespan;
-* ``warnings.csv`` — :mod:`tltsim.run_warnings` per seed, merged: each says at how many seeds it holds.
+* ``warnings.csv`` — :mod:`tltsim.run_warnings` per seed, merged: each says at how many seeds it holds;
+* ``robustness.csv`` — policies: the best policy re-run under each unmeasured input's range
+  (:mod:`tltsim.robustness`), as ``tlt advise`` does; the printed ``how sure`` line sums it up.
 
 ``tlt sim sensitivity`` writes ``sensitivity.csv``, ``tornado.png``/``.pdf``, ``README.md`` (the
 ranges and why) and ``scenario.resolved.toml``.
@@ -30,6 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tltcore.atomic import atomic_dir
+from tltsim.robustness import Robustness
 from tltsim.run_warnings import WARNINGS_CSV, RunWarning, print_warnings, scenario_warnings, warnings_frame
 from tltsim.scenario import Scenario, SimInputs, scenario_toml
 from tltsim.seeds import (
@@ -114,8 +117,9 @@ def run_seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, dest: Pa
     totals = None if runs.presets or len(inputs.workloads) == 1 else seeds_totals(runs)
     bound = None if runs.presets else seed_bounds(s, inputs, names, runs)
     warnings = scenario_warnings(inputs, runs.events, runs.summary)
+    robust = None if runs.presets else how_sure(s, inputs, runs, console)
     wrote_trace = write_seed_results(dest, runs, agg, totals, s, perfetto, force=force, warnings=warnings,
-                                     bound=bound)
+                                     bound=bound, robust=robust)
     span = f"seeds {seeds[0]}-{seeds[-1]}"
     if runs.presets:
         console.print(seed_preset_table(agg, f"Whole run over {n} {span}: median (min–max) over the seeds"))
@@ -136,12 +140,41 @@ def run_seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, dest: Pa
     kinds = "presets" if runs.presets else "policies"
     console.print(flip if flip is not None else f"ranking: every seed orders the {kinds} as the medians do",
                   highlight=False, soft_wrap=True)
+    if robust is not None:
+        console.print(f"how sure (best: {robust.label}): {robust.line()}", highlight=False, soft_wrap=True,
+                      markup=False)
+    elif runs.presets:
+        console.print("how sure: tlt sim sensitivity varies the unmeasured inputs of whole RL runs", highlight=False)
     print_warnings(console, warnings)
     console.print(f"simulation {span} (dealing, stochastic acceptance, policy seeds); trace.seed "
                   f"{s.trace.seed} fixed (the same responses at every seed)", highlight=False)
     if not wrote_trace:
         console.print("trace.json not written (use --perfetto on to force; it holds the first seed)")
     console.print(f"results: {dest}")
+
+
+def how_sure(s: Scenario, inputs: SimInputs, runs: SeedRuns, console: Console) -> Robustness:
+    """Beside the seed spread, how the best policy (by ``tlt advise``'s rule: no SD unless the best
+    gains 2% outside no SD's spread) and its speedup move over the unmeasured inputs
+    (:mod:`tltsim.robustness`): the best policies re-run under each input's range at the same seeds."""
+    from tltsim import advise as adv
+    from tltsim.robustness import assess, seed_rows
+
+    rows = seed_rows(runs.summary, s.cluster.gpus)
+    ranking = adv.rank(rows)
+    rec = adv.recommend(ranking)
+    candidates = [adv.Candidate(p, p, None) for p in dict.fromkeys(rows["policy"])]
+    err = Console(stderr=True, highlight=False)
+    count = [0]
+
+    def run(tasks: list) -> pd.DataFrame:
+        def each(task: object) -> None:
+            count[0] += 1
+            if console.is_terminal:
+                err.print(f"  unmeasured inputs: simulated run {count[0]}", markup=False)
+        return adv.run_tasks(tasks, on_done=each)
+
+    return assess(s, ranking, candidates, runs.seeds, [s.engine.switch], rec, rows, None, inputs.cost, run)
 
 
 def seed_bounds(s: Scenario, inputs: SimInputs, specs: tuple[str, ...], runs: SeedRuns) -> pd.DataFrame:
@@ -173,7 +206,7 @@ def seed_bound_line(bound: pd.DataFrame, mode: str) -> str:
 
 def write_seed_results(dest: Path, runs: SeedRuns, agg: pd.DataFrame, totals: pd.DataFrame | None, s: Scenario,
                        perfetto, *, force: bool = False, warnings: Sequence[RunWarning] | None = None,
-                       bound: pd.DataFrame | None = None) -> bool:
+                       bound: pd.DataFrame | None = None, robust: Robustness | None = None) -> bool:
     """The ``--seeds`` results folder (module docstring), built aside and swapped in atomically;
     ``warnings`` (merged over the seeds) go to ``warnings.csv``, ``bound`` (:func:`seed_bounds`) to
     ``bound.csv``."""
@@ -188,7 +221,8 @@ def write_seed_results(dest: Path, runs: SeedRuns, agg: pd.DataFrame, totals: pd
         panels = [("speedup", "rollout speedup over no-sd (x)"), ("rollout_s", "rollout makespan, whole run (s)")]
     extra = {"seeds_summary.csv": agg, **({"seeds_totals.csv": totals} if totals is not None else {}),
              **({WARNINGS_CSV: warnings_frame(warnings)} if warnings is not None else {}),
-             **({BOUND_CSV: bound} if bound is not None else {})}
+             **({BOUND_CSV: bound} if bound is not None else {}),
+             **({"robustness.csv": robust.table()} if robust is not None else {})}
     steps = runs.steps if runs.steps is not None and not runs.steps.empty else None
     return write_results(dest, runs.events, runs.summary, s, perfetto, force=force, steps=steps, trace_events=first,
                          extra_csv=extra, also=lambda tmp: seed_spread_figure(frame, name, panels, tmp / "seeds"))

@@ -188,6 +188,15 @@ class Robustness:
     def flips(self) -> tuple[VariantResult, ...]:
         return tuple(r for r in self.results if r.flips)
 
+    def table(self) -> pd.DataFrame:
+        """One row per variant: the input, its value, the recommendation's speedup there (median, min,
+        max), the setting recommended there and whether that is a flip (``robustness.csv``)."""
+        return pd.DataFrame([{"input": r.variant.input, "value": r.variant.value, "speedup_median": r.speedup[0],
+                              "speedup_min": r.speedup[1], "speedup_max": r.speedup[2], "recommended_there": r.best,
+                              "its_speedup_median": r.best_speedup[0], "flips": r.flips} for r in self.results],
+                            columns=["input", "value", "speedup_median", "speedup_min", "speedup_max",
+                                     "recommended_there", "its_speedup_median", "flips"])
+
     def line(self, defaults: str = "") -> str:
         """``holds across ...`` or ``flips to X if ...``, with the band: one line for the screen."""
         held = sorted({r.variant.input for r in self.results if not r.flips})
@@ -248,6 +257,26 @@ def assess(s: Scenario, ranking: pd.DataFrame, candidates: Sequence[Any], seeds:
     return Robustness(rec.label, tuple(results), tuple(e2e), tuple(skipped), band, tuple(keep))
 
 
+def seed_rows(summary: pd.DataFrame, gpus: int) -> pd.DataFrame:
+    """A ``tlt sim run --seeds`` run's per-seed summary (columns ``seed``, ``policy``, per-step metrics) as
+    the rows :func:`tltsim.advise.rank` takes: per seed and policy the whole run's rollout seconds,
+    speedup over no SD, accept length and SD share, labelled by the policy spec."""
+    from tltcore.summary import run_totals
+
+    frames = []
+    for seed, part in summary.groupby("seed", sort=False):
+        part = part.drop(columns="seed")
+        totals = run_totals(part, gpus=gpus)
+        w = part.assign(w=part["decode_iterations"] * part["sd_share"]).groupby("policy", sort=False)
+        share = (w["w"].sum() / w["decode_iterations"].sum().replace(0, np.nan)).to_dict()
+        frames.append(pd.DataFrame({
+            "label": totals["policy"], "policy": totals["policy"], "switch": None, "seed": int(seed),
+            "rollout_s": totals["rollout_s"], "speedup": totals["speedup"], "e2e_speedup": np.nan,
+            "sd_share": [float(share.get(p, 0.0) or 0.0) for p in totals["policy"]], "switch_s": 0.0,
+            "accept": totals["mean_accept_length"], "warnings": "[]"}))
+    return pd.concat(frames, ignore_index=True)
+
+
 def rl_defaults(s: Scenario) -> list[str]:
     """The ``rl.*`` fields at tlt's defaults (what the end-to-end speedup assumes unless told)."""
     from tltsim.rl.phases import RLPhaseConfig
@@ -258,4 +287,4 @@ def rl_defaults(s: Scenario) -> list[str]:
 
 
 __all__ = ["PHASE_SCALES", "TOP_SD", "UNMEASURED", "Robustness", "Unmeasured", "Variant", "VariantResult", "assess",
-           "rl_defaults", "variants"]
+           "rl_defaults", "seed_rows", "variants"]

@@ -222,3 +222,15 @@ def test_the_default_run_has_a_spread_and_the_bound_per_seed(tmp_path):
                      r.stdout)
     assert sorted(pd.read_csv(out / "summary.csv")["seed"].unique()) == [0, 1, 2]
     assert (out / "seeds_summary.csv").exists()
+
+
+@needs_shared_traces()
+def test_a_seeds_run_says_how_sure_over_the_unmeasured_inputs(tmp_path: Path) -> None:
+    r = invoke_cli("sim", "run", *FAST, "--seeds", "2", "--out", str(tmp_path / "r"))
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.replace("\n", " ").split("how sure (best: ")[1:2])
+    assert re.search(r"(holds across|flips to) .*\(rollout speedup [\d.]+-[\d.]+x over those runs\)", line), line
+    table = pd.read_csv(tmp_path / "r" / "robustness.csv")
+    # H100: the calibrated model prices it, so the roofline is the cost-model variant; the drafter's two ends
+    assert {"cost model", "drafter quality"} <= set(table["input"])
+    assert table["speedup_median"].notna().all()
