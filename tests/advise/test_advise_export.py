@@ -193,3 +193,24 @@ def test_the_recommended_toml_carries_the_switch_mode_and_reloads_as_a_scenario(
     assert again.engine.switch == "catch_up" and again.model == s.model and again.trace == s.trace
     plain = tomllib.loads(recommended_toml(s, "static:4_1_4", None, "x"))  # switch-free: the scenario's mode stays
     assert plain["engine"]["switch"] == s.engine.switch and plain["policies"] == ["no-sd", "static:4_1_4"]
+
+
+def test_a_derived_export_drafts_at_every_batch_size_where_its_policy_speculated():
+    from tltsim.advise import inputs_for
+    from tltsim.advise_export import best_chain_depth
+    from tltsim.run_warnings import typical_context
+    from tltsim.scenario import resolve, run_policy
+
+    s = resolve(None, [(k, v, "t") for k, v in (("trace.name", "intern_s1_math"), ("trace.prompts_per_step", 8),
+                                                 ("trace.cap", 4000), ("cluster.gpus", 8), ("cluster.tp", 2))]).scenario
+    inputs = inputs_for(s)
+    decode = run_policy(s, "cost-aware", inputs)
+    decode = decode[decode["kind"] == "decode"]
+    fill = best_chain_depth(inputs.cost, inputs.accept, typical_context(inputs.workloads))
+    spec = decision_table(decode, int(s.engine.max_batch), fill)
+    table, _ = vllm_expressible(spec, int(s.engine.max_batch))
+    depth_at = {b: c.depth for lo, hi, c in table.rows for b in range(lo, hi + 1)}
+    ran_sd = sorted({int(b) for b in decode.loc[decode["depth"] > 0, "batch_size"]})
+    assert ran_sd and all(depth_at[b] > 0 for b in ran_sd), (spec, ran_sd)
+    # and below the smallest batch the run reached, the cost model's choice (SD pays most there)
+    assert depth_at[1] == fill(1) > 0
