@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from test_output_safety import snapshot
 
+from conftest import hang_seconds
+
 TRACE = "tlt_grpo_arith_seed0"
 
 
@@ -51,9 +53,9 @@ def test_signal_mid_command_leaves_nothing_half_written(case: Case, tmp_path: Pa
     assert proc.stdout is not None
     try:
         line = proc.stdout.readline()  # it has started working (imports done, inputs read)
-        assert line, proc.communicate(timeout=60)[1]
+        assert line, proc.communicate(timeout=hang_seconds(12))[1]
         proc.send_signal(case.signum)
-        _, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=hang_seconds(24))  # a hang guard, by load
     finally:
         proc.kill()
     if proc.returncode == 0:
