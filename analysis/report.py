@@ -141,9 +141,16 @@ def _read_events(path: Path) -> pd.DataFrame:
 
 
 def _scenario_line(s) -> str:
+    from tltsim.scenario import cost_model
+    from tltsim.scenario.build import describe_cost
+
+    try:  # which model served (calibrated or the roofline fallback), as the run printed it
+        cost = describe_cost(cost_model(s)).removeprefix("cost model: ")
+    except InputError as exc:
+        cost = f"{s.cost.model} (not rebuildable here: {exc.message})"
     return (f"Simulated: `{s.model.name}` on {s.cluster.gpus} x {s.cluster.gpu} (TP {s.cluster.tp}, "
             f"{s.n_workers} rollout workers), trace `{s.trace.name}`, {s.trace.num_steps} step(s), "
-            f"cost model `{s.cost.model}`, acceptance `{s.acceptance.preset}` ({s.acceptance.mode}). "
+            f"cost model: {cost}; acceptance `{s.acceptance.preset}` ({s.acceptance.mode}). "
             "No GPU was used: these are the simulator's predictions.")
 
 

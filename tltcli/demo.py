@@ -214,7 +214,8 @@ def _rl_section(cases: dict[str, Scenario], steps: pd.DataFrame, summary: pd.Dat
     first = next(iter(cases.values()))
     runs = "\n".join(f"- {label}: `tlt sim run --scenario {scenario_arg} --set cluster.gpu={c.cluster.gpu} "
                      f"--set cluster.tp={c.cluster.tp} --steps {c.trace.num_steps} "
-                     + " ".join(f"--preset {p}" for p in DEMO_PRESETS) + f" --seeds {len(seeds)}`"
+                     + " ".join(f"--preset {p}" for p in DEMO_PRESETS) + f" --seeds {len(seeds)}` "
+                     f"({_cost_line(c).lower()[0]}{_cost_line(c)[1:]})"
                      for label, c in cases.items())
     flips = [f"{label}: {_ranking_line(summary[summary['case'] == label], 'preset', 'presets')}" for label in cases]
     return [
@@ -361,8 +362,8 @@ def demo(trace: Annotated[str | None, typer.Option(
             f"TP {s.cluster.tp})",
             "",
             f"Reproduce: `tlt sim run --scenario {shown_path}{seeds_flag}` "
-            "(resolved scenario in `scenario.resolved.toml`). The cost model is an analytic roofline and",
-            "the acceptance model is fitted to the paper's depth x verify table: predictions, not measurements.",
+            f"(resolved scenario in `scenario.resolved.toml`). {_cost_line(s)}; the acceptance model is",
+            "fitted to the paper's depth x verify table: predictions, not measurements.",
             "",
             _seed_note(seed_list, "no-sd"),
             "",
@@ -380,6 +381,15 @@ def demo(trace: Annotated[str | None, typer.Option(
     figures = 8 if len(seed_list) > 1 else 7
     typer.echo(f"wrote {out}/ (README.md, trace_stats.csv, sim_summary.csv, sim_seeds_summary.csv, rl_summary.csv, "
                f"rl_seeds_summary.csv, rl_steps.csv, {figures} figures as PNG + PDF)")
+
+
+def _cost_line(s: Scenario) -> str:
+    """Which cost model priced ``s``, as a sentence start: the calibrated one on a GPU with measured
+    profiles, the data-sheet roofline elsewhere (:func:`tltsim.scenario.build.describe_cost`)."""
+    from tltsim.scenario import cost_model
+    from tltsim.scenario.build import describe_cost
+
+    return "Cost model: " + describe_cost(cost_model(s)).removeprefix("cost model: ")
 
 
 def _status(per_seed: pd.DataFrame, case: str, preset: str) -> str:
