@@ -225,3 +225,20 @@ def test_a_newline_in_an_argument_stays_inside_the_toml_comment(tmp_path):
     text = recommended_toml(s, "static:4_1_4", None, "tlt advise --set " + _one_line("'a=1\nb'"))
     assert "\\n" in text.splitlines()[0]
     load_toml_text(text, path="recommended.toml")  # raises on invalid TOML
+
+
+def test_without_ray_the_error_names_advises_own_option(tmp_path, monkeypatch):
+    # the sweep runner's message names its --backend; advise's option is --executor
+    import tltsim.sweep.runner as runner_mod
+    from tltcore.errors import InputError
+
+    def no_ray():
+        raise InputError("Ray is not installed; pip install 'tlt[ray]' (or pip install ray), or use --backend local",
+                         path="--backend")
+
+    monkeypatch.setattr(runner_mod, "import_ray", no_ray)
+    res = runner.invoke(app, ["advise", *SMALL, "--quick", "--executor", "ray", "--out", str(tmp_path / "r")])
+    assert res.exit_code != 0
+    exc = res.exception
+    assert isinstance(exc, InputError) and exc.path == "--executor" and "--executor local" in exc.message
+    assert not (tmp_path / "r").exists()
