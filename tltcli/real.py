@@ -170,6 +170,7 @@ def generate(
 
 @app.command()
 def rl(
+    ctx: typer.Context,
     out: Annotated[Path, typer.Option("--out", help="Run folder to write (steps.csv, trace.csv, "
                                       "drafter_dynamics.json, figures, README.md).")],
     seed: Annotated[int, typer.Option("--seed", help="Every random choice of the run comes from it.")] = 0,
@@ -273,10 +274,12 @@ def rl(
     if tiny:
         pre = PretrainConfig(steps=pretrain_steps, seed=seed, layers=2, hidden=64, intermediate=128, sequences=8,
                              terse_share=terse_share)
-        extra = {"initial_prompts": 16, "initial_steps": 20, "session_steps": 10, "budget_steps": min(budget_steps, 5),
-                 "checkpoint_every": 2, "pad_layers": 1, "pad_intermediate": 256, "upper_steps": min(upper_steps, 10),
-                 "upper_samples": 4,
-                 "max_difficulty": 2, "band_low": 0.0, "band_high": 1.0, "band_draws": 4}
+        extra = {"initial_prompts": 16, "initial_steps": 20, "session_steps": 10, "checkpoint_every": 2,
+                 "pad_layers": 1, "pad_intermediate": 256, "max_difficulty": 2, "band_low": 0.0, "band_high": 1.0,
+                 "band_draws": 4,
+                 # tiny's sizes for the flags left at their defaults: a flag given beside --tiny is kept
+                 **{name: value for name, value in (("budget_steps", 5), ("upper_steps", 10), ("upper_samples", 4))
+                    if getattr(ctx.get_parameter_source(name), "name", None) == "DEFAULT"}}
     settings: dict[str, object] = {"budget_steps": budget_steps, "upper_steps": upper_steps,
                                    "upper_samples": upper_samples, **extra}
     cfg = AdaptiveRunConfig(seed=seed, steps=steps, prompts_per_step=prompts, max_new_tokens=max_new_tokens,

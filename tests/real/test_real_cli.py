@@ -143,3 +143,25 @@ def test_rl_tiny_help_states_its_measured_cost():
     text = " ".join(res.output.split())
     assert "few-second" not in text and "a few seconds" not in text
     assert "about 1.5 CPU minutes" in text
+
+
+def test_rl_tiny_keeps_the_drafter_step_flags_given_beside_it(tmp_path, monkeypatch):
+    # --tiny clamped an explicit --budget-steps 50 to 5 and --upper-steps 40 to 10 without a word
+    from typer.testing import CliRunner
+
+    import tltreal.rl.adaptive_run as adaptive_run
+    from tltcli import app
+
+    seen = []
+
+    def capture(cfg, *args, **kwargs):
+        seen.append(cfg)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(adaptive_run, "run_adaptive", capture)
+    base = ["real", "rl", "--tiny", "--out", str(tmp_path / "r")]
+    CliRunner().invoke(app, [*base, "--budget-steps", "50", "--upper-steps", "40"])
+    CliRunner().invoke(app, base)
+    given, tiny = seen
+    assert (given.budget_steps, given.upper_steps, given.upper_samples) == (50, 40, 4)
+    assert (tiny.budget_steps, tiny.upper_steps, tiny.upper_samples) == (5, 10, 4)  # tiny's sizes by default
