@@ -199,6 +199,8 @@ class Robustness:
 
     def line(self, defaults: str = "") -> str:
         """``holds across ...`` or ``flips to X if ...``, with the band: one line for the screen."""
+        if not self.results:
+            return "not assessed: no unmeasured input applies here (" + "; ".join(self.skipped) + ")" + defaults
         held = sorted({r.variant.input for r in self.results if not r.flips})
         parts = []
         for r in self.flips:

@@ -126,3 +126,9 @@ def test_the_real_simulator_runs_every_variant_at_the_top_settings():
     assert r.e2e == ()  # no later phases priced: no end-to-end range
     lo, hi = r.band
     assert lo <= rec.speedup[0] <= hi
+
+
+def test_with_no_input_to_vary_the_line_says_so():
+    r = rb.Robustness("x", (), (), ("cost model: a measured table of this engine prices it",), (1.5, 1.5), ("x",))
+    assert r.line() == ("not assessed: no unmeasured input applies here (cost model: a measured table of this "
+                        "engine prices it)")
