@@ -210,11 +210,9 @@ def write_report(folder: Path, s: Any, rec: Any, ranking: pd.DataFrame, rows: pd
     elif facts.get("quick"):
         lines += ["How sure: the unmeasured inputs were not varied (`--quick`).", ""]
     if facts.get("assumes"):
-        lines += ["Assumed, not measured for this run: " + "; ".join(facts["assumes"]) + ".", ""]
+        lines += ["Assumed, not measured for this run: " + "; ".join(facts["assumes"]) + " (set what you know: "
+                  "`--quality`, `--set cluster.flops_efficiency=...`, `--set rl.reward_s_per_sample=...`).", ""]
     if facts["later_s"] is not None:
-        if facts.get("rl_defaults"):
-            lines += [f"The end-to-end figures assume {facts['rl_defaults']}: set the `rl.*` fields you know "
-                      "(`--set rl.reward_s_per_sample=...`).", ""]
         lines += [f"End to end = (rollout + {facts['later_s']:.1f} s of reward, old log-probs, reference, actor update "
                   "and weight sync under the scenario's `rl.*`) against no SD's, at the same seed: Amdahl's law with "
                   "the drafter at its quality and its training in the rollout's bubbles.", ""]

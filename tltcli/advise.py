@@ -243,12 +243,7 @@ def advise(
 
         return adv.run_tasks(more, evaluate, workers=workers, backend=executor, address=address, on_done=each)
 
-    try:
-        raw = adv.run_tasks(tasks, workers=workers, backend=executor, address=address, on_done=tick)
-    except InputError as exc:
-        if exc.path != "--backend":
-            raise
-        raise InputError(exc.message.replace("--backend", "--executor"), path="--executor") from None
+    raw = adv.run_tasks(tasks, workers=workers, backend=executor, address=address, on_done=tick)
     later, later_note = adv.later_phase_seconds(inputs)
     rows = adv.with_end_to_end(adv.label_rows(raw, candidates), later)
     ranking = adv.rank(rows)
@@ -309,8 +304,7 @@ def advise(
              "later_s": later, "later_note": later_note, "bound": bound, "validation": validation,
              "scenario_name": name, "quick": quick, "derived": derived, "tasks": len(tasks), "check": check,
              "robust": robust,
-             "cost": describe_cost(inputs.cost).removeprefix("cost model: "), "rl_defaults": _rl_defaults(s),
-             "assumes": _assumptions(s, inputs.cost)}
+             "cost": describe_cost(inputs.cost).removeprefix("cost model: "), "assumes": _assumptions(s, inputs.cost)}
     _print(console, s, rec, ranking, fresh, findings, warnings, exports, facts)
     from analysis.advise_report import write_report
 
@@ -335,10 +329,9 @@ def _assumptions(s: Any, cost: Any) -> list[str]:
     """The unmeasured defaults the answer rests on, in words (what a user should replace with their
     own numbers): the drafter's acceptance, the GPU's efficiencies where the data-sheet roofline
     prices, the RL phases. The cost model is printed on its own line."""
-    from tltcore.cost.measured import MeasuredCostModel
     from tltcore.drafter.dynamics import DrafterConfig
-    from tltcore.drafter.kinds import ModelFreeDraftCost
     from tltsim.scenario import AcceptanceSection
+    from tltsim.scenario.build import is_calibrated
 
     out = []
     d, default = s.drafter, DrafterConfig()
@@ -348,9 +341,7 @@ def _assumptions(s: Any, cost: Any) -> list[str]:
     elif s.acceptance.preset == AcceptanceSection().preset and d.quality == default.quality:
         out.append(f"the paper's Qwen2.5-32B EAGLE-tree acceptance ({s.acceptance.preset}) at drafter quality 1 "
                    "(--quality or a measured acceptance profile replaces it)")
-    inner = cost.base if isinstance(cost, ModelFreeDraftCost) else cost
-    roofline = not isinstance(inner, MeasuredCostModel) or inner.calibration is None
-    if roofline and s.cost.model != "table" and s.cluster.flops_efficiency is None:
+    if not is_calibrated(cost) and s.cost.model != "table" and s.cluster.flops_efficiency is None:
         out.append(f"{s.cluster.gpu}'s data-sheet peaks at typical efficiencies (cluster.flops_efficiency, "
                    "cluster.bandwidth_efficiency)")
     rl = _rl_defaults(s)

@@ -189,6 +189,14 @@ def _switch_seconds(events: pd.DataFrame, n_workers: int) -> dict[str, float]:
     return {str(k): float(v) / max(1, n_workers) for k, v in dur.items()}
 
 
+def sd_shares(summary: pd.DataFrame) -> dict[str, float]:
+    """Per policy of a per-step summary, the share of its decode iterations that speculated (each
+    step's ``sd_share`` weighted by its iterations; 0 where it decoded nothing)."""
+    share = summary.assign(w=summary["decode_iterations"] * summary["sd_share"]).groupby("policy", sort=False)
+    ratio = (share["w"].sum() / share["decode_iterations"].sum().replace(0, np.nan)).to_dict()
+    return {str(k): 0.0 if pd.isna(v) else float(v) for k, v in ratio.items()}
+
+
 def evaluate_task(scenario: Scenario) -> pd.DataFrame:
     """Simulate one task (its policies against ``no-sd``, every step) and return one row per policy:
     ``policy``, ``switch``, ``seed``, the whole run's ``rollout_s`` and ``speedup`` over ``no-sd``,
@@ -201,8 +209,7 @@ def evaluate_task(scenario: Scenario) -> pd.DataFrame:
     inputs = inputs_for(scenario)
     events, summary = compare_policies(scenario, inputs)
     totals = run_totals(summary, gpus=scenario.cluster.gpus)
-    share = summary.assign(w=summary["decode_iterations"] * summary["sd_share"]).groupby("policy", sort=False)
-    sd_share = (share["w"].sum() / share["decode_iterations"].sum().replace(0, np.nan)).to_dict()
+    sd_share = sd_shares(summary)
     switch_s = _switch_seconds(events, scenario.n_workers)
     warns: dict[str, list[list[str]]] = {}
     for w in scenario_warnings(inputs, events, summary):
@@ -211,7 +218,7 @@ def evaluate_task(scenario: Scenario) -> pd.DataFrame:
         columns={"mean_accept_length": "accept"})
     out.insert(1, "switch", scenario.engine.switch)
     out.insert(2, "seed", scenario.seed)
-    out["sd_share"] = [float(sd_share.get(p, 0.0) or 0.0) for p in out["policy"]]
+    out["sd_share"] = [sd_share.get(p, 0.0) for p in out["policy"]]
     out["switch_s"] = [switch_s.get(p, 0.0) for p in out["policy"]]
     out["warnings"] = [json.dumps(warns.get(p, [])) for p in out["policy"]]
     return out
@@ -252,7 +259,10 @@ def run_tasks(tasks: Sequence[Task], evaluate: Callable[[Scenario], pd.DataFrame
             keep(t, run_task(evaluate, t.key, t.scenario))
     else:
         if backend == "ray":
-            import_ray()
+            try:
+                import_ray()
+            except InputError as exc:  # the sweep runner's message names its own option, --backend
+                raise InputError(exc.message.replace("--backend", "--executor"), path="--executor") from None
         executor = (LocalExecutor(min(workers, len(tasks))) if backend == "local"
                     else RayExecutor(workers, address))
         clean = False

@@ -100,20 +100,12 @@ def _known_lengths(spec: str) -> str:
     return spec
 
 
-def _quality_limit(s: Scenario) -> float:
-    """The highest drafter quality the acceptance model admits (no depth's mass above 1)."""
-    from tltsim.scenario import acceptance_model
-
-    mass = acceptance_model(s.acceptance).max_row_mass()
-    scale = max(s.drafter.position_scale, default=1.0)
-    return math.floor(1e3 / (mass * max(scale, 1e-9))) / 1e3 if mass > 0 else 10.0
-
-
 def variants(s: Scenario, cost: Any, specs: Sequence[str]) -> tuple[list[Variant], list[str]]:
     """Every variant of :data:`UNMEASURED` that applies to ``s`` (priced by ``cost``, ranking the
     policy ``specs``), and one line per input left out with why."""
-    from tltcore.cost.measured import MeasuredCostModel, profile_key
-    from tltcore.drafter.kinds import ModelFreeDraftCost
+    from tltcore.cost.measured import profile_key
+    from tltsim.scenario.build import is_calibrated
+    from tltsim.sensitivity import drafter_quality_limit
 
     out: list[Variant] = []
     skipped: list[str] = []
@@ -123,14 +115,13 @@ def variants(s: Scenario, cost: Any, specs: Sequence[str]) -> tuple[list[Variant
         skipped.append("drafter quality: the n-gram drafter has none (its alpha is varied instead)")
     else:
         floor = round(d.floor, 4)
-        high = round(min(QUALITY_HIGH * d.quality, max(d.quality, _quality_limit(s))), 4)
+        high = round(min(QUALITY_HIGH * d.quality, max(d.quality, drafter_quality_limit(s))), 4)
         if floor < d.quality:
             out.append(Variant("drafter quality", f"{floor:g} (the stale floor)", {"drafter.quality": floor}))
         if high > d.quality:
             out.append(Variant("drafter quality", f"{high:g}", {"drafter.quality": high}))
         skipped.append("n-gram alpha: the drafter is not the n-gram one")
-    inner = cost.base if isinstance(cost, ModelFreeDraftCost) else cost
-    calibrated = isinstance(inner, MeasuredCostModel) and inner.calibration is not None
+    calibrated = is_calibrated(cost)
     roofline_prices = s.cost.model in ("roofline", "measured") and not calibrated
     if roofline_prices:
         from tltcore.hardware import get_gpu
@@ -197,10 +188,10 @@ class Robustness:
                             columns=["input", "value", "speedup_median", "speedup_min", "speedup_max",
                                      "recommended_there", "its_speedup_median", "flips"])
 
-    def line(self, defaults: str = "") -> str:
+    def line(self) -> str:
         """``holds across ...`` or ``flips to X if ...``, with the band: one line for the screen."""
         if not self.results:
-            return "not assessed: no unmeasured input applies here (" + "; ".join(self.skipped) + ")" + defaults
+            return "not assessed: no unmeasured input applies here (" + "; ".join(self.skipped) + ")"
         held = sorted({r.variant.input for r in self.results if not r.flips})
         parts = []
         for r in self.flips:
@@ -210,7 +201,7 @@ class Robustness:
         if held:
             parts.append(("otherwise " if parts else "") + "holds across " + ", ".join(held))
         band = f"rollout speedup {self.band[0]:.3f}-{self.band[1]:.3f}x over those runs"
-        return "; ".join(parts) + f" ({band})" + defaults
+        return "; ".join(parts) + f" ({band})"
 
 
 def assess(s: Scenario, ranking: pd.DataFrame, candidates: Sequence[Any], seeds: Sequence[int],
@@ -264,17 +255,17 @@ def seed_rows(summary: pd.DataFrame, gpus: int) -> pd.DataFrame:
     the rows :func:`tltsim.advise.rank` takes: per seed and policy the whole run's rollout seconds,
     speedup over no SD, accept length and SD share, labelled by the policy spec."""
     from tltcore.summary import run_totals
+    from tltsim.advise import sd_shares
 
     frames = []
     for seed, part in summary.groupby("seed", sort=False):
         part = part.drop(columns="seed")
         totals = run_totals(part, gpus=gpus)
-        w = part.assign(w=part["decode_iterations"] * part["sd_share"]).groupby("policy", sort=False)
-        share = (w["w"].sum() / w["decode_iterations"].sum().replace(0, np.nan)).to_dict()
+        share = sd_shares(part)
         frames.append(pd.DataFrame({
             "label": totals["policy"], "policy": totals["policy"], "switch": None, "seed": int(seed),
             "rollout_s": totals["rollout_s"], "speedup": totals["speedup"], "e2e_speedup": np.nan,
-            "sd_share": [float(share.get(p, 0.0) or 0.0) for p in totals["policy"]], "switch_s": 0.0,
+            "sd_share": [share.get(p, 0.0) for p in totals["policy"]], "switch_s": 0.0,
             "accept": totals["mean_accept_length"], "warnings": "[]"}))
     return pd.concat(frames, ignore_index=True)
 

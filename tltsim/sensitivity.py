@@ -99,7 +99,9 @@ def _groups_available(s: Scenario) -> int:
     return int(per_step.max())
 
 
-def _drafter_limit(s: Scenario) -> float:
+def drafter_quality_limit(s: Scenario) -> float:
+    """The highest drafter quality the scenario's acceptance model admits (no depth's acceptance mass
+    above 1), to three decimals: the high end of a quality range (here and in :mod:`tltsim.robustness`)."""
     from tltsim.scenario import acceptance_model
 
     mass = acceptance_model(s.acceptance).max_row_mass()
@@ -117,7 +119,7 @@ def low_high(f: Factor, s: Scenario, inputs) -> tuple[object, object, object]:
         return s.cluster.tp, max(1, s.cluster.tp // 2), 2 * s.cluster.tp
     if f.field == "drafter.quality":
         q = s.drafter.quality
-        return q, round(DEFAULT_STALE_FRACTION * q, 4), round(min(1.15 * q, max(q, _drafter_limit(s))), 4)
+        return q, round(DEFAULT_STALE_FRACTION * q, 4), round(min(1.15 * q, max(q, drafter_quality_limit(s))), 4)
     if f.field == "trace.cap":
         longest = int(max(int(w.response_tokens.max()) for w in inputs.workloads if w.n_requests))
         base = t.cap if t.cap is not None else longest

@@ -131,6 +131,16 @@ def describe_cost(cost: Any) -> str:
     return f"cost model: {type(cost).__name__}"
 
 
+def is_calibrated(cost: Any) -> bool:
+    """Whether the model calibrated on measured GPU profiles prices ``cost`` (under a model-free
+    drafter's wrapper too), not the roofline it falls back to nor a measured table."""
+    from tltcore.cost.measured import MeasuredCostModel
+    from tltcore.drafter.kinds import ModelFreeDraftCost
+
+    inner = cost.base if isinstance(cost, ModelFreeDraftCost) else cost
+    return isinstance(inner, MeasuredCostModel) and inner.calibration is not None
+
+
 def cost_fingerprint(s: Scenario) -> str:
     """What decides a ``cost.model = "measured"`` run's costs beyond its scenario: the calibration's
     one-line description (fitted constants, collectives) or the roofline fallback's reason."""
