@@ -38,6 +38,8 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+import psutil
+
 from tltcore.errors import InputError
 
 MARKER = ".tlt-results.json"
@@ -314,13 +316,7 @@ def _temp_prefix(path: Path, kind: str) -> str:
 
 def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` exists (a temp name's writer may still be writing)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return psutil.pid_exists(pid)
 
 
 def sweep_dead(folder: Path, pattern: re.Pattern[str]) -> list[Path]:
@@ -358,9 +354,11 @@ def _file_temp_pattern(path: Path) -> re.Pattern[str]:
 
 
 @contextlib.contextmanager
-def _parent_lock(parent: Path) -> Iterator[None]:
-    """An exclusive advisory lock on the parent folder: serialises concurrent commits, leaves no file."""
-    fd = os.open(parent, os.O_RDONLY)
+def folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``folder`` itself: serialises concurrent commits into it and
+    leaves no file behind. (filelock needs a lock file of its own, which would litter a user's
+    folder, and cannot lock a directory, so this is ``flock`` on the folder's descriptor.)"""
+    fd = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -393,7 +391,7 @@ def _merge_into(src: Path, dest: Path) -> None:
 
 
 def _commit(tmp: Path, path: Path, force: bool, field: str, kind: str) -> None:
-    with _parent_lock(path.parent):
+    with folder_lock(path.parent):
         reason = _foreign_reason(path, kind)  # again, under the lock: another writer may have been faster
         if reason is not None:
             if not (force and path.is_dir()):

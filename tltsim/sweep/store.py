@@ -35,18 +35,16 @@ what ran when: ``attempt`` (unique per evaluation), ``row`` (position within the
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from tltcore.atomic import check_path_text, sweep_dead, write_text, write_with
+from tltcore.atomic import check_path_text, folder_lock, sweep_dead, write_text, write_with
 from tltcore.errors import InputError, warn
 
 META = "sweep.json"
@@ -210,16 +208,6 @@ class SweepStore:
         """Delete temp files of writers that died (SIGKILL mid-write); a live writer's are kept."""
         return [p for folder in (self.root, self.results) for p in sweep_dead(folder, _STALE_TEMP)]
 
-    @contextlib.contextmanager
-    def _lock(self) -> Iterator[None]:
-        """An advisory lock on the results folder: two compactions never interleave."""
-        fd = os.open(self.results, os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
-
     def compact(self) -> int:
         """Merge the part files into one (deduplicated) file; returns how many files it replaced.
 
@@ -228,7 +216,7 @@ class SweepStore:
         run are not touched (only the files read are deleted)."""
         if not self.results.is_dir():
             return 0
-        with self._lock():
+        with folder_lock(self.results):  # two compactions never interleave
             read = [(p, self._read_file(p)) for p in self._parts()]
             # A damaged part is left where it is (a run moves it aside): compaction never deletes
             # what it could not read.
