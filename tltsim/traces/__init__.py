@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 
@@ -30,26 +31,26 @@ def load_trace(name_or_path: str | os.PathLike, mapping: Mapping[str, str] | Non
     return _read_cached(found, mapping)
 
 
-#: Parsed trace files of this process, by (path, size, mtime, mapping): a sweep evaluates every point
-#: in a worker process that re-read and re-validated the same 16,000-row CSV each time (~45% of a
-#: point's CPU). A file that changes on disk changes its key; callers get a copy, never the cached frame.
-_CACHE: dict[tuple[object, ...], pd.DataFrame] = {}
-_CACHE_FILES = 4
-
-
 def _read_cached(path: os.PathLike | str, mapping: Mapping[str, str] | None) -> pd.DataFrame:
+    """A copy of the parsed trace file, from this process's cache when the file is unchanged.
+
+    Why: a sweep evaluates every point in a worker process that re-read and re-validated the same
+    16,000-row CSV each time (~45% of a point's CPU). The cache key carries the file's size and
+    mtime, so a file that changes on disk is read again; callers get a copy, never the cached frame."""
     try:
         st = os.stat(path)
     except OSError:
         return read_trace(path, mapping)  # read_trace says what is wrong with it, in one line
-    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns, tuple(sorted((mapping or {}).items())))
-    df = _CACHE.get(key)
-    if df is None:
-        df = read_trace(path, mapping)
-        if len(_CACHE) >= _CACHE_FILES:
-            _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[key] = df
-    return df.copy()
+    return _parsed(os.fspath(path), os.path.realpath(path), st.st_size, st.st_mtime_ns,
+                   None if mapping is None else tuple(sorted(mapping.items()))).copy()
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed(path: str, real: str, size: int, mtime_ns: int,
+            mapping: tuple[tuple[str, str], ...] | None) -> pd.DataFrame:
+    """The parsed trace at ``path`` (errors name it as the user gave it); ``real``, ``size`` and
+    ``mtime_ns`` are part of the cache key only."""
+    return read_trace(path, None if mapping is None else dict(mapping))
 
 
 def select_sources(df: pd.DataFrame, sources: Sequence[str] | None, *, trace: str,
