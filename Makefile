@@ -56,6 +56,8 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -n 2 -m "not timing"
+	@# the docs site: every page in the nav, every link resolves, the CLI reference generated from the app
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 	$(PY) -m pytest -q -m timing || { echo "timing tests failed once: on a shared 2-core box a second run decides"; \
 	  $(PY) -m pytest -q -m timing; }
 
