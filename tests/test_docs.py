@@ -168,6 +168,13 @@ def test_the_pages_show_the_commands_users_start_with():
         assert any(s.startswith(command) for s in shown), command
 
 
+def test_the_example_model_commands_are_shown():
+    """tests/real/test_example_model.py runs these two commands on examples/tiny-llama."""
+    shown = [" ".join(w) for w in _commands(DOCS / "guide" / "real-engine.md")]
+    assert any(c.startswith("tlt real generate --config examples/tiny-llama/config.json") for c in shown)
+    assert any("--prompts-file examples/tiny-llama/prompts.jsonl" in c for c in shown)
+
+
 def test_the_cli_reference_is_generated_from_the_app(cli_pages, root):
     nav = (REPO / "mkdocs.yml").read_text()
     names = sorted(n for n, c in root.commands.items() if not c.hidden)

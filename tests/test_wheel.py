@@ -1,9 +1,10 @@
 """The package works when installed from its wheel, away from the source checkout.
 
 Builds the wheel from a copy of the tracked sources, installs it into a fresh virtualenv and runs the
-README's trace and simulation examples from an unrelated folder. The fresh environment borrows the
-already installed dependencies (numpy, pandas, simpy, ...) through a path file, so the test needs
-no network; tlt itself comes only from the wheel (the checkout is neither on the path nor the cwd).
+trace and simulation examples of docs/guide/traces.md and docs/guide/simulate.md from an unrelated
+folder. The fresh environment borrows the already installed dependencies (numpy, pandas, simpy, ...)
+through a path file, so the test needs no network; tlt itself comes only from the wheel (the checkout
+is neither on the path nor the cwd).
 """
 
 from __future__ import annotations

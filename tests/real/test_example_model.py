@@ -1,5 +1,6 @@
-"""The example model that ships with the repository runs the README's `tlt real generate` commands
-as written (examples/tiny-llama: config.json and prompts.jsonl, random weights from --seed)."""
+"""The example model that ships with the repository runs the `tlt real generate` commands of
+docs/guide/real-engine.md as written (tests/test_docs.py checks they are shown there; examples/tiny-llama:
+config.json and prompts.jsonl, random weights from --seed)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ def test_the_example_config_is_a_tiny_llama():
 
 
 def test_the_readme_commands_run_on_the_example(tmp_path, monkeypatch):
-    """The two commands of the README's "Run for real", with the example's paths (shorter runs: the
-    same options, fewer tokens), from a working folder holding a copy of examples/."""
+    """The two commands of docs/guide/real-engine.md's "Generate" section, with the example's paths
+    (shorter runs: the same options, fewer tokens), from a working folder holding a copy of examples/."""
     shutil.copytree(EXAMPLE, tmp_path / "examples" / "tiny-llama")
     monkeypatch.chdir(tmp_path)
     first = invoke_cli("real", "generate", "--config", "examples/tiny-llama/config.json", "--prompts", "2",
