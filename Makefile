@@ -65,4 +65,4 @@ bench: $(STAMP)
 	$(VENV)/bin/tlt sim bench
 
 clean:
-	rm -rf $(VENV) reports/demo results .pytest_cache
+	rm -rf $(VENV) reports/demo results .pytest_cache site
