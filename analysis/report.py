@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -300,10 +301,10 @@ def _rl_sections(rep: Report, summary: pd.DataFrame, steps: pd.DataFrame) -> Non
                    lambda: accept_over_steps(steps))
 
 
-def curve_configs(policies: list[str]) -> list[str]:
+def curve_configs(policies: list[Any]) -> list[str]:
     """The draft shapes of the SD-vs-batch figure: :data:`CURVE_CONFIGS` and every shape the run's
-    ``policies`` may choose (a chain policy's shapes were left out: only trees were drawn), chains
-    first, each by depth."""
+    ``policies`` (typed specs, or their text) may choose (a chain policy's shapes were left out: only
+    trees were drawn), chains first, each by depth."""
     from tltcore.policy.base import SDConfig
     from tltcore.policy.registry import spec_shapes
 

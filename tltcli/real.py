@@ -138,8 +138,7 @@ def generate(
     except ImportError:
         raise InputError("the real engine needs torch: pip install 'tlt[real]'") from None
     from tltcore.model_config import ModelConfig
-    from tltcore.policy.registry import make_policy
-    from tltcore.policy.shapes import policy_shapes
+    from tltcore.policy.registry import policy_spec
     from tltreal.engine.generate import GenerateSettings, write_results
     from tltreal.engine.generate import generate as run_generate
     from tltreal.spec_decode import kernels
@@ -154,7 +153,7 @@ def generate(
     result = run_generate(cfg, settings)
     dec = result.decode_events
     lat = (dec["t_end"] - dec["t_start"]) * 1e3
-    used = drafter if policy_shapes(make_policy(policy)) else "none"  # a policy that never drafts gets none
+    used = drafter if policy_spec(policy).shapes else "none"  # a policy that never drafts gets none
     typer.echo(f"policy {policy}  drafter {used}  requests {len(result.outputs)}  generated {result.generated_tokens} "
                f"tokens in {result.wall_s:.3f} s")
     typer.echo(f"tokens/s            {result.tokens_per_s:,.1f}")

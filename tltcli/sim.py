@@ -7,7 +7,7 @@ override single fields; ``--set dotted.field=value`` reaches any other field. Re
 atomic folder: ``events.parquet``, ``summary.csv``, ``trace.json`` (single-step runs, or ``--perfetto on``),
 ``scenario.resolved.toml``, ``warnings.csv`` (:mod:`tltsim.run_warnings`: what went wrong and where, also
 printed as ``warning: ...`` lines after the tables), ``bound.csv`` (the upper bound printed under the
-tables, per step: :func:`upper_bound_table`).
+tables, per step: :func:`tltcli.sim_results.upper_bound_table`).
 With ``--preset`` (or ``presets`` in the scenario) it simulates whole RL steps of named systems
 (:mod:`tltsim.rl.presets`, :mod:`tltsim.rl.run`) and adds ``steps.csv``, one row per (preset, step).
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -27,12 +26,18 @@ from rich.console import Console
 from rich.table import Table
 
 from tltcli.progress import policy_progress
-from tltcore.atomic import atomic_dir, check_output_dir
+from tltcli.sim_results import (
+    BOUND_CSV,
+    Perfetto,
+    upper_bound_line,
+    upper_bound_table,
+    write_results,
+)
+from tltcore.atomic import check_output_dir
 from tltcore.errors import InputError, warn
 from tltcore.summary import run_totals
 from tltsim.run_warnings import WARNINGS_CSV, print_warnings, scenario_warnings, warnings_frame
 from tltsim.scenario import (
-    BASELINE_POLICY,
     Scenario,
     SimInputs,
     compare_policies,
@@ -40,7 +45,6 @@ from tltsim.scenario import (
     prepare,
     resolve,
     scenario_hash,
-    scenario_toml,
 )
 from tltsim.scenario.build import describe_cost
 
@@ -61,16 +65,6 @@ class Switch(StrEnum):
     reprefill = "reprefill"
     catch_up = "catch_up"
     in_step = "in_step"
-
-
-class Perfetto(StrEnum):
-    auto = "auto"
-    on = "on"
-    off = "off"
-
-
-#: ``--perfetto auto`` writes trace.json only up to this estimated size (large runs: ~250 B per row).
-PERFETTO_AUTO_MAX_BYTES = 64 * 2**20
 
 
 #: The scenario options `tlt sim run` and `tlt sim sensitivity` share (each sets its dotted field).
@@ -271,39 +265,6 @@ ONE_SEED = ("one simulation seed (--seeds 1): no spread; the default --seeds 3 g
             "as the median (min–max) over seeds")
 
 
-#: The upper bound's file in a results folder (policies, not presets): :func:`upper_bound_table`'s rows.
-BOUND_CSV = "bound.csv"
-
-
-def upper_bound_table(inputs: SimInputs, specs: tuple[str, ...], summary: pd.DataFrame) -> pd.DataFrame:
-    """Per step, the makespan no policy of ``specs`` can beat under the model (:mod:`tltsim.upper_bound`)
-    and the speedup over no-sd it caps: printed, and written to :data:`BOUND_CSV` (a file of its own,
-    not columns of summary.csv: a ``--seeds`` run's per-seed rows must stay the plain run's rows at
-    that seed; its ``bound.csv`` is these rows per seed)."""
-    from tltsim.upper_bound import scenario_bounds
-
-    bounds = scenario_bounds(inputs, specs)
-    base = summary[summary["policy"] == BASELINE_POLICY].set_index("step")["makespan_s"]
-    return pd.DataFrame({"step": [b.step for b in bounds], "bound_makespan_s": [b.makespan for b in bounds],
-                         "bound_speedup": [float(base.get(b.step, float("nan"))) / b.makespan if b.makespan > 0
-                                           else float("nan") for b in bounds],
-                         "queued_workers": [int(b.queued.sum()) for b in bounds]})
-
-
-def bound_caveat(mode: str) -> str:
-    """What the upper bound's line adds under stochastic acceptance: it bounds expected lengths only."""
-    return "" if mode == "expected" else " (a bound on expected accept lengths: stochastic runs may dip below)"
-
-
-def upper_bound_line(bound: pd.DataFrame, mode: str) -> str:
-    """One line: the bound over the whole run (steps back to back)."""
-    total = float(bound["bound_makespan_s"].sum())
-    line = f"upper bound: no policy above finishes in under {total:.2f} s"
-    if len(bound) == 1 and bound["bound_speedup"].notna().all():
-        line += f" (speedup <= {float(bound['bound_speedup'].iloc[0]):.3f}x)"
-    return line + bound_caveat(mode)
-
-
 def _why_no_trace(events: pd.DataFrame, perfetto: Perfetto) -> str:
     if perfetto is Perfetto.off:
         return "--perfetto off"
@@ -371,36 +332,6 @@ def preset_summary_table(summary: pd.DataFrame, title: str) -> Table:
     return table
 
 
-def write_results(dest: Path, events: pd.DataFrame, summary: pd.DataFrame, s: Scenario,
-                  perfetto: Perfetto = Perfetto.auto, *, force: bool = False,
-                  steps: pd.DataFrame | None = None, trace_events: pd.DataFrame | None = None,
-                  extra_csv: Mapping[str, pd.DataFrame] | None = None,
-                  also: Callable[[Path], None] | None = None) -> bool:
-    """The results folder, built aside and swapped in atomically. Returns whether trace.json was
-    written (``auto`` writes it for single-step runs up to ~64 MB only: it is tens of seconds and
-    hundreds of MB on big runs, and most of a multi-step run's fixed cost; ``on`` always writes it).
-    ``trace_events``: the events trace.json shows (default ``events``; ``--seeds`` shows its first
-    seed); ``extra_csv``: more tables by file name; ``also(folder)`` writes anything else (figures)."""
-    from tltsim.perfetto import chrome_trace_json, estimated_bytes
-
-    shown = events if trace_events is None else trace_events
-    trace = perfetto is Perfetto.on or (perfetto is Perfetto.auto and shown["step"].nunique() <= 1
-                                        and estimated_bytes(shown) <= PERFETTO_AUTO_MAX_BYTES)
-    with atomic_dir(dest, kind="sim-run", force=force) as tmp:
-        events.to_parquet(tmp / "events.parquet", index=False)
-        summary.to_csv(tmp / "summary.csv", index=False)
-        for name, frame in (extra_csv or {}).items():
-            frame.to_csv(tmp / name, index=False)
-        if steps is not None:
-            steps.to_csv(tmp / "steps.csv", index=False)
-        if trace:
-            (tmp / "trace.json").write_text(chrome_trace_json(shown), encoding="utf-8")
-        (tmp / "scenario.resolved.toml").write_text(scenario_toml(s), encoding="utf-8")
-        if also is not None:
-            also(tmp)
-    return trace
-
-
 @app.command()
 def sensitivity(
     scenario: ScenarioOption = None,
@@ -462,7 +393,7 @@ def scenario_row(name: str, s: Scenario) -> tuple[str, ...]:
     steps = f"step {t.step or 0}" if t.num_steps == 1 else f"steps {t.step or 0}-{(t.step or 0) + t.num_steps - 1}"
     groups = f", {t.prompts_per_step} prompts per step" if t.prompts_per_step else ""
     trace = f"{t.source or t.name} ({steps}{groups})"
-    policies = ", ".join(policies_with_baseline(s.policies))
+    policies = ", ".join(spec.name for spec in policies_with_baseline(s.policies))
     if name.startswith(VALIDATION_PREFIX):
         return (name, "tlt validate", trace, "small random model (--model; default 4 layers, hidden 256), lengths "
                 "x --length-scale", "this machine's CPU, 1 engine", policies)

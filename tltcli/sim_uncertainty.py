@@ -179,9 +179,9 @@ def how_sure(s: Scenario, inputs: SimInputs, runs: SeedRuns, console: Console) -
 
 def seed_bounds(s: Scenario, inputs: SimInputs, specs: tuple[str, ...], runs: SeedRuns) -> pd.DataFrame:
     """``bound.csv`` of a ``--seeds`` run: the one-seed run's upper-bound rows
-    (:func:`tltcli.sim.upper_bound_table`) at each seed, with a leading ``seed`` column (the dealing
+    (:func:`tltcli.sim_results.upper_bound_table`) at each seed, with a leading ``seed`` column (the dealing
     moves the bound, so each seed has its own)."""
-    from tltcli.sim import upper_bound_table
+    from tltcli.sim_results import upper_bound_table
     from tltsim.seeds import with_seed
 
     frames = []
@@ -195,7 +195,7 @@ def seed_bounds(s: Scenario, inputs: SimInputs, specs: tuple[str, ...], runs: Se
 def seed_bound_line(bound: pd.DataFrame, mode: str) -> str:
     """The upper bound (:mod:`tltsim.upper_bound`) over the whole run at each seed (the dealing moves
     it), as the median (min–max): no policy above finishes faster at that seed."""
-    from tltcli.sim import bound_caveat
+    from tltcli.sim_results import bound_caveat
     from tltsim.seeds import fmt_range
 
     totals = bound.groupby("seed", sort=False)["bound_makespan_s"].sum().to_numpy(dtype=float)
@@ -211,7 +211,7 @@ def write_seed_results(dest: Path, runs: SeedRuns, agg: pd.DataFrame, totals: pd
     ``warnings`` (merged over the seeds) go to ``warnings.csv``, ``bound`` (:func:`seed_bounds`) to
     ``bound.csv``."""
     from analysis.uncertainty_plots import seed_spread_figure
-    from tltcli.sim import BOUND_CSV, write_results
+    from tltcli.sim_results import BOUND_CSV, write_results
 
     first = runs.events[runs.events["seed"] == runs.seeds[0]].drop(columns="seed").reset_index(drop=True)
     frame, name, _ = headline(runs)

@@ -189,7 +189,6 @@ def validate(
     from analysis.validation_report import write_validation_report
     from tltcli.progress import PhaseProgress
     from tltcore.cost import TableCostModel
-    from tltcore.policy.registry import needs_cost_model
     from tltreal.validation.validate import NativeSettings, noise_check, validate_native
     from tltsim.rollout import simulate_policy_step
     from tltsim.scenario import acceptance_model, load_steps, policies_with_baseline
@@ -197,8 +196,9 @@ def validate(
     settings = NativeSettings(model=target_config(model), length_scale=length_scale, max_batch=max_batch,
                               seed=s.seed, grid_repeats=1, real_repeats=repeats, device=device, clock=clock_name)
     workloads = load_steps(s.trace)
-    specs = policies_with_baseline(s.policies)
-    priced = any(needs_cost_model(spec) for spec in specs)
+    typed = policies_with_baseline(s.policies)
+    specs = tuple(spec.name for spec in typed)  # the engines label their rows with the policy's name
+    priced = any(spec.priced for spec in typed)
     bar = PhaseProgress(phase_console(), planned=_phase_plan(len(workloads), backend, table is None, repeats, priced))
     if backend is RealBackend.vllm:
         import tempfile

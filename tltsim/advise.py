@@ -40,7 +40,8 @@ import pandas as pd
 
 from tltcore import config
 from tltcore.errors import InputError
-from tltcore.policy.registry import check_spec, elastic_split
+from tltcore.policy.registry import policy_spec
+from tltcore.policy.spec import CostAwareSpec, ElasticSpec, with_base
 from tltsim.scenario import BASELINE_POLICY, Scenario, SimInputs, compare_policies, prepare, with_values
 
 #: Elastic thresholds the default grid tries with BEG-MAB (TLT's default is 32).
@@ -82,15 +83,15 @@ def switches_sd_on(spec: str) -> bool:
     """Whether ``spec`` switches SD on mid-rollout (``Decision.switch_on``): the elastic wrapper and
     the cost-aware policy do; no-sd, static, bandits, tables and SGLang's EMA never do, so the
     engine's switch mode cannot change their run (only ``in_step`` would, by hiding catch-ups)."""
-    threshold, inner = elastic_split(spec)
-    return threshold is not None or inner.split(":", 1)[0] == "cost-aware"
+    typed = policy_spec(spec)
+    return isinstance(typed, ElasticSpec) or isinstance(typed.base, CostAwareSpec)
 
 
 def _with_switch(spec: str, switch: str) -> str:
     """The spec that prices ``switch``: cost-aware takes the engine's switch mode as an option."""
-    _, inner = elastic_split(spec)
-    if inner.split(":", 1)[0] == "cost-aware" and "switch=" not in inner and switch != "reprefill":
-        return f"{spec}:switch={switch}"
+    typed = policy_spec(spec)
+    if isinstance(typed.base, CostAwareSpec) and typed.base.switch is None and switch != "reprefill":
+        return with_base(typed, switch=switch).name
     return spec
 
 
@@ -113,10 +114,9 @@ def candidate_grid(policies: Sequence[str], switches: Sequence[str]) -> tuple[Ca
     mode, any other once (labelled without a mode). ``no-sd`` is always first."""
     if not switches:
         raise InputError("needs at least one switch mode", field="--switch")
-    for spec in policies:
-        check_spec(spec)
+    names = [policy_spec(p).name for p in policies]  # parsed once: each as results will label it
     out = [Candidate(BASELINE_POLICY, BASELINE_POLICY, None)]
-    for spec in dict.fromkeys(p.strip() for p in policies):
+    for spec in dict.fromkeys(names):
         if spec == BASELINE_POLICY:
             continue
         if switches_sd_on(spec):

@@ -34,8 +34,9 @@ from typing import Any
 from tltcore.errors import InputError
 from tltcore.policy.base import SDConfig
 from tltcore.policy.batch_schedule import BatchSchedule, batch_schedule
-from tltcore.policy.registry import spec_policy
-from tltcore.policy.sglang_ema import SglangEma
+from tltcore.policy.registry import policy_spec
+from tltcore.policy.sglang_ema import DEFAULT_DEPTHS, DEFAULT_RANGES, DEFAULT_SMOOTHING
+from tltcore.policy.spec import SglangEmaSpec, build
 
 #: The vLLM version whose ``SpeculativeConfig`` the keys below were read from (the installed one).
 VLLM_VERSION = "0.32.0"
@@ -78,7 +79,10 @@ def batch_table(spec: str, max_batch: int) -> BatchSchedule | None:
     """The batch-size schedule ``spec`` amounts to (:func:`tltcore.policy.batch_schedule.batch_schedule`,
     the same reading the real vLLM backend runs), or None when it decides from more than the batch size
     (a bandit, cost-aware, the EMA, the oracle)."""
-    return batch_schedule(spec_policy(spec), max_batch)
+    typed = policy_spec(spec)
+    if typed.priced:  # decides from the cost model, never from the batch size alone
+        return None
+    return batch_schedule(build(typed), max_batch)
 
 
 # ---- vLLM -----------------------------------------------------------------------------------------
@@ -148,13 +152,15 @@ def sglang_expressible(spec: str, max_batch: int, drafter: str = "eagle") -> tup
     head = ["--speculative-algorithm", algorithm]
     if drafter != "ngram":
         head += ["--speculative-draft-model-path", "<path to your drafter>"]
-    policy = spec_policy(spec)
-    if isinstance(policy, SglangEma):
+    typed = policy_spec(spec)
+    if isinstance(typed, SglangEmaSpec):
         if algorithm != "EAGLE":
             return None, "SGLang's adaptive mode runs with EAGLE/EAGLE3 only"
-        slots = {str(lo): {"candidate_steps": list(policy.depths), "ema_alpha": float(policy.smoothing)}
-                 for lo in policy.ranges}
-        top = max(policy.depths)
+        depths = typed.depths if typed.depths is not None else DEFAULT_DEPTHS
+        smoothing = typed.smoothing if typed.smoothing is not None else DEFAULT_SMOOTHING
+        slots = {str(lo): {"candidate_steps": list(depths), "ema_alpha": float(smoothing)}
+                 for lo in (typed.ranges if typed.ranges is not None else DEFAULT_RANGES)}
+        top = max(depths)
         return SglangExport(tuple(head + _shape_flags(SDConfig.chain(top)) + [
             "--speculative-adaptive", "--speculative-adaptive-config", SGLANG_ADAPTIVE_FILE]), slots), ""
     table = batch_table(spec, max_batch)

@@ -92,11 +92,12 @@ class Variant:
 
 def _known_lengths(spec: str) -> str:
     """``spec`` with cost-aware told the true remaining lengths (``lengths=known``)."""
-    from tltcore.policy.registry import elastic_split
+    from tltcore.policy.registry import policy_spec
+    from tltcore.policy.spec import CostAwareSpec, with_base
 
-    _, inner = elastic_split(spec)
-    if inner.split(":", 1)[0] == "cost-aware" and "lengths=" not in inner:
-        return f"{spec}:lengths=known"
+    typed = policy_spec(spec)
+    if isinstance(typed.base, CostAwareSpec) and typed.base.lengths is None:
+        return with_base(typed, lengths="known").name
     return spec
 
 

@@ -70,6 +70,7 @@ from tltcore.dealing import deal
 from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
 from tltcore.errors import InputError
 from tltcore.policy.base import NO_SD, SDConfig, SDPolicy
+from tltcore.policy.spec import PolicyBase, as_spec
 from tltsim.rollout.entities import EngineConfig, StepRequests
 from tltsim.rollout.scheduling import admissible, prefill_passes
 
@@ -108,6 +109,16 @@ def policy_shape_set(policies: Iterable[SDPolicy]) -> tuple[SDConfig, ...]:
         if shapes is None:
             raise InputError(f"no upper bound for policy '{p.name}': the draft shapes it may choose are unknown")
         out.update(shapes)
+    return tuple(sorted(out, key=lambda c: c.name))
+
+
+def spec_shape_set(specs: Iterable[PolicyBase]) -> tuple[SDConfig, ...]:
+    """:func:`policy_shape_set` read from typed specs, without building their policies."""
+    out: set[SDConfig] = set()
+    for spec in specs:
+        if spec.shapes is None:
+            raise InputError(f"no upper bound for policy '{spec.name}': the draft shapes it may choose are unknown")
+        out.update(spec.shapes)
     return tuple(sorted(out, key=lambda c: c.name))
 
 
@@ -220,12 +231,11 @@ def makespan_lower_bound(workload: StepRequests, *, n_workers: int, cost: CostMo
     return StepBound(int(workload.step), np.asarray(bounds, dtype=float), np.asarray(queued, dtype=bool))
 
 
-def scenario_bounds(inputs: SimInputs, specs: Sequence[str]) -> list[StepBound]:
-    """The bound of every step of a prepared scenario over the shapes of the policies ``specs``:
-    what ``tlt sim run`` reports beside the policies."""
-    from tltsim.scenario.build import make_policies
-
-    shapes = policy_shape_set(make_policies(spec, inputs)[0] for spec in specs)
+def scenario_bounds(inputs: SimInputs, specs: Sequence[PolicyBase | str]) -> list[StepBound]:
+    """The bound of every step of a prepared scenario over the shapes of the policies ``specs``
+    (each spec's own :attr:`~tltcore.policy.spec.PolicyBase.shapes`): what ``tlt sim run`` reports
+    beside the policies."""
+    shapes = spec_shape_set(as_spec(spec) for spec in specs)
     s = inputs.scenario
     return [makespan_lower_bound(w, n_workers=s.n_workers, cost=inputs.cost, accept=inputs.accept,
                                  engine=inputs.engine, shapes=shapes, seed=s.seed, deal_mode=s.trace.deal,

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from conftest import invoke_cli, needs_shared_traces
 from tltcli import app
 from tltsim.advise_export import SGLANG_SPECULATIVE_ARGS, VLLM_SPECULATIVE_KEYS
-from tltsim.scenario import load_scenario, run_policy
+from tltsim.scenario import load_scenario, policy_names, run_policy
 
 SMALL = ["--trace", "intern_s1_math", "--gpus", "8", "--tp", "2", "--set", "trace.prompts_per_step=4",
          "--set", "trace.cap=4000"]
@@ -95,7 +95,7 @@ def test_the_recommended_toml_reruns_the_recommendation_exactly(small):
     _, out = small
     s = load_scenario(out / "recommended.toml")
     runs = pd.read_csv(out / "runs.csv")
-    spec = ([p for p in s.policies if p != "no-sd"] or ["no-sd"])[0]
+    spec = ([p.name for p in s.policies if p.name != "no-sd"] or ["no-sd"])[0]
     mine = runs[(runs["policy"] == spec) & (runs["switch"].isna() | (runs["switch"] == s.engine.switch))]
     assert sorted(mine["seed"]) == [0, 1]
     for seed in (0, 1):
@@ -167,7 +167,7 @@ def test_where_sd_only_loses_no_sd_is_recommended_and_nothing_speculative_is_exp
     assert re.search(r"2\. static:8_4_32: rollout 0\.\d{3}x \(.*\), end to end 0\.\d{3}x", res.output)
     assert json.loads((out / "vllm_speculative_config.json").read_text()) is None
     assert "--speculative" not in (out / "sglang_flags.txt").read_text().splitlines()[-1]
-    assert load_scenario(out / "recommended.toml").policies == ("no-sd",)
+    assert policy_names(load_scenario(out / "recommended.toml").policies) == ("no-sd",)
 
 
 def test_each_engine_gets_the_fastest_setting_it_can_run(small):
@@ -184,7 +184,7 @@ def test_each_engine_gets_the_fastest_setting_it_can_run(small):
     assert config == vllm_speculative_config(batch_table(best, s.engine.max_batch), drafter=s.drafter.kind) \
         or (best == "no-sd" and config is None)
     readme = (out / "README.md").read_text()
-    rec = load_scenario(out / "recommended.toml").policies[-1]
+    rec = load_scenario(out / "recommended.toml").policies[-1].name
     if vllm_expressible(rec, s.engine.max_batch)[0] is None:
         assert f"the fastest setting it can run is `{best}`" in readme
         derived = re.search(r"`([^`]+)` is the per-batch-size chain table the best per-iteration policy's", readme)

@@ -12,7 +12,7 @@ import pytest
 
 from tltcore.errors import InputError
 from tltsim import advise as adv
-from tltsim.scenario import compare_policies, resolve, with_values
+from tltsim.scenario import compare_policies, policy_names, resolve, with_values
 
 SMALL = (("trace.name", "intern_s1_math"), ("trace.prompts_per_step", 4), ("trace.cap", 4000),
          ("cluster.gpus", 8), ("cluster.tp", 2))
@@ -61,8 +61,8 @@ def test_tasks_are_one_per_mode_and_seed_with_the_switch_free_policies_once():
     tasks = adv.plan_tasks(s, grid, [0, 1], ["reprefill", "catch_up"])
     assert [(t.switch, t.seed) for t in tasks] == [("reprefill", 0), ("reprefill", 1), ("catch_up", 0),
                                                   ("catch_up", 1)]
-    assert tasks[0].scenario.policies == ("elastic:32+beg-mab", "static:4_1_4")
-    assert tasks[2].scenario.policies == ("elastic:32+beg-mab",)
+    assert policy_names(tasks[0].scenario.policies) == ("elastic:32+beg-mab", "static:4_1_4")
+    assert policy_names(tasks[2].scenario.policies) == ("elastic:32+beg-mab",)
     assert tasks[3].scenario.engine.switch == "catch_up" and tasks[3].scenario.seed == 1
 
 
@@ -193,7 +193,7 @@ def test_the_upkeep_runs_the_recommendation_and_says_when_it_compares_nothing():
     rec = adv.Recommendation("cost-aware (catch_up)", "cost-aware:switch=catch_up", "catch_up", (1, 1, 1), (2, 2, 2),
                              (1.5, 1.5, 1.5))
     tasks, _ = adv.freshness_tasks(s, [0], 2, rec)
-    assert tasks[0].scenario.presets_policy == "cost-aware:switch=catch_up"
+    assert tasks[0].scenario.presets_policy.name == "cost-aware:switch=catch_up"
     assert tasks[0].scenario.engine.switch == "catch_up"
     assert "recommended cost-aware (catch_up)" in adv.upkeep_rollout(rec)
     plain = adv.Recommendation("no-sd", "no-sd", None, (1, 1, 1), (1, 1, 1), (1, 1, 1))
@@ -209,12 +209,14 @@ def test_the_upkeep_runs_the_recommendation_and_says_when_it_compares_nothing():
 
 
 def test_a_preset_run_follows_presets_policy_only_where_it_runs_tlts_rollout():
+    from tltcore.policy.spec import parse_policy
     from tltsim.rl.presets import get_preset, rollout_policy
 
-    assert rollout_policy(get_preset("tlt"), "cost-aware") == "cost-aware"
-    assert rollout_policy(get_preset("static-drafter"), "cost-aware") == "cost-aware"
-    assert rollout_policy(get_preset("tlt-no-mab"), "cost-aware") == "elastic+static:8_4_32"
-    assert rollout_policy(get_preset("tlt-base"), "cost-aware") == "elastic+static:4_1_4"
+    cost_aware = parse_policy("cost-aware")
+    assert rollout_policy(get_preset("tlt"), cost_aware) == "cost-aware"
+    assert rollout_policy(get_preset("static-drafter"), cost_aware) == "cost-aware"
+    assert rollout_policy(get_preset("tlt-no-mab"), cost_aware) == "elastic+static:8_4_32"
+    assert rollout_policy(get_preset("tlt-base"), cost_aware) == "elastic+static:4_1_4"
     assert rollout_policy(get_preset("tlt"), None) == "elastic+beg-mab"
     with pytest.raises(InputError, match="presets_policy"):
         _small(("presets_policy", "static:x"))

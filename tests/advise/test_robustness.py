@@ -53,7 +53,7 @@ def _fake_run(speed_of):
     def run(tasks):
         rows = []
         for t in tasks:
-            for p in (BASELINE_POLICY, *[x for x in t.scenario.policies if x != BASELINE_POLICY]):
+            for p in (BASELINE_POLICY, *[x.name for x in t.scenario.policies if x.name != BASELINE_POLICY]):
                 sp = 1.0 if p == BASELINE_POLICY else speed_of(p, t.scenario)
                 rows.append({"policy": p, "switch": t.switch, "seed": t.seed, "rollout_s": (100.0 + 4 * t.seed) / sp,
                              "speedup": sp, "accept": 2.0, "sd_share": 1.0, "switch_s": 0.0, "warnings": "[]"})

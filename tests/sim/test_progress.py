@@ -93,7 +93,7 @@ def test_validate_native_reports_every_phase_and_unit(monkeypatch, policies: str
     from tltcli.validate import RealBackend, _phase_plan
     from tltreal.validation.validate import NativeSettings, validate_native
     from tltsim.rollout import simulate_policy_step
-    from tltsim.scenario import acceptance_model, load_steps, policies_with_baseline, resolve
+    from tltsim.scenario import acceptance_model, load_steps, policies_with_baseline, policy_names, resolve
 
     s = resolve(None, [("trace.name", "polytrace_rl_rollouts", "t"), ("trace.source", "polytrace/verl_dapo_qwen2.5-32b",
                                                                       "t"),
@@ -102,7 +102,7 @@ def test_validate_native_reports_every_phase_and_unit(monkeypatch, policies: str
     settings = NativeSettings(length_scale=1 / 128, max_batch=2, grid_batches=(1, 2), grid_iterations=2,
                               grid_repeats=1, real_repeats=1)
     rec = Recorder()
-    specs = policies_with_baseline(s.policies)
+    specs = policy_names(policies_with_baseline(s.policies))
     result, _, _ = validate_native(workloads, specs, acceptance_model(s.acceptance), settings,
                                    simulate=simulate_policy_step, progress=rec)
     names = [name for name, _ in rec.phases]

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from tltcore.config import suggest
 from tltcore.errors import InputError
+from tltcore.policy.spec import PolicyBase
 
 TRAINING_MODES = ("none", "never", "spot", "inline", "periodic", "bubble")
 
@@ -69,14 +70,14 @@ BASELINE_PRESET = "verl"
 TLT_ROLLOUT = "elastic+beg-mab"
 
 
-def rollout_policy(preset: Preset, presets_policy: str | None) -> str:
+def rollout_policy(preset: Preset, presets_policy: PolicyBase | None) -> str:
     """The SD policy ``preset``'s rollouts run: the scenario's ``presets_policy`` in place of TLT's
     :data:`TLT_ROLLOUT` where the preset runs it (``tlt``, ``tlt-no-spot``, ``tlt-periodic``,
     ``static-drafter``: they differ only in drafter upkeep, so a user can compare upkeep under the
     setting they will run, which ``tlt advise`` does with its recommendation), else the preset's own
     (a preset named for its policy, ``tlt-no-mab``, ``tlt-base``, keeps it)."""
-    if presets_policy and preset.sd_policy == TLT_ROLLOUT:
-        return presets_policy
+    if presets_policy is not None and preset.sd_policy == TLT_ROLLOUT:
+        return presets_policy.name
     return preset.sd_policy
 
 

@@ -8,6 +8,7 @@ package's parts:
 
 * :mod:`~tltsim.scenario.schema` — the sections and :class:`Scenario`, their constraints and checks;
 * :mod:`~tltsim.scenario.resolve` — a file and settings to one checked scenario (:func:`resolve`);
+* :mod:`~tltsim.scenario.policy_paths` — dotted paths into the policy specs (``policies.1.threshold``);
 * :mod:`~tltsim.scenario.identity` — the resolved TOML and the content hash;
 * :mod:`~tltsim.scenario.workload` — the trace steps it names (:func:`load_steps`);
 * :mod:`~tltsim.scenario.build` — acceptance and cost models, engine, :func:`prepare`;
@@ -39,6 +40,7 @@ from tltsim.scenario.build import (
 )
 from tltsim.scenario.identity import (
     policies_with_baseline,
+    policy_names,
     resolved_dict,
     scenario_hash,
     scenario_toml,
@@ -55,8 +57,12 @@ from tltsim.scenario.resolve import (
     load_scenario,
     resolve,
     scenario_from_dict,
+    set_field,
+    set_fields,
+    setting_type,
     split_policy_specs,
     validate,
+    validate_data,
     with_values,
 )
 from tltsim.scenario.run import compare_policies, run_each, run_policy
@@ -64,6 +70,7 @@ from tltsim.scenario.schema import (
     BASELINE_POLICY,
     CUDA_GRAPH_MODES,
     DEFAULT_POLICIES,
+    DEFAULT_POLICY_NAMES,
     DEFAULT_TRACE,
     MAX_BATCH,
     MAX_PREFILL_BUDGET,
@@ -86,13 +93,16 @@ from tltsim.scenario.schema import (
 )
 from tltsim.scenario.workload import load_steps
 
-__all__ = ["BASELINE_POLICY", "BUNDLED_SCENARIOS", "CUDA_GRAPH_MODES", "DEFAULT_POLICIES", "DEFAULT_TRACE",
+__all__ = ["BASELINE_POLICY", "BUNDLED_SCENARIOS", "CUDA_GRAPH_MODES", "DEFAULT_POLICIES", "DEFAULT_POLICY_NAMES",
+           "DEFAULT_TRACE",
            "MAX_BATCH", "MAX_GPUS", "MAX_PREFILL_BUDGET", "MAX_PROMPTS", "MAX_RESPONSES", "MAX_SECONDS", "MAX_SEED",
            "MAX_STEPS", "MAX_TP", "MAX_WORKERS", "RL_ONLY_FIELDS", "RL_ONLY_SECTIONS", "AcceptanceSection",
            "ClusterSection", "CostSection", "DrafterConfig", "EngineSection", "ModelSection",
            "RLPhaseConfig", "Resolved", "Scenario", "SimInputs", "SpotTrainerConfig",
            "TraceSection", "acceptance_model", "apply_override", "bundled_scenarios", "compare_policies",
            "cost_model", "drafter_acceptance", "field_paths", "graph_memory_bytes", "load_scenario", "load_steps",
-           "make_policies", "policies_with_baseline", "prepare", "resolve", "resolved_dict", "run_each", "run_policy",
-           "scenario_from_dict", "scenario_hash", "scenario_toml", "split_policy_specs", "trace_fingerprint",
-           "validate", "with_values"]
+           "make_policies", "policies_with_baseline", "policy_names", "prepare", "resolve", "resolved_dict",
+           "run_each", "run_policy",
+           "scenario_from_dict", "scenario_hash", "scenario_toml", "set_field", "set_fields", "setting_type",
+           "split_policy_specs", "trace_fingerprint",
+           "validate", "validate_data", "with_values"]

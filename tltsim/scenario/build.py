@@ -6,7 +6,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tltcore.errors import InputError
-from tltsim.scenario.schema import AcceptanceSection, Scenario, relocated
+from tltcore.policy.spec import PolicyBase, as_spec
+from tltsim.scenario.schema import Scenario, acceptance_model, relocated
 from tltsim.scenario.workload import load_steps
 
 
@@ -36,21 +37,6 @@ class SimInputs:
         shows none."""
         caps = [w.cap for w in self.workloads]
         return None if not caps or any(c is None for c in caps) else max(caps)
-
-
-def acceptance_model(a: AcceptanceSection):
-    """The acceptance preset with the section's parameter overrides applied."""
-    from tltcore.acceptance import TreeAcceptance, get_acceptance
-
-    model = get_acceptance(a.preset)
-    overrides = {k: getattr(a, k) for k in ("coverage", "rank_ratio", "depth_decay", "depth_power")
-                 if getattr(a, k) is not None}
-    if not overrides:
-        return model
-    if not isinstance(model, TreeAcceptance):
-        raise InputError(f"parameter overrides apply to tree presets; '{a.preset}' is a chain model",
-                         field="acceptance.preset")
-    return replace(model, **overrides)
 
 
 def drafter_acceptance(s: Scenario, drafter_kind: str | None = None):
@@ -190,11 +176,11 @@ def graph_memory_bytes(s: Scenario) -> float:
     return cuda_graph_bytes(get_model(s.model.name), s.cluster.tp, strategies, "naive" if mode == "decode" else mode)
 
 
-def make_policies(spec: str, inputs: SimInputs) -> list[Any]:
-    """One fresh policy per worker, seeded from (scenario seed, worker)."""
+def make_policies(spec: PolicyBase | str, inputs: SimInputs) -> list[Any]:
+    """One fresh policy per worker, seeded from (scenario seed, worker); text is parsed once here."""
     from tltcore.policy.registry import make_policy
 
-    cap = inputs.response_cap
-    return [make_policy(spec, seed=inputs.scenario.seed * 1_000_003 + w, accept_model=inputs.accept,
+    cap, typed = inputs.response_cap, as_spec(spec)
+    return [make_policy(typed, seed=inputs.scenario.seed * 1_000_003 + w, accept_model=inputs.accept,
                         cost_model=inputs.cost, switch=inputs.scenario.engine.switch, response_cap=cap)
             for w in range(inputs.n_workers)]

@@ -7,25 +7,52 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from tltcore import config, config_files
-from tltsim.scenario.schema import BASELINE_POLICY, Scenario
+from tltcore.errors import InputError
+from tltcore.policy.spec import AnySpec, NoSDSpec, PolicyBase, as_spec
+from tltsim.scenario.schema import Scenario
 
 
-def policies_with_baseline(specs: tuple[str, ...]) -> tuple[str, ...]:
-    """``specs`` with ``no-sd`` first (added when missing), duplicates dropped, order kept."""
-    out = [BASELINE_POLICY]
+def policies_with_baseline(specs: tuple[AnySpec, ...]) -> tuple[AnySpec, ...]:
+    """``specs`` with ``no-sd`` first (added when missing), duplicates (same name) dropped, order kept."""
+    out: dict[str, AnySpec] = {"no-sd": NoSDSpec()}
     for spec in specs:
-        if spec not in out:
-            out.append(spec)
-    return tuple(out)
+        out.setdefault(spec.name, spec)
+    return tuple(out.values())
+
+
+def policy_names(specs: tuple[AnySpec, ...]) -> tuple[str, ...]:
+    """The specs' names: the text results are labelled with."""
+    return tuple(spec.name for spec in specs)
+
+
+def _name(spec: object) -> object:
+    """A spec as the resolved file writes it: its shorthand text. A sweep point that failed
+    validation holds the raw text or table it was given: a table that is a valid spec is written as
+    its text, any other as it is (unset fields dropped; TOML has no null)."""
+    if isinstance(spec, PolicyBase):
+        return spec.name
+    if isinstance(spec, dict):
+        try:
+            return as_spec(spec).name
+        except (InputError, ValidationError):
+            return {k: _name(v) for k, v in spec.items() if v is not None}
+    return spec
 
 
 def resolved_dict(s: Scenario) -> dict[str, Any]:
-    """The scenario as nested plain data, with ``no-sd`` first among the policies."""
+    """The scenario as nested plain data, policies as their shorthand text with ``no-sd`` first."""
     from tltsim.rl.presets import presets_with_baseline
 
     d = config.to_dict(s)
-    d["policies"] = list(policies_with_baseline(s.policies))
+    names: list[object] = ["no-sd"]
+    for name in map(_name, s.policies):
+        if name not in names:
+            names.append(name)
+    d["policies"] = names
+    d["presets_policy"] = _name(s.presets_policy)
     if s.presets:
         d["presets"] = list(presets_with_baseline(s.presets))
     return d

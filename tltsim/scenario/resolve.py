@@ -15,7 +15,8 @@ from typing import Any
 
 from tltcore import config, config_files
 from tltcore.errors import InputError
-from tltsim.scenario.schema import DEFAULT_POLICIES, Scenario, TraceSection
+from tltsim.scenario.policy_paths import error_field, is_policy_path, policy_field_type, set_policy_field
+from tltsim.scenario.schema import DEFAULT_POLICY_NAMES, Scenario, TraceSection
 
 
 def split_policy_specs(text: str) -> list[str]:
@@ -40,8 +41,35 @@ FILE_FIELDS = ("trace.name", "model.name", "cost.table")
 
 
 def field_paths() -> list[str]:
-    """Every addressable dotted field path."""
+    """Every addressable dotted field path (a policy's fields are ``policies.N.<field>`` besides)."""
     return config.field_paths(Scenario)
+
+
+def set_field(data: dict[str, Any], dotted: str, value: Any, *, path: str | None) -> dict[str, Any]:
+    """A copy of raw scenario ``data`` with the field at ``dotted`` set to ``value``: a field of a
+    policy spec (``policies.1.threshold``, text parsed by its type) or any other field (a value
+    already parsed, :func:`parse_setting`)."""
+    if is_policy_path(dotted):
+        return set_policy_field(data, dotted, value, path=path, defaults=DEFAULT_POLICY_NAMES)
+    return config.set_dotted(data, dotted, value)
+
+
+def set_fields(data: dict[str, Any], values: dict[str, Any], *, path: str | None) -> dict[str, Any]:
+    """:func:`set_field` for each of ``values``, whole fields first and then fields inside policy
+    specs, so ``policies`` and ``policies.0.threshold`` together mean the same in any order."""
+    ordered = sorted(values.items(), key=lambda kv: is_policy_path(kv[0]))
+    for dotted, value in ordered:
+        data = set_field(data, dotted, value, path=path)
+    return data
+
+
+def setting_type(data: dict[str, Any], dotted: str, *, path: str | None, field: str | None = None) -> Any:
+    """The declared type of the field at ``dotted`` in raw scenario ``data`` (a policy's field by the
+    kind of the spec at that index); an unknown field or a section is refused."""
+    if is_policy_path(dotted):
+        return policy_field_type(data, dotted, path=path, defaults=DEFAULT_POLICY_NAMES)
+    config.check_path(Scenario, dotted, path=path, field=field)
+    return config.field_type(Scenario, dotted)
 
 
 def parse_setting(dotted: str, value: Any, *, path: str | None) -> Any:
@@ -71,13 +99,24 @@ def relative_to(data: dict[str, Any], base: Path) -> dict[str, Any]:
     return out
 
 
+def validate_data(data: Any, *, path: str | None = None) -> Scenario:
+    """:func:`tltcore.config.validate_tree` for a scenario; an error inside a policy spec names the
+    field without the spec kinds in pydantic's location (``policies.threshold``)."""
+    try:
+        return config.validate_tree(Scenario, data, path=path)
+    except InputError as exc:
+        if exc.field == error_field(exc.field):
+            raise
+        raise InputError(exc.message, path=exc.path, row=exc.row, field=error_field(exc.field)) from None
+
+
 def scenario_from_dict(data: dict[str, Any], *, path: str | Path | None = None) -> Scenario:
     """Build and validate a scenario from parsed TOML (errors name ``path`` and the dotted field).
     Relative file names (trace, model config, cost table) resolve against ``path``'s folder when a
     file exists there."""
     if path is not None and isinstance(data, dict):
         data = relative_to(data, Path(path).parent)
-    return config.validate_tree(Scenario, data, path=str(path) if path is not None else None)
+    return validate_data(data, path=str(path) if path is not None else None)
 
 
 BUNDLED_SCENARIOS = Path(__file__).resolve().parents[1] / "data" / "scenarios"
@@ -99,23 +138,23 @@ def apply_override(scenario: Scenario, dotted: str, value: Any, *, path: str | N
     parsed by the field's type (``"8"`` -> 8, ``"true"`` -> True, ``"a,b"`` or ``["a", "b"]`` -> a
     tuple). The result is validated."""
     dotted = dotted.strip()
-    raw = parse_setting(dotted, value, path=path)
-    return config.validate_tree(Scenario, config.set_dotted(config.to_dict(scenario), dotted, raw), path=path)
+    raw = value if is_policy_path(dotted) else parse_setting(dotted, value, path=path)
+    return validate_data(set_field(config.to_dict(scenario), dotted, raw, path=path), path=path)
 
 
 def with_values(s: Scenario, values: dict[str, Any], *, path: str | None = None) -> Scenario:
     """A copy of ``s`` with the dotted fields of ``values`` set (Python values, not text), validated."""
-    data = config.to_dict(s)
-    for dotted, value in values.items():
-        config.check_path(Scenario, dotted, path=path)
-        data = config.set_dotted(data, dotted, list(value) if isinstance(value, tuple) else value)
-    return config.validate_tree(Scenario, data, path=path)
+    for dotted in values:
+        if not is_policy_path(dotted):
+            config.check_path(Scenario, dotted, path=path)
+    plain = {dotted: list(value) if isinstance(value, tuple) else value for dotted, value in values.items()}
+    return validate_data(set_fields(config.to_dict(s), plain, path=path), path=path)
 
 
 def validate(s: Scenario, *, path: str | None = None) -> None:
     """Check every field's range and the combinations (layout, weights vs memory, policy specs,
     names) of a scenario built without validation (a sweep point); one built normally already is."""
-    config.validate_tree(Scenario, config.to_dict(s), path=path)
+    validate_data(config.to_dict(s), path=path)
 
 
 # ---- one path from a file and settings to a checked scenario ---------------------------------------
@@ -192,11 +231,12 @@ def resolve(scenario: str | Path | None = None, settings: Sequence[tuple[str, An
         given = dict.fromkeys(_leaf_paths(data), file)
     by_flag: dict[str, tuple[str, Any]] = {}
     flags: list[str] = []
-    for dotted, value, source in settings:
+    # whole fields first, then fields inside policy specs (which need the specs they are set in)
+    for dotted, value, source in sorted(settings, key=lambda st: is_policy_path(st[0].strip())):
         if value is None:
             continue
         dotted = dotted.strip()
-        parsed = parse_setting(dotted, value, path=source)
+        parsed = value if is_policy_path(dotted) else parse_setting(dotted, value, path=source)
         if dotted in by_flag and _same(by_flag[dotted][1]) != _same(parsed):
             first, before = by_flag[dotted]
             raise InputError(f"given twice with different values ({first}: {_same(before)!r}, {source}: "
@@ -204,11 +244,11 @@ def resolve(scenario: str | Path | None = None, settings: Sequence[tuple[str, An
                              path=source, field=dotted)
         by_flag[dotted] = (source, parsed)
         flags.append(source)
-        data = config.set_dotted(data, dotted, parsed)
+        data = set_field(data, dotted, parsed, path=source)
     given.update({dotted: source for dotted, (source, _) in by_flag.items()})
     _check_policies_vs_presets(data, given, by_flag)
     try:
-        s = config.validate_tree(Scenario, data)
+        s = validate_data(data)
     except InputError as exc:
         raise _locate(exc, given, file, tuple(flags)) from None
     return Resolved(s, given, file, tuple(flags), tuple(_notes(s, given, by_flag)))
@@ -223,7 +263,7 @@ def _check_policies_vs_presets(data: dict[str, Any], given: dict[str, str],
     presets, policies = data.get("presets"), data.get("policies")
     if not presets or "policies" not in given or not isinstance(policies, list | tuple):
         return
-    if tuple(p.strip() if isinstance(p, str) else p for p in policies) == DEFAULT_POLICIES:
+    if tuple(p.strip() if isinstance(p, str) else p for p in policies) == DEFAULT_POLICY_NAMES:
         return
     policies_flag, presets_flag = "policies" in by_flag, "presets" in by_flag
     if policies_flag or not presets_flag:  # same layer, or --policy over a file's presets
@@ -236,7 +276,8 @@ def _check_policies_vs_presets(data: dict[str, Any], given: dict[str, str],
 def _notes(s: Scenario, given: dict[str, str], by_flag: dict[str, tuple[str, Any]]) -> list[tuple[str, str]]:
     """``(kind, one line)`` for each setting that is valid but changes nothing in this run."""
     out = []
-    rl_only = [f for f in given if f.startswith(RL_ONLY_SECTIONS) or f in RL_ONLY_FIELDS]
+    rl_only = [f for f in given if f.startswith(RL_ONLY_SECTIONS) or f.split(".", 1)[0] in RL_ONLY_FIELDS
+               or f in RL_ONLY_FIELDS]
     if rl_only and not s.presets:
         where = ", ".join(dict.fromkeys(given[f] for f in rl_only))
         shown = ", ".join(rl_only[:4]) + (f" and {len(rl_only) - 4} more" if len(rl_only) > 4 else "")

@@ -5,21 +5,25 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from tltcore.policy.spec import PolicyBase, as_spec
 from tltsim.scenario.build import SimInputs, make_policies, prepare
 from tltsim.scenario.identity import policies_with_baseline, scenario_hash
 from tltsim.scenario.schema import BASELINE_POLICY, Scenario
 
 
-def run_policy(s: Scenario, spec: str, inputs: SimInputs | None = None, *, run_id: str = "",
+def run_policy(s: Scenario, spec: PolicyBase | str, inputs: SimInputs | None = None, *, run_id: str = "",
                progress=None) -> Any:
-    """Simulate every step of the scenario under one policy spec; returns the event log.
+    """Simulate every step of the scenario under one policy spec (typed, or its shorthand text);
+    returns the event log, labelled with the spec's name.
     ``progress(n)`` is called as ``n`` more responses finish. Top-level and scenario-driven, so it
     runs in another process as is."""
     from tltsim.rollout import RolloutRun
 
     inputs = inputs or prepare(s)
-    run = RolloutRun(make_policies(spec, inputs), cost=inputs.cost, accept=inputs.accept, engine=inputs.engine,
-                     seed=s.seed, deal_mode=s.trace.deal, run_id=run_id, policy_name=spec, drafter=inputs.drafter)
+    typed = as_spec(spec)
+    run = RolloutRun(make_policies(typed, inputs), cost=inputs.cost, accept=inputs.accept, engine=inputs.engine,
+                     seed=s.seed, deal_mode=s.trace.deal, run_id=run_id, policy_name=typed.name,
+                     drafter=inputs.drafter)
     for w in inputs.workloads:
         run.step(w, progress)
     return run.events()
@@ -28,13 +32,14 @@ def run_policy(s: Scenario, spec: str, inputs: SimInputs | None = None, *, run_i
 _Run = TypeVar("_Run")
 
 
-def run_each(s: Scenario, names: Sequence[str], run_one: Callable[..., _Run], inputs: SimInputs | None = None, *,
+def run_each(s: Scenario, names: Sequence[Any], run_one: Callable[..., _Run], inputs: SimInputs | None = None, *,
              progress: Callable[[int], None] | None = None,
-             on_each: Callable[[str], None] | None = None) -> tuple[SimInputs, list[_Run]]:
+             on_each: Callable[[Any], None] | None = None) -> tuple[SimInputs, list[_Run]]:
     """``run_one(s, name, inputs, run_id=, progress=)`` for each name in order: the loop both
     :func:`compare_policies` and :func:`tltsim.rl.run.compare_presets` run, kept in one place so
     that every compared policy or preset sees the same prepared workloads and is labelled with the
-    same run id (the scenario hash). ``on_each(name)`` is called before each. Returns the inputs
+    same run id (the scenario hash). ``on_each(name)`` is called before each (a policy spec, or a
+    preset's name). Returns the inputs
     (prepared here when not given) with the results."""
     inputs = inputs or prepare(s)
     run_id = scenario_hash(s)

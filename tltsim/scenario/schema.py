@@ -22,11 +22,14 @@ from tltcore.config import MAX_GPUS, ConfigModel, Float, Int, Str, strip_strings
 from tltcore.drafter.dynamics import DEFAULT_STALE_QUALITY, DrafterConfig
 from tltcore.engine_limits import EngineLimits
 from tltcore.errors import InputError
+from tltcore.policy.spec import AnySpec, PolicySpec, parse_policy
 from tltsim.rl.phases import RLPhaseConfig
 from tltsim.spot.analytic_trainer import SpotTrainerConfig
 
 DEFAULT_TRACE = "r1distill_qwen1.5b_aime_8samples"
-DEFAULT_POLICIES = ("no-sd", "elastic+beg-mab")
+#: The policies a scenario compares when it names none, as the shorthand a scenario file would give.
+DEFAULT_POLICY_NAMES = ("no-sd", "elastic+beg-mab")
+DEFAULT_POLICIES: tuple[AnySpec, ...] = tuple(parse_policy(name) for name in DEFAULT_POLICY_NAMES)
 BASELINE_POLICY = "no-sd"
 
 # Bounds checked before anything is built from a number (a GPU count of 10^12 must not allocate).
@@ -208,8 +211,29 @@ class AcceptanceSection(ConfigModel):
     depth_power: Float | None = Field(None, ge=0, le=100)
 
 
+def acceptance_model(a: AcceptanceSection) -> Any:
+    """The acceptance preset with the section's parameter overrides applied: here, beside the
+    section, because the scenario's own check (:func:`check_names`) builds it too."""
+    from dataclasses import replace
+
+    from tltcore.acceptance import TreeAcceptance, get_acceptance
+
+    model = get_acceptance(a.preset)
+    overrides = {k: getattr(a, k) for k in ("coverage", "rank_ratio", "depth_decay", "depth_power")
+                 if getattr(a, k) is not None}
+    if not overrides:
+        return model
+    if not isinstance(model, TreeAcceptance):
+        raise InputError(f"parameter overrides apply to tree presets; '{a.preset}' is a chain model",
+                         field="acceptance.preset")
+    return replace(model, **overrides)
+
+
 class Scenario(ConfigModel):
-    """Everything one ``tlt sim run`` needs. ``policies`` always gets ``no-sd`` as baseline.
+    """Everything one ``tlt sim run`` needs. ``policies`` always gets ``no-sd`` as baseline; each is a
+    typed spec (:mod:`tltcore.policy.spec`), given as its shorthand text (``"elastic:16+beg-mab"``) or
+    as a table (``{kind = "elastic", threshold = 16, inner = {kind = "beg-mab"}}``), and its fields
+    have dotted paths (``policies.1.threshold``, :mod:`~tltsim.scenario.policy_paths`).
     With ``presets`` (:mod:`tltsim.rl.presets`) the run is whole RL steps instead (rollout, drafter
     training, reward, log-probs, actor update, weight sync), ``verl`` is the baseline and
     ``policies`` is not used (each preset names its own SD policy).
@@ -231,9 +255,9 @@ class Scenario(ConfigModel):
     drafter: DrafterConfig = Field(default_factory=DrafterConfig)
     spot: SpotTrainerConfig = Field(default_factory=SpotTrainerConfig)
     rl: RLPhaseConfig = Field(default_factory=RLPhaseConfig)
-    policies: tuple[Str, ...] = DEFAULT_POLICIES
+    policies: tuple[PolicySpec, ...] = DEFAULT_POLICIES
     presets: tuple[Str, ...] = ()
-    presets_policy: Str | None = None
+    presets_policy: PolicySpec | None = None
     seed: Int = Field(0, ge=0, le=MAX_SEED)
 
     @property
@@ -269,14 +293,12 @@ def relocated(exc: InputError, *, path: str | None, dotted: str) -> InputError:
 def check_names(s: Scenario) -> None:
     """What the fields' own constraints cannot see: the files named (no FIFO or device), the GPU,
     model and draft-model presets, the layout against the model (heads, weights vs memory), the
-    policy specs and presets, and the acceptance preset with its overrides and the drafter. Cheap:
+    presets, and the acceptance preset with its overrides and the drafter. Cheap:
     builds no workload and no cost model."""
     from tltcore.drafter.kinds import ngram_acceptance
     from tltcore.hardware import get_gpu
     from tltcore.model_shape import get_model
-    from tltcore.policy.registry import check_spec
     from tltsim.rl.presets import get_preset
-    from tltsim.scenario.build import acceptance_model
 
     _check_paths(s)
     c, e, d = s.cluster, s.engine, s.drafter
@@ -307,16 +329,6 @@ def check_names(s: Scenario) -> None:
             f"{model.name} needs {weights / 1e9:.1f} GB of weights per GPU at tp={c.tp}, more than "
             f"{e.kv_mem_fraction:.0%} of {gpu.name}'s {gpu.memory_bytes / 1e9:.0f} GB; raise cluster.tp",
             field="cluster.tp")
-    for spec in s.policies:
-        try:
-            check_spec(spec)
-        except InputError as exc:
-            raise relocated(exc, path=None, dotted="policies") from None
-    if s.presets_policy is not None:
-        try:
-            check_spec(s.presets_policy)
-        except InputError as exc:
-            raise relocated(exc, path=None, dotted="presets_policy") from None
     try:
         accept = acceptance_model(s.acceptance)
         accept.check_drafter(d.initial())
@@ -347,8 +359,9 @@ def _check_paths(s: Scenario) -> None:
                              "end", field=dotted)
 
 
-__all__ = ["BASELINE_POLICY", "CUDA_GRAPH_MODES", "DEFAULT_POLICIES", "DEFAULT_STALE_QUALITY", "DEFAULT_TRACE",
+__all__ = ["BASELINE_POLICY", "CUDA_GRAPH_MODES", "DEFAULT_POLICIES", "DEFAULT_POLICY_NAMES", "DEFAULT_STALE_QUALITY",
+           "DEFAULT_TRACE",
            "MAX_BATCH", "MAX_PREFILL_BUDGET", "MAX_PROMPTS", "MAX_RESPONSES", "MAX_SEED", "MAX_STEPS", "MAX_TP",
            "MAX_WORKERS", "AcceptanceSection", "ClusterSection", "CostSection", "DrafterConfig",
            "EngineSection", "ModelSection", "RLPhaseConfig", "Scenario",
-           "SpotTrainerConfig", "TraceSection", "check_names", "relocated"]
+           "SpotTrainerConfig", "TraceSection", "acceptance_model", "check_names", "relocated"]

@@ -61,8 +61,13 @@ from tltsim.scenario import (
     scenario_from_dict,
     scenario_hash,
     scenario_toml,
+    set_field,
+    set_fields,
+    setting_type,
     split_policy_specs,
+    validate_data,
 )
+from tltsim.scenario.policy_paths import is_policy_path
 from tltsim.scenario.resolve import FILE_FIELDS  # relative names resolve against the spec's folder
 
 AXIS_KINDS = ("grid", "zip", "random")
@@ -223,7 +228,8 @@ def parse_spec(text: str, *, path: Path) -> SweepSpec:
         raw_axes = [raw_axes]
     if not isinstance(raw_axes, list):
         raise InputError("must be a table or an array of tables ([[axes]])", path=path, field="axes")
-    axes = tuple(_parse_axis(i, raw, path) for i, raw in enumerate(raw_axes))
+    base_data = config.to_dict(scenario)
+    axes = tuple(_parse_axis(i, raw, path, base_data) for i, raw in enumerate(raw_axes))
     seen: dict[str, Axis] = {}
     for axis in axes:
         for name in axis.fields:
@@ -276,14 +282,26 @@ def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _check_field(name: str, where: str, path: Path) -> Any:
-    config.check_path(Scenario, name, path=str(path), what="unknown scenario field", field=where)
-    return config.field_type(Scenario, name)
+def _check_field(name: str, where: str, path: Path, base: dict[str, Any]) -> Any:
+    """The type of the field ``name`` (a policy's field by the kind of the base scenario's spec at
+    that index: ``policies.1.threshold``); an unknown one is refused naming the axis."""
+    if not is_policy_path(name):
+        config.check_path(Scenario, name, path=str(path), what="unknown scenario field", field=where)
+    try:
+        return setting_type(base, name, path=str(path), field=where)
+    except InputError as exc:
+        raise InputError(exc.message, path=path, field=where) from None
 
 
-def _coerce(name: str, value: Any, where: str, path: Path) -> Any:
+def _coerce(name: str, value: Any, where: str, path: Path, base: dict[str, Any]) -> Any:
     """A value as its field's type (its range is checked per point); text goes through the field's
-    parser (``"a,b"`` for a list)."""
+    parser (``"a,b"`` for a list). A policy's field is checked by setting it in the base scenario."""
+    if is_policy_path(name):
+        try:
+            set_field(base, name, value, path=str(path))
+        except InputError as exc:
+            raise InputError(exc.message, path=path, field=where) from None
+        return value
     tp = config.field_type(Scenario, name)
     splitter = split_policy_specs if name == "policies" else None
     raw = config.parse_text(value, tp, where={"path": path, "field": where}, splitter=splitter)
@@ -295,7 +313,7 @@ def _coerce(name: str, value: Any, where: str, path: Path) -> Any:
     return value
 
 
-def _parse_axis(index: int, raw: Any, path: Path) -> Axis:
+def _parse_axis(index: int, raw: Any, path: Path, base: dict[str, Any]) -> Axis:
     prefix = f"axes[{index}]"
     if not isinstance(raw, Mapping):
         raise InputError("must be a table", path=path, field=prefix)
@@ -315,14 +333,14 @@ def _parse_axis(index: int, raw: Any, path: Path) -> Axis:
     if not items:
         raise InputError(f"a {kind} axis needs at least one dotted field", path=path, field=prefix)
     if kind == "random":
-        return _parse_random(index, raw, items, path)
+        return _parse_random(index, raw, items, path, base)
     values: dict[str, tuple[Any, ...]] = {}
     for name, vals in items.items():
         where = f"{prefix}.{name}"
-        _check_field(name, where, path)
+        _check_field(name, where, path, base)
         if not isinstance(vals, list) or not vals:
             raise InputError(f"must be a non-empty list of values, got {vals!r}", path=path, field=where)
-        values[name] = tuple(_coerce(name, v, where, path) for v in vals)
+        values[name] = tuple(_coerce(name, v, where, path, base) for v in vals)
     if kind == "zip":
         lengths = {n: len(v) for n, v in values.items()}
         if len(set(lengths.values())) > 1:
@@ -333,7 +351,8 @@ def _parse_axis(index: int, raw: Any, path: Path) -> Axis:
     return Axis(index=index, kind=kind, values=values)
 
 
-def _parse_random(index: int, raw: Mapping[str, Any], items: dict[str, Any], path: Path) -> Axis:
+def _parse_random(index: int, raw: Mapping[str, Any], items: dict[str, Any], path: Path,
+                  base_data: dict[str, Any]) -> Axis:
     prefix = f"axes[{index}]"
     n = raw.get("n")
     seed = raw.get("seed", 0) if not isinstance(raw.get("seed"), Mapping) else 0
@@ -345,7 +364,7 @@ def _parse_random(index: int, raw: Mapping[str, Any], items: dict[str, Any], pat
     dists: dict[str, Distribution] = {}
     for name, spec in items.items():
         where = f"{prefix}.{name}"
-        tp = _check_field(name, where, path)
+        tp = _check_field(name, where, path, base_data)
         base = config.scalar_kind(tp)
         if not isinstance(spec, Mapping) or len(spec) != 1 or next(iter(spec)) not in DISTRIBUTIONS:
             raise InputError("must be one distribution: { uniform = [low, high] }, { loguniform = [low, high] }, "
@@ -354,7 +373,8 @@ def _parse_random(index: int, raw: Mapping[str, Any], items: dict[str, Any], pat
         if not isinstance(arg, list) or not arg:
             raise InputError(f"{dist} needs a non-empty list, got {arg!r}", path=path, field=where)
         if dist == "choice":
-            dists[name] = Distribution("choice", choices=tuple(_coerce(name, v, where, path) for v in arg))
+            dists[name] = Distribution("choice", choices=tuple(_coerce(name, v, where, path, base_data)
+                                                               for v in arg))
             continue
         if base not in (int, float) or (dist != "int" and base is int):
             allowed = "int or choice" if base is int else "choice"
@@ -405,10 +425,9 @@ def _resolve(spec: SweepSpec) -> Iterator[tuple[tuple[dict[str, Any], ...], Poin
         for assignment in combo:
             values.update(assignment)
         data = base
-        for name, value in values.items():
-            data = config.set_dotted(data, name, value)
         error: InputError | None = None
         try:
+            data = set_fields(base, values, path=None)
             s = validate_point(data)
         except InputError as exc:
             error = exc
@@ -422,7 +441,7 @@ def _resolve(spec: SweepSpec) -> Iterator[tuple[tuple[dict[str, Any], ...], Poin
 
 def validate_point(data: dict[str, Any]) -> Scenario:
     """A point's scenario from its raw data (the base with the axes' values set), validated."""
-    return config.validate_tree(Scenario, data)
+    return validate_data(data)
 
 
 def iter_points(spec: SweepSpec) -> Iterator[Point]:
