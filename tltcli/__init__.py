@@ -12,8 +12,9 @@ from __future__ import annotations
 import signal
 import sys
 
-#: The one line an interrupted ``tlt`` prints, wherever the interrupt came.
-INTERRUPTED = "tlt: interrupted; nothing half written was left behind"
+from tltcli.interrupted import INTERRUPTED
+
+__all__ = ["INTERRUPTED", "main"]
 
 
 def main() -> None:

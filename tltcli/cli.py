@@ -13,7 +13,7 @@ import sys
 
 import typer
 
-from tltcli import INTERRUPTED
+from tltcli.interrupted import INTERRUPTED
 from tltcore.errors import EXIT_INPUT_ERROR, InputError
 
 try:  # typer 0.2x vendors click; older typer uses click itself
