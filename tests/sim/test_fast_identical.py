@@ -211,7 +211,7 @@ def test_wide_batches_fast_equals_reference(seed, mode):
 @needs_shared_traces()
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_stochastic_tails_of_many_workers_together_equal_reference(seed):
-    """Eight workers whose stochastic SD tails run together, a block per round (tltsim.rollout.tails):
+    """Eight workers whose stochastic SD tails run together, a block per round (tltsim.rollout.fast.tails):
     different shapes in one round (BEG-MAB's buckets), tails that end at different rounds, a
     plain-phase promise above the table's last row (a draw or price with another worker's shape,
     or a rewind off by one, fails it)."""

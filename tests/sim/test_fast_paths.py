@@ -14,8 +14,8 @@ from tltcore.hardware import get_gpu
 from tltcore.model_shape import get_model
 from tltcore.policy.base import SDConfig
 from tltcore.summary import summarize_step
+from tltsim.rollout.fast.uniforms import UniformStream
 from tltsim.rollout.span_cost import plain_phase_pricer, plain_pricer, prefill_pricer, span_pricer
-from tltsim.rollout.worker import _Uniforms
 
 SHAPES = [SDConfig(8, 4, 48), SDConfig(8, 4, 8), SDConfig(4, 1, 4), SDConfig(12, 8, 64), SDConfig(1, 1, 1)]
 
@@ -29,7 +29,7 @@ def _rooflines():
 
 def test_uniform_stream_is_the_generators_stream_with_rewinds():
     a, b = np.random.default_rng(7), np.random.default_rng(7)
-    stream = _Uniforms(b)
+    stream = UniformStream(b)
     rng = np.random.default_rng(1)
     got, want = [], []
     for _ in range(400):

@@ -1,4 +1,4 @@
-"""Whole plain phases in closed form (:mod:`tltsim.rollout.plain_phase`) equal the per-span reference
+"""Whole plain phases in closed form (:mod:`tltsim.rollout.fast.plain_phase`) equal the per-span reference
 path bit for bit: event rows, finish times, retired responses, progress calls and the clock across
 steps -- with admissions while requests queue (slot- and KV-limited), one-token responses done at
 their prefill (admission rounds at one iteration), mixed prefill, expected and stochastic
@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from rollout_fixtures import Work
 
-import tltsim.rollout.worker as worker_mod
+import tltsim.rollout.fast.plain_phase as plain_phase_mod
 from tltcore.acceptance import ChainAcceptance, paper_qwen32b_tp4
 from tltcore.cost import RooflineCostModel
 from tltcore.cost.protocol import PerConfigSDTimes
@@ -29,7 +29,7 @@ from tltcore.policy.beg_mab import BucketedEpsilonGreedy
 from tltcore.policy.elastic import Elastic
 from tltcore.policy.vllm_table import VllmTable
 from tltsim.rollout import EngineConfig, RolloutRun
-from tltsim.rollout.plain_phase import fcfs_admissions
+from tltsim.rollout.fast.plain_phase import fcfs_admissions
 
 
 class LinearCost(PerConfigSDTimes):
@@ -105,14 +105,14 @@ def _same(a, b) -> None:
 def phases(monkeypatch):
     """Counts the plain phases the fast path runs (so a silently declined phase fails the test)."""
     count = [0]
-    real = worker_mod.RolloutWorker._plain_phase
+    real = plain_phase_mod.run_phase
 
-    def spy(self, bound):
-        done = real(self, bound)
+    def spy(fast, bound):
+        done = real(fast, bound)
         count[0] += bool(done)
         return done
 
-    monkeypatch.setattr(worker_mod.RolloutWorker, "_plain_phase", spy)
+    monkeypatch.setattr(plain_phase_mod, "run_phase", spy)
     return count
 
 

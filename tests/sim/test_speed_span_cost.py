@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from cost.profile_fixtures import write_profiles
 
-import tltsim.rollout.worker as worker
+import tltsim.rollout.span_cost as pricing
 from tltcore.acceptance import paper_qwen32b_tp4
 from tltcore.cost import RooflineCostModel
 from tltcore.cost.measured import measured_cost_model
@@ -154,16 +154,16 @@ def test_worker_prices_in_one_call_and_matches_the_call_by_call_path(mode, monke
             return wrapped
         return pricer
 
-    monkeypatch.setattr(worker, "span_pricer", counted(worker.span_pricer, "sd"))
-    monkeypatch.setattr(worker, "sd_rows_pricer", counted(worker.sd_rows_pricer, "sd"))  # expected-mode SD tails
-    monkeypatch.setattr(worker, "prefill_pricer", counted(worker.prefill_pricer, "prefill"))
-    monkeypatch.setattr(worker, "plain_pricer", counted(worker.plain_pricer, "plain"))
+    monkeypatch.setattr(pricing, "span_pricer", counted(pricing.span_pricer, "sd"))
+    monkeypatch.setattr(pricing, "sd_rows_pricer", counted(pricing.sd_rows_pricer, "sd"))  # expected-mode SD tails
+    monkeypatch.setattr(pricing, "prefill_pricer", counted(pricing.prefill_pricer, "prefill"))
+    monkeypatch.setattr(pricing, "plain_pricer", counted(pricing.plain_pricer, "plain"))
     fast = sim()
     assert calls["sd"] and max(calls["sd"]) > 1
     assert calls["prefill"]  # the switch re-prefill of every live context
     assert calls["plain"]
     for name in ("span_pricer", "prefill_pricer", "plain_pricer", "sd_rows_pricer", "plain_phase_pricer"):
-        monkeypatch.setattr(worker, name, lambda c: None)
+        monkeypatch.setattr(pricing, name, lambda c: None)
     pd.testing.assert_frame_equal(fast, sim(), check_exact=True)
 
 

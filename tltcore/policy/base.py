@@ -8,22 +8,24 @@ Life cycle. One policy object lives for a whole run on one rollout worker. At th
 step the engine calls ``reset(step)`` (per-rollout state such as the elastic switch re-arms; learned
 state such as BEG-MAB's reward windows persists, as in TLT). Before a decode iteration the engine
 builds a :class:`BatchView` and asks ``decide(view)`` for a :class:`Decision`; it runs the decision
-for ``n`` iterations (``1 <= n <= decision.hold``, fewer when the batch size changes, and an engine
-may always ask sooner) and reports what happened in one :class:`Outcome` with ``iterations == n``
-through ``observe``. Churn -- a request finishing while a waiting one is admitted in its place --
-keeps the size, so a decision must stand through it: a policy whose answer depends on which requests
-run (rather than on how many) holds for one iteration (``hold=1``). A policy's
-state after that ``observe`` must be what ``n`` single-iteration rounds would have left -- every part
-of it a later decision can read. One documented exception, of state no decision reads: a BEG-MAB
-bucket with a single arm holds its arm and keeps one reward per span in that arm's window
-(:mod:`tltcore.policy.beg_mab`); an Outcome carries no per-iteration throughputs to keep ``n``.
+for ``n`` iterations (``1 <= n <= decision.hold``; an engine may always ask sooner, and ``hold=1``,
+the default, is asked again every iteration) and reports what happened in one :class:`Outcome` with
+``iterations == n`` through ``observe``. That is the whole contract.
 
-Plain phases (optional). A policy may offer ``plain_above() -> int | None``: a batch size ``m``
-such that, until its next ``observe`` of a batch at or below ``m`` (or ``reset``), ``decide`` answers
-``Decision(NO_SD, HOLD_UNTIL_EVENT)`` at every batch size above ``m`` without changing its state,
-and observing plain spans above ``m`` leaves the state that observing only the last of them leaves
-(None: no such promise now). An engine may then run a whole phase of plain spans above ``m``
-without asking, and report only the phase's last span (the simulator does it in closed form).
+Acceleration hints (optional). Engines ask less of a policy that offers more, and a policy that
+cannot honour a hint simply does not offer it. They exist for speed only and are stated in full with
+the simulator's fast paths that rely on them (``tltsim.rollout.fast``; the native engine holds plain
+decisions through churn, ``tltreal.engine.engine``):
+
+* a ``hold`` above 1 promises the answer stands while the running batch keeps its size, through
+  churn (a request finishing while a waiting one is admitted in its place), and that the state after
+  one ``observe`` of ``n`` iterations is what ``n`` single-iteration rounds would have left (one
+  documented exception, of state no decision reads: a BEG-MAB bucket with a single arm,
+  :mod:`tltcore.policy.beg_mab`); a policy whose answer depends on which requests run holds for one
+  iteration;
+* ``plain_above()`` (:class:`PlainPhases`) promises plain spans above a batch size until the policy
+  next observes a batch at or below it, so an engine may run a whole plain phase without asking and
+  report only its last span.
 """
 
 from __future__ import annotations
@@ -136,10 +138,10 @@ class Decision:
     """What a policy wants for the next decode iterations.
 
     ``config``: the draft-tree shape (``NO_SD`` for a plain iteration). ``hold``: for how many
-    iterations the answer stands while the running batch keeps its size, through churn (module
-    docstring; ``HOLD_UNTIL_EVENT`` when only a change of size can change it); engines may run up to
-    that many iterations without asking again, which lets the simulator advance non-learning
-    policies in spans.
+    iterations the answer stands while the running batch keeps its size (``HOLD_UNTIL_EVENT`` when
+    only a change of size can change it); engines may run up to that many iterations without asking
+    again. Above 1 it is an acceleration hint with promises (module docstring), which lets the
+    engines advance non-learning policies in spans.
     ``switch_on``: speculation is being switched on for the live requests (TLT's elastic switch):
     the engine must bring every live request's drafter state up to date first, by its configured
     switch mode (``switch_reprefill`` of target and drafter, or a drafter ``catch_up``).
@@ -238,7 +240,9 @@ class SDPolicy(Protocol):
 
 @runtime_checkable
 class PlainPhases(Protocol):
-    """The optional plain-phase promise (module docstring): ``plain_above() -> m | None``."""
+    """An optional acceleration hint, not part of the policy contract: ``plain_above() -> m | None``,
+    plain spans promised above batch size ``m`` (module docstring; stated in full, with the engine
+    paths that use it, in ``tltsim.rollout.fast``)."""
 
     def plain_above(self) -> int | None: ...
 
@@ -253,7 +257,7 @@ class ReadsRemaining(Protocol):
 
 
 def plain_phase_bound(policy: SDPolicy) -> Callable[[], int | None] | None:
-    """``policy.plain_above`` where the policy offers the plain-phase promise, else None."""
+    """``policy.plain_above`` where the policy offers the plain-phase hint, else None."""
     return policy.plain_above if isinstance(policy, PlainPhases) else None
 
 
@@ -275,7 +279,7 @@ class NoSD:
         return _UNTIL_EVENT_OFF
 
     def plain_above(self) -> int:
-        """Plain at every batch size (the module docstring's plain phases)."""
+        """Plain at every batch size (the optional plain-phase hint: :class:`PlainPhases`)."""
         return 0
 
     def observe(self, outcome: Outcome) -> None:

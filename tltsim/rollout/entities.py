@@ -39,7 +39,7 @@ class EngineConfig(EngineLimits):
     engine). ``closed_form`` and ``coalesce`` exist so tests can prove that advancing in spans equals
     plain stepping; ``fast`` (on by default) selects the engine's fast paths (whole plain phases in
     closed form, SD blocks and tails in vectorised passes, pricers mirroring the roofline, no SimPy
-    clock: :mod:`tltsim.rollout.worker`), which give bit-identical event logs and results: off, the
+    clock: :mod:`tltsim.rollout.fast`), which give bit-identical event logs and results: off, the
     reference per-row path runs.
     """
 
@@ -128,12 +128,12 @@ class LiveRequests:
 
     def after_plain(self, keep: np.ndarray, iters: int, prompt: np.ndarray, target: np.ndarray,
                     decoded: np.ndarray) -> None:
-        """The live set after a plain phase of ``iters`` iterations (:mod:`tltsim.rollout.plain_phase`):
-        the requests at indices ``keep``, each having emitted ``iters`` more tokens, then new ones
-        (``prompt``, ``target``) admitted during the phase and ``decoded`` iterations into it -- the
-        columns :meth:`add` and ``iters`` one-token :meth:`advance` steps (and the drafter's lag
-        growing with them) leave. Whole numbers throughout, so in expected mode the float columns
-        are the step-by-step float sums exactly."""
+        """The live set after a plain phase of ``iters`` iterations
+        (:mod:`tltsim.rollout.fast.plain_phase`): the requests at indices ``keep``, each having emitted
+        ``iters`` more tokens, then new ones (``prompt``, ``target``) admitted during the phase and
+        ``decoded`` iterations into it -- the columns :meth:`add` and ``iters`` one-token
+        :meth:`advance` steps (and the drafter's lag growing with them) leave. Whole numbers
+        throughout, so in expected mode the float columns are the step-by-step float sums exactly."""
         n = len(prompt)
         ints = self._ints.take(keep, axis=1)
         ctx_new = prompt + 1 + decoded

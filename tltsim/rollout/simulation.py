@@ -1,6 +1,6 @@
 """Rollout steps as a SimPy simulation: one process per rollout worker, steps back to back (the
-reference path; with ``engine.fast`` the workers run without a SimPy clock, which only ordered
-them, and their stochastic SD tails run together: :func:`_run_fast`).
+reference path; with ``engine.fast`` the workers run on their fast paths without a SimPy clock,
+which only ordered them: :func:`tltsim.rollout.fast.run_step`).
 
 A :class:`RolloutRun` is one policy's run over consecutive RL steps. What persists across steps is
 what persists in a real engine: each worker's policy object (``reset(step)`` is called at every
@@ -16,7 +16,6 @@ and dealing from ``(seed, s)``, so every policy sees the same workload split and
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -34,9 +33,7 @@ from tltcore.policy.recent_accept import RecentAccept
 from tltcore.policy.registry import make_policy
 from tltcore.step_simulator import SimulatedEngine
 from tltsim.rollout.entities import EngineConfig, StepRequests
-from tltsim.rollout.event_blocks import SimEventLog
-from tltsim.rollout.span_cost import block_size
-from tltsim.rollout.tails import StochasticTails
+from tltsim.rollout.fast import FastRun, SimEventLog, accelerate, run_step
 from tltsim.rollout.worker import RolloutWorker
 
 DEFAULT_ENGINE = EngineConfig()
@@ -89,7 +86,7 @@ class RolloutRun:
         self.name = policy_name or self.policies[0].name
         self.log = SimEventLog(run_id=run_id, source="sim", policy=self.name, coalesce=engine.coalesce)
         self.recent = [RecentAccept() for _ in self.policies]
-        self._pricers: dict[str, object] = {}  # the fast path's pricers, built by the first worker
+        self._fast = FastRun(cost, self.log) if engine.fast else None  # the fast paths' run-wide state
         self.clock = 0.0
 
     @property
@@ -106,17 +103,18 @@ class RolloutRun:
         parts = deal(workload.group_ids, self.n_workers, self.deal_mode, self.seed, step)
         prompts = np.asarray(workload.prompt_tokens, dtype=np.int64)
         responses = np.asarray(workload.response_tokens, dtype=np.int64)
-        workers = []
+        workers, doors = [], []
         for w, idx in enumerate(parts):
             self.policies[w].reset(step)
             worker = RolloutWorker(w, prompts[idx], responses[idx], policy=self.policies[w], cost=self.cost,
                                    accept=self.accept, sampler=self.sampler, engine=self.engine,
                                    rng=np.random.default_rng([self.seed, step, w]), log=self.log,
-                                   drafter=self.drafter, recent=self.recent[w], step=step, t0=t0, on_finish=progress,
-                                   pricers=self._pricers)
+                                   drafter=self.drafter, recent=self.recent[w], step=step, t0=t0, on_finish=progress)
             workers.append(worker)
-        if self.engine.fast:
-            _run_fast(workers, self._pricers, self.cost, self.sampler, self.drafter, self.engine)
+            if self._fast is not None:
+                doors.append(accelerate(worker, self._fast))
+        if self._fast is not None:
+            run_step(doors, self._fast, self.sampler, self.drafter, self.engine.acceptance_mode == "stochastic")
         else:
             env = simpy.Environment(initial_time=t0)
             for worker in workers:
@@ -149,30 +147,6 @@ def _worker_process(env: simpy.Environment, worker: RolloutWorker):
             yield env.timeout(max(0.0, worker.t - env.now))
     if worker.t > env.now:
         yield env.timeout(worker.t - env.now)
-
-
-def _run_fast(workers: list[RolloutWorker], pricers: dict, cost: CostModel, sampler: AcceptSampler | None,
-              drafter: DrafterState, engine: EngineConfig) -> None:
-    """The fast path's step: workers never interact within a step and the event log is sorted by
-    worker and time, so each worker runs its own loop to the end without a SimPy clock -- except
-    that stochastic SD tails of several workers run together, a block per worker per round
-    (:mod:`tltsim.rollout.tails`), where the cost model has a row pricer."""
-    rows_price = pricers.get("rows")
-    tails = None
-    if engine.acceptance_mode == "stochastic" and rows_price is not None and sampler is not None and \
-            len(workers) > 1:
-        tails = StochasticTails(rows_price, block_size(cost), sampler, drafter)
-        for w in workers:
-            w.tails = tails
-    queue = deque(workers)
-    while queue or (tails is not None and tails.members):
-        while queue:
-            worker = queue.popleft()
-            while worker.advance():
-                if worker.in_tail:
-                    break
-        if tails is not None and tails.members:
-            queue.extend(tails.round())
 
 
 def simulate_step(workload: StepRequests, *, policies: Sequence[SDPolicy], cost: CostModel,

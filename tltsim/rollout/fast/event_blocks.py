@@ -1,6 +1,6 @@
 """The simulator's event log: :class:`~tltcore.events.EventLog` plus rows added as numpy column blocks.
 
-A plain phase in closed form (:mod:`tltsim.rollout.plain_phase`) produces hundreds of rows at
+A plain phase in closed form (:mod:`tltsim.rollout.fast.plain_phase`) produces hundreds of rows at
 once; appending them one tuple at a time, and turning every tuple back into column entries in
 :meth:`~tltcore.events.EventLog.frame`, would cost more than computing them. :meth:`SimEventLog.block`
 keeps such rows as columns, and :meth:`SimEventLog.frame` builds the table from columns: the tuple

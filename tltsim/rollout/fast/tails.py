@@ -1,7 +1,7 @@
 """Stochastic SD tails of many workers advanced together, one block of iterations per worker per round.
 
 Workers never interact within a step, and a worker's stochastic SD span is a sequence of blocks
-(:meth:`tltsim.rollout.worker.RolloutWorker._stochastic_span`: the accept lengths of ``k``
+(:func:`tltsim.rollout.fast.spans.stochastic_span`: the accept lengths of ``k``
 iterations drawn at once from the worker's own uniform stream, summed, cut at the first finish).
 Each block costs a few dozen small numpy calls whatever its size, so with 16 workers in their tails
 most of the time goes to call overhead. :class:`StochasticTails` stacks the blocks of every worker
@@ -13,24 +13,85 @@ enters a result: padded requests have no draws, context 0 and an end no context 
 padded iterations lie beyond each worker's block. Per worker, what happens between blocks and spans
 is what its own tail does, in the same order: the clock, recent-accept estimate and totals added
 one iteration at a time, the rewind of unused draws, the span's Outcome and row, retirements, the
-plain-phase promise and the policy's next answer (a different one sends the worker back to its own
+plain-phase hint and the policy's next answer (a different one sends the worker back to its own
 loop with that answer to run).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import numpy as np
 
+from tltcore.acceptance import AcceptSampler
+from tltcore.drafter.state import DrafterState
 from tltcore.policy.base import HOLD_UNTIL_EVENT, BatchView, Decision, Outcome, SDConfig
-
-if TYPE_CHECKING:
-    from tltsim.rollout.worker import RolloutWorker
+from tltsim.rollout.fast.spans import stochastic_span
+from tltsim.rollout.fast.state import FastWorker
 
 _sum = np.add.reduce
 _FAR = np.int64(1) << 62  # the end of a padded request: no context reaches it
 _BLOCK_DRAWS = 4096  # as the worker's own blocks: at most this many draws per block
+
+
+def run_tail(fast: FastWorker, decision: Decision) -> None:
+    """Stochastic-mode SD spans of one held decision, span after span in one call (fast path,
+    nothing waiting): each span as :func:`~tltsim.rollout.fast.spans.speculate_blocks` runs it, then
+    what the worker's loop would do between spans -- retire the finished requests, check the policy's
+    plain-phase hint, ask the policy with the view it would build; a different answer (or the
+    hint) ends the tail and is run next. The spans' rows go to the log as one column block."""
+    config = decision.config
+    w = fast.worker
+    live = w.live
+    policy, idx, step_no, drafter, hint = w.policy, w.idx, w.step_no, w.drafter, w.hint
+    verify = config.verify_tokens
+    t, iteration, ema = w.t, w.iteration, w.recent.value
+    if w.lag_dirty:  # the first span brings every drafter up to date
+        live.lag[:] = 0
+        w.lag_dirty = False
+    rows_out: list[tuple] = []
+    pending = None
+    while True:
+        b = len(live)
+        t0 = t
+        n, t, ema, emitted_total, drawn_total = stochastic_span(fast, config, HOLD_UNTIL_EVENT, t0, ema)
+        accepted = (drawn_total - n).astype(np.float64)
+        acc = float(_sum(accepted))
+        drafted = verify * b * n
+        policy.observe(Outcome(config, b, round(emitted_total), t - t0, drafted, round(acc), t, idx, n,
+                               tuple(accepted.tolist())))
+        rows_out.append((t0, t, n, b, round(emitted_total), drafted, round(acc)))
+        iteration += n
+        # retire (the span ended at a finish), as RolloutWorker.retire does
+        done = live.rem <= 0
+        targets = live.target[done]
+        w.done_tokens.append(targets)
+        w.done_t.append(t)
+        w.done_n.append(len(targets))
+        live.drop(~done)
+        if w.on_finish is not None:
+            w.on_finish(len(targets))
+        b = len(live)
+        if b == 0:
+            break
+        if fast.plain_bound is not None:
+            bound = fast.plain_bound()
+            if bound is not None and b > bound:
+                break
+        view = BatchView(b, tuple(live.ctx.tolist()), t, iteration, ema, idx, step_no, drafter,
+                         tuple(live.rem.tolist()) if hint else ())
+        d = policy.decide(view)
+        if not (d.config == config and d.hold == HOLD_UNTIL_EVENT and not d.switch_on):
+            pending = d
+            break
+    cols = list(zip(*rows_out, strict=True))
+    k = len(rows_out)
+    fast.log.block(idx, np.zeros(k, dtype=np.int8), ("decode",), np.array(cols[0]), np.array(cols[1]),
+                   np.array(cols[2]), np.array(cols[3]), np.array(cols[4]), np.zeros(k), config=config,
+                   drafted=np.array(cols[5]), accepted=np.array(cols[6]))
+    w.t, w.iteration, w.recent.value = t, iteration, ema
+    w.need_admit = True
+    fast.pending = pending
 
 
 class _Given:
@@ -48,17 +109,16 @@ class _Given:
 class _Member:
     """One worker in its tail: the held decision and the running span's accumulators."""
 
-    __slots__ = ("config", "drawn", "ema", "emitted", "end", "iteration", "mean", "n", "rows", "t", "t0", "worker")
+    __slots__ = ("config", "drawn", "ema", "emitted", "end", "fast", "iteration", "mean", "n", "rows", "t", "t0",
+                 "worker")
 
-    def __init__(self, worker: RolloutWorker, config: SDConfig) -> None:
+    def __init__(self, fast: FastWorker, config: SDConfig) -> None:
+        worker = fast.worker
         live = worker.live
-        self.worker, self.config = worker, config
+        self.fast, self.worker, self.config = fast, worker, config
         self.end = live.rem + live.ctx  # prompt + response per request, in live order
         self.t, self.ema, self.iteration = worker.t, worker.recent.value, worker.iteration
-        mean = worker._accept_len.get(config)
-        if mean is None:
-            mean = worker._accept_len[config] = float(worker.accept.expected_accept_length(config, worker.drafter))
-        self.mean = mean
+        self.mean = worker.mean_accept(config)
         self.rows: list[tuple] = []  # (t0, t1, n, b, tokens, drafted, accepted) per closed span
         self.start_span()
 
@@ -69,20 +129,22 @@ class _Member:
 class StochasticTails:
     """The workers of one step whose stochastic SD tails run together (module docstring)."""
 
-    def __init__(self, rows_price, block: int, sampler, drafter) -> None:
+    def __init__(self, rows_price: Callable[..., np.ndarray], block: int, sampler: AcceptSampler,
+                 drafter: DrafterState) -> None:
         self.rows_price, self.block, self.sampler, self.drafter = rows_price, block, sampler, drafter
         self.shift = block.bit_length() - 1 if block & (block - 1) == 0 else None
         self.members: list[_Member] = []
 
-    def enter(self, worker: RolloutWorker, decision: Decision) -> None:
-        """``worker`` starts a tail of ``decision`` (held, SD, nothing waiting) at its current state."""
+    def enter(self, fast: FastWorker, decision: Decision) -> None:
+        """``fast.worker`` starts a tail of ``decision`` (held, SD, nothing waiting) at its current state."""
+        worker = fast.worker
         if worker.lag_dirty:  # the first span brings every drafter up to date
             worker.live.lag[:] = 0
             worker.lag_dirty = False
-        worker.in_tail = True
-        self.members.append(_Member(worker, decision.config))
+        fast.in_tail = True
+        self.members.append(_Member(fast, decision.config))
 
-    def round(self) -> list[RolloutWorker]:
+    def round(self) -> list[FastWorker]:
         """One block for every member; returns the workers whose tails ended (back to their own loop)."""
         members = self.members
         w_n = len(members)
@@ -109,7 +171,7 @@ class StochasticTails:
         depth = max(k_l)
         b_l = b.tolist()
         # each worker's next k * b uniforms, mapped to accept lengths by the sampler (per shape)
-        u_all = np.concatenate([m.worker._stream().random(kw * bw) for m, kw, bw in zip(members, k_l, b_l,
+        u_all = np.concatenate([m.fast.stream.random(kw * bw) for m, kw, bw in zip(members, k_l, b_l,
                                                                                        strict=True)])
         sizes = k * b
         shapes = list(dict.fromkeys(m.config for m in members))
@@ -161,14 +223,14 @@ class StochasticTails:
         dts_l = dts.tolist()
         used_l, finish_l = used.tolist(), finish.tolist()
         emitted_l = emitted.tolist()
-        left: list[RolloutWorker] = []
+        left: list[FastWorker] = []
         keep: list[_Member] = []
         pos = 0
         for i, m in enumerate(members):
             w = m.worker
             bw, kw, uw = b_l[i], k_l[i], used_l[i]
             if finish_l[i] and uw < kw:  # rewind: only the draws of the iterations that ran
-                w._uniforms.pos -= (kw - uw) * bw
+                m.fast.stream.pos -= (kw - uw) * bw
             keep_w = 1.0 - w.recent.weight
             t, ema, total = m.t, m.ema, m.emitted
             for dt, e in zip(dts_l[pos:pos + uw], emitted_l[i][:uw], strict=True):
@@ -191,7 +253,7 @@ class StochasticTails:
             if self._close_span(m):
                 keep.append(m)
             else:
-                left.append(w)
+                left.append(m.fast)
         self.members = keep
         return left
 
@@ -212,8 +274,8 @@ class StochasticTails:
         done = live.rem <= 0
         targets = live.target[done]
         w.done_tokens.append(targets)
-        w._done_t.append(t)
-        w._done_n.append(len(targets))
+        w.done_t.append(t)
+        w.done_n.append(len(targets))
         keep_cols = ~done
         live.drop(keep_cols)
         m.end = m.end[keep_cols]
@@ -222,8 +284,8 @@ class StochasticTails:
         b = len(live)
         pending = None
         go_on = b > 0
-        if go_on and w._plain_bound is not None:
-            bound = w._plain_bound()
+        if go_on and m.fast.plain_bound is not None:
+            bound = m.fast.plain_bound()
             go_on = bound is None or b <= bound
         if go_on:
             view = BatchView(b, tuple(live.ctx.tolist()), t, m.iteration, m.ema, w.idx, w.step_no, w.drafter,
@@ -242,10 +304,10 @@ class StochasticTails:
         w = m.worker
         cols = list(zip(*m.rows, strict=True))
         k = len(m.rows)
-        w.log.block(w.idx, np.zeros(k, dtype=np.int8), ("decode",), np.array(cols[0]), np.array(cols[1]),
+        m.fast.log.block(w.idx, np.zeros(k, dtype=np.int8), ("decode",), np.array(cols[0]), np.array(cols[1]),
                     np.array(cols[2]), np.array(cols[3]), np.array(cols[4]), np.zeros(k), config=m.config,
                     drafted=np.array(cols[5]), accepted=np.array(cols[6]))
         w.t, w.iteration, w.recent.value = m.t, m.iteration, m.ema
         w.need_admit = True
-        w._pending = pending
-        w.in_tail = False
+        m.fast.pending = pending
+        m.fast.in_tail = False

@@ -1,0 +1,55 @@
+"""The simulator's speed, behind one door. Its single rule: **every path here equals the reference in
+:mod:`tltsim.rollout.worker` bit for bit** -- the same event log cell for cell, the same finish times,
+the same views shown to every policy in the same order, the same Outcomes told -- and only runs
+faster.
+
+The reference is :meth:`RolloutWorker.run <tltsim.rollout.worker.RolloutWorker.run>`: one decision,
+one span, iteration by iteration, a SimPy clock between workers. ``engine.fast`` (on by default)
+hands each unit of work after admission to the worker's door, :class:`~tltsim.rollout.fast.paths.FastPaths`
+(:mod:`~tltsim.rollout.fast.paths`), which picks an accelerated path by what the decision allows;
+``engine.fast = False`` runs the reference. The paths, one concept per module:
+
+* :mod:`~tltsim.rollout.fast.spans`: an SD span of one iteration without the loop's accumulators,
+  or in blocks of iterations (accept lengths drawn at once, cut at the first finish);
+* :mod:`~tltsim.rollout.fast.expected_tail` and :mod:`~tltsim.rollout.fast.tails`: a held SD
+  decision's spans back to back, asking the policy between them (expected mode: many spans per numpy
+  pass; stochastic: span after span, or with the other workers' tails a block per round);
+* :mod:`~tltsim.rollout.fast.plain_phase`: a whole phase of plain spans, admissions and prefills
+  included, in closed form;
+* :mod:`~tltsim.rollout.fast.event_blocks`: rows added as numpy column blocks;
+* :mod:`~tltsim.rollout.fast.uniforms`: the acceptance draws as a rewindable stream;
+* the run's vectorised pricers (:class:`~tltsim.rollout.worker.Pricers`, from
+  :mod:`tltsim.rollout.span_cost`), which the worker's shared primitives also use for long
+  prefills and plain spans.
+
+The rule is pinned by tests that run both and compare exactly: ``tests/sim/test_fast_identical.py``
+(bundled scenarios, presets, queueing and KV limits, holds, wide batches, many workers' tails, with
+the views every policy was shown), ``tests/sim/test_plain_phase.py`` (closed-form plain phases,
+with and without a pricer, and the column-block log), ``tests/sim/test_fast_paths.py`` (the
+uniform stream and the pricers against what they replace), ``tests/sim/test_speed_span_cost.py``
+(with pricers and call by call), and the fast/reference pairs in ``tests/sim/test_rollout.py`` and
+``tests/sim/test_hold_beg_mab.py``. A change here that moves one bit fails them.
+
+**Optional policy hints.** Three properties of a policy let these paths skip asking it; none is part
+of the policy contract (:mod:`tltcore.policy.base`), and a policy without them only runs on slower
+paths:
+
+* *plain phases*: ``plain_above() -> m | None`` (:class:`~tltcore.policy.base.PlainPhases`) -- until
+  its next ``observe`` of a batch at or below ``m`` (or ``reset``), ``decide`` answers
+  ``Decision(NO_SD, HOLD_UNTIL_EVENT)`` at every batch size above ``m`` without changing its state,
+  and observing plain spans above ``m`` leaves the state that observing only the last of them leaves
+  (None: no such promise now). The whole phase then runs in closed form and the policy hears its
+  last span;
+* *holding through churn*: a decision's ``hold`` stands while the batch keeps its size, even as a
+  finishing request is replaced by an admitted one (a policy whose answer depends on which requests
+  run holds for one iteration);
+* *one observe of n iterations equals n single rounds*: a policy's state after an Outcome of ``n``
+  iterations is what ``n`` one-iteration rounds would have left, every part a later decision can read
+  (one documented exception, of state no decision reads: a BEG-MAB bucket with a single arm,
+  :mod:`tltcore.policy.beg_mab`), so spans of many iterations are told once.
+"""
+
+from tltsim.rollout.fast.event_blocks import SimEventLog
+from tltsim.rollout.fast.paths import FastPaths, FastRun, accelerate, run_step
+
+__all__ = ["FastPaths", "FastRun", "SimEventLog", "accelerate", "run_step"]

@@ -1,0 +1,176 @@
+"""Expected-mode SD spans of one held decision, many at once (nothing waiting, so no admission ends a span).
+
+Every live request emits the expected accept length per iteration whatever the spans around it, so
+one ``numpy.cumsum`` over a chunk of iterations gives every span of the tail; :func:`run_tail` then
+does per span what the per-span path does, in the same order with the same values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tltcore.policy.base import HOLD_UNTIL_EVENT, BatchView, Decision, Outcome
+from tltsim.rollout import span_cost
+from tltsim.rollout.fast.spans import speculate_expected_blocks
+from tltsim.rollout.fast.state import FastWorker
+from tltsim.rollout.worker import _EPS, _min, _sum
+
+_TAIL_CELLS = 1 << 18  # iterations x requests of one chunk of an expected-mode SD tail
+
+
+def run_tail(fast: FastWorker, decision: Decision) -> None:
+    """Expected-mode SD spans of one held decision, many at once (fast path, nothing waiting).
+
+    Every live request emits the expected accept length ``a`` per iteration, so its remaining
+    and emitted tokens are running sums of ``-a`` and ``a`` whatever the spans around it (a span
+    ends at the first finish, and the survivors' sums go on exactly as the next span's block
+    would continue them): one ``numpy.cumsum`` over a chunk of iterations gives every request's
+    finishing iteration, the spans between finishes, every iteration's contexts (priced in one
+    call) and the state at any span boundary. Per span, what the per-span path does is done in
+    the same order with the same values: the policy is asked at every span after the first (the
+    view it would get; a different answer, or the plain-phase hint, ends the tail there and the
+    answer is run next), the clipped last iteration's tokens summed as numpy sums them, the
+    clock, recent-accept estimate and accumulators added one iteration at a time (a run of
+    equal recent-accept updates stops changing the estimate once it equals the value folded in),
+    the Outcome, the retirements and the event row (one column block per chunk)."""
+    config = decision.config
+    w = fast.worker
+    live, eps = w.live, _EPS
+    a = w.draw(config, len(live))
+    less, keep = a - 1, 1.0 - w.recent.weight
+    verify = config.verify_tokens
+    policy, log, idx, step_no = w.policy, fast.log, w.idx, w.step_no
+    drafter, hint = w.drafter, w.hint
+    rows_price, cost, bs = w.pricers.rows, w.cost, span_cost.block_size(w.cost)
+    # batch -> one unclipped iteration's tokens, summed as numpy sums them (shared by the run's workers)
+    full_of: dict[int, float] = fast.sums.setdefault(a, {})
+    acc_run = [0.0]  # acc_run[n]: n accepted-token increments added one by one
+    ema, t, iteration = w.recent.value, w.t, w.iteration
+    first = True
+    chunk = 0
+    while True:
+        prompt, rem, gen = live.prompt, live.rem, live.gen
+        b0 = len(live)
+        need = int(float(_min(rem)) / a) + 2  # rows that surely hold a finish
+        # about the iterations of the next 8, 16, 32, ... finishes (a tail may stop at any span: a
+        # decision that changes with the batch), within a bounded chunk
+        m = min(b0, 8 << chunk)
+        reach = int(float(np.partition(rem, m - 1)[m - 1]) / a) + 2
+        rows = max(need, min(reach, _TAIL_CELLS // b0))
+        chunk += 1
+        r = np.empty((rows + 1, b0))
+        r[0], r[1:] = rem, -a
+        np.cumsum(r, axis=0, out=r)  # r[j]: remaining after j iterations (the per-iteration sums)
+        g = np.empty((rows + 1, b0))
+        g[0], g[1:] = gen, a
+        np.cumsum(g, axis=0, out=g)
+        hit = r[1:] <= eps
+        fin = hit.argmax(axis=0) + 1  # each request's finishing iteration (1-based) ...
+        fin[~hit[fin - 1, np.arange(b0)]] = rows + 1  # ... or beyond this chunk
+        ends = np.unique(fin[fin <= rows])
+        if len(ends) == 0:  # cannot happen (rows >= need); the per-span path then
+            speculate_expected_blocks(fast, config, HOLD_UNTIL_EVENT)
+            return
+        last_end = int(ends[-1])
+        # every iteration's contexts and batch, priced at once
+        ctx = prompt + np.floor(g[:last_end] + eps).astype(np.int64)  # (iterations, requests)
+        alive = fin[None, :] > np.arange(last_end)[:, None]  # in the batch of iteration j + 1
+        batch = np.add.reduce(alive, axis=1)
+        masked = np.where(alive, ctx, 0)
+        ctx_sum = np.add.reduce(masked, axis=1)
+        if rows_price is not None:
+            up = masked + (bs - 1)
+            paged = np.add.reduce(up // bs, axis=1) * bs
+            dts = rows_price(paged, ctx_sum, batch, config)
+        else:
+            dts = np.array([cost.sd_time(ctx[j][alive[j]], config) for j in range(last_end)], dtype=np.float64)
+        clock = np.empty(last_end + 1)
+        clock[0] = t
+        clock[1:] = dts
+        np.add.accumulate(clock, out=clock)  # the clock after each iteration, added in order
+        starts = np.concatenate(([0], ends[:-1])).tolist()
+        ends_l = ends.tolist()
+        batch_l = batch[starts].tolist()
+        rows_out: list[tuple] = []  # (t0, t1, n, b, tokens, drafted, accepted) per span
+        stop = None  # the boundary (iteration) the chunk's spans end at
+        pending = None
+        span = 0
+        counts = np.bincount(np.searchsorted(ends, fin[fin <= last_end]), minlength=len(ends))  # finishes per span
+        for s0, s1, b in zip(starts, ends_l, batch_l, strict=True):
+            in_span = fin > s0  # the span's requests, in live order
+            if not first:
+                if fast.plain_bound is not None:
+                    bound = fast.plain_bound()
+                    if bound is not None and b > bound:
+                        stop = s0
+                        break
+                view = BatchView(b, tuple(ctx[s0][in_span].tolist()), float(clock[s0]), iteration, ema, idx,
+                                 step_no, drafter, tuple(r[s0][in_span].tolist()) if hint else ())
+                d = policy.decide(view)
+                if not (d.config == config and d.hold == HOLD_UNTIL_EVENT and not d.switch_on):
+                    pending, stop = d, s0
+                    break
+            first = False
+            n = s1 - s0
+            full = full_of.get(b)
+            if full is None:
+                full = full_of[b] = float(_sum(np.full(b, a)))
+            last = float(_sum(np.minimum(r[s1 - 1][in_span], a)))  # the finishing iteration, clipped
+            # n - 1 unclipped iterations, then the clipped one: tokens, recent accept, accepted
+            x = full / b
+            if n <= 16:
+                total = 0.0
+                for _ in range(n - 1):
+                    total += full
+            else:  # the same additions in order
+                total = float(np.add.accumulate(np.full(n - 1, full))[-1])
+            if ema is None:
+                ema = x if n > 1 else None
+                start = 1
+            else:
+                start = 0
+            for _ in range(start, n - 1):
+                nxt = x + keep * (ema - x)
+                if nxt == ema:  # a fixed point: the remaining updates leave it as it is
+                    break
+                ema = nxt
+            total += last
+            xl = last / b
+            ema = xl if ema is None else xl + keep * (ema - xl)
+            while len(acc_run) <= n:
+                acc_run.append(acc_run[-1] + less)
+            acc_each = acc_run[n]
+            acc = float(_sum(np.full(b, acc_each)))
+            t0, t1 = float(clock[s0]), float(clock[s1])
+            drafted = verify * b * n
+            policy.observe(Outcome(config, b, round(total), t1 - t0, drafted, round(acc), t1, idx, n,
+                                   (acc_each,) * b))
+            rows_out.append((t0, t1, n, b, round(total), drafted, round(acc)))
+            iteration += n
+            # retirements at the span's end (in live order: below, for the whole chunk)
+            w.done_t.append(t1)
+            if w.on_finish is not None:
+                w.on_finish(int(counts[span]))
+            span += 1
+            stop = s1
+        if span:  # the responses retired, span by span, each span's in live order
+            w.done_n.extend(counts[:span].tolist())
+            done = np.flatnonzero(fin <= stop)
+            w.done_tokens.append(live.target[done[np.argsort(fin[done], kind="stable")]])
+        if rows_out:
+            cols = list(zip(*rows_out, strict=True))
+            log.block(idx, np.zeros(len(rows_out), dtype=np.int8), ("decode",), np.array(cols[0]),
+                      np.array(cols[1]),
+                      np.array(cols[2]), np.array(cols[3]), np.array(cols[4]), np.zeros(len(rows_out)),
+                      config=config, drafted=np.array(cols[5]), accepted=np.array(cols[6]))
+        # the state at the boundary
+        keep_idx = np.flatnonzero(fin > stop)
+        live.after_sd(keep_idx, r[stop], g[stop], eps)
+        t = float(clock[stop])
+        w.t, w.iteration, w.recent.value = t, iteration, ema
+        w.lag_dirty = False
+        w.need_admit = True
+        if pending is not None or stop < last_end or len(live) == 0:
+            fast.pending = pending
+            return
+
