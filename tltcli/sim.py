@@ -165,8 +165,9 @@ def run(
     gpus: GpusOption = None,
     tp: TpOption = None,
     policy: Annotated[list[str] | None, typer.Option(
-        help="SD policy spec, repeatable (replaces the scenario's list; no-sd is always added). Not with "
-             "--preset or a scenario's presets: each preset runs its own SD policy.")] = None,
+        help="SD policy spec, repeatable (replaces the scenario's list; no-sd is always added), e.g. "
+             "elastic:16+beg-mab; a field of one is --set policies.1.threshold=8. Not with --preset or a "
+             "scenario's presets: each preset runs its own SD policy.")] = None,
     preset: Annotated[list[str] | None, typer.Option(
         help="Whole RL runs of a named system, repeatable: verl, tlt-base, static-drafter, tlt, tlt-no-spot, "
              "tlt-periodic, tlt-no-elastic, tlt-no-mab, speco-bubble (replaces the scenario's presets; verl is always "

@@ -108,10 +108,10 @@ class PolicyBase(ConfigModel):
     """What every spec kind shares: frozen, unknown keys refused (a config section: constructing one
     directly raises one InputError), printed back in the text grammar.
 
-    ``OPTIONS`` are the fields the grammar writes as ``key=value`` (in this order); ``None`` means
-    the policy's own default and is never written."""
+    ``OPTIONS`` are the fields the grammar writes as ``field=value`` (in this order); ``None``
+    means the policy's own default and is never written."""
 
-    OPTIONS: ClassVar[dict[str, str]] = {}  # field -> option key in the grammar
+    OPTIONS: ClassVar[tuple[str, ...]] = ()
     _shapes: tuple[SDConfig, ...] | None = PrivateAttr(default=None)
 
     kind: str
@@ -119,8 +119,8 @@ class PolicyBase(ConfigModel):
     @property
     def name(self) -> str:
         """The spec in the text grammar: what results are labelled with."""
-        opts = [f"{key}={_text(getattr(self, field))}" for field, key in self.OPTIONS.items()
-                if getattr(self, field) is not None]
+        values = dict(self)
+        opts = [f"{field}={_text(values[field])}" for field in self.OPTIONS if values[field] is not None]
         return ":".join([self.kind, *opts])
 
     @property
@@ -188,7 +188,6 @@ class NoSDSpec(PolicyBase):
 class StaticSpec(PolicyBase):
     """``static[:SHAPE]``: always the same draft shape (default 8_4_32)."""
 
-    OPTIONS: ClassVar[dict[str, str]] = {}
     kind: Literal["static"] = "static"
     config: Shape | None = None
 
@@ -211,8 +210,7 @@ def _given(**values: Any) -> dict[str, Any]:
 class BegMabSpec(PolicyBase):
     """``beg-mab``: TLT's bucketed epsilon-greedy bandit over draft shapes."""
 
-    OPTIONS: ClassVar[dict[str, str]] = {"eps": "eps", "window": "window", "arms": "arms",
-                                         "thresholds": "thresholds"}
+    OPTIONS: ClassVar[tuple[str, ...]] = ("eps", "window", "arms", "thresholds")
     kind: Literal["beg-mab"] = "beg-mab"
     eps: Float | None = None
     window: Int | None = None
@@ -227,7 +225,7 @@ class BegMabSpec(PolicyBase):
 class EpsGreedySpec(PolicyBase):
     """``eps-greedy``: one epsilon-greedy bandit over draft shapes."""
 
-    OPTIONS: ClassVar[dict[str, str]] = {"eps": "eps", "window": "window", "arms": "arms"}
+    OPTIONS: ClassVar[tuple[str, ...]] = ("eps", "window", "arms")
     kind: Literal["eps-greedy"] = "eps-greedy"
     eps: Float | None = None
     window: Int | None = None
@@ -240,7 +238,7 @@ class EpsGreedySpec(PolicyBase):
 class UCB1Spec(PolicyBase):
     """``ucb1``: a UCB1 bandit over draft shapes."""
 
-    OPTIONS: ClassVar[dict[str, str]] = {"c": "c", "window": "window", "arms": "arms"}
+    OPTIONS: ClassVar[tuple[str, ...]] = ("c", "window", "arms")
     kind: Literal["ucb1"] = "ucb1"
     c: Float | None = None
     window: Int | None = None
@@ -275,8 +273,7 @@ class VllmTableSpec(PolicyBase):
 class SglangEmaSpec(PolicyBase):
     """``sglang-ema``: SGLang's EMA of acceptance choosing a chain depth per batch-size range."""
 
-    OPTIONS: ClassVar[dict[str, str]] = {"depths": "depths", "ranges": "ranges", "smoothing": "smoothing",
-                                         "prior": "prior", "hysteresis": "hysteresis"}
+    OPTIONS: ClassVar[tuple[str, ...]] = ("depths", "ranges", "smoothing", "prior", "hysteresis")
     kind: Literal["sglang-ema"] = "sglang-ema"
     depths: Ints | None = None
     ranges: Ints | None = None
@@ -293,7 +290,7 @@ class SglangEmaSpec(PolicyBase):
 class GreedyOracleSpec(PolicyBase):
     """``greedy-oracle``: per-iteration greedy on the true models (not an upper bound)."""
 
-    OPTIONS: ClassVar[dict[str, str]] = {"arms": "arms"}
+    OPTIONS: ClassVar[tuple[str, ...]] = ("arms",)
     kind: Literal["greedy-oracle"] = "greedy-oracle"
     arms: Shapes | None = None
 
@@ -307,9 +304,8 @@ class GreedyOracleSpec(PolicyBase):
 class CostAwareSpec(PolicyBase):
     """``cost-aware``: ours; prices iterations and the switch with the engine's cost model."""
 
-    OPTIONS: ClassVar[dict[str, str]] = {"arms": "arms", "switch": "switch", "lengths": "lengths",
-                                         "recheck": "recheck", "phases": "phases", "prior": "prior",
-                                         "prior_weight": "prior_weight", "memory": "memory"}
+    OPTIONS: ClassVar[tuple[str, ...]] = ("arms", "switch", "lengths", "recheck", "phases", "prior", "prior_weight",
+                                          "memory")
     kind: Literal["cost-aware"] = "cost-aware"
     arms: Shapes | None = None
     switch: str | None = None
