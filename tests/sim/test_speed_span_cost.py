@@ -21,6 +21,8 @@ import tltsim.rollout.span_cost as pricing
 from tltcore.acceptance import paper_qwen32b_tp4
 from tltcore.cost import RooflineCostModel
 from tltcore.cost.measured import measured_cost_model
+from tltcore.cost.protocol import CostModelBase
+from tltcore.cost.roofline import _ForwardCosts
 from tltcore.hardware import get_gpu
 from tltcore.model_shape import get_model
 from tltcore.policy.base import NO_SD, SDConfig, Static
@@ -39,6 +41,7 @@ def _models(tmp_path):
     return [RooflineCostModel(qwen7b, h100), RooflineCostModel(qwen32b, h100, tp=4),
             RooflineCostModel(qwen7b, h100, tp=2, smoothness=4.0, kernel_latency_s=2e-6, kernels_per_layer=9),
             RooflineCostModel(qwen32b, h100, tp=4, kv_block_size=1),
+            RooflineCostModel(qwen7b, h100, tp=2, kernel_latency_s=3e-6, kernels_per_layer=7, kv_block_size=12),
             measured_cost_model(qwen32b, "H100", 4, profiles=root)]
 
 
@@ -104,17 +107,32 @@ class _Tweaked(RooflineCostModel):
     def sd_time(self, context_lens: np.ndarray, config: SDConfig) -> float:
         return 2 * super().sd_time(context_lens, config)
 
+    sd_times = CostModelBase.sd_times
+
+    def paged_kv_times(self) -> None:
+        return None
+
 
 @dataclass(frozen=True)
 class _PrefillTweaked(RooflineCostModel):
     def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
         return 2 * super().prefill_time(new_tokens, cached_tokens)
 
+    sd_times = RooflineCostModel.sd_times
+
+    def paged_kv_times(self) -> None:
+        return None
+
 
 @dataclass(frozen=True)
 class _PlainTweaked(RooflineCostModel):
     def decode_span_time(self, context_lens: np.ndarray, n_iters: int) -> float:
         return 2 * super().decode_span_time(context_lens, n_iters)
+
+    sd_times = RooflineCostModel.sd_times
+
+    def paged_kv_times(self) -> None:
+        return None
 
 
 def test_stands_aside_for_models_it_does_not_mirror() -> None:
@@ -124,6 +142,42 @@ def test_stands_aside_for_models_it_does_not_mirror() -> None:
     assert plain_pricer(object()) is None
     assert plain_pricer(_PlainTweaked(get_model("Qwen2.5-7B"), get_gpu("h100"))) is None
     assert prefill_pricer(_PrefillTweaked(get_model("Qwen2.5-7B"), get_gpu("h100"))) is None
+
+
+@pytest.mark.parametrize("formula", ["sd_time", "_sd_constants", "decode_span_time", "prefill_time", "padded",
+                                     "_draft_attention", "_verify"])
+def test_a_subclass_overriding_a_formula_must_declare_its_batched_forms(formula) -> None:
+    """Overriding one scalar formula without saying what the batched forms become would leave them
+    pricing the parent's formula: the class is refused at definition."""
+    with pytest.raises(TypeError, match="paged_kv_times"):
+        type("Silent", (RooflineCostModel,), {formula: lambda self, *a: 0.0})
+    type("Declared", (RooflineCostModel,), {formula: lambda self, *a: 0.0, "sd_times": CostModelBase.sd_times,
+                                            "paged_kv_times": lambda self: None})
+    type("Untouched", (RooflineCostModel,), {"describe": lambda self: "x"})  # no formula: nothing to declare
+
+
+def test_a_forward_overriding_its_fixed_time_must_give_its_batched_form() -> None:
+    with pytest.raises(TypeError, match="forward_times"):
+        type("Silent", (_ForwardCosts,), {"fixed_time": lambda self, r, n: 0.0})
+    with pytest.raises(TypeError, match="attention_time"):
+        type("Attention", (_ForwardCosts,), {"attention_time": lambda self, k, q: 0.0,
+                                             "forward_times": _ForwardCosts._forward_times_each})
+
+
+def test_forward_times_equal_the_scalar_forms(tmp_path) -> None:
+    """The prefill's batched forward (sharp: vectorised; smooth and measured: per forward) against
+    ``fixed_time + attention_time`` called per forward."""
+    rng = np.random.default_rng(4)
+    for cost in _models(tmp_path):
+        for f in (cost._target, cost._draft):
+            rows = rng.integers(1, 9000, 50)
+            live = rng.integers(1, 30, 50)
+            kv, pos = rng.integers(1, 90_000, 50), rng.integers(1, 10**8, 50)
+            for logits in (live, None):
+                got = f.forward_times(rows, logits, kv, pos)
+                want = [f.fixed_time(int(r), 0 if logits is None else int(n)) + f.attention_time(int(k), int(q))
+                        for r, n, k, q in zip(rows, live, kv, pos, strict=True)]
+                assert got.tolist() == want, (type(f).__name__, f.smoothness, logits is None)
 
 
 @pytest.mark.parametrize("mode", ["expected", "stochastic"])

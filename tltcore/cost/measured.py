@@ -432,6 +432,11 @@ class _MeasuredForward(_ForwardCosts):
         self.memo[key] = total
         return total
 
+    def forward_times(self, rows: np.ndarray, logit_rows: np.ndarray | None, kv: np.ndarray,
+                      pos: np.ndarray) -> np.ndarray:
+        """Per forward, as :meth:`fixed_time` prices it (the calibrated kernels have no batched form)."""
+        return self._forward_times_each(rows, logit_rows, kv, pos)
+
 
 def _measured_forward(shape: ModelShape, cal: GPUCalibration, tp: int) -> _MeasuredForward:
     base = _ForwardCosts.build(shape, cal.spec, tp)

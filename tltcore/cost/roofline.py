@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import bisect
 import math
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from tltcore.cost.lengths import as_lengths, prefill_lengths
-from tltcore.cost.protocol import PerConfigSDTimes
+from tltcore.cost.protocol import CostModelBase
 from tltcore.errors import InputError
 from tltcore.hardware import GPUSpec
 from tltcore.model_shape import BF16_BYTES, ModelShape
@@ -125,9 +124,59 @@ class _ForwardCosts:
         """One attention group: KV streamed from HBM vs QK^T/PV compute, whichever binds."""
         return max(kv_tokens_read * self.kv_read_s_per_token, query_positions * self.attention_s_per_position)
 
+    def forward_times(self, rows: np.ndarray, logit_rows: np.ndarray | None, kv: np.ndarray,
+                      pos: np.ndarray) -> np.ndarray:
+        """``fixed_time(r, l) + attention_time(k, q)`` of many forwards (rows > 0) at once, element-wise
+        (``logit_rows`` None: ``fixed_time(r, 0)``, hidden states only). The sharp roofline's is the same
+        IEEE operations in the same order (``a if a > b else b`` and ``max`` as ``numpy.where``; no NaNs or
+        signed zeros arise); the smooth one calls the scalar forms per forward."""
+        if self.smoothness != math.inf:
+            return self._forward_times_each(rows, logit_rows, kv, pos)
+        compute = rows * self.matmul_s_per_token
+        matmul = np.where(self.weight_s > compute, self.weight_s, compute)  # _roof: memory if memory > compute
+        comm = 2 * self.layers * (self.collective_latency_s + rows * self.allreduce_s_per_token)
+        if logit_rows is None:
+            fixed = matmul + comm + self.launch_s
+        else:
+            head = logit_rows * self.lm_head_s_per_token
+            lm_head = np.where(self.lm_head_weight_s > head, self.lm_head_weight_s, head)
+            gather = self.collective_latency_s + logit_rows * self.logits_gather_s_per_token
+            fixed = matmul + lm_head + comm + gather + self.launch_s
+        a, b = kv * self.kv_read_s_per_token, pos * self.attention_s_per_position
+        return fixed + np.where(b > a, b, a)  # max(a, b): b only when strictly larger
+
+    def _forward_times_each(self, rows: np.ndarray, logit_rows: np.ndarray | None, kv: np.ndarray,
+                            pos: np.ndarray) -> np.ndarray:
+        """:meth:`forward_times` as one scalar call per forward: the definition it is pinned to."""
+        logits = [0] * len(rows) if logit_rows is None else logit_rows.tolist()
+        return np.array([self.fixed_time(r, n) + self.attention_time(k, q) for r, n, k, q
+                         in zip(rows.tolist(), logits, kv.tolist(), pos.tolist(), strict=True)], dtype=np.float64)
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """A forward that prices its fixed part its own way must give its batched form too (at least
+        :meth:`_forward_times_each`), or :meth:`forward_times` would price the parent's formula; and
+        attention's formula is restated by the roofline's batched SD and decode forms, so it is not
+        overridden at all (a different attention is a different cost model)."""
+        super().__init_subclass__(**kwargs)
+        own = vars(cls)
+        if "attention_time" in own or "_roof" in own:
+            raise TypeError(f"{cls.__name__}: the roofline's batched forms inline attention_time and _roof; "
+                            "write a new cost model instead of overriding them")
+        if "fixed_time" in own and "forward_times" not in own:
+            raise TypeError(f"{cls.__name__} overrides fixed_time: define forward_times as well "
+                            "(_forward_times_each calls the scalar forms per forward)")
+
+
+#: The roofline's scalar formulas, each restated by a batched form of :class:`RooflineCostModel`. A
+#: subclass overriding one must say how its batched forms relate (:meth:`RooflineCostModel.__init_subclass__`).
+_ROOFLINE_FORMULAS = frozenset({
+    "padded", "_sums", "_sd_constants", "_sd_at", "_draft_attention", "_drafting", "_verify", "_prefill",
+    "_paged_span_sum", "_decode_step", "decode_time", "decode_span_time", "sd_time", "verify_time",
+    "draft_step_time", "prefill_time", "drafter_prefill_time"})
+
 
 @dataclass(frozen=True)
-class RooflineCostModel(PerConfigSDTimes):
+class RooflineCostModel(CostModelBase):
     """Analytic iteration costs of ``model`` on a tensor-parallel group of ``tp`` x ``gpu``.
 
     Decode of ``B`` requests: decoder matmuls over the CUDA-graph-padded batch (weights read once,
@@ -136,6 +185,11 @@ class RooflineCostModel(PerConfigSDTimes):
     An SD iteration adds ``depth`` drafter steps (``drafter``: by default the target's one-layer
     EAGLE drafter) over ``topk`` tokens per request, and one target verify forward over
     ``verify_tokens + 1`` tokens per request.
+
+    Each formula is written once, in scalar form, with its batched form beside it (the
+    :class:`~tltcore.cost.protocol.PagedKVTimes` this model is): the same IEEE operations on the same
+    operands in the same order, element-wise, so every batched time is the scalar's to the last bit
+    (``tests/sim/test_speed_span_cost.py`` pins each pair).
     """
 
     model: ModelShape
@@ -153,7 +207,7 @@ class RooflineCostModel(PerConfigSDTimes):
     _target: _ForwardCosts = field(init=False, repr=False, compare=False)
     _draft: _ForwardCosts = field(init=False, repr=False, compare=False)
     _sd_cache: dict = field(init=False, repr=False, compare=False)
-    _span_cache: dict = field(init=False, repr=False, compare=False)
+    _memo: dict = field(init=False, repr=False, compare=False)  # the batched forms' constants, by kind
 
     def __post_init__(self) -> None:
         if not self.gpu.analytic:
@@ -179,7 +233,19 @@ class RooflineCostModel(PerConfigSDTimes):
         object.__setattr__(self, "_target", _ForwardCosts.build(self.model, self.gpu, self.tp, *floor))
         object.__setattr__(self, "_draft", _ForwardCosts.build(drafter, self.gpu, self.tp, *floor))
         object.__setattr__(self, "_sd_cache", {})
-        object.__setattr__(self, "_span_cache", {})
+        object.__setattr__(self, "_memo", {"step": {}, "verify": {}, "shape": {}, "rows": {}})
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """A subclass that overrides a scalar formula would leave the batched forms pricing the
+        parent's: it must define ``paged_kv_times`` (None: the simulator prices it call by call) and
+        ``sd_times`` (``CostModelBase.sd_times``: its own ``sd_time`` per shape) itself, so the choice is
+        written down, not inherited by accident."""
+        super().__init_subclass__(**kwargs)
+        own = vars(cls)
+        changed = sorted(_ROOFLINE_FORMULAS & own.keys())
+        if changed and not {"paged_kv_times", "sd_times"} <= own.keys():
+            raise TypeError(f"{cls.__name__} overrides {', '.join(changed)}: define paged_kv_times and sd_times "
+                            "too (return None / CostModelBase.sd_times to price call by call)")
 
     # ---- helpers ------------------------------------------------------------------------------
     def padded(self, batch_size: int) -> int:
@@ -195,6 +261,15 @@ class RooflineCostModel(PerConfigSDTimes):
         iteration needs. Three whole-array ops instead of five: sum(paged) = b * sum(ceil(x / b))."""
         b = self.kv_block_size
         return b * int(_sum(np.floor_divide(ctx + (b - 1), b))), int(_sum(ctx))
+
+    def _row_sums(self, ctx_rows: np.ndarray) -> np.ndarray:
+        """:meth:`_sums`' paged sum of every row of ``ctx_rows``, exact integers (``x // b`` as a shift
+        where the block size is a power of two)."""
+        bs = self.kv_block_size
+        up = ctx_rows + (bs - 1)
+        if bs & (bs - 1) == 0:
+            return np.add.reduce(np.right_shift(up, bs.bit_length() - 1, out=up), axis=1) * bs
+        return np.add.reduce(up // bs, axis=1) * bs
 
     def _sd_constants(self, b: int, depth: int, topk: int, verify_tokens: int) -> tuple[float, ...]:
         """Everything of an SD iteration that depends only on the batch size and the shape (the
@@ -212,6 +287,10 @@ class RooflineCostModel(PerConfigSDTimes):
         return hit
 
     # ---- CostModel ----------------------------------------------------------------------------
+    def paged_kv_times(self) -> RooflineCostModel:
+        """This model: its times read the contexts only through paged-KV sums (class docstring)."""
+        return self
+
     def decode_time(self, context_lens: np.ndarray) -> float:
         ctx = as_lengths(context_lens, "context_lens")
         b = ctx.size
@@ -224,41 +303,97 @@ class RooflineCostModel(PerConfigSDTimes):
         positions = ctx_sum + b  # each new token attends to its context and itself
         return t.fixed_time(rows, rows) + t.attention_time(kv_read, positions) + self.iteration_overhead_s
 
+    # ---- plain spans ----------------------------------------------------------------------------
     def decode_span_time(self, context_lens: np.ndarray, n_iters: int) -> float:
         ctx = as_lengths(context_lens, "context_lens")
         b, n = ctx.size, int(n_iters)
         if b == 0 or n <= 0:
             return 0.0
+        if self.memory_bound_decode:
+            return self.decode_span_time_of(ctx, n)
         t = self._target
-        rows = self.padded(b)
-        per_iter = t.fixed_time(rows, rows) + self.iteration_overhead_s
-        kv_per_block_pos = t.kv_read_s_per_token
-        if t.attention_s_per_position <= kv_per_block_pos:
-            # Memory-bound for every request at every step (paged KV >= positions): closed form.
-            kv_read = self._paged_span_sum(ctx, n) + n * b
-            attention = kv_read * kv_per_block_pos
-        else:
-            j = np.arange(n, dtype=np.int64)
-            kv_read = self._paged_sum_over_steps(ctx, j) + b
-            positions = int(ctx.sum()) + b + b * j
-            attention = float(np.maximum(kv_read * kv_per_block_pos,
-                                         positions * t.attention_s_per_position).sum())
-        return n * per_iter + attention
+        j = np.arange(n, dtype=np.int64)
+        kv_read = self._paged_sum_over_steps(ctx, j) + b
+        positions = int(ctx.sum()) + b + b * j
+        attention = float(np.maximum(kv_read * t.kv_read_s_per_token,
+                                     positions * t.attention_s_per_position).sum())
+        return n * self._decode_step(b) + attention
+
+    @property
+    def memory_bound_decode(self) -> bool:
+        """Paged KV read >= attention positions for every request at every plain step (the KV read per
+        token outweighs the attention per position): plain spans then have a closed form."""
+        return self._target.attention_s_per_position <= self._target.kv_read_s_per_token
+
+    def _decode_step(self, b: int) -> float:
+        """A plain iteration's fixed time at batch ``b`` (padded matmuls, collectives, overhead), memoised."""
+        steps = self._memo["step"]
+        step = steps.get(b)
+        if step is None:
+            rows = self.padded(b)
+            step = steps[b] = self._target.fixed_time(rows, rows) + self.iteration_overhead_s
+        return step
+
+    def _residue_tables(self) -> np.ndarray:
+        """``tables[m][r] = sum_{j < m} (-(r + j)) mod kv_block_size``: the paging padding of ``m`` steps
+        from a context of residue ``r`` (a whole block of steps pads ``bs * (bs - 1) / 2`` whatever the
+        residue), built once with numpy."""
+        tables = self._memo.get("tables")
+        if tables is None:
+            bs = self.kv_block_size
+            r = np.arange(bs, dtype=np.int64)
+            tables = np.zeros((bs, bs), dtype=np.int64)
+            np.cumsum((-(r[None, :] + r[:-1, None])) % bs, axis=0, out=tables[1:])  # row m: sum over j < m
+            self._memo["tables"] = tables
+        return tables
 
     def _paged_span_sum(self, ctx: np.ndarray, n: int) -> int:
-        """sum_i sum_{j<n} paged(ctx_i + j), exact in integers. paged(x) = x + (-x mod b): the x
-        part is closed form, and the padding part depends on ctx_i only through ctx_i mod b, so a
-        residue histogram and a memoised per-(n mod b) table take three whole-array ops (the
-        per-element prefix-sum formula took ~12)."""
+        """sum_i sum_{j<n} paged(ctx_i + j), exact in integers. paged(x) = x + (-x mod b): the x part
+        is closed form, and the padding part depends on ctx_i only through ctx_i mod b (one gather
+        from :meth:`_residue_tables`)."""
         bs = self.kv_block_size
         size = ctx.size
-        hist = np.bincount(ctx % bs, minlength=bs).tolist()
-        table = self._span_cache.get(n % bs)
-        if table is None:  # table[r] = sum_{j < n mod b} (-(r + j)) mod b
-            table = [sum(-(r + j) % bs for j in range(n % bs)) for r in range(bs)]
-            self._span_cache[n % bs] = table
-        pad = (n // bs) * (bs * (bs - 1) // 2) * size + sum(map(operator.mul, hist, table))
+        pad = (n // bs) * (bs * (bs - 1) // 2) * size
+        if n % bs:
+            pad += int(_sum(self._residue_tables()[n % bs][ctx % bs]))
         return n * int(_sum(ctx)) + size * (n * (n - 1) // 2) + pad
+
+    def decode_span_time_of(self, ctx: np.ndarray, n: int) -> float:
+        """:meth:`decode_span_time` of ``n >= 1`` iterations of a non-empty, validated batch, memory-bound
+        (:attr:`memory_bound_decode`): the paged KV read summed in closed form, then two float operations."""
+        size = ctx.size
+        paged = self._paged_span_sum(ctx, n)
+        return n * self._decode_step(size) + (paged + n * size) * self._target.kv_read_s_per_token
+
+    def decode_spans_time(self, n: np.ndarray, b: np.ndarray, ctx_sum: np.ndarray, hist: np.ndarray,
+                          start: np.ndarray) -> np.ndarray:
+        """:meth:`decode_span_time_of` of many plain spans at once (memory-bound). Span ``j`` runs ``n[j]``
+        iterations over ``b[j]`` requests whose contexts sum to ``ctx_sum[j]``; the batch's contexts are
+        ``c + start[j]`` for the ``c`` counted by residue in ``hist[j]`` (``hist[j, r]``: how many have
+        ``c % kv_block_size == r``). The padding sum is the same exact integer (a residue's table entry
+        times its count), then the same two float operations per span, element-wise."""
+        bs = self.kv_block_size
+        tables = self._residue_tables()
+        res = np.arange(bs, dtype=np.int64)
+        entry = tables[(n % bs)[:, None], (res[None, :] + start[:, None]) % bs]  # tables[n % bs][(r + start) % bs]
+        pad = (n // bs) * (bs * (bs - 1) // 2) * b + np.add.reduce(entry * hist, axis=1)
+        paged = n * ctx_sum + b * (n * (n - 1) // 2) + pad
+        return n * self._decode_steps(b) + (paged + n * b) * self._target.kv_read_s_per_token
+
+    def _decode_steps(self, b: np.ndarray) -> np.ndarray:
+        """:meth:`_decode_step` of every batch size in ``b``, from a table by size (NaN: not asked yet)."""
+        table = self._memo.get("steps", np.full(0, np.nan))
+        top = int(b.max())
+        if top >= len(table):
+            table = np.concatenate([table, np.full(top + 1 - len(table) + 64, np.nan)])
+            self._memo["steps"] = table
+        step = table[b]
+        missing = np.isnan(step)
+        if missing.any():
+            for size in np.unique(b[missing]).tolist():
+                table[size] = self._decode_step(size)
+            step = table[b]
+        return step
 
     def _paged_sum_over_steps(self, ctx: np.ndarray, steps: np.ndarray) -> np.ndarray:
         """sum_i paged(ctx_i + j) for every j in ``steps``: the padding term is periodic in j
@@ -269,6 +404,7 @@ class RooflineCostModel(PerConfigSDTimes):
         pad = ((-(r[:, None] + r[None, :])) % b * hist[:, None]).sum(axis=0)  # pad[s] for j % b == s
         return int(ctx.sum()) + ctx.size * steps + pad[steps % b]
 
+    # ---- SD iterations --------------------------------------------------------------------------
     def verify_time(self, context_lens: np.ndarray, verify_tokens: int) -> float:
         """One target forward over ``verify_tokens + 1`` tree tokens per request (no overheads)."""
         ctx = as_lengths(context_lens, "context_lens")
@@ -290,6 +426,25 @@ class RooflineCostModel(PerConfigSDTimes):
         kv_read = paged_sum + b * tokens
         positions = tokens * (ctx_sum + b * tokens)  # tree tokens see the context and the tree
         return self._target.fixed_time(rows, rows) + self._target.attention_time(kv_read, positions)
+
+    def verify_times_from_sums(self, paged: np.ndarray, ctx_sum: np.ndarray, batch: np.ndarray,
+                               verify_tokens: int) -> np.ndarray:
+        """:meth:`_verify` of many iterations at once, each given by its paged KV sum, context sum and
+        batch size (int64 arrays): the fixed part gathered per batch size, then ``+ max(kv, att)``."""
+        t = self._target
+        tokens = verify_tokens + 1
+        sizes, inv = np.unique(batch, return_inverse=True)
+        fixed = self._memo["verify"]
+        vals = []
+        for b in sizes.tolist():
+            f = fixed.get((b, tokens))
+            if f is None:
+                rows = self.padded(b) * tokens
+                f = fixed[(b, tokens)] = t.fixed_time(rows, rows)
+            vals.append(f)
+        kv = (paged + batch * tokens) * t.kv_read_s_per_token
+        att = (tokens * (ctx_sum + batch * tokens)) * t.attention_s_per_position
+        return np.array(vals, dtype=np.float64)[inv] + np.where(att > kv, att, kv)  # fixed + max(kv, att)
 
     def _drafting(self, b: int, paged_sum: int, ctx_sum: int, topk: int, first: int, stop: int) -> float:
         """Draft steps ``first..stop-1``; step s reads the context plus s+1 draft levels of KV."""
@@ -327,10 +482,7 @@ class RooflineCostModel(PerConfigSDTimes):
 
     def sd_times(self, context_lens: np.ndarray, configs: Sequence[SDConfig]) -> list[float]:
         """:meth:`sd_time` of every config, each the same float as its own call, the contexts checked
-        and reduced once (cost-aware prices a dozen shapes per decision). A subclass that prices SD its
-        own way (overrides ``sd_time``) gets its own ``sd_time`` per config."""
-        if type(self).sd_time is not RooflineCostModel.sd_time:
-            return PerConfigSDTimes.sd_times(self, context_lens, configs)
+        and reduced once (cost-aware prices a dozen shapes per decision)."""
         ctx = as_lengths(context_lens, "context_lens")
         b = ctx.size
         if b == 0:
@@ -348,6 +500,84 @@ class RooflineCostModel(PerConfigSDTimes):
                                                              tokens * (ctx_sum + b * tokens))
         return drafting + draft_overhead + verify + self.sd_overhead_s + self.iteration_overhead_s
 
+    def _sd_shape(self, config: SDConfig) -> tuple:
+        """What :meth:`_sd_at`'s batched forms need of a shape, per batch-size unit (the integer terms are
+        linear in the batch): rows 0..depth-1 the draft steps, row depth the verify forward. KV read:
+        ``(paged + kv_per_b * b) * kv_s``; attention: ``(per_ctx * ctx_sum + att_per_b * b) * att_s``, i.e.
+        ``topk * (ctx_sum + b * (step + 1))`` and ``tokens * (ctx_sum + b * tokens)`` as exact integers
+        before the one float product, as :meth:`_draft_attention` and :meth:`_sd_at` form them."""
+        shapes = self._memo["shape"]
+        hit = shapes.get(config)
+        if hit is None:
+            depth, topk, tokens = config.depth, config.topk, config.verify_tokens + 1
+            d, t = self._draft, self._target
+            steps = np.arange(1, depth + 1, dtype=np.int64)
+            kv_per_b = np.append(topk * steps, tokens)[:, None]
+            per_ctx = np.append(np.full(depth, topk, dtype=np.int64), tokens)[:, None]
+            att_per_b = np.append(topk * steps, tokens * tokens)[:, None]
+            kv_s = np.append(np.full(depth, d.kv_read_s_per_token), t.kv_read_s_per_token)[:, None]
+            att_s = np.append(np.full(depth, d.attention_s_per_position), t.attention_s_per_position)[:, None]
+            hit = shapes[config] = (depth, kv_per_b, per_ctx, att_per_b, kv_s, att_s)
+        return hit
+
+    def _sd_total(self, terms: np.ndarray, depth: int, draft_overhead: np.ndarray | float) -> np.ndarray:
+        """:meth:`_sd_at`'s sum over ``terms`` (row 0: the draft steps' fixed time; rows 1..depth: each
+        draft step's attention; row depth + 1: the verify forward's fixed time plus attention): the
+        draft steps added in step order (``add.accumulate`` down the rows is that sequential sum,
+        element-wise), then the overheads in :meth:`_sd_at`'s order."""
+        out = np.add.accumulate(terms[:depth + 1], axis=0)[depth]
+        out += draft_overhead
+        out += terms[depth + 1]
+        out += self.sd_overhead_s
+        out += self.iteration_overhead_s
+        return out
+
+    def sd_rows_times(self, ctx_rows: np.ndarray, config: SDConfig, ctx_sum: np.ndarray | None = None
+                      ) -> list[float]:
+        """:meth:`sd_time` of every row of ``ctx_rows`` (iterations x requests, int64, at least one
+        request, ``config`` enabled) in one vectorised pass: the simulator's SD blocks know their rows
+        before pricing any, and a call per row cost ~10 us of Python plumbing (``ctx_sum``: the row
+        sums when the caller has them)."""
+        k, b = ctx_rows.shape
+        key = (b, config)
+        known = self._memo["rows"]
+        c = known.get(key)
+        if c is None:
+            depth, kv_per_b, per_ctx, att_per_b, kv_s, att_s = self._sd_shape(config)
+            draft_fixed, draft_overhead, verify_fixed = self._sd_constants(b, depth, config.topk,
+                                                                           config.verify_tokens)
+            c = known[key] = (depth, draft_fixed, draft_overhead, verify_fixed, kv_per_b * b, per_ctx,
+                                         att_per_b * b, kv_s, att_s)
+        depth, draft_fixed, draft_overhead, verify_fixed, kv_add, per_ctx, att_add, kv_s, att_s = c
+        paged = self._row_sums(ctx_rows)
+        if ctx_sum is None:
+            ctx_sum = np.add.reduce(ctx_rows, axis=1)
+        terms = np.empty((depth + 2, k))
+        terms[0] = draft_fixed
+        # max(kv, att) per draft step and for the verify forward (`att if att > kv else kv`: no NaNs,
+        # no signed zeros here)
+        np.maximum((paged + kv_add) * kv_s, (per_ctx * ctx_sum + att_add) * att_s, out=terms[1:])
+        terms[depth + 1] += verify_fixed  # the verify forward: fixed + attention_time
+        return self._sd_total(terms, depth, draft_overhead).tolist()
+
+    def sd_times_from_sums(self, paged: np.ndarray, ctx_sum: np.ndarray, batch: np.ndarray,
+                           config: SDConfig) -> np.ndarray:
+        """:meth:`_sd_at` of iterations whose batches differ, each given by its paged KV sum
+        (``kv_block_size * sum(ceil(ctx / kv_block_size))``), its context sum and its batch size (int64
+        arrays, one entry per iteration): :meth:`sd_rows_times` with the per-batch constants gathered
+        per row."""
+        depth, kv_per_b, per_ctx, att_per_b, kv_s, att_s = self._sd_shape(config)
+        sizes, inv = np.unique(batch, return_inverse=True)
+        consts = [self._sd_constants(b, depth, config.topk, config.verify_tokens) for b in sizes.tolist()]
+        draft_fixed, draft_overhead, verify_fixed = (np.array(x, dtype=np.float64)[inv]
+                                                     for x in zip(*consts, strict=True))
+        terms = np.empty((depth + 2, len(paged)))
+        terms[0] = draft_fixed
+        np.maximum((paged + kv_per_b * batch) * kv_s, (per_ctx * ctx_sum + att_per_b * batch) * att_s, out=terms[1:])
+        terms[depth + 1] = verify_fixed + terms[depth + 1]
+        return self._sd_total(terms, depth, draft_overhead)
+
+    # ---- prefill --------------------------------------------------------------------------------
     def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
         return self._prefill(self._target, *prefill_lengths(new_tokens, cached_tokens), with_logits=True)
 
@@ -374,3 +604,44 @@ class RooflineCostModel(PerConfigSDTimes):
             positions += n * c + n * (n + 1) // 2  # causal
         fixed = f.fixed_time(rows, live) if with_logits else f.fixed_time(rows, 0)
         return fixed + f.attention_time(kv_read, positions) + self.iteration_overhead_s
+
+    def prefill_passes_time(self, new: np.ndarray, cached: np.ndarray, budget: int, target: bool,
+                            drafter: bool) -> tuple[float, int]:
+        """``(time, passes)`` of a chunked prefill of ``new`` tokens per request on top of ``cached``
+        ones, packed into passes of at most ``budget`` new tokens (consecutive windows over the requests'
+        new tokens laid end to end, empty requests skipped), through the target and/or the drafter,
+        added pass by pass (target, then drafter) as :meth:`_prefill` prices each pass: the passes'
+        chunks are the segments between request starts and window starts, so every per-pass quantity
+        :meth:`_prefill` sums (rows, live requests, paged KV read, causal positions) is an exact integer
+        reduction over segments, and the float part is :meth:`_ForwardCosts.forward_times` plus the
+        overhead per pass, then the running total in pass order (the elastic switch re-prefills every
+        live context, ~200 passes per worker and step)."""
+        keep = new > 0
+        if not keep.all():
+            new, cached = new[keep], cached[keep]
+        if len(new) == 0:
+            return 0.0, 0
+        bs, overhead = self.kv_block_size, self.iteration_overhead_s
+        ends = np.cumsum(new)
+        tokens = int(ends[-1])
+        starts = ends - new  # each request's first new token in the stream
+        n_pass = -(-tokens // budget)
+        cuts = np.union1d(starts, np.arange(0, tokens, budget, dtype=np.int64))  # segment starts, increasing
+        seg = np.diff(np.append(cuts, tokens))  # every segment non-empty: one chunk of one request in one pass
+        req = np.searchsorted(starts, cuts, side="right") - 1
+        old = cached[req] + (cuts - starts[req])  # tokens of that request before the chunk
+        first = np.searchsorted(cuts // budget, np.arange(n_pass, dtype=np.int64))  # each pass's first chunk
+        rows = np.add.reduceat(seg, first)
+        live = np.diff(np.append(first, len(cuts)))
+        kv = np.add.reduceat(-(-old // bs) * bs, first) + rows
+        pos = np.add.reduceat(seg * old + seg * (seg + 1) // 2, first)
+        terms = []
+        if target:
+            terms.append(self._target.forward_times(rows, live, kv, pos) + overhead)
+        if drafter:
+            terms.append(self._draft.forward_times(rows, None, kv, pos) + overhead)
+        seq = np.empty(len(terms) * n_pass + 1)
+        seq[0] = 0.0
+        for i, x in enumerate(terms):
+            seq[1 + i::len(terms)] = x
+        return float(np.add.accumulate(seq)[-1]), n_pass

@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from tltcore.cost.lengths import as_lengths
+from tltcore.cost.protocol import CostModelBase
 from tltcore.errors import InputError, reason
 from tltcore.model_shape import ModelShape
 from tltcore.policy.base import SDConfig
@@ -243,8 +244,10 @@ def _check_rows(df: pd.DataFrame, path: object) -> pd.DataFrame:
 
 
 @dataclass(frozen=True)
-class TableCostModel:
-    """Iteration costs interpolated from measured times (see module docstring)."""
+class TableCostModel(CostModelBase):
+    """Iteration costs interpolated from measured times (see module docstring). Under the ``max`` rule
+    it is its own :class:`~tltcore.cost.protocol.LongestContextTimes`; it has no paged-KV batched forms
+    (its times are interpolated, not sums over pages), so the simulator prices it call by call."""
 
     grids: dict[tuple, _Grid]
     context_rule: str = "sum"

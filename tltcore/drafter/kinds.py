@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tltcore.acceptance import ChainAcceptance
-from tltcore.cost.protocol import PerConfigSDTimes
+from tltcore.cost.protocol import CostModelBase
 from tltcore.cost.roofline import RooflineCostModel
 from tltcore.errors import InputError
 from tltcore.policy.base import SDConfig
@@ -35,10 +35,12 @@ DRAFTER_KINDS = ("eagle", "draft-model", "ngram")
 
 
 @dataclass(frozen=True)
-class ModelFreeDraftCost(PerConfigSDTimes):
+class ModelFreeDraftCost(CostModelBase):
     """A roofline cost model whose drafts cost no GPU time: an SD iteration is one target verify
     forward, the SD bookkeeping and a CPU lookup. The drafter keeps no KV, so catching it up is
-    free. Everything without SD is the base model's."""
+    free. Everything without SD is the base model's. Its batched forms
+    (:class:`~tltcore.cost.protocol.PagedKVTimes`) are the base's, the SD ones over the base's
+    batched verify forward, wherever the base has them."""
 
     base: RooflineCostModel
     lookup_s: float = 5e-5
@@ -63,6 +65,56 @@ class ModelFreeDraftCost(PerConfigSDTimes):
         b = self.base
         return (b.verify_time(context_lens, config.verify_tokens) + b.sd_overhead_s + b.iteration_overhead_s
                 + self.lookup_s)
+
+    # ---- batched forms (PagedKVTimes) -------------------------------------------------------------
+    def paged_kv_times(self) -> ModelFreeDraftCost | None:
+        """This model where its base roofline gives batched forms, else None."""
+        return self if self.base.paged_kv_times() is not None else None
+
+    @property
+    def kv_block_size(self) -> int:
+        return self.base.kv_block_size
+
+    @property
+    def memory_bound_decode(self) -> bool:
+        return self.base.memory_bound_decode
+
+    def sd_times_from_sums(self, paged: np.ndarray, ctx_sum: np.ndarray, batch: np.ndarray,
+                           config: SDConfig) -> np.ndarray:
+        """:meth:`sd_time` of iterations given by their paged KV sums, context sums and batch sizes: the
+        base's batched verify forward, then the same three additions in :meth:`sd_time`'s order."""
+        b = self.base
+        out = b.verify_times_from_sums(paged, ctx_sum, batch, config.verify_tokens)
+        out += b.sd_overhead_s
+        out += b.iteration_overhead_s
+        out += self.lookup_s
+        return out
+
+    def sd_rows_times(self, ctx_rows: np.ndarray, config: SDConfig, ctx_sum: np.ndarray | None = None
+                      ) -> list[float]:
+        """:meth:`sd_time` of every row (iterations x requests) through :meth:`sd_times_from_sums`, or
+        one call per row where the base has no batched forms."""
+        if self.base.paged_kv_times() is None:
+            return super().sd_rows_times(ctx_rows, config, ctx_sum)
+        k, b = ctx_rows.shape
+        bs = self.base.kv_block_size
+        paged = np.add.reduce(-(-ctx_rows // bs), axis=1) * bs
+        if ctx_sum is None:
+            ctx_sum = np.add.reduce(ctx_rows, axis=1)
+        return self.sd_times_from_sums(paged, ctx_sum, np.full(k, b, dtype=np.int64), config).tolist()
+
+    def prefill_passes_time(self, new: np.ndarray, cached: np.ndarray, budget: int, target: bool,
+                            drafter: bool) -> tuple[float, int]:
+        """The base's chunked prefill; the drafter's passes are free (they would add 0.0 each, which
+        leaves a non-negative total as it is)."""
+        return self.base.prefill_passes_time(new, cached, budget, target, False)
+
+    def decode_span_time_of(self, ctx: np.ndarray, n: int) -> float:
+        return self.base.decode_span_time_of(ctx, n)
+
+    def decode_spans_time(self, n: np.ndarray, b: np.ndarray, ctx_sum: np.ndarray, hist: np.ndarray,
+                          start: np.ndarray) -> np.ndarray:
+        return self.base.decode_spans_time(n, b, ctx_sum, hist, start)
 
 
 def ngram_acceptance(alpha: float) -> ChainAcceptance:
