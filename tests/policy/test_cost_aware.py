@@ -13,12 +13,13 @@ from rollout_fixtures import LinearCost, Work
 from conftest import needs_shared_traces
 from tltcore.acceptance import ChainAcceptance, get_acceptance, paper_qwen32b_tp4
 from tltcore.cost import RooflineCostModel
-from tltcore.cost.protocol import PerConfigSDTimes
+from tltcore.cost.protocol import CostModelBase, PerConfigSDTimes
 from tltcore.errors import InputError
 from tltcore.hardware import get_gpu
 from tltcore.model_shape import get_model
 from tltcore.policy.base import NO_SD, BatchView, Decision, Outcome, SDConfig
 from tltcore.policy.cost_aware import CostAware
+from tltcore.policy.cost_aware_plan import Drain
 from tltcore.policy.registry import make_policy
 from tltsim.rollout import EngineConfig, simulate_step
 
@@ -225,33 +226,45 @@ def test_the_cap_bounds_the_predicted_remaining_work_while_no_request_joined() -
     assert _earn_a_switch(400, join=True).switch_on
 
 
+class _PlansWhenIdle(CostAware):
+    """Reference: at every idle evaluation (off after plain iterations, no switch earned) also prices the
+    plan the policy skips and records whether the switch rule -- a rent (none after plain iterations) or a
+    plan that switches on now with the switch earned -- would have turned SD on; and counts the plans the
+    policy itself priced at idle evaluations."""
+
+    idle_plans: list[bool]
+    plans_when_idle = 0
+    _plans = 0
+
+    def _plan(self, *args):
+        self._plans += 1
+        return super()._plan(*args)
+
+    def _evaluate(self, view: BatchView) -> None:
+        before = self._plans
+        super()._evaluate(view)
+        if self._idle:
+            self.plans_when_idle += self._plans - before
+            ctx = self._contexts(view)
+            off_now, on_now = self._plan(ctx, self._remaining(view, ctx), self._accept_lengths())
+            self.idle_plans.append(on_now < off_now and self._earned(False, ctx))
+
+
 def test_a_policy_off_with_no_switch_earned_skips_the_plan_and_decides_the_same() -> None:
     """Off after plain iterations and no switch earned, no plan can turn SD on, so the policy does not
-    price one (a re-plan is ~100 cost lookups, a CPU engine iteration's worth): decisions are those of a
-    policy that plans at every evaluation."""
-    def run(skip: bool) -> tuple[list[str], int]:
-        policy = _policy(ContextCost(prefill_s=1e-7))
-        plans = 0
-        original = policy._plan
-
-        def counted(*args):
-            nonlocal plans
-            plans += 1
-            return original(*args)
-
-        policy._plan = counted  # type: ignore[method-assign]
-        policy.skip_idle_plans = skip
-        names = []
-        for ctx in range(100, 1400, 20):  # contexts grow past where SD pays: the switch is earned late
-            d = _sd(policy, _view(16, ctx)) if policy._on else policy.decide(_view(16, ctx))
-            if not d.config.enabled:
-                policy.observe(Outcome(NO_SD, 16, 16, 0.01))
-            names.append(d.config.name)
-        return names, plans
-
-    (skipping, fewer), (planning, all_plans) = run(True), run(False)
-    assert skipping == planning and "off" in skipping and skipping[-1] != "off"
-    assert fewer < all_plans
+    price one (a re-plan is ~100 cost lookups, a CPU engine iteration's worth): at every such evaluation
+    the full rule, plan priced, would have stayed off too, and the switch is still earned later."""
+    policy = _PlansWhenIdle(ContextCost(prefill_s=1e-7))
+    policy.idle_plans = []
+    names = []
+    for ctx in range(100, 1400, 20):  # contexts grow past where SD pays: the switch is earned late
+        d = _sd(policy, _view(16, ctx)) if policy._on else policy.decide(_view(16, ctx))
+        if not d.config.enabled:
+            policy.observe(Outcome(NO_SD, 16, 16, 0.01))
+        names.append(d.config.name)
+    assert "off" in names and names[-1] != "off"
+    assert policy.idle_plans and not any(policy.idle_plans)  # skipped plans, none of which would switch on
+    assert policy.plans_when_idle == 0
 
 
 def _counting(policy: CostAware) -> list[int]:
@@ -580,7 +593,7 @@ def test_the_prior_is_the_acceptance_models_reach_or_its_mean_spread_evenly() ->
     assert np.allclose(bare, 0.5 ** np.arange(1, 5))
 
 
-class _CountingCost:
+class _CountingCost(CostModelBase):
     """Delegates to ``inner`` and counts the shape pricings (``sd_times`` calls) a policy makes."""
 
     def __init__(self, inner) -> None:
@@ -603,10 +616,27 @@ class _CountingCost:
         return self.inner.drafter_prefill_time(new, cached)
 
 
+def _full_plan(policy: CostAware, ctx, remaining, acc, edges=None) -> tuple[float, float]:
+    """The reference plan: every phase priced, then the dynamic program (no shortcut)."""
+    drain = policy._drain(ctx, remaining, acc, edges)
+    if drain is None:
+        return 0.0, 0.0
+    for k in range(drain.n):
+        drain.price(k)
+    return drain.totals(policy._on)
+
+
+class _FullPlans(CostAware):
+    """Cost-aware planning with every phase priced (the reference the shortcut is pinned to)."""
+
+    def _plan(self, ctx, remaining, acc, edges=None) -> tuple[float, float]:
+        return _full_plan(self, ctx, remaining, acc, edges)
+
+
 @pytest.mark.parametrize("switch", ["reprefill", "catch_up"])
 @pytest.mark.parametrize("gpu", ["H100", "H20"])
 def test_a_plan_whose_first_phase_shows_switching_now_dominated_stops_there_and_decides_the_same(
-        switch: str, gpu: str, monkeypatch) -> None:
+        switch: str, gpu: str) -> None:
     """Off, waiting a phase and then doing what switching now would do costs plain[0] + switch[1] +
     the rest, switching now switch[0] + sd[0] + the same rest: where waiting is no dearer the plan stops
     after its first phase. Whole steps (long and short, capped and mixed responses, where SD pays and
@@ -618,11 +648,10 @@ def test_a_plan_whose_first_phase_shows_switching_now_dominated_stops_there_and_
     works = [_capped(48, 3000), _capped(200, 400), mixed]
     pricings = {}
     for skip in (True, False):
-        monkeypatch.setattr(CostAware, "skip_dominated_plans", skip)
         runs, calls = [], 0
         for work in works:
             counted = _CountingCost(cost)
-            policy = CostAware(counted, paper_qwen32b_tp4(), switch=switch)
+            policy = (CostAware if skip else _FullPlans)(counted, paper_qwen32b_tp4(), switch=switch)
             res = simulate_step(work, policies=[policy], cost=cost, accept=paper_qwen32b_tp4(),
                                 engine=EngineConfig(switch=switch, max_batch=64), seed=0)
             runs.append(res.events)
@@ -637,7 +666,7 @@ def test_a_plan_whose_first_phase_shows_switching_now_dominated_stops_there_and_
 
 
 @pytest.mark.parametrize("switch", ["reprefill", "catch_up"])
-def test_the_shortcut_plan_orders_on_and_off_as_the_full_plan_does(switch: str, monkeypatch) -> None:
+def test_the_shortcut_plan_orders_on_and_off_as_the_full_plan_does(switch: str) -> None:
     """Random batches (contexts around where SD starts to pay, remaining lengths spread, before and
     after plain iterations, switches cheap and dear): whether switching on now beats staying off is
     the same with the dominated-plan shortcut as with every phase priced, and the shortcut is taken."""
@@ -653,9 +682,8 @@ def test_the_shortcut_plan_orders_on_and_off_as_the_full_plan_does(switch: str, 
         acc = policy._accept_lengths()
         orders = []
         for skip in (False, True):
-            monkeypatch.setattr(CostAware, "skip_dominated_plans", skip)
             before = counted.calls
-            off, on = policy._plan(ctx, remaining, acc)
+            off, on = policy._plan(ctx, remaining, acc) if skip else _full_plan(policy, ctx, remaining, acc)
             orders.append((on < off, off <= on))
             taken += skip and counted.calls - before == 1
         assert orders[0] == orders[1], trial
@@ -687,6 +715,36 @@ def test_the_prior_accept_lengths_are_shared_per_prior_and_equal_a_policys_own()
     assert learnt == own(first) and learnt[0] < again._accept_lengths()[0]  # it saw nothing accepted
     first.reset(1)
     assert first._accept_lengths() == own(first) != again._accept_lengths()  # the decayed statistics remain
+
+
+def test_a_model_without_reach_derives_its_prior_per_policy() -> None:
+    """Only models whose reach is a function of their value share the prior's accept lengths: a policy
+    built on a model without one (which may change between policies) derives them itself."""
+
+    class Mutable:
+        mean = 3.0
+
+        def expected_accept_length(self, config: SDConfig, drafter: object = None) -> float:
+            return self.mean
+
+    model = Mutable()
+    first = CostAware(QWEN7B_H100, model, candidates=(SDConfig.chain(4),))._accept_lengths()
+    model.mean = 2.0
+    second = CostAware(QWEN7B_H100, model, candidates=(SDConfig.chain(4),))._accept_lengths()
+    assert second[0] < first[0]
+
+
+def test_waiting_a_phase_dominates_only_when_strictly_no_dearer() -> None:
+    """The plan's shortcut: waiting (plain[0] + switch[1]) must undercut switching now (switch[0] + sd[0])
+    by more than a relative hair, so float noise never decides a tie."""
+    def drain(wait: float) -> Drain:
+        d = Drain([0.0, 1.0, 2.0], 2.0, [1.0], lambda k, lo: 0.0, lambda mid: ([1.0], 1.0))
+        d.plain[0], d.switch[1], d.switch[0], d.sd[0] = wait, 0.0, 0.5, 0.5
+        return d
+
+    assert drain(1.0 - 1e-6).waiting_dominates() == (1.0 - 1e-6, 1.0)
+    assert drain(1.0).waiting_dominates() is None
+    assert drain(1.0 + 1e-6).waiting_dominates() is None
 
 
 @pytest.mark.parametrize("cost", ["roofline", "table"])
@@ -761,7 +819,7 @@ def _longest_table(composed: bool):
     return TableCostModel.from_frame(table_frame(rows), {"context_rule": "max"})
 
 
-class _PerRequest:
+class _PerRequest(CostModelBase):
     """A table without its (batch, longest) readings: cost-aware then prices it from per-request arrays."""
 
     def __init__(self, table) -> None:
