@@ -222,3 +222,47 @@ def test_stochastic_tails_of_many_workers_together_equal_reference(seed):
                        ("cluster.tp", 4, "test")]).scenario
     assert s.n_workers == 8
     _same(*_both(s, _policies))
+
+
+class _Alternating:
+    """Ten one-iteration SD rounds, then ten plain ones, over and over (BEG-MAB-like holds of 1)."""
+
+    name = "alternating"
+
+    def __init__(self) -> None:
+        self.rounds = 0
+
+    def decide(self, view: BatchView):
+        from tltcore.policy.base import NO_SD, Decision, SDConfig
+
+        return Decision(SDConfig(4, 1, 4) if self.rounds % 20 < 10 else NO_SD, 1)
+
+    def observe(self, outcome) -> None:
+        self.rounds += 1
+
+    def reset(self, step: int) -> None:
+        return None
+
+
+@pytest.mark.parametrize("mode", ["expected", "stochastic"])
+def test_one_iteration_sd_leaves_drafters_up_to_date_as_the_reference_does(mode):
+    """Prompts of 5 tokens: admitted drafters lag by 6, under the catch-up limit, so no catch-up runs
+    before the first SD round; an SD iteration brings every drafter up to date, so the plain rounds
+    after it leave a lag of 10, and only a drafter that kept its old lag would be caught up."""
+    import numpy as np
+    from rollout_fixtures import Work
+
+    from tltcore.acceptance import paper_qwen32b_tp4
+    from tltcore.cost import RooflineCostModel
+    from tltcore.hardware import get_gpu
+    from tltcore.model_shape import get_model
+    from tltsim.rollout import EngineConfig, simulate_step
+
+    w = Work(0, np.array([f"g{i}" for i in range(6)]), np.full(6, 5, dtype=np.int64),
+             np.array([200, 220, 240, 260, 280, 300], dtype=np.int64))
+    cost = RooflineCostModel(get_model("Qwen2.5-7B"), get_gpu("h100"))
+    out = [simulate_step(w, policies=[_Alternating()], cost=cost, accept=paper_qwen32b_tp4(),
+                         engine=EngineConfig(fast=fast, acceptance_mode=mode), deal_mode="trace").events
+           for fast in (True, False)]
+    pd.testing.assert_frame_equal(out[0], out[1], check_exact=True)
+    assert "catch_up" not in out[0]["kind"].tolist()

@@ -3,11 +3,15 @@ memory against the paper's three published numbers, and the rollout worker's KV 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from rollout_fixtures import LinearCost, Work
 
+from tltcore.acceptance import ChainAcceptance
 from tltcore.errors import InputError
 from tltcore.hardware import get_gpu
 from tltcore.model_shape import get_model
+from tltcore.policy.base import NoSD, SDConfig, Static
 from tltsim.rl.gpu_memory import (
     GB,
     GRAPH_OVERHEAD_BYTES,
@@ -25,6 +29,7 @@ from tltsim.rl.gpu_memory import (
     rollout_memory,
     training_memory,
 )
+from tltsim.rollout import EngineConfig, simulate_step
 
 H100 = get_gpu("H100")
 Q7, Q32 = get_model("Qwen2.5-7B"), get_model("Qwen2.5-32B")
@@ -220,3 +225,18 @@ def test_rollout_memory_split():
     with pytest.raises(InputError, match="graph_bytes"):
         rollout_memory(Q32, H100, 4, 0.9, graph_bytes=-1.0)
 
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("policy", ["no-sd", "static"])
+def test_admission_counts_every_live_requests_whole_reservation(policy, fast):
+    """FCFS admission under the KV budget counts what every live request reserves, prompt plus
+    response, on the reference and the fast paths alike (they share the worker's admission): with 700
+    KV tokens, requests reserving 200, 400, 200 and 200 start as two, then one when the first finishes
+    (400 + 200 live), then the last."""
+    w = Work(0, np.array(["a", "b", "c", "d"]), np.full(4, 100, dtype=np.int64),
+             np.array([100, 300, 100, 100], dtype=np.int64))
+    make = NoSD if policy == "no-sd" else (lambda: Static(SDConfig(4, 1, 4)))
+    res = simulate_step(w, policies=[make()], cost=LinearCost(), accept=ChainAcceptance((0.6,)),
+                        engine=EngineConfig(kv_capacity_tokens=700, fast=fast), deal_mode="trace")
+    assert res.events[res.events.kind == "prefill"].batch_size.tolist() == [2, 1, 1]

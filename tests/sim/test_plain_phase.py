@@ -261,3 +261,51 @@ def test_a_phase_continues_an_open_plain_row(mode, phases):
     pd.testing.assert_frame_equal(out[0], out[1], check_exact=True)
     decode = out[0][out[0]["kind"] == "decode"]
     assert decode["iterations"].tolist() == [29, 10, 10] and decode["batch_size"].tolist() == [3, 2, 1]
+
+
+class _PlainBetweenSD:
+    """SD until the first finish, then the plain-phase promise above a bound below the batch, then SD
+    again once the batch is at or below it: a plain phase that starts after SD spans, with every
+    drafter up to date, and leaves the drafters lagging by the whole phase."""
+
+    name = "plain-between-sd"
+    SD = SDConfig(4, 1, 4)
+
+    def __init__(self) -> None:
+        self.bound: int | None = None
+        self.done = False
+
+    def decide(self, view):
+        from tltcore.policy.base import HOLD_UNTIL_EVENT, NO_SD, Decision
+
+        plain = self.bound is not None and not self.done and view.batch_size > self.bound
+        return Decision(NO_SD if plain else self.SD, HOLD_UNTIL_EVENT)
+
+    def plain_above(self):
+        return None if self.done else self.bound
+
+    def observe(self, outcome) -> None:
+        if self.bound is None:
+            self.bound = outcome.batch_size - 3
+        elif outcome.batch_size <= self.bound:
+            self.done = True
+
+    def reset(self, step: int) -> None:
+        return None
+
+
+def test_drafters_catch_up_after_a_phase_that_follows_sd(phases):
+    """Stochastic acceptance: whole tokens after SD, so the phase runs in closed form (in expected mode
+    the fractional progress after SD declines it)."""
+    w = Work(0, np.array([f"g{i}" for i in range(8)]), np.full(8, 50, dtype=np.int64),
+             np.array([40, 300, 310, 320, 330, 340, 350, 360], dtype=np.int64))
+    out = []
+    for fast in (True, False):
+        run = RolloutRun([_PlainBetweenSD()], cost=_roofline(), accept=paper_qwen32b_tp4(),
+                         engine=EngineConfig(fast=fast, acceptance_mode="stochastic"), deal_mode="trace")
+        run.step(w)
+        out.append(run.events())
+    assert phases[0] == 1
+    pd.testing.assert_frame_equal(out[0], out[1], check_exact=True)
+    kinds = out[0]["kind"].tolist()
+    assert "catch_up" in kinds[kinds.index("decode"):]  # the drafters caught up after the phase
