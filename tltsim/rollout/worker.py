@@ -89,8 +89,7 @@ class RolloutWorker:
     def __init__(self, idx: int, prompts: np.ndarray, responses: np.ndarray, *, policy: SDPolicy,
                  cost: CostModel, accept: AcceptanceModel | None, sampler: AcceptSampler | None,
                  engine: EngineConfig, rng: np.random.Generator, log: EventLog, drafter: DrafterState,
-                 recent: RecentAccept, step: int, t0: float, on_finish: Callable[[int], None] | None = None,
-                 pricers: Pricers = REFERENCE_PRICES) -> None:
+                 recent: RecentAccept, step: int, t0: float, on_finish: Callable[[int], None] | None = None) -> None:
         self.idx, self.step_no = idx, step
         self.q_prompt = prompts.astype(np.int64)
         self.q_resp = np.maximum(responses.astype(np.int64), 1)
@@ -99,9 +98,10 @@ class RolloutWorker:
         self.policy, self.cost, self.accept, self.sampler = policy, cost, accept, sampler
         self.eng, self.rng, self.log, self.drafter, self.recent = engine, rng, log, drafter, recent
         self.on_finish = on_finish
-        self.pricers = pricers
+        # the reference's pricing, draws and loop; tltsim.rollout.fast.accelerate replaces all three
+        self.pricers = REFERENCE_PRICES
         self.uniforms: Uniforms = rng  # the acceptance draws' uniform numbers
-        self.fast: Accelerator | None = None  # set by tltsim.rollout.fast.accelerate
+        self.fast: Accelerator | None = None
         # the trace's remaining lengths, only for a policy that asks (BatchView.remaining_hint: clairvoyant)
         self.hint = wants_remaining_hint(policy)
         self.expected = engine.acceptance_mode == "expected"
