@@ -116,13 +116,12 @@ def policy_shapes(spec: str) -> tuple[SDConfig, ...]:
 def elastic_switch(spec: str) -> tuple[int, int] | None:
     """The elastic switch of ``spec``: (batch threshold, consecutive iterations at or below it before
     it fires); None when the policy is not elastic."""
-    from tltcore.policy.elastic import Elastic
-    from tltcore.policy.registry import spec_policy
+    from tltcore.policy.spec import ElasticSpec, as_spec
 
-    policy = spec_policy(spec)
-    if not isinstance(policy, Elastic):
+    parsed = as_spec(spec)
+    if not isinstance(parsed, ElasticSpec):
         return None
-    return int(policy.threshold), int(policy.consecutive)
+    return parsed.effective_threshold, parsed.effective_consecutive
 
 
 def typical_context(workloads: Iterable[Any]) -> int:

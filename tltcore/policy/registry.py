@@ -63,7 +63,6 @@ from tltcore.errors import InputError
 from tltcore.policy.base import SDConfig, SDPolicy
 from tltcore.policy.oracle import OracleAcceptance, OracleCost
 from tltcore.policy.spec import (
-    _STAND_IN,
     POLICY_NAMES,
     PRICED_POLICIES,
     WRAPPER_NAMES,
@@ -77,7 +76,7 @@ from tltcore.policy.spec import (
 )
 
 __all__ = ["POLICY_NAMES", "PRICED_POLICIES", "WRAPPER_NAMES", "check_spec", "elastic_split", "make_policy",
-           "needs_cost_model", "parse_policy", "policy_spec", "spec_policy", "spec_shapes"]
+           "needs_cost_model", "parse_policy", "policy_spec", "spec_shapes"]
 
 
 def make_policy(spec: str | PolicyBase, *, seed: int = 0, accept_model: OracleAcceptance | None = None,
@@ -137,9 +136,3 @@ def spec_shapes(spec: str | PolicyBase) -> tuple[SDConfig, ...] | None:
     known from the spec alone: an engine sizes its buffers, a profiler its grid, before any model is
     at hand."""
     return as_spec(spec).shapes
-
-
-def spec_policy(spec: str | PolicyBase) -> SDPolicy:
-    """The policy ``spec`` builds, on stand-in models. Kept for :func:`tltsim.run_warnings.elastic_switch`
-    (not this module's to change); read the typed spec's fields instead (:func:`parse_policy`)."""
-    return build(as_spec(spec), _STAND_IN)
