@@ -14,10 +14,30 @@ from tltcore.hardware import get_gpu
 from tltcore.model_shape import get_model
 from tltcore.policy.base import SDConfig
 from tltcore.summary import summarize_step
+from tltsim.rollout.fast.paths import pricers_of
 from tltsim.rollout.fast.uniforms import UniformStream
-from tltsim.rollout.span_cost import plain_phase_pricer, plain_pricer, prefill_pricer, span_pricer
 
 SHAPES = [SDConfig(8, 4, 48), SDConfig(8, 4, 8), SDConfig(4, 1, 4), SDConfig(12, 8, 64), SDConfig(1, 1, 1)]
+
+
+def span_pricer(cost):
+    return pricers_of(cost).sd
+
+
+def sd_rows_pricer(cost):
+    return pricers_of(cost).rows
+
+
+def prefill_pricer(cost):
+    return pricers_of(cost).prefill
+
+
+def plain_pricer(cost):
+    return pricers_of(cost).plain
+
+
+def plain_phase_pricer(cost):
+    return pricers_of(cost).phase
 
 
 def _rooflines():
@@ -122,7 +142,6 @@ def test_rl_step_metrics_equal_summarize_step(mode):
 
 
 def test_sd_rows_priced_with_their_own_batches_equal_sd_time():
-    from tltsim.rollout.span_cost import sd_rows_pricer
 
     rng = np.random.default_rng(8)
     for cost in _rooflines():
@@ -142,7 +161,6 @@ def test_the_ngram_drafters_model_free_cost_is_priced_as_called():
     batches, plain spans and prefills (its drafter prefill is free) equal the call-by-call cost."""
     from tltcore.drafter.kinds import ModelFreeDraftCost
     from tltsim.rollout.scheduling import prefill_passes
-    from tltsim.rollout.span_cost import sd_rows_pricer
 
     rng = np.random.default_rng(9)
     for base in _rooflines()[:4]:

@@ -1,4 +1,5 @@
-"""The simulator's pricers (:mod:`tltsim.rollout.span_cost`) are the roofline's ``sd_time`` row by row,
+"""The simulator's pricers (the cost model's batched forms, :func:`tltsim.rollout.fast.paths.pricers_of`)
+are the roofline's ``sd_time`` row by row,
 ``_prefill`` pass by pass and ``decode_span_time`` span by span, to the last bit, and stand aside for
 any cost model they do not mirror.
 
@@ -10,14 +11,14 @@ smooth and sharp roofline, the measured subclass) catches a drift at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 import pytest
 from cost.profile_fixtures import write_profiles
 
-import tltsim.rollout.span_cost as pricing
+import tltsim.rollout.fast.paths as pricing
 from tltcore.acceptance import paper_qwen32b_tp4
 from tltcore.cost import RooflineCostModel
 from tltcore.cost.measured import measured_cost_model
@@ -28,9 +29,23 @@ from tltcore.model_shape import get_model
 from tltcore.policy.base import NO_SD, SDConfig, Static
 from tltcore.policy.elastic import Elastic
 from tltsim.rollout import EngineConfig, simulate_step
+from tltsim.rollout.fast.paths import pricers_of
 from tltsim.rollout.scheduling import prefill_passes
-from tltsim.rollout.span_cost import plain_pricer, prefill_pricer, span_pricer
+from tltsim.rollout.worker import Pricers
 from tltsim.traces.workload import StepWorkload
+
+
+def span_pricer(cost):
+    return pricers_of(cost).sd
+
+
+def prefill_pricer(cost):
+    return pricers_of(cost).prefill
+
+
+def plain_pricer(cost):
+    return pricers_of(cost).plain
+
 
 SHAPES = [SDConfig(8, 4, 48), SDConfig(8, 4, 8), SDConfig(4, 1, 4), SDConfig(12, 8, 64), SDConfig(1, 1, 1)]
 
@@ -198,26 +213,24 @@ def test_worker_prices_in_one_call_and_matches_the_call_by_call_path(mode, monke
         return simulate_step(w, policies=policies, cost=cost, accept=paper_qwen32b_tp4(),
                              engine=EngineConfig(acceptance_mode=mode), seed=1).events
 
-    def counted(make, key):
-        def pricer(c):
-            price = make(c)
+    def counted(c):
+        p = real(c)
 
+        def count(price, key):
             def wrapped(*args):
                 calls[key].append(len(args[0]))
                 return price(*args)
-            return wrapped
-        return pricer
+            return None if price is None else wrapped
+        return replace(p, sd=count(p.sd, "sd"), rows=count(p.rows, "sd"),  # rows: expected-mode SD tails
+                       prefill=count(p.prefill, "prefill"), plain=count(p.plain, "plain"))
 
-    monkeypatch.setattr(pricing, "span_pricer", counted(pricing.span_pricer, "sd"))
-    monkeypatch.setattr(pricing, "sd_rows_pricer", counted(pricing.sd_rows_pricer, "sd"))  # expected-mode SD tails
-    monkeypatch.setattr(pricing, "prefill_pricer", counted(pricing.prefill_pricer, "prefill"))
-    monkeypatch.setattr(pricing, "plain_pricer", counted(pricing.plain_pricer, "plain"))
+    real = pricing.pricers_of
+    monkeypatch.setattr(pricing, "pricers_of", counted)
     fast = sim()
     assert calls["sd"] and max(calls["sd"]) > 1
     assert calls["prefill"]  # the switch re-prefill of every live context
     assert calls["plain"]
-    for name in ("span_pricer", "prefill_pricer", "plain_pricer", "sd_rows_pricer", "plain_phase_pricer"):
-        monkeypatch.setattr(pricing, name, lambda c: None)
+    monkeypatch.setattr(pricing, "pricers_of", lambda c: Pricers())
     pd.testing.assert_frame_equal(fast, sim(), check_exact=True)
 
 

@@ -68,16 +68,19 @@ class Accelerator(Protocol):
 
 @dataclass(frozen=True)
 class Pricers:
-    """A run's vectorised prices (:mod:`tltsim.rollout.span_cost`), each equal bit for bit to the cost
-    model's call-by-call prices it replaces; None where the cost model has none, and all None on the
-    reference path. ``prefill`` and ``plain`` serve the shared primitives; ``sd``, ``rows`` and
-    ``phase`` the fast paths (SD blocks, SD rows of many spans, whole plain phases)."""
+    """A run's vectorised prices: the cost model's batched forms
+    (:class:`~tltcore.cost.protocol.PagedKVTimes`), each equal bit for bit to the call-by-call prices
+    it replaces; None where the cost model has none, and all None on the reference path. ``prefill``
+    and ``plain`` serve the shared primitives; ``sd``, ``rows`` and ``phase`` the fast paths (SD
+    blocks, SD rows of many spans, whole plain phases); ``block`` is the paged-KV block size they
+    price by (1 without them)."""
 
     sd: Callable[..., Any] | None = None
     prefill: Callable[..., tuple[float, int]] | None = None
     plain: Callable[[np.ndarray, int], float] | None = None
     phase: Callable[..., np.ndarray] | None = None
     rows: Callable[..., np.ndarray] | None = None
+    block: int = 1
 
 
 REFERENCE_PRICES = Pricers()

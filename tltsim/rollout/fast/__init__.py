@@ -19,8 +19,8 @@ hands each unit of work after admission to the worker's door, :class:`~tltsim.ro
 * :mod:`~tltsim.rollout.fast.event_blocks`: rows added as numpy column blocks;
 * :mod:`~tltsim.rollout.fast.uniforms`: the acceptance draws as a rewindable stream;
 * the run's vectorised pricers (:class:`~tltsim.rollout.worker.Pricers`, from
-  :mod:`tltsim.rollout.span_cost`), which the worker's shared primitives also use for long
-  prefills and plain spans.
+  :func:`~tltsim.rollout.fast.paths.pricers_of`: the cost model's batched forms), which the
+  worker's shared primitives also use for long prefills and plain spans.
 
 The rule is pinned by tests that run both and compare exactly: ``tests/sim/test_fast_identical.py``
 (bundled scenarios, presets, queueing and KV limits, holds, wide batches, many workers' tails, with

@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from tltcore.policy.base import HOLD_UNTIL_EVENT, BatchView, Decision, Outcome
-from tltsim.rollout import span_cost
 from tltsim.rollout.fast.spans import speculate_expected_blocks
 from tltsim.rollout.fast.state import FastWorker
 from tltsim.rollout.worker import _EPS, _min, _sum
@@ -41,7 +40,7 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
     verify = config.verify_tokens
     policy, log, idx, step_no = w.policy, fast.log, w.idx, w.step_no
     drafter, hint = w.drafter, w.hint
-    rows_price, cost, bs = w.pricers.rows, w.cost, span_cost.block_size(w.cost)
+    rows_price, cost, bs = w.pricers.rows, w.cost, w.pricers.block
     # batch -> one unclipped iteration's tokens, summed as numpy sums them (shared by the run's workers)
     full_of: dict[int, float] = fast.sums.setdefault(a, {})
     acc_run = [0.0]  # acc_run[n]: n accepted-token increments added one by one

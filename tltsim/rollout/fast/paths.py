@@ -24,13 +24,27 @@ from collections import deque
 
 from tltcore.acceptance import AcceptSampler
 from tltcore.cost import CostModel
+from tltcore.cost.protocol import CostModelBase
 from tltcore.drafter.state import DrafterState
 from tltcore.policy.base import HOLD_UNTIL_EVENT
-from tltsim.rollout import span_cost
 from tltsim.rollout.fast import expected_tail, plain_phase, spans, tails
 from tltsim.rollout.fast.event_blocks import SimEventLog
 from tltsim.rollout.fast.state import FastWorker
 from tltsim.rollout.worker import _EPS, Pricers, RolloutWorker, _min
+
+
+def pricers_of(cost: CostModel) -> Pricers:
+    """The batched forms ``cost`` declares (:meth:`~tltcore.cost.protocol.CostModel.paged_kv_times`),
+    or no pricers where it declares none (then every price is one cost call); the plain-decode ones
+    only where plain decoding is memory-bound (what their closed form assumes)."""
+    paged = cost.paged_kv_times() if isinstance(cost, CostModelBase) else None
+    if paged is None:
+        return Pricers()
+    plain = paged.memory_bound_decode
+    return Pricers(sd=paged.sd_rows_times, prefill=paged.prefill_passes_time,
+                   plain=paged.decode_span_time_of if plain else None,
+                   phase=paged.decode_spans_time if plain else None,
+                   rows=paged.sd_times_from_sums, block=int(paged.kv_block_size))
 
 
 class FastRun:
@@ -39,10 +53,8 @@ class FastRun:
     ``b`` equal accept lengths that expected-mode tails reuse."""
 
     def __init__(self, cost: CostModel, log: SimEventLog) -> None:
-        self.pricers = Pricers(sd=span_cost.span_pricer(cost), prefill=span_cost.prefill_pricer(cost),
-                               plain=span_cost.plain_pricer(cost), phase=span_cost.plain_phase_pricer(cost),
-                               rows=span_cost.sd_rows_pricer(cost))
-        self.block = span_cost.block_size(cost)
+        self.pricers = pricers_of(cost)
+        self.block = self.pricers.block
         self.log = log
         self.sums: dict[float, dict[int, float]] = {}
 

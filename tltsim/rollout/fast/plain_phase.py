@@ -14,7 +14,7 @@ difference arrays, and cuts the phase at the first span whose batch (after that 
 admissions) is at or below the bound -- where the per-span path would ask the policy again.
 
 Times are then the per-span cost of each span (one vectorised call on the roofline,
-:func:`tltsim.rollout.span_cost.plain_phase_pricer`; one cost call per span otherwise) and the
+:meth:`~tltcore.cost.protocol.PagedKVTimes.decode_spans_time`; one cost call per span otherwise) and the
 prefill of each admission round, added in event order (``numpy.add.accumulate`` adds in order:
 the same float sums as the per-span clock). :func:`run_phase` applies the result.
 """
@@ -27,7 +27,6 @@ from heapq import heapify, heappop, heappush
 import numpy as np
 
 from tltcore.policy.base import NO_SD, Outcome
-from tltsim.rollout import span_cost
 from tltsim.rollout.fast.state import FastWorker
 from tltsim.rollout.worker import _sum
 
@@ -164,7 +163,7 @@ def run_phase(fast: FastWorker, bound: int) -> bool:
     finish = np.concatenate([finish0, adm + a_resp - 1])
     c0 = np.concatenate([live.ctx, a_prompt + 1 - adm])
     price = w.pricers.phase
-    ph = phase_spans(admit, finish, c0, bound, span_cost.block_size(w.cost) if price is not None else None)
+    ph = phase_spans(admit, finish, c0, bound, w.pricers.block if price is not None else None)
     spans = ph.spans
     if spans == 0:
         fast.plain_bound = None

@@ -8,7 +8,7 @@ most of the time goes to call overhead. :class:`StochasticTails` stacks the bloc
 in a tail into one padded ``(workers, iterations, requests)`` array and does those calls once per
 round: the same draws from each worker's stream (mapped by the same sampler, one call per shape),
 the same cumulative sums, first finishes, clipped last iterations and, priced per iteration with
-its own batch (:func:`tltsim.rollout.span_cost.sd_rows_pricer`), the same times. Padding never
+its own batch (:meth:`~tltcore.cost.protocol.PagedKVTimes.sd_times_from_sums`), the same times. Padding never
 enters a result: padded requests have no draws, context 0 and an end no context reaches, and
 padded iterations lie beyond each worker's block. Per worker, what happens between blocks and spans
 is what its own tail does, in the same order: the clock, recent-accept estimate and totals added
