@@ -29,6 +29,7 @@ is kept fresh over RL steps is a separate comparison of the whole-RL-run presets
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -164,20 +165,23 @@ def _inputs_key(s: Scenario) -> str:
     return json.dumps(data, sort_keys=True, default=str)
 
 
-_PREPARED: dict[str, SimInputs] = {}
-_MAX_PREPARED = 4
+@dataclass(frozen=True)
+class _PrepareKey:
+    """A scenario keyed by what :func:`tltsim.scenario.prepare` reads (:func:`_inputs_key`)."""
+
+    key: str
+    scenario: Scenario = field(compare=False, hash=False)
+
+
+@functools.lru_cache(maxsize=4)
+def _prepared(k: _PrepareKey) -> SimInputs:
+    return prepare(k.scenario)
 
 
 def inputs_for(s: Scenario) -> SimInputs:
     """The prepared inputs of ``s``, shared by every task that differs only in seed and policies
     (:func:`tltsim.scenario.prepare` reads neither; the trace is loaded once per process)."""
-    key = _inputs_key(s)
-    inputs = _PREPARED.get(key)
-    if inputs is None:
-        inputs = prepare(s)
-        if len(_PREPARED) >= _MAX_PREPARED:
-            _PREPARED.pop(next(iter(_PREPARED)))
-        _PREPARED[key] = inputs
+    inputs = _prepared(_PrepareKey(_inputs_key(s), s))
     return inputs if inputs.scenario == s else replace(inputs, scenario=s)
 
 

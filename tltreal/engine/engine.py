@@ -54,11 +54,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from tltcore.cost.protocol import CostModel
 from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
 from tltcore.events import CLUSTER, EventLog
 from tltcore.policy.base import NO_SD, BatchView, Decision, Outcome, SDConfig, SDPolicy
 from tltcore.policy.recent_accept import RecentAccept
-from tltreal.engine.engine_config import EngineConfig, ModelledCosts, skip_padding
+from tltreal.engine.engine_config import EngineConfig, skip_padding
 from tltreal.engine.records import Records
 from tltreal.engine.requests import Request, RunResult
 from tltreal.engine.sd_step import SpeculativeStep
@@ -93,7 +94,7 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
 
     def __init__(self, target: Transformer, policy: SDPolicy, drafter: DraftModel | None = None,
                  config: EngineConfig | None = None, *, proposer: TokenProposer | None = None,
-                 costs: ModelledCosts | None = None, drafter_state: DrafterState = INITIAL_DRAFTER) -> None:
+                 costs: CostModel | None = None, drafter_state: DrafterState = INITIAL_DRAFTER) -> None:
         if drafter is not None and proposer is not None:
             raise ValueError("give a drafter (neural, tree SD) or a token proposer (model-free, chains), not both")
         self.target, self.policy, self.drafter, self.proposer = target, policy, drafter, proposer
@@ -201,7 +202,7 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
             torch.cuda.synchronize(self.hidden.device)
         return time.perf_counter() - self._t0
 
-    def _charge(self, cost: Callable[[ModelledCosts], float]) -> None:
+    def _charge(self, cost: Callable[[CostModel], float]) -> None:
         """On the modelled clock, advance it by ``cost(cost model)`` (nothing to do on the wall clock)."""
         if self.cfg.clock == "model" and self.costs is not None:
             self._model_t += float(cost(self.costs))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tltcore.cost.protocol import CostModel
 from tltcore.engine_limits import EngineLimits
 
 NATIVE_SWITCH_MODES = ("reprefill", "catch_up")  # SWITCH_MODES less vLLM's in_step
@@ -48,8 +47,3 @@ class EngineConfig(EngineLimits):
                              f"supports {NATIVE_SWITCH_MODES}")
         if self.clock not in CLOCKS:
             raise ValueError(f"clock must be one of {CLOCKS}, got {self.clock!r}")
-
-
-#: What the modelled clock needs: the one cost-model contract every reader uses (prefill, drafter
-#: prefill, decode and SD iteration times). Kept as a name so the engine's signature reads as its role.
-ModelledCosts = CostModel
