@@ -5,8 +5,11 @@
 - Every relative link and image in README.md and docs/**/*.md resolves to a file or folder of the
   repository (links into the generated CLI reference, to one of its generated pages).
 - Every `tlt ...` command shown in a code block names real sub-commands and only options that command
-  has; every `--set section.field=...` names a scenario field; every `python -m MODULE` names a module
-  that exists and every `python path.py` a file that exists.
+  has; every `--set section.field=...` names a scenario field; every `--set` of a policy or of a field
+  inside one (`policies.1.threshold=8`, typed per policy kind) resolves, through the code the CLI uses,
+  on the command's scenario (a bundled one, or the defaults) with its `--policy` list; every
+  `python -m MODULE` names a module that exists and every `python path.py` a file that exists.
+- Every TOML block is a valid scenario, or with `axes` a valid sweep spec.
 - The CLI reference is generated from the typer app: one page per top-level command, each in the nav of
   mkdocs.yml, with every option of every command.
 
@@ -144,6 +147,40 @@ def _check_set(value: str, fields: dict[str, set[str]]) -> list[str]:
     return []
 
 
+POLICY_FIELDS = ("policies", "presets_policy")
+
+
+def _check_policy_sets(words: list[str]) -> list[str]:
+    """Resolve the command's policy settings as ``tlt sim run`` does (:func:`tltsim.scenario.resolve`
+    with ``--set`` parsed by the CLI's own parser and ``--policy`` as the ``policies`` list), on its
+    ``--scenario`` when that is a bundled name or a file of the repository, else on the defaults.
+    A scenario file the docs only name (``s.toml``) cannot be read, so there each path's fields are
+    checked against every spec kind's fields instead."""
+    from tltcli.sim import _parse_sets
+    from tltcore.errors import InputError
+    from tltcore.policy.spec import KIND_CLASSES
+    from tltsim.scenario import bundled_scenarios
+    from tltsim.scenario.resolve import resolve
+
+    pairs = list(zip(words, words[1:]))
+    sets = [v for f, v in pairs if f == "--set" and v.split("=", 1)[0].split(".", 1)[0].strip() in POLICY_FIELDS]
+    if not sets:
+        return []
+    policies = tuple(v for f, v in pairs if f == "--policy")
+    scenario = next((v for f, v in pairs if f == "--scenario"), None)
+    if scenario is not None and scenario not in bundled_scenarios() and not (REPO / scenario).is_file():
+        known = {f for cls in KIND_CLASSES.values() for f in cls.model_fields if f != "kind"}
+        return [f"--set {v}: no policy kind has a field {part!r}" for v in sets
+                for part in v.split("=", 1)[0].split(".")[1:] if not part.isdigit() and part not in known]
+    settings = [("policies", policies, "--policy")] if policies else []
+    try:
+        resolve(REPO / scenario if scenario and (REPO / scenario).is_file() else scenario,
+                settings + _parse_sets(sets))
+    except InputError as exc:
+        return [f"{' '.join(sets)}: {exc}"]
+    return []
+
+
 @pytest.mark.parametrize("page", PAGES, ids=_rel)
 def test_every_command_shown_is_valid(page, root, scenario_fields):
     problems = []
@@ -152,12 +189,40 @@ def test_every_command_shown_is_valid(page, root, scenario_fields):
             problems += _check_tlt(words, root)
             problems += [p for i, w in enumerate(words[:-1]) if w == "--set"
                          for p in _check_set(words[i + 1], scenario_fields)]
+            problems += _check_policy_sets(words)
         elif words[0] == "python" and len(words) > 1:
             if words[1] == "-m" and len(words) > 2 and words[2] != "pytest":
                 if importlib.util.find_spec(words[2]) is None:
                     problems.append(f"no module {words[2]}")
             elif words[1].endswith(".py") and not (REPO / words[1]).is_file():
                 problems.append(f"no file {words[1]}")
+    assert not problems, f"{_rel(page)}: " + "; ".join(problems)
+
+
+TOML_BLOCK = re.compile(r"^```toml\n(.*?)^```", re.S | re.M)
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if TOML_BLOCK.search(p.read_text())], ids=_rel)
+def test_every_toml_block_is_a_valid_scenario_or_sweep(page, tmp_path):
+    """A scenario block (``policies`` as text or tables) resolves as ``--scenario FILE`` would; a sweep
+    block (with ``axes``; ``base`` a bundled scenario) expands its axes' paths as ``tlt sweep`` does."""
+    import tomllib
+
+    from tltcore.errors import InputError
+    from tltsim.scenario.resolve import resolve
+    from tltsim.sweep.spec import parse_spec
+
+    problems = []
+    for i, block in enumerate(TOML_BLOCK.findall(page.read_text())):
+        path = tmp_path / f"block{i}.toml"
+        path.write_text(block)
+        try:
+            if "axes" in tomllib.loads(block):
+                parse_spec(block, path=path)
+            else:
+                resolve(path)
+        except (InputError, tomllib.TOMLDecodeError) as exc:
+            problems.append(f"TOML block {i + 1}: {exc}")
     assert not problems, f"{_rel(page)}: " + "; ".join(problems)
 
 
