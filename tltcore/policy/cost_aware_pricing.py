@@ -69,6 +69,17 @@ class BatchPricing(Protocol):
         ...
 
 
+def view_contexts(view: BatchView) -> Sequence[int] | None:
+    """The batch's context lengths; a view that gives only a size prices as that many empty contexts
+    (None for an empty batch)."""
+    ctx = view.context_lens
+    if len(ctx) == 0:
+        if view.batch_size <= 0:
+            return None
+        ctx = (0,) * view.batch_size
+    return ctx
+
+
 class PerRequestPricing:
     """Per-request int64 arrays through the cost model's own methods."""
 
@@ -76,12 +87,8 @@ class PerRequestPricing:
         self.cost, self.candidates = cost, candidates
 
     def contexts(self, view: BatchView) -> Contexts | None:
-        ctx = view.context_lens
-        if len(ctx) == 0:
-            if view.batch_size <= 0:
-                return None
-            ctx = (0,) * view.batch_size
-        return np.asarray(ctx, dtype=np.int64)
+        ctx = view_contexts(view)
+        return None if ctx is None else np.asarray(ctx, dtype=np.int64)
 
     def times(self, ctx: Contexts) -> tuple[list[float], float]:
         arr = cast(np.ndarray, ctx)
@@ -134,11 +141,9 @@ class LongestContextPricing:
         self.at, self.candidates = at, candidates
 
     def contexts(self, view: BatchView) -> Contexts | None:
-        ctx = view.context_lens
-        if len(ctx) == 0:
-            if view.batch_size <= 0:
-                return None
-            ctx = (0,) * view.batch_size
+        ctx = view_contexts(view)
+        if ctx is None:
+            return None
         if min(ctx) < 0:
             raise InputError("context_lens must be non-negative", field="context_lens")
         return ctx
