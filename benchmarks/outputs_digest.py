@@ -10,7 +10,9 @@ at two revisions and diff the two files; any changed line names the case and the
     diff /tmp/before.txt after.txt
 
 Each case runs `python -m tltcli sim run ...` in a child process from the current directory (so
-PYTHONPATH decides which revision runs). Tables are digested from their rows (parquet via pandas to
+PYTHONPATH decides which revision runs). Run both revisions with `../shared` beside them and the same
+TLT_TRACE_PATH: without `../shared/gpu-profiles` the measured cost model falls back to the roofline
+and every measured case's digest changes. Tables are digested from their rows (parquet via pandas to
 CSV), never from file bytes that could carry writer metadata. About 2-3 CPU minutes on 2 cores.
 """
 
