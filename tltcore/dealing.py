@@ -23,24 +23,29 @@ def deal(group_ids: np.ndarray, n_workers: int, mode: str = "shuffle", seed: int
          ) -> list[np.ndarray]:
     """Request indices per worker, in dealing order (a group's samples together, in trace order).
     ``shuffle`` permutes the groups with a
-    generator seeded from ``(seed, step)``; ``trace`` keeps their order of first appearance."""
+    generator seeded from ``(seed, step)``; ``trace`` keeps their order of first appearance.
+
+    The rule: put the groups in dealing order, cut that order into ``n_workers`` chunks with
+    ``np.array_split``, and give worker ``k`` the requests of its chunk's groups, group by group,
+    each group's requests in trace order. Computed with one stable sort of the requests by their
+    group's place in the dealing order, cut where the chunks' request counts add up: a filter per
+    worker would scan every request once per worker (about 1 s of a 500k-response, 4,096-worker
+    step; the sort takes a few hundredths)."""
     if mode not in DEAL_MODES:
         raise ValueError(f"deal mode must be one of {DEAL_MODES}, got {mode!r}")
     group_ids = np.asarray(group_ids)
     if len(group_ids) == 0:
         return [np.zeros(0, dtype=np.int64) for _ in range(n_workers)]
     _, first, inverse = np.unique(group_ids, return_index=True, return_inverse=True)
+    n_groups = len(first)
     appearance = np.argsort(first, kind="stable")  # group index (sorted-id order) by first appearance
     if mode == "shuffle":
         appearance = np.random.default_rng([seed, step, 0x6465616C]).permutation(appearance)
-    position = np.empty(len(first), dtype=np.int64)
-    position[appearance] = np.arange(len(first))
+    position = np.empty(n_groups, dtype=np.int64)
+    position[appearance] = np.arange(n_groups)
     rank = position[inverse.ravel()]  # each request's group's place in the dealing order
-    out = []
-    for chunk in np.array_split(np.arange(len(first)), n_workers):
-        if len(chunk) == 0:
-            out.append(np.zeros(0, dtype=np.int64))
-        else:
-            mine = np.flatnonzero((rank >= chunk[0]) & (rank <= chunk[-1]))
-            out.append(mine[np.argsort(rank[mine], kind="stable")])
-    return out
+    order = np.argsort(rank, kind="stable").astype(np.int64, copy=False)  # stable: trace order within a group
+    # where each worker's chunk of groups ends, in groups and then in requests
+    chunk_end = np.cumsum([len(c) for c in np.array_split(np.arange(n_groups), n_workers)])
+    request_end = np.concatenate(([0], np.cumsum(np.bincount(rank))))[chunk_end]
+    return np.split(order, request_end[:-1])
