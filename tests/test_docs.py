@@ -20,6 +20,7 @@ link and anchor resolves inside the built site).
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import re
 import shlex
 import sys
@@ -162,7 +163,7 @@ def _check_policy_sets(words: list[str]) -> list[str]:
     from tltsim.scenario import bundled_scenarios
     from tltsim.scenario.resolve import resolve
 
-    pairs = list(zip(words, words[1:]))
+    pairs = list(itertools.pairwise(words))
     sets = [v for f, v in pairs if f == "--set" and v.split("=", 1)[0].split(".", 1)[0].strip() in POLICY_FIELDS]
     if not sets:
         return []
