@@ -218,42 +218,96 @@ def _nosd_iteration_s(base: pd.DataFrame, cost: Any, context_tokens: int) -> Any
     return lambda b: float(cost.decode_time(np.full(int(b), int(context_tokens))))
 
 
-def _worker_span(rows: pd.DataFrame) -> float:
-    busy = rows[rows["kind"].isin(("prefill", "decode", "switch_reprefill", "catch_up"))]
-    return float(busy["t_end"].max() - busy["t_start"].min()) if len(busy) else 0.0
-
-
 def _fmt_workers(workers: Sequence[int], total: int) -> str:
     return f"{len(workers)} of {total} worker{'s' if total != 1 else ''}"
 
 
+#: Event kinds during which a worker is busy (its rollout span runs from the first to the last).
+BUSY_KINDS = ("prefill", "decode", "switch_reprefill", "catch_up")
+
+#: Event kinds that are the price of turning SD on (``switch_cost``).
+SWITCH_KINDS = ("switch_reprefill", "catch_up")
+
+
+def _per_worker(worker: np.ndarray) -> dict[int, np.ndarray]:
+    """Row positions per worker, each in table order: one grouping pass instead of a filter of the
+    whole table per worker (which made the warnings of a 100-step run most of its CPU time)."""
+    order = np.argsort(worker, kind="stable")
+    keys, starts = np.unique(worker[order], return_index=True)
+    return {int(k): part for k, part in zip(keys, np.split(order, starts[1:]), strict=True)}
+
+
 def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.DataFrame, cost: Any, accept: Any,
-                         context_tokens: int, gpu: str = "", subject: str | None = None) -> list[RunWarning]:
+                         context_tokens: int, gpu: str = "", subject: str | None = None, *,
+                         speed_cache: dict[tuple[str, int], float] | None = None) -> list[RunWarning]:
     """The per-policy warnings of one RL step: ``rows`` the rollout events of policy ``spec`` in that
     step, ``base`` the baseline run's (empty when there is none). ``subject``: what the warnings are
-    about and their messages start with (a preset running ``spec``; default ``spec``)."""
+    about and their messages start with (a preset running ``spec``; default ``spec``).
+    ``speed_cache``: :func:`speedup_lookup` entries already computed for the same policy, models and
+    context (filled with the missing batch sizes; each entry depends on its shape and batch alone, so
+    the steps of a run share one table instead of rebuilding it per step).
+
+    Each column is read once into an array and split by worker in one pass; per-row sums run in
+    table order exactly as a filter per worker would (same floats, bit for bit), and the speedup
+    and plain-iteration lookups are memoised per batch size (pure functions of it)."""
     rows = rows[rows["phase"] == "rollout"]
-    dec = rows[rows["kind"] == "decode"]
-    if dec.empty:
+    kind = rows["kind"].to_numpy(dtype=object)
+    is_dec = kind == "decode"
+    if not is_dec.any():
         return []
     shapes = policy_shapes(spec)
     if not shapes:
         return []
+    dec = rows[is_dec]
     base_dec = base[base["kind"] == "decode"] if len(base) else base
-    used = sorted({int(b) for b in dec["batch_size"].unique()} | {int(b) for b in base_dec.get("batch_size", ())})
-    speed = speedup_lookup(cost, accept, shapes, used, context_tokens)
+    d_batch = dec["batch_size"].to_numpy()
+    base_batches = base_dec["batch_size"].unique() if "batch_size" in base_dec else ()
+    used = sorted({int(b) for b in np.unique(d_batch)} | {int(b) for b in base_batches})
+    names = [c.name for c in shapes]
+    if speed_cache is None:
+        speed = speedup_lookup(cost, accept, shapes, used, context_tokens)
+    else:
+        speed_cache.update(speedup_lookup(cost, accept, shapes, [b for b in used if (names[0], b) not in speed_cache],
+                                          context_tokens))
+        speed = speed_cache
+    best_at: dict[int, tuple[float, str]] = {}
 
     def best(b: int) -> tuple[float, str]:
-        return max((speed[(c.name, int(b))], c.name) for c in shapes)
+        if b not in best_at:
+            best_at[b] = max((speed[(n, b)], n) for n in names)
+        return best_at[b]
 
     out: list[RunWarning] = []
     who = spec if subject is None else subject
     label = spec if subject is None else f"{subject} ({spec})"
-    workers = sorted(int(w) for w in dec["worker"].unique())
-    switch = elastic_switch(spec)
-    plain_s = _nosd_iteration_s(base, cost, context_tokens)
+    # every column a check reads, once: the rollout rows (r_*) and their decode rows (d_*)
+    r_start, r_end = rows["t_start"].to_numpy(dtype=float), rows["t_end"].to_numpy(dtype=float)
+    r_dur = _dur(rows)
+    r_busy = np.isin(kind, BUSY_KINDS)
+    r_paid = np.isin(kind, SWITCH_KINDS)
+    r_prefill = rows["prefill_tokens"].to_numpy()
+    d_sd = _is_sd(dec)
+    d_start, d_end = dec["t_start"].to_numpy(dtype=float), dec["t_end"].to_numpy(dtype=float)
+    d_dur = _dur(dec)
+    d_iters, d_tokens = dec["iterations"].to_numpy(), dec["tokens"].to_numpy()
+    r_of = _per_worker(rows["worker"].to_numpy())
+    d_of = _per_worker(dec["worker"].to_numpy())
+    workers = sorted(d_of)
+    nosd_s = _nosd_iteration_s(base, cost, context_tokens)
+    plain_at: dict[int, float] = {}
+
+    def plain_s(b: int) -> float:
+        if b not in plain_at:
+            plain_at[b] = nosd_s(b)
+        return plain_at[b]
+
+    def span_of(w: int) -> float:
+        busy = r_of[w][r_busy[r_of[w]]]
+        return float(r_end[busy].max() - r_start[busy].min()) if len(busy) else 0.0
+
     on = f" on {gpu}" if gpu else ""
     ctx = f"{context_tokens:,} context tokens"
+    switch = elastic_switch(spec)
 
     # -- elastic: never fired / fired late
     if switch is not None:
@@ -261,25 +315,24 @@ def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.Data
         never: list[tuple[float, int, int, int, float, str]] = []
         late: list[tuple[float, int, float, float]] = []
         for w in workers:
-            wr = dec[dec["worker"] == w]
-            sd = _is_sd(wr)
+            ix = d_of[w]
+            sd = d_sd[ix]
             if not sd.any():
-                bmin = int(wr["batch_size"].min())
+                bmin = int(d_batch[ix].min())
                 gain, shape = best(bmin)
                 if gain >= PAYS_SPEEDUP:
-                    never.append((gain, w, int(wr["iterations"].sum()), bmin, gain, shape))
+                    never.append((gain, w, int(d_iters[ix].sum()), bmin, gain, shape))
                 continue
-            t_on = float(wr.loc[sd, "t_start"].min())
-            before = wr[(~sd) & (wr["t_end"] <= t_on)]
+            t_on = float(d_start[ix][sd].min())
+            before = ix[(~sd) & (d_end[ix] <= t_on)]
             lost = 0.0
-            for b, d in zip(before["batch_size"], _dur(before), strict=True):
-                g = best(int(b))[0]
+            for b, d in zip(d_batch[before].tolist(), d_dur[before].tolist(), strict=True):
+                g = best(b)[0]
                 if g >= PAYS_SPEEDUP:
                     lost += d * (1 - 1 / g)
-            mine = rows[rows["worker"] == w]
-            span = _worker_span(mine)
+            span = span_of(w)
             if span > 0 and lost >= LATE_LOSS_SHARE * span:
-                late.append((lost / span, w, lost, t_on - float(mine["t_start"].min())))
+                late.append((lost / span, w, lost, t_on - float(r_start[r_of[w]].min())))
         if never:
             never.sort(reverse=True)
             _, w, iters, bmin, gain, shape = never[0]
@@ -300,20 +353,18 @@ def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.Data
                 f"{lost:.1f} s, {100 * share:.0f}% of the worker's rollout, before switch costs)"))
 
     # -- the switch cost more than SD gained
-    paid_rows = rows[rows["kind"].isin(("switch_reprefill", "catch_up"))]
     costly: list[tuple[float, int, float, float, int]] = []
     for w in workers:
-        pw = paid_rows[paid_rows["worker"] == w]
-        paid = float(_dur(pw).sum())
-        span = _worker_span(rows[rows["worker"] == w])
+        pw = r_of[w][r_paid[r_of[w]]]
+        paid = float(r_dur[pw].sum())
+        span = span_of(w)
         if paid <= 0 or span <= 0 or paid < MIN_SWITCH_SHARE * span:
             continue
-        wr = dec[dec["worker"] == w]
-        sdr = wr[_is_sd(wr)]
-        gain = float(sum(t / max(int(b), 1) * plain_s(int(b)) - d for t, b, d in
-                         zip(sdr["tokens"], sdr["batch_size"], _dur(sdr), strict=True)))
+        sdr = d_of[w][d_sd[d_of[w]]]
+        gain = float(sum(t / max(b, 1) * plain_s(b) - d for t, b, d in
+                         zip(d_tokens[sdr].tolist(), d_batch[sdr].tolist(), d_dur[sdr].tolist(), strict=True)))
         if paid > gain:
-            costly.append((paid - gain, w, paid, gain, int(pw["prefill_tokens"].sum())))
+            costly.append((paid - gain, w, paid, gain, int(r_prefill[pw].sum())))
     if costly:
         costly.sort(reverse=True)
         _, w, paid, gain, toks = costly[0]
@@ -325,16 +376,16 @@ def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.Data
             f"{abs(gain):.1f} s)"))
 
     # -- SD ran where it is slower than no-SD on this GPU
-    sd_rows = dec[_is_sd(dec)]
-    if len(sd_rows):
-        durs = _dur(sd_rows)
-        slow = np.array([speed.get((str(c), int(b)), np.inf) < SLOWER_BELOW
-                         for c, b in zip(sd_rows["sd_config"], sd_rows["batch_size"], strict=True)])
+    if d_sd.any():
+        durs = d_dur[d_sd]
+        configs = [str(c) for c in dec["sd_config"].to_numpy(dtype=object)[d_sd]]
+        batches = d_batch[d_sd].tolist()
+        slow = np.array([speed.get((c, b), np.inf) < SLOWER_BELOW for c, b in zip(configs, batches, strict=True)])
         total = float(durs.sum())
         if total > 0 and slow.any() and float(durs[slow].sum()) >= MIN_SLOW_SD_SHARE * total:
             per_shape: dict[str, float] = {}
-            for c, d in zip(sd_rows["sd_config"][slow], durs[slow], strict=True):
-                per_shape[str(c)] = per_shape.get(str(c), 0.0) + float(d)
+            for c, d in zip(np.asarray(configs, dtype=object)[slow], durs[slow], strict=True):
+                per_shape[c] = per_shape.get(c, 0.0) + float(d)
             top = max(per_shape, key=per_shape.__getitem__)
             slow_b = [b for b in used if speed.get((top, b), np.inf) < SLOWER_BELOW]
             lo, hi = slow_b[0], slow_b[-1]
@@ -342,11 +393,11 @@ def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.Data
             every = (f"; none of its shapes pays at {slow_span(none_pay, used)}" if none_pay and len(shapes) > 1
                      else "")
             more = f" (and {len(per_shape) - 1} more of its shapes)" if len(per_shape) > 1 else ""
-            slow_rows = sd_rows[slow]
             # what those iterations achieved at the contexts they ran at: the seconds no SD's plain
             # iterations at the same batch sizes would need for the same tokens, over the seconds taken
-            plain_need = sum(int(k) * plain_s(int(b)) / max(int(b), 1)
-                             for k, b in zip(slow_rows["tokens"], slow_rows["batch_size"], strict=True))
+            plain_need = sum(k * plain_s(b) / max(b, 1)
+                             for k, b in zip(d_tokens[d_sd][slow].tolist(), d_batch[d_sd][slow].tolist(),
+                                             strict=True))
             realized = plain_need / float(durs[slow].sum())
             out.append(RunWarning(
                 "sd_slower", who, step, None, (),
@@ -406,16 +457,20 @@ def run_warnings(events: pd.DataFrame, summary: pd.DataFrame, cost: Any, accept:
     baseline = BASELINE_PRESET if presets else BASELINE_POLICY
     found: list[list[RunWarning]] = []
     steps = sorted(int(s) for s in events["step"].unique()) if len(events) else []
+    # one grouping pass: each (policy, step)'s rows by position, in table order
+    at = events.groupby(["policy", "step"], sort=False).indices if len(events) else {}
+    none = np.zeros(0, dtype=np.int64)
     for subject in dict.fromkeys(str(p) for p in events["policy"].unique()):
         spec = (specs or {}).get(subject, subject)
         if subject == baseline or spec == BASELINE_POLICY:
             continue
         c, a = (costs or {}).get(subject, (cost, accept))
+        speed: dict[tuple[str, int], float] = {}  # one speedup table per subject, grown over its steps
         for step in steps:
-            rows = events[(events["policy"] == subject) & (events["step"] == step)]
-            base = events[(events["policy"] == baseline) & (events["step"] == step)]
+            rows = events.iloc[at.get((subject, step), none)]
+            base = events.iloc[at.get((baseline, step), none)]
             found.append(policy_step_warnings(spec, step, rows, base, c, a, context_tokens, gpu,
-                                              subject=subject if subject != spec else None))
+                                              subject=subject if subject != spec else None, speed_cache=speed))
     if len(steps) <= 1:
         return head + [w for ws in found for w in ws]
     return head + merge_warnings(_by_step(found, steps), [f"step {s}" for s in steps], "steps")
