@@ -20,26 +20,6 @@ from tltsim.rollout.fast.uniforms import UniformStream
 SHAPES = [SDConfig(8, 4, 48), SDConfig(8, 4, 8), SDConfig(4, 1, 4), SDConfig(12, 8, 64), SDConfig(1, 1, 1)]
 
 
-def span_pricer(cost):
-    return pricers_of(cost).sd
-
-
-def sd_rows_pricer(cost):
-    return pricers_of(cost).rows
-
-
-def prefill_pricer(cost):
-    return pricers_of(cost).prefill
-
-
-def plain_pricer(cost):
-    return pricers_of(cost).plain
-
-
-def plain_phase_pricer(cost):
-    return pricers_of(cost).phase
-
-
 def _rooflines():
     qwen7b, qwen32b, h100 = get_model("Qwen2.5-7B"), get_model("Qwen2.5-32B"), get_gpu("h100")
     return [RooflineCostModel(qwen7b, h100), RooflineCostModel(qwen32b, h100, tp=4, kv_block_size=12),
@@ -65,7 +45,7 @@ def test_uniform_stream_is_the_generators_stream_with_rewinds():
 def test_sd_block_prices_with_the_callers_row_sums_and_any_block_size():
     rng = np.random.default_rng(4)
     for cost in _rooflines():
-        price = span_pricer(cost)
+        price = pricers_of(cost).sd
         assert price is not None
         for b in (1, 3, 8, 21, 64, 300):
             for config in SHAPES:
@@ -79,7 +59,8 @@ def test_sd_block_prices_with_the_callers_row_sums_and_any_block_size():
 def test_plain_phase_prices_equal_the_per_span_pricer():
     rng = np.random.default_rng(5)
     for cost in _rooflines():
-        span, phase = plain_pricer(cost), plain_phase_pricer(cost)
+        p = pricers_of(cost)
+        span, phase = p.plain, p.phase
         if span is None:
             assert phase is None
             continue
@@ -104,7 +85,7 @@ def test_prefill_prices_of_the_sharp_roofline_are_element_wise_forwards():
 
     rng = np.random.default_rng(6)
     for cost in _rooflines():
-        price = prefill_pricer(cost)
+        price = pricers_of(cost).prefill
         for budget in (7, 512, 2048):
             new = rng.integers(0, 3000, 60)
             cached = rng.integers(0, 9000, 60)
@@ -145,7 +126,7 @@ def test_sd_rows_priced_with_their_own_batches_equal_sd_time():
 
     rng = np.random.default_rng(8)
     for cost in _rooflines():
-        price = sd_rows_pricer(cost)
+        price = pricers_of(cost).rows
         assert price is not None
         bs = cost.kv_block_size
         for config in SHAPES:
@@ -165,8 +146,8 @@ def test_the_ngram_drafters_model_free_cost_is_priced_as_called():
     rng = np.random.default_rng(9)
     for base in _rooflines()[:4]:
         cost = ModelFreeDraftCost(base, lookup_s=7e-5)
-        span, rows_price, plain, prefill = span_pricer(cost), sd_rows_pricer(cost), plain_pricer(cost), \
-            prefill_pricer(cost)
+        p = pricers_of(cost)
+        span, rows_price, plain, prefill = p.sd, p.rows, p.plain, p.prefill
         assert None not in (span, rows_price, plain, prefill)
         for config in (SDConfig(4, 1, 4), SDConfig(8, 1, 8), SDConfig(1, 1, 1)):
             for b in (1, 5, 40, 300):

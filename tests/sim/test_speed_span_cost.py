@@ -34,19 +34,6 @@ from tltsim.rollout.scheduling import prefill_passes
 from tltsim.rollout.worker import Pricers
 from tltsim.traces.workload import StepWorkload
 
-
-def span_pricer(cost):
-    return pricers_of(cost).sd
-
-
-def prefill_pricer(cost):
-    return pricers_of(cost).prefill
-
-
-def plain_pricer(cost):
-    return pricers_of(cost).plain
-
-
 SHAPES = [SDConfig(8, 4, 48), SDConfig(8, 4, 8), SDConfig(4, 1, 4), SDConfig(12, 8, 64), SDConfig(1, 1, 1)]
 
 
@@ -63,7 +50,7 @@ def _models(tmp_path):
 def test_block_prices_equal_sd_time_row_by_row(tmp_path) -> None:
     rng = np.random.default_rng(0)
     for cost in _models(tmp_path):
-        price = span_pricer(cost)
+        price = pricers_of(cost).sd
         assert price is not None
         for b in (1, 2, 3, 5, 17, 21, 64, 257, 600):
             for config in SHAPES:
@@ -77,7 +64,7 @@ def test_block_prices_equal_sd_time_row_by_row(tmp_path) -> None:
 def test_plain_span_prices_equal_decode_span_time(tmp_path) -> None:
     rng = np.random.default_rng(2)
     for cost in _models(tmp_path):
-        price = plain_pricer(cost)
+        price = pricers_of(cost).plain
         assert price is not None
         for b in (1, 2, 7, 16, 33, 256, 700):
             for n in (1, 2, 15, 16, 17, 32, 100, 1001):
@@ -101,7 +88,7 @@ def _prefill_by_pass(cost, new, cached, budget, target, drafter):
 def test_prefill_prices_equal_the_pass_by_pass_sum(tmp_path) -> None:
     rng = np.random.default_rng(1)
     for cost in _models(tmp_path):
-        price = prefill_pricer(cost)
+        price = pricers_of(cost).prefill
         assert price is not None
         for budget in (1, 37, 512, 2048, 8192):
             for size in (1, 2, 5, 33, 200):
@@ -151,12 +138,12 @@ class _PlainTweaked(RooflineCostModel):
 
 
 def test_stands_aside_for_models_it_does_not_mirror() -> None:
-    assert span_pricer(object()) is None
-    assert span_pricer(_Tweaked(get_model("Qwen2.5-7B"), get_gpu("h100"))) is None
-    assert prefill_pricer(object()) is None
-    assert plain_pricer(object()) is None
-    assert plain_pricer(_PlainTweaked(get_model("Qwen2.5-7B"), get_gpu("h100"))) is None
-    assert prefill_pricer(_PrefillTweaked(get_model("Qwen2.5-7B"), get_gpu("h100"))) is None
+    assert pricers_of(object()).sd is None
+    assert pricers_of(_Tweaked(get_model("Qwen2.5-7B"), get_gpu("h100"))).sd is None
+    assert pricers_of(object()).prefill is None
+    assert pricers_of(object()).plain is None
+    assert pricers_of(_PlainTweaked(get_model("Qwen2.5-7B"), get_gpu("h100"))).plain is None
+    assert pricers_of(_PrefillTweaked(get_model("Qwen2.5-7B"), get_gpu("h100"))).prefill is None
 
 
 @pytest.mark.parametrize("formula", ["sd_time", "_sd_constants", "decode_span_time", "prefill_time", "padded",

@@ -49,12 +49,11 @@ def pricers_of(cost: CostModel) -> Pricers:
 
 class FastRun:
     """What a run's workers share on the fast paths: the vectorised pricers, built once per run,
-    the KV block size they price by, the event log (which takes column blocks) and numpy's sums of
+    the event log (which takes column blocks) and numpy's sums of
     ``b`` equal accept lengths that expected-mode tails reuse."""
 
     def __init__(self, cost: CostModel, log: SimEventLog) -> None:
         self.pricers = pricers_of(cost)
-        self.block = self.pricers.block
         self.log = log
         self.sums: dict[float, dict[int, float]] = {}
 
@@ -118,7 +117,7 @@ def run_step(workers: list[FastPaths], run: FastRun, sampler: AcceptSampler | No
     the cost model has a row pricer."""
     together = None
     if stochastic and run.pricers.rows is not None and sampler is not None and len(workers) > 1:
-        together = tails.StochasticTails(run.pricers.rows, run.block, sampler, drafter)
+        together = tails.StochasticTails(run.pricers.rows, run.pricers.block, sampler, drafter)
         for door in workers:
             door.tails = together
     queue = deque(door.state for door in workers)
