@@ -1,13 +1,28 @@
 """Model shapes: the handful of HF ``config.json`` numbers that decide inference cost.
 
-A :class:`ModelShape` is built from any Llama/Qwen2-family ``config.json`` (or a preset holding the
-public values of those files) and derives what the roofline needs: weight bytes, KV bytes per token,
-matmul FLOPs per token and attention FLOPs per context position. Everything assumes bf16 weights
-and KV cache (2 bytes), SwiGLU MLPs and grouped-query attention, as in the models TLT trains.
+A :class:`ModelShape` is built from a ``config.json`` (:mod:`tltcore.model_config` reads every family it
+supports) or a preset holding the public values of those files, and derives what the cost models need:
+weight bytes, KV bytes per token, matmul FLOPs per token and attention FLOPs per context position.
+KV caches are bf16 (2 bytes); weights are bf16 unless the checkpoint says fp8 (``weight_dtype``).
+
+Dense decoders (Llama, Qwen2/3, Mistral) are grouped-query attention + a SwiGLU MLP per layer. Two
+optional parts change that, each a small frozen dataclass so a dense model carries ``None`` and prices
+exactly as before:
+
+* :class:`MoEShape` - mixture-of-experts MLPs (Qwen3-MoE, Mixtral, DeepSeek-V3): ``num_experts`` routed
+  SwiGLU experts of width ``expert_intermediate_size`` of which each token uses ``experts_per_token``,
+  always-on shared experts, a router, and the first ``dense_layers`` layers keeping a dense MLP. What a
+  forward *reads* then depends on how many distinct experts its tokens touch
+  (:mod:`tltcore.cost.moe`); what it *computes* on the active experts only.
+* :class:`MLAShape` - DeepSeek's multi-head latent attention: low-rank query/KV projections and one
+  compressed latent (``kv_lora_rank + qk_rope_head_dim`` values) cached per token and layer, instead of
+  K and V per KV head.
 
 The drafter (DESIGN §1) is one decoder layer of the target's width plus EAGLE's input projection
 ``[token embedding ; target hidden] (2h) -> h``; it shares the target's embedding and LM head, so
-those are not extra parameters but are still *read* every draft step.
+those are not extra parameters but are still *read* every draft step. Built with
+``dataclasses.replace`` of the target, it keeps the target's layer kind (an MoE target's drafter layer
+is an MoE layer, as DeepSeek-V3's MTP module is).
 """
 
 from __future__ import annotations
@@ -19,6 +34,77 @@ from tltcore.errors import InputError
 from tltcore.model_config import ModelConfig
 
 BF16_BYTES = 2
+#: Bytes per weight element of each supported checkpoint dtype (block-scaled fp8 counts its scales as
+#: negligible: one float per 128 x 128 block).
+WEIGHT_DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class MoEShape:
+    """Mixture-of-experts MLP layers (HF names in brackets).
+
+    ``num_experts`` routed experts per MoE layer (``num_experts`` / ``num_local_experts`` /
+    ``n_routed_experts``), ``experts_per_token`` of them per token (``num_experts_per_tok``), each a SwiGLU
+    of width ``expert_intermediate_size`` (``moe_intermediate_size``; Mixtral: ``intermediate_size``).
+    ``shared_intermediate_size``: the total width of the always-on shared experts (DeepSeek:
+    ``n_shared_experts * moe_intermediate_size``; Qwen2-MoE: ``shared_expert_intermediate_size``; 0: none).
+    ``dense_layers``: how many layers keep a dense MLP of the model's ``intermediate_size`` (DeepSeek's
+    ``first_k_dense_replace``, Qwen-MoE's ``mlp_only_layers``)."""
+
+    num_experts: int
+    experts_per_token: int
+    expert_intermediate_size: int
+    shared_intermediate_size: int = 0
+    dense_layers: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("num_experts", "experts_per_token", "expert_intermediate_size"):
+            if getattr(self, name) <= 0:
+                raise InputError(f"must be a positive integer, got {getattr(self, name)}", field=name)
+        if self.experts_per_token > self.num_experts:
+            raise InputError(f"{self.experts_per_token} experts per token of only {self.num_experts}",
+                             field="num_experts_per_tok")
+        for name in ("shared_intermediate_size", "dense_layers"):
+            if getattr(self, name) < 0:
+                raise InputError(f"must be >= 0, got {getattr(self, name)}", field=name)
+
+    def expert_params(self, hidden: int) -> int:
+        """One routed expert's gate, up and down projections."""
+        return 3 * hidden * self.expert_intermediate_size
+
+
+@dataclass(frozen=True)
+class MLAShape:
+    """DeepSeek's multi-head latent attention (HF names). ``q_lora_rank`` 0: queries projected directly
+    (DeepSeek-V2-Lite). The cache holds ``kv_lora_rank + qk_rope_head_dim`` values per token and layer,
+    shared by all heads (and by all GPUs of a TP group: each keeps the whole latent)."""
+
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+    def __post_init__(self) -> None:
+        for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            if getattr(self, name) <= 0:
+                raise InputError(f"must be a positive integer, got {getattr(self, name)}", field=name)
+        if self.q_lora_rank < 0:
+            raise InputError(f"must be >= 0, got {self.q_lora_rank}", field="q_lora_rank")
+
+    @property
+    def latent_dim(self) -> int:
+        """Values cached per token and layer."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    def params(self, hidden: int, heads: int) -> int:
+        """Query (low-rank or direct), KV down- and up-projections, output projection, and the two
+        low-rank RMSNorms."""
+        qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+        q = (hidden * self.q_lora_rank + self.q_lora_rank * heads * qk + self.q_lora_rank if self.q_lora_rank
+             else hidden * heads * qk)
+        kv = hidden * self.latent_dim + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
+        return q + kv + self.kv_lora_rank + heads * self.v_head_dim * hidden
 
 
 @dataclass(frozen=True)
@@ -36,6 +122,11 @@ class ModelShape:
     tie_word_embeddings: bool = False
     qkv_bias: bool = False  # Qwen2 has q/k/v biases; negligible cost, counted for exact param totals
     input_proj_features: int = 0  # EAGLE drafter: input projection in_features -> hidden (0 = none)
+    moe: MoEShape | None = None  # None: every layer has a dense SwiGLU MLP of intermediate_size
+    mla: MLAShape | None = None  # None: grouped-query attention over num_key_value_heads x head_dim
+    weight_dtype: str = "bf16"  # the checkpoint's weight dtype (WEIGHT_DTYPE_BYTES); the KV cache is bf16
+    qk_norm: bool = False  # Qwen3: RMSNorm on each q and k head (2 x head_dim weights per layer)
+    mtp_layers: int = 0  # multi-token-prediction modules shipped with the checkpoint (DeepSeek-V3: 1)
 
     def __post_init__(self) -> None:
         for name in ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
@@ -56,6 +147,12 @@ class ModelShape:
         elif self.head_dim < 0:
             raise InputError(f"must be positive, got {self.head_dim}", path=f"model {self.name}",
                              field="head_dim")
+        if self.weight_dtype not in WEIGHT_DTYPE_BYTES:
+            raise InputError(f"'{self.weight_dtype}' is not one of {', '.join(WEIGHT_DTYPE_BYTES)}",
+                             path=f"model {self.name}", field="weight_dtype")
+        if self.moe is not None and self.moe.dense_layers > self.num_hidden_layers:
+            raise InputError(f"{self.moe.dense_layers} dense layers of {self.num_hidden_layers}",
+                             path=f"model {self.name}", field="first_k_dense_replace")
 
     # ---- parameters -------------------------------------------------------------------------
     @property
@@ -68,25 +165,65 @@ class ModelShape:
 
     @property
     def attention_params_per_layer(self) -> int:
-        """q, k, v, o projections (+ q/k/v biases)."""
+        """q, k, v, o projections (+ q/k/v biases, + Qwen3's per-head q/k norms); MLA's projections."""
         h = self.hidden_size
+        if self.mla is not None:
+            return self.mla.params(h, self.num_attention_heads)
         weights = h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h
         bias = self.q_dim + 2 * self.kv_dim if self.qkv_bias else 0
-        return weights + bias
+        norms = 2 * self.head_dim if self.qk_norm else 0
+        return weights + bias + norms
 
     @property
     def mlp_params_per_layer(self) -> int:
-        """SwiGLU: gate, up and down projections."""
+        """SwiGLU: gate, up and down projections (a dense layer's MLP)."""
         return 3 * self.hidden_size * self.intermediate_size
 
     @property
+    def dense_mlp_layers(self) -> int:
+        """Layers with a dense MLP (all of them unless the model is MoE)."""
+        return self.num_hidden_layers if self.moe is None else self.moe.dense_layers
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts."""
+        return self.num_hidden_layers - self.dense_mlp_layers
+
+    @property
+    def moe_always_params_per_layer(self) -> int:
+        """The part of one MoE layer's MLP every token uses: shared experts and the router."""
+        if self.moe is None:
+            return 0
+        return 3 * self.hidden_size * self.moe.shared_intermediate_size + self.hidden_size * self.moe.num_experts
+
+    @property
+    def routed_expert_params(self) -> int:
+        """One routed expert of one MoE layer (0 for a dense model)."""
+        return 0 if self.moe is None else self.moe.expert_params(self.hidden_size)
+
+    @property
+    def moe_params_per_layer(self) -> int:
+        """One MoE layer's MLP, every expert counted (what sits in memory)."""
+        if self.moe is None:
+            return 0
+        return self.moe.num_experts * self.routed_expert_params + self.moe_always_params_per_layer
+
+    @property
+    def always_read_params(self) -> int:
+        """Decoder weights every forward reads whatever its tokens: attention, dense MLPs, shared experts,
+        routers, norms and the drafter's input projection (not the routed experts, whose share depends on
+        the tokens: :mod:`tltcore.cost.moe`). A dense model's :attr:`decoder_params`."""
+        return self.decoder_params - self.moe_layers * self.moe.num_experts * self.routed_expert_params \
+            if self.moe is not None else self.decoder_params
+
+    @property
     def linear_params_per_layer(self) -> int:
-        """Parameters that take part in matmuls (what FLOPs scale with)."""
+        """Parameters of a dense layer that take part in matmuls (what FLOPs scale with)."""
         return self.attention_params_per_layer + self.mlp_params_per_layer
 
     @property
     def params_per_layer(self) -> int:
-        """One decoder layer, its two RMSNorms included."""
+        """One dense decoder layer, its two RMSNorms included (MoE models: :attr:`decoder_params`)."""
         return self.linear_params_per_layer + 2 * self.hidden_size
 
     @property
@@ -96,7 +233,19 @@ class ModelShape:
     @property
     def decoder_params(self) -> int:
         """All decoder layers, the drafter's input projection and the final norm."""
-        return self.num_hidden_layers * self.params_per_layer + self.input_proj_params + self.hidden_size
+        if self.moe is None:
+            return self.num_hidden_layers * self.params_per_layer + self.input_proj_params + self.hidden_size
+        per_layer = self.attention_params_per_layer + 2 * self.hidden_size
+        return (self.num_hidden_layers * per_layer + self.dense_mlp_layers * self.mlp_params_per_layer
+                + self.moe_layers * self.moe_params_per_layer + self.input_proj_params + self.hidden_size)
+
+    @property
+    def active_decoder_params(self) -> int:
+        """Decoder parameters one token computes with: every dense weight and, per MoE layer, its
+        ``experts_per_token`` routed experts (Qwen3-30B-A3B: the "A3B")."""
+        if self.moe is None:
+            return self.decoder_params
+        return self.always_read_params + self.moe_layers * self.moe.experts_per_token * self.routed_expert_params
 
     @property
     def embedding_params(self) -> int:
@@ -114,20 +263,37 @@ class ModelShape:
         return self.decoder_params + self.embedding_params + lm_head
 
     @property
+    def weight_element_bytes(self) -> int:
+        """Bytes per weight element (``weight_dtype``)."""
+        return WEIGHT_DTYPE_BYTES[self.weight_dtype]
+
+    @property
     def weight_bytes(self) -> int:
-        """bf16 weights in GPU memory."""
-        return self.total_params * BF16_BYTES
+        """Weights in GPU memory (``weight_dtype``; the MTP modules are loaded only for MTP drafting)."""
+        return self.total_params * self.weight_element_bytes
 
     # ---- per-token costs --------------------------------------------------------------------
     @property
     def kv_bytes_per_token(self) -> int:
-        """bf16 K and V of one token across all layers."""
+        """bf16 K and V of one token across all layers (MLA: its one latent per layer)."""
+        if self.mla is not None:
+            return self.num_hidden_layers * self.mla.latent_dim * BF16_BYTES
         return 2 * self.num_hidden_layers * self.kv_dim * BF16_BYTES
+
+    def kv_bytes_per_token_per_gpu(self, tp: int) -> int:
+        """KV bytes of one token on one GPU of a TP group: KV heads split over the group (replicated when
+        fewer than ``tp``); MLA's latent is not split by head, every GPU keeps all of it."""
+        if self.mla is not None:
+            return self.kv_bytes_per_token
+        return 2 * self.num_hidden_layers * -(-self.num_key_value_heads // tp) * self.head_dim * BF16_BYTES
 
     @property
     def decoder_matmul_flops_per_token(self) -> int:
-        """2 FLOPs per multiply-add over every decoder-layer (and input projection) weight."""
-        return 2 * (self.num_hidden_layers * self.linear_params_per_layer + self.input_proj_params)
+        """2 FLOPs per multiply-add over every decoder-layer (and input projection) weight a token uses
+        (MoE: its active experts only)."""
+        if self.moe is None and self.mla is None:
+            return 2 * (self.num_hidden_layers * self.linear_params_per_layer + self.input_proj_params)
+        return 2 * (self.active_decoder_params - (self.num_hidden_layers * 2 + 1) * self.hidden_size)
 
     @property
     def lm_head_flops_per_token(self) -> int:
@@ -140,7 +306,12 @@ class ModelShape:
 
     @property
     def attention_flops_per_position(self) -> int:
-        """FLOPs one token spends per context position it attends to: QK^T and PV, all layers."""
+        """FLOPs one token spends per context position it attends to: QK^T and PV, all layers. MLA as
+        engines run it in decode (weights absorbed): scores over the latent plus the rope part, values
+        over the latent, for every head."""
+        if self.mla is not None:
+            m = self.mla
+            return 2 * self.num_hidden_layers * self.num_attention_heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
         return 4 * self.num_hidden_layers * self.q_dim
 
     @classmethod
@@ -152,9 +323,11 @@ class ModelShape:
 
     def drafter(self) -> ModelShape:
         """TLT's EAGLE-style drafter for this target: one decoder layer of the same width, input
-        projection from [embedding ; hidden] (2h -> h), embedding and LM head shared."""
+        projection from [embedding ; hidden] (2h -> h), embedding and LM head shared. Its MLP is dense
+        (``intermediate_size``) even for an MoE target, as EAGLE heads trained for MoE models are; a head
+        that reuses the target's own MoE layer is the ``mtp`` drafter kind."""
         return replace(self, name=f"{self.name}-drafter", num_hidden_layers=1,
-                       input_proj_features=2 * self.hidden_size)
+                       input_proj_features=2 * self.hidden_size, moe=None, mtp_layers=0)
 
 
 # Public config.json values (huggingface.co/<repo>/blob/main/config.json).
