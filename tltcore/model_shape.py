@@ -269,8 +269,9 @@ class ModelShape:
 
     @property
     def weight_bytes(self) -> int:
-        """Weights in GPU memory (``weight_dtype``; the MTP modules are loaded only for MTP drafting)."""
-        return self.total_params * self.weight_element_bytes
+        """Weights in GPU memory: the decoder in ``weight_dtype``, the embedding and LM head in bf16 (fp8
+        checkpoints keep them so). The MTP modules are loaded only for MTP drafting."""
+        return self.decoder_params * self.weight_element_bytes + (self.total_params - self.decoder_params) * BF16_BYTES
 
     # ---- per-token costs --------------------------------------------------------------------
     @property
@@ -287,6 +288,18 @@ class ModelShape:
             return self.kv_bytes_per_token
         return 2 * self.num_hidden_layers * -(-self.num_key_value_heads // tp) * self.head_dim * BF16_BYTES
 
+    def kv_bytes_per_token_on_group(self, tp: int) -> int:
+        """KV bytes one token takes over a whole TP group of ``tp`` GPUs: MLA's latent once per GPU; grouped-
+        query attention :attr:`kv_bytes_per_token` (its replication when KV heads < tp is not counted)."""
+        return tp * self.kv_bytes_per_token if self.mla is not None else self.kv_bytes_per_token
+
+    @property
+    def mean_layer_params(self) -> int:
+        """One decoder layer's parameters on average (a dense model's :attr:`params_per_layer`)."""
+        if self.moe is None:
+            return self.params_per_layer
+        return -(-(self.decoder_params - self.input_proj_params - self.hidden_size) // self.num_hidden_layers)
+
     @property
     def decoder_matmul_flops_per_token(self) -> int:
         """2 FLOPs per multiply-add over every decoder-layer (and input projection) weight a token uses
@@ -294,6 +307,14 @@ class ModelShape:
         if self.moe is None and self.mla is None:
             return 2 * (self.num_hidden_layers * self.linear_params_per_layer + self.input_proj_params)
         return 2 * (self.active_decoder_params - (self.num_hidden_layers * 2 + 1) * self.hidden_size)
+
+    @property
+    def routed_matmul_flops_per_token(self) -> int:
+        """The routed experts' share of :attr:`decoder_matmul_flops_per_token` (0 for a dense model): the
+        MoE cost term prices it apart, by the experts the tokens touch."""
+        if self.moe is None:
+            return 0
+        return 2 * self.moe_layers * self.moe.experts_per_token * self.routed_expert_params
 
     @property
     def lm_head_flops_per_token(self) -> int:

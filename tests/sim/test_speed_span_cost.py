@@ -25,7 +25,7 @@ from tltcore.cost.measured import measured_cost_model
 from tltcore.cost.protocol import CostModelBase
 from tltcore.cost.roofline import _ForwardCosts
 from tltcore.hardware import get_gpu
-from tltcore.model_shape import get_model
+from tltcore.model_shape import MLAShape, ModelShape, MoEShape, get_model
 from tltcore.policy.base import NO_SD, SDConfig, Static
 from tltcore.policy.elastic import Elastic
 from tltsim.rollout import EngineConfig, simulate_step
@@ -35,6 +35,11 @@ from tltsim.rollout.worker import Pricers
 from tltsim.traces.workload import StepWorkload
 
 SHAPES = [SDConfig(8, 4, 48), SDConfig(8, 4, 8), SDConfig(4, 1, 4), SDConfig(12, 8, 64), SDConfig(1, 1, 1)]
+#: An MoE target (Qwen3-30B-A3B's shape) and an MLA + fp8 one (DeepSeek-V2-Lite-like, made fp8): the MoE term
+#: and the composed calibrated layer must keep every batched form equal to its scalar form too.
+MOE = ModelShape("moe-30b-a3b", 48, 2048, 32, 4, 6144, 151936, head_dim=128, qk_norm=True, moe=MoEShape(128, 8, 768))
+MLA = ModelShape("mla-lite", 27, 2048, 16, 16, 10944, 102400, weight_dtype="fp8",
+                 moe=MoEShape(64, 6, 1408, 2816, 1), mla=MLAShape(0, 512, 128, 64, 128))
 
 
 def _models(tmp_path):
@@ -44,7 +49,11 @@ def _models(tmp_path):
             RooflineCostModel(qwen7b, h100, tp=2, smoothness=4.0, kernel_latency_s=2e-6, kernels_per_layer=9),
             RooflineCostModel(qwen32b, h100, tp=4, kv_block_size=1),
             RooflineCostModel(qwen7b, h100, tp=2, kernel_latency_s=3e-6, kernels_per_layer=7, kv_block_size=12),
-            measured_cost_model(qwen32b, "H100", 4, profiles=root)]
+            measured_cost_model(qwen32b, "H100", 4, profiles=root),
+            RooflineCostModel(MOE, h100, tp=2), RooflineCostModel(MOE, h100, tp=4, expert_parallel=True, routing_skew=1.2),
+            RooflineCostModel(MLA, h100, tp=2, smoothness=4.0),
+            measured_cost_model(MOE, "H100", 2, profiles=root),
+            measured_cost_model(MLA, "H100", 4, profiles=root, expert_parallel=True)]
 
 
 def test_block_prices_equal_sd_time_row_by_row(tmp_path) -> None:

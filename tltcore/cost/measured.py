@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from tltcore.cost.gpu_profiles import ELEMENTWISE_OPS, MATMUL_OPS, load_compute, load_network, profiles_root
+from tltcore.cost.moe import all_to_all_bytes, expert_load
 from tltcore.cost.roofline import RooflineCostModel, _ForwardCosts
 from tltcore.errors import InputError
 from tltcore.hardware import GPUSpec, get_gpu
@@ -193,9 +194,24 @@ class MatmulFit:
         k, n = np.asarray(k, dtype=np.float64), np.asarray(n, dtype=np.float64)
         tc = 2.0 * m * k * n / (gpu.bf16_flops * self.flops_efficiency)
         tm = BF16_BYTES * (k * n + m * k + m * n) / (gpu.hbm_bytes_per_s * self.bandwidth_efficiency)
+        return self._combine(tc, tm)
+
+    def _combine(self, tc: np.ndarray | float, tm: np.ndarray | float) -> np.ndarray:
         p = self.smoothness
         big = np.maximum(tc, tm)
         return self.latency_s + big * (1.0 + (np.minimum(tc, tm) / big) ** p) ** (1.0 / p)
+
+    def grouped_time(self, pairs: float, experts: float, k: int, n: int, weight_bytes: int, gpu: GPUSpec) -> float:
+        """One grouped GEMM over ``experts`` weight matrices of ``k x n`` (``weight_bytes`` per element)
+        computing ``pairs`` token-expert rows: the same law, its FLOPs over the pairs, its bytes the experts'
+        weights plus the pairs' bf16 inputs and outputs (an MoE layer's fused expert kernel). With
+        ``experts = 1`` and ``pairs`` the tokens it is one plain matmul in any weight dtype."""
+        if pairs <= 0:
+            return 0.0
+        tc = 2.0 * pairs * k * n / (gpu.bf16_flops * self.flops_efficiency)
+        tm = (experts * k * n * weight_bytes + BF16_BYTES * pairs * (k + n)) / (gpu.hbm_bytes_per_s
+                                                                              * self.bandwidth_efficiency)
+        return float(self._combine(tc, tm))
 
     @classmethod
     def fit(cls, tokens: np.ndarray, k: np.ndarray, n: np.ndarray, seconds: np.ndarray, gpu: GPUSpec,
@@ -404,6 +420,9 @@ class _MeasuredForward(_ForwardCosts):
     ops: OpShape | None = None
     tp: int = 1
     input_proj: bool = False
+    shape: ModelShape | None = None  # for the MoE / MLA / fp8 layer composition (:meth:`_general_time`)
+    expert_parallel: bool = False
+    routing_skew: float = 0.0
     memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     def fixed_time(self, rows: int, logit_rows: int) -> float:
@@ -417,6 +436,10 @@ class _MeasuredForward(_ForwardCosts):
         hit = self.memo.get(key)
         if hit is not None:
             return hit
+        if _composed(self.shape):
+            total = self._general_time(rows, logit_rows)
+            self.memo[key] = total
+            return total
         cal, s, tp = self.calibration, self.ops, self.tp
         layer = sum(float(cal.op_time(op, s, tp, rows)) for op in (*MATMUL_OPS, *LAYER_ELEMENTWISE))
         layer += cal.matmul.latency_s  # the attention kernel's launch / latency floor
@@ -432,17 +455,82 @@ class _MeasuredForward(_ForwardCosts):
         self.memo[key] = total
         return total
 
+    def _general_time(self, rows: int, logit_rows: int) -> float:
+        """:meth:`fixed_time` of a model the profiled dense layer does not describe (MoE MLPs, MLA, fp8
+        weights), composed from the same fitted laws: per layer its attention projections (MLA: the five
+        low-rank ones), the profiled element-wise ops and one attention-kernel latency; per dense layer the
+        SwiGLU MLP; per MoE layer the shared experts, the router and the routed experts as two grouped GEMMs
+        over the busiest GPU's :func:`~tltcore.cost.moe.expert_load`, and under expert parallelism the
+        dispatch and combine all-to-alls; the all-reduces; then the embedding, input projection and LM head
+        as for a dense model."""
+        cal, s, tp, m = self.calibration, self.ops, self.tp, self.shape
+        gpu, law, wb = cal.spec, cal.matmul, m.weight_element_bytes
+        h = m.hidden_size
+
+        def linear(k: int, n: int) -> float:  # one matmul of `rows` tokens in the checkpoint's dtype
+            return law.grouped_time(rows, 1, k, n, wb, gpu)
+
+        if m.mla is not None:
+            a, heads = m.mla, m.num_attention_heads // tp
+            qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+            attention = (linear(h, a.q_lora_rank) + linear(a.q_lora_rank, heads * qk) if a.q_lora_rank
+                         else linear(h, heads * qk))
+            attention += linear(h, a.latent_dim) + linear(a.kv_lora_rank, heads * (a.qk_nope_head_dim + a.v_head_dim))
+            attention += linear(heads * a.v_head_dim, h)
+        else:
+            attention = sum(linear(*matmul_dims(op, s, tp)) for op in ("attn_pre_proj", "attn_post_proj"))
+        norms = sum(float(cal.op_time(op, s, tp, rows)) for op in LAYER_ELEMENTWISE if op != "mlp_act")
+        reduce = cal.all_reduce_time(rows * h * BF16_BYTES, tp)[0]
+        per_layer = attention + norms + cal.matmul.latency_s + reduce  # the attention half and its all-reduce
+        dense = sum(linear(*matmul_dims(op, s, tp)) for op in ("mlp_up_proj", "mlp_down_proj"))
+        dense += float(cal.op_time("mlp_act", s, tp, rows)) + reduce
+        total = m.num_hidden_layers * per_layer + m.dense_mlp_layers * dense
+        if m.moe is not None and m.moe_layers:
+            e = m.moe
+            shared = 0.0
+            if e.shared_intermediate_size:
+                width = e.shared_intermediate_size // tp
+                shared = linear(h, 2 * width) + linear(width, h)
+                shared += float(cal.elementwise["mlp_act"].time(rows * 3 * width * BF16_BYTES, gpu))
+            router = law.grouped_time(rows, 1, h, e.num_experts, BF16_BYTES, gpu)  # routers stay bf16
+            ep = tp if self.expert_parallel else 1
+            width = e.expert_intermediate_size // (1 if self.expert_parallel else tp)
+            load = expert_load(rows, e.num_experts, e.experts_per_token, ep, self.routing_skew)
+            experts = (law.grouped_time(load.pairs, load.experts, h, 2 * width, wb, gpu)
+                       + law.grouped_time(load.pairs, load.experts, width, h, wb, gpu)
+                       + float(cal.elementwise["mlp_act"].time(load.pairs * 3 * width * BF16_BYTES, gpu)))
+            if ep > 1:
+                sent = all_to_all_bytes(rows, e.experts_per_token, h, ep)
+                combine = 2 * (gpu.allreduce_latency_s + sent / gpu.interconnect_bytes_per_s)
+            else:
+                combine = reduce
+            total += m.moe_layers * (shared + router + experts + combine)
+        total += float(cal.op_time("emb", s, tp, rows))
+        if self.input_proj:
+            total += linear(*matmul_dims("eagle_fc", s, tp))
+        if logit_rows:
+            total += float(cal.op_time("input_layernorm", s, tp, logit_rows))  # final norm
+            total += float(cal.op_time("lm_head", s, tp, logit_rows))
+            total += cal.all_reduce_time(logit_rows * s.vocab * BF16_BYTES / 2, tp)[0]
+        return total
+
     def forward_times(self, rows: np.ndarray, logit_rows: np.ndarray | None, kv: np.ndarray,
                       pos: np.ndarray) -> np.ndarray:
         """Per forward, as :meth:`fixed_time` prices it (the calibrated kernels have no batched form)."""
         return self._forward_times_each(rows, logit_rows, kv, pos)
 
 
-def _measured_forward(shape: ModelShape, cal: GPUCalibration, tp: int) -> _MeasuredForward:
-    base = _ForwardCosts.build(shape, cal.spec, tp)
+def _composed(shape: ModelShape | None) -> bool:
+    """Whether a forward of ``shape`` needs :meth:`_MeasuredForward._general_time` (the profiled dense bf16
+    layer does not describe it)."""
+    return shape is not None and (shape.moe is not None or shape.mla is not None or shape.weight_dtype != "bf16")
+
+
+def _measured_forward(shape: ModelShape, cal: GPUCalibration, tp: int, *, expert_parallel: bool = False,
+                      routing_skew: float = 0.0) -> _MeasuredForward:
+    base = _ForwardCosts.build(shape, cal.spec, tp, expert_parallel=expert_parallel, routing_skew=routing_skew)
     gpu = cal.spec
-    kv_heads = -(-shape.num_key_value_heads // tp)
-    kv_bytes = 2 * shape.num_hidden_layers * kv_heads * shape.head_dim * BF16_BYTES
+    kv_bytes = shape.kv_bytes_per_token_per_gpu(tp)
     values = {f: getattr(base, f) for f in _ForwardCosts.__dataclass_fields__}
     values.update(
         kv_read_s_per_token=kv_bytes / (gpu.hbm_bytes_per_s * cal.attention_bandwidth_efficiency),
@@ -450,7 +538,8 @@ def _measured_forward(shape: ModelShape, cal: GPUCalibration, tp: int) -> _Measu
                                                                              * cal.matmul.flops_efficiency),
         launch_s=0.0, smoothness=math.inf)
     return _MeasuredForward(**values, calibration=cal, ops=OpShape.of(shape), tp=tp,
-                            input_proj=shape.input_proj_features > 0)
+                            input_proj=shape.input_proj_features > 0, shape=shape, expert_parallel=expert_parallel,
+                            routing_skew=routing_skew)
 
 
 @dataclass(frozen=True)
@@ -470,8 +559,9 @@ class MeasuredCostModel(RooflineCostModel):
         if self.calibration.spec.name != self.gpu.name:
             raise InputError(f"the calibration was fitted on {self.calibration.spec.name}, not {self.gpu.name}",
                              field="gpu")
-        object.__setattr__(self, "_target", _measured_forward(self.model, self.calibration, self.tp))
-        object.__setattr__(self, "_draft", _measured_forward(self.drafter, self.calibration, self.tp))
+        moe = {"expert_parallel": self.expert_parallel, "routing_skew": self.routing_skew}
+        object.__setattr__(self, "_target", _measured_forward(self.model, self.calibration, self.tp, **moe))
+        object.__setattr__(self, "_draft", _measured_forward(self.drafter, self.calibration, self.tp, **moe))
         if not self.source:
             object.__setattr__(self, "source", f"measured: {self.calibration.describe()}")
 

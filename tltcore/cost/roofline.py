@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from tltcore.cost.lengths import as_lengths, prefill_lengths
+from tltcore.cost.moe import all_to_all_bytes, check_routing, expert_load
 from tltcore.cost.protocol import CostModelBase
 from tltcore.errors import InputError
 from tltcore.hardware import GPUSpec
@@ -55,6 +56,62 @@ LM_HEAD_KERNELS = 2  # final norm + LM head GEMM
 
 
 @dataclass(frozen=True)
+class MoETerm:
+    """The routed experts of one forward on one GPU, priced by the roofline: per MoE layer
+    ``roof(experts read x seconds per expert, expert-token pairs x seconds per pair)`` for the busiest
+    GPU (:func:`tltcore.cost.moe.expert_load`), plus under expert parallelism the dispatch and combine
+    all-to-alls. Depends on the forward's rows only, so it is memoised by rows."""
+
+    layers: int  # MoE layers
+    num_experts: int
+    top_k: int
+    ep: int  # GPUs the experts are placed over (1: each GPU holds a 1/tp slice of every expert)
+    skew: float
+    read_s_per_expert: float  # one expert's weights held by one GPU / bandwidth
+    compute_s_per_pair: float  # one token through one expert's share on one GPU / FLOP/s
+    hidden: int
+    all_to_all_latency_s: float
+    all_to_all_s_per_byte: float
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def time(self, rows: int, roof: Callable[[float, float], float]) -> float:
+        """Seconds of the routed experts of all MoE layers in a forward over ``rows`` tokens."""
+        hit = self.memo.get(rows)
+        if hit is None:
+            load = expert_load(rows, self.num_experts, self.top_k, self.ep, self.skew)
+            layer = roof(load.experts * self.read_s_per_expert, load.pairs * self.compute_s_per_pair)
+            if self.ep > 1:
+                sent = all_to_all_bytes(rows, self.top_k, self.hidden, self.ep)
+                layer += 2 * (self.all_to_all_latency_s + sent * self.all_to_all_s_per_byte)
+            hit = self.memo[rows] = self.layers * layer
+        return hit
+
+    def times(self, rows: np.ndarray, roof: Callable[[float, float], float]) -> np.ndarray:
+        """:meth:`time` of every entry of ``rows`` (the same floats: one scalar call per distinct count)."""
+        sizes, inv = np.unique(rows, return_inverse=True)
+        return np.array([self.time(int(r), roof) for r in sizes.tolist()], dtype=np.float64)[inv]
+
+    @classmethod
+    def build(cls, shape: ModelShape, gpu: GPUSpec, tp: int, flops: float, bw: float, *, expert_parallel: bool,
+              skew: float) -> MoETerm | None:
+        """The term of ``shape`` on a TP group of ``tp`` x ``gpu`` (None for a dense model). Under expert
+        parallelism the experts are placed whole over the group's ``tp`` GPUs."""
+        moe = shape.moe
+        if moe is None or shape.moe_layers == 0:
+            return None
+        check_routing(moe.num_experts, moe.experts_per_token, skew)
+        ep = tp if expert_parallel else 1
+        share = 1 if expert_parallel else tp  # each GPU holds whole experts (EP) or a 1/tp slice of each
+        expert = shape.routed_expert_params
+        link = gpu.interconnect_bytes_per_s
+        return cls(layers=shape.moe_layers, num_experts=moe.num_experts, top_k=moe.experts_per_token, ep=ep,
+                   skew=skew, read_s_per_expert=expert * shape.weight_element_bytes / share / bw,
+                   compute_s_per_pair=2 * expert / share / flops, hidden=shape.hidden_size,
+                   all_to_all_latency_s=gpu.allreduce_latency_s if ep > 1 else 0.0,
+                   all_to_all_s_per_byte=1.0 / link if ep > 1 and link else 0.0)
+
+
+@dataclass(frozen=True)
 class _ForwardCosts:
     """Per-forward constants of one model on one TP group, in seconds (precomputed once)."""
 
@@ -70,23 +127,31 @@ class _ForwardCosts:
     collective_latency_s: float  # latency of one collective (0 when tp == 1)
     launch_s: float  # kernel-latency floor of one forward: layers x kernels per layer x latency
     smoothness: float  # p of the smooth roofline max (m^p + c^p)^(1/p); inf = the sharp max
+    allreduces: int = 0  # all-reduces per forward: 2 per layer (attention, MLP), 1 in an MoE layer under EP
+    moe: MoETerm | None = None  # the routed experts (None: a dense model)
 
     @classmethod
     def build(cls, shape: ModelShape, gpu: GPUSpec, tp: int, kernel_latency_s: float = 0.0,
-              kernels_per_layer: int = 0, smoothness: float = math.inf) -> _ForwardCosts:
+              kernels_per_layer: int = 0, smoothness: float = math.inf, *, expert_parallel: bool = False,
+              routing_skew: float = 0.0) -> _ForwardCosts:
+        """The constants of ``shape`` on ``tp`` x ``gpu``. Weights every token reads (attention, dense MLPs,
+        shared experts, routers) are one roofline term read once per forward; an MoE model's routed experts
+        are :class:`MoETerm`, read by the experts its tokens touch."""
         flops, bw = gpu.effective_flops, gpu.effective_bandwidth
-        kv_heads_per_gpu = -(-shape.num_key_value_heads // tp)  # replicated when kv heads < tp
-        kv_bytes = 2 * shape.num_hidden_layers * kv_heads_per_gpu * shape.head_dim * BF16_BYTES
+        kv_bytes = shape.kv_bytes_per_token_per_gpu(tp)  # KV heads replicated when fewer than tp; MLA whole
         ring = 2 * (tp - 1) / tp
         link = gpu.interconnect_bytes_per_s
         if tp > 1 and not link:
             raise InputError("tensor parallelism needs an interconnect bandwidth",
                              path=f"gpu {gpu.name}", field="interconnect_bytes_per_s")
-        decoder_bytes = (shape.decoder_params * BF16_BYTES) / tp
+        decoder_bytes = (shape.always_read_params * shape.weight_element_bytes) / tp
+        moe = MoETerm.build(shape, gpu, tp, flops, bw, expert_parallel=expert_parallel, skew=routing_skew)
+        ep_layers = moe.layers if moe is not None and moe.ep > 1 else 0
         return cls(
             layers=shape.num_hidden_layers,
             weight_s=decoder_bytes / bw,
-            matmul_s_per_token=shape.decoder_matmul_flops_per_token / tp / flops,
+            matmul_s_per_token=(shape.decoder_matmul_flops_per_token - shape.routed_matmul_flops_per_token)
+            / tp / flops,
             lm_head_weight_s=shape.lm_head_params * BF16_BYTES / tp / bw,
             lm_head_s_per_token=shape.lm_head_flops_per_token / tp / flops,
             kv_read_s_per_token=kv_bytes / bw,
@@ -96,6 +161,8 @@ class _ForwardCosts:
             collective_latency_s=gpu.allreduce_latency_s if tp > 1 else 0.0,
             launch_s=(shape.num_hidden_layers * kernels_per_layer + LM_HEAD_KERNELS) * kernel_latency_s,
             smoothness=smoothness,
+            allreduces=2 * shape.num_hidden_layers - ep_layers,
+            moe=moe,
         )
 
     def _roof(self, memory: float, compute: float) -> float:
@@ -113,7 +180,9 @@ class _ForwardCosts:
         if rows == 0:
             return 0.0
         matmul = self._roof(self.weight_s, rows * self.matmul_s_per_token)
-        comm = 2 * self.layers * (self.collective_latency_s + rows * self.allreduce_s_per_token)
+        if self.moe is not None:
+            matmul = matmul + self.moe.time(rows, self._roof)
+        comm = self.allreduces * (self.collective_latency_s + rows * self.allreduce_s_per_token)
         if logit_rows == 0:  # hidden states only (drafter prefill)
             return matmul + comm + self.launch_s
         lm_head = self._roof(self.lm_head_weight_s, logit_rows * self.lm_head_s_per_token)
@@ -134,7 +203,9 @@ class _ForwardCosts:
             return self._forward_times_each(rows, logit_rows, kv, pos)
         compute = rows * self.matmul_s_per_token
         matmul = np.where(self.weight_s > compute, self.weight_s, compute)  # _roof: memory if memory > compute
-        comm = 2 * self.layers * (self.collective_latency_s + rows * self.allreduce_s_per_token)
+        if self.moe is not None:
+            matmul = matmul + self.moe.times(rows, self._roof)
+        comm = self.allreduces * (self.collective_latency_s + rows * self.allreduce_s_per_token)
         if logit_rows is None:
             fixed = matmul + comm + self.launch_s
         else:
@@ -204,6 +275,8 @@ class RooflineCostModel(CostModelBase):
     kernel_latency_s: float = 0.0
     kernels_per_layer: int = 0
     smoothness: float = math.inf
+    expert_parallel: bool = False
+    routing_skew: float = 0.0
     _target: _ForwardCosts = field(init=False, repr=False, compare=False)
     _draft: _ForwardCosts = field(init=False, repr=False, compare=False)
     _sd_cache: dict = field(init=False, repr=False, compare=False)
@@ -230,8 +303,9 @@ class RooflineCostModel(CostModelBase):
         drafter = self.drafter if self.drafter is not None else self.model.drafter()
         object.__setattr__(self, "drafter", drafter)
         floor = (self.kernel_latency_s, self.kernels_per_layer, self.smoothness)
-        object.__setattr__(self, "_target", _ForwardCosts.build(self.model, self.gpu, self.tp, *floor))
-        object.__setattr__(self, "_draft", _ForwardCosts.build(drafter, self.gpu, self.tp, *floor))
+        moe = {"expert_parallel": self.expert_parallel, "routing_skew": self.routing_skew}
+        object.__setattr__(self, "_target", _ForwardCosts.build(self.model, self.gpu, self.tp, *floor, **moe))
+        object.__setattr__(self, "_draft", _ForwardCosts.build(drafter, self.gpu, self.tp, *floor, **moe))
         object.__setattr__(self, "_sd_cache", {})
         object.__setattr__(self, "_memo", {"step": {}, "verify": {}, "shape": {}, "rows": {}})
 

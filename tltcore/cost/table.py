@@ -77,8 +77,18 @@ def table_frame(rows: list[dict]) -> pd.DataFrame:
 def shape_fingerprint(shape: ModelShape) -> str:
     """The architecture numbers that decide iteration cost, as one comparable string."""
     s = shape
-    return (f"L{s.num_hidden_layers}-h{s.hidden_size}-a{s.num_attention_heads}-kv{s.num_key_value_heads}"
+    text = (f"L{s.num_hidden_layers}-h{s.hidden_size}-a{s.num_attention_heads}-kv{s.num_key_value_heads}"
             f"-hd{s.head_dim}-i{s.intermediate_size}-v{s.vocab_size}")
+    if s.moe is not None:  # a dense model's fingerprint is unchanged, so its tables still match
+        m = s.moe
+        text += (f"-e{m.num_experts}k{m.experts_per_token}ei{m.expert_intermediate_size}"
+                 f"s{m.shared_intermediate_size}d{m.dense_layers}")
+    if s.mla is not None:
+        a = s.mla
+        text += f"-mla{a.q_lora_rank}.{a.kv_lora_rank}.{a.qk_nope_head_dim}.{a.qk_rope_head_dim}.{a.v_head_dim}"
+    if s.weight_dtype != "bf16":
+        text += f"-{s.weight_dtype}"
+    return text
 
 
 def _bracket(points: np.ndarray, x: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:

@@ -74,7 +74,7 @@ def rollout_memory(model: ModelShape, gpu: GPUSpec, tp: int, memory_fraction: fl
     graphs = graph_bytes * tp
     # Same expression as before graphs existed: subtracting 0.0 leaves the float unchanged.
     free = memory_fraction * gpu.memory_bytes * tp - model.weight_bytes - graphs
-    kv_tokens = max(0, int(free // model.kv_bytes_per_token))
+    kv_tokens = max(0, int(free // model.kv_bytes_per_token_on_group(tp)))
     return RolloutMemory(weights=float(model.weight_bytes), kv_cache=max(0.0, float(free)), cuda_graphs=float(graphs),
                          kv_tokens=kv_tokens)
 
@@ -419,7 +419,7 @@ def training_memory(model: ModelShape, gpu: GPUSpec, gpus: int,
     tokens = cfg.micro_batch_tokens
     h, layers = model.hidden_size, model.num_hidden_layers
 
-    layer_params = model.params_per_layer
+    layer_params = model.mean_layer_params
     lm_head = model.lm_head_params if not model.tie_word_embeddings else model.embedding_params
     fsdp = BF16_BYTES * (2 * lm_head + 3 * layer_params)
 

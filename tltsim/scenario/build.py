@@ -83,6 +83,10 @@ def cost_model(s: Scenario, drafter_kind: str | None = None):
                                                "kv_block_size") if getattr(s.cost, k) is not None}
     if kind == "draft-model":
         consts["drafter"] = get_model(s.drafter.draft_model)
+    if s.cluster.expert_parallel:
+        consts["expert_parallel"] = True
+    if s.model.routing_skew:
+        consts["routing_skew"] = s.model.routing_skew
     try:
         if s.cost.model == "measured":
             from tltcore.cost.measured import measured_cost_model

@@ -85,16 +85,24 @@ class TraceSection(ConfigModel):
 
 
 class ModelSection(ConfigModel):
-    """Target model: a preset name (``Qwen2.5-7B``) or a path to an HF ``config.json``."""
+    """Target model: a preset name (``Qwen2.5-7B``) or a path to an HF ``config.json``.
+
+    ``routing_skew`` (MoE models only; None: 0, uniform routing): how unevenly the router spreads tokens
+    over experts, as the exponent of a Zipf popularity (:mod:`tltcore.cost.moe`). Real routers are neither
+    uniform nor Zipf and nobody measured yours, so ``tlt advise`` varies it."""
 
     SECTION = "model"
 
     name: Str = "Qwen2.5-7B"
+    routing_skew: Float | None = Field(None, ge=0, le=8)
 
 
 class ClusterSection(ConfigModel):
     """``gpus`` GPUs of one kind, split into ``gpus / tp`` rollout workers. The efficiencies
-    override the GPU preset's achieved fractions of peak FLOP/s and HBM bandwidth (None: preset)."""
+    override the GPU preset's achieved fractions of peak FLOP/s and HBM bandwidth (None: preset).
+    ``expert_parallel`` (MoE models; None: off): each worker places its routed experts whole over its
+    ``tp`` GPUs and dispatches tokens to them by all-to-all, instead of slicing every expert over the
+    TP group (:mod:`tltcore.cost.moe`)."""
 
     SECTION = "cluster"
 
@@ -103,6 +111,7 @@ class ClusterSection(ConfigModel):
     tp: Int = Field(4, ge=1, le=MAX_TP)
     flops_efficiency: Float | None = Field(None, ge=1e-3, le=1)
     bandwidth_efficiency: Float | None = Field(None, ge=1e-3, le=1)
+    expert_parallel: bool | None = Field(None, strict=True)
 
     @model_validator(mode="after")
     def _layout(self) -> ClusterSection:
@@ -320,6 +329,9 @@ def check_names(s: Scenario) -> None:
         model = get_model(s.model.name)
     except InputError as exc:
         raise relocated(exc, path=None, dotted="model.name") from None
+    if (c.expert_parallel or s.model.routing_skew) and model.moe is None:
+        field = "cluster.expert_parallel" if c.expert_parallel else "model.routing_skew"
+        raise InputError(f"applies to mixture-of-experts models; {model.name} is dense", field=field)
     if model.num_attention_heads % c.tp:
         raise InputError(f"tp={c.tp} must divide the {model.num_attention_heads} attention heads of "
                          f"{model.name}", field="cluster.tp")
