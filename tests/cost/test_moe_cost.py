@@ -8,6 +8,7 @@ test below fails if that law, its placement under expert parallelism, or the sha
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -44,7 +45,7 @@ def test_one_token_touches_exactly_top_k_and_more_tokens_touch_more() -> None:
     assert expected_distinct_experts(1, 128, 8) == pytest.approx(8.0)
     assert expected_distinct_experts(1, 128, 8, skew=1.5) == pytest.approx(8.0)
     counts = [expected_distinct_experts(n, 128, 8) for n in range(1, 200)]
-    assert all(b > a for a, b in zip(counts, counts[1:], strict=False))
+    assert all(b > a for a, b in itertools.pairwise(counts))
     assert counts[-1] <= 128
     assert expected_distinct_experts(0, 128, 8) == 0.0
 
@@ -175,7 +176,7 @@ def test_measured_model_composes_moe_layers_from_fitted_laws() -> None:
     cost = measured_cost_model(QWEN3_MOE, "H100", 1)
     assert cost.measured
     times = [cost.decode_time(np.full(b, 1000)) for b in (1, 2, 4, 8, 16)]
-    assert all(b > a for a, b in zip(times, times[1:], strict=False))  # more tokens, more experts read
+    assert all(b > a for a, b in itertools.pairwise(times))  # more tokens, more experts read
     # 8 tokens touch ~52 experts per layer where 1 touches 8: decode slows down by far more than a dense
     # model's, whose weights are read once whatever the batch
     dense = measured_cost_model(DENSE_ACTIVE, "H100", 1)
