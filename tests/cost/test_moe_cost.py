@@ -189,7 +189,7 @@ def test_measured_model_composes_moe_layers_from_fitted_laws() -> None:
 def test_routing_skew_and_expert_parallel_refused_for_a_dense_model() -> None:
     from tltsim.scenario import resolve
 
-    with pytest.raises(InputError, match="cluster.expert_parallel"):
+    with pytest.raises(InputError, match=r"cluster\.expert_parallel"):
         resolve(None, [("cluster.expert_parallel", True, "--set")])
-    with pytest.raises(InputError, match="model.routing_skew"):
+    with pytest.raises(InputError, match=r"model\.routing_skew"):
         resolve(None, [("model.routing_skew", 1.0, "--set")])

@@ -50,7 +50,8 @@ def _models(tmp_path):
             RooflineCostModel(qwen32b, h100, tp=4, kv_block_size=1),
             RooflineCostModel(qwen7b, h100, tp=2, kernel_latency_s=3e-6, kernels_per_layer=7, kv_block_size=12),
             measured_cost_model(qwen32b, "H100", 4, profiles=root),
-            RooflineCostModel(MOE, h100, tp=2), RooflineCostModel(MOE, h100, tp=4, expert_parallel=True, routing_skew=1.2),
+            RooflineCostModel(MOE, h100, tp=2),
+            RooflineCostModel(MOE, h100, tp=4, expert_parallel=True, routing_skew=1.2),
             RooflineCostModel(MLA, h100, tp=2, smoothness=4.0),
             measured_cost_model(MOE, "H100", 2, profiles=root),
             measured_cost_model(MLA, "H100", 4, profiles=root, expert_parallel=True)]
