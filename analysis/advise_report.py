@@ -191,6 +191,8 @@ def write_report(folder: Path, s: Any, rec: Any, ranking: pd.DataFrame, rows: pd
               f"{s.n_workers} rollout workers), drafter {s.drafter.kind} at quality {s.drafter.quality}, acceptance "
               f"{s.acceptance.preset} ({s.acceptance.mode}), cost model: {facts.get('cost', s.cost.model)} "
               "(`scenario.resolved.toml`).", ""]
+    if facts.get("gpu"):
+        lines += [f"{str(facts['gpu']).replace('gpu: ', 'GPU: ', 1)}.", ""]
     if rec.is_sd:
         lines.append(f"**Recommended: `{rec.label}`** — rollout {_x(*rec.speedup)} over no SD, end to end "
                      f"{_x(*rec.e2e_speedup)} (median, min–max over simulation {span}).")

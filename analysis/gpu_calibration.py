@@ -266,6 +266,40 @@ def sd_overhead_refit(root: Path, gpus: set[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def borrowing_errors(compute: pd.DataFrame) -> pd.DataFrame:
+    """How well a borrowed calibration prices a GPU (``nearest_profile`` in ``tltcore.cost.measured``):
+    each measured GPU's profiles priced with every measured GPU's calibration moved to its data sheet
+    (``GPUCalibration.borrowed_for``), one layer's median and p90 |error|, beside the roofline's. The
+    diagonal is the GPU's own fit (in sample); off it, the error a GPU without profiles would carry if
+    its nearest measured architecture were the source. Unmeasured architectures (AMD, Huawei) have no
+    such check."""
+    from tltcore.cost.measured import default_calibration
+
+    profiled = sorted(set(compute["gpu"].unique()) & set(PROFILE_GPUS))
+    out = []
+    for target in profiled:
+        rows = compute[(compute["gpu"] == target) & compute["op"].isin(LAYER_OPS)
+                       & (compute["median_ms"] > 0)].reset_index(drop=True)
+        keys = rows[["model", "tp", "num_tokens"]]
+
+        def layer_error(pred: np.ndarray, rows: pd.DataFrame = rows, keys: pd.DataFrame = keys) -> tuple[float, float]:
+            df = keys.assign(m=rows["median_ms"].to_numpy() * 1e-3, p=pred).groupby(["model", "tp", "num_tokens"])
+            sums = df[["m", "p"]].sum()
+            err = np.abs(sums["p"] / sums["m"] - 1.0)
+            return float(np.median(err)), float(np.quantile(err, 0.9))
+
+        spec = gpu_spec(PROFILE_GPUS[target])
+        for source in profiled:
+            cal = default_calibration(source)
+            cal = cal if source == target else cal.borrowed_for(spec, f"measured {source}")
+            med, p90 = layer_error(predict_ops(cal, rows))
+            out.append({"gpu": target, "priced_with": source, "median_abs_rel_err": med, "p90_abs_rel_err": p90})
+        roof = np.where(rows["op"].isin(MATMUL_OPS), roofline_today(rows, target), 0.0)
+        med, p90 = layer_error(roof)
+        out.append({"gpu": target, "priced_with": "roofline", "median_abs_rel_err": med, "p90_abs_rel_err": p90})
+    return pd.DataFrame(out)
+
+
 def op_class(op: str) -> str:
     return "matmul" if op in MATMUL_OPS else "element-wise" if op in ELEMENTWISE_OPS else op
 
@@ -605,9 +639,19 @@ def write_report(out: Path, root: Path | None = None) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="report folder to write")
+    parser.add_argument("--out", type=Path, help="report folder to write")
     parser.add_argument("--profiles", type=Path, default=None, help="folder holding vidur/ (default: search path)")
+    parser.add_argument("--borrowing", action="store_true",
+                        help="print how well each measured GPU's calibration prices the others (borrowing_errors)")
     args = parser.parse_args(argv)
+    if args.borrowing:
+        table = borrowing_errors(load_compute(profiles_root(args.profiles)))
+        print(markdown_table(table.assign(median_abs_rel_err=table["median_abs_rel_err"].map("{:.1%}".format),
+                                          p90_abs_rel_err=table["p90_abs_rel_err"].map("{:.1%}".format))))
+        if args.out is None:
+            return
+    if args.out is None:
+        parser.error("--out is required (or --borrowing alone)")
     write_report(args.out, args.profiles)
     print(f"report -> {args.out}")
 

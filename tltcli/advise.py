@@ -27,6 +27,7 @@ import pandas as pd
 import typer
 from rich.console import Console
 
+from tltcli.sim import GpuOption, GpuSpecOption
 from tltcore.atomic import atomic_dir, check_output_dir
 from tltcore.errors import InputError, warn
 from tltsim.scenario import BASELINE_POLICY, resolve, scenario_hash, with_values
@@ -101,7 +102,8 @@ def advise(
         help="Scenario TOML, or a bundled scenario's name (tlt sim scenarios); defaults without one.")] = None,
     trace: Annotated[str | None, typer.Option(help="Trace name or path, or a length profile (trace.name).")] = None,
     model: Annotated[str | None, typer.Option(help="Model preset or config.json (model.name).")] = None,
-    gpu: Annotated[str | None, typer.Option(help="GPU preset (cluster.gpu).")] = None,
+    gpu: GpuOption = None,
+    gpu_spec: GpuSpecOption = None,
     gpus: Annotated[int | None, typer.Option(help="Total GPUs (cluster.gpus).")] = None,
     tp: Annotated[int | None, typer.Option(help="Tensor-parallel size per rollout worker (cluster.tp).")] = None,
     drafter: Annotated[str | None, typer.Option(help="Drafter kind: eagle, draft-model, ngram (drafter.kind).")
@@ -174,6 +176,7 @@ def advise(
         check_output_dir(out, force, kind="advise", inputs=[str(p) for p in (scenario, trace) if p])
     overrides: list[tuple[str, object, str]] = [
         ("trace.name", trace, "--trace"), ("model.name", model, "--model"), ("cluster.gpu", gpu, "--gpu"),
+        ("cluster.gpu_spec", None if gpu_spec is None else str(gpu_spec), "--gpu-spec"),
         ("cluster.gpus", gpus, "--gpus"), ("cluster.tp", tp, "--tp"), ("drafter.kind", drafter, "--drafter"),
         ("drafter.quality", quality, "--quality"), ("seed", seed, "--seed")]
     resolved = resolve(scenario, overrides + _parse_sets(set_ or []))
@@ -216,10 +219,11 @@ def advise(
     dest = out if out is not None else DEFAULT_RESULTS / f"{scenario_hash(s)}-{grid_key.hexdigest()[:6]}-seeds{seeds}"
     console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
     from tltcli.sim import describe_workload
-    from tltsim.scenario.build import describe_cost
+    from tltsim.scenario.build import describe_cost, describe_gpu
 
     console.print(describe_workload(s, inputs))
     console.print(describe_cost(inputs.cost), markup=False)
+    console.print(describe_gpu(s, inputs.cost), markup=False)
     if validation:
         console.print(f"note: {Path(name).stem} is a `tlt validate` scenario for the real CPU engine; this advice "
                       f"is for its simulated reading ({s.model.name} on {s.cluster.gpus} x {s.cluster.gpu})",
@@ -304,7 +308,8 @@ def advise(
              "later_s": later, "later_note": later_note, "bound": bound, "validation": validation,
              "scenario_name": name, "quick": quick, "derived": derived, "tasks": len(tasks), "check": check,
              "robust": robust,
-             "cost": describe_cost(inputs.cost).removeprefix("cost model: "), "assumes": _assumptions(s, inputs.cost)}
+             "cost": describe_cost(inputs.cost).removeprefix("cost model: "), "assumes": _assumptions(s, inputs.cost),
+             "gpu": describe_gpu(s, inputs.cost)}
     _print(console, s, rec, ranking, fresh, findings, warnings, exports, facts)
     from analysis.advise_report import write_report
 

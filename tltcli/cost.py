@@ -173,8 +173,9 @@ def write_cost_table(spec, shape, tp: int, out: Path, batches, contexts, shapes,
 
     if profile_key(spec) is None:
         profiled = ", ".join(gpu_spec(n).name for n in PROFILE_GPUS.values())
-        raise InputError(f"no measured profiles for {spec.name} (profiled: {profiled}); the analytic roofline "
-                         "needs no table (cost.model = \"roofline\")", field="--gpu")
+        raise InputError(f"no measured profiles for {spec.name} (profiled: {profiled}): a table of it would be no "
+                         "measurement; a scenario on it needs none (cost.model = \"measured\" borrows the nearest "
+                         "measured GPU's calibration and says so, \"roofline\" prices its data sheet)", field="--gpu")
     cm = measured_cost_model(shape, spec, tp, profiles=profiles, collectives=collectives)
     if not cm.measured:
         raise InputError(f"cannot calibrate {spec.name}: {cm.source}", field="--profiles")

@@ -46,7 +46,7 @@ from tltsim.scenario import (
     resolve,
     scenario_hash,
 )
-from tltsim.scenario.build import describe_cost
+from tltsim.scenario.build import describe_cost, describe_gpu
 
 app = typer.Typer(help="Simulate RL rollout steps under speculative-decoding policies.", no_args_is_help=True)
 
@@ -72,9 +72,19 @@ ScenarioOption = Annotated[Path | None, typer.Option(
     help="Scenario TOML, or a bundled scenario's name (see `tlt sim scenarios`; defaults without one).")]
 TraceOption = Annotated[str | None, typer.Option(help="Trace name or path (trace.name).")]
 ModelOption = Annotated[str | None, typer.Option(help="Model preset or config.json (model.name).")]
-GpuOption = Annotated[str | None, typer.Option(help="GPU preset (cluster.gpu).")]
+GpuOption = Annotated[str | None, typer.Option(
+    help="GPU preset (cluster.gpu): H100, H200, B200, B300, GB200, MI300X, MI355X, L40, L40S, A100, Ascend910B ... "
+         "(tlt's list is in docs/guide/models-gpus.md).")]
+GpuSpecOption = Annotated[Path | None, typer.Option(
+    "--gpu-spec", help="A GPU described by its data sheet: a TOML spec file (cluster.gpu_spec; fields in "
+    "docs/guide/models-gpus.md) for a GPU without a preset; replaces --gpu.")]
 GpusOption = Annotated[int | None, typer.Option(help="Total GPUs (cluster.gpus).")]
 TpOption = Annotated[int | None, typer.Option(help="Tensor-parallel size per rollout worker (cluster.tp).")]
+
+
+def _path(p: Path | None) -> str | None:
+    """A path option as the text a scenario field holds (None: not given)."""
+    return None if p is None else str(p)
 
 
 def _parse_sets(items: list[str]) -> list[tuple[str, object, str]]:
@@ -162,6 +172,7 @@ def run(
     step: Annotated[int | None, typer.Option(help="Trace step to simulate (trace.step).")] = None,
     model: ModelOption = None,
     gpu: GpuOption = None,
+    gpu_spec: GpuSpecOption = None,
     gpus: GpusOption = None,
     tp: TpOption = None,
     policy: Annotated[list[str] | None, typer.Option(
@@ -214,7 +225,8 @@ def run(
     """
     overrides: list[tuple[str, object, str]] = [
         ("trace.name", trace, "--trace"), ("trace.step", step, "--step"), ("model.name", model, "--model"),
-        ("cluster.gpu", gpu, "--gpu"), ("cluster.gpus", gpus, "--gpus"), ("cluster.tp", tp, "--tp"),
+        ("cluster.gpu", gpu, "--gpu"), ("cluster.gpu_spec", _path(gpu_spec), "--gpu-spec"),
+        ("cluster.gpus", gpus, "--gpus"), ("cluster.tp", tp, "--tp"),
         ("policies", tuple(policy) if policy else None, "--policy"), ("seed", seed, "--seed"),
         ("trace.num_steps", steps, "--steps"), ("presets", tuple(preset) if preset else None, "--preset"),
         ("acceptance.mode", acceptance.value if acceptance else None, "--acceptance"),
@@ -228,6 +240,7 @@ def run(
         check_output_dir(out, force, kind="sim-run", inputs=[str(p) for p in (scenario, trace) if p])
     s, inputs, console = _prepared(scenario, overrides + _parse_sets(set_ or []), seeds=seeds)
     console.print(describe_cost(inputs.cost), markup=False, highlight=False)
+    console.print(describe_gpu(s, inputs.cost), markup=False, highlight=False)
     if seeds > 1:
         from tltcli.sim_uncertainty import run_seeds
 
@@ -339,6 +352,7 @@ def sensitivity(
     trace: TraceOption = None,
     model: ModelOption = None,
     gpu: GpuOption = None,
+    gpu_spec: GpuSpecOption = None,
     gpus: GpusOption = None,
     tp: TpOption = None,
     policy: Annotated[list[str] | None, typer.Option(help="SD policy spec, repeatable (as tlt sim run).")] = None,
@@ -370,9 +384,10 @@ def sensitivity(
     check_seeds(seeds)
     overrides: list[tuple[str, object, str]] = [
         ("trace.name", trace, "--trace"), ("model.name", model, "--model"), ("cluster.gpu", gpu, "--gpu"),
-        ("cluster.gpus", gpus, "--gpus"), ("cluster.tp", tp, "--tp"),
-        ("policies", tuple(policy) if policy else None, "--policy"), ("seed", seed, "--seed"),
-        ("trace.num_steps", steps, "--steps"), ("presets", tuple(preset) if preset else None, "--preset"),
+        ("cluster.gpu_spec", _path(gpu_spec), "--gpu-spec"), ("cluster.gpus", gpus, "--gpus"),
+        ("cluster.tp", tp, "--tp"), ("policies", tuple(policy) if policy else None, "--policy"),
+        ("seed", seed, "--seed"), ("trace.num_steps", steps, "--steps"),
+        ("presets", tuple(preset) if preset else None, "--preset"),
     ]
     if out is not None:
         check_output_dir(out, force, kind="sim-sensitivity", inputs=[str(p) for p in (scenario, trace) if p])

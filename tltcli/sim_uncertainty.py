@@ -237,13 +237,16 @@ def _answer_cell(r: dict, side: str, notes: bool = False) -> str:
     return f"{text} ({note})" if notes and note else text
 
 
-def sensitivity_readme(s: Scenario, table: pd.DataFrame, facts: dict[str, object], command: str) -> str:
-    """The results folder's README: what the answer is, the ranking, each range and why."""
+def sensitivity_readme(s: Scenario, table: pd.DataFrame, facts: dict[str, object], command: str,
+                       machine: tuple[str, ...] = ()) -> str:
+    """The results folder's README: what the answer is, the ranking, each range and why; ``machine``:
+    the cost-model and GPU lines (:func:`~tltsim.scenario.build.describe_gpu`) of the scenario as given."""
     from tltcore import __version__
 
     lines = [
         "# Sensitivity of the answer to the inputs nobody measured", "",
         f"Written by `{command}` (tlt {__version__}).", "",
+        *([f"{'; '.join(machine)}.", ""] if machine else []),
         f"**The answer**: {facts['best']}'s {facts['metric']}, the best at the scenario as given: "
         f"{fmt_range(facts['answer'], facts['answer_min'], facts['answer_max'], '.3f', 'x')} "
         f"(median, min–max over {facts['seeds']} simulation seed(s) from {facts['first_seed']}; trace.seed "
@@ -267,8 +270,14 @@ def sensitivity_readme(s: Scenario, table: pd.DataFrame, facts: dict[str, object
 def run_sensitivity(s: Scenario, n_seeds: int, console: Console, dest: Path, force: bool, command: str) -> None:
     """``tlt sim sensitivity``: run every point, write the folder, print the ranking."""
     from analysis.uncertainty_plots import tornado_figure
+    from tltsim.scenario import cost_model
+    from tltsim.scenario.build import describe_cost, describe_gpu
     from tltsim.sensitivity import factors_for, sensitivity
 
+    cost = cost_model(s)
+    machine = (describe_cost(cost), describe_gpu(s, cost))
+    for line in machine:
+        console.print(line, markup=False, highlight=False)
     points = 1 + 2 * len(factors_for(s))
     console.print(f"up to {points} points x {n_seeds} seed(s); the answer: the best "
                   f"{'preset' if s.presets else 'policy'}'s speedup over the baseline", highlight=False)
@@ -276,7 +285,7 @@ def run_sensitivity(s: Scenario, n_seeds: int, console: Console, dest: Path, for
     with atomic_dir(dest, kind="sim-sensitivity", force=force) as tmp:
         table.to_csv(tmp / "sensitivity.csv", index=False)
         tornado_figure(table, facts, tmp / "tornado")
-        (tmp / "README.md").write_text(sensitivity_readme(s, table, facts, command), encoding="utf-8")
+        (tmp / "README.md").write_text(sensitivity_readme(s, table, facts, command, machine), encoding="utf-8")
         (tmp / "scenario.resolved.toml").write_text(scenario_toml(s), encoding="utf-8")
     out = Table(title=f"{facts['best']}: {facts['metric']}, as given "
                 f"{fmt_range(facts['answer'], facts['answer_min'], facts['answer_max'], '.3f', 'x')}")

@@ -451,14 +451,14 @@ def later_phase_seconds(inputs: SimInputs) -> tuple[float | None, str]:
     """Seconds of every simulated step's phases after rollout (reward, old log-probs, reference,
     actor update, weight sync) under the scenario's ``rl`` fields, and a note; None (with why) when
     the GPU has no analytic peaks to price them."""
-    from tltcore.hardware import get_gpu
     from tltcore.model_shape import get_model
     from tltsim.rl.phases import phase_times
     from tltsim.rl.run import LATER_PHASES
+    from tltsim.scenario import scenario_gpu
 
     s = inputs.scenario
     try:
-        model, gpu = get_model(s.model.name), get_gpu(s.cluster.gpu)
+        model, gpu = get_model(s.model.name), scenario_gpu(s)
         total = 0.0
         for w in inputs.workloads:
             ph = phase_times(model, gpu, s.cluster.gpus, w.prompt_tokens, w.response_tokens, s.rl)

@@ -22,8 +22,17 @@ GPU efficiency    FLOP/s x 0.75, bandwidth x 0.85 / FLOP/s    the roofline's per
                   x 1.2, bandwidth x 1.1 (at most 1; only     measured kernels is 9-24% (the calibrated
                   where the roofline prices)                  model's 3-4%): GEMMs at small batch reach
                                                               less of the peak than large ones
+GPU efficiency    the borrowed fit's FLOP/s x 0.6, band-      the GPU was never measured: its kernels are
+(borrowed)        width x 0.8 / FLOP/s x 1.2, bandwidth       priced with another architecture's fitted
+                  x 1.1 (at most 1; a GPU priced with the     fractions of peak. The three measured fits
+                  nearest measured architecture's             span 0.78-0.90 of peak bandwidth (13%);
+                  calibration)                                MI300X is reported at ~45% of peak FLOP/s
+                                                              and ~81% of peak bandwidth on AI workloads,
+                                                              against H100's fitted 0.76 and 0.90
 cost model        the other of roofline and calibrated        where measured profiles cover the GPU (H100,
-                  (only on GPUs with measured profiles)       A100, A40) the two disagree by up to ~20%
+                  (on GPUs with measured profiles, own or     A100, A40) the two disagree by up to ~20%;
+                  borrowed)                                   for a borrowed calibration neither is a
+                                                              measurement of this GPU
 length predictor  cost-aware told the true lengths            cost-aware predicts remaining lengths; a
                   (cost-aware settings only)                  perfect predictor bounds what it leaves
 RL phase times    the phases after rollout x 1/2 / x 2        reward, log-probs, update and sync are
@@ -49,6 +58,12 @@ from tltsim.scenario import BASELINE_POLICY, Scenario, with_values
 TOP_SD = 3
 FLOPS_LOW, FLOPS_HIGH = 0.75, 1.2
 BANDWIDTH_LOW, BANDWIDTH_HIGH = 0.85, 1.1
+#: A GPU priced from a borrowed calibration (never measured): wider below, where an unmeasured
+#: architecture's kernels are likelier to fall (MI300X is reported at ~45% of peak FLOP/s and ~81% of
+#: peak bandwidth on AI workloads, i.e. 0.59x and 0.90x H100's fitted 0.76 and 0.90; the measured
+#: fits themselves span 0.78-0.90 of peak bandwidth across H100, A100 and A40).
+BORROWED_FLOPS_LOW, BORROWED_FLOPS_HIGH = 0.6, 1.2
+BORROWED_BANDWIDTH_LOW, BORROWED_BANDWIDTH_HIGH = 0.8, 1.1
 QUALITY_HIGH = 1.15
 NGRAM_ALPHAS = (0.3, 0.7)
 PHASE_SCALES = (0.5, 2.0)
@@ -70,8 +85,14 @@ UNMEASURED: tuple[Unmeasured, ...] = (
     Unmeasured("n-gram alpha", "0.3 / 0.7", "the n-gram drafter's 0.5 is an assumption, not a measurement"),
     Unmeasured("GPU efficiency", f"FLOP/s x {FLOPS_LOW}, bandwidth x {BANDWIDTH_LOW} / x {FLOPS_HIGH}, "
                f"x {BANDWIDTH_HIGH}", "the data-sheet roofline's per-layer error is 9-24% against measured kernels"),
+    Unmeasured("GPU efficiency (borrowed calibration)",
+               f"the borrowed fit's FLOP/s x {BORROWED_FLOPS_LOW}, bandwidth x {BORROWED_BANDWIDTH_LOW} / "
+               f"x {BORROWED_FLOPS_HIGH}, x {BORROWED_BANDWIDTH_HIGH}",
+               "the GPU was never measured: another architecture's fitted fractions of peak price it (MI300X is "
+               "reported at ~45% of peak FLOP/s against H100's fitted 0.76)"),
     Unmeasured("cost model", "the other of roofline and calibrated",
-               "on GPUs with measured profiles the two disagree by up to ~20% per layer"),
+               "on GPUs with measured profiles the two disagree by up to ~20% per layer; a borrowed calibration is "
+               "no measurement of this GPU either"),
     Unmeasured("length predictor", "cost-aware told the true lengths",
                "cost-aware predicts remaining lengths; a perfect predictor bounds what a wrong one costs"),
     Unmeasured("RL phase times", "x 1/2 / x 2 (end to end only)",
@@ -104,8 +125,7 @@ def _known_lengths(spec: str) -> str:
 def variants(s: Scenario, cost: Any, specs: Sequence[str]) -> tuple[list[Variant], list[str]]:
     """Every variant of :data:`UNMEASURED` that applies to ``s`` (priced by ``cost``, ranking the
     policy ``specs``), and one line per input left out with why."""
-    from tltcore.cost.measured import profile_key
-    from tltsim.scenario.build import is_calibrated
+    from tltsim.scenario.build import is_borrowed, is_calibrated
     from tltsim.sensitivity import drafter_quality_limit
 
     out: list[Variant] = []
@@ -122,34 +142,62 @@ def variants(s: Scenario, cost: Any, specs: Sequence[str]) -> tuple[list[Variant
         if high > d.quality:
             out.append(Variant("drafter quality", f"{high:g}", {"drafter.quality": high}))
         skipped.append("n-gram alpha: the drafter is not the n-gram one")
-    calibrated = is_calibrated(cost)
+    calibrated, borrowed = is_calibrated(cost), is_borrowed(cost)
     roofline_prices = s.cost.model in ("roofline", "measured") and not calibrated
-    if roofline_prices:
-        from tltcore.hardware import get_gpu
-
-        gpu = get_gpu(s.cluster.gpu)
-        fe = s.cluster.flops_efficiency if s.cluster.flops_efficiency is not None else gpu.flops_efficiency
-        be = s.cluster.bandwidth_efficiency if s.cluster.bandwidth_efficiency is not None else gpu.bandwidth_efficiency
-        for tag, fx, bx in (("low", FLOPS_LOW, BANDWIDTH_LOW), ("high", FLOPS_HIGH, BANDWIDTH_HIGH)):
+    if roofline_prices or borrowed:
+        fe, be = _efficiencies(s, cost)
+        lo_f, hi_f, lo_b, hi_b = ((BORROWED_FLOPS_LOW, BORROWED_FLOPS_HIGH, BORROWED_BANDWIDTH_LOW,
+                                   BORROWED_BANDWIDTH_HIGH) if borrowed
+                                  else (FLOPS_LOW, FLOPS_HIGH, BANDWIDTH_LOW, BANDWIDTH_HIGH))
+        what = "the borrowed calibration's" if borrowed else "the roofline's"
+        for tag, fx, bx in (("low", lo_f, lo_b), ("high", hi_f, hi_b)):
             f, b = round(min(1.0, fe * fx), 4), round(min(1.0, be * bx), 4)
-            out.append(Variant("GPU efficiency", f"{tag} (FLOP/s {f:g}, bandwidth {b:g})",
+            out.append(Variant("GPU efficiency", f"{tag} (FLOP/s {f:g}, bandwidth {b:g}: {what} x {fx:g}, x {bx:g})",
                                {"cluster.flops_efficiency": f, "cluster.bandwidth_efficiency": b}))
     else:
-        skipped.append("GPU efficiency: the calibrated model's kernel efficiencies are fitted (the cost model "
-                       "input varies it instead)" if calibrated else "GPU efficiency: a measured table prices it")
+        skipped.append("GPU efficiency: the calibrated model's kernel efficiencies are fitted on this GPU (the cost "
+                       "model input varies it instead)" if calibrated else "GPU efficiency: a measured table prices it")
+    near = _nearest(s)
     if s.cost.model == "table":
         skipped.append("cost model: a measured table of this engine prices it")
-    elif profile_key(s.cluster.gpu) is None:
+    elif near is None:
         skipped.append(f"cost model: no measured profiles for {s.cluster.gpu}, only the roofline prices it")
     elif calibrated:
         out.append(Variant("cost model", "roofline", {"cost.model": "roofline"}))
+    elif s.cost.model == "measured":
+        skipped.append(f"cost model: no profiles of {near.key} found on the search path, only the roofline prices it")
     else:
-        out.append(Variant("cost model", "calibrated", {"cost.model": "measured"}))
+        out.append(Variant("cost model", "calibrated" if near.own else f"calibrated on {near.key} (borrowed)",
+                           {"cost.model": "measured"}))
     if any(_known_lengths(p) != p for p in specs):
         out.append(Variant("length predictor", "the true lengths (cost-aware)", spec=_known_lengths))
     else:
         skipped.append("length predictor: no cost-aware setting among the top ones")
     return out, skipped
+
+
+def _efficiencies(s: Scenario, cost: Any) -> tuple[float, float]:
+    """The (FLOP/s, bandwidth) efficiencies the GPU is priced at now, which the GPU-efficiency variant
+    scales: a borrowed calibration's matmul law's (after any ``cluster.*_efficiency``), else the
+    roofline's (set, the spec's, or the preset's default)."""
+    from tltsim.scenario import gpu_efficiencies, scenario_gpu
+    from tltsim.scenario.build import _inner, is_borrowed
+
+    if is_borrowed(cost):
+        m = _inner(cost).calibration.matmul
+        return m.flops_efficiency, m.bandwidth_efficiency
+    gpu, set_ = scenario_gpu(s), gpu_efficiencies(s)
+    return (set_.get("flops_efficiency", gpu.flops_efficiency),
+            set_.get("bandwidth_efficiency", gpu.bandwidth_efficiency))
+
+
+def _nearest(s: Scenario) -> Any:
+    """The measured calibration the scenario's GPU is (or would be) priced with, or None
+    (:func:`tltcore.cost.measured.nearest_profile`)."""
+    from tltcore.cost.measured import nearest_profile
+    from tltsim.scenario import scenario_gpu
+
+    return nearest_profile(scenario_gpu(s))
 
 
 @dataclass(frozen=True)
@@ -175,6 +223,7 @@ class Robustness:
     skipped: tuple[str, ...]
     band: tuple[float, float]
     settings: tuple[str, ...]  # the labels re-simulated
+    gpu_note: str = ""  # said when the GPU was never measured (a borrowed calibration prices it)
 
     @property
     def flips(self) -> tuple[VariantResult, ...]:
@@ -202,7 +251,8 @@ class Robustness:
         if held:
             parts.append(("otherwise " if parts else "") + "holds across " + ", ".join(held))
         band = f"rollout speedup {self.band[0]:.3f}-{self.band[1]:.3f}x over those runs"
-        return "; ".join(parts) + f" ({band})"
+        note = f"; {self.gpu_note}" if self.gpu_note else ""
+        return "; ".join(parts) + f" ({band}{note})"
 
 
 def assess(s: Scenario, ranking: pd.DataFrame, candidates: Sequence[Any], seeds: Sequence[int],
@@ -248,7 +298,20 @@ def assess(s: Scenario, ranking: pd.DataFrame, candidates: Sequence[Any], seeds:
             e2e.append((k, float(np.median(ratio.dropna().to_numpy()))))
     finite = [x for x in speeds if math.isfinite(x)]
     band = (min(finite), max(finite)) if finite else (float("nan"), float("nan"))
-    return Robustness(rec.label, tuple(results), tuple(e2e), tuple(skipped), band, tuple(keep))
+    return Robustness(rec.label, tuple(results), tuple(e2e), tuple(skipped), band, tuple(keep), unmeasured_gpu(s, cost))
+
+
+def unmeasured_gpu(s: Scenario, cost: Any) -> str:
+    """One clause when the scenario's GPU was never measured (a borrowed calibration prices it): which
+    calibration, and that the band includes the wider GPU-efficiency variant; "" otherwise."""
+    from tltsim.scenario.build import _inner, is_borrowed
+
+    if not is_borrowed(cost):
+        return ""
+    cal = _inner(cost).calibration
+    return (f"{cal.spec.name} was not measured: its kernels are priced with {cal.measured_on}'s calibration, and the "
+            f"band includes its efficiency at FLOP/s x {BORROWED_FLOPS_LOW:g}-{BORROWED_FLOPS_HIGH:g}, bandwidth "
+            f"x {BORROWED_BANDWIDTH_LOW:g}-{BORROWED_BANDWIDTH_HIGH:g}")
 
 
 def seed_rows(summary: pd.DataFrame, gpus: int) -> pd.DataFrame:
@@ -281,4 +344,4 @@ def rl_defaults(s: Scenario) -> list[str]:
 
 
 __all__ = ["PHASE_SCALES", "TOP_SD", "UNMEASURED", "Robustness", "Unmeasured", "Variant", "VariantResult", "assess",
-           "rl_defaults", "seed_rows", "variants"]
+           "rl_defaults", "seed_rows", "unmeasured_gpu", "variants"]

@@ -58,6 +58,7 @@ def test_the_answer_fits_a_screen_and_names_the_recommendation_and_runners_up(sm
     assert float(rec[2]) <= float(cap[1]) + 1e-3  # expected acceptance: no seed beats the bound
     assert 1.0 < float(rec[3]) < float(rec[1])  # end to end: the later phases dilute the rollout gain
     assert "vLLM: " in text and "SGLang: " in text and f"report: {out / 'README.md'}" in text
+    assert "gpu: H100-SXM (NVIDIA H100 data sheet (SXM5); calibrated on its own measured profiles)" in text
 
 
 def test_the_report_folder_holds_the_tables_figures_and_exports(small):
@@ -73,6 +74,7 @@ def test_the_report_folder_holds_the_tables_figures_and_exports(small):
     assert (ranking["rollout_s_min"] <= ranking["rollout_s_median"]).all()
     readme = (out / "README.md").read_text()
     assert "## Every setting, ranked by median rollout makespan" in readme
+    assert "GPU: H100-SXM (NVIDIA H100 data sheet (SXM5); calibrated on its own measured profiles)." in readme
     written = next(line for line in readme.splitlines() if line.startswith("Written by `tlt advise"))
     assert written.startswith("Written by `tlt advise --trace intern_s1_math --gpus 8 --tp 2 --threshold 32")
     assert "--workers" not in written and "--no-" not in written  # only what was given

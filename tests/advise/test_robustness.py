@@ -30,12 +30,12 @@ def test_the_inputs_that_apply_depend_on_the_drafter_gpu_and_grid():
     assert ("cost model", "roofline") in names and ("length predictor", "the true lengths (cost-aware)") in names
     assert ("drafter quality", "0.89 (the stale floor)") in names and ("drafter quality", "1.029") in names
     assert not any(v.input == "GPU efficiency" for v in vs) and any("GPU efficiency" in x for x in skipped)
-    h20 = _small(("cluster.gpu", "H20"))  # no profiles: the roofline's efficiencies vary, no cost-model variant
+    h20 = _small(("cluster.gpu", "H20"), ("cost.model", "roofline"))  # the roofline's efficiencies vary
     vs, skipped = rb.variants(h20, _inputs(h20).cost, ["static:4_1_4"])
     eff = [v for v in vs if v.input == "GPU efficiency"]
     assert [v.sets for v in eff] == [{"cluster.flops_efficiency": 0.525, "cluster.bandwidth_efficiency": 0.7225},
                                      {"cluster.flops_efficiency": 0.84, "cluster.bandwidth_efficiency": 0.935}]
-    assert any("no measured profiles for H20" in x for x in skipped)
+    assert [v.sets for v in vs if v.input == "cost model"] == [{"cost.model": "measured"}]
     assert any("no cost-aware setting" in x for x in skipped)
     ngram = _small(("drafter.kind", "ngram"))
     vs, _ = rb.variants(ngram, _inputs(ngram).cost, ["static:4_1_4"])
@@ -70,6 +70,32 @@ def _assess(s, speed_of):
     return rec, rb.assess(s, ranking, cands, [0, 1], ["reprefill"], rec, rows, 50.0, _inputs(s).cost, run)
 
 
+def test_a_gpu_priced_from_a_borrowed_calibration_gets_a_wider_band_and_says_so():
+    # H20 has no profiles: H100's fit prices it, so both its efficiency (wider than the roofline's range,
+    # around the borrowed fit) and the cost model (roofline) vary; an H100 with its own fit varies neither
+    h20 = _small(("cluster.gpu", "H20"))
+    cost = _inputs(h20).cost
+    fit = cost.calibration.matmul
+    vs, skipped = rb.variants(h20, cost, ["static:4_1_4"])
+    eff = [v.sets for v in vs if v.input == "GPU efficiency"]
+    assert eff == [{"cluster.flops_efficiency": round(fit.flops_efficiency * 0.6, 4),
+                    "cluster.bandwidth_efficiency": round(fit.bandwidth_efficiency * 0.8, 4)},
+                   {"cluster.flops_efficiency": round(min(1.0, fit.flops_efficiency * 1.2), 4),
+                    "cluster.bandwidth_efficiency": round(min(1.0, fit.bandwidth_efficiency * 1.1), 4)}]
+    assert rb.BORROWED_FLOPS_LOW < rb.FLOPS_LOW and rb.BORROWED_BANDWIDTH_LOW < rb.BANDWIDTH_LOW
+    assert [v.sets for v in vs if v.input == "cost model"] == [{"cost.model": "roofline"}]
+    assert not any(x.startswith(("GPU efficiency", "cost model")) for x in skipped)
+    # the variant is a scenario field, and it reaches the borrowed fit
+    from tltsim.scenario import with_values
+    from tltsim.scenario.build import cost_model
+
+    low = cost_model(with_values(h20, eff[0]))
+    assert low.calibration.matmul.flops_efficiency == eff[0]["cluster.flops_efficiency"]
+    assert "set, not fitted" in low.source
+    assert rb.unmeasured_gpu(h20, cost).startswith("H20 was not measured: its kernels are priced with H100-SXM's")
+    assert rb.unmeasured_gpu(_small(), _inputs(_small()).cost) == ""
+
+
 def test_the_answer_flips_to_no_sd_where_a_stale_drafter_stops_paying_and_holds_elsewhere():
     s = _small(("cluster.gpu", "H20"))
 
@@ -86,8 +112,8 @@ def test_the_answer_flips_to_no_sd_where_a_stale_drafter_stops_paying_and_holds_
     assert flips[0].speedup == pytest.approx((0.97, 0.97, 0.97))
     line = r.line()
     assert line.startswith("flips to no SD (1.000x; the recommendation 0.970x) if drafter quality is 0.89 "
-                           "(the stale floor); otherwise holds across GPU efficiency, drafter quality")
-    assert "(rollout speedup 0.970-1.100x over those runs)" in line
+                           "(the stale floor); otherwise holds across GPU efficiency, cost model, drafter quality")
+    assert "(rollout speedup 0.970-1.100x over those runs; H20 was not measured: " in line
     # end to end under the phases x1/2 and x2, the median over seeds of (b + k 50) / (b / 1.1 + k 50)
     assert [k for k, _ in r.e2e] == [0.5, 2.0]
     want = [sum((b + k * 50) / (b / 1.1 + k * 50) for b in (100, 104)) / 2 for k in (0.5, 2.0)]
@@ -121,7 +147,7 @@ def test_the_real_simulator_runs_every_variant_at_the_top_settings():
     ranking = adv.rank(rows)
     rec = adv.recommend(ranking)
     r = rb.assess(s, ranking, cands, [0], ["catch_up"], rec, rows, None, _inputs(s).cost, adv.run_tasks)
-    assert {v.variant.input for v in r.results} == {"drafter quality", "GPU efficiency"}
+    assert {v.variant.input for v in r.results} == {"drafter quality", "GPU efficiency", "cost model"}
     assert set(r.settings) == {"static:4_1_4", "elastic:32:1+static:4_1_4", BASELINE_POLICY}
     assert r.e2e == ()  # no later phases priced: no end-to-end range
     lo, hi = r.band

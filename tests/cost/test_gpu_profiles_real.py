@@ -99,3 +99,17 @@ def test_real_model_iterations_are_sane(gpu, model, tp):
     verify = [cm.verify_time(np.full(b, 2048), v - 1) for b, v in ((1, 1), (8, 8), (32, 65), (32, 65))]
     assert verify[0] < verify[1] < verify[2]
     assert cm.sd_time(np.full(8, 2048), SDConfig(8, 4, 32)) > cm.decode_time(np.full(8, 2048))
+
+
+def test_the_borrowing_rule_picks_the_better_borrowing_among_measured_gpus(compute):
+    # each measured GPU priced with the others' calibrations moved to its data sheet (one layer's median error):
+    # an HBM part is priced better by the other HBM part than by A40 (the rule: HBM parts never borrow A40),
+    # and a GDDR part worse by HBM parts than by its own kind (the rule: GDDR parts borrow A40)
+    from analysis.gpu_calibration import borrowing_errors
+
+    err = borrowing_errors(compute).set_index(["gpu", "priced_with"])["median_abs_rel_err"]
+    assert err["h100", "a100"] < err["h100", "a40"] and err["a100", "h100"] < err["a100", "a40"]
+    for gpu in ("h100", "a100"):
+        others = [err[gpu, s] for s in ("h100", "a100") if s != gpu]
+        assert max(others) < 0.06 < err[gpu, "roofline"]  # borrowed across HBM parts: 4-5%, the roofline 11-24%
+    assert err["a40", "a40"] < 0.05 < min(err["a40", "h100"], err["a40", "a100"])

@@ -153,11 +153,73 @@ def test_the_drafter_step_prices_one_layer_plus_lm_head(synthetic_profiles):
     assert lm_head < step < cm.decode_time(np.full(8, 1024)) / 4
 
 
-def test_unknown_gpu_falls_back_to_the_roofline(synthetic_profiles):
+def test_a_gpu_without_profiles_borrows_the_nearest_measured_calibration(synthetic_profiles):
+    # B200 (Blackwell, HBM) borrows H100's fit: its fractions of peak and latencies, at B200's own peaks and link
     qwen = get_model("Qwen2.5-7B")
-    cm = measured_cost_model(qwen, "B200", 1, profiles=synthetic_profiles)
-    assert not cm.measured and "roofline" in cm.source and "B200" in cm.source
-    roof = RooflineCostModel(qwen, get_gpu("B200"), 1)
+    cm = measured_cost_model(qwen, "B200", 4, profiles=synthetic_profiles)
+    own = measured_cost_model(qwen, "H100", 4, profiles=synthetic_profiles)
+    cal = cm.calibration
+    assert cm.measured and cal.borrowed is not None and cal.gpu == "h100" and cal.spec == get_gpu("B200")
+    assert cal.matmul == own.calibration.matmul and cal.collectives is None  # never H100's NCCL table
+    assert cm.source.startswith("measured: calibrated on H100-SXM profiles, borrowed for B200")
+    assert "not measured on B200" in cm.source and "collectives analytic (B200's own link)" in cm.source
+    ctx = np.full(8, 2048)
+    assert cm.decode_time(ctx) < own.decode_time(ctx)  # 8 vs 3.35 TB/s at the same fitted fraction
+
+
+def test_a_borrowed_calibration_on_the_same_data_sheet_prices_as_the_own_one(synthetic_profiles):
+    # an H100 under another name is priced with H100's fit at H100's peaks: at TP 1 (no collectives) the same times
+    qwen = get_model("Qwen2.5-7B")
+    clone = dataclasses.replace(get_gpu("H100"), name="H100-clone", source="a copy")
+    cm = measured_cost_model(qwen, clone, 1, profiles=synthetic_profiles)
+    own = measured_cost_model(qwen, "H100", 1, profiles=synthetic_profiles)
+    assert cm.calibration.borrowed is not None and own.calibration.borrowed is None
+    for b in (1, 16, 128):
+        ctx = np.full(b, 2048)
+        assert cm.decode_time(ctx) == own.decode_time(ctx)
+        assert cm.sd_time(ctx, SDConfig(8, 4, 32)) == own.sd_time(ctx, SDConfig(8, 4, 32))
+
+
+def test_the_borrowing_rule():
+    rule = {name: (measured.nearest_profile(get_gpu(name)).key, measured.nearest_profile(get_gpu(name)).own)
+            for name in ("H100", "A100", "A40", "H200", "H800", "H20", "B200", "B300", "GB200", "MI300X", "MI355X",
+                         "Ascend910B", "A800", "A100-40GB", "L40", "L40S", "L20", "RTX4090", "RTX5090", "RTX3090")}
+    assert rule == {"H100": ("h100", True), "A100": ("a100", True), "A40": ("a40", True),
+                    **dict.fromkeys(("H200", "H800", "H20", "B200", "B300", "GB200", "MI300X", "MI355X",
+                                     "Ascend910B"), ("h100", False)),
+                    "A800": ("a100", False), "A100-40GB": ("a100", False),
+                    **dict.fromkeys(("L40", "L40S", "L20", "RTX4090", "RTX5090", "RTX3090"), ("a40", False))}
+    assert measured.nearest_profile(get_gpu("cpu")) is None  # no peaks to apply fractions to
+    # a spec that only reuses a measured GPU's name is another GPU: it borrows, it does not pass for H100
+    fake = dataclasses.replace(get_gpu("H100"), hbm_bytes_per_s=5e12)
+    assert measured.profile_key(fake) is None and not measured.nearest_profile(fake).own
+    assert measured.profile_key(dataclasses.replace(get_gpu("H100"), flops_efficiency=0.5)) == "h100"
+
+
+def test_set_efficiencies_replace_a_borrowed_fit_only(synthetic_profiles):
+    qwen = get_model("Qwen2.5-7B")
+    plain = measured_cost_model(qwen, "MI300X", 1, profiles=synthetic_profiles)
+    fit = plain.calibration.matmul
+    set_ = measured_cost_model(qwen, "MI300X", 1, profiles=synthetic_profiles, flops_efficiency=0.4,
+                               bandwidth_efficiency=fit.bandwidth_efficiency / 2)
+    m = set_.calibration.matmul
+    assert (m.flops_efficiency, m.latency_s, m.smoothness) == (0.4, fit.latency_s, fit.smoothness)
+    for op, law in set_.calibration.elementwise.items():  # bandwidth scales every element-wise law alike
+        assert law.bandwidth_efficiency == pytest.approx(plain.calibration.elementwise[op].bandwidth_efficiency / 2)
+    assert set_.decode_time(np.full(8, 2048)) > plain.decode_time(np.full(8, 2048))
+    assert "flops_efficiency, bandwidth_efficiency set, not fitted" in set_.source
+    own = measured_cost_model(qwen, "H100", 1, profiles=synthetic_profiles, flops_efficiency=0.4)
+    assert own.calibration.matmul.flops_efficiency != 0.4  # a GPU's own fit is a measurement
+
+
+def test_a_gpu_whose_nearest_profiles_are_missing_falls_back_to_the_roofline(tmp_path, monkeypatch):
+    # L40S borrows A40's fit; with no profiles on the search path the roofline serves and says why
+    monkeypatch.setenv("TLT_SHARED_DIR", str(tmp_path / "empty"))
+    monkeypatch.delenv("TLT_GPU_PROFILES", raising=False)
+    qwen = get_model("Qwen2.5-7B")
+    cm = measured_cost_model(qwen, "L40S", 1)
+    assert not cm.measured and cm.source.startswith("roofline (analytic; no measured profiles for L40S, and ")
+    roof = RooflineCostModel(qwen, get_gpu("L40S"), 1)
     for b in (1, 16, 128):
         ctx = np.full(b, 2048)
         assert cm.decode_time(ctx) == roof.decode_time(ctx)

@@ -30,6 +30,7 @@ CORPUS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "hostile/test_hostile_real.py": (("CASES",), ()),
     "hostile/test_hostile_trace_demo.py": (("CASES",), ()),
     "hostile/test_hostile_cost.py": (("CASES",), ()),
+    "hostile/test_hostile_gpu_spec.py": (("CASES",), ()),
     "advise/test_advise_hostile.py": (("CASES",), ("advise",)),
 }
 EVERY_COMMAND = {"trace list", "trace stats", "trace plot", "trace fetch", "sim run", "sweep run", "sweep status",

@@ -47,10 +47,14 @@ def test_collectives_analytic_changes_tp_costs_only(profiles):
     assert measured.decode_time(ctx) != analytic.decode_time(ctx)
 
 
-def test_gpu_without_profiles_falls_back_to_the_roofline_and_says_so(profiles):
+def test_gpu_without_profiles_borrows_the_nearest_calibration_and_says_so(profiles):
     cm = cost_model(_scenario(("cost.model", "measured"), ("cluster.gpu", "B200")))
+    assert isinstance(cm, MeasuredCostModel) and cm.measured and cm.calibration.borrowed is not None
+    assert describe_cost(cm).startswith("cost model: measured: calibrated on H100-SXM profiles, borrowed for B200")
+    # L40S borrows A40's fit, which these profiles lack: the roofline serves and says why
+    cm = cost_model(_scenario(("cost.model", "measured"), ("cluster.gpu", "L40S")))
     assert isinstance(cm, MeasuredCostModel) and not cm.measured
-    assert "roofline" in describe_cost(cm) and "B200" in describe_cost(cm)
+    assert describe_cost(cm).startswith("cost model: roofline (analytic; no measured profiles for L40S, and ")
 
 
 def test_roofline_scenario_is_described_as_roofline():
@@ -64,9 +68,10 @@ def test_the_calibrated_model_is_the_default_where_profiles_cover_the_gpu(profil
     h100 = cost_model(_scenario())
     assert isinstance(h100, MeasuredCostModel) and h100.measured
     assert describe_cost(h100).startswith("cost model: measured: h100")
-    h20 = cost_model(_scenario(("cluster.gpu", "H20")))
-    assert isinstance(h20, MeasuredCostModel) and not h20.measured
-    assert describe_cost(h20) == "cost model: roofline (analytic; no measured profiles for H20)"
+    h20 = cost_model(_scenario(("cluster.gpu", "H20")))  # no profiles of its own: H100's, borrowed
+    assert isinstance(h20, MeasuredCostModel) and h20.measured and h20.calibration.borrowed is not None
+    assert describe_cost(h20).startswith("cost model: measured: calibrated on H100-SXM profiles, borrowed for H20 ")
+    assert "not measured on H20" in describe_cost(h20)
 
 
 def test_collectives_needs_the_measured_model():

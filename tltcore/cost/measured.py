@@ -28,8 +28,11 @@ measured latencies** of the same GPU (:mod:`tltcore.cost.gpu_profiles`):
 * Not measured here and kept from the roofline's documented defaults: the per-iteration overhead
   (scheduler, sampling) and the SD overheads per draft step and per SD iteration.
 
-A GPU without profiles (or no profiles on the search path) falls back to the analytic roofline, and
-the model says so in ``source``. :func:`measured_cost_model` is the builder.
+A GPU without profiles of its own borrows the calibration of the nearest measured architecture
+(:func:`nearest_profile`: the fitted fractions of peak and latencies, applied to its own data-sheet
+peaks and link), and ``source`` says "calibrated on H100-SXM profiles, borrowed for MI300X ... not
+measured on MI300X". Where no profiles are on the search path the model is the analytic roofline,
+and ``source`` says so. :func:`measured_cost_model` is the builder.
 """
 
 from __future__ import annotations
@@ -72,12 +75,63 @@ def gpu_names() -> list[str]:
 
 
 def profile_key(spec_or_name: GPUSpec | str) -> str | None:
-    """The profile folder (``h100``, ``a100``, ``a40``) measured on this GPU, or None."""
-    name = spec_or_name.name if isinstance(spec_or_name, GPUSpec) else gpu_spec(spec_or_name).name
-    for key, preset in PROFILE_GPUS.items():
-        if preset == name:
+    """The profile folder (``h100``, ``a100``, ``a40``) measured on this GPU, or None. A spec is that
+    GPU only when its data sheet is the preset's (efficiencies aside: ``cluster.*_efficiency`` may
+    override them): a spec file that merely reuses the name ``H100-SXM`` with other peaks is another
+    GPU, and borrows (:func:`nearest_profile`)."""
+    spec = spec_or_name if isinstance(spec_or_name, GPUSpec) else gpu_spec(spec_or_name)
+    for key, preset_name in PROFILE_GPUS.items():
+        preset = gpu_spec(preset_name)
+        if replace(spec, flops_efficiency=preset.flops_efficiency,
+                   bandwidth_efficiency=preset.bandwidth_efficiency) == preset:
             return key
     return None
+
+
+@dataclass(frozen=True)
+class Borrowing:
+    """Which measured calibration prices a GPU (``key``, a :data:`PROFILE_GPUS` folder), whether it is
+    the GPU's own (``own``) and why that one (``why``, for the cost model's source line)."""
+
+    key: str
+    own: bool
+    why: str
+
+
+def nearest_profile(spec: GPUSpec) -> Borrowing | None:
+    """The measured calibration ``spec`` is priced with: its own profiles where it has them, else the
+    nearest measured architecture's (None: no analytic peaks to apply fitted fractions to). The rule,
+    in order, and why:
+
+    1. **GDDR memory** (Ada, GeForce, A40-class cards) -> ``a40``: the one measured GDDR part. GDDR
+       cards are PCIe-class, with smaller caches and lower bandwidth; their kernels reach other
+       fractions of peak than HBM parts (A40's fitted matmul bandwidth efficiency is 0.78 vs H100's 0.90).
+    2. **Ampere with HBM** (A800, A100-40GB) -> ``a100``: the same architecture and memory system.
+    3. **Everything else with HBM** -> ``h100``: Hopper (H200, H800, H20) is H100's own architecture;
+       Blackwell (B200, B300, GB200) is the next NVIDIA datacenter generation, and its nearest measured
+       one is Hopper; other vendors' HBM datacenter parts (AMD CDNA, Huawei Ascend) have no measured
+       counterpart, and H100 is the closest measured part in kind (HBM, a large matrix engine, the
+       fastest measured link). For those the borrowed fractions of peak are the weakest assumption
+       here, and :mod:`tltsim.robustness` widens the answer's band for every borrowed calibration.
+
+    The fitted *fractions* of peak and the kernel latencies move to the new GPU; the peaks are its own
+    data sheet's, and its collectives come from its own link (never another node's NCCL table)."""
+    own = profile_key(spec)
+    if own is not None:
+        return Borrowing(own, True, "its own measured profiles")
+    if not spec.analytic:
+        return None
+    arch = spec.architecture.strip().lower()
+    if spec.gddr:
+        return Borrowing("a40", False, f"{spec.memory_type} memory: A40 is the measured GDDR (PCIe-class) part")
+    if arch == "ampere":
+        return Borrowing("a100", False, "Ampere with HBM: A100 is the same architecture")
+    if arch in ("hopper", "blackwell"):
+        return Borrowing("h100", False, f"{arch.capitalize()}: H100 is the nearest measured NVIDIA datacenter "
+                         "generation")
+    what = f"{spec.vendor + ' ' if spec.vendor else ''}{spec.architecture or 'an unnamed architecture'}"
+    return Borrowing("h100", False, f"{what} has no measured counterpart: H100 is the closest measured HBM "
+                     "datacenter part")
 
 
 # ---- shapes of the kernels --------------------------------------------------------------------------
@@ -296,6 +350,8 @@ class GPUCalibration:
     elementwise: dict[str, ElementwiseFit]
     models: tuple[str, ...]
     collectives: CollectiveTable | None = None
+    borrowed: str | None = None  # why another GPU's fit prices ``spec`` (:meth:`borrowed_for`); None: its own
+    overridden: tuple[str, ...] = ()  # the efficiencies a user set over the fitted ones (borrowed only)
 
     # ---- per-op latencies -----------------------------------------------------------------------
     def op_time(self, op: str, shape: OpShape, tp: int, tokens: np.ndarray | float) -> np.ndarray:
@@ -323,11 +379,44 @@ class GPUCalibration:
         """Attention streams KV at the bandwidth the fitted weight-streaming law reaches."""
         return self.matmul.bandwidth_efficiency
 
+    @property
+    def measured_on(self) -> str:
+        """The GPU whose profiles were fitted (``H100-SXM`` for the ``h100`` folder)."""
+        return PROFILE_GPUS.get(self.gpu, self.gpu)
+
+    def borrowed_for(self, spec: GPUSpec, why: str, *, flops_efficiency: float | None = None,
+                     bandwidth_efficiency: float | None = None) -> GPUCalibration:
+        """This calibration moved to ``spec``, a GPU without profiles of its own: the fitted fractions
+        of peak and latencies apply to ``spec``'s data-sheet peaks, collectives to its own link (the
+        analytic latency + ring term; another node's measured table would be a third GPU's). A given
+        ``flops_efficiency`` replaces the matmul law's fitted FLOP efficiency (attention's too); a given
+        ``bandwidth_efficiency`` its bandwidth efficiency, and scales every element-wise law's by the
+        same ratio (at most 1): the user's measurement, or a robustness variant
+        (:mod:`tltsim.robustness`), over the borrowed guess."""
+        matmul, elementwise, overridden = self.matmul, dict(self.elementwise), []
+        if flops_efficiency is not None:
+            matmul = replace(matmul, flops_efficiency=flops_efficiency)
+            overridden.append("flops_efficiency")
+        if bandwidth_efficiency is not None:
+            ratio = bandwidth_efficiency / self.matmul.bandwidth_efficiency
+            matmul = replace(matmul, bandwidth_efficiency=bandwidth_efficiency)
+            elementwise = {op: replace(f, bandwidth_efficiency=min(1.0, f.bandwidth_efficiency * ratio))
+                           for op, f in elementwise.items()}
+            overridden.append("bandwidth_efficiency")
+        return replace(self, spec=spec, matmul=matmul, elementwise=elementwise, collectives=None, borrowed=why,
+                       overridden=tuple(overridden))
+
     def describe(self) -> str:
         m = self.matmul
-        return (f"{self.gpu} ({self.spec.name}) fitted on {len(self.models)} models: matmul eff_flop "
-                f"{m.flops_efficiency:.2f}, eff_bw {m.bandwidth_efficiency:.2f}, latency {m.latency_s * 1e6:.1f} us, "
-                f"p {m.smoothness:.2f}; collectives "
+        fit = (f"matmul eff_flop {m.flops_efficiency:.2f}, eff_bw {m.bandwidth_efficiency:.2f}, latency "
+               f"{m.latency_s * 1e6:.1f} us, p {m.smoothness:.2f}")
+        if self.borrowed is not None:
+            name = self.spec.name
+            set_by = f" ({', '.join(self.overridden)} set, not fitted)" if self.overridden else ""
+            return (f"calibrated on {self.measured_on} profiles, borrowed for {name} (nearest measured "
+                    f"architecture: {self.borrowed}); not measured on {name}: {fit}{set_by} at {name}'s "
+                    f"data-sheet peaks; collectives analytic ({name}'s own link)")
+        return (f"{self.gpu} ({self.spec.name}) fitted on {len(self.models)} models: {fit}; collectives "
                 f"{'measured ' + self.collectives.topology if self.collectives is not None else 'analytic'}")
 
 
@@ -578,29 +667,39 @@ COLLECTIVE_SOURCES = ("measured", "analytic")
 
 
 def measured_cost_model(shape: ModelShape, gpu: str | GPUSpec, tp: int = 1, *, profiles: str | Path | None = None,
-                        collectives: str = "measured", **kwargs: object) -> MeasuredCostModel:
-    """The calibrated cost model of ``shape`` on ``tp`` x ``gpu``; the analytic roofline (same class,
-    ``measured`` False, ``source`` saying why) for a GPU without profiles or when none are found.
+                        collectives: str = "measured", flops_efficiency: float | None = None,
+                        bandwidth_efficiency: float | None = None, **kwargs: object) -> MeasuredCostModel:
+    """The calibrated cost model of ``shape`` on ``tp`` x ``gpu``: fitted on the GPU's own profiles,
+    or, for a GPU without them, on the nearest measured architecture's (:func:`nearest_profile`),
+    applied to this GPU's data-sheet peaks and link, ``source`` saying so. The analytic roofline (same
+    class, ``measured`` False, ``source`` saying why) where no profiles are found.
 
     ``collectives``: ``measured`` interpolates the node's measured all-reduce table (Vidur's NCCL
     timings: 20-40 us for small messages on 4-8 H100s), ``analytic`` uses the GPU preset's latency +
     ring-bandwidth term (8 us over NVLink: engines that run a custom all-reduce inside CUDA graphs, as
-    vLLM and SGLang do, get closer to it). ``kwargs`` are
+    vLLM and SGLang do, get closer to it); a borrowed calibration is always analytic.
+    ``flops_efficiency`` / ``bandwidth_efficiency`` (the scenario's ``cluster.*_efficiency``) replace a
+    *borrowed* calibration's fitted efficiencies (:meth:`GPUCalibration.borrowed_for`); a GPU's own
+    fit is a measurement and keeps them. ``kwargs`` are
     :class:`~tltcore.cost.roofline.RooflineCostModel`'s (overheads, block size, drafter)."""
     if collectives not in COLLECTIVE_SOURCES:
         raise InputError(f"must be one of {', '.join(COLLECTIVE_SOURCES)}, got '{collectives}'", field="collectives")
     spec = gpu if isinstance(gpu, GPUSpec) else gpu_spec(gpu)
-    key = profile_key(spec)
-    if key is None:
+    near = nearest_profile(spec)
+    if near is None:
         return MeasuredCostModel(shape, spec, tp, source=f"roofline (analytic; no measured profiles for {spec.name})",
                                  **kwargs)  # type: ignore[arg-type]
     try:
-        cal = default_calibration(key, profiles)
+        cal = default_calibration(near.key, profiles)
     except InputError as exc:
         if profiles is not None:
             raise
-        return MeasuredCostModel(shape, spec, tp, source=f"roofline (analytic; {exc.message})",
+        why = exc.message if near.own else f"no measured profiles for {spec.name}, and {exc.message}"
+        return MeasuredCostModel(shape, spec, tp, source=f"roofline (analytic; {why})",
                                  **kwargs)  # type: ignore[arg-type]
-    if collectives == "analytic" and cal.collectives is not None:
+    if not near.own:
+        cal = cal.borrowed_for(spec, near.why, flops_efficiency=flops_efficiency,
+                               bandwidth_efficiency=bandwidth_efficiency)
+    elif collectives == "analytic" and cal.collectives is not None:
         cal = replace(cal, collectives=None)
     return MeasuredCostModel(shape, spec, tp, calibration=cal, **kwargs)  # type: ignore[arg-type]

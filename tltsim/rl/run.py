@@ -32,7 +32,6 @@ import pandas as pd
 
 from tltcore.drafter.state import DrafterState
 from tltcore.events import BUSY_KINDS, CLUSTER, EventLog, empty_event_log
-from tltcore.hardware import get_gpu
 from tltcore.model_shape import get_model
 from tltcore.policy.base import NO_SD
 from tltcore.spot_coordinator import Checkpoint, InlineTraining, SpotTraining, TrainingSession
@@ -40,7 +39,16 @@ from tltsim.rl.gpu_memory import TrainingMemoryConfig, training_memory
 from tltsim.rl.phases import PhaseTimes, phase_times
 from tltsim.rl.presets import BASELINE_PRESET, Preset, get_preset, presets_with_baseline, rollout_policy
 from tltsim.rollout import RolloutRun
-from tltsim.scenario import Scenario, SimInputs, cost_model, drafter_acceptance, make_policies, prepare, run_each
+from tltsim.scenario import (
+    Scenario,
+    SimInputs,
+    cost_model,
+    drafter_acceptance,
+    make_policies,
+    prepare,
+    run_each,
+    scenario_gpu,
+)
 from tltsim.spot.analytic_trainer import NO_TRAINING, TrainingResult, inline_train, spot_train
 from tltsim.spot.coverage import DataCoverage
 
@@ -69,7 +77,7 @@ def preset_inputs(s: Scenario, preset: Preset, inputs: SimInputs) -> SimInputs:
 def training_memory_problem(s: Scenario) -> str | None:
     """Why the actor cannot train on this cluster (FSDP memory), or None when it fits."""
     cfg = TrainingMemoryConfig(micro_batch_tokens=s.rl.micro_batch_tokens)
-    mem = training_memory(get_model(s.model.name), get_gpu(s.cluster.gpu), s.cluster.gpus, cfg)
+    mem = training_memory(get_model(s.model.name), scenario_gpu(s), s.cluster.gpus, cfg)
     return None if mem.fits else f"out of memory in the actor update: {mem.describe()}"
 
 
@@ -89,7 +97,7 @@ def run_preset(s: Scenario, name: str, inputs: SimInputs | None = None, *, run_i
     trainer = s.spot.bubble() if preset.training == "bubble" else s.spot
     session = TrainingSession(Checkpoint(version=0, step=-1, trained_samples=0), trainer.checkpoint_every,
                               trainer.selective_checkpoint)
-    model, gpu = get_model(s.model.name), get_gpu(s.cluster.gpu)
+    model, gpu = get_model(s.model.name), scenario_gpu(s)
     rows = []
     previous_tokens = 0
     for index, workload in enumerate(inputs.workloads):

@@ -33,8 +33,10 @@ from tltsim.scenario.build import (
     SimInputs,
     acceptance_model,
     cost_model,
+    describe_gpu,
     drafter_acceptance,
     graph_memory_bytes,
+    is_borrowed,
     make_policies,
     prepare,
 )
@@ -90,19 +92,20 @@ from tltsim.scenario.schema import (
     Scenario,
     SpotTrainerConfig,
     TraceSection,
+    cluster_gpu,
+    gpu_efficiencies,
+    scenario_gpu,
 )
 from tltsim.scenario.workload import load_steps
 
 __all__ = ["BASELINE_POLICY", "BUNDLED_SCENARIOS", "CUDA_GRAPH_MODES", "DEFAULT_POLICIES", "DEFAULT_POLICY_NAMES",
-           "DEFAULT_TRACE",
-           "MAX_BATCH", "MAX_GPUS", "MAX_PREFILL_BUDGET", "MAX_PROMPTS", "MAX_RESPONSES", "MAX_SECONDS", "MAX_SEED",
-           "MAX_STEPS", "MAX_TP", "MAX_WORKERS", "RL_ONLY_FIELDS", "RL_ONLY_SECTIONS", "AcceptanceSection",
-           "ClusterSection", "CostSection", "DrafterConfig", "EngineSection", "ModelSection",
-           "RLPhaseConfig", "Resolved", "Scenario", "SimInputs", "SpotTrainerConfig",
-           "TraceSection", "acceptance_model", "apply_override", "bundled_scenarios", "compare_policies",
-           "cost_model", "drafter_acceptance", "field_paths", "graph_memory_bytes", "load_scenario", "load_steps",
-           "make_policies", "policies_with_baseline", "policy_names", "prepare", "resolve", "resolved_dict",
-           "run_each", "run_policy",
-           "scenario_from_dict", "scenario_hash", "scenario_toml", "set_field", "set_fields", "setting_type",
-           "split_policy_specs", "trace_fingerprint",
-           "validate", "validate_data", "with_values"]
+           "DEFAULT_TRACE", "MAX_BATCH", "MAX_GPUS", "MAX_PREFILL_BUDGET", "MAX_PROMPTS", "MAX_RESPONSES",
+           "MAX_SECONDS", "MAX_SEED", "MAX_STEPS", "MAX_TP", "MAX_WORKERS", "RL_ONLY_FIELDS", "RL_ONLY_SECTIONS",
+           "AcceptanceSection", "ClusterSection", "CostSection", "DrafterConfig", "EngineSection", "ModelSection",
+           "RLPhaseConfig", "Resolved", "Scenario", "SimInputs", "SpotTrainerConfig", "TraceSection",
+           "acceptance_model", "apply_override", "bundled_scenarios", "cluster_gpu", "compare_policies", "cost_model",
+           "describe_gpu", "drafter_acceptance", "field_paths", "gpu_efficiencies", "graph_memory_bytes",
+           "is_borrowed", "load_scenario", "load_steps", "make_policies", "policies_with_baseline", "policy_names",
+           "prepare", "resolve", "resolved_dict", "run_each", "run_policy", "scenario_from_dict", "scenario_gpu",
+           "scenario_hash", "scenario_toml", "set_field", "set_fields", "setting_type", "split_policy_specs",
+           "trace_fingerprint", "validate", "validate_data", "with_values"]

@@ -7,7 +7,7 @@ from typing import Any
 
 from tltcore.errors import InputError
 from tltcore.policy.spec import PolicyBase, as_spec
-from tltsim.scenario.schema import Scenario, acceptance_model, relocated
+from tltsim.scenario.schema import Scenario, acceptance_model, gpu_efficiencies, relocated, scenario_gpu
 from tltsim.scenario.workload import load_steps
 
 
@@ -53,12 +53,16 @@ def drafter_acceptance(s: Scenario, drafter_kind: str | None = None):
 def cost_model(s: Scenario, drafter_kind: str | None = None):
     """The scenario's cost model (roofline with its constant overrides, a measured table, or the model
     calibrated on measured GPU profiles), for the drafter kind ``drafter_kind`` (None: ``drafter.kind``;
-    see :mod:`tltcore.drafter.kinds`). ``cost.model = "measured"`` falls back to the roofline for a GPU
-    without profiles (or when none are found); :func:`describe_cost` says which served. Its kernel
-    efficiencies are fitted, so ``cluster.*_efficiency`` apply only when the roofline serves."""
+    see :mod:`tltcore.drafter.kinds`), on the scenario's GPU (:func:`~tltsim.scenario.schema.scenario_gpu`:
+    its preset or its spec file). ``cost.model = "measured"`` prices a GPU without profiles of its own
+    with the nearest measured architecture's calibration
+    (:func:`tltcore.cost.measured.nearest_profile`), and falls back to the roofline when no profiles
+    are found; :func:`describe_cost` says which served. Efficiencies someone set
+    (:func:`~tltsim.scenario.schema.gpu_efficiencies`: ``cluster.*_efficiency``, else a spec file's)
+    apply to the roofline and replace a *borrowed* calibration's fitted ones; a GPU's own measured fit
+    keeps its own."""
     from tltcore.cost import RooflineCostModel, TableCostModel
     from tltcore.drafter.kinds import ModelFreeDraftCost
-    from tltcore.hardware import get_gpu
     from tltcore.model_shape import get_model
 
     kind = drafter_kind or s.drafter.kind
@@ -70,14 +74,13 @@ def cost_model(s: Scenario, drafter_kind: str | None = None):
 
         try:
             table = TableCostModel.from_file(s.cost.table)
-            table.check_matches(model=shape_fingerprint(get_model(s.model.name)), device=get_gpu(s.cluster.gpu).name,
+            table.check_matches(model=shape_fingerprint(get_model(s.model.name)), device=scenario_gpu(s).name,
                                 tp=s.cluster.tp)
         except InputError as exc:
             raise relocated(exc, path=exc.path, dotted="cost.table") from None
         return table
-    gpu = get_gpu(s.cluster.gpu)
-    effs = {k: v for k, v in (("flops_efficiency", s.cluster.flops_efficiency),
-                              ("bandwidth_efficiency", s.cluster.bandwidth_efficiency)) if v is not None}
+    gpu = scenario_gpu(s)
+    effs = gpu_efficiencies(s)
     gpu = replace(gpu, **effs) if effs else gpu
     consts = {k: getattr(s.cost, k) for k in ("iteration_overhead_s", "draft_step_overhead_s", "sd_overhead_s",
                                                "kv_block_size") if getattr(s.cost, k) is not None}
@@ -92,7 +95,7 @@ def cost_model(s: Scenario, drafter_kind: str | None = None):
             from tltcore.cost.measured import measured_cost_model
 
             roofline = measured_cost_model(get_model(s.model.name), gpu, s.cluster.tp,
-                                           collectives=s.cost.collectives or "measured", **consts)
+                                           collectives=s.cost.collectives or "measured", **effs, **consts)
         else:
             roofline = RooflineCostModel(get_model(s.model.name), gpu, tp=s.cluster.tp, **consts)
         return ModelFreeDraftCost(roofline, s.drafter.ngram_lookup_s) if kind == "ngram" else roofline
@@ -121,6 +124,51 @@ def describe_cost(cost: Any) -> str:
     return f"cost model: {type(cost).__name__}"
 
 
+def _inner(cost: Any) -> Any:
+    from tltcore.drafter.kinds import ModelFreeDraftCost
+
+    return cost.base if isinstance(cost, ModelFreeDraftCost) else cost
+
+
+def is_borrowed(cost: Any) -> bool:
+    """Whether ``cost`` is calibrated on *another* GPU's profiles (the nearest measured architecture's,
+    :func:`tltcore.cost.measured.nearest_profile`): its efficiencies are a guess, not a fit of this GPU."""
+    from tltcore.cost.measured import MeasuredCostModel
+
+    inner = _inner(cost)
+    return isinstance(inner, MeasuredCostModel) and inner.calibration is not None and \
+        inner.calibration.borrowed is not None
+
+
+def describe_gpu(s: Scenario, cost: Any) -> str:
+    """``gpu: MI300X (AMD Instinct MI300X data sheet; calibration borrowed from H100-SXM)``: the GPU, the
+    source of its figures (a spec file says so) and what prices its kernels. What ``tlt sim run`` and
+    ``tlt advise`` print and advise's README states."""
+    from tltcore.cost import RooflineCostModel, TableCostModel
+    from tltcore.cost.measured import MeasuredCostModel
+
+    gpu = scenario_gpu(s)
+    where = f"spec file: {gpu.source}" if s.cluster.gpu_spec is not None else (gpu.source or "no source")
+    inner = _inner(cost)
+    if isinstance(inner, MeasuredCostModel) and inner.calibration is not None:
+        cal = inner.calibration
+        if cal.borrowed:
+            how = f"calibration borrowed from {cal.measured_on}, not measured on {gpu.name}"
+        else:
+            unused = ", ".join(gpu_efficiencies(s))
+            how = "calibrated on its own measured profiles" + (
+                f" (their fitted efficiencies, not the {unused} set)" if unused else "")
+    elif isinstance(inner, TableCostModel):
+        how = "priced by a measured table"
+    elif isinstance(inner, RooflineCostModel):
+        set_ = gpu_efficiencies(s)
+        how = ("roofline at its data-sheet peaks, " + (", ".join(f"{k} {v:g}" for k, v in set_.items()) + " set"
+               if set_ else "typical efficiencies"))
+    else:
+        how = type(inner).__name__
+    return f"gpu: {gpu.name} ({where}; {how})"
+
+
 def is_calibrated(cost: Any) -> bool:
     """Whether the model calibrated on measured GPU profiles prices ``cost`` (under a model-free
     drafter's wrapper too), not the roofline it falls back to nor a measured table."""
@@ -143,12 +191,11 @@ def cost_fingerprint(s: Scenario) -> str:
 def prepare(s: Scenario) -> SimInputs:
     """Resolve names into models, load the workloads and check that every request fits a worker's
     KV cache before anything runs."""
-    from tltcore.hardware import get_gpu
     from tltcore.model_shape import get_model
     from tltsim.rl.gpu_memory import kv_capacity_tokens
     from tltsim.rollout import EngineConfig
 
-    model, gpu = get_model(s.model.name), get_gpu(s.cluster.gpu)
+    model, gpu = get_model(s.model.name), scenario_gpu(s)
     cost = cost_model(s)
     kv = kv_capacity_tokens(model, gpu, s.cluster.tp, s.engine.kv_mem_fraction, graph_memory_bytes(s))
     if kv < 1:

@@ -37,7 +37,7 @@ def split_policy_specs(text: str) -> list[str]:
 
 SPLITTERS = {"policies": split_policy_specs}
 #: Fields whose values name files; relative ones resolve against the scenario file's folder.
-FILE_FIELDS = ("trace.name", "model.name", "cost.table")
+FILE_FIELDS = ("trace.name", "model.name", "cost.table", "cluster.gpu_spec")
 
 
 def field_paths() -> list[str]:
@@ -81,8 +81,8 @@ def parse_setting(dotted: str, value: Any, *, path: str | None) -> Any:
 
 
 def relative_to(data: dict[str, Any], base: Path) -> dict[str, Any]:
-    """Raw scenario data with its relative file names (trace, model config, cost table) taken
-    relative to ``base`` where a file exists there."""
+    """Raw scenario data with its relative file names (trace, model config, cost table, GPU spec)
+    taken relative to ``base`` where a file exists there."""
     out = data
     for dotted in FILE_FIELDS:
         section, key = dotted.split(".")
@@ -245,13 +245,45 @@ def resolve(scenario: str | Path | None = None, settings: Sequence[tuple[str, An
         by_flag[dotted] = (source, parsed)
         flags.append(source)
         data = set_field(data, dotted, parsed, path=source)
+    data, gpu_notes = _gpu_layers(data, given, by_flag)
     given.update({dotted: source for dotted, (source, _) in by_flag.items()})
     _check_policies_vs_presets(data, given, by_flag)
     try:
         s = validate_data(data)
     except InputError as exc:
         raise _locate(exc, given, file, tuple(flags)) from None
-    return Resolved(s, given, file, tuple(flags), tuple(_notes(s, given, by_flag)))
+    return Resolved(s, given, file, tuple(flags), tuple(gpu_notes + _notes(s, given, by_flag)))
+
+
+def _is_gpu_spec(dotted: str) -> bool:
+    return dotted == "cluster.gpu_spec" or dotted.startswith("cluster.gpu_spec.")
+
+
+def _gpu_layers(data: dict[str, Any], given: dict[str, str],
+                by_flag: dict[str, tuple[str, Any]]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """A GPU set on the command line replaces the scenario file's, whichever way each names it:
+    ``--gpu-spec`` over the file's ``cluster.gpu`` preset, ``--gpu`` over the file's
+    ``cluster.gpu_spec`` (each with a warning line). Given in the same layer, the two must agree
+    (:class:`~tltsim.scenario.schema.ClusterSection` refuses a spec whose name is not ``gpu``).
+    ``given`` holds the file's fields only here and loses the replaced ones."""
+    flag_gpu, flag_spec = "cluster.gpu" in by_flag, "cluster.gpu_spec" in by_flag
+    cluster = data.get("cluster")
+    if flag_gpu == flag_spec or not isinstance(cluster, dict):
+        return data, []
+    if flag_spec and "cluster.gpu" in given:
+        old, drop, by = cluster.get("gpu"), ["cluster.gpu"], by_flag["cluster.gpu_spec"][0]
+        what = f"the scenario's cluster.gpu = '{old}' is replaced by the GPU spec {by} gives"
+        cluster = {k: v for k, v in cluster.items() if k != "gpu"}
+    elif flag_gpu and any(_is_gpu_spec(k) for k in given):
+        drop, by = [k for k in given if _is_gpu_spec(k)], by_flag["cluster.gpu"][0]
+        what = f"the scenario's cluster.gpu_spec is replaced by the preset {by} names"
+        cluster = {k: v for k, v in cluster.items() if k != "gpu_spec"}
+    else:
+        return data, []
+    where = given[drop[0]]
+    for k in drop:
+        given.pop(k, None)
+    return {**data, "cluster": cluster}, [("gpu", f"{where}: {what}")]
 
 
 def _check_policies_vs_presets(data: dict[str, Any], given: dict[str, str],

@@ -13,15 +13,17 @@ that exists is valid.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 from pydantic.dataclasses import dataclass as config_dataclass
 
 from tltcore.config import MAX_GPUS, ConfigModel, Float, Int, Str, strip_strings
 from tltcore.drafter.dynamics import DEFAULT_STALE_QUALITY, DrafterConfig
 from tltcore.engine_limits import EngineLimits
 from tltcore.errors import InputError
+from tltcore.gpu_spec import GPUSheet
+from tltcore.hardware import GPUSpec
 from tltcore.policy.spec import AnySpec, PolicySpec, parse_policy
 from tltsim.rl.phases import RLPhaseConfig
 from tltsim.spot.analytic_trainer import SpotTrainerConfig
@@ -97,9 +99,35 @@ class ModelSection(ConfigModel):
     routing_skew: Float | None = Field(None, ge=0, le=8)
 
 
+def _gpu_sheet(value: Any) -> Any:
+    """A ``cluster.gpu_spec`` given as a path: the file's validated content (errors name the file)."""
+    if isinstance(value, str):
+        from tltcore.gpu_spec import load_gpu_sheet
+
+        try:
+            return load_gpu_sheet(value)
+        except InputError as exc:
+            if exc.field is not None:
+                raise
+            # the file itself is wrong (missing, a folder, not TOML): name it and the field that named it
+            raise InputError(exc.message, path=exc.path, row=exc.row, field="cluster.gpu_spec") from None
+    return value
+
+
+GPUSheetField = Annotated[GPUSheet | None, BeforeValidator(_gpu_sheet)]
+
+
 class ClusterSection(ConfigModel):
-    """``gpus`` GPUs of one kind, split into ``gpus / tp`` rollout workers. The efficiencies
-    override the GPU preset's achieved fractions of peak FLOP/s and HBM bandwidth (None: preset).
+    """``gpus`` GPUs of one kind, split into ``gpus / tp`` rollout workers.
+
+    ``gpu`` names a preset (:func:`tltcore.hardware.get_gpu`); ``gpu_spec`` describes any GPU by its
+    data sheet instead (:class:`~tltcore.gpu_spec.GPUSheet`: a path to a spec file, relative to the
+    scenario file as trace paths are, or an inline table). The scenario keeps the spec's content, not
+    its path, so ``scenario.resolved.toml`` reruns anywhere and the scenario hash follows the file;
+    with a spec, ``gpu`` is its name. The efficiencies override the achieved fractions of peak FLOP/s
+    and HBM bandwidth (None: the preset's, the spec's, or for a GPU priced from another GPU's
+    calibration the borrowed fit's; a GPU's own measured fit keeps its own).
+
     ``expert_parallel`` (MoE models; None: off): each worker places its routed experts whole over its
     ``tp`` GPUs and dispatches tokens to them by all-to-all, instead of slicing every expert over the
     TP group (:mod:`tltcore.cost.moe`)."""
@@ -111,7 +139,27 @@ class ClusterSection(ConfigModel):
     tp: Int = Field(4, ge=1, le=MAX_TP)
     flops_efficiency: Float | None = Field(None, ge=1e-3, le=1)
     bandwidth_efficiency: Float | None = Field(None, ge=1e-3, le=1)
+    gpu_spec: GPUSheetField = None
     expert_parallel: bool | None = Field(None, strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spec_names_the_gpu(cls, data: Any) -> Any:
+        """With a GPU spec, ``gpu`` is the spec's name: refused when it names another GPU (which of
+        the two is meant would be a guess)."""
+        if not isinstance(data, dict) or data.get("gpu_spec") is None:
+            return data
+        sheet = _gpu_sheet(data["gpu_spec"])
+        name = sheet.name if isinstance(sheet, GPUSheet) else (
+            sheet.get("name") if isinstance(sheet, dict) else None)
+        gpu = data.get("gpu")
+        if isinstance(name, str) and isinstance(gpu, str) and gpu.strip() != name.strip():
+            raise InputError(f"'{gpu}' is not the GPU spec's name '{name.strip()}': cluster.gpu names a preset and "
+                             "cluster.gpu_spec describes a GPU by its data sheet; give one of them", field="gpu")
+        out = {**data, "gpu_spec": sheet}
+        if isinstance(name, str):
+            out["gpu"] = name
+        return out
 
     @model_validator(mode="after")
     def _layout(self) -> ClusterSection:
@@ -286,6 +334,37 @@ class Scenario(ConfigModel):
         return self
 
 
+def cluster_gpu(c: ClusterSection) -> GPUSpec:
+    """The cluster's GPU: its ``gpu_spec`` when it has one, else the preset ``gpu``. The one place a
+    scenario's GPU is resolved (everything that prices or sizes on the scenario's GPU calls this or
+    :func:`scenario_gpu`). ``cluster.*_efficiency`` are not applied here: the cost model decides
+    what they override (:func:`tltsim.scenario.build.cost_model`)."""
+    if c.gpu_spec is not None:
+        return c.gpu_spec.to_spec()
+    from tltcore.hardware import get_gpu
+
+    return get_gpu(c.gpu)
+
+
+def scenario_gpu(s: Scenario) -> GPUSpec:
+    """:func:`cluster_gpu` of the scenario's cluster."""
+    return cluster_gpu(s.cluster)
+
+
+def gpu_efficiencies(s: Scenario) -> dict[str, float]:
+    """The efficiencies someone *set* for the scenario's GPU: ``cluster.*_efficiency``, else the ones
+    its spec file gives (a spec's measured fraction of peak), by field name; the defaults are not here."""
+    sheet = s.cluster.gpu_spec
+    out = {}
+    for name in ("flops_efficiency", "bandwidth_efficiency"):
+        value = getattr(s.cluster, name)
+        if value is None and sheet is not None:
+            value = getattr(sheet, name)
+        if value is not None:
+            out[name] = value
+    return out
+
+
 def relocated(exc: InputError, *, path: str | None, dotted: str) -> InputError:
     """``exc`` re-located at the scenario field ``dotted`` (its own location prefix dropped)."""
     text = str(exc)
@@ -305,7 +384,6 @@ def check_names(s: Scenario) -> None:
     presets, and the acceptance preset with its overrides and the drafter. Cheap:
     builds no workload and no cost model."""
     from tltcore.drafter.kinds import ngram_acceptance
-    from tltcore.hardware import get_gpu
     from tltcore.model_shape import get_model
     from tltsim.rl.presets import get_preset
 
@@ -322,7 +400,7 @@ def check_names(s: Scenario) -> None:
     except InputError as exc:
         raise relocated(exc, path=None, dotted="drafter.draft_model") from None
     try:
-        gpu = get_gpu(c.gpu)
+        gpu = cluster_gpu(c)
     except InputError as exc:
         raise relocated(exc, path=None, dotted="cluster.gpu") from None
     try:
@@ -372,8 +450,8 @@ def _check_paths(s: Scenario) -> None:
 
 
 __all__ = ["BASELINE_POLICY", "CUDA_GRAPH_MODES", "DEFAULT_POLICIES", "DEFAULT_POLICY_NAMES", "DEFAULT_STALE_QUALITY",
-           "DEFAULT_TRACE",
-           "MAX_BATCH", "MAX_PREFILL_BUDGET", "MAX_PROMPTS", "MAX_RESPONSES", "MAX_SEED", "MAX_STEPS", "MAX_TP",
-           "MAX_WORKERS", "AcceptanceSection", "ClusterSection", "CostSection", "DrafterConfig",
-           "EngineSection", "ModelSection", "RLPhaseConfig", "Scenario",
-           "SpotTrainerConfig", "TraceSection", "acceptance_model", "check_names", "relocated"]
+           "DEFAULT_TRACE", "MAX_BATCH", "MAX_PREFILL_BUDGET", "MAX_PROMPTS", "MAX_RESPONSES", "MAX_SEED",
+           "MAX_STEPS", "MAX_TP", "MAX_WORKERS", "AcceptanceSection", "ClusterSection", "CostSection",
+           "DrafterConfig", "EngineSection", "ModelSection", "RLPhaseConfig", "Scenario", "SpotTrainerConfig",
+           "TraceSection", "acceptance_model", "check_names", "cluster_gpu", "gpu_efficiencies", "relocated",
+           "scenario_gpu"]
