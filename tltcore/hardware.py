@@ -86,6 +86,20 @@ class GPUSpec:
         """Achievable HBM bytes/s (peak x efficiency)."""
         return self._require(self.hbm_bytes_per_s, "hbm_bytes_per_s") * self.bandwidth_efficiency
 
+    def effective_matmul_flops(self, weight_dtype: str) -> float:
+        """Achievable matmul FLOP/s for weights of ``weight_dtype``: fp8 weights run on the FP8 tensor
+        cores (W8A8, as engines serve fp8 checkpoints) where the GPU has them, else at the bf16 rate
+        (weight-only fp8: dequantised into bf16 GEMMs)."""
+        if weight_dtype == "fp8" and self.fp8_flops is not None:
+            return self.fp8_flops * self.flops_efficiency
+        return self.effective_flops
+
+    def collective_bytes_per_s(self, gpus: int) -> float | None:
+        """The link a collective over ``gpus`` GPUs (one TP or EP group) moves at, per GPU and direction:
+        the intra-node link within one node, the scale-out network once the group spans nodes (a ring
+        runs at its slowest hop). None when that link is not known."""
+        return self.interconnect_bytes_per_s if gpus <= self.gpus_per_node else self.inter_node_bytes_per_s
+
     @property
     def ridge_flops_per_byte(self) -> float:
         """Arithmetic intensity above which a kernel is compute-bound on this GPU."""

@@ -193,3 +193,25 @@ def test_routing_skew_and_expert_parallel_refused_for_a_dense_model() -> None:
         resolve(None, [("cluster.expert_parallel", True, "--set")])
     with pytest.raises(InputError, match=r"model\.routing_skew"):
         resolve(None, [("model.routing_skew", 1.0, "--set")])
+
+
+def test_fp8_weights_compute_on_fp8_tensor_cores_where_the_gpu_has_them() -> None:
+    bf16 = ModelShape("m", 8, 2048, 16, 4, 8192, 32000, moe=MoEShape(64, 4, 1024))
+    fp8 = ModelShape("m", 8, 2048, 16, 4, 8192, 32000, moe=MoEShape(64, 4, 1024), weight_dtype="fp8")
+    h100 = (RooflineCostModel(bf16, H100)._target, RooflineCostModel(fp8, H100)._target)
+    assert h100[1].matmul_s_per_token == pytest.approx(h100[0].matmul_s_per_token / 2, rel=1e-3)  # 1,979 vs 989
+    assert h100[1].moe.compute_s_per_pair == pytest.approx(h100[0].moe.compute_s_per_pair / 2, rel=1e-3)
+    assert h100[1].attention_s_per_position == h100[0].attention_s_per_position  # attention stays bf16
+    a100 = get_gpu("A100")  # no FP8 tensor cores: weight-only fp8 at the bf16 rate
+    assert (RooflineCostModel(fp8, a100)._target.matmul_s_per_token
+            == RooflineCostModel(bf16, a100)._target.matmul_s_per_token)
+
+
+def test_a_tp_group_spanning_nodes_runs_its_collectives_at_the_scale_out_link() -> None:
+    one_node = RooflineCostModel(DEEPSEEK_V3, get_gpu("H200"), tp=8)._target
+    two_nodes = RooflineCostModel(DEEPSEEK_V3, get_gpu("H200"), tp=16)._target
+    assert H100.collective_bytes_per_s(8) == H100.interconnect_bytes_per_s
+    assert H100.collective_bytes_per_s(16) == H100.inter_node_bytes_per_s
+    assert two_nodes.allreduce_s_per_token > 5 * one_node.allreduce_s_per_token  # 50 GB/s NIC vs 450 GB/s NVLink
+    with pytest.raises(InputError, match="inter_node_bytes_per_s"):  # H800: no reference node publishes one
+        RooflineCostModel(DEEPSEEK_V3, get_gpu("H800"), tp=16)

@@ -255,14 +255,15 @@ class MatmulFit:
         big = np.maximum(tc, tm)
         return self.latency_s + big * (1.0 + (np.minimum(tc, tm) / big) ** p) ** (1.0 / p)
 
-    def grouped_time(self, pairs: float, experts: float, k: int, n: int, weight_bytes: int, gpu: GPUSpec) -> float:
+    def grouped_time(self, pairs: float, experts: float, k: int, n: int, weight_bytes: int, gpu: GPUSpec,
+                     peak_flops: float | None = None) -> float:
         """One grouped GEMM over ``experts`` weight matrices of ``k x n`` (``weight_bytes`` per element)
         computing ``pairs`` token-expert rows: the same law, its FLOPs over the pairs, its bytes the experts'
         weights plus the pairs' bf16 inputs and outputs (an MoE layer's fused expert kernel). With
         ``experts = 1`` and ``pairs`` the tokens it is one plain matmul in any weight dtype."""
         if pairs <= 0:
             return 0.0
-        tc = 2.0 * pairs * k * n / (gpu.bf16_flops * self.flops_efficiency)
+        tc = 2.0 * pairs * k * n / ((peak_flops or gpu.bf16_flops) * self.flops_efficiency)
         tm = (experts * k * n * weight_bytes + BF16_BYTES * pairs * (k + n)) / (gpu.hbm_bytes_per_s
                                                                               * self.bandwidth_efficiency)
         return float(self._combine(tc, tm))
@@ -371,7 +372,7 @@ class GPUCalibration:
             t = self.collectives.time(nbytes, tp)
             if t is not None:
                 return t, f"measured {self.collectives.topology}"
-        link = self.spec.interconnect_bytes_per_s
+        link = self.spec.collective_bytes_per_s(tp)
         return self.spec.allreduce_latency_s + 2 * (tp - 1) / tp * nbytes / link, "analytic"
 
     @property
@@ -555,9 +556,10 @@ class _MeasuredForward(_ForwardCosts):
         cal, s, tp, m = self.calibration, self.ops, self.tp, self.shape
         gpu, law, wb = cal.spec, cal.matmul, m.weight_element_bytes
         h = m.hidden_size
+        peak = gpu.fp8_flops if m.weight_dtype == "fp8" and gpu.fp8_flops is not None else None
 
         def linear(k: int, n: int) -> float:  # one matmul of `rows` tokens in the checkpoint's dtype
-            return law.grouped_time(rows, 1, k, n, wb, gpu)
+            return law.grouped_time(rows, 1, k, n, wb, gpu, peak)
 
         if m.mla is not None:
             a, heads = m.mla, m.num_attention_heads // tp
@@ -585,12 +587,12 @@ class _MeasuredForward(_ForwardCosts):
             ep = tp if self.expert_parallel else 1
             width = e.expert_intermediate_size // (1 if self.expert_parallel else tp)
             load = expert_load(rows, e.num_experts, e.experts_per_token, ep, self.routing_skew)
-            experts = (law.grouped_time(load.pairs, load.experts, h, 2 * width, wb, gpu)
-                       + law.grouped_time(load.pairs, load.experts, width, h, wb, gpu)
+            experts = (law.grouped_time(load.pairs, load.experts, h, 2 * width, wb, gpu, peak)
+                       + law.grouped_time(load.pairs, load.experts, width, h, wb, gpu, peak)
                        + float(cal.elementwise["mlp_act"].time(load.pairs * 3 * width * BF16_BYTES, gpu)))
             if ep > 1:
                 sent = all_to_all_bytes(rows, e.experts_per_token, h, ep)
-                combine = 2 * (gpu.allreduce_latency_s + sent / gpu.interconnect_bytes_per_s)
+                combine = 2 * (gpu.allreduce_latency_s + sent / gpu.collective_bytes_per_s(ep))
             else:
                 combine = reduce
             total += m.moe_layers * (shared + router + experts + combine)

@@ -103,7 +103,7 @@ class MoETerm:
         ep = tp if expert_parallel else 1
         share = 1 if expert_parallel else tp  # each GPU holds whole experts (EP) or a 1/tp slice of each
         expert = shape.routed_expert_params
-        link = gpu.interconnect_bytes_per_s
+        link = gpu.collective_bytes_per_s(ep)
         return cls(layers=shape.moe_layers, num_experts=moe.num_experts, top_k=moe.experts_per_token, ep=ep,
                    skew=skew, read_s_per_expert=expert * shape.weight_element_bytes / share / bw,
                    compute_s_per_pair=2 * expert / share / flops, hidden=shape.hidden_size,
@@ -138,20 +138,25 @@ class _ForwardCosts:
         shared experts, routers) are one roofline term read once per forward; an MoE model's routed experts
         are :class:`MoETerm`, read by the experts its tokens touch."""
         flops, bw = gpu.effective_flops, gpu.effective_bandwidth
+        mm_flops = gpu.effective_matmul_flops(shape.weight_dtype)  # weight matmuls; attention stays bf16
         kv_bytes = shape.kv_bytes_per_token_per_gpu(tp)  # KV heads replicated when fewer than tp; MLA whole
         ring = 2 * (tp - 1) / tp
-        link = gpu.interconnect_bytes_per_s
+        link = gpu.collective_bytes_per_s(tp)
         if tp > 1 and not link:
-            raise InputError("tensor parallelism needs an interconnect bandwidth",
-                             path=f"gpu {gpu.name}", field="interconnect_bytes_per_s")
+            across = tp > gpu.gpus_per_node
+            raise InputError(f"tensor parallelism over {tp} GPUs needs "
+                             + (f"a scale-out network bandwidth (the group spans nodes of {gpu.gpus_per_node})"
+                                if across else "an interconnect bandwidth"),
+                             path=f"gpu {gpu.name}",
+                             field="inter_node_bytes_per_s" if across else "interconnect_bytes_per_s")
         decoder_bytes = (shape.always_read_params * shape.weight_element_bytes) / tp
-        moe = MoETerm.build(shape, gpu, tp, flops, bw, expert_parallel=expert_parallel, skew=routing_skew)
+        moe = MoETerm.build(shape, gpu, tp, mm_flops, bw, expert_parallel=expert_parallel, skew=routing_skew)
         ep_layers = moe.layers if moe is not None and moe.ep > 1 else 0
         return cls(
             layers=shape.num_hidden_layers,
             weight_s=decoder_bytes / bw,
             matmul_s_per_token=(shape.decoder_matmul_flops_per_token - shape.routed_matmul_flops_per_token)
-            / tp / flops,
+            / tp / mm_flops,
             lm_head_weight_s=shape.lm_head_params * BF16_BYTES / tp / bw,
             lm_head_s_per_token=shape.lm_head_flops_per_token / tp / flops,
             kv_read_s_per_token=kv_bytes / bw,
