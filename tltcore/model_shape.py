@@ -248,6 +248,14 @@ class ModelShape:
         return self.always_read_params + self.moe_layers * self.moe.experts_per_token * self.routed_expert_params
 
     @property
+    def active_params(self) -> int:
+        """Parameters one token uses, counted as :attr:`total_params` counts (embedding and LM head
+        in): all of a dense model; an MoE model's ``experts_per_token`` routed experts per MoE layer
+        (Qwen3-30B-A3B: 3.35B, Mixtral-8x7B: 12.9B, as their cards count; DeepSeek quotes 37B
+        without the 0.9B embedding)."""
+        return self.total_params - (self.decoder_params - self.active_decoder_params)
+
+    @property
     def embedding_params(self) -> int:
         return self.vocab_size * self.hidden_size
 
@@ -316,10 +324,20 @@ class ModelShape:
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, name: str) -> ModelShape:
-        """The shape of a parsed config (o_proj and MLP biases are negligible next to the weights)."""
+        """The shape of a parsed config. Its experts (``cfg.moe``: the dense layers counted), latent
+        attention (``cfg.mla``), QK-norm, weight dtype and MTP modules map one to one; o_proj and MLP
+        biases, Qwen2-MoE's shared-expert gate (hidden_size weights a layer) and the rotary layout are
+        negligible next to the weights, and a sliding window does not change what a token reads at the
+        contexts the cost model prices (it is the engine's business)."""
+        moe = None if cfg.moe is None else MoEShape(
+            cfg.moe.num_experts, cfg.moe.experts_per_token, cfg.moe.expert_intermediate_size,
+            cfg.moe.shared_intermediate_size, len(cfg.moe.dense_layer_ids))
+        mla = None if cfg.mla is None else MLAShape(cfg.mla.q_lora_rank, cfg.mla.kv_lora_rank, cfg.mla.qk_nope_head_dim,
+                                                    cfg.mla.qk_rope_head_dim, cfg.mla.v_head_dim)
         return cls(name, cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads,
                    cfg.intermediate_size, cfg.vocab_size, head_dim=cfg.head_dim,
-                   tie_word_embeddings=cfg.tie_word_embeddings, qkv_bias=cfg.qkv_bias)
+                   tie_word_embeddings=cfg.tie_word_embeddings, qkv_bias=cfg.qkv_bias, moe=moe, mla=mla,
+                   weight_dtype=cfg.weight_dtype, qk_norm=cfg.qk_norm, mtp_layers=cfg.mtp_layers)
 
     def drafter(self) -> ModelShape:
         """TLT's EAGLE-style drafter for this target: one decoder layer of the same width, input
