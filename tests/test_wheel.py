@@ -42,6 +42,7 @@ def installed(tmp_path_factory) -> Path:
     (wheel,) = (root / "dist").glob("tlt-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "tltsim/data/catalog.toml" in names and "tltsim/data/scenarios/dapo_qwen32b_polytrace.toml" in names
+    assert "tltcore/data/model_catalog.json" in names
     venv = root / "venv"
     made = _run([sys.executable, "-m", "venv", str(venv)])
     assert made.returncode == 0, made.stderr

@@ -28,10 +28,13 @@ is an MoE layer, as DeepSeek-V3's MTP module is).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 
 from tltcore.errors import InputError
-from tltcore.model_config import ModelConfig
+from tltcore.model_catalog import CatalogModel, catalog
+from tltcore.model_catalog import find as find_in_catalog
+from tltcore.model_config import ModelConfig, config_json_path
 
 BF16_BYTES = 2
 #: Bytes per weight element of each supported checkpoint dtype (block-scaled fp8 counts its scales as
@@ -380,21 +383,42 @@ def load_config_json(path: str | Path, name: str | None = None) -> ModelShape:
     return ModelShape.from_config(cfg, name or path.parent.name or path.stem)
 
 
+@cache
+def catalog_shape(hub_id: str) -> ModelShape:
+    """The shape of catalog entry ``hub_id`` (:mod:`tltcore.model_catalog`), named by its model part."""
+    entry = catalog()[hub_id]
+    return ModelShape.from_config(entry.model_config(), entry.name)
+
+
+#: How to see and get models, for every "unknown model" line.
+MODEL_HELP = ("`tlt model list` shows the catalog of hub ids; or give a path to a config.json (`tlt model fetch "
+              "ORG/NAME` downloads one)")
+
+
 def get_model(name_or_path: str | Path) -> ModelShape:
-    """A preset by name (case-insensitive), or the shape in a ``config.json`` file / directory."""
+    """A preset by name (case-insensitive), a file or folder holding a ``config.json``, or a hub id of
+    the bundled catalog (``Qwen/Qwen3-30B-A3B``, or ``Qwen3-30B-A3B`` alone). A path that exists wins
+    over a catalog entry of the same name: the user's own file is the more specific."""
+    return resolve_model(name_or_path)[0]
+
+
+def resolve_model(name_or_path: str | Path) -> tuple[ModelShape, Path | CatalogModel | None]:
+    """:func:`get_model`'s shape and where it came from: the config.json read, the catalog entry, or
+    None for a preset."""
     text = str(name_or_path).strip()
     key = text.lower()
     key = _ALIASES.get(key, key)
     if key in _BY_NAME:
-        return _BY_NAME[key]
+        return _BY_NAME[key], None
     path = Path(text).expanduser()
+    if path.exists():
+        return load_config_json(path), config_json_path(path)
     hub_tail = key.rsplit("/", 1)[-1]  # "Qwen/Qwen2.5-7B" style hub ids name the preset too
-    if "/" in key and hub_tail in _BY_NAME and not path.exists():
-        return _BY_NAME[hub_tail]
-    if path.is_dir():
-        path = path / "config.json"
-    if path.suffix == ".json" or path.exists():
-        return load_config_json(path)
-    raise InputError(
-        f"unknown model '{text}'; known: {', '.join(MODEL_NAMES)} (or a path to a config.json)",
-        field="model")
+    if "/" in key and hub_tail in _BY_NAME:
+        return _BY_NAME[hub_tail], None
+    entry = find_in_catalog(text) if text else None
+    if entry is not None:
+        return catalog_shape(entry.hub_id), entry
+    if path.suffix == ".json":
+        return load_config_json(path), path  # "file not found", naming it
+    raise InputError(f"unknown model '{text}'; presets: {', '.join(MODEL_NAMES)}; {MODEL_HELP}", field="model")
