@@ -382,6 +382,9 @@ def input_error(exc: ValidationError, cls: type, *, path: str | None, prefix: st
         if _fields(node) is not None:
             section_fields = list(_fields(node) or {})
     error = (err.get("ctx") or {}).get("error")
+    if isinstance(error, InputError) and error.path is not None:
+        # a validator's error about a file it read (a model's config.json): that file and its own key
+        return InputError(error.message, path=error.path, row=error.row, field=error.field)
     if isinstance(error, InputError) and error.field:  # a validator names the field, relative to its section
         parts = [*parts, *error.field.split(".")]
     dotted = ".".join([prefix, *parts] if prefix else parts)

@@ -291,6 +291,15 @@ def relocated(exc: InputError, *, path: str | None, dotted: str) -> InputError:
     return InputError(bare, path=path, field=dotted)
 
 
+def relocated_model(exc: InputError, *, dotted: str) -> InputError:
+    """A model's error as its reader said it -- the ``config.json`` and the key in it -- with the
+    scenario field that named the model at the end (``..., field 'foo': is not supported ... (scenario
+    field model.name)``); an error that names no file (an unknown name) is :func:`relocated` there."""
+    if exc.path is None:
+        return relocated(exc, path=None, dotted=dotted)
+    return InputError(f"{exc.message} (scenario field {dotted})", path=exc.path, field=exc.field)
+
+
 def check_names(s: Scenario) -> None:
     """What the fields' own constraints cannot see: the files named (no FIFO or device), the GPU,
     model and draft-model presets, the layout against the model (heads, weights vs memory), the
@@ -312,7 +321,7 @@ def check_names(s: Scenario) -> None:
     try:
         get_model(d.draft_model)
     except InputError as exc:
-        raise relocated(exc, path=None, dotted="drafter.draft_model") from None
+        raise relocated_model(exc, dotted="drafter.draft_model") from None
     try:
         gpu = get_gpu(c.gpu)
     except InputError as exc:
@@ -320,7 +329,7 @@ def check_names(s: Scenario) -> None:
     try:
         model = get_model(s.model.name)
     except InputError as exc:
-        raise relocated(exc, path=None, dotted="model.name") from None
+        raise relocated_model(exc, dotted="model.name") from None
     if model.num_attention_heads % c.tp:
         raise InputError(f"tp={c.tp} must divide the {model.num_attention_heads} attention heads of "
                          f"{model.name}", field="cluster.tp")
@@ -365,4 +374,4 @@ __all__ = ["BASELINE_POLICY", "CUDA_GRAPH_MODES", "DEFAULT_POLICIES", "DEFAULT_P
            "MAX_BATCH", "MAX_PREFILL_BUDGET", "MAX_PROMPTS", "MAX_RESPONSES", "MAX_SEED", "MAX_STEPS", "MAX_TP",
            "MAX_WORKERS", "AcceptanceSection", "ClusterSection", "CostSection", "DrafterConfig",
            "EngineSection", "ModelSection", "RLPhaseConfig", "Scenario",
-           "SpotTrainerConfig", "TraceSection", "acceptance_model", "check_names", "relocated"]
+           "SpotTrainerConfig", "TraceSection", "acceptance_model", "check_names", "relocated", "relocated_model"]
