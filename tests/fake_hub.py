@@ -3,7 +3,8 @@
 :func:`serve_hub` serves ``files`` (``"ORG/NAME" -> config.json bytes``) at
 ``/MODE/ORG/NAME/resolve/REVISION/config.json``, so ``HF_ENDPOINT=http://127.0.0.1:PORT/MODE`` picks a
 behaviour: ``ok``; ``auth`` (401 unless the bearer token is :data:`TOKEN`); ``html`` (a 200 login page);
-``drip`` (the right length at a byte a second); ``hang`` (accepts, never answers); ``big`` (announces
+``drip`` (the right length at a byte a second); ``stall`` (answers after 1.8 s, sends one byte, then
+nothing); ``hang`` (accepts, never answers); ``big`` (announces
 nothing and sends 2 MiB); ``redirect`` (302 to another server, given as ``redirect_to``). Every request's
 path and ``Authorization`` header is recorded.
 """
@@ -76,6 +77,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             with contextlib.suppress(OSError):
                 self.wfile.write(b" " * (2 << 20))
             self.close_connection = True
+            return
+        if mode == "stall":  # answers late, sends one byte, then nothing: only a per-wait deadline ends it
+            if self.release.wait(1.8):
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                self.wfile.write(body[:1])
+                self.wfile.flush()
+            self.release.wait(30)
             return
         if mode == "drip":
             self.send_response(200)

@@ -105,6 +105,20 @@ def test_a_slow_or_silent_server_is_cut_at_the_deadline(hub, monkeypatch, tmp_pa
     assert time.monotonic() - start < 6 and list(tmp_path.iterdir()) == []
 
 
+def test_every_wait_ends_at_the_deadline_not_one_timeout_after_it(hub):
+    """The server answers at 1.8 s of a 2 s budget and then stalls: urllib's own per-wait timeout (the 2 s
+    left when the request went out) would end the read at 3.8 s; each wait bounded by the time left ends
+    it at 2 s. (The download itself is timed: the CLI's start-up is not the point.)"""
+    from tltcore.errors import InputError
+    from tltcore.model_fetch import config_url, download
+
+    url = config_url("Qwen/Qwen3-8B", endpoint=f"{hub.url}/stall")
+    start = time.monotonic()
+    with pytest.raises(InputError, match="not finished within 2 s"):
+        download(url, token=None, timeout=2.0)
+    assert time.monotonic() - start < 3.2
+
+
 def test_a_file_tlt_did_not_write_is_never_replaced(hub, monkeypatch, tmp_path):
     mine = tmp_path / "config.json"
     mine.write_text("{}")
