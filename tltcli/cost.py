@@ -67,8 +67,11 @@ def resolve_model(name: str):
     try:
         return get_model(name)
     except InputError as exc:
-        if exc.field != "model" or exc.path is not None:
-            raise  # a file's own error (its key, or not found), not an unknown name
+        if exc.path is not None:  # a file's own error: the file and its key, and the option that named it
+            raise InputError(f"{exc.message} (--model)" if exc.field else exc.message, path=exc.path,
+                             field=exc.field or "--model") from None
+        if exc.field != "model":
+            raise
         raise InputError(f"unknown model '{name}'{suggest(name, [*MODEL_NAMES, *catalog()])}; presets: "
                          f"{', '.join(MODEL_NAMES)}; {MODEL_HELP}", field="--model") from None
 
