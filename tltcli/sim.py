@@ -71,8 +71,7 @@ class Switch(StrEnum):
 ScenarioOption = Annotated[Path | None, typer.Option(
     help="Scenario TOML, or a bundled scenario's name (see `tlt sim scenarios`; defaults without one).")]
 TraceOption = Annotated[str | None, typer.Option(help="Trace name or path (trace.name).")]
-ModelOption = Annotated[str | None, typer.Option(
-    help="Model preset, catalog hub id (tlt model list) or config.json (model.name).")]
+ModelOption = Annotated[str | None, typer.Option(help="Model preset or config.json (model.name).")]
 GpuOption = Annotated[str | None, typer.Option(help="GPU preset (cluster.gpu).")]
 GpusOption = Annotated[int | None, typer.Option(help="Total GPUs (cluster.gpus).")]
 TpOption = Annotated[int | None, typer.Option(help="Tensor-parallel size per rollout worker (cluster.tp).")]

@@ -383,7 +383,7 @@ def input_error(exc: ValidationError, cls: type, *, path: str | None, prefix: st
             section_fields = list(_fields(node) or {})
     error = (err.get("ctx") or {}).get("error")
     if isinstance(error, InputError) and error.path is not None:
-        # a validator's error about a file it read (a model's config.json): that file and its own key
+        # a validator that read another file (a GPU spec file) names that file and its field, not this tree's
         return InputError(error.message, path=error.path, row=error.row, field=error.field)
     if isinstance(error, InputError) and error.field:  # a validator names the field, relative to its section
         parts = [*parts, *error.field.split(".")]

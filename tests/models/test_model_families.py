@@ -110,14 +110,14 @@ def test_quantisation_other_than_fp8_is_refused_naming_the_key(tmp_path, quant, 
     assert f"field '{field}'" in str(err.value) and str(path) in str(err.value)
 
 
-def test_fp8_weights_halve_the_weight_bytes():
+def test_fp8_weights_take_one_byte():
     raw = _raw("Qwen3-8B")
     fp8 = ModelConfig.from_dict({**raw, "quantization_config": {"quant_method": "fp8", "fmt": "e4m3",
                                                                 "activation_scheme": "dynamic",
                                                                 "weight_block_size": [128, 128]}})
     assert fp8.weight_dtype == "fp8"
     bf16, q = (ModelShape.from_config(c, "m") for c in (ModelConfig.from_dict(raw), fp8))
-    assert q.weight_bytes * 2 == bf16.weight_bytes and q.total_params == bf16.total_params
+    assert q.weight_element_bytes == 1 and q.weight_bytes < bf16.weight_bytes and q.total_params == bf16.total_params
 
 
 def test_qwen_moe_dense_layers_follow_mlp_only_layers_and_sparse_step():

@@ -7,7 +7,7 @@ from typing import Any
 
 from tltcore.errors import InputError
 from tltcore.policy.spec import PolicyBase, as_spec
-from tltsim.scenario.schema import Scenario, acceptance_model, relocated, relocated_model
+from tltsim.scenario.schema import Scenario, acceptance_model, relocated
 from tltsim.scenario.workload import load_steps
 
 
@@ -62,10 +62,6 @@ def cost_model(s: Scenario, drafter_kind: str | None = None):
     from tltcore.model_shape import get_model
 
     kind = drafter_kind or s.drafter.kind
-    try:
-        target = get_model(s.model.name)
-    except InputError as exc:
-        raise relocated_model(exc, dotted="model.name") from None
     if s.cost.model == "table" and kind != "eagle":
         raise InputError(f"drafter kind '{kind}' needs the roofline cost model (a measured table holds one "
                          "drafter's costs)", field="drafter.kind")
@@ -74,7 +70,7 @@ def cost_model(s: Scenario, drafter_kind: str | None = None):
 
         try:
             table = TableCostModel.from_file(s.cost.table)
-            table.check_matches(model=shape_fingerprint(target), device=get_gpu(s.cluster.gpu).name,
+            table.check_matches(model=shape_fingerprint(get_model(s.model.name)), device=get_gpu(s.cluster.gpu).name,
                                 tp=s.cluster.tp)
         except InputError as exc:
             raise relocated(exc, path=exc.path, dotted="cost.table") from None
@@ -86,18 +82,15 @@ def cost_model(s: Scenario, drafter_kind: str | None = None):
     consts = {k: getattr(s.cost, k) for k in ("iteration_overhead_s", "draft_step_overhead_s", "sd_overhead_s",
                                                "kv_block_size") if getattr(s.cost, k) is not None}
     if kind == "draft-model":
-        try:
-            consts["drafter"] = get_model(s.drafter.draft_model)
-        except InputError as exc:
-            raise relocated_model(exc, dotted="drafter.draft_model") from None
+        consts["drafter"] = get_model(s.drafter.draft_model)
     try:
         if s.cost.model == "measured":
             from tltcore.cost.measured import measured_cost_model
 
-            roofline = measured_cost_model(target, gpu, s.cluster.tp,
+            roofline = measured_cost_model(get_model(s.model.name), gpu, s.cluster.tp,
                                            collectives=s.cost.collectives or "measured", **consts)
         else:
-            roofline = RooflineCostModel(target, gpu, tp=s.cluster.tp, **consts)
+            roofline = RooflineCostModel(get_model(s.model.name), gpu, tp=s.cluster.tp, **consts)
         return ModelFreeDraftCost(roofline, s.drafter.ngram_lookup_s) if kind == "ngram" else roofline
     except InputError as exc:
         raise relocated(exc, path=None, dotted={"tp": "cluster.tp", "gpu": "cluster.gpu"}.get(

@@ -85,8 +85,7 @@ class TraceSection(ConfigModel):
 
 
 class ModelSection(ConfigModel):
-    """Target model: a preset name (``Qwen2.5-7B``), a hub id of the bundled catalog (``Qwen/Qwen3-30B-A3B``,
-    ``tlt model list``) or a path to an HF ``config.json``."""
+    """Target model: a preset name (``Qwen2.5-7B``) or a path to an HF ``config.json``."""
 
     SECTION = "model"
 
@@ -374,4 +373,4 @@ __all__ = ["BASELINE_POLICY", "CUDA_GRAPH_MODES", "DEFAULT_POLICIES", "DEFAULT_P
            "MAX_BATCH", "MAX_PREFILL_BUDGET", "MAX_PROMPTS", "MAX_RESPONSES", "MAX_SEED", "MAX_STEPS", "MAX_TP",
            "MAX_WORKERS", "AcceptanceSection", "ClusterSection", "CostSection", "DrafterConfig",
            "EngineSection", "ModelSection", "RLPhaseConfig", "Scenario",
-           "SpotTrainerConfig", "TraceSection", "acceptance_model", "check_names", "relocated", "relocated_model"]
+           "SpotTrainerConfig", "TraceSection", "acceptance_model", "check_names", "relocated"]
