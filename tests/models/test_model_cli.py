@@ -11,7 +11,8 @@ import pytest
 from conftest import invoke_cli
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "model_configs"
-SMALL = ("--policy", "static:4_1_4", "--set", "trace.prompts_per_step=8", "--seeds", "1")
+# a parametric length profile: no trace file needed (a fresh clone has no ../shared/traces)
+SMALL = ("--trace", "intern_s1_math", "--policy", "static:4_1_4", "--set", "trace.prompts_per_step=8", "--seeds", "1")
 
 
 @pytest.mark.parametrize(("model", "cluster"), [
