@@ -42,6 +42,7 @@ def installed(tmp_path_factory) -> Path:
     (wheel,) = (root / "dist").glob("tlt-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "tltsim/data/catalog.toml" in names and "tltsim/data/scenarios/dapo_qwen32b_polytrace.toml" in names
+    assert "tltcore/data/model_catalog.json" in names
     venv = root / "venv"
     made = _run([sys.executable, "-m", "venv", str(venv)])
     assert made.returncode == 0, made.stderr
@@ -81,3 +82,10 @@ def test_readme_trace_and_simulation_examples_run_from_the_wheel(installed, tmp_
                  "--set", "trace.source=polytrace/verl_dapo_qwen2.5-32b", "--policy", "no-sd", cwd=tmp_path)
     assert small.returncode == 0, small.stderr
     assert list((tmp_path / "results" / "sim").iterdir())
+
+
+def test_the_model_catalog_ships_in_the_wheel(installed, tmp_path):
+    """``--model Qwen/Qwen3-30B-A3B`` works offline from the installed package alone."""
+    shown = _tlt(installed, "model", "show", "Qwen/Qwen3-30B-A3B", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "128 routed experts" in shown.stdout and "catalog: https://huggingface.co/Qwen/Qwen3-30B-A3B" in shown.stdout

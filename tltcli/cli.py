@@ -1,6 +1,7 @@
 """The one command-line tool, ``tlt``: the typer app and its error handling.
 
-Sub-commands live one per module (``trace``, ``sim``, ``sweep``, ``real``, ``demo``, ``report``) and are mounted here.
+Sub-commands live one per module (``trace``, ``sim``, ``sweep``, ``real``, ``cost``, ``model``, ``demo``,
+``report``) and are mounted here.
 :func:`main` turns :class:`~tltcore.errors.InputError` into one line on stderr and exit code 2. The
 console script enters through :func:`tltcli.main`, which imports this module (typer, pandas, every
 sub-command: a second or more) where a Ctrl-C can still be answered in one line.
@@ -49,6 +50,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 def _mount() -> None:
     from tltcli.cost import app as cost_app
     from tltcli.demo import demo
+    from tltcli.model import app as model_app
     from tltcli.real import app as real_app
     from tltcli.report import report
     from tltcli.sim import app as sim_app
@@ -61,6 +63,7 @@ def _mount() -> None:
     app.add_typer(sweep_app, name="sweep")
     app.add_typer(real_app, name="real")
     app.add_typer(cost_app, name="cost")
+    app.add_typer(model_app, name="model")
     app.command("demo")(demo)
     app.command("validate")(validate)
     app.command("report")(report)

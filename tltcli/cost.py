@@ -58,17 +58,22 @@ def resolve_gpu(name: str):
 
 
 def resolve_model(name: str):
-    """The model shape called ``name`` (a preset or a config.json); unknown is one line with suggestions."""
+    """The model shape called ``name`` (a preset, a catalog hub id or a config.json); unknown is one line with
+    suggestions."""
     from tltcore.config import suggest
-    from tltcore.model_shape import MODEL_NAMES, get_model
+    from tltcore.model_catalog import catalog
+    from tltcore.model_shape import MODEL_HELP, MODEL_NAMES, get_model
 
     try:
         return get_model(name)
-    except InputError:
-        if Path(name).expanduser().exists():
+    except InputError as exc:
+        if exc.path is not None:  # a file's own error: the file and its key, and the option that named it
+            raise InputError(f"{exc.message} (--model)" if exc.field else exc.message, path=exc.path,
+                             field=exc.field or "--model") from None
+        if exc.field != "model":
             raise
-        raise InputError(f"unknown model '{name}'{suggest(name, list(MODEL_NAMES))}; known: "
-                         f"{', '.join(MODEL_NAMES)} (or a path to a config.json)", field="--model") from None
+        raise InputError(f"unknown model '{name}'{suggest(name, [*MODEL_NAMES, *catalog()])}; presets: "
+                         f"{', '.join(MODEL_NAMES)}; {MODEL_HELP}", field="--model") from None
 
 
 def _ints(values: list[int] | None, default: tuple[int, ...], flag: str, lo: int, hi: int) -> tuple[int, ...]:
@@ -111,7 +116,8 @@ def build_rows(model, batches: tuple[int, ...], contexts: tuple[int, ...], shape
 @app.command()
 def build(
     gpu: Annotated[str, typer.Option(help="GPU with measured profiles: H100, A100 or A40.")],
-    model: Annotated[str, typer.Option(help="Model preset (e.g. Qwen2.5-7B) or a path to an HF config.json.")],
+    model: Annotated[str, typer.Option(help="Model preset (e.g. Qwen2.5-7B), catalog hub id (tlt model list) "
+                                      "or a path to an HF config.json.")],
     out: Annotated[Path, typer.Option(help="The table to write (.parquet); an existing file is replaced only if "
                                       "tlt cost build wrote it.")],
     tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs per rollout instance.")] = 1,

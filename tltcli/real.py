@@ -88,8 +88,8 @@ PROMPTS_FILE_HELP = escape('JSONL prompts, one per line: [ids] (token ids, e.g. 
 
 @app.command()
 def generate(
-    config: Annotated[Path, typer.Option("--config", help="HF config.json of the target (Llama / Qwen2), or "
-                                         "its folder. A tiny one ships: examples/tiny-llama/config.json.")],
+    config: Annotated[Path, typer.Option("--config", help="HF config.json of the target (Llama, Mistral, Qwen2, "
+                                         "Qwen3), or its folder. A tiny one ships: examples/tiny-llama/config.json.")],
     prompts: Annotated[int, typer.Option("--prompts", help="Number of random prompts.")] = 8,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="New tokens per prompt.")] = 64,
     policy: Annotated[str, typer.Option("--policy", help="SD policy spec, e.g. no-sd, static:4_2_6, "
@@ -137,13 +137,13 @@ def generate(
         import torch  # noqa: F401
     except ImportError:
         raise InputError("the real engine needs torch: pip install 'tlt[real]'") from None
-    from tltcore.model_config import ModelConfig
     from tltcore.policy.registry import policy_spec
     from tltreal.engine.generate import GenerateSettings, write_results
     from tltreal.engine.generate import generate as run_generate
+    from tltreal.model.transformer import read_buildable
     from tltreal.spec_decode import kernels
 
-    cfg = ModelConfig.from_json(config)
+    cfg = read_buildable(config)
     settings = GenerateSettings(prompts=prompts, max_tokens=max_tokens, prompt_len=prompt_len, policy=policy,
                                 drafter=drafter, max_batch=batch, temperature=temperature, top_p=top_p,
                                 seed=seed, dtype=dtype, weights=str(weights) if weights else None,

@@ -44,10 +44,10 @@ def need_torch() -> None:
 
 
 def target_config(path: Path | None):
-    from tltcore.model_config import ModelConfig
+    from tltreal.model.transformer import read_buildable
     from tltreal.validation.validate import DEFAULT_MODEL
 
-    return DEFAULT_MODEL if path is None else ModelConfig.from_json(path)
+    return DEFAULT_MODEL if path is None else read_buildable(path)
 
 
 def torch_device(text: str, backend: RealBackend = RealBackend.native) -> str:

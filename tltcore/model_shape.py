@@ -28,10 +28,13 @@ is an MoE layer, as DeepSeek-V3's MTP module is).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 
 from tltcore.errors import InputError
-from tltcore.model_config import ModelConfig
+from tltcore.model_catalog import CatalogModel, catalog
+from tltcore.model_catalog import find as find_in_catalog
+from tltcore.model_config import ModelConfig, config_json_path
 
 BF16_BYTES = 2
 #: Bytes per weight element of each supported checkpoint dtype (block-scaled fp8 counts its scales as
@@ -248,6 +251,14 @@ class ModelShape:
         return self.always_read_params + self.moe_layers * self.moe.experts_per_token * self.routed_expert_params
 
     @property
+    def active_params(self) -> int:
+        """Parameters one token uses, counted as :attr:`total_params` counts (embedding and LM head
+        in): all of a dense model; an MoE model's ``experts_per_token`` routed experts per MoE layer
+        (Qwen3-30B-A3B: 3.35B, Mixtral-8x7B: 12.9B, as their cards count; DeepSeek quotes 37B
+        without the 0.9B embedding)."""
+        return self.total_params - (self.decoder_params - self.active_decoder_params)
+
+    @property
     def embedding_params(self) -> int:
         return self.vocab_size * self.hidden_size
 
@@ -337,10 +348,20 @@ class ModelShape:
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, name: str) -> ModelShape:
-        """The shape of a parsed config (o_proj and MLP biases are negligible next to the weights)."""
+        """The shape of a parsed config. Its experts (``cfg.moe``: the dense layers counted), latent
+        attention (``cfg.mla``), QK-norm, weight dtype and MTP modules map one to one; o_proj and MLP
+        biases, Qwen2-MoE's shared-expert gate (hidden_size weights a layer) and the rotary layout are
+        negligible next to the weights, and a sliding window does not change what a token reads at the
+        contexts the cost model prices (it is the engine's business)."""
+        moe = None if cfg.moe is None else MoEShape(
+            cfg.moe.num_experts, cfg.moe.experts_per_token, cfg.moe.expert_intermediate_size,
+            cfg.moe.shared_intermediate_size, len(cfg.moe.dense_layer_ids))
+        mla = None if cfg.mla is None else MLAShape(cfg.mla.q_lora_rank, cfg.mla.kv_lora_rank, cfg.mla.qk_nope_head_dim,
+                                                    cfg.mla.qk_rope_head_dim, cfg.mla.v_head_dim)
         return cls(name, cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads,
                    cfg.intermediate_size, cfg.vocab_size, head_dim=cfg.head_dim,
-                   tie_word_embeddings=cfg.tie_word_embeddings, qkv_bias=cfg.qkv_bias)
+                   tie_word_embeddings=cfg.tie_word_embeddings, qkv_bias=cfg.qkv_bias, moe=moe, mla=mla,
+                   weight_dtype=cfg.weight_dtype, qk_norm=cfg.qk_norm, mtp_layers=cfg.mtp_layers)
 
     def drafter(self) -> ModelShape:
         """TLT's EAGLE-style drafter for this target: one decoder layer of the same width, input
@@ -383,21 +404,42 @@ def load_config_json(path: str | Path, name: str | None = None) -> ModelShape:
     return ModelShape.from_config(cfg, name or path.parent.name or path.stem)
 
 
+@cache
+def catalog_shape(hub_id: str) -> ModelShape:
+    """The shape of catalog entry ``hub_id`` (:mod:`tltcore.model_catalog`), named by its model part."""
+    entry = catalog()[hub_id]
+    return ModelShape.from_config(entry.model_config(), entry.name)
+
+
+#: How to see and get models, for every "unknown model" line.
+MODEL_HELP = ("`tlt model list` shows the catalog of hub ids; or give a path to a config.json (`tlt model fetch "
+              "ORG/NAME` downloads one)")
+
+
 def get_model(name_or_path: str | Path) -> ModelShape:
-    """A preset by name (case-insensitive), or the shape in a ``config.json`` file / directory."""
+    """A preset by name (case-insensitive), a file or folder holding a ``config.json``, or a hub id of
+    the bundled catalog (``Qwen/Qwen3-30B-A3B``, or ``Qwen3-30B-A3B`` alone). A path that exists wins
+    over a catalog entry of the same name: the user's own file is the more specific."""
+    return resolve_model(name_or_path)[0]
+
+
+def resolve_model(name_or_path: str | Path) -> tuple[ModelShape, Path | CatalogModel | None]:
+    """:func:`get_model`'s shape and where it came from: the config.json read, the catalog entry, or
+    None for a preset."""
     text = str(name_or_path).strip()
     key = text.lower()
     key = _ALIASES.get(key, key)
     if key in _BY_NAME:
-        return _BY_NAME[key]
+        return _BY_NAME[key], None
     path = Path(text).expanduser()
+    if path.exists():
+        return load_config_json(path), config_json_path(path)
     hub_tail = key.rsplit("/", 1)[-1]  # "Qwen/Qwen2.5-7B" style hub ids name the preset too
-    if "/" in key and hub_tail in _BY_NAME and not path.exists():
-        return _BY_NAME[hub_tail]
-    if path.is_dir():
-        path = path / "config.json"
-    if path.suffix == ".json" or path.exists():
-        return load_config_json(path)
-    raise InputError(
-        f"unknown model '{text}'; known: {', '.join(MODEL_NAMES)} (or a path to a config.json)",
-        field="model")
+    if "/" in key and hub_tail in _BY_NAME:
+        return _BY_NAME[hub_tail], None
+    entry = find_in_catalog(text) if text else None
+    if entry is not None:
+        return catalog_shape(entry.hub_id), entry
+    if path.suffix == ".json":
+        return load_config_json(path), path  # "file not found", naming it
+    raise InputError(f"unknown model '{text}'; presets: {', '.join(MODEL_NAMES)}; {MODEL_HELP}", field="model")

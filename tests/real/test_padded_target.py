@@ -46,6 +46,7 @@ VARIANTS = {
     "llama-biases-tied": dataclasses.replace(SMALL, qkv_bias=True, o_bias=True, mlp_bias=True,
                                              tie_word_embeddings=True),
     "qwen2": dataclasses.replace(SMALL, model_type="qwen2", qkv_bias=True),
+    "qwen3": dataclasses.replace(SMALL, model_type="qwen3", qk_norm=True),
 }
 EXTRA, WIDTH = 3, 160
 
@@ -99,6 +100,10 @@ def test_padded_logits_and_hidden_states_are_the_small_models(name):
         assert torch.allclose(got, want, rtol=0, atol=1e-12)
     for got, want in zip(big.forward_train(tokens), small.forward_train(tokens), strict=True):
         assert torch.allclose(got.detach(), want.detach(), rtol=0, atol=1e-12)
+    # every weight is written (to_empty leaves memory as it was: a NaN there would survive a zero o_proj)
+    for layer in big.model.layers[SMALL.num_hidden_layers:]:
+        norms = [m for n, m in layer.named_modules() if n.endswith("norm")]
+        assert norms and all(bool((m.weight == 1).all()) for m in norms)
 
 
 def test_padded_greedy_outputs_are_identical(small):

@@ -5,7 +5,9 @@ Each case builds a tiny random model with ``transformers`` (float64), saves it w
 logits equal within float64 tolerance and greedy continuations identical -- with the engine's
 speculative decoding on as well as off. Features: rope_parameters (transformers 5) and the older
 top-level rope_theta, linear and Llama-3.1 rope scaling, GELU variants and ReLU, Llama attention and
-MLP biases, Qwen2 biases and sliding-window layers, tied embeddings, head_dim != hidden / heads.
+MLP biases, Qwen2 biases and sliding-window layers, Mistral's sliding window, Qwen3's per-head q/k
+RMSNorm (with its biases, sliding layers and default head_dim), tied embeddings, head_dim != hidden /
+heads. Families the engine does not build are refused in one line naming them.
 """
 
 from __future__ import annotations
@@ -52,6 +54,13 @@ CASES: dict[str, dict] = {
     "qwen2-sliding": {"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 6,
                       "max_window_layers": 1},
     "qwen2-tied": {"model_type": "qwen2", "tie_word_embeddings": True},
+    "mistral": {"model_type": "mistral"},  # transformers writes its default sliding_window 4096: wider than any test
+    "mistral-sliding": {"model_type": "mistral", "sliding_window": 6},
+    "qwen3": {"model_type": "qwen3", "head_dim": 8},
+    "qwen3-default-head-dim": {"model_type": "qwen3"},  # Qwen3Config's head_dim 128, not hidden / heads
+    "qwen3-biases-tied": {"model_type": "qwen3", "head_dim": 16, "attention_bias": True, "tie_word_embeddings": True},
+    "qwen3-sliding": {"model_type": "qwen3", "head_dim": 8, "use_sliding_window": True, "sliding_window": 6,
+                      "max_window_layers": 1},
 }
 
 
@@ -120,7 +129,8 @@ def test_config_round_trips_through_transformers(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("field,value", [
     ("quantization_config", {"quant_method": "gptq"}),
-    ("rope_parameters", {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}),
+    ("rope_parameters", {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 4.0}),
+    ("rope_parameters", {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "low_freq_factor": 1.0}),
     ("rope_parameters", {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [1, 2]}),
     ("partial_rotary_factor", 0.5),
     ("hidden_act", "quick_gelu"),
@@ -168,3 +178,41 @@ def test_tlt_real_generate_matches_transformers_greedy_and_stops_at_eos(tmp_path
     assert "drafter none" in res.stdout  # no-sd never drafts: no drafter is built
     rows = [json.loads(line) for line in (tmp_path / "f.tokens.jsonl").read_text().splitlines()]
     assert rows[0]["tokens"] == free and rows[0]["finish"] == "length"
+
+
+MOE_FIXTURES = Path(__file__).resolve().parents[1] / "data" / "model_configs"
+
+
+@pytest.mark.parametrize(("folder", "family"), [("Qwen3-30B-A3B", "Qwen3-MoE"), ("Mixtral-8x7B-v0.1", "Mixtral"),
+                                                 ("DeepSeek-V3", "DeepSeek-V3")])
+def test_the_engine_refuses_families_it_cannot_build_in_one_line(folder: str, family: str) -> None:
+    """The reader reads them (the simulator prices them); the engine says so before allocating."""
+    from tltreal.model.transformer import Transformer
+
+    cfg = ModelConfig.from_json(MOE_FIXTURES / folder)
+    with pytest.raises(InputError, match=rf"native engine builds llama, mistral, qwen2, qwen3 models, not {family}"):
+        Transformer(cfg)
+
+
+@pytest.mark.parametrize(("fields", "field"), [
+    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0,
+                          "original_max_position_embeddings": 64}}, "rope_scaling"),
+    ({"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}},
+     "quantization_config"),
+])
+def test_the_engine_refuses_what_only_the_simulator_prices(fields: dict, field: str) -> None:
+    from tltreal.model.transformer import Transformer
+
+    cfg = ModelConfig.from_dict({**BASE, "model_type": "qwen3", "head_dim": 8, **fields})
+    with pytest.raises(InputError, match=f"field '{field}': the native engine") as err:
+        Transformer(cfg)
+    assert "Qwen3" in str(err.value)
+
+
+def test_tlt_real_generate_refuses_an_moe_config_in_one_line() -> None:
+    from conftest import invoke_cli
+
+    res = invoke_cli("real", "generate", "--config", str(MOE_FIXTURES / "Qwen3-30B-A3B" / "config.json"),
+                     "--max-tokens", "2")
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "Qwen3-MoE" in res.stderr and "config.json" in res.stderr

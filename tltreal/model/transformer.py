@@ -1,12 +1,15 @@
-"""The target model: a Llama / Qwen2 decoder-only transformer in plain PyTorch (weights in and out:
-:mod:`tltreal.model.weights`).
+"""The target model: a Llama / Mistral / Qwen2 / Qwen3 decoder-only transformer in plain PyTorch
+(weights in and out: :mod:`tltreal.model.weights`).
 
 RMSNorm (in float32, as transformers), rotary position embeddings (HF "rotate half" layout; default,
 linear or Llama-3.1 frequency scaling), grouped-query attention over a slab KV cache (optionally a
-sliding window on Qwen2's sliding layers), gated MLP with SiLU/GELU/ReLU, tied or untied LM head,
-the biases each family has. Every field comes from :mod:`tltcore.model_config`, the one reader of
-``config.json``. Parameter names match Hugging Face checkpoints
-(``model.layers.0.self_attn.q_proj.weight`` ...) so safetensors load as is, and logits match
+sliding window: Mistral's on every layer, Qwen2/Qwen3's on their sliding layers), Qwen3's per-head q/k
+RMSNorm before RoPE, gated MLP with SiLU/GELU/ReLU, tied or untied LM head, the biases each family
+has. Every field comes from :mod:`tltcore.model_config`, the one reader of ``config.json``; what the
+reader accepts but this network cannot be (experts, latent attention, YaRN, partial rotary, fp8
+weights) is refused by :func:`check_buildable` in one line, before anything is allocated. Parameter
+names match Hugging Face checkpoints (``model.layers.0.self_attn.q_proj.weight`` ...) so safetensors
+load as is, and logits match
 ``transformers`` (tests/real/test_real_transformers_parity.py).
 
 One forward serves prefill, plain decode, draft-tree expansion and tree verification: every call
@@ -29,6 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -36,6 +40,41 @@ from torch import nn
 from tltcore.errors import InputError
 from tltcore.model_config import ModelConfig
 from tltreal.model.kv_cache import KVCache
+
+#: The families this engine builds (``model_type``); the simulator prices every family the reader reads.
+BUILDABLE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+def check_buildable(cfg: ModelConfig) -> None:
+    """Refuse, in one line naming the family and the field, a config this engine cannot build: its
+    layers are dense grouped-query attention + a gated MLP, full rotary, 16/32/64-bit weights."""
+    if cfg.model_type not in BUILDABLE_TYPES:
+        what = "mixture-of-experts and latent-attention" if cfg.moe is not None or cfg.mla is not None else "these"
+        raise InputError(f"the native engine builds {', '.join(BUILDABLE_TYPES)} models, not {cfg.family} "
+                         f"('{cfg.model_type}'); {what} models are priced by the simulator (tlt sim run --model)",
+                         field="model_type")
+    if cfg.rope_scaling.kind not in ("default", "linear", "llama3"):
+        raise InputError(f"the native engine does not build {cfg.rope_scaling.kind} rope scaling ({cfg.family}); "
+                         "the simulator prices it", field="rope_scaling")
+    if cfg.partial_rotary_factor != 1.0:
+        raise InputError(f"the native engine rotates whole heads; partial_rotary_factor {cfg.partial_rotary_factor} "
+                         f"({cfg.family}) is priced by the simulator only", field="partial_rotary_factor")
+    if cfg.weight_dtype != "bf16":
+        raise InputError(f"the native engine loads 16/32/64-bit weights, not {cfg.weight_dtype} ({cfg.family}); "
+                         "the simulator prices it", field="quantization_config")
+
+
+def read_buildable(path: str | Path) -> ModelConfig:
+    """The ``config.json`` at ``path`` (or in that folder), refused naming the file when this engine
+    cannot build it (:func:`check_buildable`): what ``tlt real`` commands read a target with."""
+    from tltcore.model_config import config_json_path
+
+    cfg = ModelConfig.from_json(path)
+    try:
+        check_buildable(cfg)
+    except InputError as exc:
+        raise InputError(exc.message, path=config_json_path(path), field=exc.field) from None
+    return cfg
 
 
 class RMSNorm(nn.Module):
@@ -219,14 +258,25 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(h, self.kv_heads * self.head_dim, bias=cfg.qkv_bias)
         self.v_proj = nn.Linear(h, self.kv_heads * self.head_dim, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(self.heads * self.head_dim, h, bias=cfg.o_bias)
+        if cfg.qk_norm:  # Qwen3: one RMSNorm over head_dim, shared by all heads, before RoPE
+            self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.qk_norm = cfg.qk_norm
+
+    def _qkv(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries and keys (normed if the family does, then rotated) and values, ``[*lead, heads, D]``."""
+        lead = x.shape[:-1]
+        q = self.q_proj(x).view(*lead, self.heads, self.head_dim)
+        k = self.k_proj(x).view(*lead, self.kv_heads, self.head_dim)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        v = self.v_proj(x).view(*lead, self.kv_heads, self.head_dim)
+        return apply_rope_factors(q, rope), apply_rope_factors(k, rope), v
 
     def forward(self, x: torch.Tensor, cache: KVCache, layer: int, ab: AttnBatch) -> torch.Tensor:
         """``x`` is ``[B, T, hidden]``, or ``[N, hidden]`` (the kept tokens only) when ``ab.keep`` is set."""
-        lead = x.shape[:-1]
-        rope = ab.factors()
-        q = apply_rope_factors(self.q_proj(x).view(*lead, self.heads, self.head_dim), rope)
-        k = apply_rope_factors(self.k_proj(x).view(*lead, self.kv_heads, self.head_dim), rope)
-        v = self.v_proj(x).view(*lead, self.kv_heads, self.head_dim)
+        q, k, v = self._qkv(x, ab.factors())
         if ab.keep is None:
             cache.write(layer, ab.slots, ab.write_index, k, v)
         else:  # only the kept tokens' keys/values; skipped queries are zeros (finite, and discarded)
@@ -243,11 +293,7 @@ class Attention(nn.Module):
     def forward_train(self, x: torch.Tensor, tb: TrainBatch) -> torch.Tensor:
         """The same attention as :meth:`forward` with no cache: keys and values are this forward's
         own tokens (what a prefill from an empty cache reads back), and autograd stays on."""
-        b, t, _ = x.shape
-        rope = tb.factors()
-        q = apply_rope_factors(self.q_proj(x).view(b, t, self.heads, self.head_dim), rope)
-        k = apply_rope_factors(self.k_proj(x).view(b, t, self.kv_heads, self.head_dim), rope)
-        v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim)
+        q, k, v = self._qkv(x, tb.factors())
         return self._attend(q, k.transpose(1, 2), v.transpose(1, 2), tb.mask_for(self.window))
 
     def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -336,10 +382,11 @@ class _Body(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Llama/Qwen2 causal LM. :meth:`forward` returns ``(logits, hidden)``; ``hidden`` is the last
-    hidden state after the final norm (what the LM head and an EAGLE drafter consume)."""
+    """Llama/Mistral/Qwen2/Qwen3 causal LM. :meth:`forward` returns ``(logits, hidden)``; ``hidden`` is
+    the last hidden state after the final norm (what the LM head and an EAGLE drafter consume)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
+        check_buildable(cfg)
         super().__init__()
         self.cfg = cfg
         self.model = _Body(cfg)

@@ -140,6 +140,9 @@ def pad_target(model: Transformer, *, extra_layers: int, intermediate_size: int 
                     proj.bias.zero_()
             layer.input_layernorm.weight.fill_(1.0)
             layer.post_attention_layernorm.weight.fill_(1.0)
+            if attn.qk_norm:  # to_empty left them uninitialised: a NaN here would survive the zero o_proj
+                attn.q_norm.weight.fill_(1.0)
+                attn.k_norm.weight.fill_(1.0)
     return refresh_padded_target(big, model).eval()
 
 

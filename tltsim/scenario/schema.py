@@ -378,6 +378,15 @@ def relocated(exc: InputError, *, path: str | None, dotted: str) -> InputError:
     return InputError(bare, path=path, field=dotted)
 
 
+def relocated_model(exc: InputError, *, dotted: str) -> InputError:
+    """A model's error as its reader said it -- the ``config.json`` and the key in it -- with the
+    scenario field that named the model at the end (``..., field 'foo': is not supported ... (scenario
+    field model.name)``); an error that names no file (an unknown name) is :func:`relocated` there."""
+    if exc.path is None:
+        return relocated(exc, path=None, dotted=dotted)
+    return InputError(f"{exc.message} (scenario field {dotted})", path=exc.path, field=exc.field)
+
+
 def check_names(s: Scenario) -> None:
     """What the fields' own constraints cannot see: the files named (no FIFO or device), the GPU,
     model and draft-model presets, the layout against the model (heads, weights vs memory), the
@@ -398,7 +407,7 @@ def check_names(s: Scenario) -> None:
     try:
         get_model(d.draft_model)
     except InputError as exc:
-        raise relocated(exc, path=None, dotted="drafter.draft_model") from None
+        raise relocated_model(exc, dotted="drafter.draft_model") from None
     try:
         gpu = cluster_gpu(c)
     except InputError as exc:
@@ -406,7 +415,7 @@ def check_names(s: Scenario) -> None:
     try:
         model = get_model(s.model.name)
     except InputError as exc:
-        raise relocated(exc, path=None, dotted="model.name") from None
+        raise relocated_model(exc, dotted="model.name") from None
     if (c.expert_parallel or s.model.routing_skew) and model.moe is None:
         field = "cluster.expert_parallel" if c.expert_parallel else "model.routing_skew"
         raise InputError(f"applies to mixture-of-experts models; {model.name} is dense", field=field)
