@@ -101,7 +101,8 @@ def advise(
     scenario: Annotated[Path | None, typer.Option(
         help="Scenario TOML, or a bundled scenario's name (tlt sim scenarios); defaults without one.")] = None,
     trace: Annotated[str | None, typer.Option(help="Trace name or path, or a length profile (trace.name).")] = None,
-    model: Annotated[str | None, typer.Option(help="Model preset or config.json (model.name).")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="Model preset, catalog hub id (tlt model list) or config.json (model.name).")] = None,
     gpu: GpuOption = None,
     gpu_spec: GpuSpecOption = None,
     gpus: Annotated[int | None, typer.Option(help="Total GPUs (cluster.gpus).")] = None,

@@ -71,7 +71,8 @@ class Switch(StrEnum):
 ScenarioOption = Annotated[Path | None, typer.Option(
     help="Scenario TOML, or a bundled scenario's name (see `tlt sim scenarios`; defaults without one).")]
 TraceOption = Annotated[str | None, typer.Option(help="Trace name or path (trace.name).")]
-ModelOption = Annotated[str | None, typer.Option(help="Model preset or config.json (model.name).")]
+ModelOption = Annotated[str | None, typer.Option(
+    help="Model preset, catalog hub id (tlt model list) or config.json (model.name).")]
 GpuOption = Annotated[str | None, typer.Option(
     help="GPU preset (cluster.gpu): H100, H200, B200, B300, GB200, MI300X, MI355X, L40, L40S, A100, Ascend910B ... "
          "(tlt's list is in docs/guide/models-gpus.md).")]

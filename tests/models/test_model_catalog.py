@@ -15,7 +15,7 @@ from tltcore.model_shape import MODEL_NAMES, get_model, load_config_json, resolv
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "model_configs"
 LICENCES = {"Apache-2.0", "MIT", "Llama 3.1 Community License", "Llama 3.3 Community License",
-            "DeepSeek License (model), MIT (code)", "Modified MIT"}
+            "DeepSeek License (model), MIT (code)", "Modified MIT", "Qwen Research License"}
 REQUIRED = ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B", "Qwen/Qwen3-8B", "Qwen/Qwen3-14B", "Qwen/Qwen3-32B",
             "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-235B-A22B", "Qwen/Qwen2.5-7B", "Qwen/Qwen2.5-32B",
             "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.3-70B-Instruct", "mistralai/Mixtral-8x7B-v0.1",

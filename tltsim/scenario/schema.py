@@ -87,7 +87,8 @@ class TraceSection(ConfigModel):
 
 
 class ModelSection(ConfigModel):
-    """Target model: a preset name (``Qwen2.5-7B``) or a path to an HF ``config.json``.
+    """Target model: a preset name (``Qwen2.5-7B``), a hub id of the bundled catalog
+    (``Qwen/Qwen3-30B-A3B``, ``tlt model list``) or a path to an HF ``config.json``.
 
     ``routing_skew`` (MoE models only; None: 0, uniform routing): how unevenly the router spreads tokens
     over experts, as the exponent of a Zipf popularity (:mod:`tltcore.cost.moe`). Real routers are neither
