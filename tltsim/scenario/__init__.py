@@ -31,8 +31,8 @@ from __future__ import annotations
 from tltcore.config import MAX_GPUS, MAX_SECONDS
 from tltsim.scenario.build import (
     SimInputs,
-    acceptance_model,
     cost_model,
+    describe_acceptance,
     drafter_acceptance,
     graph_memory_bytes,
     make_policies,
@@ -90,6 +90,7 @@ from tltsim.scenario.schema import (
     Scenario,
     SpotTrainerConfig,
     TraceSection,
+    acceptance_model,
 )
 from tltsim.scenario.workload import load_steps
 
@@ -100,7 +101,8 @@ __all__ = ["BASELINE_POLICY", "BUNDLED_SCENARIOS", "CUDA_GRAPH_MODES", "DEFAULT_
            "ClusterSection", "CostSection", "DrafterConfig", "EngineSection", "ModelSection",
            "RLPhaseConfig", "Resolved", "Scenario", "SimInputs", "SpotTrainerConfig",
            "TraceSection", "acceptance_model", "apply_override", "bundled_scenarios", "compare_policies",
-           "cost_model", "drafter_acceptance", "field_paths", "graph_memory_bytes", "load_scenario", "load_steps",
+           "cost_model", "describe_acceptance", "drafter_acceptance", "field_paths", "graph_memory_bytes",
+           "load_scenario", "load_steps",
            "make_policies", "policies_with_baseline", "policy_names", "prepare", "resolve", "resolved_dict",
            "run_each", "run_policy",
            "scenario_from_dict", "scenario_hash", "scenario_toml", "set_field", "set_fields", "setting_type",
