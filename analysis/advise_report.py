@@ -65,6 +65,8 @@ def recommended_toml(s: Any, policy: str, switch: str | None, command: str) -> s
                               "model.name": _absolute(s.model.name)}
     if s.cost.table is not None:
         values["cost.table"] = _absolute(s.cost.table)
+    if s.acceptance.profile is not None:
+        values["acceptance.profile"] = _absolute(s.acceptance.profile)
     if switch is not None:
         values["engine.switch"] = switch
     head = (f"# Written by `{command}`: the recommended setting on the scenario it advised on.\n"
@@ -148,7 +150,7 @@ def write_report(folder: Path, s: Any, rec: Any, ranking: pd.DataFrame, rows: pd
                  findings: list, warnings: list, exports: dict[str, Any], facts: dict[str, Any]) -> None:
     """Everything listed in the module docstring, into ``folder`` (a fresh temp folder)."""
     from tltsim.advise_export import SGLANG_SOURCE, VLLM_VERSION, export_json
-    from tltsim.scenario import scenario_toml
+    from tltsim.scenario import describe_acceptance, scenario_toml
 
     folder = Path(folder)
     command = facts["command"]
@@ -168,10 +170,14 @@ def write_report(folder: Path, s: Any, rec: Any, ranking: pd.DataFrame, rows: pd
     (folder / "recommended.toml").write_text(recommended_toml(s, rec.policy, rec.switch, command), encoding="utf-8")
     (folder / "vllm_speculative_config.json").write_text(export_json(exports["vllm"]["config"]), encoding="utf-8")
     sg = exports["sglang"]
-    (folder / "sglang_flags.txt").write_text(
-        f"# SGLang server flags for {sg['label']} (argument names: {SGLANG_SOURCE})\n"
-        + (" ".join(shlex.quote(f) for f in sg["flags"]) if sg["flags"] else "# no speculative flags: run without SD")
-        + "\n", encoding="utf-8")
+    if sg.get("unsupported"):
+        (folder / "sglang_flags.txt").write_text(f"# no SGLang export: {sg['unsupported']} (argument names: "
+                                                 f"{SGLANG_SOURCE})\n", encoding="utf-8")
+    else:
+        (folder / "sglang_flags.txt").write_text(
+            f"# SGLang server flags for {sg['label']} (argument names: {SGLANG_SOURCE})\n"
+            + (" ".join(shlex.quote(f) for f in sg["flags"]) if sg["flags"]
+               else "# no speculative flags: run without SD") + "\n", encoding="utf-8")
     if sg["adaptive"]:
         (folder / sg["adaptive_file"]).write_text(json.dumps(sg["adaptive"], indent=2) + "\n", encoding="utf-8")
     bound = facts["bound"]
@@ -189,7 +195,7 @@ def write_report(folder: Path, s: Any, rec: Any, ranking: pd.DataFrame, rows: pd
                   "advice is for its simulated reading (the model, GPU and layout below).", ""]
     lines += [f"Scenario: {s.trace.name}, {s.model.name} on {s.cluster.gpus} x {s.cluster.gpu} (TP {s.cluster.tp}, "
               f"{s.n_workers} rollout workers), drafter {s.drafter.kind} at quality {s.drafter.quality}, acceptance "
-              f"{s.acceptance.preset} ({s.acceptance.mode}), cost model: {facts.get('cost', s.cost.model)} "
+              f"{describe_acceptance(s)} ({s.acceptance.mode}), cost model: {facts.get('cost', s.cost.model)} "
               "(`scenario.resolved.toml`).", ""]
     if facts.get("gpu"):
         lines += [f"{str(facts['gpu']).replace('gpu: ', 'GPU: ', 1)}.", ""]
@@ -255,14 +261,16 @@ def write_report(folder: Path, s: Any, rec: Any, ranking: pd.DataFrame, rows: pd
               f"- `recommended.toml`: `{rec.policy}`"
               + (f" with `engine.switch = \"{rec.switch}\"`" if rec.switch else "") + " on this scenario.",
               f"- `vllm_speculative_config.json` (keys of vLLM {VLLM_VERSION}'s `SpeculativeConfig`): "
-              + (f"`{v['policy']}`" if v["exact"] else
-                 f"vLLM cannot run `{rec.policy}` ({v['why']}); the fastest setting it can run is `{v['label']}`, "
-                 f"simulated {_x(*v['speedup'])}") + (", no SD: run without `speculative_config`"
-                                                      if v["config"] is None else "") + v.get("note", "") + ".",
+              + (f"no export: {v['unsupported']}." if v.get("unsupported") else
+                 (f"`{v['policy']}`" if v["exact"] else
+                  f"vLLM cannot run `{rec.policy}` ({v['why']}); the fastest setting it can run is `{v['label']}`, "
+                  f"simulated {_x(*v['speedup'])}") + (", no SD: run without `speculative_config`"
+                                                       if v["config"] is None else "") + v.get("note", "") + "."),
               "- `sglang_flags.txt`" + (f" and `{sg['adaptive_file']}`" if sg["adaptive"] else "") + ": "
-              + (f"`{sg['policy']}`" if sg["exact"] else
-                 f"SGLang cannot run `{rec.policy}` ({sg['why']}); the fastest setting it can run is `{sg['label']}`, "
-                 f"simulated {_x(*sg['speedup'])}") + f": `{sg['command']}`.",
+              + (f"no export: {sg['unsupported']}." if sg.get("unsupported") else
+                 (f"`{sg['policy']}`" if sg["exact"] else
+                  f"SGLang cannot run `{rec.policy}` ({sg['why']}); the fastest setting it can run is "
+                  f"`{sg['label']}`, simulated {_x(*sg['speedup'])}") + f": `{sg['command']}`."),
               ]
     check = facts.get("check")
     if check is not None:

@@ -27,7 +27,7 @@ import pandas as pd
 import typer
 from rich.console import Console
 
-from tltcli.sim import GpuOption, GpuSpecOption
+from tltcli.sim import ACCEPTANCE_HELP, GpuOption, GpuSpecOption
 from tltcore.atomic import atomic_dir, check_output_dir
 from tltcore.errors import InputError, warn
 from tltsim.scenario import BASELINE_POLICY, resolve, scenario_hash, with_values
@@ -107,16 +107,23 @@ def advise(
     gpu_spec: GpuSpecOption = None,
     gpus: Annotated[int | None, typer.Option(help="Total GPUs (cluster.gpus).")] = None,
     tp: Annotated[int | None, typer.Option(help="Tensor-parallel size per rollout worker (cluster.tp).")] = None,
-    drafter: Annotated[str | None, typer.Option(help="Drafter kind: eagle, draft-model, ngram (drafter.kind).")
-                       ] = None,
-    quality: Annotated[float | None, typer.Option(help="Drafter quality: multiplies every per-position acceptance "
-                                                  "(1 = as fitted, < 1 = stale; drafter.quality).")] = None,
+    drafter: Annotated[str | None, typer.Option(
+        help="Drafter kind (drafter.kind): eagle (EAGLE-1/2), eagle3, mtp (the target's MTP head), block "
+             "(DFlash/DSpark), ngram, suffix (model-free) or draft-model; each priced by its own draft cost and "
+             "acceptance (docs: Drafters and acceptance).")] = None,
+    quality: Annotated[float | None, typer.Option(
+        help="Drafter quality (drafter.quality): a scale of the kind's per-position acceptance profile. 1 = the "
+             "profile as it stands: for eagle the paper's adapted Qwen2.5-32B EAGLE tree (paper-qwen32b), for "
+             "eagle3/mtp/block their published profiles, for --acceptance FILE the drafter measured; < 1 staler "
+             "or weaker. Model-free kinds (ngram, suffix) take none.")] = None,
+    acceptance: Annotated[str | None, typer.Option(help=ACCEPTANCE_HELP)] = None,
     policy: Annotated[list[str] | None, typer.Option(
         help="Policy spec to try, repeatable: replaces the default grid (no-sd is always added).")] = None,
     threshold: Annotated[list[int] | None, typer.Option(
         help="Elastic thresholds of the default grid's elastic+beg-mab, repeatable (default 16 32 64 128).")] = None,
     shape: Annotated[list[str] | None, typer.Option(
-        help="Static draft shapes of the default grid, depth_topk_verify, repeatable (default 4_1_4 8_4_32).")
+        help="Static draft shapes of the default grid, depth_topk_verify, repeatable (default: the drafter kind's, "
+             "4_1_4 8_4_32 for eagle; chains for mtp and suffix, block sizes for block).")
     ] = None,
     switch: Annotated[list[str] | None, typer.Option(
         help="Switch modes for policies that switch SD on mid-rollout, repeatable: reprefill (TLT), catch_up "
@@ -129,8 +136,8 @@ def advise(
              "spot.retrain_every steps, frozen, model-free); "
              "0 skips it.")] = 3,
     quick: Annotated[bool, typer.Option(
-        help="A small grid for a first look: one seed, the scenario's switch mode, thresholds 32, shape 8_4_32, "
-             "no drafter-upkeep runs.")] = False,
+        help="A small grid for a first look: one seed, the scenario's switch mode, thresholds 32, one shape (8_4_32 "
+             "for eagle; the drafter kind's own), no drafter-upkeep runs.")] = False,
     workers: Annotated[int, typer.Option(help="Parallel simulations (1: in this process).")] = 1,
     executor: Annotated[str, typer.Option(help="local (processes on this machine) or ray.")] = "local",
     address: Annotated[str | None, typer.Option(help="Ray cluster address (with --executor ray).")] = None,
@@ -148,7 +155,7 @@ def advise(
 
     Example: tlt advise --trace polytrace_rl_rollouts --model Qwen2.5-7B --gpu H20 --gpus 16 --tp 2 --workers 2
     """
-    from tltcli.sim import VALIDATION_PREFIX, _parse_sets
+    from tltcli.sim import VALIDATION_PREFIX, _parse_sets, acceptance_settings
     from tltsim import advise as adv
 
     wall0, cpu0 = time.perf_counter(), _cpu_s()
@@ -179,7 +186,7 @@ def advise(
         ("trace.name", trace, "--trace"), ("model.name", model, "--model"), ("cluster.gpu", gpu, "--gpu"),
         ("cluster.gpu_spec", None if gpu_spec is None else str(gpu_spec), "--gpu-spec"),
         ("cluster.gpus", gpus, "--gpus"), ("cluster.tp", tp, "--tp"), ("drafter.kind", drafter, "--drafter"),
-        ("drafter.quality", quality, "--quality"), ("seed", seed, "--seed")]
+        ("drafter.quality", quality, "--quality"), ("seed", seed, "--seed"), *acceptance_settings(acceptance)]
     resolved = resolve(scenario, overrides + _parse_sets(set_ or []))
     s = resolved.scenario
     check_seeds(seeds, s.seed)
@@ -196,7 +203,7 @@ def advise(
         if m not in ("reprefill", "catch_up", "in_step"):
             raise InputError(f"must be reprefill, catch_up or in_step, got '{m}'", path="--switch")
     thresholds = tuple(threshold) if threshold else ((32,) if quick else adv.DEFAULT_THRESHOLDS)
-    shapes = tuple(shape) if shape else (("8_4_32",) if quick else adv.DEFAULT_SHAPES)
+    shapes = tuple(shape) if shape else adv.kind_shapes(s.drafter.kind, quick)
     for t in thresholds:
         if not 1 <= t <= s.engine.max_batch:
             raise InputError(f"must be in [1, engine.max_batch = {s.engine.max_batch}], got {t}", path="--threshold")
@@ -336,12 +343,21 @@ def _assumptions(s: Any, cost: Any) -> list[str]:
     own numbers): the drafter's acceptance, the GPU's efficiencies where the data-sheet roofline
     prices, the RL phases. The cost model is printed on its own line."""
     from tltcore.drafter.dynamics import DrafterConfig
+    from tltcore.drafter.kinds import drafter_kind
     from tltsim.scenario import AcceptanceSection
     from tltsim.scenario.build import is_calibrated
 
     out = []
     d, default = s.drafter, DrafterConfig()
-    if d.kind == "ngram":
+    spec = drafter_kind(d.kind)
+    if s.acceptance.measured:
+        pass  # the user's own drafter: nothing assumed about its acceptance
+    elif spec.published(s.acceptance.names_preset, False):
+        assert spec.profile is not None
+        scale = ("" if spec.model_free else f" at drafter quality {d.quality:g} (--quality scales it;")
+        out.append(f"{d.kind}'s {spec.profile.label}{scale}"
+                   + (" --acceptance FILE replaces it)" if scale else " (--acceptance FILE replaces it)"))
+    elif d.kind == "ngram":
         if d.ngram_alpha == default.ngram_alpha:
             out.append(f"n-gram acceptance {d.ngram_alpha:g} per position (drafter.ngram_alpha: our assumption)")
     elif s.acceptance.preset == AcceptanceSection().preset and d.quality == default.quality:
@@ -434,6 +450,7 @@ def _exports(s: Any, rec: Any, ranking: pd.DataFrame, max_batch: int) -> dict[st
     grid it can run (and what that costs in simulated speedup)."""
     from tltsim.advise_export import (
         SGLANG_ADAPTIVE_FILE,
+        engine_support,
         sglang_command,
         sglang_expressible,
         vllm_expressible,
@@ -445,6 +462,13 @@ def _exports(s: Any, rec: Any, ranking: pd.DataFrame, max_batch: int) -> dict[st
     chosen = next(r for r in rows if r["label"] == rec.label)
     out: dict[str, Any] = {"drafter": kind, "toml_policy": rec.policy, "toml_switch": rec.switch}
     for engine in ("vllm", "sglang"):
+        name, unsupported = engine_support(kind, engine)
+        if name is None:  # the engine cannot run this drafter kind at all: no export, and why
+            out[engine] = {"policy": BASELINE_POLICY, "label": BASELINE_POLICY, "exact": False, "why": unsupported,
+                           "unsupported": unsupported, "speedup": (float("nan"),) * 3, "config": None, "flags": [],
+                           "adaptive": None, "command": "(none)", "adaptive_file": SGLANG_ADAPTIVE_FILE}
+            continue
+
         def can(spec: str, engine: str = engine) -> tuple[Any, str]:
             if engine == "vllm":
                 return vllm_expressible(spec, max_batch)
@@ -485,7 +509,7 @@ def _check_exports(s: Any, rec: Any, exports: dict[str, Any], ranking: pd.DataFr
     runs = [(rec.label, rec.policy, rec.switch)] if rec.is_sd else []
     for engine in ("vllm", "sglang"):
         e = exports[engine]
-        if e["policy"] != BASELINE_POLICY:
+        if e["policy"] != BASELINE_POLICY and not e.get("unsupported"):
             runs.append((e["label"], e["policy"], mode_of.get(e["label"])))
     runs = list({(spec, mode): (label, spec, mode) for label, spec, mode in runs}.values())
     if not runs:
@@ -499,7 +523,7 @@ def _check_exports(s: Any, rec: Any, exports: dict[str, Any], ranking: pd.DataFr
 
     exports["rec_steps"] = spread(rec.label) if rec.is_sd else None
     for engine in ("vllm", "sglang"):
-        exports[engine]["steps"] = spread(exports[engine]["label"])
+        exports[engine]["steps"] = None if exports[engine].get("unsupported") else spread(exports[engine]["label"])
     return check
 
 
@@ -582,6 +606,9 @@ def _print(console: Console, s: Any, rec: Any, ranking: pd.DataFrame, fresh: Any
         p("Warnings: none (no run of the grid or of the upkeep comparison raised one)")
     for engine, title in (("vllm", "vLLM"), ("sglang", "SGLang")):
         e = exports[engine]
+        if e.get("unsupported"):
+            p(f"{title}: no export: {e['unsupported']}")
+            continue
         mode = rows[e["label"]]["switch"]
         if engine == "vllm" and isinstance(mode, str) and mode != "in_step":
             e["note"] = (f" (simulated with the {mode} switch; vLLM's drafter runs at every step: --switch in_step "

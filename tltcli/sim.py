@@ -23,6 +23,7 @@ from typing import Annotated
 import pandas as pd
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tltcli.progress import policy_progress
@@ -46,7 +47,7 @@ from tltsim.scenario import (
     resolve,
     scenario_hash,
 )
-from tltsim.scenario.build import describe_cost, describe_gpu
+from tltsim.scenario.build import describe_acceptance, describe_cost, describe_gpu
 
 app = typer.Typer(help="Simulate RL rollout steps under speculative-decoding policies.", no_args_is_help=True)
 
@@ -56,6 +57,25 @@ DEFAULT_RESULTS = Path("results/sim")
 class Mode(StrEnum):
     expected = "expected"
     stochastic = "stochastic"
+
+
+#: ``--acceptance``'s help, shared by `tlt sim run` and `tlt advise`.
+ACCEPTANCE_HELP = ("Acceptance mode (expected, stochastic; acceptance.mode), or a measured per-position acceptance "
+                   "profile FILE (acceptance.profile): TOML/JSON 'alphas' (P(accept position i | earlier accepted)) "
+                   "or 'rates' (per-position acceptance rates), a CSV with an alpha or rate column, or vLLM's "
+                   "/metrics text (its per-position accepted-token counters); it replaces the drafter kind's "
+                   "default acceptance, and --quality scales it (1 = as measured).")
+
+
+def acceptance_settings(value: str | None) -> list[tuple[str, object, str]]:
+    """``--acceptance``: a mode name sets ``acceptance.mode``, anything else names a measured profile
+    file (``acceptance.profile``; ``./expected`` for a file called so)."""
+    if value is None:
+        return []
+    text = value.strip()
+    if text in {m.value for m in Mode}:
+        return [("acceptance.mode", text, "--acceptance")]
+    return [("acceptance.profile", text, "--acceptance")]
 
 
 class Switch(StrEnum):
@@ -108,7 +128,7 @@ def describe_workload(s: Scenario, inputs: SimInputs) -> str:
     cap_note = f" ({capped:,} hit the length cap; simulated at the cap)" if capped else ""
     return (f"[bold]{s.trace.name}[/] {which}: {responses:,} responses{cap_note}, {s.n_workers} rollout workers "
             f"({s.cluster.gpus} x {s.cluster.gpu}, TP {s.cluster.tp}), {s.model.name}, acceptance "
-            f"{s.acceptance.preset} ({s.acceptance.mode}), switch {s.engine.switch}, deal {s.trace.deal}")
+            f"{escape(describe_acceptance(s))} ({s.acceptance.mode}), switch {s.engine.switch}, deal {s.trace.deal}")
 
 
 def _prepared(scenario: Path | None, settings: list, *,
@@ -202,7 +222,7 @@ def run(
              "The default, 3, gives every answer its spread (the dealing seed alone can move a speedup by 10% and "
              "flip a ranking); --seeds 1 is one plain run without one (results/sim/<hash>).")
     ] = 3,
-    acceptance: Annotated[Mode | None, typer.Option(help="Acceptance mode (acceptance.mode).")] = None,
+    acceptance: Annotated[str | None, typer.Option(help=ACCEPTANCE_HELP)] = None,
     switch: Annotated[Switch | None, typer.Option(
         help="What switching SD on costs (engine.switch): reprefill (TLT: target and drafter re-prefill the live "
              "requests), catch_up (the native engine: the drafter catches up on the tokens it missed), in_step "
@@ -230,8 +250,8 @@ def run(
         ("cluster.gpus", gpus, "--gpus"), ("cluster.tp", tp, "--tp"),
         ("policies", tuple(policy) if policy else None, "--policy"), ("seed", seed, "--seed"),
         ("trace.num_steps", steps, "--steps"), ("presets", tuple(preset) if preset else None, "--preset"),
-        ("acceptance.mode", acceptance.value if acceptance else None, "--acceptance"),
         ("engine.switch", switch.value if switch else None, "--switch"),
+        *acceptance_settings(acceptance),
     ]
     from tltsim.seeds import check_seeds
 

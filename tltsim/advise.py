@@ -80,6 +80,17 @@ class Candidate:
     switch: str | None
 
 
+def kind_shapes(kind: str, quick: bool = False) -> tuple[str, ...]:
+    """The static draft shapes the default grid tries for drafter ``kind`` (``quick``: its one shape of
+    ``--quick``), as :mod:`tltcore.drafter.kinds` gives them: :data:`DEFAULT_SHAPES` for ``eagle``,
+    ``eagle3``, ``draft-model`` and ``ngram``; chains for ``mtp`` (1 and 3 tokens: DeepSeek-V3's MTP is
+    run with a few) and ``suffix``; block sizes for ``block`` (DSpark's 7, DFlash's 16-token block = 15)."""
+    from tltcore.drafter.kinds import drafter_kind
+
+    spec = drafter_kind(kind)
+    return (spec.quick_shape,) if quick else spec.shapes
+
+
 def switches_sd_on(spec: str) -> bool:
     """Whether ``spec`` switches SD on mid-rollout (``Decision.switch_on``): the elastic wrapper and
     the cost-aware policy do; no-sd, static, bandits, tables and SGLang's EMA never do, so the
@@ -663,6 +674,7 @@ __all__ = [
     "freshness_tasks",
     "gpu_slower_line",
     "inputs_for",
+    "kind_shapes",
     "label_rows",
     "later_phase_seconds",
     "not_paying",

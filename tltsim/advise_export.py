@@ -22,6 +22,13 @@ knobs. What each engine can express, and so what is exported:
 A policy neither can express (BEG-MAB's bandit, cost-aware's per-iteration decisions, hysteresis) gets
 no export of its own: ``tlt advise`` exports the best setting the engine *can* run instead and says
 which, with its simulated speedup.
+
+Each drafter kind's engine names come from :mod:`tltcore.drafter.kinds` (the one place per kind):
+vLLM's ``method`` (checked against the ``SpeculativeMethod`` Literal of the installed vLLM's
+``vllm/config/speculative.py``: ``eagle``, ``eagle3``, ``mtp``, ``dflash``, ``ngram``, ``suffix``,
+``draft_model``) and SGLang's ``--speculative-algorithm`` (:data:`SGLANG_ALGORITHMS`: ``EAGLE``,
+``EAGLE3``, ``NEXTN``, ``DFLASH``, ``NGRAM``, ``STANDALONE``). A kind an engine cannot run (suffix
+decoding in SGLang) gets no export for it, and the reason (:func:`engine_support`).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tltcore.drafter.kinds import DRAFTER_KINDS, KINDS
 from tltcore.errors import InputError
 from tltcore.policy.base import SDConfig
 from tltcore.policy.batch_schedule import BatchSchedule, batch_schedule
@@ -44,8 +52,11 @@ VLLM_VERSION = "0.32.0"
 VLLM_SPECULATIVE_KEYS: tuple[str, ...] = ("method", "model", "num_speculative_tokens",
                                           "num_speculative_tokens_per_batch_size", "prompt_lookup_min",
                                           "prompt_lookup_max")
-#: vLLM's ``method`` per tlt drafter kind (``drafter.kind``).
-VLLM_METHODS = {"eagle": "eagle", "draft-model": "draft_model", "ngram": "ngram"}
+#: vLLM's ``method`` per tlt drafter kind (``drafter.kind``; :mod:`tltcore.drafter.kinds` says it), for
+#: the kinds vLLM runs.
+VLLM_METHODS: dict[str, str] = {k: KINDS[k].vllm.name for k in DRAFTER_KINDS if KINDS[k].vllm.name is not None}
+#: The vLLM methods that need no ``model``: the target's own MTP head, the model-free lookups.
+VLLM_NO_MODEL = ("mtp", "ngram", "suffix")
 
 #: Where SGLang's argument names come from (SGLang is not installed here, so they cannot be read from it).
 SGLANG_SOURCE = ("sgl-project/sglang python/sglang/srt/server_args.py, ServerArgs 'Speculative decoding' "
@@ -70,8 +81,25 @@ SGLANG_ALGORITHMS: tuple[str, ...] = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", 
 #: Keys of one batch-size slot of SGLang's adaptive config JSON (same source).
 SGLANG_ADAPTIVE_KEYS: tuple[str, ...] = ("candidate_steps", "ema_alpha", "update_interval", "warmup_batches",
                                          "up_hysteresis", "down_hysteresis", "ceiling_coeff")
-#: SGLang's algorithm per tlt drafter kind.
-SGLANG_ALGORITHM_OF = {"eagle": "EAGLE", "draft-model": "STANDALONE", "ngram": "NGRAM"}
+#: SGLang's algorithm per tlt drafter kind (:mod:`tltcore.drafter.kinds`), for the kinds SGLang runs.
+SGLANG_ALGORITHM_OF: dict[str, str] = {k: KINDS[k].sglang.name for k in DRAFTER_KINDS
+                                       if KINDS[k].sglang.name is not None}
+#: SGLang algorithms that draft from the target's own weights or from no model (no --speculative-draft-model-path).
+SGLANG_NO_DRAFT_PATH = ("NEXTN", "NGRAM")
+#: SGLang algorithms with its adaptive mode (a per-batch-size schedule; same source).
+SGLANG_ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")
+#: SGLang's block drafter takes its block as --speculative-num-draft-tokens alone (z-lab/dflash README).
+SGLANG_BLOCK_ALGORITHMS = ("DFLASH", "DSPARK")
+
+
+def engine_support(kind: str, engine: str) -> tuple[str | None, str]:
+    """(what ``engine`` — ``vllm`` or ``sglang`` — calls drafter ``kind``, "") or (None, why it cannot
+    run that kind at all)."""
+    spec = KINDS.get(kind)
+    if spec is None:
+        return None, f"no drafter kind '{kind}'; known: {', '.join(DRAFTER_KINDS)}"
+    name = spec.vllm if engine == "vllm" else spec.sglang
+    return name.name, name.why
 #: The file name the adaptive config is written to, next to the flags.
 SGLANG_ADAPTIVE_FILE = "sglang_adaptive.json"
 
@@ -101,10 +129,11 @@ def vllm_expressible(spec: str, max_batch: int) -> tuple[BatchSchedule | None, s
 def vllm_speculative_config(table: BatchSchedule, *, drafter: str = "eagle", model: str | None = None,
                             ngram: tuple[int, int] = (1, 3)) -> dict[str, Any] | None:
     """vLLM's ``speculative_config`` for a chain ``table`` (None: no SD at any batch size, run without
-    one). ``drafter``: tlt's drafter kind (``eagle`` -> ``method = "eagle"``, ``draft-model`` ->
-    ``draft_model``, ``ngram`` -> ``ngram`` with ``prompt_lookup_min/max`` from ``ngram``);
-    ``model``: the draft model or EAGLE head path (model-based drafters). One row is a fixed
-    ``num_speculative_tokens``; several add ``num_speculative_tokens_per_batch_size``."""
+    one). ``drafter``: tlt's drafter kind, its ``method`` from :data:`VLLM_METHODS` (``eagle3`` ->
+    ``eagle3``, ``block`` -> ``dflash``, ``ngram`` with ``prompt_lookup_min/max`` from ``ngram``, ...);
+    ``model``: the draft model or head path (not for ``mtp``, which drafts with the target's own MTP
+    weights, nor the model-free kinds). One row is a fixed ``num_speculative_tokens``; several add
+    ``num_speculative_tokens_per_batch_size``."""
     if drafter not in VLLM_METHODS:
         raise InputError(f"no vLLM method for drafter kind '{drafter}'; known: {', '.join(VLLM_METHODS)}",
                          field="drafter.kind")
@@ -113,10 +142,11 @@ def vllm_speculative_config(table: BatchSchedule, *, drafter: str = "eagle", mod
     k = max(c.depth for _, _, c in table.rows)
     if k == 0:
         return None
-    spec: dict[str, Any] = {"method": VLLM_METHODS[drafter]}
-    if drafter == "ngram":
+    method = VLLM_METHODS[drafter]
+    spec: dict[str, Any] = {"method": method}
+    if method == "ngram":
         spec["prompt_lookup_min"], spec["prompt_lookup_max"] = int(ngram[0]), int(ngram[1])
-    else:
+    elif method not in VLLM_NO_MODEL:
         spec["model"] = model if model is not None else "<path to your drafter>"
     spec["num_speculative_tokens"] = int(k)
     if len(table.rows) > 1:
@@ -135,26 +165,30 @@ class SglangExport:
     adaptive: dict[str, Any] | None = None
 
 
-def _shape_flags(cfg: SDConfig) -> list[str]:
+def _shape_flags(cfg: SDConfig, algorithm: str = "EAGLE") -> list[str]:
     # SGLang's num_draft_tokens counts the token the target verifies the drafts from (top-k 1: steps + 1),
-    # tlt's verify_tokens counts draft tokens only, so it is verify_tokens + 1 for chains and trees alike.
+    # tlt's verify_tokens counts draft tokens only, so it is verify_tokens + 1 for chains and trees alike. A
+    # block drafter takes only that (its block size: 16 for DFlash's b16 drafters, which draft 15).
+    if algorithm in SGLANG_BLOCK_ALGORITHMS:
+        return ["--speculative-num-draft-tokens", str(cfg.verify_tokens + 1)]
     return ["--speculative-num-steps", str(cfg.depth), "--speculative-eagle-topk", str(cfg.topk),
             "--speculative-num-draft-tokens", str(cfg.verify_tokens + 1)]
 
 
 def sglang_expressible(spec: str, max_batch: int, drafter: str = "eagle") -> tuple[SglangExport | None, str]:
     """(SGLang's flags for ``spec``, "") or (None, why SGLang cannot run it). ``drafter``: tlt's
-    drafter kind (``eagle`` -> EAGLE, ``draft-model`` -> STANDALONE, ``ngram`` -> NGRAM; only EAGLE
-    has the adaptive mode a per-batch-size schedule needs)."""
-    if drafter not in SGLANG_ALGORITHM_OF:
-        return None, f"no SGLang algorithm for drafter kind '{drafter}'"
-    algorithm = SGLANG_ALGORITHM_OF[drafter]
+    drafter kind, its algorithm from :data:`SGLANG_ALGORITHM_OF` (``eagle`` -> EAGLE, ``eagle3`` ->
+    EAGLE3, ``mtp`` -> NEXTN, ``block`` -> DFLASH, ``draft-model`` -> STANDALONE, ``ngram`` -> NGRAM;
+    only EAGLE and EAGLE3 have the adaptive mode a per-batch-size schedule needs)."""
+    algorithm, why = engine_support(drafter, "sglang")
+    if algorithm is None:
+        return None, why or f"no SGLang algorithm for drafter kind '{drafter}'"
     head = ["--speculative-algorithm", algorithm]
-    if drafter != "ngram":
+    if algorithm not in SGLANG_NO_DRAFT_PATH:
         head += ["--speculative-draft-model-path", "<path to your drafter>"]
     typed = policy_spec(spec)
     if isinstance(typed, SglangEmaSpec):
-        if algorithm != "EAGLE":
+        if algorithm not in SGLANG_ADAPTIVE_ALGORITHMS:
             return None, "SGLang's adaptive mode runs with EAGLE/EAGLE3 only"
         depths = typed.depths if typed.depths is not None else DEFAULT_DEPTHS
         smoothing = typed.smoothing if typed.smoothing is not None else DEFAULT_SMOOTHING
@@ -171,10 +205,11 @@ def sglang_expressible(spec: str, max_batch: int, drafter: str = "eagle") -> tup
     shapes = table.shapes
     if len(table.rows) == 1:
         cfg = table.rows[0][2]
-        return (SglangExport(()), "") if not cfg.enabled else (SglangExport(tuple(head + _shape_flags(cfg))), "")
+        return (SglangExport(()), "") if not cfg.enabled else (
+            SglangExport(tuple(head + _shape_flags(cfg, algorithm))), "")
     if not table.chains_only:
         return None, "SGLang's adaptive mode (a per-batch-size schedule) needs --speculative-eagle-topk 1 (chains)"
-    if algorithm != "EAGLE":
+    if algorithm not in SGLANG_ADAPTIVE_ALGORITHMS:
         return None, "SGLang's adaptive mode runs with EAGLE/EAGLE3 only"
     top = max(c.depth for c in shapes)
     slots = {str(lo): {"candidate_steps": [int(c.depth)]} for lo, _, c in table.rows}
@@ -257,7 +292,7 @@ def export_json(config: dict[str, Any] | None) -> str:
     return json.dumps(config, indent=2) + "\n"
 
 
-__all__ = ["SGLANG_ADAPTIVE_FILE", "SGLANG_ADAPTIVE_KEYS", "SGLANG_ALGORITHMS", "SGLANG_SOURCE",
+__all__ = ["SGLANG_ADAPTIVE_FILE", "SGLANG_ADAPTIVE_KEYS", "SGLANG_ALGORITHMS", "SGLANG_ALGORITHM_OF", "SGLANG_SOURCE",
            "SGLANG_SPECULATIVE_ARGS", "VLLM_METHODS", "VLLM_SPECULATIVE_KEYS", "VLLM_VERSION", "SglangExport",
-           "batch_table", "best_chain_depth", "decision_table", "export_json", "sglang_command", "sglang_expressible",
-           "vllm_expressible", "vllm_speculative_config"]
+           "batch_table", "best_chain_depth", "decision_table", "engine_support", "export_json", "sglang_command",
+           "sglang_expressible", "vllm_expressible", "vllm_speculative_config"]

@@ -15,9 +15,12 @@ over all those runs is the band that includes what was not measured.
 input             range                                       why
 ================= =========================================== =============================================
 drafter quality   the stale floor (0.89 of it by default) /   a drafter goes stale between trainings (the
-                  x 1.15 (at most the acceptance limit)       paper: accept length 4.59 stale vs 6.53
-                                                              adapted); a user's drafter may beat the fit
-n-gram alpha      0.3 / 0.7 (n-gram drafter only)             our 0.5 is an assumption, not a measurement
+                  x 1.15 (at most the acceptance limit);      paper: accept length 4.59 stale vs 6.53
+                  model-based kinds only. With a measured     adapted); a user's drafter may beat the fit.
+                  profile only the stale floor: the profile   A measured profile is the user's drafter:
+                  is the drafter's own acceptance             nothing above it is assumed
+n-gram alpha      0.3 / 0.7 (n-gram drafter without a         our 0.5 is an assumption, not a measurement
+                  measured profile only)
 GPU efficiency    FLOP/s x 0.75, bandwidth x 0.85 / FLOP/s    the roofline's per-layer error against
                   x 1.2, bandwidth x 1.1 (at most 1; only     measured kernels is 9-24% (the calibrated
                   where the roofline prices)                  model's 3-4%): GEMMs at small batch reach
@@ -125,21 +128,32 @@ def _known_lengths(spec: str) -> str:
 def variants(s: Scenario, cost: Any, specs: Sequence[str]) -> tuple[list[Variant], list[str]]:
     """Every variant of :data:`UNMEASURED` that applies to ``s`` (priced by ``cost``, ranking the
     policy ``specs``), and one line per input left out with why."""
+    from tltcore.drafter.kinds import drafter_kind
     from tltsim.scenario.build import is_borrowed, is_calibrated
     from tltsim.sensitivity import drafter_quality_limit
 
     out: list[Variant] = []
     skipped: list[str] = []
     d = s.drafter
-    if d.kind == "ngram":
+    measured = s.acceptance.measured
+    if d.kind == "ngram" and not measured:
         out += [Variant("n-gram alpha", f"{a:g}", {"drafter.ngram_alpha": a}) for a in NGRAM_ALPHAS]
         skipped.append("drafter quality: the n-gram drafter has none (its alpha is varied instead)")
+    elif drafter_kind(d.kind).model_free:
+        skipped.append(f"drafter quality: the {d.kind} drafter is model-free (no weights to go stale)"
+                       + ("; its acceptance is the measured profile" if measured else
+                          "; its published profile is not varied: give a measured profile (--acceptance FILE)"))
+        skipped.append("n-gram alpha: the measured profile replaces it" if d.kind == "ngram" else
+                       "n-gram alpha: the drafter is not the n-gram one")
     else:
         floor = round(d.floor, 4)
         high = round(min(QUALITY_HIGH * d.quality, max(d.quality, drafter_quality_limit(s))), 4)
         if floor < d.quality:
             out.append(Variant("drafter quality", f"{floor:g} (the stale floor)", {"drafter.quality": floor}))
-        if high > d.quality:
+        if measured:  # the profile is the user's drafter: only its going stale is left unmeasured
+            skipped.append(f"drafter quality above {d.quality:g}: not varied, the measured acceptance profile is your "
+                           "drafter's own (only its going stale between trainings, the low end, is unmeasured)")
+        elif high > d.quality:
             out.append(Variant("drafter quality", f"{high:g}", {"drafter.quality": high}))
         skipped.append("n-gram alpha: the drafter is not the n-gram one")
     calibrated, borrowed = is_calibrated(cost), is_borrowed(cost)

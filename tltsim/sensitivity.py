@@ -81,7 +81,9 @@ FACTORS: tuple[Factor, ...] = (
 
 def factors_for(s: Scenario) -> tuple[Factor, ...]:
     """The factors that change the answer of this kind of run (rollout ones only without presets)."""
-    model_free = s.drafter.kind == "ngram"  # the n-gram drafter has no quality to vary (drafter.ngram_alpha)
+    from tltcore.drafter.kinds import drafter_kind
+
+    model_free = drafter_kind(s.drafter.kind).model_free  # n-gram and suffix drafters have no quality to vary
     return tuple(f for f in FACTORS if (s.presets or not f.rl_only)
                  and not (model_free and f.field == "drafter.quality"))
 
@@ -100,11 +102,12 @@ def _groups_available(s: Scenario) -> int:
 
 
 def drafter_quality_limit(s: Scenario) -> float:
-    """The highest drafter quality the scenario's acceptance model admits (no depth's acceptance mass
-    above 1), to three decimals: the high end of a quality range (here and in :mod:`tltsim.robustness`)."""
-    from tltsim.scenario import acceptance_model
+    """The highest drafter quality the acceptance the drafter is priced with admits (no depth's
+    acceptance mass above 1), to three decimals: the high end of a quality range (here and in
+    :mod:`tltsim.robustness`)."""
+    from tltsim.scenario import drafter_acceptance
 
-    mass = acceptance_model(s.acceptance).max_row_mass()
+    mass = drafter_acceptance(s).max_row_mass()
     scales = max(s.drafter.position_scale, default=1.0) if s.drafter.position_scale else 1.0
     return float(np.floor(1e3 / (mass * max(scales, 1e-9))) / 1e3) if mass > 0 else 10.0
 

@@ -244,3 +244,32 @@ def test_without_ray_the_error_names_advises_own_option(tmp_path, monkeypatch):
     exc = res.exception
     assert isinstance(exc, InputError) and exc.path == "--executor" and "--executor local" in exc.message
     assert not (tmp_path / "r").exists()
+
+
+def test_a_measured_acceptance_profile_changes_the_answer_and_is_named(tmp_path):
+    poor, good = tmp_path / "poor.toml", tmp_path / "good.csv"
+    poor.write_text("rates = [0.05, 0.0]\nnote = 'an n-gram drafter on fresh reasoning'\n")
+    good.write_text("position,alpha\n1,0.95\n2,0.95\n3,0.9\n4,0.9\n")
+    answer = {}
+    for name, profile in (("poor", poor), ("good", good)):
+        out = tmp_path / name
+        res = _advise(*SMALL, "--quick", "--acceptance", str(profile), "--out", str(out))
+        assert res.exit_code == 0, res.output
+        answer[name] = re.search(r"^Recommended: (.*)$", res.output, re.M)[1]
+        assert f"acceptance measured profile {profile}" in (out / "README.md").read_text()
+        assert "assumes (not measured for your run): " in res.output
+        assert "EAGLE-tree acceptance" not in res.output  # the profile is measured, not assumed
+        s = load_scenario(out / "recommended.toml")
+        assert Path(s.acceptance.profile) == profile.resolve()  # the rerun prices the same drafter
+    assert answer["poor"].startswith("no SD") and not answer["good"].startswith("no SD")
+
+
+def test_a_kind_an_engine_cannot_run_gets_no_export_and_a_line_saying_so(tmp_path):
+    out = tmp_path / "r"
+    res = _advise(*SMALL, "--quick", "--drafter", "suffix", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    assert re.search(r"^SGLang: no export: SGLang's --speculative-algorithm has no suffix decoding", res.output, re.M)
+    assert (out / "sglang_flags.txt").read_text().startswith("# no SGLang export: ")
+    config = json.loads((out / "vllm_speculative_config.json").read_text())
+    assert config is None or (config["method"] == "suffix" and "model" not in config)
+    assert "suffix's published vLLM suffix decoding on MT-bench" in res.output  # the assumption, with its source

@@ -214,3 +214,81 @@ def test_a_derived_export_drafts_at_every_batch_size_where_its_policy_speculated
     assert ran_sd and all(depth_at[b] > 0 for b in ran_sd), (spec, ran_sd)
     # and below the smallest batch the run reached, the cost model's choice (SD pays most there)
     assert depth_at[1] == fill(1) > 0
+
+
+def _installed_vllm_methods() -> set[str]:
+    """Every string of the installed vLLM's ``SpeculativeMethod`` Literal (vllm/config/speculative.py, with
+    the Literals it nests: EagleModelTypes, MTPModelTypes, ...), read from the source without importing vLLM."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("vllm is not installed")
+    source = Path(next(iter(spec.submodule_search_locations))) / "config" / "speculative.py"
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    literals: dict[str, ast.expr] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            literals[node.targets[0].id] = node.value
+
+    def strings(expr: ast.expr) -> set[str]:
+        if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+            return {expr.value}
+        if isinstance(expr, ast.Name) and expr.id in literals:
+            return strings(literals[expr.id])
+        if isinstance(expr, ast.Subscript):  # Literal[...]
+            return strings(expr.slice)
+        if isinstance(expr, ast.Tuple):
+            return set().union(*(strings(e) for e in expr.elts))
+        return set()
+
+    methods = strings(literals["SpeculativeMethod"])
+    assert {"eagle", "ngram", "draft_model"} <= methods  # the parse found the Literal
+    return methods
+
+
+def test_every_kinds_vllm_method_is_one_the_installed_vllm_accepts():
+    from tltcore.drafter.kinds import DRAFTER_KINDS
+    from tltsim.advise_export import VLLM_METHODS
+
+    methods = _installed_vllm_methods()
+    assert set(VLLM_METHODS) == set(DRAFTER_KINDS)  # vLLM runs every kind
+    for kind, method in VLLM_METHODS.items():
+        assert method in methods, (kind, method)
+
+
+def test_an_eagle3_export_says_eagle3_for_vllm_and_EAGLE3_for_sglang():
+    table = batch_table("static:4_1_4", 64)
+    config = vllm_speculative_config(table, drafter="eagle3", model="/heads/eagle3")
+    assert config == {"method": "eagle3", "model": "/heads/eagle3", "num_speculative_tokens": 4}
+    assert config["method"] in _installed_vllm_methods()
+    flags = sglang_expressible("static:4_1_4", 64, "eagle3")[0].flags
+    assert flags[:4] == ("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path",
+                         "<path to your drafter>")
+    assert "EAGLE3" in SGLANG_ALGORITHMS and set(flags[::2]) <= set(SGLANG_SPECULATIVE_ARGS)
+    adaptive = sglang_expressible("sglang-ema", 256, "eagle3")[0]  # EAGLE3 has SGLang's adaptive mode too
+    assert adaptive is not None and "--speculative-adaptive" in adaptive.flags
+
+
+@pytest.mark.parametrize(("kind", "method", "algorithm"), [
+    ("eagle", "eagle", "EAGLE"), ("eagle3", "eagle3", "EAGLE3"), ("mtp", "mtp", "NEXTN"), ("block", "dflash", "DFLASH"),
+    ("ngram", "ngram", "NGRAM"), ("suffix", "suffix", None), ("draft-model", "draft_model", "STANDALONE")])
+def test_each_kind_exports_its_engines_names(kind, method, algorithm):
+    from tltsim.advise_export import engine_support
+
+    config = vllm_speculative_config(batch_table("static:3_1_3", 64), drafter=kind)
+    assert config["method"] == method and set(config) <= set(VLLM_SPECULATIVE_KEYS)
+    # the target's own MTP weights and the model-free lookups need no draft model path
+    assert ("model" in config) == (kind in ("eagle", "eagle3", "block", "draft-model"))
+    export, why = sglang_expressible("static:15_1_15", 64, kind)
+    if algorithm is None:  # SGLang has no suffix decoding: no export, and the reason
+        assert export is None and "no suffix decoding" in why and engine_support(kind, "sglang") == (None, why)
+        return
+    assert export.flags[1] == algorithm and algorithm in SGLANG_ALGORITHMS
+    assert set(export.flags[::2]) <= set(SGLANG_SPECULATIVE_ARGS)
+    assert ("--speculative-draft-model-path" in export.flags) == (algorithm not in ("NEXTN", "NGRAM"))
+    if algorithm == "DFLASH":  # a block drafter takes its block size alone: 15 drafts in a 16-token block
+        assert export.flags[-2:] == ("--speculative-num-draft-tokens", "16")
+        assert "--speculative-num-steps" not in export.flags

@@ -249,3 +249,15 @@ def test_the_ngram_drafter_never_ranks_above_eagle_on_the_same_scenario():
         if kind == "ngram":
             assert accept["static:4_1_4"] == pytest.approx(1.9375, abs=0.05)  # its own 0.5-alpha chain
     assert best["ngram"] < best["eagle"], best
+
+
+def test_the_grid_of_shapes_suits_the_drafter_kind():
+    from tltcore.policy.base import SDConfig
+    from tltsim.advise import DEFAULT_SHAPES, kind_shapes
+
+    for kind in ("eagle", "eagle3", "draft-model", "ngram"):
+        assert kind_shapes(kind) == DEFAULT_SHAPES == ("4_1_4", "8_4_32")
+    assert kind_shapes("eagle", quick=True) == ("8_4_32",)
+    for kind in ("mtp", "suffix", "block"):  # chains: these kinds draft no trees
+        assert all(SDConfig.parse(x).topk == 1 for x in (*kind_shapes(kind), *kind_shapes(kind, quick=True)))
+    assert kind_shapes("mtp") == ("1_1_1", "3_1_3") and kind_shapes("block") == ("7_1_7", "15_1_15")

@@ -158,3 +158,22 @@ def test_with_no_input_to_vary_the_line_says_so():
     r = rb.Robustness("x", (), (), ("cost model: a measured table of this engine prices it",), (1.5, 1.5), ("x",))
     assert r.line() == ("not assessed: no unmeasured input applies here (cost model: a measured table of this "
                         "engine prices it)")
+
+
+def test_quality_varies_for_model_based_kinds_and_a_measured_profile_narrows_it_to_going_stale():
+    def quality(s):
+        vs, skipped = rb.variants(s, _inputs(s).cost, ["static:4_1_4"])
+        return sorted(v.value for v in vs if v.input == "drafter quality"), skipped
+
+    for kind in ("eagle3", "mtp", "block"):  # model-based: the stale floor and x 1.15 (at most the profile's limit)
+        values, _ = quality(_small(("drafter.kind", kind)))
+        assert len(values) == 2 and "0.89 (the stale floor)" in values, (kind, values)
+    values, skipped = quality(_small(("drafter.kind", "eagle3"), ("acceptance.alphas", (0.8, 0.7))))
+    assert values == ["0.89 (the stale floor)"]  # measured: nothing above the user's own drafter is assumed
+    assert any(x.startswith("drafter quality above 1: not varied, the measured acceptance profile") for x in skipped)
+    values, skipped = quality(_small(("drafter.kind", "suffix")))
+    assert values == [] and any("suffix drafter is model-free" in x for x in skipped)
+    m = _small(("drafter.kind", "ngram"), ("acceptance.alphas", (0.6,)))
+    vs, skipped = rb.variants(m, _inputs(m).cost, ["static:4_1_4"])
+    assert not any(v.input == "n-gram alpha" for v in vs)
+    assert "n-gram alpha: the measured profile replaces it" in skipped

@@ -111,3 +111,191 @@ def test_the_stale_floor_is_a_fraction_of_the_quality_unless_set() -> None:
     assert DrafterConfig(quality=0.8, stale_quality=0.5).floor == 0.5
     with pytest.raises(InputError, match="stale_quality"):
         DrafterConfig(quality=0.8, stale_quality=0.85)
+
+
+# ---- the kinds of issue 41: EAGLE-3, MTP, block drafters, suffix decoding -----------------------------
+def _costs(model: str = "Qwen2.5-7B", tp: int = 1) -> dict[str, RooflineCostModel]:
+    from tltcore.drafter.kinds import drafter_kind, drafter_shape
+    from tltcore.hardware import get_gpu
+    from tltcore.model_shape import get_model
+
+    target, gpu = get_model(model), get_gpu("h100")
+    return {k: RooflineCostModel(target, gpu, tp=tp, drafter=drafter_shape(k, target),
+                                 parallel_draft=drafter_kind(k).parallel) for k in ("eagle", "eagle3", "mtp", "block")}
+
+
+def _draft_part(cost: RooflineCostModel, ctx: np.ndarray, cfg: SDConfig) -> float:
+    """An SD iteration less its verify forward and per-iteration overheads: what drafting costs."""
+    return cost.sd_time(ctx, cfg) - cost.verify_time(ctx, cfg.verify_tokens) - cost.sd_overhead_s \
+        - cost.iteration_overhead_s
+
+
+def test_a_block_drafter_drafts_in_one_forward_not_one_per_token() -> None:
+    block = _costs()["block"]
+    for ctx in (np.array([1500]), np.array([700, 3000, 9000] * 8)):
+        b = len(ctx)
+        paged, ctx_sum = block._sums(ctx)
+        for depth in (1, 7, 15):
+            rows = block.padded(b) * (depth + 1)  # the anchor token and `depth` masks, in one pass
+            kv = (paged + b * (depth + 1)) * block._draft.kv_read_s_per_token
+            att = ((depth + 1) * (ctx_sum + b * (depth + 1))) * block._draft.attention_s_per_position
+            one_pass = block._draft.fixed_time(rows, rows) + max(kv, att) + block.draft_step_overhead_s
+            assert _draft_part(block, ctx, SDConfig.chain(depth)) == pytest.approx(one_pass, rel=1e-12)
+        # 15 tokens cost far less than 15 one-token passes (memory-bound at small batch: about one)
+        one, fifteen = (_draft_part(block, ctx, SDConfig.chain(k)) for k in (1, 15))
+        assert fifteen < 2 * one
+    sequential = replace_parallel(block, False)
+    ctx = np.array([1500])
+    assert _draft_part(sequential, ctx, SDConfig.chain(15)) > 10 * _draft_part(block, ctx, SDConfig.chain(15))
+
+
+def replace_parallel(cost: RooflineCostModel, parallel: bool) -> RooflineCostModel:
+    from dataclasses import replace
+
+    return replace(cost, parallel_draft=parallel)
+
+
+def test_mtp_drafts_k_sequential_passes_of_the_targets_own_layer() -> None:
+    from dataclasses import fields
+
+    from tltcore.drafter.kinds import mtp_drafter
+    from tltcore.model_shape import get_model
+
+    target = get_model("Qwen2.5-32B")
+    head = mtp_drafter(target)
+    changed = {"name", "num_hidden_layers", "input_proj_features"}
+    for f in fields(target):  # every other field (MoE experts, MLA, ... as the lead adds them) carries over
+        if f.name not in changed:
+            assert getattr(head, f.name) == getattr(target, f.name), f.name
+    assert head.num_hidden_layers == 1 and head.input_proj_features == 2 * target.hidden_size
+    mtp = _costs()["mtp"]
+    ctx = np.array([2000])
+    steps = [mtp.draft_step_time(ctx, 1, s) for s in range(3)]
+    assert _draft_part(mtp, ctx, SDConfig.chain(3)) == pytest.approx(sum(steps) + 3 * mtp.draft_step_overhead_s)
+
+
+def test_eagle3_pays_for_its_fused_input_but_reads_a_far_smaller_lm_head() -> None:
+    from tltcore.drafter.kinds import EAGLE3_DRAFT_VOCAB, eagle3_drafter
+    from tltcore.model_shape import get_model
+
+    target = get_model("Qwen2.5-7B")
+    head = eagle3_drafter(target)
+    h = target.hidden_size
+    assert head.num_hidden_layers == 1 and head.vocab_size == EAGLE3_DRAFT_VOCAB == 32_000
+    # fc 3h -> h, and q/k/v reading [embedding ; fused] (2h): h more input columns than a plain layer
+    assert head.input_proj_params == (3 * h + target.q_dim + 2 * target.kv_dim) * h
+    assert head.input_proj_params > target.drafter().input_proj_params
+    assert head.lm_head_params == 32_000 * h < target.lm_head_params
+    costs, ctx = _costs(), np.array([2000])
+    assert costs["eagle3"].draft_step_time(ctx, 1) < 0.6 * costs["eagle"].draft_step_time(ctx, 1)  # 152k -> 32k rows
+
+
+def test_every_kind_is_priced_by_its_own_draft_cost_and_acceptance() -> None:
+    # the Done-when of issue 41: --drafter eagle3|mtp|block|ngram each priced by its own draft cost and acceptance
+    from tltcore.drafter.kinds import BLOCK_PROFILE, EAGLE3_PROFILE, MTP_PROFILE, SUFFIX_PROFILE
+    from tltsim.scenario import drafter_acceptance
+
+    s = _scenario()
+    chain = SDConfig.chain(7)
+    times, accepts = {}, {}
+    for kind in ("eagle", "eagle3", "mtp", "block", "ngram", "suffix", "draft-model"):
+        sk = apply_override(s, "drafter.kind", kind)
+        cost = cost_model(sk)
+        times[kind] = cost.sd_time(CTX, chain)
+        accepts[kind] = drafter_acceptance(sk).expected_accept_length(chain)
+        assert isinstance(cost, ModelFreeDraftCost) == (kind in ("ngram", "suffix"))
+        assert cost.parallel_draft == (kind == "block") if isinstance(cost, RooflineCostModel) else True
+    assert accepts["eagle3"] == pytest.approx(EAGLE3_PROFILE.model().expected_accept_length(chain))
+    assert accepts["mtp"] == pytest.approx(MTP_PROFILE.model().expected_accept_length(chain))
+    assert accepts["block"] == pytest.approx(BLOCK_PROFILE.model().expected_accept_length(chain))
+    assert accepts["suffix"] == pytest.approx(SUFFIX_PROFILE.model().expected_accept_length(chain))
+    assert accepts["ngram"] == pytest.approx((1 - 0.5**8) / 0.5)
+    assert len({round(v, 9) for v in accepts.values()}) == 6  # eagle and draft-model share the preset
+    # on a dense target MTP's head has EAGLE's shape; EAGLE-3's draft vocabulary makes it the cheapest model-based kind
+    assert times["ngram"] == times["suffix"] < times["eagle3"] < times["eagle"] == times["mtp"]
+    assert times["block"] < times["draft-model"]
+
+
+def test_each_published_profile_reproduces_its_published_numbers_and_names_its_source() -> None:
+    from tltcore.drafter.kinds import (
+        BLOCK_PROFILE,
+        BLOCK_TAU7,
+        EAGLE3_PROFILE,
+        EAGLE3_TAUS,
+        KINDS,
+        MTP_FIRST,
+        MTP_PROFILE,
+        MTP_TAU7,
+        SUFFIX_ALPHA,
+        SUFFIX_PROFILE,
+    )
+
+    for k, taus in enumerate(EAGLE3_TAUS, start=1):  # RedHatAI's accept lengths at 1..7 draft tokens
+        assert EAGLE3_PROFILE.model().expected_accept_length(SDConfig.chain(k)) == pytest.approx(taus, abs=2e-3)
+    assert MTP_PROFILE.alphas[0] == MTP_FIRST == 0.875  # DeepSeek-V3: second-token acceptance 85-90%
+    assert MTP_PROFILE.model().expected_accept_length(SDConfig.chain(7)) == pytest.approx(MTP_TAU7, abs=5e-3)
+    assert BLOCK_PROFILE.model().expected_accept_length(SDConfig.chain(7)) == pytest.approx(BLOCK_TAU7, abs=2e-3)
+    assert SUFFIX_PROFILE.alphas == (SUFFIX_ALPHA,) == (0.62,)
+    for kind in KINDS.values():
+        if kind.profile is not None:
+            p = kind.profile
+            assert p.source and p.how and p.label
+            assert any(w in p.source for w in ("arXiv", "model card", "PR #", "card")), p.source
+
+
+def test_the_kinds_literal_and_the_registry_are_the_same_list() -> None:
+    from typing import get_args
+
+    from tltcore.drafter.dynamics import MODEL_FREE_KINDS, DrafterKind
+    from tltcore.drafter.kinds import DRAFTER_KINDS, KINDS
+
+    assert set(get_args(DrafterKind)) == set(DRAFTER_KINDS) == set(KINDS)
+    assert set(MODEL_FREE_KINDS) == {k for k, v in KINDS.items() if v.model_free}
+
+
+def test_a_named_preset_or_a_measured_profile_replaces_a_kinds_published_default() -> None:
+    from tltsim.scenario import drafter_acceptance
+
+    chain = SDConfig.chain(4)
+    s = _scenario(**{"drafter.kind": "mtp"})
+    assert drafter_acceptance(s).expected_accept_length(chain) == pytest.approx(
+        1 + 0.875 + 0.875 * 0.7262 + 0.875 * 0.7262 * 0.6028 + 0.875 * 0.7262 * 0.6028 * 0.5003, rel=1e-6)
+    named = apply_override(s, "acceptance.preset", "chain-0.8")
+    assert drafter_acceptance(named).expected_accept_length(chain) == pytest.approx((1 - 0.8**5) / 0.2)
+    for kind in ("eagle", "mtp", "ngram", "suffix"):
+        measured = apply_override(apply_override(s, "drafter.kind", kind), "acceptance.alphas", "[0.9, 0.5]")
+        assert drafter_acceptance(measured).expected_accept_length(chain) == pytest.approx(
+            1 + 0.9 + 0.45 + 0.225 + 0.1125)  # positions past the profile reuse its last alpha
+
+
+def test_suffix_is_model_free_and_takes_no_quality() -> None:
+    s = _scenario(**{"drafter.kind": "suffix"})
+    assert s.drafter.initial().quality == 1.0
+    with pytest.raises(InputError, match=r"quality.*model-free suffix drafter"):
+        _scenario(**{"drafter.kind": "suffix", "drafter.quality": "0.9"})
+
+
+@needs_shared_traces()
+def test_tlts_presets_run_the_scenarios_trainable_kind_and_keep_their_own_otherwise() -> None:
+    from tltsim.rl.presets import preset_drafter
+
+    for scenario_kind, tlt_kind in (("eagle", "eagle"), ("eagle3", "eagle3"), ("mtp", "mtp"), ("block", "block"),
+                                    ("draft-model", "eagle"), ("ngram", "eagle"), ("suffix", "eagle")):
+        assert preset_drafter(get_preset("tlt"), scenario_kind) == tlt_kind
+        assert preset_drafter(get_preset("tlt-base"), scenario_kind) == "ngram"
+    s = _scenario(**{"drafter.kind": "eagle3"})
+    inputs = prepare(s)
+    assert preset_inputs(s, get_preset("tlt"), inputs) is inputs  # the EAGLE-3 head is the one kept fresh
+    assert isinstance(preset_inputs(s, get_preset("tlt-base"), inputs).cost, ModelFreeDraftCost)
+
+
+def test_mtp_on_an_moe_target_drafts_with_its_moe_layer():
+    from dataclasses import replace
+
+    from tltcore.drafter.kinds import mtp_drafter
+    from tltcore.model_shape import get_model
+
+    target = get_model("deepseek-ai/DeepSeek-V3")  # first_k_dense_replace = 3: a 1-layer copy must not keep it
+    head = mtp_drafter(target)
+    assert head.moe_layers == 1 and head.dense_mlp_layers == 0 and head.mtp_layers == 0
+    assert head.moe == replace(target.moe, dense_layers=0) and head.mla == target.mla

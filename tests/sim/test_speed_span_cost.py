@@ -244,3 +244,42 @@ def test_batched_sd_times_are_sd_time_per_shape(tmp_path) -> None:
             ctx = rng.integers(0, 20_000, b)
             assert cost.sd_times(ctx, [*SHAPES, NO_SD]) == [float(cost.sd_time(ctx, c)) for c in [*SHAPES, NO_SD]]
         assert cost.sd_times(np.zeros(0, dtype=np.int64), SHAPES) == [0.0] * len(SHAPES)
+
+
+def _drafter_kind_models(tmp_path):
+    """Each drafter kind's roofline (EAGLE-3 head, MTP head, the parallel block drafter), sharp and smooth,
+    and the measured subclass with a block drafter: the kinds of issue 41."""
+    from tltcore.drafter.kinds import block_drafter, eagle3_drafter, mtp_drafter
+
+    qwen7b, qwen32b, h100 = get_model("Qwen2.5-7B"), get_model("Qwen2.5-32B"), get_gpu("h100")
+    root = write_profiles(tmp_path / "profiles")
+    return [RooflineCostModel(qwen7b, h100, drafter=block_drafter(qwen7b), parallel_draft=True),
+            RooflineCostModel(qwen32b, h100, tp=4, drafter=block_drafter(qwen32b), parallel_draft=True,
+                              kv_block_size=12),
+            RooflineCostModel(qwen7b, h100, tp=2, drafter=block_drafter(qwen7b), parallel_draft=True, smoothness=4.0,
+                              kernel_latency_s=2e-6, kernels_per_layer=9),
+            RooflineCostModel(qwen7b, h100, drafter=eagle3_drafter(qwen7b)),
+            RooflineCostModel(qwen32b, h100, tp=4, drafter=mtp_drafter(qwen32b)),
+            measured_cost_model(qwen32b, "H100", 4, profiles=root, drafter=block_drafter(qwen32b), parallel_draft=True),
+            measured_cost_model(qwen7b, "H100", 1, profiles=root, drafter=eagle3_drafter(qwen7b))]
+
+
+def test_each_drafter_kinds_batched_forms_are_its_sd_time_to_the_bit(tmp_path) -> None:
+    """A parallel (block) pass and the EAGLE-3 / MTP heads keep every batched form of the SD iteration
+    (block rows, rows of mixed batches, a list of shapes) bit-identical to ``sd_time``."""
+    rng = np.random.default_rng(41)
+    for cost in _drafter_kind_models(tmp_path):
+        p = pricers_of(cost)
+        assert p.sd is not None and p.rows is not None
+        bs = cost.kv_block_size
+        for config in [*SHAPES, SDConfig(15, 1, 15), SDConfig(7, 1, 7)]:
+            for b in (1, 3, 17, 64, 300):
+                rows = rng.integers(1, 40_000, size=(int(rng.integers(1, 9)), b), dtype=np.int64)
+                got = p.sd(rows, config)
+                assert got == [cost.sd_time(r, config) for r in rows], (cost.drafter.name, b, config)
+            batches = [rng.integers(1, 40_000, int(rng.integers(1, 300))) for _ in range(12)]
+            got = p.rows(np.array([bs * int(np.sum(-(-r // bs))) for r in batches]),
+                         np.array([int(r.sum()) for r in batches]), np.array([len(r) for r in batches]), config)
+            assert got.tolist() == [cost.sd_time(r, config) for r in batches], (cost.drafter.name, config)
+        ctx = rng.integers(0, 20_000, 33)
+        assert cost.sd_times(ctx, [*SHAPES, NO_SD]) == [float(cost.sd_time(ctx, c)) for c in [*SHAPES, NO_SD]]

@@ -146,6 +146,7 @@ class OpShape:
     vocab: int
     gated: bool = True
     head_dim: int = 0
+    input_features: int = 0  # a drafter's input projection in_features -> hidden (0: EAGLE's 2 * hidden)
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
@@ -154,7 +155,7 @@ class OpShape:
     @classmethod
     def of(cls, shape: ModelShape) -> OpShape:
         return cls(shape.num_attention_heads, shape.num_key_value_heads, shape.hidden_size, shape.intermediate_size,
-                   shape.vocab_size, True, shape.head_dim)
+                   shape.vocab_size, True, shape.head_dim, shape.input_proj_features)
 
     def heads_per_gpu(self, tp: int) -> tuple[int, int]:
         """(query heads, KV heads) on one GPU: KV heads are replicated when fewer than ``tp``."""
@@ -167,7 +168,7 @@ def matmul_dims(op: str, s: OpShape, tp: int) -> tuple[int, int]:
     dims = {"attn_pre_proj": (s.hidden, (q + 2 * kv) * s.head_dim), "attn_post_proj": (q * s.head_dim, s.hidden),
             "mlp_up_proj": (s.hidden, (2 if s.gated else 1) * (s.intermediate // tp)),
             "mlp_down_proj": (s.intermediate // tp, s.hidden), "lm_head": (s.hidden, -(-s.vocab // tp)),
-            "eagle_fc": (2 * s.hidden, s.hidden)}
+            "eagle_fc": (s.input_features or 2 * s.hidden, s.hidden)}
     if op not in dims:
         raise InputError(f"unknown matmul '{op}'; known: {', '.join(dims)}", field="op")
     return dims[op]

@@ -246,7 +246,8 @@ class _ForwardCosts:
 #: The roofline's scalar formulas, each restated by a batched form of :class:`RooflineCostModel`. A
 #: subclass overriding one must say how its batched forms relate (:meth:`RooflineCostModel.__init_subclass__`).
 _ROOFLINE_FORMULAS = frozenset({
-    "padded", "_sums", "_sd_constants", "_sd_at", "_draft_attention", "_drafting", "_verify", "_prefill",
+    "padded", "_sums", "_sd_constants", "_sd_at", "_draft_attention", "_block_attention", "_drafting", "_verify",
+    "_prefill",
     "_paged_span_sum", "_decode_step", "decode_time", "decode_span_time", "sd_time", "verify_time",
     "draft_step_time", "prefill_time", "drafter_prefill_time"})
 
@@ -260,7 +261,10 @@ class RooflineCostModel(CostModelBase):
     a paged cache streams whole blocks), the LM head, TP collectives, and ``iteration_overhead_s``.
     An SD iteration adds ``depth`` drafter steps (``drafter``: by default the target's one-layer
     EAGLE drafter) over ``topk`` tokens per request, and one target verify forward over
-    ``verify_tokens + 1`` tokens per request.
+    ``verify_tokens + 1`` tokens per request. A parallel drafter (``parallel_draft``: a block drafter,
+    DFlash/DSpark, :mod:`tltcore.drafter.kinds`) drafts instead in **one** forward over ``depth + 1``
+    positions per request (the anchor token and ``depth`` masks), whose logits give every position's
+    candidates at once, with one draft-step overhead.
 
     Each formula is written once, in scalar form, with its batched form beside it (the
     :class:`~tltcore.cost.protocol.PagedKVTimes` this model is): the same IEEE operations on the same
@@ -282,6 +286,7 @@ class RooflineCostModel(CostModelBase):
     smoothness: float = math.inf
     expert_parallel: bool = False
     routing_skew: float = 0.0
+    parallel_draft: bool = False
     _target: _ForwardCosts = field(init=False, repr=False, compare=False)
     _draft: _ForwardCosts = field(init=False, repr=False, compare=False)
     _sd_cache: dict = field(init=False, repr=False, compare=False)
@@ -353,15 +358,21 @@ class RooflineCostModel(CostModelBase):
     def _sd_constants(self, b: int, depth: int, topk: int, verify_tokens: int) -> tuple[float, ...]:
         """Everything of an SD iteration that depends only on the batch size and the shape (the
         padded matmul/collective terms and the attention coefficients), memoised: the simulator
-        asks for the same few (batch, shape) pairs thousands of times."""
+        asks for the same few (batch, shape) pairs thousands of times. A parallel drafter's draft is
+        one forward over ``depth + 1`` rows per request and one draft-step overhead; a sequential
+        drafter's ``depth`` forwards over ``topk`` rows and ``depth`` overheads."""
         key = (b, depth, topk, verify_tokens)
         hit = self._sd_cache.get(key)
         if hit is None:
             d, t = self._draft, self._target
-            rows = self.padded(b) * topk
             v_rows = self.padded(b) * (verify_tokens + 1)
-            hit = (depth * d.fixed_time(rows, rows), depth * self.draft_step_overhead_s,
-                   t.fixed_time(v_rows, v_rows))
+            if self.parallel_draft:
+                rows = self.padded(b) * (depth + 1)
+                hit = (d.fixed_time(rows, rows), self.draft_step_overhead_s, t.fixed_time(v_rows, v_rows))
+            else:
+                rows = self.padded(b) * topk
+                hit = (depth * d.fixed_time(rows, rows), depth * self.draft_step_overhead_s,
+                       t.fixed_time(v_rows, v_rows))
             self._sd_cache[key] = hit
         return hit
 
@@ -493,7 +504,8 @@ class RooflineCostModel(CostModelBase):
 
     def draft_step_time(self, context_lens: np.ndarray, topk: int, step: int = 0) -> float:
         """One drafter forward over ``topk`` candidate tokens per request at draft depth ``step``
-        (its own one-layer KV over the context plus the draft so far), without overheads."""
+        (its own KV over the context plus the draft so far), without overheads: a sequential
+        drafter's step (a parallel drafter's one pass is inside :meth:`sd_time`)."""
         ctx = as_lengths(context_lens, "context_lens")
         if ctx.size == 0:
             return 0.0
@@ -548,6 +560,16 @@ class RooflineCostModel(CostModelBase):
             total += att if att > kv else kv  # = max(kv, att) without the builtin call
         return total
 
+    def _block_attention(self, total: float, b: int, paged_sum: int, ctx_sum: int, depth: int) -> float:
+        """``total`` plus the attention of a parallel drafter's one pass: ``depth + 1`` block positions
+        per request, each reading the drafter's KV over its context and the whole block (positions
+        inside a block see each other)."""
+        d = self._draft
+        n = depth + 1
+        kv = (paged_sum + b * n) * d.kv_read_s_per_token
+        att = (n * (ctx_sum + b * n)) * d.attention_s_per_position
+        return total + (att if att > kv else kv)
+
     def sd_time(self, context_lens: np.ndarray, config: SDConfig) -> float:
         """One SD iteration (``decode_time`` when ``config`` drafts nothing). Every EAGLE-2 tree
         shape is a valid ``SDConfig``, so this is the only entry point."""
@@ -573,7 +595,10 @@ class RooflineCostModel(CostModelBase):
         """One SD iteration of ``b`` requests from their (paged, plain) context sums."""
         depth, topk, verify_tokens = config.depth, config.topk, config.verify_tokens
         draft_fixed, draft_overhead, verify_fixed = self._sd_constants(b, depth, topk, verify_tokens)
-        drafting = self._draft_attention(draft_fixed, b, paged_sum, ctx_sum, topk, 0, depth)
+        if self.parallel_draft:
+            drafting = self._block_attention(draft_fixed, b, paged_sum, ctx_sum, depth)
+        else:
+            drafting = self._draft_attention(draft_fixed, b, paged_sum, ctx_sum, topk, 0, depth)
         tokens = verify_tokens + 1
         verify = verify_fixed + self._target.attention_time(paged_sum + b * tokens,
                                                              tokens * (ctx_sum + b * tokens))
@@ -581,32 +606,45 @@ class RooflineCostModel(CostModelBase):
 
     def _sd_shape(self, config: SDConfig) -> tuple:
         """What :meth:`_sd_at`'s batched forms need of a shape, per batch-size unit (the integer terms are
-        linear in the batch): rows 0..depth-1 the draft steps, row depth the verify forward. KV read:
-        ``(paged + kv_per_b * b) * kv_s``; attention: ``(per_ctx * ctx_sum + att_per_b * b) * att_s``, i.e.
-        ``topk * (ctx_sum + b * (step + 1))`` and ``tokens * (ctx_sum + b * tokens)`` as exact integers
-        before the one float product, as :meth:`_draft_attention` and :meth:`_sd_at` form them."""
+        linear in the batch): ``passes`` draft rows (a sequential drafter's ``depth`` steps, a parallel
+        drafter's one pass), then the verify forward's row. KV read: ``(paged + kv_per_b * b) * kv_s``;
+        attention: ``(per_ctx * ctx_sum + att_per_b * b) * att_s``, i.e. ``topk * (ctx_sum + b * (step + 1))``
+        per step (or ``n * (ctx_sum + b * n)`` for a parallel pass over ``n = depth + 1`` positions) and
+        ``tokens * (ctx_sum + b * tokens)`` as exact integers before the one float product, as
+        :meth:`_draft_attention`, :meth:`_block_attention` and :meth:`_sd_at` form them."""
         shapes = self._memo["shape"]
         hit = shapes.get(config)
         if hit is None:
             depth, topk, tokens = config.depth, config.topk, config.verify_tokens + 1
             d, t = self._draft, self._target
-            steps = np.arange(1, depth + 1, dtype=np.int64)
-            kv_per_b = np.append(topk * steps, tokens)[:, None]
-            per_ctx = np.append(np.full(depth, topk, dtype=np.int64), tokens)[:, None]
-            att_per_b = np.append(topk * steps, tokens * tokens)[:, None]
-            kv_s = np.append(np.full(depth, d.kv_read_s_per_token), t.kv_read_s_per_token)[:, None]
-            att_s = np.append(np.full(depth, d.attention_s_per_position), t.attention_s_per_position)[:, None]
-            hit = shapes[config] = (depth, kv_per_b, per_ctx, att_per_b, kv_s, att_s)
+            if self.parallel_draft:
+                n = depth + 1
+                passes = 1
+                kv_draft = np.array([n], dtype=np.int64)
+                ctx_draft = np.array([n], dtype=np.int64)
+                att_draft = np.array([n * n], dtype=np.int64)
+            else:
+                passes = depth
+                steps = np.arange(1, depth + 1, dtype=np.int64)
+                kv_draft = topk * steps
+                ctx_draft = np.full(depth, topk, dtype=np.int64)
+                att_draft = topk * steps
+            kv_per_b = np.append(kv_draft, tokens)[:, None]
+            per_ctx = np.append(ctx_draft, tokens)[:, None]
+            att_per_b = np.append(att_draft, tokens * tokens)[:, None]
+            kv_s = np.append(np.full(passes, d.kv_read_s_per_token), t.kv_read_s_per_token)[:, None]
+            att_s = np.append(np.full(passes, d.attention_s_per_position), t.attention_s_per_position)[:, None]
+            hit = shapes[config] = (passes, kv_per_b, per_ctx, att_per_b, kv_s, att_s)
         return hit
 
-    def _sd_total(self, terms: np.ndarray, depth: int, draft_overhead: np.ndarray | float) -> np.ndarray:
-        """:meth:`_sd_at`'s sum over ``terms`` (row 0: the draft steps' fixed time; rows 1..depth: each
-        draft step's attention; row depth + 1: the verify forward's fixed time plus attention): the
-        draft steps added in step order (``add.accumulate`` down the rows is that sequential sum,
-        element-wise), then the overheads in :meth:`_sd_at`'s order."""
-        out = np.add.accumulate(terms[:depth + 1], axis=0)[depth]
+    def _sd_total(self, terms: np.ndarray, passes: int, draft_overhead: np.ndarray | float) -> np.ndarray:
+        """:meth:`_sd_at`'s sum over ``terms`` (row 0: the draft's fixed time; rows 1..passes: each draft
+        pass's attention; row passes + 1: the verify forward's fixed time plus attention): the draft
+        passes added in order (``add.accumulate`` down the rows is that sequential sum, element-wise),
+        then the overheads in :meth:`_sd_at`'s order."""
+        out = np.add.accumulate(terms[:passes + 1], axis=0)[passes]
         out += draft_overhead
-        out += terms[depth + 1]
+        out += terms[passes + 1]
         out += self.sd_overhead_s
         out += self.iteration_overhead_s
         return out
@@ -622,22 +660,22 @@ class RooflineCostModel(CostModelBase):
         known = self._memo["rows"]
         c = known.get(key)
         if c is None:
-            depth, kv_per_b, per_ctx, att_per_b, kv_s, att_s = self._sd_shape(config)
-            draft_fixed, draft_overhead, verify_fixed = self._sd_constants(b, depth, config.topk,
+            passes, kv_per_b, per_ctx, att_per_b, kv_s, att_s = self._sd_shape(config)
+            draft_fixed, draft_overhead, verify_fixed = self._sd_constants(b, config.depth, config.topk,
                                                                            config.verify_tokens)
-            c = known[key] = (depth, draft_fixed, draft_overhead, verify_fixed, kv_per_b * b, per_ctx,
+            c = known[key] = (passes, draft_fixed, draft_overhead, verify_fixed, kv_per_b * b, per_ctx,
                                          att_per_b * b, kv_s, att_s)
-        depth, draft_fixed, draft_overhead, verify_fixed, kv_add, per_ctx, att_add, kv_s, att_s = c
+        passes, draft_fixed, draft_overhead, verify_fixed, kv_add, per_ctx, att_add, kv_s, att_s = c
         paged = self._row_sums(ctx_rows)
         if ctx_sum is None:
             ctx_sum = np.add.reduce(ctx_rows, axis=1)
-        terms = np.empty((depth + 2, k))
+        terms = np.empty((passes + 2, k))
         terms[0] = draft_fixed
-        # max(kv, att) per draft step and for the verify forward (`att if att > kv else kv`: no NaNs,
+        # max(kv, att) per draft pass and for the verify forward (`att if att > kv else kv`: no NaNs,
         # no signed zeros here)
         np.maximum((paged + kv_add) * kv_s, (per_ctx * ctx_sum + att_add) * att_s, out=terms[1:])
-        terms[depth + 1] += verify_fixed  # the verify forward: fixed + attention_time
-        return self._sd_total(terms, depth, draft_overhead).tolist()
+        terms[passes + 1] += verify_fixed  # the verify forward: fixed + attention_time
+        return self._sd_total(terms, passes, draft_overhead).tolist()
 
     def sd_times_from_sums(self, paged: np.ndarray, ctx_sum: np.ndarray, batch: np.ndarray,
                            config: SDConfig) -> np.ndarray:
@@ -645,16 +683,16 @@ class RooflineCostModel(CostModelBase):
         (``kv_block_size * sum(ceil(ctx / kv_block_size))``), its context sum and its batch size (int64
         arrays, one entry per iteration): :meth:`sd_rows_times` with the per-batch constants gathered
         per row."""
-        depth, kv_per_b, per_ctx, att_per_b, kv_s, att_s = self._sd_shape(config)
+        passes, kv_per_b, per_ctx, att_per_b, kv_s, att_s = self._sd_shape(config)
         sizes, inv = np.unique(batch, return_inverse=True)
-        consts = [self._sd_constants(b, depth, config.topk, config.verify_tokens) for b in sizes.tolist()]
+        consts = [self._sd_constants(b, config.depth, config.topk, config.verify_tokens) for b in sizes.tolist()]
         draft_fixed, draft_overhead, verify_fixed = (np.array(x, dtype=np.float64)[inv]
                                                      for x in zip(*consts, strict=True))
-        terms = np.empty((depth + 2, len(paged)))
+        terms = np.empty((passes + 2, len(paged)))
         terms[0] = draft_fixed
         np.maximum((paged + kv_per_b * batch) * kv_s, (per_ctx * ctx_sum + att_per_b * batch) * att_s, out=terms[1:])
-        terms[depth + 1] = verify_fixed + terms[depth + 1]
-        return self._sd_total(terms, depth, draft_overhead)
+        terms[passes + 1] = verify_fixed + terms[passes + 1]
+        return self._sd_total(terms, passes, draft_overhead)
 
     # ---- prefill --------------------------------------------------------------------------------
     def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:

@@ -42,8 +42,10 @@ from tltcore.config import ConfigModel, Float, Str
 from tltcore.drafter.state import DrafterState
 from tltcore.errors import InputError
 
-#: What drafts (:mod:`tltcore.drafter.kinds`, whose ``DRAFTER_KINDS`` is this list).
-DrafterKind = Literal["eagle", "draft-model", "ngram"]
+#: What drafts (:mod:`tltcore.drafter.kinds`, whose ``DRAFTER_KINDS`` is this list, tested).
+DrafterKind = Literal["eagle", "eagle3", "mtp", "block", "ngram", "suffix", "draft-model"]
+#: The kinds without weights (:attr:`tltcore.drafter.kinds.DrafterKind.model_free`): nothing to go stale or train.
+MODEL_FREE_KINDS = ("ngram", "suffix")
 #: The stale floor as a fraction of the trained quality when ``stale_quality`` is not set.
 DEFAULT_STALE_FRACTION = 0.89
 #: The stale floor of a drafter of quality 1 (the paper-fitted one).
@@ -54,18 +56,27 @@ _SCALE = Annotated[float, Field(allow_inf_nan=False, strict=True)]
 class DrafterConfig(ConfigModel):
     """The drafter the workers hold (the scenario's ``[drafter]`` section) and how its quality moves.
 
-    ``quality`` multiplies every per-position acceptance (1 = as fitted, < 1 = stale; the initial
-    :class:`~tltcore.drafter.state.DrafterState` and the ceiling training recovers toward);
+    ``quality`` is a scale of the kind's per-position acceptance profile: it multiplies every
+    per-position acceptance probability of the profile that prices the drafter (the initial
+    :class:`~tltcore.drafter.state.DrafterState` and the ceiling training recovers toward). Quality 1
+    is that profile as it stands: for ``eagle`` (and ``draft-model``) the scenario's acceptance preset,
+    by default ``paper-qwen32b``, the paper's adapted EAGLE drafter of Qwen2.5-32B (TP 4, top-k 8)
+    fitted to its depth x verify table (:mod:`tltcore.acceptance`); for ``eagle3``, ``mtp`` and ``block``
+    their published profiles (:mod:`tltcore.drafter.kinds`, each with its source); for a measured
+    profile (``acceptance.profile``, ``acceptance.alphas``), the drafter that was measured. Below 1 is a
+    staler or weaker drafter, above 1 a better one (up to where one position's acceptance would pass 1).
     ``position_scale`` refines it per draft position. Whole RL runs (``presets``) move it (module
     docstring): each policy update decays it toward the stale floor by the fraction ``drift``,
     training recovers it toward ``quality`` with ``recovery_samples`` samples per e-folding. ``kind``
-    (:mod:`tltcore.drafter.kinds`): ``eagle`` (TLT's one-layer drafter), ``draft-model`` (the separate
-    LM ``draft_model``) or ``ngram`` (model-free, chain acceptance ``ngram_alpha``, ``ngram_lookup_s``
-    of CPU per SD iteration); a preset names its own kind.
+    (:mod:`tltcore.drafter.kinds`): ``eagle`` (TLT's one-layer EAGLE-1/2 drafter), ``eagle3``, ``mtp``
+    (the target's MTP head), ``block`` (DFlash/DSpark), ``draft-model`` (the separate LM
+    ``draft_model``), or the model-free ``ngram`` (chain acceptance ``ngram_alpha``) and ``suffix``, which
+    spend ``ngram_lookup_s`` of CPU per SD iteration; a preset names its own kind.
 
     ``stale_quality`` (None: :data:`DEFAULT_STALE_FRACTION` of ``quality``) above ``quality`` would be
-    no staleness at all, so it is refused. The model-free ``ngram`` kind has no weights: its
-    acceptance is ``ngram_alpha`` alone, so a ``quality`` other than 1 is refused beside it."""
+    no staleness at all, so it is refused. The model-free kinds have no weights to go stale or train
+    (``ngram``'s acceptance is ``ngram_alpha`` alone), so a ``quality`` other than 1 is refused beside
+    them."""
 
     SECTION = "drafter"
 
@@ -77,6 +88,7 @@ class DrafterConfig(ConfigModel):
     drift: Float = Field(0.3, ge=0, le=1)
     recovery_samples: Float = Field(400.0, gt=0)
     ngram_alpha: Float = Field(0.5, ge=0, le=1)
+    #: CPU seconds a model-free drafter (ngram, suffix) spends looking up one SD iteration's drafts.
     ngram_lookup_s: Float = Field(5e-5, ge=0, le=1)
 
     @field_validator("position_scale")
@@ -96,6 +108,10 @@ class DrafterConfig(ConfigModel):
             raise InputError(f"is {self.quality:g}, but the model-free n-gram drafter (drafter.kind = 'ngram') has no "
                              "weights to be stale or trained: its acceptance is drafter.ngram_alpha; leave "
                              "drafter.quality at 1", field="quality")
+        if self.kind == "suffix" and self.quality != 1.0:
+            raise InputError(f"is {self.quality:g}, but the model-free suffix drafter (drafter.kind = 'suffix') has no "
+                             "weights to be stale or trained: give its measured acceptance (acceptance.profile) "
+                             "instead; leave drafter.quality at 1", field="quality")
         return self
 
     @property
@@ -115,7 +131,7 @@ class DrafterConfig(ConfigModel):
         """The drafter of kind ``kind`` (None: ``self.kind``) trained for the initial policy (version 0,
         at the ceiling). A model-free drafter is quality 1: its acceptance is its own
         (:func:`tltcore.drafter.kinds.drafter_acceptance`)."""
-        if (kind or self.kind) == "ngram":
+        if (kind or self.kind) in MODEL_FREE_KINDS:
             return DrafterState()
         return DrafterState(quality=self.quality, position_scale=self.position_scale)
 

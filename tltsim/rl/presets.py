@@ -19,6 +19,11 @@ speco-bubble   static chain 4_1_4      eagle       in rollout bubbles on a fixed
                                                    full synchronous checkpoints
 ============== ======================= =========== ==========================================
 
+A preset's ``eagle`` is TLT's trainable drafter: when the scenario's own drafter is another trainable
+kind (``eagle3``, ``mtp``, ``block``), those presets run that kind instead (:func:`preset_drafter`), so
+``--drafter eagle3`` compares the upkeep of an EAGLE-3 head, not of the drafter it replaced. A
+scenario's ``draft-model``, ``ngram`` or ``suffix`` leaves every preset its own kind.
+
 ``speco-bubble`` models verl-SpeCo as we read its public code: vLLM's chain EAGLE drafting at a
 fixed draft length (no batch-size switch, no tree tuner) and a fixed number of drafter training
 steps per RL step ("fixed-step drafter update strategy", verl-project/verl-SpeCo PR #93), run in
@@ -79,6 +84,18 @@ def rollout_policy(preset: Preset, presets_policy: PolicyBase | None) -> str:
     if presets_policy is not None and preset.sd_policy == TLT_ROLLOUT:
         return presets_policy.name
     return preset.sd_policy
+
+
+#: Trainable drafter kinds that take the place of a preset's ``eagle`` (module docstring).
+FOLLOWED_KINDS = ("eagle3", "mtp", "block")
+
+
+def preset_drafter(preset: Preset, scenario_kind: str) -> str:
+    """The drafter kind ``preset`` runs under a scenario whose drafter is ``scenario_kind``: its own, or
+    for TLT's trainable ``eagle`` the scenario's trainable kind when it is one of :data:`FOLLOWED_KINDS`."""
+    if preset.drafter == "eagle" and scenario_kind in FOLLOWED_KINDS:
+        return scenario_kind
+    return preset.drafter
 
 
 def get_preset(name: str) -> Preset:

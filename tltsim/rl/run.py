@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from tltcore.drafter.kinds import drafter_kind
 from tltcore.drafter.state import DrafterState
 from tltcore.events import BUSY_KINDS, CLUSTER, EventLog, empty_event_log
 from tltcore.model_shape import get_model
@@ -37,7 +38,14 @@ from tltcore.policy.base import NO_SD
 from tltcore.spot_coordinator import Checkpoint, InlineTraining, SpotTraining, TrainingSession
 from tltsim.rl.gpu_memory import TrainingMemoryConfig, training_memory
 from tltsim.rl.phases import PhaseTimes, phase_times
-from tltsim.rl.presets import BASELINE_PRESET, Preset, get_preset, presets_with_baseline, rollout_policy
+from tltsim.rl.presets import (
+    BASELINE_PRESET,
+    Preset,
+    get_preset,
+    preset_drafter,
+    presets_with_baseline,
+    rollout_policy,
+)
 from tltsim.rollout import RolloutRun
 from tltsim.scenario import (
     Scenario,
@@ -67,11 +75,13 @@ class RLRunResult:
 
 
 def preset_inputs(s: Scenario, preset: Preset, inputs: SimInputs) -> SimInputs:
-    """The simulation inputs with the preset's drafter kind: its cost model and acceptance."""
-    if preset.drafter in ("none", s.drafter.kind):
+    """The simulation inputs with the preset's drafter kind (:func:`tltsim.rl.presets.preset_drafter`):
+    its cost model and acceptance."""
+    kind = preset_drafter(preset, s.drafter.kind)
+    if kind in ("none", s.drafter.kind):
         return inputs
-    return replace(inputs, cost=cost_model(s, preset.drafter), accept=drafter_acceptance(s, preset.drafter),
-                   drafter=s.drafter.initial(preset.drafter))
+    return replace(inputs, cost=cost_model(s, kind), accept=drafter_acceptance(s, kind),
+                   drafter=s.drafter.initial(kind))
 
 
 def training_memory_problem(s: Scenario) -> str | None:
@@ -90,7 +100,8 @@ def run_preset(s: Scenario, name: str, inputs: SimInputs | None = None, *, run_i
         return RLRunResult(preset.name, empty_event_log(), pd.DataFrame(), oom)
     inputs = preset_inputs(s, preset, inputs or prepare(s))
     dyn = s.drafter  # the drafter section moves its own quality (DrafterConfig.after_update/after_training)
-    drafter = dyn.initial(preset.drafter if preset.drafter != "none" else None)
+    kind = preset_drafter(preset, s.drafter.kind)
+    drafter = dyn.initial(kind if kind != "none" else None)
     run = RolloutRun(make_policies(rollout_policy(preset, s.presets_policy), inputs), cost=inputs.cost,
                      accept=inputs.accept, engine=inputs.engine, seed=s.seed, deal_mode=s.trace.deal, run_id=run_id,
                      policy_name=preset.name, drafter=drafter)
@@ -121,7 +132,7 @@ def run_preset(s: Scenario, name: str, inputs: SimInputs | None = None, *, run_i
         t = _log_phases(run.log, phases, t, len(workload.response_tokens))
         run.clock = t
         rows.append(_step_row(preset, res, trained, phases, inline_s, drafter, t))
-        if preset.drafter in ("eagle", "draft-model"):  # model-free drafters have no weights to go stale
+        if kind != "none" and not drafter_kind(kind).model_free:  # model-free drafters have no weights to go stale
             if preset.adapts:
                 drafter = dyn.after_training(drafter, trained.effective, checkpoints=len(trained.checkpoints))
             drafter = dyn.after_update(drafter)

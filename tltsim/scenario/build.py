@@ -7,7 +7,14 @@ from typing import Any
 
 from tltcore.errors import InputError
 from tltcore.policy.spec import PolicyBase, as_spec
-from tltsim.scenario.schema import Scenario, acceptance_model, gpu_efficiencies, relocated, scenario_gpu
+from tltsim.scenario.schema import (
+    Scenario,
+    gpu_efficiencies,
+    kind_acceptance,
+    measured_profile,
+    relocated,
+    scenario_gpu,
+)
 from tltsim.scenario.workload import load_steps
 
 
@@ -41,13 +48,29 @@ class SimInputs:
 
 def drafter_acceptance(s: Scenario, drafter_kind: str | None = None):
     """The acceptance model the drafter kind ``drafter_kind`` (None: ``drafter.kind``) is priced with
-    (:func:`tltcore.drafter.kinds.drafter_acceptance`): the n-gram drafter's own chain, else the
-    scenario's acceptance preset. With :func:`cost_model` and
-    :meth:`~tltcore.drafter.dynamics.DrafterConfig.initial`, the one place a drafter kind is priced."""
-    from tltcore.drafter.kinds import drafter_acceptance as of_kind
+    (:func:`tltcore.drafter.kinds.drafter_acceptance` decides): a measured profile, the n-gram drafter's
+    own chain, the scenario's acceptance preset or the kind's published profile. With
+    :func:`cost_model` and :meth:`~tltcore.drafter.dynamics.DrafterConfig.initial`, the one place a
+    drafter kind is priced."""
+    return kind_acceptance(s, drafter_kind)
+
+
+def describe_acceptance(s: Scenario, drafter_kind: str | None = None) -> str:
+    """Which acceptance prices the drafter, in words: the preset's name where it applies (what runs
+    always printed), else the measured profile with its file, or the kind's published profile with its
+    source, or the n-gram drafter's alpha."""
+    from tltcore.drafter.kinds import drafter_kind as spec_of
 
     kind = drafter_kind or s.drafter.kind
-    return of_kind(kind, s.drafter.ngram_alpha, acceptance_model(s.acceptance) if kind != "ngram" else None)
+    a = s.acceptance
+    measured = measured_profile(a)
+    if measured is not None:
+        return measured.describe()
+    spec = spec_of(kind)
+    if spec.published(a.names_preset, False):
+        assert spec.profile is not None
+        return f"{kind} default: {spec.profile.label}"
+    return a.preset
 
 
 def cost_model(s: Scenario, drafter_kind: str | None = None):
@@ -62,10 +85,12 @@ def cost_model(s: Scenario, drafter_kind: str | None = None):
     apply to the roofline and replace a *borrowed* calibration's fitted ones; a GPU's own measured fit
     keeps its own."""
     from tltcore.cost import RooflineCostModel, TableCostModel
-    from tltcore.drafter.kinds import ModelFreeDraftCost
+    from tltcore.drafter.kinds import ModelFreeDraftCost, drafter_shape
+    from tltcore.drafter.kinds import drafter_kind as spec_of
     from tltcore.model_shape import get_model
 
     kind = drafter_kind or s.drafter.kind
+    spec = spec_of(kind)
     if s.cost.model == "table" and kind != "eagle":
         raise InputError(f"drafter kind '{kind}' needs the roofline cost model (a measured table holds one "
                          "drafter's costs)", field="drafter.kind")
@@ -84,13 +109,17 @@ def cost_model(s: Scenario, drafter_kind: str | None = None):
     gpu = replace(gpu, **effs) if effs else gpu
     consts = {k: getattr(s.cost, k) for k in ("iteration_overhead_s", "draft_step_overhead_s", "sd_overhead_s",
                                                "kv_block_size") if getattr(s.cost, k) is not None}
-    if kind == "draft-model":
-        consts["drafter"] = get_model(s.drafter.draft_model)
     if s.cluster.expert_parallel:
         consts["expert_parallel"] = True
     if s.model.routing_skew:
         consts["routing_skew"] = s.model.routing_skew
     try:
+        if kind == "draft-model":
+            consts["drafter"] = get_model(s.drafter.draft_model)
+        elif kind != "eagle" and not spec.model_free:  # eagle: the roofline's own default drafter, as always
+            consts["drafter"] = drafter_shape(kind, get_model(s.model.name))
+            if spec.parallel:
+                consts["parallel_draft"] = True
         if s.cost.model == "measured":
             from tltcore.cost.measured import measured_cost_model
 
@@ -98,7 +127,7 @@ def cost_model(s: Scenario, drafter_kind: str | None = None):
                                            collectives=s.cost.collectives or "measured", **effs, **consts)
         else:
             roofline = RooflineCostModel(get_model(s.model.name), gpu, tp=s.cluster.tp, **consts)
-        return ModelFreeDraftCost(roofline, s.drafter.ngram_lookup_s) if kind == "ngram" else roofline
+        return ModelFreeDraftCost(roofline, s.drafter.ngram_lookup_s) if spec.model_free else roofline
     except InputError as exc:
         raise relocated(exc, path=None, dotted={"tp": "cluster.tp", "gpu": "cluster.gpu"}.get(
             exc.field or "", f"cost.{exc.field}" if exc.field else "model.name")) from None

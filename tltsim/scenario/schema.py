@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic.dataclasses import dataclass as config_dataclass
 
 from tltcore.config import MAX_GPUS, ConfigModel, Float, Int, Str, strip_strings
@@ -255,9 +255,21 @@ class CostSection(ConfigModel):
         return self
 
 
+_PROBABILITY = Annotated[float, Field(allow_inf_nan=False, strict=True)]
+#: Tree-model parameters an acceptance section may override.
+TREE_PARAMS = ("coverage", "rank_ratio", "depth_decay", "depth_power")
+
+
 class AcceptanceSection(ConfigModel):
     """Acceptance preset, whether SD iterations emit the expected or a sampled accept length, and
-    optional overrides of the tree model's parameters (None: the preset's)."""
+    optional overrides of the tree model's parameters (None: the preset's).
+
+    A measured per-position profile replaces the preset (and a drafter kind's published default,
+    :mod:`tltcore.drafter.kinds`) for every kind: ``profile`` names a file (TOML/JSON/CSV list of
+    conditional ``alphas`` or per-position ``rates``, or vLLM's Prometheus metrics text;
+    :mod:`tltcore.acceptance_profile`), ``alphas`` gives the conditional list inline. One of the two,
+    and then no preset or tree parameter of its own (two acceptance models for one drafter). None
+    keeps every existing scenario's resolved TOML, hence its hash, unchanged."""
 
     SECTION = "acceptance"
 
@@ -267,6 +279,47 @@ class AcceptanceSection(ConfigModel):
     rank_ratio: Float | None = Field(None, ge=0, le=1)
     depth_decay: Float | None = Field(None, ge=0, le=100)
     depth_power: Float | None = Field(None, ge=0, le=100)
+    profile: Str | None = None
+    alphas: tuple[_PROBABILITY, ...] | None = None
+
+    @field_validator("alphas")
+    @classmethod
+    def _alphas(cls, v: tuple[float, ...] | None) -> tuple[float, ...] | None:
+        if v is None:
+            return v
+        if not v:
+            raise InputError("must hold at least one probability (or leave it out)")
+        for i, x in enumerate(v):
+            if not 0 <= x <= 1:
+                raise InputError(f"position {i + 1} is {x:g}, not a probability in [0, 1]")
+        return v
+
+    @model_validator(mode="after")
+    def _one_model(self) -> AcceptanceSection:
+        measured = [k for k in ("profile", "alphas") if getattr(self, k) is not None]
+        if len(measured) > 1:
+            raise InputError("acceptance.profile and acceptance.alphas both give a measured profile; give one",
+                             field="alphas")
+        if measured:
+            own = [k for k in TREE_PARAMS if getattr(self, k) is not None]
+            if self.preset != AcceptanceSection.model_fields["preset"].default:
+                own.insert(0, "preset")
+            if own:
+                raise InputError(f"acceptance.{measured[0]} is a measured profile; acceptance.{own[0]} names another "
+                                 "acceptance model for the same drafter: give one", field=own[0])
+        return self
+
+    @property
+    def measured(self) -> bool:
+        """Whether a measured profile (``profile`` or ``alphas``) prices the drafter."""
+        return self.profile is not None or self.alphas is not None
+
+    @property
+    def names_preset(self) -> bool:
+        """Whether the section names an acceptance model of its own (a preset other than the default, or
+        tree parameters): then it applies to every model-based drafter kind, not only ``eagle``."""
+        return (self.preset != AcceptanceSection.model_fields["preset"].default
+                or any(getattr(self, k) is not None for k in TREE_PARAMS))
 
 
 def acceptance_model(a: AcceptanceSection) -> Any:
@@ -277,8 +330,7 @@ def acceptance_model(a: AcceptanceSection) -> Any:
     from tltcore.acceptance import TreeAcceptance, get_acceptance
 
     model = get_acceptance(a.preset)
-    overrides = {k: getattr(a, k) for k in ("coverage", "rank_ratio", "depth_decay", "depth_power")
-                 if getattr(a, k) is not None}
+    overrides = {k: getattr(a, k) for k in TREE_PARAMS if getattr(a, k) is not None}
     if not overrides:
         return model
     if not isinstance(model, TreeAcceptance):
@@ -388,11 +440,37 @@ def relocated_model(exc: InputError, *, dotted: str) -> InputError:
     return InputError(f"{exc.message} (scenario field {dotted})", path=exc.path, field=exc.field)
 
 
+def measured_profile(a: AcceptanceSection) -> Any:
+    """The measured profile the section gives (:class:`tltcore.acceptance_profile.MeasuredProfile`:
+    read from ``acceptance.profile``, or ``acceptance.alphas`` inline), or None."""
+    from tltcore.acceptance_profile import MeasuredProfile, load_acceptance_profile
+
+    if a.profile is not None:
+        return load_acceptance_profile(a.profile)
+    if a.alphas is not None:
+        return MeasuredProfile(tuple(a.alphas), "acceptance.alphas", "alphas")
+    return None
+
+
+def kind_acceptance(s: Scenario, kind: str | None = None) -> Any:
+    """The acceptance model a drafter of ``kind`` (None: ``drafter.kind``) is priced with under ``s``:
+    :func:`tltcore.drafter.kinds.drafter_acceptance` decides between the measured profile, the n-gram
+    chain, the section's preset and the kind's published profile. Here, beside the section, because
+    the scenario's own check builds it too."""
+    from tltcore.drafter.kinds import drafter_acceptance
+
+    a = s.acceptance
+    measured = measured_profile(a)
+    preset = acceptance_model(a) if measured is None else None
+    return drafter_acceptance(kind or s.drafter.kind, s.drafter.ngram_alpha, preset, preset_named=a.names_preset,
+                              measured=measured.model() if measured is not None else None)
+
+
 def check_names(s: Scenario) -> None:
     """What the fields' own constraints cannot see: the files named (no FIFO or device), the GPU,
     model and draft-model presets, the layout against the model (heads, weights vs memory), the
-    presets, and the acceptance preset with its overrides and the drafter. Cheap:
-    builds no workload and no cost model."""
+    presets, and the acceptance the drafter is priced with (a measured profile read and checked, the
+    preset with its overrides) against the drafter's quality. Cheap: builds no workload and no cost model."""
     from tltcore.drafter.kinds import ngram_acceptance
     from tltcore.model_shape import get_model
     from tltsim.rl.presets import get_preset
@@ -430,11 +508,13 @@ def check_names(s: Scenario) -> None:
             f"{e.kv_mem_fraction:.0%} of {gpu.name}'s {gpu.memory_bytes / 1e9:.0f} GB; raise cluster.tp",
             field="cluster.tp")
     try:
-        accept = acceptance_model(s.acceptance)
-        accept.check_drafter(d.initial())
+        measured_profile(s.acceptance)
+    except InputError as exc:  # the file and its field inside the message: validation keeps only the field
+        raise InputError(str(exc), field="acceptance.profile") from None
+    try:
+        kind_acceptance(s).check_drafter(d.initial())
     except InputError as exc:
-        params = ("coverage", "rank_ratio", "depth_decay", "depth_power")
-        dotted = f"acceptance.{exc.field}" if exc.field in params else (
+        dotted = f"acceptance.{exc.field}" if exc.field in TREE_PARAMS else (
             "drafter.quality" if exc.field == "drafter.quality" else "acceptance.preset")
         raise relocated(exc, path=None, dotted=dotted) from None
 
@@ -447,7 +527,8 @@ def _check_paths(s: Scenario) -> None:
 
     from tltcore.input_files import file_kind
 
-    for dotted, name in (("trace.name", s.trace.name), ("model.name", s.model.name), ("cost.table", s.cost.table)):
+    for dotted, name in (("trace.name", s.trace.name), ("model.name", s.model.name), ("cost.table", s.cost.table),
+                         ("acceptance.profile", s.acceptance.profile)):
         if name is None:
             continue
         try:
@@ -459,9 +540,38 @@ def _check_paths(s: Scenario) -> None:
                              "end", field=dotted)
 
 
-__all__ = ["BASELINE_POLICY", "CUDA_GRAPH_MODES", "DEFAULT_POLICIES", "DEFAULT_POLICY_NAMES", "DEFAULT_STALE_QUALITY",
-           "DEFAULT_TRACE", "MAX_BATCH", "MAX_PREFILL_BUDGET", "MAX_PROMPTS", "MAX_RESPONSES", "MAX_SEED",
-           "MAX_STEPS", "MAX_TP", "MAX_WORKERS", "AcceptanceSection", "ClusterSection", "CostSection",
-           "DrafterConfig", "EngineSection", "ModelSection", "RLPhaseConfig", "Scenario", "SpotTrainerConfig",
-           "TraceSection", "acceptance_model", "check_names", "cluster_gpu", "gpu_efficiencies", "relocated",
-           "scenario_gpu"]
+__all__ = [
+    "BASELINE_POLICY",
+    "CUDA_GRAPH_MODES",
+    "DEFAULT_POLICIES",
+    "DEFAULT_POLICY_NAMES",
+    "DEFAULT_STALE_QUALITY",
+    "DEFAULT_TRACE",
+    "MAX_BATCH",
+    "MAX_PREFILL_BUDGET",
+    "MAX_PROMPTS",
+    "MAX_RESPONSES",
+    "MAX_SEED",
+    "MAX_STEPS",
+    "MAX_TP",
+    "MAX_WORKERS",
+    "TREE_PARAMS",
+    "AcceptanceSection",
+    "ClusterSection",
+    "CostSection",
+    "DrafterConfig",
+    "EngineSection",
+    "ModelSection",
+    "RLPhaseConfig",
+    "Scenario",
+    "SpotTrainerConfig",
+    "TraceSection",
+    "acceptance_model",
+    "check_names",
+    "cluster_gpu",
+    "gpu_efficiencies",
+    "kind_acceptance",
+    "measured_profile",
+    "relocated",
+    "scenario_gpu",
+]
