@@ -36,6 +36,10 @@ cost model        the other of roofline and calibrated        where measured pro
                   (on GPUs with measured profiles, own or     A100, A40) the two disagree by up to ~20%;
                   borrowed)                                   for a borrowed calibration neither is a
                                                               measurement of this GPU
+routing skew      0 (uniform) / 1.0 (Zipf; MoE targets only)  the experts a verify touches depend on the
+                                                              router; correlated routing (Cohere measured
+                                                              ~2.5x one token's experts for 4 tokens, not
+                                                              4x) lowers it, skew 1.0 gives ~2.8x
 length predictor  cost-aware told the true lengths            cost-aware predicts remaining lengths; a
                   (cost-aware settings only)                  perfect predictor bounds what it leaves
 RL phase times    the phases after rollout x 1/2 / x 2        reward, log-probs, update and sync are
@@ -68,6 +72,11 @@ BANDWIDTH_LOW, BANDWIDTH_HIGH = 0.85, 1.1
 BORROWED_FLOPS_LOW, BORROWED_FLOPS_HIGH = 0.6, 1.2
 BORROWED_BANDWIDTH_LOW, BORROWED_BANDWIDTH_HIGH = 0.8, 1.1
 QUALITY_HIGH = 1.15
+#: MoE targets: the router's skew (:mod:`tltcore.cost.moe`) is varied from uniform (0) to this Zipf exponent,
+#: which at 4 tokens of Qwen3-30B-A3B touches ~2.8x the experts of one token where uniform routing touches 3.6x;
+#: Cohere measured ~2.5x on its production MoE (correlated routing, "Why MoE models get more from speculative
+#: decoding", 2026), so the range spans independent routing and what was measured.
+ROUTING_SKEW_HIGH = 1.0
 NGRAM_ALPHAS = (0.3, 0.7)
 PHASE_SCALES = (0.5, 2.0)
 
@@ -96,6 +105,9 @@ UNMEASURED: tuple[Unmeasured, ...] = (
     Unmeasured("cost model", "the other of roofline and calibrated",
                "on GPUs with measured profiles the two disagree by up to ~20% per layer; a borrowed calibration is "
                "no measurement of this GPU either"),
+    Unmeasured("routing skew", f"0 (uniform) / {ROUTING_SKEW_HIGH:g} (MoE targets only)",
+               "how many distinct experts a verify forward touches depends on the router, which nobody measured "
+               "here; correlated routing (Cohere: 4 tokens load ~2.5x one token's experts, not 4x) lowers it"),
     Unmeasured("length predictor", "cost-aware told the true lengths",
                "cost-aware predicts remaining lengths; a perfect predictor bounds what a wrong one costs"),
     Unmeasured("RL phase times", "x 1/2 / x 2 (end to end only)",
@@ -183,11 +195,27 @@ def variants(s: Scenario, cost: Any, specs: Sequence[str]) -> tuple[list[Variant
     else:
         out.append(Variant("cost model", "calibrated" if near.own else f"calibrated on {near.key} (borrowed)",
                            {"cost.model": "measured"}))
+    if s.cost.model == "table":
+        skipped.append("routing skew: a measured table prices it")
+    elif _is_moe(s):
+        skew = s.model.routing_skew or 0.0
+        other = ROUTING_SKEW_HIGH if skew < ROUTING_SKEW_HIGH else 0.0
+        out.append(Variant("routing skew", f"{other:g} ({'a skewed router' if other else 'uniform routing'})",
+                           {"model.routing_skew": other}))
+    else:
+        skipped.append("routing skew: the target is dense")
     if any(_known_lengths(p) != p for p in specs):
         out.append(Variant("length predictor", "the true lengths (cost-aware)", spec=_known_lengths))
     else:
         skipped.append("length predictor: no cost-aware setting among the top ones")
     return out, skipped
+
+
+def _is_moe(s: Scenario) -> bool:
+    """Whether the scenario's target is a mixture of experts (its routing skew is then an input)."""
+    from tltcore.model_shape import get_model
+
+    return get_model(s.model.name).moe is not None
 
 
 def _efficiencies(s: Scenario, cost: Any) -> tuple[float, float]:

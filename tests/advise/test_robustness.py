@@ -47,6 +47,18 @@ def test_the_inputs_that_apply_depend_on_the_drafter_gpu_and_grid():
     assert rb._known_lengths("static:4_1_4") == "static:4_1_4"
 
 
+def test_an_moe_target_varies_its_routing_skew_and_a_dense_one_says_why_not():
+    moe = _small(("model.name", "Qwen/Qwen3-30B-A3B"))
+    vs, _ = rb.variants(moe, _inputs(moe).cost, ["static:4_1_4"])
+    assert [v.sets for v in vs if v.input == "routing skew"] == [{"model.routing_skew": rb.ROUTING_SKEW_HIGH}]
+    skewed = _small(("model.name", "Qwen/Qwen3-30B-A3B"), ("model.routing_skew", 2.0))  # uniform: the other end
+    vs, _ = rb.variants(skewed, _inputs(skewed).cost, ["static:4_1_4"])
+    assert [v.sets for v in vs if v.input == "routing skew"] == [{"model.routing_skew": 0.0}]
+    dense = _small()
+    vs, skipped = rb.variants(dense, _inputs(dense).cost, ["static:4_1_4"])
+    assert not any(v.input == "routing skew" for v in vs) and "routing skew: the target is dense" in skipped
+
+
 def _fake_run(speed_of):
     """A task runner whose makespans are (100 + 4 x seed) / speed_of(policy, scenario): no SD's spread
     over seeds 0-1 is 100-104 s, so a setting within ~4% of it overlaps it."""
