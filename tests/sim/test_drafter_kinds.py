@@ -299,3 +299,15 @@ def test_mtp_on_an_moe_target_drafts_with_its_moe_layer():
     head = mtp_drafter(target)
     assert head.moe_layers == 1 and head.dense_mlp_layers == 0 and head.mtp_layers == 0
     assert head.moe == replace(target.moe, dense_layers=0) and head.mla == target.mla
+
+
+def test_every_run_names_the_acceptance_its_drafter_is_priced_with():
+    """The n-gram drafter is priced with its own chain, never the scenario's preset: its runs used to print
+    the preset's name (``paper-qwen32b``), which prices model-based drafters only."""
+    from tltsim.scenario import describe_acceptance
+
+    s = Scenario()
+    assert describe_acceptance(s) == "paper-qwen32b"
+    ngram = apply_override(s, "drafter.kind", "ngram")
+    assert describe_acceptance(ngram) == "n-gram chain, alpha 0.5 (drafter.ngram_alpha)"
+    assert describe_acceptance(s, "eagle3").startswith("eagle3 default: ")

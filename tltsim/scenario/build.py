@@ -70,6 +70,8 @@ def describe_acceptance(s: Scenario, drafter_kind: str | None = None) -> str:
     if spec.published(a.names_preset, False):
         assert spec.profile is not None
         return f"{kind} default: {spec.profile.label}"
+    if kind == "ngram":  # its own chain, never the preset (which prices model-based drafters only)
+        return f"n-gram chain, alpha {s.drafter.ngram_alpha:g} (drafter.ngram_alpha)"
     return a.preset
 
 
