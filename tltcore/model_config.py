@@ -232,6 +232,21 @@ class MLAConfig:
     def qk_head_dim(self) -> int:
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
+    @property
+    def latent_dim(self) -> int:
+        """Values cached per token and layer, shared by all heads (and by all GPUs of a TP group: each keeps
+        the whole latent)."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    def params(self, hidden: int, heads: int) -> int:
+        """Query (low-rank or direct), KV down- and up-projections, output projection, and the two
+        low-rank RMSNorms."""
+        qk = self.qk_head_dim
+        q = (hidden * self.q_lora_rank + self.q_lora_rank * heads * qk + self.q_lora_rank if self.q_lora_rank
+             else hidden * heads * qk)
+        kv = hidden * self.latent_dim + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
+        return q + kv + self.kv_lora_rank + heads * self.v_head_dim * hidden
+
 
 @dataclass(frozen=True)
 class ModelConfig:

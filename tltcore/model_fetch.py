@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tltcore.deadline import bound_wait, left, seconds_from_env
 from tltcore.errors import InputError
 from tltcore.model_config import ModelConfig, parse_config_bytes
 
@@ -66,16 +67,7 @@ class Fetched:
 
 def timeout_s() -> float:
     """The deadline on the whole download: ``$TLT_FETCH_TIMEOUT`` seconds, else 60."""
-    raw = os.environ.get(TIMEOUT_ENV, "")
-    if not raw:
-        return DEFAULT_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= 3600:
-        raise InputError(f"'{raw}' is not a number of seconds in (0, 3600]", field=TIMEOUT_ENV)
-    return value
+    return seconds_from_env(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)
 
 
 def config_url(repo_id: str, revision: str = "main", endpoint: str | None = None) -> str:
@@ -112,18 +104,6 @@ class _SameHostAuth(urllib.request.HTTPRedirectHandler):
         return new
 
 
-def _left(deadline: float) -> float:
-    return max(deadline - time.monotonic(), 1e-3)  # a socket timeout of 0 would mean non-blocking
-
-
-def _bound_wait(resp: Any, deadline: float) -> None:
-    """Make the next wait on ``resp``'s socket end by ``deadline`` (urllib sets a per-wait timeout once:
-    a server sending a byte a second would reset it forever)."""
-    sock = getattr(getattr(getattr(resp, "fp", None), "raw", None), "_sock", None)
-    if sock is not None:
-        sock.settimeout(_left(deadline))
-
-
 def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
@@ -143,7 +123,7 @@ def download(url: str, *, token: str | None, timeout: float) -> bytes:
     chunks: list[bytes] = []
     got = 0
     try:
-        with opener.open(request, timeout=_left(deadline)) as resp:
+        with opener.open(request, timeout=left(deadline)) as resp:
             answered = True
             announced = resp.headers.get("Content-Length")
             if announced is not None and announced.strip().isdigit() and int(announced) > MAX_CONFIG_BYTES:
@@ -152,7 +132,7 @@ def download(url: str, *, token: str | None, timeout: float) -> bytes:
             while True:
                 if time.monotonic() >= deadline:
                     raise late
-                _bound_wait(resp, deadline)
+                bound_wait(resp, deadline)
                 chunk = resp.read1(min(_CHUNK, MAX_CONFIG_BYTES + 1 - got))
                 if not chunk:
                     break

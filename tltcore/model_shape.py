@@ -34,7 +34,7 @@ from pathlib import Path
 from tltcore.errors import InputError
 from tltcore.model_catalog import CatalogModel, catalog
 from tltcore.model_catalog import find as find_in_catalog
-from tltcore.model_config import ModelConfig, config_json_path
+from tltcore.model_config import MLAConfig, ModelConfig, config_json_path
 
 BF16_BYTES = 2
 #: Bytes per weight element of each supported checkpoint dtype (block-scaled fp8 counts its scales as
@@ -76,38 +76,9 @@ class MoEShape:
         return 3 * hidden * self.expert_intermediate_size
 
 
-@dataclass(frozen=True)
-class MLAShape:
-    """DeepSeek's multi-head latent attention (HF names). ``q_lora_rank`` 0: queries projected directly
-    (DeepSeek-V2-Lite). The cache holds ``kv_lora_rank + qk_rope_head_dim`` values per token and layer,
-    shared by all heads (and by all GPUs of a TP group: each keeps the whole latent)."""
-
-    q_lora_rank: int
-    kv_lora_rank: int
-    qk_nope_head_dim: int
-    qk_rope_head_dim: int
-    v_head_dim: int
-
-    def __post_init__(self) -> None:
-        for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-            if getattr(self, name) <= 0:
-                raise InputError(f"must be a positive integer, got {getattr(self, name)}", field=name)
-        if self.q_lora_rank < 0:
-            raise InputError(f"must be >= 0, got {self.q_lora_rank}", field="q_lora_rank")
-
-    @property
-    def latent_dim(self) -> int:
-        """Values cached per token and layer."""
-        return self.kv_lora_rank + self.qk_rope_head_dim
-
-    def params(self, hidden: int, heads: int) -> int:
-        """Query (low-rank or direct), KV down- and up-projections, output projection, and the two
-        low-rank RMSNorms."""
-        qk = self.qk_nope_head_dim + self.qk_rope_head_dim
-        q = (hidden * self.q_lora_rank + self.q_lora_rank * heads * qk + self.q_lora_rank if self.q_lora_rank
-             else hidden * heads * qk)
-        kv = hidden * self.latent_dim + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
-        return q + kv + self.kv_lora_rank + heads * self.v_head_dim * hidden
+#: DeepSeek's multi-head latent attention: the config reader's own :class:`~tltcore.model_config.MLAConfig`
+#: (HF names; ``q_lora_rank`` 0: queries projected directly), which is already all the cost needs.
+MLAShape = MLAConfig
 
 
 @dataclass(frozen=True)
@@ -356,11 +327,9 @@ class ModelShape:
         moe = None if cfg.moe is None else MoEShape(
             cfg.moe.num_experts, cfg.moe.experts_per_token, cfg.moe.expert_intermediate_size,
             cfg.moe.shared_intermediate_size, len(cfg.moe.dense_layer_ids))
-        mla = None if cfg.mla is None else MLAShape(cfg.mla.q_lora_rank, cfg.mla.kv_lora_rank, cfg.mla.qk_nope_head_dim,
-                                                    cfg.mla.qk_rope_head_dim, cfg.mla.v_head_dim)
         return cls(name, cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads,
                    cfg.intermediate_size, cfg.vocab_size, head_dim=cfg.head_dim,
-                   tie_word_embeddings=cfg.tie_word_embeddings, qkv_bias=cfg.qkv_bias, moe=moe, mla=mla,
+                   tie_word_embeddings=cfg.tie_word_embeddings, qkv_bias=cfg.qkv_bias, moe=moe, mla=cfg.mla,
                    weight_dtype=cfg.weight_dtype, qk_norm=cfg.qk_norm, mtp_layers=cfg.mtp_layers)
 
     def drafter(self) -> ModelShape:

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tltcore.deadline import bound_wait, left, seconds_from_env
 from tltcore.errors import InputError
 from tltcore.input_files import sha256_of
 from tltsim.traces.catalog import CatalogEntry, cache_dir, catalog, find_file
@@ -69,16 +70,7 @@ def _one_line(text: object) -> str:
 
 def timeout_s() -> float:
     """The deadline on the whole download: ``$TLT_FETCH_TIMEOUT`` seconds, else 300."""
-    raw = os.environ.get(TIMEOUT_ENV, "")
-    if not raw:
-        return DEFAULT_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= 3600:
-        raise InputError(f"'{raw}' is not a number of seconds in (0, 3600]", field=TIMEOUT_ENV)
-    return value
+    return seconds_from_env(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)
 
 
 def source_url(base_url: str, path: str, mirror: str | None = None) -> str:
@@ -161,21 +153,6 @@ def _progress(total: int, label: str) -> Iterator[Callable[[int], None] | None]:
         yield lambda n: progress.advance(task, n)
 
 
-def _left(deadline: float) -> float:
-    """Seconds until ``deadline`` (``time.monotonic``), at least a millisecond: a socket timeout of 0
-    would mean non-blocking, not expired."""
-    return max(deadline - time.monotonic(), 1e-3)
-
-
-def _bound_wait(resp: object, deadline: float) -> None:
-    """Make the next wait on ``resp``'s socket end by ``deadline``. urllib sets the socket timeout once,
-    per wait: a server sending a byte a second resets it forever. The socket sits behind the response's
-    buffered reader (CPython's ``SocketIO._sock``); a ``file://`` response has none and never waits."""
-    sock = getattr(getattr(getattr(resp, "fp", None), "raw", None), "_sock", None)
-    if sock is not None:
-        sock.settimeout(_left(deadline))
-
-
 def download(url: str, dest: Path, size: int, sha256: str, *, timeout: float, deadline: float | None = None,
              advance: Callable[[int], None] | None = None) -> None:
     """Stream ``url`` into ``dest``, refusing in one line anything but exactly ``size`` bytes with
@@ -193,7 +170,7 @@ def download(url: str, dest: Path, size: int, sha256: str, *, timeout: float, de
     try:
         if time.monotonic() >= deadline:
             raise late
-        with urllib.request.urlopen(request, timeout=_left(deadline)) as resp:
+        with urllib.request.urlopen(request, timeout=left(deadline)) as resp:
             answered = True
             announced = resp.headers.get("Content-Length")
             if announced is not None and announced.strip().isdigit() and int(announced) != size:
@@ -204,7 +181,7 @@ def download(url: str, dest: Path, size: int, sha256: str, *, timeout: float, de
                 while True:
                     if time.monotonic() >= deadline:
                         raise late
-                    _bound_wait(resp, deadline)
+                    bound_wait(resp, deadline)
                     # read1: at most one wait on the socket (read(n) would wait until all n bytes came)
                     chunk = resp.read1(min(_CHUNK, size + 1 - got))
                     if not chunk:
