@@ -172,9 +172,17 @@ def test_demo_compares_presets_where_sd_pays_and_where_it_does_not(tmp_path):
     # put tlt-base at 0.966x) tlt-base breaks even (1.003x) and TLT gains 1.10x end to end
     h20 = [by[("H20, TP 8", p)] for p in ("tlt", "tlt-base", "static-drafter")]
     assert min(h20) < 1.01 and max(h20) < 1.2
+    # on the MoE target the model-free drafter's tree verify touches many more experts than a decode step:
+    # tlt-base loses there (0.929x) while TLT still pays
+    moe = "H100, TP 4, Qwen3-30B-A3B"
+    assert by[(moe, "tlt-base")] < 1.0 < by[(moe, "tlt")]
+    assert by[("MI300X, TP 4", "tlt")] > 1.3
     readme = (out / "README.md").read_text()
-    assert ("**Where SD does not pay** (median speedup below 1x)" in readme) == (min(h20) < 1.0)
+    below = bool((by.drop("verl", level=1) < 1.0).any())
+    assert ("**Where SD does not pay** (median speedup below 1x)" in readme) == below
+    assert f"`tlt-base` on {moe}" in readme
     assert "--set cluster.gpu=H20 --set cluster.tp=8" in readme and "--seeds 3`" in readme
+    assert "--set model.name=Qwen/Qwen3-30B-A3B" in readme
     assert "median (min–max) over 3 simulation seeds" in readme
     assert {"rl_speedup.png", "rl_step_breakdown.png", "rl_accept_over_steps.png"} <= {p.name for p in out.iterdir()}
     assert "nan" not in readme
