@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from analysis.provenance import provenance_line
@@ -30,6 +29,7 @@ from tltcore.drafter.state import DrafterState
 from tltcore.hardware import get_gpu
 from tltcore.model_shape import get_model
 from tltcore.policy.base import SDConfig
+from tltcore.sd_speedup import sd_speedup_table
 
 #: role -> hub id in the bundled catalog. Qwen2.5-3B's non-embedding parameters (2.77B) match Qwen3-30B-A3B's
 #: active non-embedding ones (2.73B); Qwen3-32B (32.8B) its total (30.5B).
@@ -47,13 +47,12 @@ SKEWS = (0.0, 0.75, 1.5)
 
 
 def best_speedup(cost, b: int, quality: float) -> tuple[float, SDConfig]:
-    """The best SD speedup over plain decode at batch ``b`` and the shape that gives it."""
-    acc = paper_qwen32b_tp4()
-    drafter = DrafterState(quality=quality)
-    ctx = np.full(b, CONTEXT)
-    plain = cost.decode_time(ctx)
-    return max(((acc.expected_accept_length(c, drafter) * plain / cost.sd_time(ctx, c), c) for c in SHAPES),
-               key=lambda x: x[0])
+    """The best SD speedup over plain decode at batch ``b`` (:func:`tltcore.sd_speedup.sd_speedup_table`) and
+    the shape that gives it (the first of :data:`SHAPES` on a tie)."""
+    table = sd_speedup_table(cost, paper_qwen32b_tp4(), SHAPES, [b], context_tokens=CONTEXT,
+                             drafter=DrafterState(quality=quality))
+    best = int(table["speedup"].to_numpy().argmax())
+    return float(table["speedup"].iloc[best]), SHAPES[best]
 
 
 def speedups() -> pd.DataFrame:
@@ -183,11 +182,10 @@ def experts_figure(df: pd.DataFrame, stem: Path) -> None:
         save_figure(fig, stem)
 
 
-def best_speedup_of(gpu: str, role: str, b: int, config: SDConfig) -> float:
+def speedup_of(gpu: str, role: str, b: int, config: SDConfig) -> float:
     """The speedup of one shape at batch ``b`` (drafter quality 1, uniform routing)."""
     cost = measured_cost_model(get_model(MODELS[role]), gpu, GPUS[gpu][role])
-    ctx = np.full(b, CONTEXT)
-    return paper_qwen32b_tp4().expected_accept_length(config) * cost.decode_time(ctx) / cost.sd_time(ctx, config)
+    return float(sd_speedup_table(cost, paper_qwen32b_tp4(), [config], [b], context_tokens=CONTEXT)["speedup"].iloc[0])
 
 
 def _table(df: pd.DataFrame, gpu: str) -> str:
@@ -235,7 +233,7 @@ def write_report(out: Path) -> None:
     sc = load_scenario(ROLLOUT_SCENARIO)
     base_line = (f"{sc.trace.name}, {sc.trace.prompts_per_step} prompts x 8, {sc.cluster.gpus} x {sc.cluster.gpu} "
                  f"at TP {sc.cluster.tp}")
-    tree_b1 = float(best_speedup_of(first, "MoE", 1, SDConfig(8, 4, 32)))
+    tree_b1 = float(speedup_of(first, "MoE", 1, SDConfig(8, 4, 32)))
 
     def share(policy: str, column: str) -> float:
         return float(ro[(ro["role"] == "MoE") & (ro["policy"] == policy)][column].iloc[0])

@@ -22,6 +22,7 @@ from tltcore.errors import InputError
 from tltcore.hardware import get_gpu
 from tltcore.model_shape import MLAShape, ModelShape, MoEShape
 from tltcore.policy.base import SDConfig
+from tltcore.sd_speedup import sd_speedup_table
 
 # Published shapes (config.json values): Qwen3-30B-A3B, and a dense model of about its active size
 # (Qwen2.5-3B) and of its total size (Qwen3-32B).
@@ -146,11 +147,8 @@ def test_fp8_weights_halve_what_a_memory_bound_decode_reads() -> None:
 
 def _best_speedup(cost, b: int, ctx_len: int = 2000) -> float:
     """The best chain SD speedup over plain decode at batch ``b`` under the paper-fitted acceptance."""
-    acc = paper_qwen32b_tp4()
-    ctx = np.full(b, ctx_len)
-    plain = cost.decode_time(ctx)
-    return max(acc.expected_accept_length(c) * plain / cost.sd_time(ctx, c)
-               for c in (SDConfig(d, 1, d) for d in (1, 2, 3, 4, 6, 8)))
+    chains = [SDConfig(d, 1, d) for d in (1, 2, 3, 4, 6, 8)]
+    return float(sd_speedup_table(cost, paper_qwen32b_tp4(), chains, [b], context_tokens=ctx_len)["speedup"].max())
 
 
 @pytest.mark.parametrize("build", [lambda m, g, tp: RooflineCostModel(m, get_gpu(g), tp=tp),
