@@ -86,13 +86,17 @@ class GPUSpec:
         """Achievable HBM bytes/s (peak x efficiency)."""
         return self._require(self.hbm_bytes_per_s, "hbm_bytes_per_s") * self.bandwidth_efficiency
 
-    def effective_matmul_flops(self, weight_dtype: str) -> float:
-        """Achievable matmul FLOP/s for weights of ``weight_dtype``: fp8 weights run on the FP8 tensor
-        cores (W8A8, as engines serve fp8 checkpoints) where the GPU has them, else at the bf16 rate
+    def matmul_peak_flops(self, weight_dtype: str) -> float:
+        """Peak matmul FLOP/s for weights of ``weight_dtype``: fp8 weights run on the FP8 tensor cores
+        (W8A8, as engines serve fp8 checkpoints) where the GPU has them, else at the bf16 rate
         (weight-only fp8: dequantised into bf16 GEMMs)."""
         if weight_dtype == "fp8" and self.fp8_flops is not None:
-            return self.fp8_flops * self.flops_efficiency
-        return self.effective_flops
+            return self.fp8_flops
+        return self._require(self.bf16_flops, "bf16_flops")
+
+    def effective_matmul_flops(self, weight_dtype: str) -> float:
+        """Achievable matmul FLOP/s for weights of ``weight_dtype`` (:meth:`matmul_peak_flops` x efficiency)."""
+        return self.matmul_peak_flops(weight_dtype) * self.flops_efficiency
 
     def collective_bytes_per_s(self, gpus: int) -> float | None:
         """The link a collective over ``gpus`` GPUs (one TP or EP group) moves at, per GPU and direction:

@@ -238,14 +238,19 @@ class MLAConfig:
         the whole latent)."""
         return self.kv_lora_rank + self.qk_rope_head_dim
 
+    def projections(self, hidden: int, heads: int) -> tuple[tuple[int, int], ...]:
+        """``(in, out)`` of each projection of one layer with ``heads`` query heads: the query's (through the
+        rank-``q_lora_rank`` bottleneck, or direct), the KV down-projection to the latent, its up-projection
+        to every head's nope key and value, and the output projection. Under tensor parallelism the
+        down-projections are whole on every GPU and the others hold ``heads / tp`` heads."""
+        q = (((hidden, self.q_lora_rank), (self.q_lora_rank, heads * self.qk_head_dim)) if self.q_lora_rank
+             else ((hidden, heads * self.qk_head_dim),))
+        return (*q, (hidden, self.latent_dim), (self.kv_lora_rank, heads * (self.qk_nope_head_dim + self.v_head_dim)),
+                (heads * self.v_head_dim, hidden))
+
     def params(self, hidden: int, heads: int) -> int:
-        """Query (low-rank or direct), KV down- and up-projections, output projection, and the two
-        low-rank RMSNorms."""
-        qk = self.qk_head_dim
-        q = (hidden * self.q_lora_rank + self.q_lora_rank * heads * qk + self.q_lora_rank if self.q_lora_rank
-             else hidden * heads * qk)
-        kv = hidden * self.latent_dim + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
-        return q + kv + self.kv_lora_rank + heads * self.v_head_dim * hidden
+        """The :meth:`projections`' weights and the two low-rank RMSNorms."""
+        return sum(k * n for k, n in self.projections(hidden, heads)) + self.q_lora_rank + self.kv_lora_rank
 
 
 @dataclass(frozen=True)

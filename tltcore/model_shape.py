@@ -187,8 +187,9 @@ class ModelShape:
         """Decoder weights every forward reads whatever its tokens: attention, dense MLPs, shared experts,
         routers, norms and the drafter's input projection (not the routed experts, whose share depends on
         the tokens: :mod:`tltcore.cost.moe`). A dense model's :attr:`decoder_params`."""
-        return self.decoder_params - self.moe_layers * self.moe.num_experts * self.routed_expert_params \
-            if self.moe is not None else self.decoder_params
+        if self.moe is None:
+            return self.decoder_params
+        return self.decoder_params - self.moe_layers * self.moe.num_experts * self.routed_expert_params
 
     @property
     def linear_params_per_layer(self) -> int:

@@ -213,3 +213,14 @@ def test_a_tp_group_spanning_nodes_runs_its_collectives_at_the_scale_out_link() 
     assert two_nodes.allreduce_s_per_token > 5 * one_node.allreduce_s_per_token  # 50 GB/s NIC vs 450 GB/s NVLink
     with pytest.raises(InputError, match="inter_node_bytes_per_s"):  # H800: no reference node publishes one
         RooflineCostModel(DEEPSEEK_V3, get_gpu("H800"), tp=16)
+
+
+def test_expert_parallel_pays_a_dispatch_and_a_combine_per_moe_layer() -> None:
+    t = RooflineCostModel(QWEN3_MOE, H100, tp=4, expert_parallel=True)._target
+    rows = 64
+    load = expert_load(rows, 128, 8, ep=4)
+    experts = t._roof(load.experts * t.moe.read_s_per_expert, load.pairs * t.moe.compute_s_per_pair)
+    sent = rows / 4 * 8 * 2048 * 2 * 3 / 4  # each GPU's quarter of the tokens, to 8 experts, 3/4 of them remote
+    comm = 2 * (H100.allreduce_latency_s + sent / H100.interconnect_bytes_per_s)
+    assert t.moe.time(rows, t._roof) == pytest.approx(48 * (experts + comm))
+    assert comm > 0

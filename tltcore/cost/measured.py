@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 from tltcore.cost.gpu_profiles import ELEMENTWISE_OPS, MATMUL_OPS, load_compute, load_network, profiles_root
-from tltcore.cost.moe import all_to_all_bytes, expert_load
+from tltcore.cost.moe import dispatch_combine_s, expert_load, expert_placement
 from tltcore.cost.roofline import RooflineCostModel, _ForwardCosts
 from tltcore.errors import InputError
 from tltcore.hardware import GPUSpec, get_gpu
@@ -557,18 +557,13 @@ class _MeasuredForward(_ForwardCosts):
         cal, s, tp, m = self.calibration, self.ops, self.tp, self.shape
         gpu, law, wb = cal.spec, cal.matmul, m.weight_element_bytes
         h = m.hidden_size
-        peak = gpu.fp8_flops if m.weight_dtype == "fp8" and gpu.fp8_flops is not None else None
+        peak = gpu.matmul_peak_flops(m.weight_dtype)
 
         def linear(k: int, n: int) -> float:  # one matmul of `rows` tokens in the checkpoint's dtype
             return law.grouped_time(rows, 1, k, n, wb, gpu, peak)
 
         if m.mla is not None:
-            a, heads = m.mla, m.num_attention_heads // tp
-            qk = a.qk_nope_head_dim + a.qk_rope_head_dim
-            attention = (linear(h, a.q_lora_rank) + linear(a.q_lora_rank, heads * qk) if a.q_lora_rank
-                         else linear(h, heads * qk))
-            attention += linear(h, a.latent_dim) + linear(a.kv_lora_rank, heads * (a.qk_nope_head_dim + a.v_head_dim))
-            attention += linear(heads * a.v_head_dim, h)
+            attention = sum(linear(k, n) for k, n in m.mla.projections(h, m.num_attention_heads // tp))
         else:
             attention = sum(linear(*matmul_dims(op, s, tp)) for op in ("attn_pre_proj", "attn_post_proj"))
         norms = sum(float(cal.op_time(op, s, tp, rows)) for op in LAYER_ELEMENTWISE if op != "mlp_act")
@@ -585,17 +580,14 @@ class _MeasuredForward(_ForwardCosts):
                 shared = linear(h, 2 * width) + linear(width, h)
                 shared += float(cal.elementwise["mlp_act"].time(rows * 3 * width * BF16_BYTES, gpu))
             router = law.grouped_time(rows, 1, h, e.num_experts, BF16_BYTES, gpu)  # routers stay bf16
-            ep = tp if self.expert_parallel else 1
-            width = e.expert_intermediate_size // (1 if self.expert_parallel else tp)
+            ep, share = expert_placement(tp, self.expert_parallel)
+            width = e.expert_intermediate_size // share
             load = expert_load(rows, e.num_experts, e.experts_per_token, ep, self.routing_skew)
             experts = (law.grouped_time(load.pairs, load.experts, h, 2 * width, wb, gpu, peak)
                        + law.grouped_time(load.pairs, load.experts, width, h, wb, gpu, peak)
                        + float(cal.elementwise["mlp_act"].time(load.pairs * 3 * width * BF16_BYTES, gpu)))
-            if ep > 1:
-                sent = all_to_all_bytes(rows, e.experts_per_token, h, ep)
-                combine = 2 * (gpu.allreduce_latency_s + sent / gpu.collective_bytes_per_s(ep))
-            else:
-                combine = reduce
+            combine = (dispatch_combine_s(rows, e.experts_per_token, h, ep, gpu.allreduce_latency_s,
+                                          gpu.collective_bytes_per_s(ep)) if ep > 1 else reduce)
             total += m.moe_layers * (shared + router + experts + combine)
         total += float(cal.op_time("emb", s, tp, rows))
         if self.input_proj:

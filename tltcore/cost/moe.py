@@ -108,6 +108,24 @@ def expert_load(tokens: int, num_experts: int, top_k: int, ep: int = 1, skew: fl
     return ExpertLoad(float(sum(1.0 - (1.0 - pi) ** tokens for pi in pis)), float(tokens * sum(pis)))
 
 
+def expert_placement(tp: int, expert_parallel: bool) -> tuple[int, int]:
+    """``(ep, slices)`` for a TP group of ``tp`` GPUs: the GPUs its experts are placed over (whole experts
+    under expert parallelism, else 1) and how many GPUs share each expert (a ``1/tp`` slice each without
+    it, else 1)."""
+    return (tp, 1) if expert_parallel else (1, tp)
+
+
+def dispatch_combine_s(tokens: int, top_k: int, hidden: int, ep: int, latency_s: float,
+                       bytes_per_s: float | None) -> float:
+    """Seconds of one MoE layer's two all-to-alls (dispatch and combine) over an EP group of ``ep`` GPUs
+    whose link moves ``bytes_per_s`` per GPU and direction, each paying ``latency_s``; 0 without EP."""
+    if ep <= 1 or tokens <= 0:
+        return 0.0
+    if not bytes_per_s:
+        raise InputError(f"expert parallelism over {ep} GPUs needs their link's bandwidth", field="expert_parallel")
+    return 2 * (latency_s + all_to_all_bytes(tokens, top_k, hidden, ep) / bytes_per_s)
+
+
 def all_to_all_bytes(tokens: int, top_k: int, hidden: int, ep: int, element_bytes: int = 2) -> float:
     """Bytes one GPU sends in one all-to-all (dispatch or combine) of an EP group of ``ep`` GPUs: its
     ``tokens / ep`` share of the tokens, each sent to its ``top_k`` experts, the ``(ep - 1) / ep`` of them

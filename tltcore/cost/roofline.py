@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tltcore.cost.lengths import as_lengths, prefill_lengths
-from tltcore.cost.moe import all_to_all_bytes, check_routing, expert_load
+from tltcore.cost.moe import check_routing, dispatch_combine_s, expert_load, expert_placement
 from tltcore.cost.protocol import CostModelBase
 from tltcore.errors import InputError
 from tltcore.hardware import GPUSpec
@@ -71,7 +71,7 @@ class MoETerm:
     compute_s_per_pair: float  # one token through one expert's share on one GPU / FLOP/s
     hidden: int
     all_to_all_latency_s: float
-    all_to_all_s_per_byte: float
+    all_to_all_bytes_per_s: float | None  # the EP group's link, per GPU and direction
     memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     def time(self, rows: int, roof: Callable[[float, float], float]) -> float:
@@ -80,9 +80,8 @@ class MoETerm:
         if hit is None:
             load = expert_load(rows, self.num_experts, self.top_k, self.ep, self.skew)
             layer = roof(load.experts * self.read_s_per_expert, load.pairs * self.compute_s_per_pair)
-            if self.ep > 1:
-                sent = all_to_all_bytes(rows, self.top_k, self.hidden, self.ep)
-                layer += 2 * (self.all_to_all_latency_s + sent * self.all_to_all_s_per_byte)
+            layer += dispatch_combine_s(rows, self.top_k, self.hidden, self.ep, self.all_to_all_latency_s,
+                                        self.all_to_all_bytes_per_s)
             hit = self.memo[rows] = self.layers * layer
         return hit
 
@@ -100,15 +99,12 @@ class MoETerm:
         if moe is None or shape.moe_layers == 0:
             return None
         check_routing(moe.num_experts, moe.experts_per_token, skew)
-        ep = tp if expert_parallel else 1
-        share = 1 if expert_parallel else tp  # each GPU holds whole experts (EP) or a 1/tp slice of each
+        ep, share = expert_placement(tp, expert_parallel)
         expert = shape.routed_expert_params
-        link = gpu.collective_bytes_per_s(ep)
         return cls(layers=shape.moe_layers, num_experts=moe.num_experts, top_k=moe.experts_per_token, ep=ep,
                    skew=skew, read_s_per_expert=expert * shape.weight_element_bytes / share / bw,
                    compute_s_per_pair=2 * expert / share / flops, hidden=shape.hidden_size,
-                   all_to_all_latency_s=gpu.allreduce_latency_s if ep > 1 else 0.0,
-                   all_to_all_s_per_byte=1.0 / link if ep > 1 and link else 0.0)
+                   all_to_all_latency_s=gpu.allreduce_latency_s, all_to_all_bytes_per_s=gpu.collective_bytes_per_s(ep))
 
 
 @dataclass(frozen=True)
