@@ -62,7 +62,8 @@ class Mode(StrEnum):
 #: ``--acceptance``'s help, shared by `tlt sim run` and `tlt advise`.
 ACCEPTANCE_HELP = ("Acceptance mode (expected, stochastic; acceptance.mode), or a measured per-position acceptance "
                    "profile FILE (acceptance.profile): TOML/JSON 'alphas' (P(accept position i | earlier accepted)) "
-                   "or 'rates' (per-position acceptance rates), a CSV with an alpha or rate column, or vLLM's "
+                   "or 'rates' (per-position acceptance rates), a CSV with an alpha or rate column, a W&B "
+                   "export (CSV/JSONL) of per-position acceptance metrics (..._pos_0, _pos_1...), or vLLM's "
                    "/metrics text (its per-position accepted-token counters); it replaces the drafter kind's "
                    "default acceptance, and --quality scales it (1 = as measured).")
 

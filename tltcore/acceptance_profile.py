@@ -20,6 +20,9 @@ Formats (by suffix; a file whose text holds vLLM's metric names is read as metri
   optional ``note`` string; a bare JSON list is ``alphas``;
 * CSV (``.csv``): a header with one of ``alpha`` or ``rate`` and optionally ``position`` (1, 2, ...
   or 0, 1, ...; consecutive, in order);
+* a W&B export of per-position acceptance metrics (``.csv``: a run's history table or the UI's panel
+  export; ``.jsonl``: history rows), e.g. ``spec_decode/draft_acceptance_rate_pos_0 ... _pos_3``,
+  averaged over the logged steps (:mod:`tltcore.acceptance_series`);
 * vLLM's Prometheus metrics (the ``/metrics`` text of a vLLM server with speculative decoding,
   ``.prom``/``.txt``/``.metrics``): ``vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"}``
   summed over engines and models, divided by ``vllm:spec_decode_num_drafts_total``: the per-position
@@ -73,6 +76,7 @@ class MeasuredProfile:
     source: str
     given: str
     drafts: int | None = None
+    detail: str | None = None  # how a series was reduced to one list (tltcore.acceptance_series)
 
     def model(self) -> ChainAcceptance:
         """The chain acceptance model of these alphas (positions past the end reuse the last)."""
@@ -83,8 +87,9 @@ class MeasuredProfile:
         k = len(self.alphas)
         tau = 1.0 + sum(math.prod(self.alphas[:i + 1]) for i in range(k))
         drafts = f", {self.drafts:,} drafts" if self.drafts is not None else ""
+        detail = f"; {self.detail}" if self.detail else ""
         return (f"measured profile {self.source} ({self.given}, {k} position{'s' if k != 1 else ''}{drafts}; "
-                f"accept length {tau:.2f} at {k} draft token{'s' if k != 1 else ''})")
+                f"accept length {tau:.2f} at {k} draft token{'s' if k != 1 else ''}{detail})")
 
 
 def alphas_from_rates(rates: Sequence[float]) -> tuple[float, ...]:
@@ -122,13 +127,22 @@ def _check_rates(rates: tuple[float, ...], *, path: str, field: str) -> None:
 
 
 def profile_of(key: str, values: object, *, source: str, drafts: int | None = None,
-               given: str | None = None) -> MeasuredProfile:
+               given: str | None = None, detail: str | None = None) -> MeasuredProfile:
     """The profile of ``values`` read as ``key`` (``alphas`` or ``rates``), checked."""
     probs = _probabilities(values, path=source, field=key)
     if key == "rates":
         _check_rates(probs, path=source, field=key)
-        return MeasuredProfile(alphas_from_rates(probs), source, given or "rates", drafts)
-    return MeasuredProfile(probs, source, given or "alphas", drafts)
+        return MeasuredProfile(alphas_from_rates(probs), source, given or "rates", drafts, detail)
+    return MeasuredProfile(probs, source, given or "alphas", drafts, detail)
+
+
+def _from_series(rows: list[dict[str, object]], *, path: str) -> MeasuredProfile:
+    """A W&B history or panel export of per-position acceptance (:mod:`tltcore.acceptance_series`)."""
+    from tltcore.acceptance_series import read_series
+
+    series = read_series(rows, path=path)
+    return profile_of(series.key, list(series.values), source=path, given=f"W&B series {series.key}",
+                      detail=series.describe())
 
 
 def _from_mapping(data: object, *, path: str) -> MeasuredProfile:
@@ -268,9 +282,19 @@ def _load(path: str, mtime_ns: int, size: int) -> MeasuredProfile:
             raise InputError(f"not valid JSON ({exc.msg}, line {exc.lineno})", path=path) from None
         return _from_mapping(data, path=path)
     if suffix == ".csv":
+        from tltcore.acceptance_series import looks_like_series, rows_of_csv
+
+        header = next(csv.reader(io.StringIO(text)), [])
+        if looks_like_series([h.strip() for h in header]):
+            return _from_series(rows_of_csv(text), path=path)
         return _from_csv(text, path=path)
+    if suffix in (".jsonl", ".ndjson"):
+        from tltcore.acceptance_series import rows_of_jsonl
+
+        return _from_series(rows_of_jsonl(text, path=path), path=path)
     raise InputError(f"unknown profile format '{suffix or '(no suffix)'}': give .toml or .json (alphas or rates), "
-                     ".csv (an alpha or rate column) or vLLM's /metrics text", path=path)
+                     ".csv (an alpha or rate column, or a W&B export of per-position acceptance), .jsonl (W&B "
+                     "history rows) or vLLM's /metrics text", path=path)
 
 
 __all__ = ["MAX_POSITIONS", "PROFILE_KEYS", "VLLM_ACCEPTED_PER_POS", "VLLM_DRAFTS", "MeasuredProfile",

@@ -249,7 +249,10 @@ def test_without_ray_the_error_names_advises_own_option(tmp_path, monkeypatch):
 def test_a_measured_acceptance_profile_changes_the_answer_and_is_named(tmp_path):
     poor, good = tmp_path / "poor.toml", tmp_path / "good.csv"
     poor.write_text("rates = [0.05, 0.0]\nnote = 'an n-gram drafter on fresh reasoning'\n")
-    good.write_text("position,alpha\n1,0.95\n2,0.95\n3,0.9\n4,0.9\n")
+    # the good drafter as a W&B run history of per-position rates (alphas 0.95, 0.95, 0.9, 0.9)
+    good.write_text("_step,rollout/draft_acceptance_rate_pos_0,rollout/draft_acceptance_rate_pos_1,"
+                    "rollout/draft_acceptance_rate_pos_2,rollout/draft_acceptance_rate_pos_3\n"
+                    "7,0.95,0.9025,0.81225,0.731025\n")
     answer = {}
     for name, profile in (("poor", poor), ("good", good)):
         out = tmp_path / name

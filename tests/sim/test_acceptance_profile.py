@@ -137,3 +137,56 @@ def test_the_cli_takes_a_mode_or_a_file_and_refuses_a_bad_file_in_one_line(tmp_p
 
     assert acceptance_settings("stochastic") == [("acceptance.mode", "stochastic", "--acceptance")]
     assert acceptance_settings("m.prom") == [("acceptance.profile", "m.prom", "--acceptance")]
+
+
+#: A W&B run history (run.history() saved as CSV): per-position rates logged every step, with a step
+#: where the rollout logged nothing (blank) and unrelated metrics beside them.
+WANDB_HISTORY = """\
+_step,_runtime,actor/loss,spec_decode/draft_acceptance_rate_pos_0,spec_decode/draft_acceptance_rate_pos_1,\
+spec_decode/draft_acceptance_rate_pos_2
+0,10.5,0.31,0.92,0.74,0.51
+1,20.1,0.30,,,
+2,30.7,0.29,0.88,0.70,0.498
+"""
+#: The W&B UI's panel export: "<run> - <metric>" columns with __MIN/__MAX companions.
+WANDB_PANEL = """\
+"Step","grpo-qwen3 - rollout/accept_rate_pos_1","grpo-qwen3 - rollout/accept_rate_pos_1__MIN",\
+"grpo-qwen3 - rollout/accept_rate_pos_1__MAX","grpo-qwen3 - rollout/accept_rate_pos_2",\
+"grpo-qwen3 - rollout/accept_rate_pos_3"
+5,0.9,0.9,0.9,0.72,0.504
+6,0.9,0.9,0.9,0.72,0.504
+"""
+
+
+def test_a_wandb_history_is_averaged_over_its_logged_steps(tmp_path) -> None:
+    profile = load_acceptance_profile(_write(tmp_path, "history.csv", WANDB_HISTORY))
+    assert profile.given == "W&B series rates"
+    assert profile.alphas == pytest.approx(alphas_from_rates([0.90, 0.72, 0.504]), abs=1e-12)
+    text = profile.describe()
+    assert "mean of 2 logged steps (steps 0-2; position 1 ranged 0.880-0.920)" in text
+    assert "unconditional per-position rates" in text and "spec_decode/draft_acceptance_rate*" in text
+    rows = "\n".join(json.dumps({"_step": i, "rollout/accept_alpha_pos_0": 0.9, "rollout/accept_alpha_pos_1": 0.8,
+                                 "rollout/accept_alpha_pos_2": 0.7}) for i in range(3))
+    jsonl = load_acceptance_profile(_write(tmp_path, "history.jsonl", rows))
+    assert jsonl.alphas == pytest.approx(ALPHAS) and jsonl.given == "W&B series alphas"
+
+
+def test_a_wandb_panel_export_drops_its_run_prefix_and_min_max_columns(tmp_path) -> None:
+    profile = load_acceptance_profile(_write(tmp_path, "panel.csv", WANDB_PANEL))
+    assert profile.alphas == pytest.approx(ALPHAS, abs=1e-12)
+    assert "steps 5-6" in profile.describe()
+
+
+@pytest.mark.parametrize(("text", "field", "what"), [
+    ("_step,accept_rate_pos_0,accept_alpha_pos_0\n0,0.9,0.9\n", "accept_alpha", "2 per-position acceptance families"),
+    ('"Step","a - accept_pos_0","b - accept_pos_0"\n1,0.9,0.8\n', "b - accept", "export one run"),
+    ("_step,accept_pos_0,accept_pos_2\n0,0.9,0.5\n", "accept_pos_0", "without gaps"),
+    ("_step,accept_pos_0,accept_pos_1\n0,0.9,\n", "accept_pos_0", "no logged step has a value"),
+    ("_step,accept_pos_0\n0,1.5\n", "accept_pos_0", "not a probability"),
+    ("_step,accept_pos_0,accept_pos_1\n0,0.5,0.6\n", "rates", "never increase"),
+])
+def test_a_bad_wandb_export_is_one_line_naming_the_column(tmp_path, text, field, what) -> None:
+    p = _write(tmp_path, "w.csv", text)
+    with pytest.raises(InputError) as err:
+        load_acceptance_profile(p)
+    assert what in str(err.value) and err.value.field == field and "\n" not in str(err.value)
