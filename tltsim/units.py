@@ -61,8 +61,8 @@ def paired_runs(runs: pd.DataFrame, sd_label: str, later_s: float | None, sim_st
         return pd.DataFrame({"step_s": total / sim_steps, "busy": busy.fillna(1.0),
                              "rollout_s": part["rollout_s"].astype(float)})
 
-    base, sd = side(BASELINE_POLICY), side(sd_label)
-    both = base.join(sd, lsuffix="_base", rsuffix="_sd", how="inner").reset_index()
+    base, sd = side(BASELINE_POLICY).add_suffix("_base"), side(sd_label).add_suffix("_sd")
+    both = base.join(sd, how="inner").reset_index()
     both["rollout_speedup"] = both["rollout_s_base"] / both["rollout_s_sd"]
     return both
 
@@ -90,7 +90,7 @@ class StepsAnswer:
 
     def per_run(self) -> pd.DataFrame:
         """Per run: each metric for no SD (``_base``), SD (``_sd``) and the saving (``_saving``)."""
-        out = self.runs[["variant", "seed"]].copy()
+        out = self.runs[["variant", "seed", "rollout_speedup"]].copy()
         for side in ("base", "sd"):
             costs = [self._cost(s, b) for s, b in zip(self.runs[f"step_s_{side}"], self.runs[f"busy_{side}"],
                                                        strict=True)]
