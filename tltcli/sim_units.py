@@ -67,3 +67,4 @@ def _cell(values: list[float], spec: str) -> str:
 
 
 __all__ = ["units_table"]
+
