@@ -166,6 +166,10 @@ def write_report(folder: Path, s: Any, rec: Any, ranking: pd.DataFrame, rows: pd
         facts["robust"].table().to_csv(folder / "robustness.csv", index=False)
     if facts.get("check") is not None:
         facts["check"].table.to_csv(folder / "exports_by_step.csv", index=False)
+    units = facts.get("units")
+    if units is not None:
+        units.table().to_csv(folder / "units.csv", index=False)
+        units.per_run().to_csv(folder / "units_runs.csv", index=False)
     (folder / "scenario.resolved.toml").write_text(scenario_toml(s), encoding="utf-8")
     (folder / "recommended.toml").write_text(recommended_toml(s, rec.policy, rec.switch, command), encoding="utf-8")
     (folder / "vllm_speculative_config.json").write_text(export_json(exports["vllm"]["config"]), encoding="utf-8")
@@ -220,6 +224,14 @@ def write_report(folder: Path, s: Any, rec: Any, ranking: pd.DataFrame, rows: pd
     if facts.get("assumes"):
         lines += ["Assumed, not measured for this run: " + "; ".join(facts["assumes"]) + " (set what you know: "
                   "`--quality`, `--set cluster.flops_efficiency=...`, `--set rl.reward_s_per_sample=...`).", ""]
+    if units is not None:
+        lines += ["## In hours, GPU-hours and dollars", "", "\n".join(units.lines()), "",
+                  "Median over the seeds at the scenario's inputs; the band is the min-max over every run the "
+                  "speedup's "
+                  "band comes from, each saving paired at the same seed and input (`units.csv`; every run in "
+                  "`units_runs.csv`). GPU-hours = GPUs x step seconds x steps / 3600; dollars = GPU-hours x the price "
+                  "per GPU-hour (`--price GPU=USD_PER_GPU_HOUR` or `cluster.usd_per_gpu_hour` replaces the bundled "
+                  "list price).", ""]
     if facts["later_s"] is not None:
         lines += [f"End to end = (rollout + {facts['later_s']:.1f} s of reward, old log-probs, reference, actor update "
                   "and weight sync under the scenario's `rl.*`) against no SD's, at the same seed: Amdahl's law with "

@@ -142,6 +142,14 @@ def advise(
     executor: Annotated[str, typer.Option(help="local (processes on this machine) or ray.")] = "local",
     address: Annotated[str | None, typer.Option(help="Ray cluster address (with --executor ray).")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="dotted.field=value, repeatable.")] = None,
+    steps: Annotated[int | None, typer.Option(
+        help="RL steps to answer in hours, GPU-hours, dollars and kWh, with and without SD (default: the "
+             "trace's steps when it has several, else trace.num_steps, else 1).")] = None,
+    price: Annotated[list[str] | None, typer.Option(
+        help="GPU=USD_PER_GPU_HOUR, repeatable: replaces the bundled on-demand list price (cluster.usd_per_gpu_hour "
+             "in a scenario).")] = None,
+    usd_per_kwh: Annotated[float | None, typer.Option(
+        help="Electricity price: adds the energy's cost (cluster.usd_per_kwh).")] = None,
     out: Annotated[Path | None, typer.Option(
         help="Report folder (default results/advise/<scenario hash>-<grid hash>-seeds<N>).")] = None,
     force: Annotated[bool, typer.Option(help="Write into an existing --out folder tlt did not create "
@@ -168,6 +176,12 @@ def advise(
         raise InputError(f"must be >= 1, got {workers}", path="--workers")
     if address and executor != "ray":
         raise InputError("applies to --executor ray only", path="--address")
+    if steps is not None and not 1 <= steps <= MAX_STEPS_ANSWERED:
+        raise InputError(f"must be in [1, {MAX_STEPS_ANSWERED:,}], got {steps}", path="--steps")
+    from tltcore.prices import check_usd_per_kwh, parse_prices
+
+    prices = parse_prices(price or [])
+    check_usd_per_kwh(usd_per_kwh)
     if quick:
         for param, given, value in (("seeds", seeds, 1), ("rl_steps", rl_steps, 0)):
             source = ctx.get_parameter_source(param)  # typer's click: compare the source by name
@@ -284,6 +298,7 @@ def advise(
 
         robust = assess(s, ranking, candidates, seed_list, switches, rec, rows, later, inputs.cost,
                         lambda more: run(more, "unmeasured inputs"))
+    units = _units(s, inputs, rec, rows, robust, later, steps, prices, usd_per_kwh)
     fresh = adv.Freshness(rl_steps)
     fresh_warnings: list[tuple[str, str]] = []
     if rl_steps:
@@ -315,7 +330,7 @@ def advise(
              "seeds": seed_list, "switches": switches,
              "later_s": later, "later_note": later_note, "bound": bound, "validation": validation,
              "scenario_name": name, "quick": quick, "derived": derived, "tasks": len(tasks), "check": check,
-             "robust": robust,
+             "robust": robust, "units": units,
              "cost": describe_cost(inputs.cost).removeprefix("cost model: "), "assumes": _assumptions(s, inputs.cost),
              "gpu": describe_gpu(s, inputs.cost)}
     _print(console, s, rec, ranking, fresh, findings, warnings, exports, facts)
@@ -325,6 +340,35 @@ def advise(
         write_report(tmp, s, rec, ranking, rows, fresh, findings, warnings, exports, facts)
     console.print(f"report: {dest / 'README.md'}  (exports: recommended.toml, vllm_speculative_config.json, "
                   f"sglang_flags.txt; {wall:.1f} s wall, {_cpu_text(cpu, workers, executor)})", markup=False)
+
+
+#: Most RL steps --steps answers for (a unit slip, not a run, beyond it).
+MAX_STEPS_ANSWERED = 10**7
+
+
+def _units(s: Any, inputs: Any, rec: Any, rows: pd.DataFrame, robust: Any, later: float | None,
+           steps: int | None, prices: dict[str, float], usd_per_kwh: float | None) -> Any:
+    """N RL steps in hours, GPU-hours, dollars and kWh without SD and with the recommendation (or,
+    when no SD is recommended, the best SD setting), from the runs the speedup band comes from
+    (:mod:`tltsim.units`); None when the grid holds no SD setting."""
+    from tltcore.prices import missing_price, resolve_price
+    from tltsim.scenario import scenario_gpu
+    from tltsim.units import StepsAnswer, default_steps, paired_runs
+
+    sd_label = rec.label if rec.is_sd else (rec.runners_up[0] if rec.runners_up else None)
+    if sd_label is None:
+        return None
+    n, why = (steps, "--steps") if steps is not None else default_steps(s)
+    if robust is not None and len(robust.runs):
+        runs = robust.runs
+    else:
+        runs = rows[[c for c in ("label", "seed", "rollout_s", "gpu_idle_s") if c in rows]].assign(variant="")
+    gpu = scenario_gpu(s)
+    paired = paired_runs(runs, sd_label, later, len(inputs.workloads), s.cluster.gpus)
+    return StepsAnswer(n, why, s.cluster.gpus, gpu.name, sd_label, rec.is_sd,
+                       resolve_price(gpu.name, prices, s.cluster.usd_per_gpu_hour), missing_price(gpu.name),
+                       gpu.board_power_w, usd_per_kwh if usd_per_kwh is not None else s.cluster.usd_per_kwh,
+                       later is not None and math.isfinite(later), paired)
 
 
 def _progress(wall0: float) -> Any:
@@ -572,6 +616,8 @@ def _print(console: Console, s: Any, rec: Any, ranking: pd.DataFrame, fresh: Any
           + "; ".join(f"{x:.3f}x at x{k:g}" for k, x in robust.e2e))
     if facts.get("assumes"):
         p("  assumes (not measured for your run): " + "; ".join(facts["assumes"]))
+    for line in facts["units"].lines() if facts.get("units") is not None else ():
+        p(line)
     p("Runners-up:")
     for label in rec.runners_up:
         q = rows[label]

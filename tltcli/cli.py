@@ -59,6 +59,9 @@ def _mount() -> None:
     from tltcli.validate import validate
 
     app.add_typer(trace_app, name="trace")
+    from tltcli.sim_capacity import capacity
+
+    sim_app.command("capacity")(capacity)
     app.add_typer(sim_app, name="sim")
     app.add_typer(sweep_app, name="sweep")
     app.add_typer(real_app, name="real")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -232,6 +233,14 @@ def run(
     perfetto: Annotated[Perfetto, typer.Option(
         help="Write trace.json for ui.perfetto.dev: on, off, or auto (single-step runs only, up to ~64 MB).")
     ] = Perfetto.auto,
+    for_steps: Annotated[int | None, typer.Option(
+        help="RL steps to price in hours, GPU-hours, dollars and kWh per policy (default: the simulated steps).")
+    ] = None,
+    price: Annotated[list[str] | None, typer.Option(
+        help="GPU=USD_PER_GPU_HOUR, repeatable: replaces the bundled on-demand list price "
+             "(cluster.usd_per_gpu_hour).")] = None,
+    usd_per_kwh: Annotated[float | None, typer.Option(
+        help="Electricity price: adds the energy's cost (cluster.usd_per_kwh).")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="dotted.field=value, repeatable.")] = None,
     out: Annotated[Path | None, typer.Option(help="Results folder (default results/sim/<hash>).")] = None,
     force: Annotated[bool, typer.Option(help="Write into an existing --out folder tlt did not create "
@@ -257,6 +266,7 @@ def run(
     from tltsim.seeds import check_seeds
 
     check_seeds(seeds)
+    units = _units_printer(for_steps, price, usd_per_kwh)
     if out is not None:
         # before the simulation: a bad --out (or one that would replace the scenario or trace read) fails at once
         check_output_dir(out, force, kind="sim-run", inputs=[str(p) for p in (scenario, trace) if p])
@@ -267,10 +277,12 @@ def run(
         from tltcli.sim_uncertainty import run_seeds
 
         dest = out if out is not None else DEFAULT_RESULTS / f"{scenario_hash(s)}-seeds{seeds}"
-        run_seeds(s, inputs, seeds, console, dest, perfetto, force)
+        run_seeds(s, inputs, seeds, console, dest, perfetto, force,
+                  units=lambda runs: units(s, console, runs.totals if runs.totals is not None else runs.summary,
+                                           runs.presets))
         return
     if s.presets:
-        _run_presets(s, inputs, console, out, perfetto, force)
+        _run_presets(s, inputs, console, out, perfetto, force, units)
         return
     specs = policies_with_baseline(s.policies)
     responses = sum(w.n_requests for w in inputs.workloads)
@@ -290,10 +302,36 @@ def run(
         console.print(run_table(totals, f"Whole run ({n_steps} rollouts back to back)"))
     console.print(upper_bound_line(bound, s.acceptance.mode))
     print_warnings(console, warnings)
+    units(s, console, run_totals(summary, gpus=s.cluster.gpus), False)
     console.print(ONE_SEED, highlight=False)
     if not wrote_trace:
         console.print(f"trace.json not written ({_why_no_trace(events, perfetto)}; use --perfetto on to force)")
     console.print(f"results: {dest}")
+
+
+def _units_printer(for_steps: int | None, price: list[str] | None,
+                   usd_per_kwh: float | None) -> Callable[[Scenario, Console, pd.DataFrame, bool], None]:
+    """``print(s, console, frame, presets)``: the run in hours, GPU-hours, dollars and kWh
+    (:mod:`tltcli.sim_units`); the options are checked here, before anything runs."""
+    from tltcore.prices import check_usd_per_kwh, parse_prices
+
+    if for_steps is not None and not 1 <= for_steps <= 10**7:
+        raise InputError(f"must be in [1, 10,000,000], got {for_steps}", path="--for-steps")
+    prices = parse_prices(price or [])
+    check_usd_per_kwh(usd_per_kwh)
+
+    def show(s: Scenario, console: Console, frame: pd.DataFrame, presets: bool) -> None:
+        from tltcli.sim_units import units_table
+
+        table, lines = units_table(s, frame, name="preset" if presets else "policy",
+                                   seconds="total_s" if presets else "rollout_s",
+                                   idle=None if presets else "gpu_idle_s",
+                                   for_steps=for_steps, prices=prices, usd_per_kwh=usd_per_kwh, whole_steps=presets)
+        console.print(table)
+        for line in lines:
+            console.print(line, markup=False, highlight=False)
+
+    return show
 
 
 #: What a one-seed run prints under its tables: it has no spread, and how to get one.
@@ -309,7 +347,7 @@ def _why_no_trace(events: pd.DataFrame, perfetto: Perfetto) -> str:
 
 
 def _run_presets(s: Scenario, inputs: SimInputs, console: Console, out: Path | None, perfetto: Perfetto,
-                 force: bool) -> None:
+                 force: bool, units: Callable[[Scenario, Console, pd.DataFrame, bool], None] | None = None) -> None:
     """Whole RL runs of the scenario's presets: per-step table, run summary, results folder."""
     from tltsim.rl.presets import presets_with_baseline
     from tltsim.rl.run import compare_presets
@@ -329,6 +367,8 @@ def _run_presets(s: Scenario, inputs: SimInputs, console: Console, out: Path | N
         if r.status != "ok":
             console.print(f"[bold red]{r.preset}[/]: {r.note}")
     print_warnings(console, warnings)
+    if units is not None:
+        units(s, console, summary, True)
     console.print(ONE_SEED, highlight=False)
     if not wrote_trace:
         console.print(f"trace.json not written ({_why_no_trace(events, perfetto)}; use --perfetto on to force)")

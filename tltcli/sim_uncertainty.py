@@ -23,7 +23,7 @@ ranges and why) and ``scenario.resolved.toml``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -96,8 +96,10 @@ def seed_preset_table(agg: pd.DataFrame, title: str) -> Table:
     return table
 
 
-def run_seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, dest: Path, perfetto, force: bool) -> None:
-    """``tlt sim run --seeds N`` with N > 1: run, write the folder, print the tables and the flip line."""
+def run_seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, dest: Path, perfetto, force: bool,
+              units: Callable[[SeedRuns], None] | None = None) -> None:
+    """``tlt sim run --seeds N`` with N > 1: run, write the folder, print the tables and the flip line
+    (``units(runs)`` prints the runs in hours and dollars, :mod:`tltcli.sim_units`)."""
     from tltcli.progress import policy_progress
     from tltsim.rl.presets import presets_with_baseline
     from tltsim.scenario import policies_with_baseline
@@ -146,6 +148,8 @@ def run_seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, dest: Pa
     elif runs.presets:
         console.print("how sure: tlt sim sensitivity varies the unmeasured inputs of whole RL runs", highlight=False)
     print_warnings(console, warnings)
+    if units is not None:
+        units(runs)
     console.print(f"simulation {span} (dealing, stochastic acceptance, policy seeds); trace.seed "
                   f"{s.trace.seed} fixed (the same responses at every seed)", highlight=False)
     if not wrote_trace:

@@ -48,6 +48,7 @@ MARKER = ".tlt-results.json"
 KINDS = {
     "sim-run": "tlt sim run",
     "sim-sensitivity": "tlt sim sensitivity",
+    "sim-capacity": "tlt sim capacity",
     "advise": "tlt advise",
     "demo": "tlt demo",
     "report": "tlt report",

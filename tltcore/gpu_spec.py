@@ -15,6 +15,7 @@ flat TOML in the units data sheets print, so a user copies numbers without conve
     intra_node_gb_per_s = 448     # per GPU per direction (NVLink / xGMI / PCIe)
     inter_node_gb_per_s = 50      # per GPU per direction (one 400 Gb/s NIC); optional
     gpus_per_node = 8
+    board_power_w = 750           # max board power (TDP); optional: tlt's energy estimate uses it
 
 ``flops_efficiency`` / ``bandwidth_efficiency`` (optional) are what you measured: left out, the
 calibration the GPU borrows supplies them (or, under ``cost.model = "roofline"``, the typical 0.70 /
@@ -67,6 +68,7 @@ class GPUSheet(ConfigModel):
     flops_efficiency: Float | None = Field(None, gt=0, le=1)
     bandwidth_efficiency: Float | None = Field(None, gt=0, le=1)
     allreduce_latency_us: Float | None = Field(None, ge=0, le=10_000)
+    board_power_w: Float | None = Field(None, gt=0, le=10_000)
 
     @model_validator(mode="after")
     def _consistent(self) -> GPUSheet:
@@ -93,7 +95,7 @@ class GPUSheet(ConfigModel):
             fp8_flops=self.fp8_tflops * TERA if self.fp8_tflops is not None else None,
             inter_node_bytes_per_s=self.inter_node_gb_per_s * GIGA if self.inter_node_gb_per_s is not None else None,
             gpus_per_node=self.gpus_per_node, architecture=self.architecture, vendor=self.vendor or "",
-            memory_type=self.memory_type)
+            memory_type=self.memory_type, board_power_w=self.board_power_w)
 
     @classmethod
     def of(cls, spec: GPUSpec) -> GPUSheet:
@@ -108,7 +110,8 @@ class GPUSheet(ConfigModel):
                    intra_node_gb_per_s=spec.interconnect_bytes_per_s / GIGA,
                    inter_node_gb_per_s=(spec.inter_node_bytes_per_s / GIGA
                                         if spec.inter_node_bytes_per_s is not None else None),
-                   gpus_per_node=spec.gpus_per_node, allreduce_latency_us=spec.allreduce_latency_s * 1e6)
+                   gpus_per_node=spec.gpus_per_node, allreduce_latency_us=spec.allreduce_latency_s * 1e6,
+                   board_power_w=spec.board_power_w)
 
 
 def load_gpu_sheet(path: str | Path) -> GPUSheet:

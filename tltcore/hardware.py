@@ -37,7 +37,9 @@ class GPUSpec:
     link domain joins (8 on HGX boards, 72 on GB200 NVL72). ``fp8_flops`` is dense FP8 tensor FLOP/s,
     None on parts without FP8 tensor cores. ``architecture`` (``hopper``, ``cdna3``...) and
     ``memory_type`` (``HBM3``, ``GDDR6``...) decide which measured calibration a GPU without its own
-    profiles borrows (:func:`tltcore.cost.measured.nearest_profile`); ``source`` names the data sheet."""
+    profiles borrows (:func:`tltcore.cost.measured.nearest_profile`); ``source`` names the data sheet.
+    ``board_power_w`` is the data sheet's maximum board power (TDP, configurable parts at their top
+    setting), what the energy estimate of :mod:`tltcore.prices` scales; None where none is published."""
 
     name: str
     bf16_flops: float | None  # dense bf16 tensor FLOP/s
@@ -54,6 +56,7 @@ class GPUSpec:
     architecture: str = ""
     vendor: str = ""
     memory_type: str = ""
+    board_power_w: float | None = None  # max board power (TDP) from the data sheet; None: not published
 
     def __post_init__(self) -> None:
         for field_name in ("flops_efficiency", "bandwidth_efficiency"):
@@ -129,28 +132,36 @@ NIC_400G = 50 * GIGA
 NIC_200G = 25 * GIGA
 NIC_800G = 100 * GIGA
 
+#: ``board_power_w``: each data sheet's maximum board power (TDP / total board power): H100 SXM5 and H200
+#: SXM "up to 700 W (configurable)", H800 SXM5 700 W, A100 and A800 SXM 400 W, L40S 350 W, L40 300 W, A40
+#: 300 W, GeForce RTX 4090 450 W / RTX 5090 575 W / RTX 3090 350 W (total graphics power), B200 1,000 W in
+#: the HGX B200 configuration (as Vultr's HGX B200 hardware overview lists it), AMD Instinct MI300X 750 W,
+#: MI325X 1,000 W and MI355X 1,400 W peak board power. None where no data sheet gives one per GPU (H20,
+#: L20, B300, GB200, Ascend 910B): a GPU spec file's board_power_w fills it.
 _PRESETS: tuple[GPUSpec, ...] = (
     # NVIDIA H100 Tensor Core GPU data sheet, SXM5: BF16 1,979 TFLOPS with sparsity -> 989.4 dense;
     # FP8 3,958 with sparsity -> 1,979 dense; HBM3 80 GB at 3.35 TB/s; NVLink 900 GB/s (bidirectional)
     # -> 450 GB/s per direction.
     GPUSpec("H100-SXM", 989.4 * TERA, 3.35 * TERA, 80 * GIGA, 450 * GIGA,
             source="NVIDIA H100 data sheet (SXM5)", fp8_flops=1979 * TERA, inter_node_bytes_per_s=NIC_400G,
+            board_power_w=700,
             architecture="hopper", vendor="NVIDIA", memory_type="HBM3"),
     # NVIDIA H800 SXM5 product brief (the export variant of H100): the same BF16 compute (989.4 dense)
     # and FP8 (3,958 sparse -> 1,979 dense), HBM3 80 GB at 3.35 TB/s as H100 SXM5, NVLink cut to
     # 400 GB/s bidirectional -> 200 GB/s per direction. TLT's users report no end-to-end gain on
     # 8 x H800 when the reward takes long.
     GPUSpec("H800", 989.4 * TERA, 3.35 * TERA, 80 * GIGA, 200 * GIGA,
-            source="NVIDIA H800 product brief (SXM5)", fp8_flops=1979 * TERA,
+            board_power_w=700, source="NVIDIA H800 product brief (SXM5)", fp8_flops=1979 * TERA,
             architecture="hopper", vendor="NVIDIA", memory_type="HBM3"),
     # NVIDIA H200 data sheet, SXM: same compute as H100 (BF16 1,979 sparse -> 989 dense; FP8 3,958
     # sparse -> 1,979 dense); HBM3e 141 GB at 4.8 TB/s; NVLink 900 GB/s.
     GPUSpec("H200", 989.4 * TERA, 4.8 * TERA, 141 * GIGA, 450 * GIGA,
             source="NVIDIA H200 data sheet (SXM)", fp8_flops=1979 * TERA, inter_node_bytes_per_s=NIC_400G,
+            board_power_w=700,
             architecture="hopper", vendor="NVIDIA", memory_type="HBM3e"),
     # NVIDIA A100 data sheet, 80GB SXM: BF16 312 TFLOPS dense; no FP8; HBM2e 2,039 GB/s; NVLink 600 GB/s.
     GPUSpec("A100-80GB-SXM", 312 * TERA, 2.039 * TERA, 80 * GIGA, 300 * GIGA,
-            source="NVIDIA A100 data sheet (80GB SXM)", inter_node_bytes_per_s=NIC_200G,
+            board_power_w=400, source="NVIDIA A100 data sheet (80GB SXM)", inter_node_bytes_per_s=NIC_200G,
             architecture="ampere", vendor="NVIDIA", memory_type="HBM2e"),
     # NVIDIA H20 (China-market Hopper) product brief: BF16 148 TFLOPS and FP8 296 TFLOPS dense; HBM3
     # 96 GB at 4.0 TB/s; NVLink 900 GB/s. Very low FLOP/byte: SD verification turns compute-bound early
@@ -161,39 +172,42 @@ _PRESETS: tuple[GPUSpec, ...] = (
     # NVIDIA L40S data sheet: BF16 733 TFLOPS with sparsity -> 366 dense (362.05 listed); FP8 733 dense
     # (1,466 sparse); 48 GB GDDR6 at 864 GB/s; no NVLink, PCIe Gen4 x16 64 GB/s bidirectional -> 32 GB/s.
     GPUSpec("L40S", 362.05 * TERA, 0.864 * TERA, 48 * GIGA, 32 * GIGA,
-            allreduce_latency_s=PCIE_ALLREDUCE_LATENCY_S, source="NVIDIA L40S data sheet", fp8_flops=733 * TERA,
+            allreduce_latency_s=PCIE_ALLREDUCE_LATENCY_S,
+            board_power_w=350, source="NVIDIA L40S data sheet", fp8_flops=733 * TERA,
             architecture="ada", vendor="NVIDIA", memory_type="GDDR6"),
     # NVIDIA HGX B200 data sheet (8 GPUs): FP16/BF16 36 PFLOPS sparse -> 2.25 PFLOPS dense per GPU;
     # FP8 72 PFLOPS sparse -> 4.5 PFLOPS dense per GPU; 1.44 TB HBM3e -> 180 GB per GPU at 8 TB/s;
     # NVLink 5 1.8 TB/s bidirectional -> 900 GB/s.
     GPUSpec("B200", 2250 * TERA, 8.0 * TERA, 180 * GIGA, 900 * GIGA,
             source="NVIDIA HGX B200 data sheet", fp8_flops=4500 * TERA, inter_node_bytes_per_s=NIC_400G,
+            board_power_w=1000,
             architecture="blackwell", vendor="NVIDIA", memory_type="HBM3e"),
     # NVIDIA Ada architecture whitepaper, GeForce RTX 4090: peak BF16 tensor TFLOPS with FP32
     # accumulate 165.2 dense (330.4 sparse); FP8 with FP32 accumulate 330.3 dense; 24 GB GDDR6X at
     # 1,008 GB/s; PCIe Gen4, no NVLink / P2P.
     GPUSpec("RTX4090", 165.2 * TERA, 1.008 * TERA, 24 * GIGA, 32 * GIGA,
-            allreduce_latency_s=PCIE_ALLREDUCE_LATENCY_S, source="NVIDIA Ada GPU architecture whitepaper",
+            allreduce_latency_s=PCIE_ALLREDUCE_LATENCY_S,
+            board_power_w=450, source="NVIDIA Ada GPU architecture whitepaper",
             fp8_flops=330.3 * TERA, architecture="ada", vendor="NVIDIA", memory_type="GDDR6X"),
     # NVIDIA Blackwell (GeForce) whitepaper, RTX 5090: BF16 tensor with FP32 accumulate 209.5 dense
     # (419 sparse); FP8 with FP32 accumulate 419 dense; 32 GB GDDR7 at 1,792 GB/s; PCIe Gen5 x16
     # 128 GB/s bidirectional -> 64 GB/s.
     GPUSpec("RTX5090", 209.5 * TERA, 1.792 * TERA, 32 * GIGA, 64 * GIGA,
             allreduce_latency_s=PCIE_ALLREDUCE_LATENCY_S,
-            source="NVIDIA RTX Blackwell GPU architecture whitepaper", fp8_flops=419 * TERA,
+            board_power_w=575, source="NVIDIA RTX Blackwell GPU architecture whitepaper", fp8_flops=419 * TERA,
             architecture="blackwell", vendor="NVIDIA", memory_type="GDDR7"),
     # NVIDIA Ampere GA102 whitepaper, GeForce RTX 3090: BF16 tensor with FP32 accumulate 71 dense
     # (142 sparse); no FP8; 24 GB GDDR6X at 936 GB/s; NVLink bridge 112.5 GB/s total -> ~56 GB/s per
     # direction.
     GPUSpec("RTX3090", 71 * TERA, 0.936 * TERA, 24 * GIGA, 56 * GIGA,
             allreduce_latency_s=PCIE_ALLREDUCE_LATENCY_S,
-            source="NVIDIA Ampere GA102 GPU architecture whitepaper",
+            board_power_w=350, source="NVIDIA Ampere GA102 GPU architecture whitepaper",
             architecture="ampere", vendor="NVIDIA", memory_type="GDDR6X"),
     # NVIDIA A40 data sheet: BF16 tensor 149.7 TFLOPS dense (299.4 with sparsity); no FP8; 48 GB GDDR6
     # at 696 GB/s; NVLink bridge (2 GPUs) 112.5 GB/s bidirectional -> 56.25 GB/s per direction. Vidur's
     # profiles measure it.
     GPUSpec("A40", 149.7 * TERA, 0.696 * TERA, 48 * GIGA, 56.25 * GIGA,
-            allreduce_latency_s=PCIE_ALLREDUCE_LATENCY_S, source="NVIDIA A40 data sheet",
+            allreduce_latency_s=PCIE_ALLREDUCE_LATENCY_S, board_power_w=300, source="NVIDIA A40 data sheet",
             architecture="ampere", vendor="NVIDIA", memory_type="GDDR6"),
     # ---- data-sheet presets without measured profiles of their own (issue 41) --------------------
     # AMD Instinct MI300X (ROCm docs, "AMD Instinct MI300 series microarchitecture", peak-performance
@@ -203,18 +217,19 @@ _PRESETS: tuple[GPUSpec, ...] = (
     # GPUs has only g - 1 of the links (TP 2: 64 GB/s), so the analytic all-reduce is optimistic below TP 8.
     GPUSpec("MI300X", 1307.4 * TERA, 5.3 * TERA, 192 * GIGA, 448 * GIGA,
             source="AMD Instinct MI300X data sheet / ROCm MI300 microarchitecture", fp8_flops=2614.9 * TERA,
+            board_power_w=750,
             architecture="cdna3", vendor="AMD", memory_type="HBM3"),
     # AMD Instinct MI325X data sheet: the MI300X's CDNA 3 compute unchanged (BF16 1,307.4, FP8 2,614.9
     # TFLOPS dense; 5,229.8 FP8 with sparsity), HBM3E 256 GB at 6 TB/s; the same seven 128 GB/s
     # Infinity Fabric links (448 GB/s per direction; the TP < 8 caveat of MI300X applies).
     GPUSpec("MI325X", 1307.4 * TERA, 6.0 * TERA, 256 * GIGA, 448 * GIGA,
-            source="AMD Instinct MI325X data sheet", fp8_flops=2614.9 * TERA,
+            board_power_w=1000, source="AMD Instinct MI325X data sheet", fp8_flops=2614.9 * TERA,
             architecture="cdna3", vendor="AMD", memory_type="HBM3e"),
     # AMD Instinct MI355X data sheet (CDNA 4): BF16 2.5 PFLOPS dense (2,516.6 at 2.4 GHz x 1,024 matrix
     # cores), FP8 5.0 PFLOPS dense (5,033.2); HBM3E 288 GB at 8 TB/s; seven Infinity Fabric links of
     # 153.6 GB/s bidirectional -> 7 x 76.8 = 537.6 GB/s per direction (TP < 8 caveat as MI300X).
     GPUSpec("MI355X", 2516.6 * TERA, 8.0 * TERA, 288 * GIGA, 537.6 * GIGA,
-            source="AMD Instinct MI355X data sheet", fp8_flops=5033.2 * TERA,
+            board_power_w=1400, source="AMD Instinct MI355X data sheet", fp8_flops=5033.2 * TERA,
             architecture="cdna4", vendor="AMD", memory_type="HBM3e"),
     # NVIDIA HGX B300 data sheet (8 Blackwell Ultra GPUs): FP16/BF16 36 PFLOPS and FP8 72 PFLOPS with
     # sparsity -> 2.25 and 4.5 PFLOPS dense per GPU; up to 2.3 TB HBM3e -> 288 GB per GPU at 8 TB/s;
@@ -232,7 +247,8 @@ _PRESETS: tuple[GPUSpec, ...] = (
     # NVIDIA L40 data sheet: BF16 tensor 181.05 TFLOPS dense (362.1 sparse), FP8 362 dense (724 sparse);
     # 48 GB GDDR6 at 864 GB/s; PCIe Gen4 x16 64 GB/s bidirectional -> 32 GB/s, no NVLink.
     GPUSpec("L40", 181.05 * TERA, 0.864 * TERA, 48 * GIGA, 32 * GIGA,
-            allreduce_latency_s=PCIE_ALLREDUCE_LATENCY_S, source="NVIDIA L40 data sheet", fp8_flops=362 * TERA,
+            allreduce_latency_s=PCIE_ALLREDUCE_LATENCY_S,
+            board_power_w=300, source="NVIDIA L40 data sheet", fp8_flops=362 * TERA,
             architecture="ada", vendor="NVIDIA", memory_type="GDDR6"),
     # NVIDIA L20 (China-market Ada, PCIe): NVIDIA publishes no L20 data sheet on nvidia.com; these are the
     # product brief's figures as reported (e.g. "GPU Performance (Data Sheets) Quick Reference",
@@ -245,12 +261,12 @@ _PRESETS: tuple[GPUSpec, ...] = (
     # NVIDIA A800 80GB SXM (the export variant of A100, product brief): A100's BF16 312 TFLOPS dense and
     # HBM2e 80 GB at 2,039 GB/s; no FP8; NVLink cut from 600 to 400 GB/s bidirectional -> 200 GB/s.
     GPUSpec("A800", 312 * TERA, 2.039 * TERA, 80 * GIGA, 200 * GIGA,
-            source="NVIDIA A800 product brief (80GB SXM)",
+            board_power_w=400, source="NVIDIA A800 product brief (80GB SXM)",
             architecture="ampere", vendor="NVIDIA", memory_type="HBM2e"),
     # NVIDIA A100 data sheet, 40GB SXM: BF16 312 TFLOPS dense; no FP8; HBM2 40 GB at 1,555 GB/s; NVLink
     # 600 GB/s -> 300 GB/s per direction; DGX A100 (40GB): ConnectX-6 200 Gb/s per GPU.
     GPUSpec("A100-40GB-SXM", 312 * TERA, 1.555 * TERA, 40 * GIGA, 300 * GIGA,
-            source="NVIDIA A100 data sheet (40GB SXM)", inter_node_bytes_per_s=NIC_200G,
+            board_power_w=400, source="NVIDIA A100 data sheet (40GB SXM)", inter_node_bytes_per_s=NIC_200G,
             architecture="ampere", vendor="NVIDIA", memory_type="HBM2"),
     # Huawei Ascend 910B: Huawei publishes no per-chip data sheet for it, and its bins (910B1-B4) differ.
     # As reported ("GPU Performance (Data Sheets) Quick Reference", arthurchiao.art, 2023): FP16 320

@@ -216,7 +216,8 @@ def evaluate_task(scenario: Scenario) -> pd.DataFrame:
     """Simulate one task (its policies against ``no-sd``, every step) and return one row per policy:
     ``policy``, ``switch``, ``seed``, the whole run's ``rollout_s`` and ``speedup`` over ``no-sd``,
     ``sd_share`` (share of decode iterations that speculated), ``accept``, ``switch_s`` (mean seconds
-    per worker spent switching SD on) and ``warnings`` (JSON list of ``[kind, line]`` from
+    per worker spent switching SD on), ``gpu_idle_s`` (idle GPU-seconds of the rollouts: what the energy
+    estimate of :mod:`tltsim.units` reads) and ``warnings`` (JSON list of ``[kind, line]`` from
     :mod:`tltsim.run_warnings`). Top-level and scenario-driven: it runs in a sweep worker as is."""
     from tltcore.summary import run_totals
     from tltsim.run_warnings import scenario_warnings
@@ -229,7 +230,7 @@ def evaluate_task(scenario: Scenario) -> pd.DataFrame:
     warns: dict[str, list[list[str]]] = {}
     for w in scenario_warnings(inputs, events, summary):
         warns.setdefault(w.subject, []).append([w.kind, w.line()])
-    out = totals[["policy", "rollout_s", "speedup", "mean_accept_length"]].rename(
+    out = totals[["policy", "rollout_s", "speedup", "mean_accept_length", "gpu_idle_s"]].rename(
         columns={"mean_accept_length": "accept"})
     out.insert(1, "switch", scenario.engine.switch)
     out.insert(2, "seed", scenario.seed)

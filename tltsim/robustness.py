@@ -266,6 +266,10 @@ class Robustness:
     band: tuple[float, float]
     settings: tuple[str, ...]  # the labels re-simulated
     gpu_note: str = ""  # said when the GPU was never measured (a borrowed calibration prices it)
+    #: every run behind ``band``: the scenario's own (``variant`` "") and each variant's, one row per
+    #: (variant, seed, label) with ``rollout_s``, ``speedup`` and ``gpu_idle_s`` (hours and dollars,
+    #: :mod:`tltsim.units`, take their band from the same runs)
+    runs: pd.DataFrame = field(default_factory=pd.DataFrame, compare=False)
 
     @property
     def flips(self) -> tuple[VariantResult, ...]:
@@ -312,6 +316,8 @@ def assess(s: Scenario, ranking: pd.DataFrame, candidates: Sequence[Any], seeds:
     vs, skipped = variants(s, cost, [c.policy for c in top])
     results = []
     speeds = [float(v) for v in rows.loc[rows["label"] == rec.label, "speedup"]]
+    cols = [c for c in ("label", "seed", "rollout_s", "speedup", "gpu_idle_s") if c in rows]
+    runs = [rows[rows["label"].isin(keep)][cols].assign(variant="")]
     for v in vs:
         cands = [adv.Candidate(c.label, v.spec(c.policy) if v.spec else c.policy, c.switch) for c in top]
         try:
@@ -328,6 +334,7 @@ def assess(s: Scenario, ranking: pd.DataFrame, candidates: Sequence[Any], seeds:
         sp = (float(mine["speedup_median"].iloc[0]), float(mine["speedup_min"].iloc[0]),
               float(mine["speedup_max"].iloc[0])) if len(mine) else (float("nan"),) * 3
         speeds += [float(x) for x in vrows.loc[vrows["label"] == rec.label, "speedup"]]
+        runs.append(vrows[[c for c in cols if c in vrows]].assign(variant=f"{v.input} {v.value}"))
         # SD stopping (or starting) to pay is a flip; another SD setting is one only outside the spread
         flips = vrec.label != rec.label and (vrec.is_sd != rec.is_sd or rec.label not in vrec.ties)
         results.append(VariantResult(v, sp, vrec.label, vrec.speedup, flips))
@@ -340,7 +347,8 @@ def assess(s: Scenario, ranking: pd.DataFrame, candidates: Sequence[Any], seeds:
             e2e.append((k, float(np.median(ratio.dropna().to_numpy()))))
     finite = [x for x in speeds if math.isfinite(x)]
     band = (min(finite), max(finite)) if finite else (float("nan"), float("nan"))
-    return Robustness(rec.label, tuple(results), tuple(e2e), tuple(skipped), band, tuple(keep), unmeasured_gpu(s, cost))
+    return Robustness(rec.label, tuple(results), tuple(e2e), tuple(skipped), band, tuple(keep), unmeasured_gpu(s, cost),
+                      pd.concat(runs, ignore_index=True))
 
 
 def unmeasured_gpu(s: Scenario, cost: Any) -> str:

@@ -131,7 +131,11 @@ class ClusterSection(ConfigModel):
 
     ``expert_parallel`` (MoE models; None: off): each worker places its routed experts whole over its
     ``tp`` GPUs and dispatches tokens to them by all-to-all, instead of slicing every expert over the
-    TP group (:mod:`tltcore.cost.moe`)."""
+    TP group (:mod:`tltcore.cost.moe`).
+
+    ``usd_per_gpu_hour`` (None: the bundled on-demand list price, :mod:`tltcore.prices`) prices the
+    GPU-hours ``tlt advise`` and ``tlt sim run`` print; ``usd_per_kwh`` (None: no energy cost) prices
+    their energy. Neither changes a simulation; None keeps every existing scenario's hash."""
 
     SECTION = "cluster"
 
@@ -142,6 +146,8 @@ class ClusterSection(ConfigModel):
     bandwidth_efficiency: Float | None = Field(None, ge=1e-3, le=1)
     gpu_spec: GPUSheetField = None
     expert_parallel: bool | None = Field(None, strict=True)
+    usd_per_gpu_hour: Float | None = Field(None, gt=0, le=1000)
+    usd_per_kwh: Float | None = Field(None, gt=0, le=10)
 
     @model_validator(mode="before")
     @classmethod
