@@ -1,7 +1,7 @@
 """The one command-line tool, ``tlt``: the typer app and its error handling.
 
-Sub-commands live one per module (``trace``, ``sim``, ``sweep``, ``real``, ``cost``, ``model``, ``demo``,
-``report``) and are mounted here.
+Sub-commands live one per module (``trace``, ``sim``, ``sweep``, ``real``, ``cost``, ``model``,
+``scenario``, ``demo``, ``report``) and are mounted here.
 :func:`main` turns :class:`~tltcore.errors.InputError` into one line on stderr and exit code 2. The
 console script enters through :func:`tltcli.main`, which imports this module (typer, pandas, every
 sub-command: a second or more) where a Ctrl-C can still be answered in one line.
@@ -53,6 +53,7 @@ def _mount() -> None:
     from tltcli.model import app as model_app
     from tltcli.real import app as real_app
     from tltcli.report import report
+    from tltcli.scenario import app as scenario_app
     from tltcli.sim import app as sim_app
     from tltcli.sweep import app as sweep_app
     from tltcli.trace import app as trace_app
@@ -67,6 +68,7 @@ def _mount() -> None:
     app.add_typer(real_app, name="real")
     app.add_typer(cost_app, name="cost")
     app.add_typer(model_app, name="model")
+    app.add_typer(scenario_app, name="scenario")
     app.command("demo")(demo)
     app.command("validate")(validate)
     app.command("report")(report)

@@ -128,8 +128,9 @@ def bundled_scenarios() -> dict[str, Path]:
 
 
 def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a scenario TOML file, or a bundled one by name (a UTF-8 byte-order mark is
-    fine), with the same checks as :func:`resolve` (which also reports what is set but unused)."""
+    """Read and validate a scenario file (TOML, or YAML for ``.yaml`` / ``.yml``), or a bundled one by
+    name (a UTF-8 byte-order mark is fine), with the same checks as :func:`resolve` (which also reports
+    what is set but unused)."""
     return resolve(path).scenario
 
 
@@ -227,7 +228,7 @@ def resolve(scenario: str | Path | None = None, settings: Sequence[tuple[str, An
     if scenario is not None:
         p, text = config_files.read_file(scenario, bundled_scenarios(), "scenario")
         file = str(p)
-        data = relative_to(config_files.load_toml_text(text, path=file), p.parent)
+        data = relative_to(config_files.load_config_text(text, path=p), p.parent)
         given = dict.fromkeys(_leaf_paths(data), file)
     by_flag: dict[str, tuple[str, Any]] = {}
     flags: list[str] = []
