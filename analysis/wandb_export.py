@@ -123,6 +123,7 @@ def log_folder(folder: Path, command: str, *, project: str) -> str:
         where = run.url or run.dir
     finally:
         run.finish()
+        wandb.teardown()  # W&B keeps process-wide settings (WANDB_DIR...): the next log reads them afresh
     return str(where)
 
 

@@ -27,7 +27,7 @@ import pandas as pd
 import typer
 from rich.console import Console
 
-from tltcli.sim import ACCEPTANCE_HELP, GpuOption, GpuSpecOption
+from tltcli.sim import ACCEPTANCE_HELP, WANDB_HELP, GpuOption, GpuSpecOption, log_to_wandb
 from tltcore.atomic import atomic_dir, check_output_dir
 from tltcore.errors import InputError, warn
 from tltsim.scenario import BASELINE_POLICY, resolve, scenario_hash, with_values
@@ -150,6 +150,8 @@ def advise(
              "in a scenario).")] = None,
     usd_per_kwh: Annotated[float | None, typer.Option(
         help="Electricity price: adds the energy's cost (cluster.usd_per_kwh).")] = None,
+    wandb: Annotated[str | None, typer.Option(metavar="PROJECT", help=WANDB_HELP.replace("results", "report"))
+    ] = None,
     out: Annotated[Path | None, typer.Option(
         help="Report folder (default results/advise/<scenario hash>-<grid hash>-seeds<N>).")] = None,
     force: Annotated[bool, typer.Option(help="Write into an existing --out folder tlt did not create "
@@ -182,6 +184,10 @@ def advise(
 
     prices = parse_prices(price or [])
     check_usd_per_kwh(usd_per_kwh)
+    if wandb is not None:
+        from analysis.wandb_export import require_wandb
+
+        require_wandb()  # before the simulations: a missing package costs nothing
     if quick:
         for param, given, value in (("seeds", seeds, 1), ("rl_steps", rl_steps, 0)):
             source = ctx.get_parameter_source(param)  # typer's click: compare the source by name
@@ -340,6 +346,7 @@ def advise(
         write_report(tmp, s, rec, ranking, rows, fresh, findings, warnings, exports, facts)
     console.print(f"report: {dest / 'README.md'}  (exports: recommended.toml, vllm_speculative_config.json, "
                   f"sglang_flags.txt; {wall:.1f} s wall, {_cpu_text(cpu, workers, executor)})", markup=False)
+    log_to_wandb(wandb, dest, "advise", console)
 
 
 #: Most RL steps --steps answers for (a unit slip, not a run, beyond it).

@@ -241,6 +241,7 @@ def run(
              "(cluster.usd_per_gpu_hour).")] = None,
     usd_per_kwh: Annotated[float | None, typer.Option(
         help="Electricity price: adds the energy's cost (cluster.usd_per_kwh).")] = None,
+    wandb: Annotated[str | None, typer.Option(metavar="PROJECT", help=WANDB_HELP)] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="dotted.field=value, repeatable.")] = None,
     out: Annotated[Path | None, typer.Option(help="Results folder (default results/sim/<hash>).")] = None,
     force: Annotated[bool, typer.Option(help="Write into an existing --out folder tlt did not create "
@@ -267,6 +268,10 @@ def run(
 
     check_seeds(seeds)
     units = _units_printer(for_steps, price, usd_per_kwh)
+    if wandb is not None:
+        from analysis.wandb_export import require_wandb
+
+        require_wandb()  # before the simulation: a missing package costs nothing
     if out is not None:
         # before the simulation: a bad --out (or one that would replace the scenario or trace read) fails at once
         check_output_dir(out, force, kind="sim-run", inputs=[str(p) for p in (scenario, trace) if p])
@@ -280,9 +285,10 @@ def run(
         run_seeds(s, inputs, seeds, console, dest, perfetto, force,
                   units=lambda runs: units(s, console, runs.totals if runs.totals is not None else runs.summary,
                                            runs.presets))
+        log_to_wandb(wandb, dest, "sim run", console)
         return
     if s.presets:
-        _run_presets(s, inputs, console, out, perfetto, force, units)
+        log_to_wandb(wandb, _run_presets(s, inputs, console, out, perfetto, force, units), "sim run", console)
         return
     specs = policies_with_baseline(s.policies)
     responses = sum(w.n_requests for w in inputs.workloads)
@@ -307,6 +313,21 @@ def run(
     if not wrote_trace:
         console.print(f"trace.json not written ({_why_no_trace(events, perfetto)}; use --perfetto on to force)")
     console.print(f"results: {dest}")
+    log_to_wandb(wandb, dest, "sim run", console)
+
+
+WANDB_HELP = ("Log the results folder (summary, resolved scenario, figures, README) to this W&B project; needs the "
+              "optional wandb package (pip install 'tlt[wandb]'); W&B's own settings apply (WANDB_MODE=offline, "
+              "WANDB_ENTITY, WANDB_DIR).")
+
+
+def log_to_wandb(project: str | None, folder: Path, command: str, console: Console) -> None:
+    """Log ``folder`` to W&B when ``--wandb PROJECT`` was given (:mod:`analysis.wandb_export`)."""
+    if project is None:
+        return
+    from analysis.wandb_export import log_folder
+
+    console.print(f"W&B: {log_folder(folder, command, project=project)}", highlight=False)
 
 
 def _units_printer(for_steps: int | None, price: list[str] | None,
@@ -347,8 +368,8 @@ def _why_no_trace(events: pd.DataFrame, perfetto: Perfetto) -> str:
 
 
 def _run_presets(s: Scenario, inputs: SimInputs, console: Console, out: Path | None, perfetto: Perfetto,
-                 force: bool, units: Callable[[Scenario, Console, pd.DataFrame, bool], None] | None = None) -> None:
-    """Whole RL runs of the scenario's presets: per-step table, run summary, results folder."""
+                 force: bool, units: Callable[[Scenario, Console, pd.DataFrame, bool], None] | None = None) -> Path:
+    """Whole RL runs of the scenario's presets: per-step table, run summary, results folder (returned)."""
     from tltsim.rl.presets import presets_with_baseline
     from tltsim.rl.run import compare_presets
 
@@ -373,6 +394,7 @@ def _run_presets(s: Scenario, inputs: SimInputs, console: Console, out: Path | N
     if not wrote_trace:
         console.print(f"trace.json not written ({_why_no_trace(events, perfetto)}; use --perfetto on to force)")
     console.print(f"results: {dest}")
+    return dest
 
 
 def preset_step_table(steps: pd.DataFrame, title: str) -> Table:

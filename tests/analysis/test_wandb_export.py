@@ -56,3 +56,20 @@ def test_without_the_package_wandb_is_refused_in_one_line(monkeypatch) -> None:
     with pytest.raises(InputError, match=r"pip install 'tlt\[wandb\]'") as err:
         require_wandb()
     assert err.value.field == "--wandb"
+
+
+def test_wandb_on_the_command_line_logs_advise_and_refuses_early_without_the_package(tmp_path, monkeypatch) -> None:
+    for var in ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(var, str(tmp_path))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    small = ("--trace", "intern_s1_math", "--gpus", "4", "--tp", "2", "--set", "trace.prompts_per_step=4", "--quick")
+    res = invoke_cli("advise", *small, "--wandb", "tlt-test", "--out", str(tmp_path / "a"))
+    assert res.returncode == 0, res.stderr
+    assert "W&B: " in res.stdout
+    record = next(tmp_path.glob("wandb/offline-run-*/run-*.wandb")).read_bytes()
+    assert b"recommended" in record and (tmp_path / "a" / "ranking.csv").is_file()
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    res = invoke_cli("sim", "run", "--seeds", "1", "--wandb", "p", "--out", str(tmp_path / "s"))
+    assert res.returncode == 2 and "pip install 'tlt[wandb]'" in res.stderr
+    assert not (tmp_path / "s").exists()  # refused before anything ran or was written
