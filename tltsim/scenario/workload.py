@@ -27,6 +27,12 @@ def load_steps(t: TraceSection) -> tuple[Any, ...]:
                   dispersion_sigma=t.dispersion_sigma, cap=t.cap, snap_capped=t.snap_capped,
                   default_prompt_tokens=t.default_prompt_tokens, seed=t.seed)
     trace_steps = sorted(int(x) for x in df["step"].unique())
+    if t.prompts_per_step is not None:
+        pool = int(df.groupby("step")["group_id"].nunique().max())
+        if t.prompts_per_step > pool:
+            warn(f"trace.prompts_per_step = {t.prompts_per_step:,} asks for more prompt groups than trace {t.name} "
+                 f"holds in a step ({pool:,}): each simulated step has {pool:,} groups, not {t.prompts_per_step:,} "
+                 "(a trace of your own run, or fewer prompts per step, matches the batch you train with)")
     first = t.step if t.step is not None else (trace_steps[0] if len(trace_steps) > 1 else 0)
     per_step = len(trace_steps) > 1 or (t.prompts_per_step is None and t.num_steps == 1)
     _check_workload_size(df, t, per_step, first)
