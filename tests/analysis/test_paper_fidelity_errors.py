@@ -14,12 +14,13 @@ from analysis.paper_fidelity import (
     _script_speedup,
     closed_loop_speedup,
     errors_frame,
+    rms,
 )
 from tltcore.policy.base import SDConfig
 
 REPO = Path(__file__).resolve().parents[2]
 TABLES = {"gpu_speedup", "gpu_tokens_per_s", "batch_speedup"}
-SEMANTICS = {"constant", "one_wave", "script", "-"}
+SEMANTICS = {"constant", "one_wave", "script", "script_settings", "-"}
 SHAPE = SDConfig(4, 2, 8)
 
 
@@ -35,7 +36,8 @@ def _fake(scale: float, script: bool) -> dict[str, pd.DataFrame]:
 
 def test_errors_frame_schema_and_values() -> None:
     df = errors_frame({"roofline": _fake(1.1, script=False), "measured": _fake(0.8, script=True)})
-    assert tuple(df.columns) == ERRORS_COLUMNS == ("table", "cost_model", "semantics", "rms", "max")
+    assert tuple(df.columns) == ERRORS_COLUMNS == ("table", "cost_model", "semantics", "rms", "max", "rms_min",
+                                                   "rms_max")
     assert set(df["table"]) <= TABLES and set(df["cost_model"]) == {"roofline", "measured"}
     assert set(df["semantics"]) <= SEMANTICS
     assert not ((df["table"] != "batch_speedup") & (df["semantics"] != "-")).any()
@@ -56,7 +58,11 @@ def test_committed_errors_csv_has_the_schema() -> None:
     assert set(df["semantics"]) <= SEMANTICS
     assert ((df["rms"] >= 0) & (df["max"] >= df["rms"] - 1e-12)).all()
     batch = df[df["table"] == "batch_speedup"]
-    assert set(batch["semantics"]) == {"constant", "one_wave", "script"}
+    assert set(batch["semantics"]) == {"constant", "one_wave", "script", "script_settings"}
+    drawn = batch[batch["semantics"] != "constant"]  # readings that draw lengths carry their spread over draws
+    assert drawn[["rms_min", "rms_max"]].notna().all().all()
+    assert ((drawn["rms_min"] <= drawn["rms_max"]) & (drawn["rms_min"] >= 0)).all()
+    assert df[df["semantics"].isin(["constant", "-"])][["rms_min", "rms_max"]].isna().all().all()
 
 
 @pytest.fixture(scope="module")
@@ -88,3 +94,22 @@ def test_script_reading_is_the_median_of_32_prompt_runs(cm) -> None:
     draws = [rng.choice(lengths, 32) for _ in range(3)]
     expected = float(np.median([closed_loop_speedup(cm, d, 32, SHAPE) for d in draws]))
     assert _script_speedup(cm, 32, SHAPE, lengths, waves=3) == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_spread_is_the_rms_over_draws_and_constant_rows_have_none() -> None:
+    main, other = _fake(1.1, script=True), _fake(1.1, script=True)
+    other["batch"]["predicted_benchmark"] = [2.0, 1.5]  # the second draw reads b32 50% high
+    df = errors_frame({"measured": main}, {"measured": [main, other]})
+    one_wave = df[df["semantics"] == "one_wave"].iloc[0]
+    assert one_wave["rms_min"] == pytest.approx(rms(np.array([0.0, 0.1])))
+    assert one_wave["rms_max"] == pytest.approx(rms(np.array([0.0, 0.5])))
+    assert np.isnan(df[df["semantics"] == "constant"].iloc[0]["rms_min"])
+
+
+def test_the_published_script_cuts_responses_at_its_cap(cm) -> None:
+    """Responses all beyond the cap run as if they were exactly the cap long."""
+    long = np.full(64, 9_000)
+    capped = _script_speedup(cm, 8, SHAPE, long, waves=1, cap=2048, prompt_tokens=300)
+    exact = closed_loop_speedup(cm, np.full(32, 2048), 8, SHAPE, 300)
+    assert capped == pytest.approx(exact, rel=1e-12)
+    assert _script_speedup(cm, 8, SHAPE, long, waves=1) != pytest.approx(capped, rel=1e-3)
