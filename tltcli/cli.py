@@ -64,6 +64,7 @@ def _mount() -> None:
     app.add_typer(real_app, name="real")
     app.add_typer(cost_app, name="cost")
     app.add_typer(model_app, name="model")
+    app.add_typer(__import__("tltcli.gpu", fromlist=["app"]).app, name="gpu")
     app.command("demo")(demo)
     app.command("validate")(validate)
     app.command("report")(report)
