@@ -13,7 +13,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from conftest import invoke_cli  # noqa: E402
+from conftest import invoke_cli
 
 STAGES = ("environment", "kernels", "engine", "validate", "compare")
 FILES = ("README.md", "campaign.jsonl", "environment.csv", "kernels.csv", "ops.csv", "cost_table.parquet",
@@ -102,3 +102,18 @@ def test_refuses_a_folder_it_did_not_create(tmp_path):
 def test_bad_budget_is_one_line(tmp_path):
     r = invoke_cli("gpu", "campaign", "--device", "cpu", "--tiny", "--budget-s", "5", "--out", str(tmp_path / "x"))
     assert r.returncode == 2 and "--budget-s" in r.stderr and not (tmp_path / "x").exists()
+
+
+def test_bundle_brings_what_the_image_lacks_and_their_requirements():
+    """The package-list logic of `make gpu-bundle`, without network: a requirement the image has is not
+    brought (nor are its own requirements), a missing one is, with what it requires."""
+    from tltcli.gpu_bundle import IMAGE_PACKAGES, missing_distributions, normalize, unexplained
+
+    graph = {"tlt": ["numpy", "pydantic", "simpy", "torch"], "pydantic": ["pydantic-core", "typing-extensions"],
+             "pydantic-core": ["typing-extensions"], "simpy": [], "torch": ["sympy", "not-in-image"]}
+    missing = missing_distributions(IMAGE_PACKAGES, requires=lambda d: graph.get(d, []))
+    assert missing == ["pydantic", "pydantic-core", "simpy"]
+    assert unexplained({"tlt", "numpy", "dill", "simpy"}, missing) == ["dill"]
+    assert normalize("Typing_Extensions") == "typing-extensions"
+    assert {"torch", "triton", "pandas", "pyarrow", "typer", "rich"} <= IMAGE_PACKAGES
+    assert not {"simpy", "pydantic", "tomli-w"} & IMAGE_PACKAGES
