@@ -15,7 +15,7 @@ export MPLBACKEND ?= Agg
 export VLLM_ENABLE_V1_MULTIPROCESSING ?= 0
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test lint bench clean gpu-bundle
 
 install: $(STAMP)
 
@@ -63,6 +63,13 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/tlt sim bench
+
+# Wheels the lent GPU machine's image lacks (Python 3.12 manylinux x86_64), the tlt wheel, the shared data the
+# campaign reads and install.sh, in $(GPU_BUNDLE) (<= 60 MiB; needs network here). On the device:
+# `. dist/gpu-bundle/install.sh && tlt gpu campaign --out reports/gpu/h100` (docs/accuracy.md).
+GPU_BUNDLE ?= dist/gpu-bundle
+gpu-bundle: $(STAMP)
+	$(PY) -m tltcli.gpu_bundle --out $(GPU_BUNDLE)
 
 clean:
 	rm -rf $(VENV) reports/demo results .pytest_cache site

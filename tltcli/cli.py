@@ -50,17 +50,18 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 def _mount() -> None:
     from tltcli.cost import app as cost_app
     from tltcli.demo import demo
+    from tltcli.gpu import app as gpu_app
     from tltcli.model import app as model_app
     from tltcli.real import app as real_app
     from tltcli.report import report
     from tltcli.scenario import app as scenario_app
     from tltcli.sim import app as sim_app
+    from tltcli.sim_capacity import capacity
     from tltcli.sweep import app as sweep_app
     from tltcli.trace import app as trace_app
     from tltcli.validate import validate
 
     app.add_typer(trace_app, name="trace")
-    from tltcli.sim_capacity import capacity
 
     sim_app.command("capacity")(capacity)
     app.add_typer(sim_app, name="sim")
@@ -69,6 +70,7 @@ def _mount() -> None:
     app.add_typer(cost_app, name="cost")
     app.add_typer(model_app, name="model")
     app.add_typer(scenario_app, name="scenario")
+    app.add_typer(gpu_app, name="gpu")
     app.command("demo")(demo)
     app.command("validate")(validate)
     app.command("report")(report)

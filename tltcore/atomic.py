@@ -60,6 +60,7 @@ KINDS = {
     "real-grpo": "tlt real grpo",
     "model": "a model export (pretrain, EAGLE export, save_pretrained)",
     "benchmark": "a benchmark",
+    "gpu-campaign": "tlt gpu campaign",
 }
 _TMP = "tlt-tmp"
 _OLD = "tlt-old"
@@ -441,3 +442,43 @@ def atomic_dir(path: str | Path, *, kind: str, force: bool = False, field: str =
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def open_results_dir(path: str | Path, *, kind: str, force: bool = False, field: str = "--out",
+                     inputs: Iterable[str | Path] = ()) -> bool:
+    """Prepare ``path`` for a ``kind`` results folder written in place, file by file, rather than swapped
+    in at the end (:func:`atomic_dir`): for a long measurement whose partial results must survive a
+    kill (a GPU campaign stopped at its machine's time limit keeps every stage it finished).
+
+    The refusals are :func:`check_output_dir`'s. A folder holding this kind's own results (nothing
+    added) is emptied of the entries its marker lists, then marked anew; an empty or new folder is
+    created and marked. Returns whether the folder is marked: False when ``force`` writes into a
+    folder tlt did not create (nothing is deleted there, and no marker claims the user's files).
+    Call :func:`mark_results_dir` after each file written, so the marker lists what is there."""
+    path = check_output_dir(path, force, kind=kind, field=field, inputs=inputs)
+    if path.exists() and _foreign_reason(path, kind) is not None:  # forced into someone else's folder
+        return False
+    try:
+        held = _read_marker(path) if path.is_dir() else None
+        for name in (held[1] if held is not None else ()):
+            entry = path / name
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            elif entry.exists() or entry.is_symlink():
+                entry.unlink()
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _os_error(path, exc, field) from None
+    mark_results_dir(path, kind)
+    return True
+
+
+def mark_results_dir(path: str | Path, kind: str) -> None:
+    """Rewrite the marker of a folder opened by :func:`open_results_dir`, listing what it holds now."""
+    _check_kind(kind)
+    path = Path(path)
+    entries = sorted(p.name for p in path.iterdir() if p.name != MARKER and _TMP not in p.name)
+    from tltcore import __version__
+
+    marker = {"tool": "tlt", "kind": kind, "version": __version__, "entries": entries}
+    write_text(path / MARKER, json.dumps(marker, indent=1) + "\n")

@@ -498,6 +498,17 @@ class RooflineCostModel(CostModelBase):
             return 0.0
         return self._verify(ctx.size, *self._sums(ctx), verify_tokens)
 
+    def forward_attention_time(self, context_lens: np.ndarray, tokens: int = 1) -> float:
+        """The attention term of one target forward of ``tokens`` new tokens per request (no kernel
+        floor, no matmuls): what :meth:`decode_time` (``tokens`` 1) and :meth:`verify_time` add to the
+        fixed time. For comparing measured attention alone (``tlt gpu campaign``)."""
+        ctx = as_lengths(context_lens, "context_lens")
+        if ctx.size == 0:
+            return 0.0
+        paged_sum, ctx_sum = self._sums(ctx)
+        b = ctx.size
+        return self._target.attention_time(paged_sum + b * tokens, tokens * (ctx_sum + b * tokens))
+
     def draft_step_time(self, context_lens: np.ndarray, topk: int, step: int = 0) -> float:
         """One drafter forward over ``topk`` candidate tokens per request at draft depth ``step``
         (its own KV over the context plus the draft so far), without overheads: a sequential
