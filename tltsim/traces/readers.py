@@ -1,73 +1,51 @@
-"""Read trace files (CSV, Parquet, JSONL) into the canonical schema.
+"""Read trace files (CSV, Parquet, JSONL, gzip- or zstd-compressed) into the canonical schema.
 
-Foreign formats are read with a column mapping ``{canonical: foreign}``, e.g.
-``{"response_tokens": "output_len"}``. Every failure becomes one :class:`InputError` line.
+Foreign formats are read with a column mapping ``{canonical: spec}``, e.g.
+``{"response_tokens": "output_len", "hit_cap": "finish_reason:length"}`` (syntax:
+:mod:`tltsim.traces.mapping`). A folder is an RL framework's rollout dump
+(:mod:`tltsim.traces.frameworks`). Every failure becomes one :class:`InputError` line.
 """
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
 
 from tltcore.errors import InputError, reason
-from tltsim.traces.schema import TRACE_COLUMNS, check_unique_columns, column_name, column_names, normalize
+from tltsim.traces.mapping import apply_mapping, check_mapping, parse_mapping
+from tltsim.traces.schema import check_unique_columns, column_name, normalize
 
 SUFFIXES = (".csv", ".parquet", ".jsonl", ".ndjson")
+#: Compressed text formats: ``.csv.gz``, ``.jsonl.zst``... (Parquet compresses inside the file).
+COMPRESSIONS = (".gz", ".zst")
+#: Most bytes a compressed trace may expand to. 4 GiB is ~10x the largest public RL trace we know
+#: of as plain text, and what a 128 GiB machine holds several times over as a DataFrame; a
+#: "decompression bomb" (a few KB that expand to terabytes) stops here with one line instead of
+#: filling memory.
+MAX_DECOMPRESSED = 4 * 2**30
+_CHUNK = 1 << 20
 _BOM = "\ufeff"
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
-def parse_mapping(items: list[str] | None) -> dict[str, str]:
-    """Parse ``["response_tokens=output_len", ...]`` into ``{canonical: foreign}``."""
-    mapping: dict[str, str] = {}
-    for item in items or []:
-        canon, sep, foreign = item.partition("=")
-        canon, foreign = canon.strip(), foreign.strip()
-        if not sep or not canon or not foreign:
-            raise InputError(f"column mapping '{item}' is not of the form canonical=foreign", field="--map")
-        if canon not in TRACE_COLUMNS:
-            raise InputError(f"column mapping '{item}': '{canon}' is not a canonical column "
-                             f"{list(TRACE_COLUMNS)}", field="--map")
-        if canon in mapping:
-            raise InputError(f"'{canon}' is mapped twice ('{mapping[canon]}' and '{foreign}'); give one "
-                             f"--map {canon}=COLUMN", field="--map")
-        mapping[canon] = foreign
-    _check_one_to_one(mapping)
-    return mapping
+def _read_csv(path: Path, data: bytes | None = None) -> pd.DataFrame:
+    """The CSV at ``path`` (or its decompressed ``data``) as text cells."""
+    def source() -> Path | io.BytesIO:
+        return path if data is None else io.BytesIO(data)
 
-
-def _check_one_to_one(mapping: Mapping[str, str]) -> None:
-    """Each file column feeds at most one canonical column."""
-    seen: dict[str, str] = {}
-    for canon, foreign in mapping.items():
-        if foreign in seen:
-            raise InputError(f"'{seen[foreign]}' and '{canon}' are both mapped to column '{foreign}'; a "
-                             "column can feed one canonical column only: drop one of the two --map options",
-                             field="--map")
-        seen[foreign] = canon
-
-
-def _check_collisions(mapping: Mapping[str, str], columns: pd.Index, path: Path) -> None:
-    """A foreign name that is itself a canonical column of the file would lose that column's data."""
-    for canon, foreign in mapping.items():
-        if foreign != canon and foreign in TRACE_COLUMNS and foreign in columns and foreign not in mapping:
-            raise InputError(
-                f"'{canon}={foreign}' reads the file's own {foreign} column as {canon}, leaving {foreign} "
-                f"without data; map {foreign} too (--map {foreign}=OTHER) or map {canon} to a non-canonical "
-                "column", path=path, field="--map")
-
-
-def _read_csv(path: Path) -> pd.DataFrame:
     # The header as written (pandas silently renames a repeated name to 'x.1'); blank names are
     # left to pandas ('Unnamed: 3'), they cannot collide with a real column.
-    header = pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False)
+    header = pd.read_csv(source(), header=None, nrows=1, dtype=str, keep_default_na=False)
     names = [str(c).lstrip(_BOM) for c in header.iloc[0]] if len(header) else []
     check_unique_columns([c for c in names if c.strip()], path)
     # Read as text: validation decides what is an integer, not pandas' type guessing.
-    df = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+    df = pd.read_csv(source(), dtype=str, keep_default_na=False, na_values=[""])
     if len(df.columns) and str(df.columns[0]).startswith(_BOM):  # a second BOM (pandas strips one)
         df = df.rename(columns={df.columns[0]: str(df.columns[0]).lstrip(_BOM)})
     return df
@@ -91,23 +69,69 @@ def _read_parquet(path: Path) -> pd.DataFrame:
         raise InputError(f"cannot parse parquet file: {type(exc).__name__}: {first}", path=path) from None
 
 
+def trace_format(path: Path) -> tuple[str, str | None]:
+    """``(format suffix, compression suffix or None)``: ``data.jsonl.zst`` -> ``(".jsonl", ".zst")``."""
+    suffixes = [x.lower() for x in path.suffixes]
+    if len(suffixes) >= 2 and suffixes[-1] in COMPRESSIONS:
+        return suffixes[-2], suffixes[-1]
+    return (suffixes[-1] if suffixes else ""), None
+
+
+def decompress(path: Path, compression: str, limit: int | None = None) -> bytes:
+    """The decompressed bytes of ``path`` (gzip from the standard library, zstd from the
+    ``zstandard`` package), refused past ``limit`` bytes (default :data:`MAX_DECOMPRESSED`) and on a
+    corrupt or truncated stream, as one line naming the file."""
+    limit = MAX_DECOMPRESSED if limit is None else limit
+    kind = "gzip" if compression == ".gz" else "zstd"
+    errors: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error)  # BadGzipFile is an OSError
+    out = bytearray()
+    with path.open("rb") as raw:
+        try:
+            if compression == ".gz":
+                stream: io.BufferedIOBase | gzip.GzipFile = gzip.GzipFile(fileobj=raw)
+            else:
+                import zstandard
+
+                errors += (zstandard.ZstdError,)
+                stream = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+            with stream:
+                while chunk := stream.read(_CHUNK):
+                    out += chunk
+                    if len(out) > limit:
+                        raise InputError(f"{kind} file expands to more than {limit:,} bytes (the limit "
+                                         "tltsim.traces.readers.MAX_DECOMPRESSED); decompress it and cut it, or "
+                                         "convert it to Parquet", path=path)
+        except errors as exc:
+            raise InputError(f"cannot decompress {kind} file: {reason(exc)}", path=path) from None
+    return bytes(out)
+
+
 def _read_raw(path: Path) -> pd.DataFrame:
-    suffix = path.suffix.lower()
-    if suffix not in SUFFIXES:
-        raise InputError(f"unknown trace format '{suffix}' (expected one of {', '.join(SUFFIXES)})",
-                         path=path)
+    suffix, compression = trace_format(path)
+    if suffix not in SUFFIXES or (compression is not None and suffix == ".parquet"):
+        shown = "".join(path.suffixes[-2:]) if compression else suffix
+        known = ", ".join([*SUFFIXES, *(f"{s}{c}" for s in SUFFIXES if s != ".parquet" for c in COMPRESSIONS)])
+        raise InputError(f"unknown trace format '{shown}' (expected one of {known}, or a framework's rollout dump "
+                         "folder)", path=path)
     if path.stat().st_size == 0:
         raise InputError("file is empty", path=path)
+    data = decompress(path, compression) if compression is not None else None
+    if data is not None and not data:
+        raise InputError("file is empty once decompressed", path=path)
     if suffix != ".parquet":
-        with path.open("rb") as fh:
-            if fh.read(2) in _UTF16_BOMS:
-                raise InputError(f"file is UTF-16 encoded; save it as UTF-8 {suffix[1:]}", path=path)
+        if data is not None:
+            head = data[:2]
+        else:
+            with path.open("rb") as fh:
+                head = fh.read(2)
+        if head in _UTF16_BOMS:
+            raise InputError(f"file is UTF-16 encoded; save it as UTF-8 {suffix[1:]}", path=path)
     try:
         if suffix == ".csv":
-            return _read_csv(path)
+            return _read_csv(path, data)
         if suffix == ".parquet":
             return _read_parquet(path)
-        return _read_jsonl(path)
+        return _read_jsonl(path, data)
     except InputError:
         raise
     except pd.errors.EmptyDataError:
@@ -132,8 +156,13 @@ def _unique_object(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return obj
 
 
-def _read_jsonl(path: Path) -> pd.DataFrame:
-    data = path.read_bytes()
+def _read_jsonl(path: Path, data: bytes | None = None) -> pd.DataFrame:
+    return pd.DataFrame.from_records(json_records(path, path.read_bytes() if data is None else data))
+
+
+def json_records(path: Path, data: bytes) -> list[dict[str, object]]:
+    """The JSON objects of JSON-lines ``data`` (read from ``path``), one per non-blank line; errors
+    name the file and the line."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -161,23 +190,41 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
         records.append(obj)
     if not records:
         raise InputError("trace has no rows", path=path)
-    return pd.DataFrame.from_records(records)
+    return records
 
 
-def read_trace(path: str | Path, mapping: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """Read and validate one trace file; ``mapping`` renames foreign columns to canonical ones."""
+def read_json_lines(path: Path) -> list[dict[str, object]]:
+    """The objects of one JSON-lines file, plain or compressed (``.gz``, ``.zst``): what the
+    framework dump readers parse."""
+    _, compression = trace_format(path)
+    if path.stat().st_size == 0:
+        raise InputError("file is empty", path=path)
+    return json_records(path, decompress(path, compression) if compression else path.read_bytes())
+
+
+def read_trace(path: str | Path, mapping: Mapping[str, str] | None = None, *,
+               tokenizer: str | Path | None = None) -> pd.DataFrame:
+    """Read and validate one trace file, or an RL framework's rollout dump folder; ``mapping``
+    renames foreign columns to canonical ones (and value-maps ``hit_cap``); ``tokenizer`` (a
+    ``tokenizer.json``) counts tokens where a dump holds text only."""
     path = Path(path)
-    if not path.is_file():
+    if path.is_dir():
+        from tltsim.traces.frameworks import read_dump
+
+        raw = read_dump(path, tokenizer=tokenizer)
+    elif not path.is_file():
         raise InputError("trace file not found", path=path)
+    else:
+        if tokenizer is not None:
+            raise InputError("a tokenizer counts tokens in a framework's rollout dump folder; this trace is a file, "
+                             "whose lengths must already be tokens", path=path, field="tokenizer")
+        if mapping:
+            check_mapping(mapping, field="--map")
+        raw = _read_raw(path)
     if mapping:
-        _check_one_to_one(mapping)
-    raw = _read_raw(path)
-    if mapping:
-        absent = [f for f in mapping.values() if f not in raw.columns]
-        if absent:
-            raise InputError(f"mapped column(s) {absent} not in file; found {column_names(raw.columns)}", path=path,
-                             field=absent[0])
-        _check_collisions(mapping, raw.columns, path)
-        raw = raw.drop(columns=[c for c in mapping if c in raw.columns and c not in mapping.values()])
-        raw = raw.rename(columns={v: k for k, v in mapping.items()})
+        raw = apply_mapping(raw, mapping, path)
     return normalize(raw, path)
+
+
+__all__ = ["COMPRESSIONS", "MAX_DECOMPRESSED", "SUFFIXES", "decompress", "json_records", "parse_mapping",
+           "read_json_lines", "read_trace", "trace_format"]
