@@ -73,7 +73,7 @@ def trace_fields_epilog() -> str:
     return "\n\n".join(lines)
 
 
-app = typer.Typer(help="Inspect response-length traces: list, fetch, stats, plot.", no_args_is_help=True,
+app = typer.Typer(help="Inspect response-length traces: list, fetch, stats, plot, import.", no_args_is_help=True,
                   epilog=trace_fields_epilog())
 
 TraceArg = Annotated[str, typer.Argument(help="Catalog name, file name on the search path, or a path.")]
@@ -279,3 +279,29 @@ def plot(trace: TraceArg,
         names += [p.name for p in save_figure(straggler_factor(df, by), tmp / f"{stem}_straggler")]
     for name in names:
         typer.echo(str(out / name))
+
+
+@app.command("import")
+def import_(src: Annotated[str, typer.Argument(help="A trace file (.csv, .jsonl, .parquet, optionally .gz/.zst), "
+                                               "an RL framework's rollout dump folder (verl, NeMo-RL), or a "
+                                               "catalog name.")],
+            out: Annotated[Path, typer.Option(help="The canonical CSV to write; FILE.provenance.json goes beside it. "
+                                              "A file this command did not write is never overwritten.")],
+            mapping: MapOpt = None,
+            tokenizer: TokenizerOpt = None) -> None:
+    """Write any trace tlt reads as one canonical CSV (source, step, prompt_id, group_id, sample_idx,
+    prompt_tokens, response_tokens, hit_cap) with a provenance file: where each column came from (file
+    column, mapping, value mapping or default), the source files' sha256, the tokenizer and the tlt
+    version.
+
+    Example: tlt trace import rollouts.csv.gz --out canonical.csv --map response_tokens=response_length --map hit_cap=finish_reason:length
+
+    Example: tlt trace import logs/exp1 --out exp1.csv
+    """
+    from tltsim.traces.importer import import_trace
+
+    done = import_trace(src, out, parse_mapping(mapping), tokenizer=tokenizer)
+    typer.echo(f"{done.rows:,} responses: {done.out}")
+    for col, where in done.columns.items():
+        typer.echo(f"  {col}: {where}")
+    typer.echo(f"provenance: {done.provenance}")

@@ -13,13 +13,14 @@ import io
 import json
 import zlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from tltcore.errors import InputError, reason
 from tltsim.traces.mapping import apply_mapping, check_mapping, parse_mapping
-from tltsim.traces.schema import check_unique_columns, column_name, normalize
+from tltsim.traces.schema import TRACE_COLUMNS, check_unique_columns, column_name, normalize
 
 SUFFIXES = (".csv", ".parquet", ".jsonl", ".ndjson")
 #: Compressed text formats: ``.csv.gz``, ``.jsonl.zst``... (Parquet compresses inside the file).
@@ -202,29 +203,70 @@ def read_json_lines(path: Path) -> list[dict[str, object]]:
     return json_records(path, decompress(path, compression) if compression else path.read_bytes())
 
 
-def read_trace(path: str | Path, mapping: Mapping[str, str] | None = None, *,
-               tokenizer: str | Path | None = None) -> pd.DataFrame:
-    """Read and validate one trace file, or an RL framework's rollout dump folder; ``mapping``
-    renames foreign columns to canonical ones (and value-maps ``hit_cap``); ``tokenizer`` (a
-    ``tokenizer.json``) counts tokens where a dump holds text only."""
-    path = Path(path)
-    if path.is_dir():
-        from tltsim.traces.frameworks import read_dump
+#: Where a canonical column comes from when the file has no such column (the defaults of
+#: :func:`tltsim.traces.schema.normalize`), for provenance.
+DEFAULT_SOURCES = {
+    "source": "default: the file's (or folder's) name",
+    "step": "default: step = 0 (one snapshot)",
+    "prompt_id": "default: group_id, else one id per row",
+    "group_id": "default: = prompt_id",
+    "sample_idx": "default: position within its prompt group, in file order",
+    "prompt_tokens": "default: missing (the scenario's trace.default_prompt_tokens is used)",
+    "response_tokens": "required",
+    "hit_cap": "default: response_tokens >= response_cap where a response_cap column exists, else false",
+}
 
-        raw = read_dump(path, tokenizer=tokenizer)
+
+@dataclass(frozen=True)
+class ReadTrace:
+    """A trace read, validated, with where each canonical column came from and the files read."""
+
+    frame: pd.DataFrame
+    columns: dict[str, str]
+    files: tuple[Path, ...]
+    framework: str | None = None
+
+
+def read_with_provenance(path: str | Path, mapping: Mapping[str, str] | None = None, *,
+                         tokenizer: str | Path | None = None) -> ReadTrace:
+    """:func:`read_trace` with the provenance of each canonical column (``tlt trace import``)."""
+    path = Path(path)
+    framework: str | None = None
+    if path.is_dir():
+        from tltsim.traces.frameworks import load_dump
+
+        dump = load_dump(path, tokenizer=tokenizer)
+        raw, files, framework, sources = dump.frame, dump.files, dump.framework, dict(dump.provenance)
     elif not path.is_file():
         raise InputError("trace file not found", path=path)
     else:
         if tokenizer is not None:
             raise InputError("a tokenizer counts tokens in a framework's rollout dump folder; this trace is a file, "
-                             "whose lengths must already be tokens", path=path, field="tokenizer")
+                             "whose lengths must already be tokens", path=path, field="trace.tokenizer")
         if mapping:
             check_mapping(mapping, field="--map")
-        raw = _read_raw(path)
+        raw, files, sources = _read_raw(path), (path,), {}
+    for canon in TRACE_COLUMNS:
+        if canon not in sources:
+            sources[canon] = f"file column '{canon}'" if canon in raw.columns else DEFAULT_SOURCES[canon]
     if mapping:
         raw = apply_mapping(raw, mapping, path)
-    return normalize(raw, path)
+        for canon, m in check_mapping(mapping, field="--map").items():
+            sources[canon] = (f"file column '{m.column}', true where it is {' or '.join(repr(v) for v in m.values)} "
+                              f"(--map {canon}={m.text})" if m.values else
+                              f"file column '{m.column}' (--map {canon}={m.text})")
+    _, compression = trace_format(path)
+    stem = path.name[:-len("".join(path.suffixes[-2:]))] if compression and path.is_file() else None
+    return ReadTrace(normalize(raw, path, source=stem or None), sources, tuple(files), framework)
 
 
-__all__ = ["COMPRESSIONS", "MAX_DECOMPRESSED", "SUFFIXES", "decompress", "json_records", "parse_mapping",
-           "read_json_lines", "read_trace", "trace_format"]
+def read_trace(path: str | Path, mapping: Mapping[str, str] | None = None, *,
+               tokenizer: str | Path | None = None) -> pd.DataFrame:
+    """Read and validate one trace file, or an RL framework's rollout dump folder; ``mapping``
+    renames foreign columns to canonical ones (and value-maps ``hit_cap``); ``tokenizer`` (a
+    ``tokenizer.json``) counts tokens where a dump holds text only."""
+    return read_with_provenance(path, mapping, tokenizer=tokenizer).frame
+
+
+__all__ = ["COMPRESSIONS", "MAX_DECOMPRESSED", "SUFFIXES", "ReadTrace", "decompress", "json_records", "parse_mapping",
+           "read_json_lines", "read_trace", "read_with_provenance", "trace_format"]
