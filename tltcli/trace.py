@@ -294,7 +294,7 @@ def import_(src: Annotated[str, typer.Argument(help="A trace file (.csv, .jsonl,
     column, mapping, value mapping or default), the source files' sha256, the tokenizer and the tlt
     version.
 
-    Example: tlt trace import rollouts.csv.gz --out canonical.csv --map response_tokens=response_length --map hit_cap=finish_reason:length
+    Example: tlt trace import rollouts.csv.gz --out canonical.csv --map hit_cap=finish_reason:length
 
     Example: tlt trace import logs/exp1 --out exp1.csv
     """

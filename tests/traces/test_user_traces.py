@@ -17,7 +17,7 @@ import pytest
 from conftest import invoke_cli
 from tltcore.errors import InputError
 from tltsim.scenario import load_scenario, scenario_hash, scenario_toml
-from tltsim.traces import TRACE_COLUMNS, load_trace, read_trace, readers
+from tltsim.traces import TRACE_COLUMNS, load_trace, read_trace, textio
 from tltsim.traces.mapping import parse_mapping
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
@@ -100,7 +100,7 @@ def test_a_corrupt_gz_and_a_decompression_bomb_are_one_line(tmp_path, monkeypatc
         read_trace(bad)
     bomb = tmp_path / "bomb.csv.gz"
     bomb.write_bytes(gzip.compress(b"response_tokens\n" + b"1\n" * 50_000))
-    monkeypatch.setattr(readers, "MAX_DECOMPRESSED", 10_000)
+    monkeypatch.setattr(textio, "MAX_DECOMPRESSED", 10_000)
     with pytest.raises(InputError, match="expands to more than 10,000 bytes"):
         read_trace(bomb)
 

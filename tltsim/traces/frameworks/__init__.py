@@ -16,41 +16,16 @@ validates like any file. What each column came from is recorded in :attr:`Dump.p
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from tltcore.errors import InputError
-
-
-@dataclass(frozen=True)
-class Dump:
-    """A dump folder read: the raw table, the files it came from (step order), the framework and,
-    per canonical column, where its values came from (one phrase each)."""
-
-    frame: pd.DataFrame
-    files: tuple[Path, ...]
-    framework: str
-    provenance: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class DumpFormat:
-    """One framework's dump layout: the pattern of its per-step file names (group 1 is the step)
-    and the reader of the matching files."""
-
-    framework: str
-    what: str  # the files as a user knows them, for messages
-    pattern: re.Pattern[str]
-    read: Callable[[tuple[tuple[int, Path], ...], Path | None], Dump]
+from tltsim.traces.frameworks import nemo_rl, verl
+from tltsim.traces.frameworks.base import Dump, DumpFormat, group_ids
 
 
 def _formats() -> tuple[DumpFormat, ...]:
-    from tltsim.traces.frameworks import nemo_rl, verl
-
     return (verl.FORMAT, nemo_rl.FORMAT)
 
 
@@ -95,14 +70,6 @@ def load_dump(folder: Path, *, tokenizer: str | Path | None = None) -> Dump:
 def read_dump(folder: Path, *, tokenizer: str | Path | None = None) -> pd.DataFrame:
     """The raw table of the dump in ``folder`` (:func:`load_dump` without the provenance)."""
     return load_dump(folder, tokenizer=tokenizer).frame
-
-
-def group_ids(keys: list[object], step: int) -> list[str]:
-    """One prompt id per row: rows with the same key (the prompt's text or token ids) share it,
-    numbered in order of first appearance (``s3p0``, ``s3p1``...). Why not the key itself: prompts
-    are long text; why the step in it: the same prompt drawn in two steps is two groups."""
-    seen: dict[object, str] = {}
-    return [seen.setdefault(k, f"s{step}p{len(seen)}") for k in keys]
 
 
 __all__ = ["Dump", "DumpFormat", "detect", "dump_files", "group_ids", "load_dump", "read_dump"]

@@ -32,7 +32,8 @@ from pathlib import Path
 import pandas as pd
 
 from tltcore.errors import InputError
-from tltsim.traces.frameworks import Dump, DumpFormat, group_ids
+from tltsim.traces.frameworks.base import Dump, DumpFormat, group_ids
+from tltsim.traces.textio import read_json_lines
 
 
 def _one(record: dict[str, object], key: str, path: Path, row: int) -> object:
@@ -53,8 +54,6 @@ def _int_list(value: object, key: str, path: Path, row: int) -> list[int]:
 
 
 def read(steps: tuple[tuple[int, Path], ...], tokenizer: Path | None) -> Dump:
-    from tltsim.traces.readers import read_json_lines
-
     if tokenizer is not None:
         raise InputError("NeMo-RL's dump holds token ids; no tokenizer is needed (drop --tokenizer / "
                          "trace.tokenizer)", path=steps[0][1], field="trace.tokenizer")

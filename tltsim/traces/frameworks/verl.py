@@ -32,8 +32,9 @@ from pathlib import Path
 import pandas as pd
 
 from tltcore.errors import InputError, warn
-from tltsim.traces.frameworks import Dump, DumpFormat, group_ids
+from tltsim.traces.frameworks.base import Dump, DumpFormat, group_ids
 from tltsim.traces.frameworks.tokens import count_tokens, tokenizer_file
+from tltsim.traces.textio import read_json_lines
 
 #: Extra-info keys a reward function may log with per-response lengths in tokens.
 LENGTH_KEYS = ("response_length", "prompt_length")
@@ -55,8 +56,6 @@ def _check_text(records: list[dict[str, object]], path: Path, keys: tuple[str, .
 
 
 def read(steps: tuple[tuple[int, Path], ...], tokenizer: Path | None) -> Dump:
-    from tltsim.traces.readers import read_json_lines
-
     frames, counted, empty = [], False, 0
     for step, path in steps:
         records = read_json_lines(path)
