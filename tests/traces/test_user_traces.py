@@ -265,3 +265,15 @@ def test_import_never_overwrites_a_file_it_did_not_write(tmp_path):
     res = invoke_cli("trace", "import", str(NEMO), "--out", str(out))
     assert res.returncode == 2 and "was not written by tlt trace import" in res.stderr
     assert out.read_text() == "precious\n" and not (tmp_path / "mine.csv.provenance.json").exists()
+
+
+def test_the_parsed_trace_cache_keys_on_the_mapping_and_the_dump_files(tmp_path):
+    base = ["response_tokens=response_length"]
+    plain = load_trace(CSV, parse_mapping(base))
+    capped = load_trace(CSV, parse_mapping([*base, "hit_cap=finish_reason:length"]))
+    assert not plain["hit_cap"].any() and capped["hit_cap"].any()
+    folder = tmp_path / "dump"
+    shutil.copytree(NEMO, folder)
+    assert len(load_trace(folder)) == 24
+    shutil.copy(folder / "train_data_step2.jsonl", folder / "train_data_step3.jsonl")  # a new step file
+    assert sorted(load_trace(folder)["step"].unique()) == [1, 2, 3]
