@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -277,3 +278,9 @@ def test_the_parsed_trace_cache_keys_on_the_mapping_and_the_dump_files(tmp_path)
     assert len(load_trace(folder)) == 24
     shutil.copy(folder / "train_data_step2.jsonl", folder / "train_data_step3.jsonl")  # a new step file
     assert sorted(load_trace(folder)["step"].unique()) == [1, 2, 3]
+    before = folder.stat().st_mtime_ns
+    step1 = folder / "train_data_step1.jsonl"
+    step1.write_text("".join(step1.read_text().splitlines(keepends=True)[:4]))  # rewritten in place
+    os.utime(step1, ns=(1, 10**18))
+    os.utime(folder, ns=(before, before))  # the folder's own mtime does not tell
+    assert len(load_trace(folder)) == 4 + 12 + 12
