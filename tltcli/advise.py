@@ -27,7 +27,15 @@ import pandas as pd
 import typer
 from rich.console import Console
 
-from tltcli.sim import ACCEPTANCE_HELP, WANDB_HELP, GpuOption, GpuSpecOption, log_to_wandb
+from tltcli.sim import (
+    ACCEPTANCE_HELP,
+    WANDB_HELP,
+    GpuOption,
+    GpuSpecOption,
+    MapOption,
+    TokenizerOption,
+    log_to_wandb,
+)
 from tltcore.atomic import atomic_dir, check_output_dir
 from tltcore.errors import InputError, warn
 from tltsim.scenario import BASELINE_POLICY, resolve, scenario_hash, with_values
@@ -117,6 +125,8 @@ def advise(
              "eagle3/mtp/block their published profiles, for --acceptance FILE the drafter measured; < 1 staler "
              "or weaker. Model-free kinds (ngram, suffix) take none.")] = None,
     acceptance: Annotated[str | None, typer.Option(help=ACCEPTANCE_HELP)] = None,
+    mapping: MapOption = None,
+    tokenizer: TokenizerOption = None,
     policy: Annotated[list[str] | None, typer.Option(
         help="Policy spec to try, repeatable: replaces the default grid (no-sd is always added).")] = None,
     threshold: Annotated[list[int] | None, typer.Option(
@@ -165,7 +175,7 @@ def advise(
 
     Example: tlt advise --trace polytrace_rl_rollouts --model Qwen2.5-7B --gpu H20 --gpus 16 --tp 2 --workers 2
     """
-    from tltcli.sim import VALIDATION_PREFIX, _parse_sets, acceptance_settings
+    from tltcli.sim import VALIDATION_PREFIX, _parse_sets, acceptance_settings, trace_settings
     from tltsim import advise as adv
 
     wall0, cpu0 = time.perf_counter(), _cpu_s()
@@ -206,7 +216,8 @@ def advise(
         ("trace.name", trace, "--trace"), ("model.name", model, "--model"), ("cluster.gpu", gpu, "--gpu"),
         ("cluster.gpu_spec", None if gpu_spec is None else str(gpu_spec), "--gpu-spec"),
         ("cluster.gpus", gpus, "--gpus"), ("cluster.tp", tp, "--tp"), ("drafter.kind", drafter, "--drafter"),
-        ("drafter.quality", quality, "--quality"), ("seed", seed, "--seed"), *acceptance_settings(acceptance)]
+        ("drafter.quality", quality, "--quality"), ("seed", seed, "--seed"), *acceptance_settings(acceptance),
+        *trace_settings(mapping, tokenizer)]
     resolved = resolve(scenario, overrides + _parse_sets(set_ or []))
     s = resolved.scenario
     check_seeds(seeds, s.seed)

@@ -117,7 +117,7 @@ def _rl_steps(s: Scenario) -> int:
     :data:`DEMO_RL_STEPS`); 1 for a trace with one snapshot."""
     from tltsim.traces import load_trace
 
-    df = load_trace(s.trace.name, seed=s.trace.seed)
+    df = load_trace(s.trace.name, s.trace.map, seed=s.trace.seed, tokenizer=s.trace.tokenizer)
     if s.trace.source is not None:
         df = df[df["source"] == s.trace.source]
     steps = sorted(int(x) for x in df["step"].unique())

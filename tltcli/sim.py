@@ -69,6 +69,24 @@ ACCEPTANCE_HELP = ("Acceptance mode (expected, stochastic; acceptance.mode), or 
                    "default acceptance, and --quality scales it (1 = as measured).")
 
 
+MapOption = Annotated[list[str] | None, typer.Option(
+    "--map", help="Read a foreign trace's column as a canonical one (trace.map, replacing the scenario's): "
+    "CANONICAL=COLUMN, or hit_cap=COLUMN:VALUE[|VALUE...], repeatable; e.g. --map response_tokens=response_length "
+    "--map hit_cap=finish_reason:length.")]
+TokenizerOption = Annotated[Path | None, typer.Option(
+    "--tokenizer", help="tokenizer.json (or its folder) counting the tokens of a rollout dump holding text only, "
+    "verl's (trace.tokenizer).")]
+
+
+def trace_settings(mapping: list[str] | None, tokenizer: Path | None) -> list[tuple[str, object, str]]:
+    """``--map`` and ``--tokenizer`` as scenario settings: ``trace.map`` (parsed here, so a bad item names
+    ``--map``) and ``trace.tokenizer``; the resolved scenario and its hash then record them."""
+    from tltsim.traces.mapping import parse_mapping
+
+    return [("trace.map", parse_mapping(mapping) or None, "--map"),
+            ("trace.tokenizer", _path(tokenizer), "--tokenizer")]
+
+
 def acceptance_settings(value: str | None) -> list[tuple[str, object, str]]:
     """``--acceptance``: a mode name sets ``acceptance.mode``, anything else names a measured profile
     file (``acceptance.profile``; ``./expected`` for a file called so)."""
@@ -225,6 +243,8 @@ def run(
              "flip a ranking); --seeds 1 is one plain run without one (results/sim/<hash>).")
     ] = 3,
     acceptance: Annotated[str | None, typer.Option(help=ACCEPTANCE_HELP)] = None,
+    mapping: MapOption = None,
+    tokenizer: TokenizerOption = None,
     switch: Annotated[Switch | None, typer.Option(
         help="What switching SD on costs (engine.switch): reprefill (TLT: target and drafter re-prefill the live "
              "requests), catch_up (the native engine: the drafter catches up on the tokens it missed), in_step "
@@ -262,7 +282,7 @@ def run(
         ("policies", tuple(policy) if policy else None, "--policy"), ("seed", seed, "--seed"),
         ("trace.num_steps", steps, "--steps"), ("presets", tuple(preset) if preset else None, "--preset"),
         ("engine.switch", switch.value if switch else None, "--switch"),
-        *acceptance_settings(acceptance),
+        *acceptance_settings(acceptance), *trace_settings(mapping, tokenizer),
     ]
     from tltsim.seeds import check_seeds
 
@@ -448,6 +468,8 @@ def sensitivity(
     seeds: Annotated[int, typer.Option(
         help="Simulation seeds per point (seed, seed+1, ...; trace.seed stays): the answer at each point is "
              "the median, with min-max whiskers. 1 to 1000; the default, 3, gives every point its spread.")] = 3,
+    mapping: MapOption = None,
+    tokenizer: TokenizerOption = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="dotted.field=value, repeatable.")] = None,
     out: Annotated[Path | None, typer.Option(
         help="Results folder (default results/sim/<hash>-sensitivity).")] = None,
@@ -471,7 +493,7 @@ def sensitivity(
         ("cluster.gpu_spec", _path(gpu_spec), "--gpu-spec"), ("cluster.gpus", gpus, "--gpus"),
         ("cluster.tp", tp, "--tp"), ("policies", tuple(policy) if policy else None, "--policy"),
         ("seed", seed, "--seed"), ("trace.num_steps", steps, "--steps"),
-        ("presets", tuple(preset) if preset else None, "--preset"),
+        ("presets", tuple(preset) if preset else None, "--preset"), *trace_settings(mapping, tokenizer),
     ]
     if out is not None:
         check_output_dir(out, force, kind="sim-sensitivity", inputs=[str(p) for p in (scenario, trace) if p])

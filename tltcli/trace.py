@@ -23,7 +23,7 @@ from rich.table import Table
 from tltcore.input_files import sha256_of
 from tltsim.traces import catalog, load_trace, search_path, select_sources, trace_stats
 from tltsim.traces.catalog import find_file, how_to_get
-from tltsim.traces.readers import parse_mapping
+from tltsim.traces.mapping import parse_mapping
 
 #: What each ``trace.*`` scenario field does, in one line (defaults are appended from the schema).
 TRACE_FIELD_HELP = {
@@ -42,6 +42,11 @@ TRACE_FIELD_HELP = {
     "seed": "which responses are simulated: samples trace.prompts_per_step groups, trace.expand_samples siblings "
             "and parametric profiles; dealing groups to workers and the policies' randomness follow the top-level "
             "seed (--seed)",
+    "map": "a foreign file's columns as canonical ones, a table such as {response_tokens = \"response_length\", "
+           "hit_cap = \"finish_reason:length\"} (COLUMN:VALUE|VALUE marks hit_cap where the column holds one of the "
+           "values); --map CANONICAL=SPEC on tlt trace stats/plot/import, tlt sim run and tlt advise sets it",
+    "tokenizer": "a tokenizer.json (or its folder) counting the tokens of a rollout dump that holds text only "
+                 "(verl's), like --tokenizer",
 }
 
 
@@ -68,11 +73,16 @@ def trace_fields_epilog() -> str:
     return "\n\n".join(lines)
 
 
-app = typer.Typer(help="Inspect response-length traces: list, fetch, stats, plot.", no_args_is_help=True,
+app = typer.Typer(help="Inspect response-length traces: list, fetch, stats, plot, import.", no_args_is_help=True,
                   epilog=trace_fields_epilog())
 
 TraceArg = Annotated[str, typer.Argument(help="Catalog name, file name on the search path, or a path.")]
-MapOpt = Annotated[list[str] | None, typer.Option("--map", help="canonical=foreign column, repeatable.")]
+MapOpt = Annotated[list[str] | None, typer.Option(
+    "--map", help="CANONICAL=COLUMN, or hit_cap=COLUMN:VALUE[|VALUE...] (true where the column holds a value), "
+    "repeatable; scenario field trace.map.")]
+TokenizerOpt = Annotated[Path | None, typer.Option(
+    "--tokenizer", help="tokenizer.json (or its folder) to count tokens of a rollout dump holding text only "
+    "(verl's); scenario field trace.tokenizer.")]
 SourceOpt = Annotated[list[str] | None, typer.Option(
     "--source", help="Keep only rows of this source (the trace's source column), repeatable; the same "
     "selection as scenario field trace.source (all trace.* fields: tlt trace --help).")]
@@ -193,14 +203,17 @@ def stats(trace: TraceArg,
           by: Annotated[str, typer.Option(help="Columns to group by, e.g. source,step.")] = "",
           fmt: Annotated[Format, typer.Option("--format", help="table, csv or json.")] = Format.table,
           source: SourceOpt = None,
-          mapping: MapOpt = None) -> None:
+          mapping: MapOpt = None,
+          tokenizer: TokenizerOpt = None) -> None:
     """n, mean, p50/p90/p99, max, top-5% token share, per-step straggler factor, hit_cap fraction.
 
     Example: tlt trace stats polytrace_rl_rollouts --by source,step --format json
 
     Example: tlt trace stats polytrace_rl_rollouts --source polytrace/verl_dapo_qwen2.5-32b --by step
+
+    Example: tlt trace stats rollouts.csv.gz --map response_tokens=response_length --map hit_cap=finish_reason:length
     """
-    df = select_sources(load_trace(trace, parse_mapping(mapping)), source, trace=trace)
+    df = select_sources(load_trace(trace, parse_mapping(mapping), tokenizer=tokenizer), source, trace=trace)
     keys = [c.strip() for c in by.split(",") if c.strip()]
     out = trace_stats(df, keys)
     if fmt is Format.csv:
@@ -235,6 +248,7 @@ def plot(trace: TraceArg,
          by: Annotated[str, typer.Option(help="Column to colour by.")] = "source",
          source: SourceOpt = None,
          mapping: MapOpt = None,
+         tokenizer: TokenizerOpt = None,
          force: Annotated[bool, typer.Option(help="Write into an existing --out folder tlt did not create "
                                              "(same-named files replaced, nothing deleted).")] = False) -> None:
     """Length CDF (log x) and per-step straggler factor, as PNG + PDF.
@@ -254,7 +268,7 @@ def plot(trace: TraceArg,
     # another command's results) is refused unless --force, which never deletes; the trace itself
     # (or a folder holding it) is never an output.
     check_output_dir(out, force, kind="trace-plot", inputs=inputs)
-    df = select_sources(load_trace(trace, parse_mapping(mapping)), source, trace=trace)
+    df = select_sources(load_trace(trace, parse_mapping(mapping), tokenizer=tokenizer), source, trace=trace)
     if by not in df.columns:
         from tltcore.errors import InputError
 
@@ -265,3 +279,29 @@ def plot(trace: TraceArg,
         names += [p.name for p in save_figure(straggler_factor(df, by), tmp / f"{stem}_straggler")]
     for name in names:
         typer.echo(str(out / name))
+
+
+@app.command("import")
+def import_(src: Annotated[str, typer.Argument(help="A trace file (.csv, .jsonl, .parquet, optionally .gz/.zst), "
+                                               "an RL framework's rollout dump folder (verl, NeMo-RL), or a "
+                                               "catalog name.")],
+            out: Annotated[Path, typer.Option(help="The canonical CSV to write; FILE.provenance.json goes beside it. "
+                                              "A file this command did not write is never overwritten.")],
+            mapping: MapOpt = None,
+            tokenizer: TokenizerOpt = None) -> None:
+    """Write any trace tlt reads as one canonical CSV (source, step, prompt_id, group_id, sample_idx,
+    prompt_tokens, response_tokens, hit_cap) with a provenance file: where each column came from (file
+    column, mapping, value mapping or default), the source files' sha256, the tokenizer and the tlt
+    version.
+
+    Example: tlt trace import rollouts.csv.gz --out canonical.csv --map hit_cap=finish_reason:length
+
+    Example: tlt trace import logs/exp1 --out exp1.csv
+    """
+    from tltsim.traces.importer import import_trace
+
+    done = import_trace(src, out, parse_mapping(mapping), tokenizer=tokenizer)
+    typer.echo(f"{done.rows:,} responses: {done.out}")
+    for col, where in done.columns.items():
+        typer.echo(f"  {col}: {where}")
+    typer.echo(f"provenance: {done.provenance}")

@@ -493,7 +493,7 @@ def workload_steps(s: Scenario) -> tuple[Scenario, str]:
     from tltsim.traces import load_trace
 
     t = s.trace
-    df = load_trace(t.name, seed=t.seed)
+    df = load_trace(t.name, t.map, seed=t.seed, tokenizer=t.tokenizer)
     if t.source is not None:
         df = df[df["source"] == t.source]
     steps = sorted(int(x) for x in df["step"].unique())

@@ -92,7 +92,7 @@ def _groups_available(s: Scenario) -> int:
     """Prompt groups one step can draw from (the largest step of the trace)."""
     from tltsim.traces import load_trace
 
-    df = load_trace(s.trace.name, seed=s.trace.seed)
+    df = load_trace(s.trace.name, s.trace.map, seed=s.trace.seed, tokenizer=s.trace.tokenizer)
     if s.trace.source is not None:
         df = df[df["source"] == s.trace.source]
     per_step = df.groupby("step")["group_id"].nunique()

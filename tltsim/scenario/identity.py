@@ -72,7 +72,7 @@ def scenario_hash(s: Scenario, length: int = 10) -> str:
     from tltcore import __version__
 
     h = hashlib.sha256(scenario_toml(s).encode())
-    h.update(trace_fingerprint(s.trace.name, s.trace.seed).encode())
+    h.update(trace_fingerprint(s.trace.name, s.trace.seed, tokenizer=s.trace.tokenizer).encode())
     h.update(__version__.encode())
     if s.cost.table is not None and Path(s.cost.table).is_file():
         h.update(_file_sha256(str(Path(s.cost.table).resolve()), Path(s.cost.table).stat().st_mtime_ns).encode())
@@ -83,14 +83,30 @@ def scenario_hash(s: Scenario, length: int = 10) -> str:
     return h.hexdigest()[:length]
 
 
-def trace_fingerprint(name: str, seed: int) -> str:
-    """The trace file's sha256, or the parametric profile's name and seed."""
+def trace_fingerprint(name: str, seed: int, *, tokenizer: str | None = None) -> str:
+    """The trace file's sha256, or the parametric profile's name and seed. A framework's dump folder
+    is the sha256 of its files' names and checksums; a tokenizer (which sets the token counts) adds
+    its file's checksum. A trace file without a tokenizer fingerprints as it always did."""
     from tltsim.traces.catalog import CatalogEntry, resolve
 
     found = resolve(name)
     if isinstance(found, CatalogEntry):
         return f"profile:{found.name}:{seed}"
-    return _file_sha256(str(found.resolve()), found.stat().st_mtime_ns)
+    if found.is_dir():
+        from tltsim.traces.frameworks import dump_files
+
+        h = hashlib.sha256()
+        for f in dump_files(found):
+            h.update(f"{f.name}\0{_file_sha256(str(f.resolve()), f.stat().st_mtime_ns)}\n".encode())
+        text = "dump:" + h.hexdigest()
+    else:
+        text = _file_sha256(str(found.resolve()), found.stat().st_mtime_ns)
+    if tokenizer is not None:
+        from tltsim.traces.frameworks.tokens import tokenizer_file
+
+        tok = tokenizer_file(tokenizer)
+        text += ":tokenizer:" + _file_sha256(str(tok.resolve()), tok.stat().st_mtime_ns)
+    return text
 
 
 @lru_cache(maxsize=64)

@@ -37,7 +37,7 @@ def split_policy_specs(text: str) -> list[str]:
 
 SPLITTERS = {"policies": split_policy_specs}
 #: Fields whose values name files; relative ones resolve against the scenario file's folder.
-FILE_FIELDS = ("trace.name", "model.name", "cost.table", "cluster.gpu_spec", "acceptance.profile")
+FILE_FIELDS = ("trace.name", "trace.tokenizer", "model.name", "cost.table", "cluster.gpu_spec", "acceptance.profile")
 
 
 def field_paths() -> list[str]:

@@ -51,6 +51,28 @@ AcceptanceMode = Literal["expected", "stochastic"]  # tltsim.rollout.ACCEPTANCE_
 CudaGraphMode = Literal["none", "decode", "naive", "bucketed"]
 
 
+def _trace_map(value: Any) -> Any:
+    """``trace.map`` as ``{canonical: spec}``, checked: a table (scenario file), or text as ``--set
+    trace.map=...`` gives it (``response_tokens=len,hit_cap=finish_reason:length``, or a TOML inline
+    table). An empty table is None: no mapping, and the resolved scenario (hash) stays as without."""
+    from tltsim.traces.mapping import check_mapping, parse_mapping
+
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("{"):
+            import tomllib
+
+            try:
+                value = tomllib.loads(f"v = {text}")["v"]
+            except tomllib.TOMLDecodeError as exc:
+                raise InputError(f"not a valid TOML inline table ({exc})", field="trace.map") from None
+        else:
+            return parse_mapping([p for p in text.split(",") if p.strip()], field="trace.map") or None
+    if isinstance(value, dict):
+        return {k: m.text for k, m in check_mapping(value, field="trace.map").items()} or None
+    return value  # None, or a wrong type pydantic names
+
+
 class TraceSection(ConfigModel):
     """Which responses the RL steps must generate.
 
@@ -61,6 +83,12 @@ class TraceSection(ConfigModel):
     (with ``dispersion_sigma``), ``cap`` and ``snap_capped`` reshape the steps (see
     ``tltsim.traces.workload``); ``deal``: ``shuffle`` (a data loader's seeded shuffle, the default)
     or ``trace`` (trace order) decides which worker serves which prompt group.
+
+    ``map`` (``trace.map``): a foreign file's columns as canonical ones, ``{response_tokens =
+    "response_length", hit_cap = "finish_reason:length"}`` (syntax: :mod:`tltsim.traces.mapping`;
+    ``--map`` on the command line sets it). ``tokenizer``: a ``tokenizer.json`` (or its folder) that
+    counts the tokens of a rollout dump holding text only (verl's). Both default to None, which the
+    resolved scenario leaves out, so scenarios without them keep their hash.
 
     ``seed`` (``trace.seed``) decides *which responses* make up the workload, and nothing else: the
     prompt groups ``prompts_per_step`` samples, the siblings ``expand_samples`` draws and the rows a
@@ -84,6 +112,8 @@ class TraceSection(ConfigModel):
     default_prompt_tokens: Int = Field(128, ge=0, le=10**7)
     deal: DealMode = "shuffle"
     seed: Int = Field(0, ge=0, le=MAX_SEED)
+    map: Annotated[dict[str, str] | None, BeforeValidator(_trace_map)] = None
+    tokenizer: Str | None = None
 
 
 class ModelSection(ConfigModel):
@@ -533,7 +563,8 @@ def _check_paths(s: Scenario) -> None:
 
     from tltcore.input_files import file_kind
 
-    for dotted, name in (("trace.name", s.trace.name), ("model.name", s.model.name), ("cost.table", s.cost.table),
+    for dotted, name in (("trace.name", s.trace.name), ("trace.tokenizer", s.trace.tokenizer),
+                         ("model.name", s.model.name), ("cost.table", s.cost.table),
                          ("acceptance.profile", s.acceptance.profile)):
         if name is None:
             continue

@@ -14,8 +14,11 @@ def load_steps(t: TraceSection) -> tuple[Any, ...]:
     from tltsim.traces import build_workload, load_trace
 
     try:
-        df = load_trace(t.name, seed=t.seed)
+        df = load_trace(t.name, t.map, seed=t.seed, tokenizer=t.tokenizer)
     except InputError as exc:
+        if exc.field in ("--map", "trace.map", "trace.tokenizer"):  # the mapping or tokenizer is what to fix
+            dotted = "trace.map" if exc.field == "--map" else exc.field
+            raise InputError(exc.message, path=exc.path, row=exc.row, field=dotted) from None
         raise InputError(str(exc), field="trace.name") from None
     if t.source is not None:
         sources = sorted(map(str, df["source"].unique()))

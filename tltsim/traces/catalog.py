@@ -154,13 +154,14 @@ def find_file(file_name: str) -> Path | None:
 
 
 def resolve(name_or_path: str | os.PathLike) -> Path | CatalogEntry:
-    """A path to an existing file, or the catalog entry of a parametric profile.
+    """A path to an existing file or folder (an RL framework's rollout dump), or the catalog entry
+    of a parametric profile.
 
     Tries, in order: an existing path; a catalog name; a file name on the search path.
     """
     text = str(name_or_path)
     as_path = Path(text).expanduser()
-    if as_path.is_file():
+    if as_path.is_file() or as_path.is_dir():
         return as_path
     entry = catalog().get(text)
     if entry is not None:

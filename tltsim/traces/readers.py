@@ -1,73 +1,49 @@
-"""Read trace files (CSV, Parquet, JSONL) into the canonical schema.
+"""Read trace files (CSV, Parquet, JSONL, gzip- or zstd-compressed) into the canonical schema.
 
-Foreign formats are read with a column mapping ``{canonical: foreign}``, e.g.
-``{"response_tokens": "output_len"}``. Every failure becomes one :class:`InputError` line.
+Foreign formats are read with a column mapping ``{canonical: spec}``, e.g.
+``{"response_tokens": "output_len", "hit_cap": "finish_reason:length"}`` (syntax:
+:mod:`tltsim.traces.mapping`). A folder is an RL framework's rollout dump
+(:mod:`tltsim.traces.frameworks`). Every failure becomes one :class:`InputError` line.
 """
 
 from __future__ import annotations
 
-import json
+import io
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from tltcore.errors import InputError, reason
-from tltsim.traces.schema import TRACE_COLUMNS, check_unique_columns, column_name, column_names, normalize
+from tltsim.traces.mapping import apply_mapping, check_mapping, parse_mapping
+from tltsim.traces.schema import TRACE_COLUMNS, check_unique_columns, normalize
+from tltsim.traces.textio import (
+    COMPRESSIONS,
+    MAX_DECOMPRESSED,
+    decompress,
+    json_records,
+    read_json_lines,
+    trace_format,
+)
 
 SUFFIXES = (".csv", ".parquet", ".jsonl", ".ndjson")
 _BOM = "\ufeff"
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
-def parse_mapping(items: list[str] | None) -> dict[str, str]:
-    """Parse ``["response_tokens=output_len", ...]`` into ``{canonical: foreign}``."""
-    mapping: dict[str, str] = {}
-    for item in items or []:
-        canon, sep, foreign = item.partition("=")
-        canon, foreign = canon.strip(), foreign.strip()
-        if not sep or not canon or not foreign:
-            raise InputError(f"column mapping '{item}' is not of the form canonical=foreign", field="--map")
-        if canon not in TRACE_COLUMNS:
-            raise InputError(f"column mapping '{item}': '{canon}' is not a canonical column "
-                             f"{list(TRACE_COLUMNS)}", field="--map")
-        if canon in mapping:
-            raise InputError(f"'{canon}' is mapped twice ('{mapping[canon]}' and '{foreign}'); give one "
-                             f"--map {canon}=COLUMN", field="--map")
-        mapping[canon] = foreign
-    _check_one_to_one(mapping)
-    return mapping
+def _read_csv(path: Path, data: bytes | None = None) -> pd.DataFrame:
+    """The CSV at ``path`` (or its decompressed ``data``) as text cells."""
+    def source() -> Path | io.BytesIO:
+        return path if data is None else io.BytesIO(data)
 
-
-def _check_one_to_one(mapping: Mapping[str, str]) -> None:
-    """Each file column feeds at most one canonical column."""
-    seen: dict[str, str] = {}
-    for canon, foreign in mapping.items():
-        if foreign in seen:
-            raise InputError(f"'{seen[foreign]}' and '{canon}' are both mapped to column '{foreign}'; a "
-                             "column can feed one canonical column only: drop one of the two --map options",
-                             field="--map")
-        seen[foreign] = canon
-
-
-def _check_collisions(mapping: Mapping[str, str], columns: pd.Index, path: Path) -> None:
-    """A foreign name that is itself a canonical column of the file would lose that column's data."""
-    for canon, foreign in mapping.items():
-        if foreign != canon and foreign in TRACE_COLUMNS and foreign in columns and foreign not in mapping:
-            raise InputError(
-                f"'{canon}={foreign}' reads the file's own {foreign} column as {canon}, leaving {foreign} "
-                f"without data; map {foreign} too (--map {foreign}=OTHER) or map {canon} to a non-canonical "
-                "column", path=path, field="--map")
-
-
-def _read_csv(path: Path) -> pd.DataFrame:
     # The header as written (pandas silently renames a repeated name to 'x.1'); blank names are
     # left to pandas ('Unnamed: 3'), they cannot collide with a real column.
-    header = pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False)
+    header = pd.read_csv(source(), header=None, nrows=1, dtype=str, keep_default_na=False)
     names = [str(c).lstrip(_BOM) for c in header.iloc[0]] if len(header) else []
     check_unique_columns([c for c in names if c.strip()], path)
     # Read as text: validation decides what is an integer, not pandas' type guessing.
-    df = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+    df = pd.read_csv(source(), dtype=str, keep_default_na=False, na_values=[""])
     if len(df.columns) and str(df.columns[0]).startswith(_BOM):  # a second BOM (pandas strips one)
         df = df.rename(columns={df.columns[0]: str(df.columns[0]).lstrip(_BOM)})
     return df
@@ -92,22 +68,31 @@ def _read_parquet(path: Path) -> pd.DataFrame:
 
 
 def _read_raw(path: Path) -> pd.DataFrame:
-    suffix = path.suffix.lower()
-    if suffix not in SUFFIXES:
-        raise InputError(f"unknown trace format '{suffix}' (expected one of {', '.join(SUFFIXES)})",
-                         path=path)
+    suffix, compression = trace_format(path)
+    if suffix not in SUFFIXES or (compression is not None and suffix == ".parquet"):
+        shown = "".join(path.suffixes[-2:]) if compression else suffix
+        known = ", ".join([*SUFFIXES, *(f"{s}{c}" for s in SUFFIXES if s != ".parquet" for c in COMPRESSIONS)])
+        raise InputError(f"unknown trace format '{shown}' (expected one of {known}, or a framework's rollout dump "
+                         "folder)", path=path)
     if path.stat().st_size == 0:
         raise InputError("file is empty", path=path)
+    data = decompress(path, compression) if compression is not None else None
+    if data is not None and not data:
+        raise InputError("file is empty once decompressed", path=path)
     if suffix != ".parquet":
-        with path.open("rb") as fh:
-            if fh.read(2) in _UTF16_BOMS:
-                raise InputError(f"file is UTF-16 encoded; save it as UTF-8 {suffix[1:]}", path=path)
+        if data is not None:
+            head = data[:2]
+        else:
+            with path.open("rb") as fh:
+                head = fh.read(2)
+        if head in _UTF16_BOMS:
+            raise InputError(f"file is UTF-16 encoded; save it as UTF-8 {suffix[1:]}", path=path)
     try:
         if suffix == ".csv":
-            return _read_csv(path)
+            return _read_csv(path, data)
         if suffix == ".parquet":
             return _read_parquet(path)
-        return _read_jsonl(path)
+        return _read_jsonl(path, data)
     except InputError:
         raise
     except pd.errors.EmptyDataError:
@@ -117,67 +102,74 @@ def _read_raw(path: Path) -> pd.DataFrame:
         raise InputError(f"cannot parse {suffix[1:]} file: {first}", path=path) from None
 
 
-class _DuplicateKey(Exception):
-    pass
+def _read_jsonl(path: Path, data: bytes | None = None) -> pd.DataFrame:
+    return pd.DataFrame.from_records(json_records(path, path.read_bytes() if data is None else data))
 
 
-def _unique_object(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _DuplicateKey(key)
-            seen.add(key)
-    return obj
+#: Where a canonical column comes from when the file has no such column (the defaults of
+#: :func:`tltsim.traces.schema.normalize`), for provenance.
+DEFAULT_SOURCES = {
+    "source": "default: the file's (or folder's) name",
+    "step": "default: step = 0 (one snapshot)",
+    "prompt_id": "default: group_id, else one id per row",
+    "group_id": "default: = prompt_id",
+    "sample_idx": "default: position within its prompt group, in file order",
+    "prompt_tokens": "default: missing (the scenario's trace.default_prompt_tokens is used)",
+    "response_tokens": "required",
+    "hit_cap": "default: response_tokens >= response_cap where a response_cap column exists, else false",
+}
 
 
-def _read_jsonl(path: Path) -> pd.DataFrame:
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        row = data.count(b"\n", 0, exc.start) + 1
-        raise InputError(f"not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start})", path=path,
-                         row=row) from None
-    records = []
-    for lineno, line in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), start=1):
-        line = line.lstrip(_BOM)  # a BOM opens the file, or each file that was concatenated into it
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line, object_pairs_hook=_unique_object)
-        except _DuplicateKey as exc:
-            key = str(exc.args[0])
-            raise InputError(f"key {column_name(key)} appears more than once in one object; keep one", path=path,
-                             row=lineno, field=column_name(key)[1:-1]) from None
-        except json.JSONDecodeError as exc:
-            raise InputError(f"invalid JSON ({exc.msg})", path=path, row=lineno) from None
-        except (ValueError, RecursionError) as exc:  # >4300-digit integers, absurd nesting
-            msg = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
-            raise InputError(f"invalid JSON ({msg})", path=path, row=lineno) from None
-        if not isinstance(obj, dict):
-            raise InputError("line is not a JSON object", path=path, row=lineno)
-        records.append(obj)
-    if not records:
-        raise InputError("trace has no rows", path=path)
-    return pd.DataFrame.from_records(records)
+@dataclass(frozen=True)
+class ReadTrace:
+    """A trace read, validated, with where each canonical column came from and the files read."""
+
+    frame: pd.DataFrame
+    columns: dict[str, str]
+    files: tuple[Path, ...]
+    framework: str | None = None
 
 
-def read_trace(path: str | Path, mapping: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """Read and validate one trace file; ``mapping`` renames foreign columns to canonical ones."""
+def read_with_provenance(path: str | Path, mapping: Mapping[str, str] | None = None, *,
+                         tokenizer: str | Path | None = None) -> ReadTrace:
+    """:func:`read_trace` with the provenance of each canonical column (``tlt trace import``)."""
     path = Path(path)
-    if not path.is_file():
+    framework: str | None = None
+    if path.is_dir():
+        from tltsim.traces.frameworks import load_dump
+
+        dump = load_dump(path, tokenizer=tokenizer)
+        raw, files, framework, sources = dump.frame, dump.files, dump.framework, dict(dump.provenance)
+    elif not path.is_file():
         raise InputError("trace file not found", path=path)
+    else:
+        if tokenizer is not None:
+            raise InputError("a tokenizer counts tokens in a framework's rollout dump folder; this trace is a file, "
+                             "whose lengths must already be tokens", path=path, field="trace.tokenizer")
+        if mapping:
+            check_mapping(mapping, field="--map")
+        raw, files, sources = _read_raw(path), (path,), {}
+    for canon in TRACE_COLUMNS:
+        if canon not in sources:
+            sources[canon] = f"file column '{canon}'" if canon in raw.columns else DEFAULT_SOURCES[canon]
     if mapping:
-        _check_one_to_one(mapping)
-    raw = _read_raw(path)
-    if mapping:
-        absent = [f for f in mapping.values() if f not in raw.columns]
-        if absent:
-            raise InputError(f"mapped column(s) {absent} not in file; found {column_names(raw.columns)}", path=path,
-                             field=absent[0])
-        _check_collisions(mapping, raw.columns, path)
-        raw = raw.drop(columns=[c for c in mapping if c in raw.columns and c not in mapping.values()])
-        raw = raw.rename(columns={v: k for k, v in mapping.items()})
-    return normalize(raw, path)
+        raw = apply_mapping(raw, mapping, path)
+        for canon, m in check_mapping(mapping, field="--map").items():
+            sources[canon] = (f"file column '{m.column}', true where it is {' or '.join(repr(v) for v in m.values)} "
+                              f"(--map {canon}={m.text})" if m.values else
+                              f"file column '{m.column}' (--map {canon}={m.text})")
+    _, compression = trace_format(path)
+    stem = path.name[:-len("".join(path.suffixes[-2:]))] if compression and path.is_file() else None
+    return ReadTrace(normalize(raw, path, source=stem or None), sources, tuple(files), framework)
+
+
+def read_trace(path: str | Path, mapping: Mapping[str, str] | None = None, *,
+               tokenizer: str | Path | None = None) -> pd.DataFrame:
+    """Read and validate one trace file, or an RL framework's rollout dump folder; ``mapping``
+    renames foreign columns to canonical ones (and value-maps ``hit_cap``); ``tokenizer`` (a
+    ``tokenizer.json``) counts tokens where a dump holds text only."""
+    return read_with_provenance(path, mapping, tokenizer=tokenizer).frame
+
+
+__all__ = ["COMPRESSIONS", "MAX_DECOMPRESSED", "SUFFIXES", "ReadTrace", "decompress", "json_records", "parse_mapping",
+           "read_json_lines", "read_trace", "read_with_provenance", "trace_format"]
