@@ -180,3 +180,28 @@ def test_interpolations_resolve_as_omegaconf_would(tmp_path):
                               "j": r"\${a.b}"}, tmp_path / "c.yaml")
     assert [tree.value(k) for k in ("a.c", "a.d.e", "f", "g", "j")] == [2, 2, "x/2/2", 6, "${a.b}"]
     assert "???" in tree.get("i").why and tree.get("nope").absent
+
+
+def test_verls_rollout_dumps_become_the_trace_counted_with_the_models_tokenizer(tmp_path):
+    """trainer.rollout_data_dir names this run's own dumps; they hold text, so the model folder's
+    tokenizer.json counts the tokens, and the scenario runs on them with no hand conversion."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_bytes((REPO / "tests/data/model_configs/Qwen3-8B/config.json").read_bytes())
+    (model / "tokenizer.json").write_bytes((REPO / "tests/data/traces/wordlevel_tokenizer.json").read_bytes())
+    dumps = REPO / "tests" / "data" / "traces" / "verl_rollout_dump"
+    conv = _verl(f"actor_rollout_ref.model.path={model}", f"trainer.rollout_data_dir={dumps}")
+    fields = _fields(conv)
+    assert fields["trace.name"] == str(dumps) and fields["trace.tokenizer"] == str(model / "tokenizer.json")
+    # read through the tokenizer: the dump's 4 samples per prompt are counted (the script asks for 5)
+    assert "has 4 per prompt" in " ".join(n.why for n in conv.notes) and "trace.samples" not in fields
+    out = tmp_path / "s.toml"
+    res = invoke_cli("scenario", "from-verl", str(VERL), *GRPO, f"actor_rollout_ref.model.path={model}",
+                     f"trainer.rollout_data_dir={dumps}", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    run = invoke_cli("sim", "run", "--scenario", str(out), "--seeds", "1", "--perfetto", "off",
+                     "--out", str(tmp_path / "r"))
+    assert run.returncode == 0, run.stderr
+    # without a tokenizer next to the model, the scenario says what to pass instead of guessing
+    bare = _verl(f"trainer.rollout_data_dir={dumps}")
+    assert any(n.key == "trace.tokenizer" for n in bare.notes)

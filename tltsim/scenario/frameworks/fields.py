@@ -124,9 +124,12 @@ def fit_samples(conv: Conversion, tree: ConfigTree, found: Found | Unresolved) -
         conv.note(found.key, f"= {n}: replaced by --set {given[0]}")
     name = conv.get("trace.name")
     try:
+        from tltsim.scenario.schema import TraceSection
         from tltsim.traces import load_trace
 
-        df = load_trace(name)
+        # the trace as the scenario will read it: its column mapping and tokenizer (a verl dump is text)
+        t = TraceSection(name=name, map=conv.get("trace.map"), tokenizer=conv.get("trace.tokenizer"))
+        df = load_trace(name, t.map, tokenizer=t.tokenizer)
     except (InputError, OSError) as exc:
         conv.note(found.key, f"= {n}: the trace {name} could not be read here to fit samples per prompt ({exc}); "
                   "give trace.samples or trace.expand_samples with --set")

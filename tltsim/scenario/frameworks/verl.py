@@ -23,7 +23,8 @@ What maps (verl key -> scenario field):
 ``actor_rollout_ref.rollout.max_num_batched_tokens``      ``engine.prefill_budget``
 ``...rollout.engine_kwargs.vllm.speculative_config``,     ``policies`` (+ ``static:SHAPE``),
 ``...rollout.engine_kwargs.sglang.speculative_*``         ``drafter.kind``
-``trainer.rollout_data_dir`` (a folder that exists)       ``trace.name``
+``trainer.rollout_data_dir`` (a folder that exists)       ``trace.name``; ``trace.tokenizer`` from
+                                                          the model folder's ``tokenizer.json``
 ========================================================  ===========================================
 """
 
@@ -54,6 +55,7 @@ from tltsim.scenario.frameworks.fields import (
 )
 
 WHAT = "a verl trainer config (verl/trainer/config/ppo_trainer.yaml)"
+MODEL_PATH = "actor_rollout_ref.model.path"
 ROLLOUT = "actor_rollout_ref.rollout"
 
 
@@ -71,7 +73,7 @@ def load(config: str | Path, overrides: tuple[str, ...] = ()) -> ConfigTree:
 def convert(tree: ConfigTree, overrides: tuple[str, ...] = (), sets: tuple[str, ...] = ()) -> Conversion:
     """The scenario fields a verl config gives, and what it could not map."""
     conv = with_sets(Conversion("verl", tree.path, tuple(overrides)), sets)
-    set_model(conv, tree, "actor_rollout_ref.model.path", WHAT)
+    set_model(conv, tree, MODEL_PATH, WHAT)
     set_int(conv, tree, f"{ROLLOUT}.tensor_model_parallel_size", "cluster.tp", WHAT)
     set_gpus(conv, tree, "trainer.nnodes", "trainer.n_gpus_per_node", WHAT)
     set_int(conv, tree, "data.train_batch_size", "trace.prompts_per_step", WHAT)
@@ -114,9 +116,24 @@ def _rollout_dump(conv: Conversion, tree: ConfigTree) -> None:
     folder = Path(str(found.value)).expanduser()
     if folder.is_dir():
         conv.set("trace.name", str(folder.resolve()), source_text(tree, found) + " (verl's rollout dumps)")
+        _dump_tokenizer(conv, tree)
     else:
         conv.note(found.key, f"= {found.value}: no such folder here, so the default trace is simulated; once the "
                   "dumps are on this machine give --set trace.name=FOLDER")
+
+
+def _dump_tokenizer(conv: Conversion, tree: ConfigTree) -> None:
+    """verl's dumps hold text, not token counts (:mod:`tltsim.traces.frameworks.verl`): the model's own
+    ``tokenizer.json`` counts them where the model path is a folder here; otherwise say what to pass."""
+    model = tree.get(MODEL_PATH)
+    if isinstance(model, Found) and model.value not in (None, ""):
+        tokenizer = Path(str(model.value)).expanduser() / "tokenizer.json"
+        if tokenizer.is_file():
+            conv.set("trace.tokenizer", str(tokenizer.resolve()), source_text(tree, model) + " (its tokenizer.json)")
+            return
+    conv.note("trace.tokenizer", "verl's rollout dumps hold text: tokens are counted with the model's tokenizer.json, "
+              f"and {MODEL_PATH} is not a folder holding one here (--set trace.tokenizer=PATH/tokenizer.json, unless "
+              "the dumps log response_length)")
 
 
 def _notes(conv: Conversion, tree: ConfigTree) -> None:
