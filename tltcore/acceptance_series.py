@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import re
 from dataclasses import dataclass
 
 from tltcore.errors import InputError
+from tltcore.input_files import json_lines
 
 #: A per-position acceptance column: the family (everything before the position) and the index.
 _POSITION = re.compile(r"^(?P<family>.*accept.*?)[/_.\-]?(?:pos|position)[_\-]?(?P<pos>\d+)$", re.IGNORECASE)
@@ -150,18 +150,7 @@ def rows_of_csv(text: str) -> list[dict[str, object]]:
 
 def rows_of_jsonl(text: str, *, path: str) -> list[dict[str, object]]:
     """JSON lines (one logged step per line) as dicts; a bad line is one error naming its row."""
-    rows: list[dict[str, object]] = []
-    for i, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"invalid JSON ({exc.msg})", path=path, row=i) from None
-        if not isinstance(obj, dict):
-            raise InputError("line is not a JSON object", path=path, row=i)
-        rows.append(obj)
-    return rows
+    return json_lines(text, path=path)
 
 
 __all__ = ["Series", "looks_like_series", "read_series", "rows_of_csv", "rows_of_jsonl"]

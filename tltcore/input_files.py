@@ -63,3 +63,23 @@ def sha256_of(path: str | Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def json_lines(text: str, *, path: str | Path, what: str = "") -> list[dict[str, object]]:
+    """JSON lines as dicts (blank lines skipped); a line that is not a JSON object is one
+    :class:`InputError` naming the file and its row. ``what`` prefixes the messages (``upstream``)."""
+    import json
+
+    prefix = f"{what} " if what else ""
+    rows: list[dict[str, object]] = []
+    for i, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{prefix}file is not JSON lines ({exc.msg})", path=path, row=i) from None
+        if not isinstance(obj, dict):
+            raise InputError(f"{prefix}line is not a JSON object", path=path, row=i)
+        rows.append(obj)
+    return rows

@@ -190,3 +190,10 @@ def test_a_bad_wandb_export_is_one_line_naming_the_column(tmp_path, text, field,
     with pytest.raises(InputError) as err:
         load_acceptance_profile(p)
     assert what in str(err.value) and err.value.field == field and "\n" not in str(err.value)
+
+
+def test_a_bad_wandb_history_line_names_its_row(tmp_path) -> None:
+    p = _write(tmp_path, "h.jsonl", '{"_step": 0, "accept_pos_0": 0.9}\n[1, 2]\n')
+    with pytest.raises(InputError, match="line is not a JSON object") as err:
+        load_acceptance_profile(p)
+    assert err.value.row == 2

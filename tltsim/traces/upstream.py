@@ -15,27 +15,19 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from tltcore.errors import InputError
+from tltcore.input_files import json_lines
 
 Converter = Callable[[Mapping[str, Path]], bytes]
 
 
 def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip():
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"upstream file is not JSON lines ({exc.msg})", path=path, row=lineno) from None
-            if not isinstance(obj, dict):
-                raise InputError("upstream line is not a JSON object", path=path, row=lineno)
-            yield obj
+    yield from json_lines(path.read_text(encoding="utf-8"), path=path, what="upstream")
 
 
 def _csv_bytes(columns: list[str], rows: list[dict[str, Any]]) -> bytes:
