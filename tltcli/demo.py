@@ -115,11 +115,9 @@ def _simulate(scenario: str, trace: str | None = None, seeds: int = 1) -> tuple[
 def _rl_steps(s: Scenario) -> int:
     """How many consecutive RL steps the scenario's trace offers from its first step (at most
     :data:`DEMO_RL_STEPS`); 1 for a trace with one snapshot."""
-    from tltsim.traces import load_trace
+    from tltsim.scenario import trace_rows
 
-    df = load_trace(s.trace.name, s.trace.map, seed=s.trace.seed, tokenizer=s.trace.tokenizer)
-    if s.trace.source is not None:
-        df = df[df["source"] == s.trace.source]
+    df = trace_rows(s.trace)
     steps = sorted(int(x) for x in df["step"].unique())
     first = s.trace.step if s.trace.step is not None else steps[0]
     return max(1, min(DEMO_RL_STEPS, sum(x >= first for x in steps))) if len(steps) > 1 else 1

@@ -490,12 +490,10 @@ def workload_steps(s: Scenario) -> tuple[Scenario, str]:
     :data:`MAX_CHECK_STEPS`), and which steps in words: the trace's steps from ``trace.step`` on, or
     for one snapshot cut into steps of ``trace.prompts_per_step`` groups, as many such steps as it
     holds. An export tuned on one step must also hold on the steps it was not tuned on."""
-    from tltsim.traces import load_trace
+    from tltsim.scenario import trace_rows
 
     t = s.trace
-    df = load_trace(t.name, t.map, seed=t.seed, tokenizer=t.tokenizer)
-    if t.source is not None:
-        df = df[df["source"] == t.source]
+    df = trace_rows(t)
     steps = sorted(int(x) for x in df["step"].unique())
     if len(steps) > 1:
         first = t.step if t.step is not None else steps[0]

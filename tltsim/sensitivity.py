@@ -90,11 +90,9 @@ def factors_for(s: Scenario) -> tuple[Factor, ...]:
 
 def _groups_available(s: Scenario) -> int:
     """Prompt groups one step can draw from (the largest step of the trace)."""
-    from tltsim.traces import load_trace
+    from tltsim.scenario import trace_rows
 
-    df = load_trace(s.trace.name, s.trace.map, seed=s.trace.seed, tokenizer=s.trace.tokenizer)
-    if s.trace.source is not None:
-        df = df[df["source"] == s.trace.source]
+    df = trace_rows(s.trace)
     per_step = df.groupby("step")["group_id"].nunique()
     if len(per_step) == 1 and s.trace.prompts_per_step is not None:  # one snapshot cut into num_steps steps
         return int(per_step.iloc[0]) // s.trace.num_steps

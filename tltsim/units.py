@@ -31,11 +31,9 @@ METRICS = ("hours", "gpu_hours", "usd", "kwh", "energy_usd")
 def default_steps(s: Scenario) -> tuple[int, str]:
     """N when the user gives none, and why: the trace's steps when it has several (a real run's
     length), else ``trace.num_steps`` when above 1, else one step (said)."""
-    from tltsim.traces import load_trace
+    from tltsim.scenario import trace_rows
 
-    df = load_trace(s.trace.name, seed=s.trace.seed)
-    if s.trace.source is not None:
-        df = df[df["source"] == s.trace.source]
+    df = trace_rows(s.trace)
     n = int(df["step"].nunique())
     if n > 1:
         return n, f"the trace's {n} steps"

@@ -97,7 +97,7 @@ from tltsim.scenario.schema import (
     gpu_efficiencies,
     scenario_gpu,
 )
-from tltsim.scenario.workload import load_steps
+from tltsim.scenario.workload import load_steps, trace_rows
 
 __all__ = [
     "BASELINE_POLICY",
@@ -162,6 +162,7 @@ __all__ = [
     "setting_type",
     "split_policy_specs",
     "trace_fingerprint",
+    "trace_rows",
     "validate",
     "validate_data",
     "with_values",

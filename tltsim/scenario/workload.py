@@ -9,9 +9,12 @@ from tltcore.errors import InputError, warn
 from tltsim.scenario.schema import MAX_RESPONSES, TraceSection, relocated
 
 
-def load_steps(t: TraceSection) -> tuple[Any, ...]:
-    """The trace steps the scenario names, as StepWorkloads (errors name the ``trace.*`` field)."""
-    from tltsim.traces import build_workload, load_trace
+def trace_rows(t: TraceSection) -> Any:
+    """The scenario's trace as every command must read it: by ``trace.name`` with the scenario's column
+    mapping (``trace.map``), tokenizer and ``trace.seed``, keeping ``trace.source``'s rows (a pandas
+    DataFrame in the canonical schema; errors name the ``trace.*`` field to fix). The one door to a
+    scenario's trace: a caller that read the file itself would miss the mapping."""
+    from tltsim.traces import load_trace
 
     try:
         df = load_trace(t.name, t.map, seed=t.seed, tokenizer=t.tokenizer)
@@ -26,6 +29,14 @@ def load_steps(t: TraceSection) -> tuple[Any, ...]:
             raise InputError(f"no source '{t.source}' in trace {t.name} (has {', '.join(sources)})"
                              f"{suggest(t.source, sources)}", field="trace.source")
         df = df[df["source"] == t.source]
+    return df
+
+
+def load_steps(t: TraceSection) -> tuple[Any, ...]:
+    """The trace steps the scenario names, as StepWorkloads (errors name the ``trace.*`` field)."""
+    from tltsim.traces import build_workload
+
+    df = trace_rows(t)
     kwargs = dict(prompts_per_step=t.prompts_per_step, samples_per_prompt=t.samples, expand_to=t.expand_samples,
                   dispersion_sigma=t.dispersion_sigma, cap=t.cap, snap_capped=t.snap_capped,
                   default_prompt_tokens=t.default_prompt_tokens, seed=t.seed)

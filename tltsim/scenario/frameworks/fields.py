@@ -125,11 +125,10 @@ def fit_samples(conv: Conversion, tree: ConfigTree, found: Found | Unresolved) -
     name = conv.get("trace.name")
     try:
         from tltsim.scenario.schema import TraceSection
-        from tltsim.traces import load_trace
+        from tltsim.scenario.workload import trace_rows
 
         # the trace as the scenario will read it: its column mapping and tokenizer (a verl dump is text)
-        t = TraceSection(name=name, map=conv.get("trace.map"), tokenizer=conv.get("trace.tokenizer"))
-        df = load_trace(name, t.map, tokenizer=t.tokenizer)
+        df = trace_rows(TraceSection(name=name, map=conv.get("trace.map"), tokenizer=conv.get("trace.tokenizer")))
     except (InputError, OSError) as exc:
         conv.note(found.key, f"= {n}: the trace {name} could not be read here to fit samples per prompt ({exc}); "
                   "give trace.samples or trace.expand_samples with --set")
