@@ -61,6 +61,7 @@ KINDS = {
     "model": "a model export (pretrain, EAGLE export, save_pretrained)",
     "benchmark": "a benchmark",
     "gpu-campaign": "tlt gpu campaign",
+    "attention-cpu": "the CPU attention report (python -m analysis.attention_cpu)",
 }
 _TMP = "tlt-tmp"
 _OLD = "tlt-old"

@@ -201,17 +201,19 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_call(fn: Callable[[], object], device: str, warmup: int, iterations: int) -> float:
-    """Median seconds of ``iterations`` calls of ``fn`` after ``warmup`` untimed ones (synchronised)."""
+def time_call(fn: Callable[[], object], device: str, warmup: int, iterations: int,
+              clock: Callable[[], float] = time.perf_counter) -> float:
+    """Median seconds of ``iterations`` calls of ``fn`` after ``warmup`` untimed ones (synchronised),
+    on ``clock`` (the wall clock; ``time.thread_time`` on a CPU shared with other work)."""
     for _ in range(warmup):
         fn()
     _sync(device)
     times = []
     for _ in range(iterations):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
         _sync(device)
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return statistics.median(times)
 
 
@@ -431,7 +433,7 @@ def build_drafter(target, device: str, seed: int = 1):
     return drafter.eval()
 
 
-def _forward_point(target, b: int, ctx: int, tokens: int, device: str) -> Callable[[], object]:
+def forward_point(target, b: int, ctx: int, tokens: int, device: str) -> Callable[[], object]:
     """A closure running one target forward of ``tokens`` new tokens per request (causal among them)
     after ``ctx`` cached positions of each of ``b`` requests (the cache holds zeros: timing does not
     depend on the values)."""
@@ -446,7 +448,7 @@ def _forward_point(target, b: int, ctx: int, tokens: int, device: str) -> Callab
     return lambda: target(ids, pos, cache, slots, lens, mask)
 
 
-def _attention_point(cfg: ModelConfig, b: int, ctx: int, dtype: torch.dtype, device: str
+def attention_point(cfg: ModelConfig, b: int, ctx: int, dtype: torch.dtype, device: str
                      ) -> dict[str, Callable[[], object]]:
     """One layer's attention of one new token per request over ``ctx + 1`` keys: the engine's path for
     its dtype (eager :func:`~tltreal.model.transformer.attend_reference` in bf16/fp16, PyTorch's fused
@@ -509,13 +511,13 @@ def stage_engine(c: Campaign) -> dict:
 
     with torch.no_grad():
         for b, ctx in g.decode:
-            record("decode_forward", b, ctx, 1, _forward_point(target, b, ctx, 1, dev))
+            record("decode_forward", b, ctx, 1, forward_point(target, b, ctx, 1, dev))
         engine_path = "attention_eager" if c.dtype in (torch.bfloat16, torch.float16) else "attention_sdpa"
         for b, ctx in g.attention:
-            for kind, fn in _attention_point(c.model, b, ctx, c.dtype, dev).items():
+            for kind, fn in attention_point(c.model, b, ctx, c.dtype, dev).items():
                 record(kind, b, ctx, 1, fn, engine_path=kind == engine_path)
         for b, tokens in g.verify:
-            record("verify_forward", b, g.verify_context, tokens, _forward_point(target, b, g.verify_context, tokens,
+            record("verify_forward", b, g.verify_context, tokens, forward_point(target, b, g.verify_context, tokens,
                                                                                   dev))
         drafter = build_drafter(target, dev)
         for b, topk in g.drafter:
