@@ -10,10 +10,11 @@ itself costs, unaffected by other processes sharing the cores), the median of ``
   and building the cost model are reported separately (``prepare_s``) because they are paid once per
   sweep, not per policy. ``nosd`` is the same step under ``no-sd``.
 * ``rl100-sim``: the simulation of a whole 100-step RL run of ``--preset tlt`` (with the ``verl``
-  baseline ``tlt sim run`` adds), each step 596 AIME prompt groups x 8 = 4,768 responses, 64 H100, TP 4. The timed part is
-  building the 100 step workloads (``prepare``) and :func:`tltsim.rl.run.compare_presets`: one seed,
-  without the warnings pass or any output. The run a user launches (3 seeds, warnings, the results
-  folder) is the command case ``rl100`` of ``tlt sim bench`` (:mod:`tltcli.bench_cmd`).
+  baseline ``tlt sim run`` adds), each step 596 AIME prompt groups x 8 = 4,768 responses, 64 H100,
+  TP 4. The timed part is building the 100 step workloads (``prepare``) and
+  :func:`tltsim.rl.run.compare_presets`: one seed, without the warnings pass or any output. The run
+  a user launches (3 seeds, warnings, the results folder) is the command case ``rl100`` of
+  ``tlt sim bench`` (:mod:`tltcli.bench_cmd`).
 * ``scale``: one step of 500,000 responses on 4,096 H100 (TP 4, 1,024 workers), ``elastic+beg-mab``,
   stochastic. The AIME trace has 596 groups only, so the workload is 62,500 groups drawn with
   replacement (seeded, ``numpy.random.default_rng(0)``) from its 596 groups, each group keeping its

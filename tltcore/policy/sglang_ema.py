@@ -73,7 +73,7 @@ def chain_tokens(rate: float, depth: int) -> float:
     return (1.0 - rate ** (depth + 1)) / (1.0 - rate)
 
 
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=1 << 16)
 def implied_rate(accept_length: float, depth: int) -> float:
     """The per-position acceptance rate at which a ``depth`` chain emits ``accept_length`` tokens on
     average (bisection on the monotone :func:`chain_tokens`), clipped to ``[0, 0.999]``.

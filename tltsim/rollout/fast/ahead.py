@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tltcore.policy.base import Decision, DecidesAhead
+from tltcore.policy.base import DecidesAhead, Decision
 from tltsim.rollout.fast.spans import _BLOCK_DRAWS, _PRICE_ROWS
 from tltsim.rollout.fast.state import FastWorker
 
