@@ -25,6 +25,7 @@ Named cases (:data:`COMMAND_CASES`) are the commands the speed targets of the pr
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import os
 import shlex
@@ -75,9 +76,8 @@ def check_command(words: list[str]) -> None:
     import typer
     from typer.core import TyperGroup
 
-    from tltcli.cli import app, click_errors
-
-    command = typer.main.get_command(app)
+    cli = _cli()
+    command = typer.main.get_command(cli.app)
     rest = list(words)
     path = ["tlt"]
     while isinstance(command, TyperGroup) and rest and not rest[0].startswith("-"):
@@ -90,8 +90,15 @@ def check_command(words: list[str]) -> None:
         return
     try:
         command.make_context(" ".join(path), rest)
-    except click_errors.ClickException as exc:
+    except cli.click_errors.ClickException as exc:
         raise InputError(f"`tlt {' '.join(words)}`: {exc.format_message()}", path="--case") from None
+
+
+def _cli():
+    """:mod:`tltcli.cli`, looked up when a bench runs: the bench is one of the commands of the CLI it
+    runs (``tlt sim bench`` lives in :mod:`tltcli.sim`, which the CLI imports), so a static import
+    would close an import circle; resolved at run time, as :func:`tltcli.main` resolves it."""
+    return importlib.import_module("tltcli.cli")
 
 
 @dataclass(frozen=True)
@@ -146,8 +153,7 @@ def _peak_rss_mb(reset: bool) -> float:
 
 def run_once(words: list[str]) -> tuple[int, str, str]:
     """``tlt WORDS`` in this process: (exit code, stdout, stderr)."""
-    from tltcli.cli import main
-
+    main = _cli().main
     out, err = io.StringIO(), io.StringIO()
     old_argv = sys.argv
     sys.argv = ["tlt", *words]
