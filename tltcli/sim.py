@@ -583,20 +583,34 @@ def schema(
 def bench(
     repeats: Annotated[int, typer.Option(help="Timed runs; the median is reported.")] = 3,
     case: Annotated[str, typer.Option(help="p1: one AIME step, 64 H100 TP 4, elastic+beg-mab (the reference); "
-                                      "nosd: the same step without SD; rl100: 100 RL steps of --preset tlt "
-                                      "(+ verl); scale: 500k responses on 4,096 H100; scenario:NAME: a bundled "
-                                      "scenario as tlt sim run runs it; preset:NAME: one AIME step of a preset.")
+                                      "nosd: the same step without SD; rl100-sim: the simulation of 100 RL steps "
+                                      "of --preset tlt (+ verl), one seed; scale: 500k responses on 4,096 H100; "
+                                      "scenario:NAME: a bundled scenario as tlt sim run runs it; preset:NAME: one "
+                                      "AIME step of a preset. Whole commands, as launched: cmd:\"<a tlt command>\" "
+                                      "({out}: a fresh folder per run), advise-aime, advise-dapo, rl100 (the "
+                                      "100-step, 3-seed --preset tlt run with warnings), sweep16.")
     ] = "p1",
     profile: Annotated[bool, typer.Option(help="Also print a cProfile of one run.")] = False,
 ) -> None:
-    """Time the simulator on a reference case; the last line is the median CPU and wall seconds."""
+    """Time the simulator on a reference case, or a whole tlt command; the last line is the median CPU and
+    wall seconds."""
+    from tltcli.bench_cmd import COMMAND_CASES, is_command_case, profile_command, run_command_bench
     from tltsim.bench import CASES, is_case, profile_bench, run_bench
 
     if repeats < 1:
         raise InputError(f"must be >= 1, got {repeats}", path="--repeats")
+    if is_command_case(case):
+        if profile:
+            print(profile_command(case))
+        c = run_command_bench(case, repeats)
+        rss = "" if c.rss_reset else " (the process's peak since it started: no per-run reset on this system)"
+        print(f"case={c.case} command={c.command!r} peak_rss_mb={c.peak_rss_mb:.0f}{rss}")
+        print("cpus_s=" + ",".join(f"{x:.3f}" for x in c.cpus) + " walls_s=" + ",".join(f"{w:.3f}" for w in c.walls))
+        print(f"cpu_s={c.cpu_s:.3f} wall_s={c.wall_s:.3f}")
+        return
     if not is_case(case):
-        raise InputError(f"unknown case {case!r}; one of {', '.join(CASES)}, scenario:NAME, preset:NAME",
-                         path="--case")
+        raise InputError(f"unknown case {case!r}; one of {', '.join(CASES)}, {', '.join(COMMAND_CASES)}, "
+                         "scenario:NAME, preset:NAME, cmd:\"<a tlt command>\"", path="--case")
     if profile:
         print(profile_bench(case=case))
     r = run_bench(repeats, case)

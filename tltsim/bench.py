@@ -9,9 +9,12 @@ itself costs, unaffected by other processes sharing the cores), the median of ``
   (one policy's :class:`tltsim.rollout.RolloutRun` step, event-log frame included); loading the trace
   and building the cost model are reported separately (``prepare_s``) because they are paid once per
   sweep, not per policy. ``nosd`` is the same step under ``no-sd``.
-* ``rl100``: a whole 100-step RL run of ``--preset tlt`` (with the ``verl`` baseline ``tlt sim run``
-  adds), each step 596 AIME prompt groups x 8 = 4,768 responses, 64 H100, TP 4. The timed part is
-  building the 100 step workloads (``prepare``) and :func:`tltsim.rl.run.compare_presets`.
+* ``rl100-sim``: the simulation of a whole 100-step RL run of ``--preset tlt`` (with the ``verl``
+  baseline ``tlt sim run`` adds), each step 596 AIME prompt groups x 8 = 4,768 responses, 64 H100,
+  TP 4. The timed part is building the 100 step workloads (``prepare``) and
+  :func:`tltsim.rl.run.compare_presets`: one seed, without the warnings pass or any output. The run
+  a user launches (3 seeds, warnings, the results folder) is the command case ``rl100`` of
+  ``tlt sim bench`` (:mod:`tltcli.bench_cmd`).
 * ``scale``: one step of 500,000 responses on 4,096 H100 (TP 4, 1,024 workers), ``elastic+beg-mab``,
   stochastic. The AIME trace has 596 groups only, so the workload is 62,500 groups drawn with
   replacement (seeded, ``numpy.random.default_rng(0)``) from its 596 groups, each group keeping its
@@ -38,7 +41,7 @@ import numpy as np
 from tltsim.scenario import AcceptanceSection, Scenario, SimInputs, prepare, run_policy
 
 BENCH_POLICY = "elastic+beg-mab"
-CASES = ("p1", "nosd", "rl100", "scale")
+CASES = ("p1", "nosd", "rl100-sim", "scale")
 SCALE_GPUS = 4096
 SCALE_GROUPS = 62_500  # x 8 samples = 500,000 responses
 RL100_STEPS = 100
@@ -126,7 +129,7 @@ def _case(case: str) -> tuple[Callable[[], SimInputs], Callable[[SimInputs], obj
         name = case.partition(":")[2]
         s = Scenario(presets=(name,))
         return (lambda: prepare(s)), (lambda inputs: run_preset(s, name, inputs).events)
-    if case == "rl100":
+    if case == "rl100-sim":
         from tltsim.rl.run import compare_presets
         from tltsim.scenario.schema import TraceSection
 

@@ -39,10 +39,35 @@ def test_scale_workload_resamples_whole_aime_groups_with_a_fixed_seed():
         assert tuple(sorted(a.response_tokens[a.group_ids == g].tolist())) in groups
 
 
-@pytest.mark.parametrize("case", ["p1", "nosd", "rl100", "scale"])
+@pytest.mark.parametrize("case", ["p1", "nosd", "rl100-sim", "scale"])
 def test_every_case_is_known(case):
     from tltsim.bench import CASES, _case
 
     assert case in CASES
     prep, run = _case(case)
     assert callable(prep) and callable(run)
+
+
+@pytest.mark.parametrize("case", ["advise-aime", "advise-dapo", "rl100", "sweep16"])
+def test_every_command_case_parses(case):
+    """The named whole-command cases are commands tlt accepts (parsed, not run: they take minutes)."""
+    from tltcli.bench_cmd import check_command, command_words
+
+    words = command_words(case)
+    assert "{out}" in words  # each run writes into a fresh folder
+    check_command([w.replace("{out}", "OUT") for w in words])
+
+
+def test_a_command_case_runs_whole_in_process_and_prints_cpu_and_rss(tmp_path):
+    proc = invoke_cli("sim", "bench", "--case", "cmd:tlt sim schema --out {out}", "--repeats", "2")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0].startswith("case=cmd:tlt sim schema") and "peak_rss_mb=" in lines[0]
+    assert len(lines[1].split()[0].split("=")[1].split(",")) == 2  # one CPU figure per run
+    assert [f.split("=")[0] for f in lines[-1].split()] == ["cpu_s", "wall_s"]
+
+
+@pytest.mark.parametrize("case", ["cmd:sim run --nope", "cmd:sim nope", "cmd:", "cmd:sim bench"])
+def test_a_bad_command_case_is_refused_before_anything_runs(case):
+    proc = invoke_cli("sim", "bench", "--case", case)
+    assert proc.returncode == 2 and "--case" in proc.stderr

@@ -25,7 +25,11 @@ decisions through churn, ``tltreal.engine.engine``):
   iteration;
 * ``plain_above()`` (:class:`PlainPhases`) promises plain spans above a batch size until the policy
   next observes a batch at or below it, so an engine may run a whole plain phase without asking and
-  report only its last span.
+  report only its last span;
+* ``ahead(...)`` (:class:`DecidesAhead`) lets a policy that must decide every iteration (its answer
+  moves with the contexts and with what it observes) take the rounds of a block of iterations in one
+  call, with the same arithmetic the rounds would do, so an engine that knows the block's contexts
+  ahead asks once per block instead of once per iteration.
 """
 
 from __future__ import annotations
@@ -34,10 +38,13 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
 from tltcore.errors import InputError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _NAME = re.compile(r"^(\d+)_(\d+)_(\d+)$")
 # Bounds of a draft tree, far above any published configuration (TLT: depth <= 12, topk 8, verify
@@ -256,9 +263,38 @@ class ReadsRemaining(Protocol):
     def wants_remaining_hint(self) -> bool: ...
 
 
+@runtime_checkable
+class DecidesAhead(Protocol):
+    """An optional acceleration hint, not part of the policy contract: the rounds of a block of
+    one-iteration SD spans in one call (module docstring; the engine path that uses it is
+    ``tltsim.rollout.fast.ahead``).
+
+    ``ahead(config, batch_size, emitted, ctx_rows) -> (m, decision)``: the policy's last ``decide``
+    answered ``config`` with ``hold`` 1 for the view whose contexts are ``ctx_rows[0]``; the engine ran
+    ``k = len(emitted)`` iterations of it at ``batch_size`` requests (none finishing before the last),
+    iteration ``j`` emitting ``emitted[j]`` tokens (whole numbers), its contexts before it
+    ``ctx_rows[j]`` (int64, ``k`` rows). The policy does exactly what the rounds ``observe(iteration
+    0), decide(view at ctx_rows[1]), observe(iteration 1), ...`` would have done to its state, and
+    stops at the first decision whose shape is not ``config``'s: ``m`` is the iterations that ran with
+    ``config`` (``1 <= m <= k``) and ``decision`` that different answer, which the engine runs next;
+    ``(k, None)`` when every iteration kept ``config`` (all ``k`` observed, none decided after the
+    last). A policy offers it only where its ``decide`` reads nothing of a view but its batch size and
+    contexts, answers ``hold`` 1 without ``switch_on``, and its ``observe`` of an SD iteration reads
+    nothing but the config, batch size, iterations and emitted tokens; each decision a fresh
+    ``SDConfig`` (so the event log gives every iteration its own row, as the rounds would)."""
+
+    def ahead(self, config: SDConfig, batch_size: int, emitted: list[int], ctx_rows: np.ndarray
+              ) -> tuple[int, Decision | None]: ...
+
+
 def plain_phase_bound(policy: SDPolicy) -> Callable[[], int | None] | None:
     """``policy.plain_above`` where the policy offers the plain-phase hint, else None."""
     return policy.plain_above if isinstance(policy, PlainPhases) else None
+
+
+def decides_ahead(policy: SDPolicy) -> DecidesAhead | None:
+    """``policy`` where it offers the block hint (:class:`DecidesAhead`), else None."""
+    return policy if isinstance(policy, DecidesAhead) else None
 
 
 def wants_remaining_hint(policy: SDPolicy) -> bool:

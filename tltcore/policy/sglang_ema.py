@@ -29,6 +29,13 @@ Approximations, stated plainly:
   EMA freezes there: like SGLang (which never turns SD off), the default candidates exclude 0.
 
 ``reset(step)`` (a new rollout step) keeps the EMAs, as SGLang's server would; ``clear()`` forgets them.
+
+Speed. The policy decides every iteration (the contexts move its prices and every SD iteration moves
+its EMA), so it offers the engines the block hint :meth:`SglangEma.ahead`
+(:class:`~tltcore.policy.base.DecidesAhead`): the rounds of a block of iterations in one call, every
+candidate priced over the block's contexts by the cost model's row form (``sd_rows_times``, pinned bit
+for bit to ``sd_time``), the EMA and the choice then folded iteration by iteration with the same
+float operations as :meth:`SglangEma.observe` and :meth:`SglangEma.decide`.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from itertools import pairwise
 
 import numpy as np
 
+from tltcore.cost.protocol import CostModelBase
 from tltcore.errors import InputError
 from tltcore.policy.base import MAX_DEPTH, MAX_POLICY_BATCH, BatchView, Decision, Outcome, SDConfig
 from tltcore.policy.oracle import OracleCost
@@ -65,7 +73,7 @@ def chain_tokens(rate: float, depth: int) -> float:
     return (1.0 - rate ** (depth + 1)) / (1.0 - rate)
 
 
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=1 << 16)
 def implied_rate(accept_length: float, depth: int) -> float:
     """The per-position acceptance rate at which a ``depth`` chain emits ``accept_length`` tokens on
     average (bisection on the monotone :func:`chain_tokens`), clipped to ``[0, 0.999]``.
@@ -180,6 +188,56 @@ class SglangEma:
         if current is None or scores[best] > scores[current] * (1.0 + self.hysteresis):
             self._current[r] = current = best
         return Decision(SDConfig.chain(current))
+
+    def ahead(self, config: SDConfig, batch_size: int, emitted: list[int], ctx_rows: np.ndarray
+              ) -> tuple[int, Decision | None]:
+        """The rounds of ``len(emitted)`` one-iteration spans of ``config`` in one call
+        (:class:`~tltcore.policy.base.DecidesAhead`): per iteration :meth:`observe`'s EMA step, then
+        :meth:`decide`'s scores at the next row's contexts, stopping at the first answer that is not
+        ``config``'s depth."""
+        k = len(emitted)
+        b = batch_size
+        r = self.range_of(b)
+        depth = config.depth
+        costs = self._row_costs(ctx_rows[1:k], b) if k > 1 else {}
+        rate = self._rate[r]
+        current = self._current[r]
+        smoothing, gain = self.smoothing, 1.0 + self.hysteresis
+        depths = self.depths
+        for j in range(k):
+            # observe: Outcome(emitted_tokens=round(e), batch_size=b, iterations=1).accept_length
+            rate += smoothing * (implied_rate(round(emitted[j]) / b, depth) - rate)
+            if j + 1 == k:
+                break
+            scores = {}
+            for d in depths:
+                cost = costs[d][j]
+                scores[d] = chain_tokens(rate, d) / cost if cost > 0 else 0.0
+            best = max(depths, key=scores.__getitem__)
+            if current is None or scores[best] > scores[current] * gain:
+                current = best
+            if current != depth:
+                self._rate[r], self._current[r] = rate, current
+                return j + 1, Decision(SDConfig.chain(current))
+        self._rate[r], self._current[r] = rate, current
+        return k, None
+
+    def _row_costs(self, rows: np.ndarray, batch_size: int) -> dict[int, list[float]]:
+        """Each candidate depth's cost at every row of contexts, the floats :meth:`score` computes per
+        row: the cost model's row form (equal to ``sd_time`` per row), decode time per row for depth 0;
+        without a cost model, ``cost`` at the batch size (the same for every row)."""
+        model = self.cost_model
+        if model is None:
+            return {d: [float(self.cost(max(batch_size, 1), d))] * len(rows) for d in self.depths}
+        out = {}
+        for d in self.depths:
+            if d == 0:
+                out[d] = [float(model.decode_time(row)) for row in rows]
+            elif isinstance(model, CostModelBase):
+                out[d] = model.sd_rows_times(rows, SDConfig.chain(d))
+            else:
+                out[d] = [float(model.sd_time(row, SDConfig.chain(d))) for row in rows]
+        return out
 
     def observe(self, outcome: Outcome) -> None:
         """Fold the acceptance rate implied by this iteration into its range's EMA (SD iterations only)."""

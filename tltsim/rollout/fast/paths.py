@@ -7,7 +7,9 @@ choosing the accelerated path by what the decision allows:
 * a policy's plain-phase hint holds at this batch size: the whole plain phase in closed form
   (:mod:`tltsim.rollout.fast.plain_phase`), the policy not asked;
 * a plain decision: the worker's own plain span (the reference's);
-* an SD decision held one iteration: :func:`~tltsim.rollout.fast.spans.speculate_one`;
+* an SD decision held one iteration: :func:`~tltsim.rollout.fast.spans.speculate_one`, or, where the
+  policy offers the block hint (stochastic mode), a block of such spans
+  (:func:`~tltsim.rollout.fast.ahead.run_block`);
 * held until the next event with nothing waiting (no admission can end a span): the spans of the
   decision back to back, asking the policy between them as the worker's loop would
   (:mod:`tltsim.rollout.fast.expected_tail`; stochastic: :mod:`tltsim.rollout.fast.tails`, with the
@@ -27,7 +29,7 @@ from tltcore.cost import CostModel
 from tltcore.cost.protocol import CostModelBase
 from tltcore.drafter.state import DrafterState
 from tltcore.policy.base import HOLD_UNTIL_EVENT
-from tltsim.rollout.fast import expected_tail, plain_phase, spans, tails
+from tltsim.rollout.fast import ahead, expected_tail, plain_phase, spans, tails
 from tltsim.rollout.fast.event_blocks import SimEventLog
 from tltsim.rollout.fast.state import FastWorker
 from tltsim.rollout.worker import _EPS, Pricers, RolloutWorker, _min
@@ -84,7 +86,10 @@ class FastPaths:
         hold = worker.hold(decision)
         worker.prepare_sd(decision)
         if hold == 1:
-            spans.speculate_one(worker, config)
+            if fast.ahead is not None and not decision.switch_on:
+                ahead.run_block(fast, decision, fast.ahead)
+            else:
+                spans.speculate_one(worker, config)
         elif hold == HOLD_UNTIL_EVENT and worker.next_waiting >= len(worker.q_resp) and worker.sampler is not None:
             if worker.expected:
                 expected_tail.run_tail(fast, decision)
