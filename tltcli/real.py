@@ -322,8 +322,9 @@ def rl_report(
     """The adaptive-drafter report over several `tlt real rl` runs (the designed drift over seeds and a
     no-drift run): adaptive over static accept length over the drifted steps, the upper bound, the
     speedups with their spread, the step-time breakdown, and the simulator's drafter dynamics fitted on
-    one drift run and checked on the others. summary.json has adaptive_over_static_accept, seeds, and
-    with --grpo-summary reward_gain_mean and control_reward_gain_mean.
+    one drift run and checked on the others. summary.json has adaptive_over_static_accept, seeds,
+    natural_drift_adaptive_over_static_accept (the no-drift runs: the GRPO run's own drift), and with
+    --grpo-summary reward_gain_mean, control_reward_gain_mean and margin_over_no_update_mean.
 
     Example: tlt real rl-report --run drift-s0=runs/d0 --run drift-s1=runs/d1 --run nodrift-s0=runs/n0
     --grpo-summary reports/grpo-learning/summary.json --out reports/adaptive-drafter
@@ -366,6 +367,10 @@ def rl_report(
     typer.echo(f"adaptive over static accept length over the drifted steps: {ratio:.3f}x (seeds {summary['seeds']}); "
                f"15% above in every seed: {summary['adaptive_15pct_above_static_every_seed']}; upper bound above both: "
                f"{summary['upper_above_both_every_seed']}")
+    natural = summary["natural_drift_adaptive_over_static_accept"]
+    if natural is not None:
+        typer.echo(f"under the GRPO run's own drift (no designed drift, {', '.join(summary['natural_drift_runs'])}): "
+                   f"{natural:.3f}x")
     typer.echo(f"report -> {out} (README.md, summary.json, figures, runs/)")
 
 
