@@ -496,12 +496,12 @@ def render_readme(runs: Sequence[Run], s: Mapping[str, object], speed_runs: Sequ
                    ", ".join(f"{p['run']} {p['adaptive_over_static']:.3f}x over {p['compared']}" for p in nodrift)
                    + f"; over every step after the first {s['natural_drift_adaptive_over_static_after_step0']:.3f}x). "
                    f"The >= 1.15x bar is **{'met' if s['natural_drift_15pct_above_static_every_run'] else 'not met'}** "
-                   "under it. The static drafter does not go stale here (accept length at step 0 " +
-                   ", ".join(f"{p['accept_static_step0']:.2f}" for p in nodrift) + ", over the compared steps " +
-                   ", ".join(f"{p['accept_static']:.2f}" for p in nodrift) + "): a GRPO run that only learns to "
-                   "answer better barely changes its text, and the adaptive drafter's edge is what more training "
-                   "on the policy's own text adds (adaptive " + ", ".join(f"{p['accept_adaptive']:.2f}"
-                                                                          for p in nodrift) + ").")
+                   "under it. Static drafter's accept length at step 0 -> over the compared steps: " +
+                   ", ".join(f"{p['run']} {p['accept_static_step0']:.2f} -> {p['accept_static']:.2f}" for p in nodrift)
+                   + "; adaptive over the compared steps " + ", ".join(f"{p['accept_adaptive']:.2f}" for p in nodrift)
+                   + ". The runs differ in how far their policy moves (per-run lines below): a policy that only "
+                   "sharpens answers it mostly gets right changes its text little, one that is still learning the "
+                   "task changes it more, and the static drafter falls further behind.")
     if ratio is not None:
         met = s["adaptive_15pct_above_static_every_seed"]
         out.append(f"- Under the designed drift (below): adaptive over static accept length, mean over the drifted "
@@ -520,10 +520,15 @@ def render_readme(runs: Sequence[Run], s: Mapping[str, object], speed_runs: Sequ
                        "every step's rollouts since step 0; once the policy's text stops changing (the measured text "
                        "is all terse for the last half of the run), many steps of nearly the same policy can be more "
                        "data than one step's. Each run's bound recipe is in the settings below.")
+    by_name = {r.name: r for r in runs}
     for p in nodrift:
-        out.append(f"- No designed drift ({p['run']}, same format throughout): adaptive/static "
-                   f"{p['adaptive_over_static']:.3f}x over {p['compared']} (static {p['accept_static']:.2f}, adaptive "
-                   f"{p['accept_adaptive']:.2f}, upper {_fmt(p.get('accept_upper'))}).")
+        r = by_name[str(p["run"])]
+        out.append(f"- No designed drift ({p['run']}, same format throughout; band {r.config.get('band')}, rollout "
+                   f"reward {r.steps['reward'].iloc[0]:.2f} -> {r.steps['reward'].iloc[-1]:.2f}, the policy's "
+                   f"hidden-state drift from step 0 {r.steps['hidden_drift'].iloc[-1]:.3f} at the last step): "
+                   f"adaptive/static {p['adaptive_over_static']:.3f}x over {p['compared']} (static "
+                   f"{p['accept_static']:.2f}, adaptive {p['accept_adaptive']:.2f}, upper "
+                   f"{_fmt(p.get('accept_upper'))}).")
     for p in side:
         out.append(f"- Beside them, {p['run']}: the same drift with a static drafter trained on the pre-RL policy's "
                    f"temperature-{p['static_temperature']:g} samples (which already hold the terse format): "
