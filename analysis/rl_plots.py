@@ -122,7 +122,8 @@ def accept_over_steps(steps: pd.DataFrame, *, presets: list[str] | None = None,
 
 def learning_curves(steps: pd.DataFrame, stem: str | Path | None = None) -> plt.Figure:
     """A GRPO learning run (:mod:`tltreal.rl.grpo_run`): held-out temperature-1 reward (left) and
-    greedy accuracy (right) at each evaluated step, GRPO beside the shuffled-reward control; the line
+    greedy accuracy (right) at each evaluated step, GRPO beside the shuffled-reward control and the
+    no-update arm (dashed: its weights never change, so it is the flat line learning is measured from); the line
     is the mean over seeds and the band the seeds' min-max (one seed: no band). Saved as
     ``stem.png``/``stem.pdf`` when ``stem`` is given."""
     from analysis.style import save_figure
@@ -130,7 +131,8 @@ def learning_curves(steps: pd.DataFrame, stem: str | Path | None = None) -> plt.
     ev = steps.dropna(subset=["eval_reward_t1"])
     arms = list(dict.fromkeys(ev["arm"]))
     colours = colors_for(arms)
-    labels = {"grpo": "GRPO (rewards as scored)", "control": "control (rewards shuffled within each group)"}
+    labels = {"grpo": "GRPO (rewards as scored)", "control": "control (rewards shuffled within each group)",
+              "no-update": "no update (same rollouts, no optimizer step)"}
     with plt.rc_context(paper_rc()):
         fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.2), sharex=True)
         for ax, column, title in ((axes[0], "eval_reward_t1", "held-out reward, temperature 1"),
@@ -139,13 +141,14 @@ def learning_curves(steps: pd.DataFrame, stem: str | Path | None = None) -> plt.
                 stats = ev[ev["arm"] == arm].groupby("step")[column].agg(["mean", "min", "max"])
                 if ev["seed"].nunique() > 1:
                     ax.fill_between(stats.index, stats["min"], stats["max"], color=colours[arm], alpha=0.2, lw=0)
-                ax.plot(stats.index, stats["mean"], marker="o", ms=3, color=colours[arm], label=labels.get(arm, arm))
+                ax.plot(stats.index, stats["mean"], marker="o", ms=3, color=colours[arm], label=labels.get(arm, arm),
+                        ls="--" if arm == "no-update" else "-")
             ax.set_xlabel("RL step")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_ylabel("fraction answered right")
             ax.set_title(title)
         seeds = ev["seed"].nunique()
-        fig.suptitle("GRPO against a shuffled-reward control (" +
+        fig.suptitle("GRPO against a shuffled-reward control and no update (" +
                      (f"{seeds} seeds: mean, band min-max)" if seeds > 1 else "one seed, no spread)"))
         legend_outside(axes[1])
         fig.tight_layout()

@@ -17,6 +17,15 @@ no SD on the speculative harness (the drafter loaded, never used), so a differen
 would show; and cost-aware's own ``decide``/``observe`` time is measured inside the engine (its decisions
 are the only work it adds where it never speculates).
 
+**A harness where SD pays** (issue 44, item 4). On the validation model (4 layers, hidden 256) an SD
+iteration costs about what the tokens it emits cost in plain decoding at every batch size (batch 1: a
+4-token chain 6.8 ms for ~4.0 tokens against 1.7 ms per plain token), so cost-aware rightly never
+speculated and the A/B measured its decision overhead only. ``--model`` takes a deeper target
+(``reports/cost-aware-cpu-harness/config.json``: 12 layers, same width): a plain decode costs three times as much
+while the drafter stays one layer, so a chain pays at small batch sizes and cost-aware's decisions are
+exercised (``SD iterations`` counts the speculative iterations each policy ran). ``--cost-aware`` gives
+its spec, e.g. ``cost-aware:arms=2_1_2,4_1_4,6_1_6`` to price only the shapes a small table profiled.
+
     OMP_NUM_THREADS=1 python benchmarks/cost_aware_cpu.py --out reports/cost-aware-cpu
     python benchmarks/cost_aware_cpu.py --repeats 2 --out /tmp/ab  # quick look
 """
@@ -39,7 +48,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 NO_SD, NO_SD_AGAIN, NO_SD_HARNESS = "no-sd", "no-sd again (A/A)", "no-sd (SD harness)"
 ELASTIC, COST_AWARE = "elastic:16:3+beg-mab", "cost-aware"
-POLICIES = (NO_SD, NO_SD_AGAIN, NO_SD_HARNESS, ELASTIC, COST_AWARE)
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -99,6 +107,10 @@ def main(
     repeats: Annotated[int, typer.Option(help="Runs of each (step, policy), interleaved.")] = 5,
     max_batch: Annotated[int, typer.Option(help="Running requests of the native engine.")] = 32,
     length_scale: Annotated[float, typer.Option(help="Traced lengths are multiplied by this.")] = 0.03125,
+    model: Annotated[Path | None, typer.Option(help="config.json of the target (default: the validation model); "
+                                               "the table must be profiled for the same shape.")] = None,
+    cost_aware: Annotated[str, typer.Option("--cost-aware", help="cost-aware's policy spec (its arms must be "
+                                            "priced by the table).")] = COST_AWARE,
 ) -> None:
     import numpy as np
     import pandas as pd
@@ -126,9 +138,12 @@ def main(
 
     if repeats < 1:
         raise InputError(f"must be >= 1, got {repeats}", field="--repeats")
-    check_output_dir(out, kind="benchmark", inputs=[table])
+    if not cost_aware.startswith(COST_AWARE):
+        raise InputError(f"must be a cost-aware spec, got {cost_aware!r}", field="--cost-aware")
+    policies = (NO_SD, NO_SD_AGAIN, NO_SD_HARNESS, ELASTIC, cost_aware)
+    check_output_dir(out, kind="benchmark", inputs=[table, *([model] if model else [])])
     s = validation_scenario(scenario, RealBackend.native)
-    settings = NativeSettings(model=target_config(None), length_scale=length_scale, max_batch=max_batch, seed=s.seed,
+    settings = NativeSettings(model=target_config(model), length_scale=length_scale, max_batch=max_batch, seed=s.seed,
                               grid_repeats=1, real_repeats=repeats, device="cpu", clock="thread")
     cost = TableCostModel.from_file(table)
     want = shape_fingerprint(shape_of(settings.model))
@@ -146,7 +161,7 @@ def main(
         reference_run(target, req, max_batch=max_batch)  # warm-up: the first run is slower, untimed
         truth = reference_run(target, with_extra_tokens(req, PINNED_DEPTH), max_batch=max_batch)
         for r in range(repeats):
-            for name in balanced_order(POLICIES, r):
+            for name in balanced_order(policies, r):
                 t0 = time.perf_counter()
                 if name in (NO_SD, NO_SD_AGAIN):
                     res, decided = reference_run(target, req, max_batch=max_batch, clock="thread"), float("nan")
@@ -182,12 +197,20 @@ def main(
                         "{:+.1f}% ({:+.1f} to {:+.1f}%)".format(100 * g["vs_harness"].median(),
                                                                *(100 * v for v in median_ci(g["vs_harness"]))),
                         "decide+observe (s)": "" if np.isnan(g["policy_s"]).all() else f"{g['policy_s'].median():.4f}",
-                        "SD iterations": int(g["sd_iterations"].median())})
+                        "SD iterations": int(g["sd_iterations"].median()),
+                        "runs with SD": f"{int((g['sd_iterations'] > 0).sum())} of {len(g)}"})
     table_md = markdown_table(pd.DataFrame(summary))
+    shape = settings.model
+    ran_sd = runs[runs["policy"] == cost_aware]["sd_iterations"]
     command = "python benchmarks/cost_aware_cpu.py " + " ".join(sys.argv[1:])
     text = (f"# cost-aware vs no SD vs elastic+BEG-MAB on the native engine, interleaved\n\n"
             f"Reproduce: `OMP_NUM_THREADS=1 {command}`\n\n{provenance_line()}; torch {torch.__version__}, "
             f"1 torch thread. Load average (1/5/15 min) at start {_load(loads[0])}, at end {_load(loads[1])}.\n\n"
+            f"Target: {'`' + str(model) + '`' if model else 'the validation model'} ({shape.num_hidden_layers} "
+            f"layers, hidden {shape.hidden_size}, intermediate {shape.intermediate_size}, vocabulary "
+            f"{shape.vocab_size}, random fp32 weights); cost-aware as `{cost_aware}`: it ran "
+            f"{int(ran_sd.sum())} SD iterations in all over its {len(ran_sd)} runs (median per step in the table's "
+            f"`SD iterations`).\n\n"
             f"Scenario `{scenario}` (lengths x{length_scale}, max batch {max_batch}), {repeats} repeats per (step, "
             f"policy), policies interleaved in a carry-over-balanced order (a Williams design: over every ten "
             f"repeats each policy runs in each position twice and right after each other policy twice); seconds are "
@@ -201,10 +224,11 @@ def main(
             "`no-sd (SD harness)` is no SD with the drafter loaded and never used (the two harnesses should time "
             "alike); `decide+observe` is the CPU "
             "time the policy itself took inside the engine per step; `SD iterations` the speculative iterations it "
-            "ran; `vs the SD harness` pairs each run with the same repeat's no-SD run on the speculative harness: "
+            "ran (median per run) and `runs with SD` in how many runs it ran any; `vs the SD harness` pairs each "
+            "run with the same repeat's no-SD run on the speculative harness: "
             "what the policy adds to an engine that can speculate, the harness's own cost taken out.\n")
     print(table_md)
-    with atomic_dir(out, kind="benchmark", inputs=[table]) as tmp:
+    with atomic_dir(out, kind="benchmark", inputs=[table, *([model] if model else [])]) as tmp:
         runs.to_csv(tmp / "runs.csv", index=False)
         (tmp / "README.md").write_text(text)
     print(f"wrote {out}/README.md")

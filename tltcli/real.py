@@ -322,8 +322,9 @@ def rl_report(
     """The adaptive-drafter report over several `tlt real rl` runs (the designed drift over seeds and a
     no-drift run): adaptive over static accept length over the drifted steps, the upper bound, the
     speedups with their spread, the step-time breakdown, and the simulator's drafter dynamics fitted on
-    one drift run and checked on the others. summary.json has adaptive_over_static_accept, seeds, and
-    with --grpo-summary reward_gain_mean and control_reward_gain_mean.
+    one drift run and checked on the others. summary.json has adaptive_over_static_accept, seeds,
+    natural_drift_adaptive_over_static_accept (the no-drift runs: the GRPO run's own drift), and with
+    --grpo-summary reward_gain_mean, control_reward_gain_mean and margin_over_no_update_mean.
 
     Example: tlt real rl-report --run drift-s0=runs/d0 --run drift-s1=runs/d1 --run nodrift-s0=runs/n0
     --grpo-summary reports/grpo-learning/summary.json --out reports/adaptive-drafter
@@ -366,6 +367,10 @@ def rl_report(
     typer.echo(f"adaptive over static accept length over the drifted steps: {ratio:.3f}x (seeds {summary['seeds']}); "
                f"15% above in every seed: {summary['adaptive_15pct_above_static_every_seed']}; upper bound above both: "
                f"{summary['upper_above_both_every_seed']}")
+    natural = summary["natural_drift_adaptive_over_static_accept"]
+    if natural is not None:
+        typer.echo(f"under the GRPO run's own drift (no designed drift, {', '.join(summary['natural_drift_runs'])}): "
+                   f"{natural:.3f}x")
     typer.echo(f"report -> {out} (README.md, summary.json, figures, runs/)")
 
 
@@ -393,7 +398,8 @@ def grpo(
     out: Annotated[Path, typer.Option("--out", help="Run folder to write (steps.csv, band.csv, summary.json, "
                                       "reward.png/.pdf).")],
     seed: Annotated[list[int] | None, typer.Option("--seed", help="RL seed, repeatable (default: 0 1 2). Each "
-                                                   "seed runs GRPO and its shuffled-reward control.")] = None,
+                                                   "seed runs GRPO, its shuffled-reward control and a no-update "
+                                                   "arm.")] = None,
     steps: Annotated[int, typer.Option("--steps", help="GRPO steps per arm.")] = 40,
     prompts: Annotated[int, typer.Option("--prompts", help="Prompts per step (each answered 8 times).")] = 16,
     lr: Annotated[float, typer.Option("--lr", help="GRPO learning rate.")] = 5e-5,
@@ -434,10 +440,12 @@ def grpo(
     force: Annotated[bool, typer.Option("--force", help="Write into an existing folder tlt did not create.")]
     = False,
 ) -> None:
-    """GRPO that learns, against a control: a pre-trained policy, RL problems from the difficulty band
+    """GRPO that learns, against controls: a pre-trained policy, RL problems from the difficulty band
     where its temperature-1 pass rate is 0.2-0.8, GRPO (dual clip, optional KL) beside the same run with
-    rewards shuffled within each group, held-out temperature-1 reward and greedy accuracy at each
-    evaluation, for each seed. summary.json has reward_gain_mean and control_reward_gain_mean.
+    rewards shuffled within each group and beside one with no optimizer step, held-out temperature-1
+    reward and greedy accuracy at each evaluation on problems from a held-out split of the problem space
+    (disjoint from the training problems by construction), for each seed. summary.json has
+    reward_gain_mean, control_reward_gain_mean and margin_over_no_update_mean.
 
     Example: tlt real grpo --pretrained runs/pretrained --seed 0 --out reports/grpo-learning
     """
@@ -483,10 +491,10 @@ def grpo(
     from tltreal.rl.grpo_run import GRPORunConfig, run_grpo
     from tltreal.rl.pretrain import PretrainConfig
 
-    pre = PretrainConfig(steps=pretrain_steps, seed=0, terse_share=terse_share)
+    pre = PretrainConfig(steps=pretrain_steps, seed=0, terse_share=terse_share, exclude_held_out=True)
     if tiny:
         pre = PretrainConfig(steps=pretrain_steps, seed=0, layers=2, hidden=64, intermediate=128, sequences=8,
-                             terse_share=terse_share)
+                             terse_share=terse_share, exclude_held_out=True)
     cfg = GRPORunConfig(seeds=tuple(seeds), steps=steps, prompts_per_step=prompts,
                         grpo=GRPOConfig(lr=lr, minibatches=2, kl_coef=kl, dual_clip=dual_clip or None),
                         eval_every=eval_every, eval_draws=eval_draws, eval_problems=eval_problems,
@@ -506,8 +514,10 @@ def grpo(
     result = run_grpo(cfg, out, force=force, log=typer.echo, command=command, figure=learning_curves)
     s = result.summary
     typer.echo(f"held-out temperature-1 reward gain: GRPO {s['reward_gain_mean']:+.3f}, shuffled-reward control "
-               f"{s['control_reward_gain_mean']:+.3f} (mean over {len(seeds)} seed{'s' if len(seeds) > 1 else ''}); "
-               f"above the control in every seed: {s['above_control_every_seed']}")
+               f"{s['control_reward_gain_mean']:+.3f}, no update {s['no_update_reward_gain_mean']:+.3f} (mean over "
+               f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''}); margin over no update "
+               f"{s['margin_over_no_update_mean']:+.3f}, over the control {s['margin_over_control_mean']:+.3f}; above "
+               f"both in every seed: {s['above_control_every_seed'] and s['above_no_update_every_seed']}")
     typer.echo(f"run -> {result.folder} (steps.csv, band.csv, summary.json, reward.png)")
 
 

@@ -53,6 +53,27 @@ def test_one_repeat_interleaves_every_policy_and_cost_aware_never_speculates(tmp
     assert "Reproduce: `OMP_NUM_THREADS=1 python benchmarks/cost_aware_cpu.py" in (out / "README.md").read_text()
 
 
+HARNESS = ROOT / "reports" / "cost-aware-cpu-harness"
+
+
+@needs_shared_traces()
+def test_on_the_deeper_harness_cost_aware_speculates(tmp_path) -> None:
+    """Issue 44 item 4: the A/B must exercise cost-aware's decisions, not only their overhead. On the
+    12-layer harness target its committed table prices a chain below plain decoding at small batches, so
+    cost-aware runs SD iterations (a function of the table, the contexts and the seeded acceptance draws,
+    not of this machine's speed) and its output is still checked equal to the plain run's."""
+    out = tmp_path / "ab"
+    res = _run("--repeats", "1", "--length-scale", "0.01", "--model", str(HARNESS / "config.json"), "--table",
+               str(HARNESS / "cost_table.parquet"), "--cost-aware", "cost-aware:arms=2_1_2,4_1_4,6_1_6",
+               "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    runs = pd.read_csv(out / "runs.csv")
+    sd = runs.groupby("policy")["sd_iterations"].sum()
+    assert sd["cost-aware:arms=2_1_2,4_1_4,6_1_6"] > 0 and sd["no-sd (SD harness)"] == 0
+    readme = (out / "README.md").read_text()
+    assert "12 layers" in readme and "SD iterations in all" in readme
+
+
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path) -> None:
     out = tmp_path / "ab"
     res = _run("--repeats", "0", "--table", str(TABLE), "--out", str(out))
@@ -82,3 +103,10 @@ def test_the_median_interval_calls_slower_only_what_lies_wholly_above_zero() -> 
     assert lo < 0 < hi and median_ci(noise) == (lo, hi)  # seeded: the same interval every time
     lo, hi = median_ci([0.01, 0.012, 0.015, 0.02, 0.018, 0.011, 0.013, 0.016, 0.019])
     assert 0.01 <= lo < hi <= 0.02  # consistently slower: the whole interval above zero
+
+
+def test_a_spec_that_is_not_cost_aware_is_one_line_and_writes_nothing(tmp_path) -> None:
+    out = tmp_path / "ab"
+    res = _run("--cost-aware", "no-sd", "--table", str(TABLE), "--out", str(out))
+    assert res.returncode == 2 and "--cost-aware" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert not out.exists()

@@ -118,6 +118,12 @@ def test_the_report_folder_has_the_issue_keys_copies_and_figures(runs, tmp_path)
     assert s["adaptive_over_static_accept"] == pytest.approx(float(np.mean(per)))
     assert s["adaptive_15pct_above_static_every_seed"] is (min(per) >= 1.15)
     assert s["commands"] == [f"tlt real rl --seed {x} --out X" for x in (0, 1, 0, 2)]
+    # the GRPO run's own drift (the no-drift runs) is reported as its own headline, whatever it reads
+    natural = ratios(read_run("nodrift-s0", runs["nodrift-s0"]))
+    assert s["natural_drift_runs"] == ["nodrift-s0"]
+    assert s["natural_drift_adaptive_over_static_accept"] == pytest.approx(natural["adaptive_over_static"])
+    assert s["natural_drift_15pct_above_static_every_run"] is (natural["adaptive_over_static"] >= 1.15)
+    assert "Under the drift the GRPO run itself produces" in (out / "README.md").read_text()
     for name in runs:
         assert (out / "runs" / name / "steps.csv").is_file()
     for fig in ("accept", "drift", "steptime", "simulator", "speedup-drift-s0"):

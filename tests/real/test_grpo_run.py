@@ -23,13 +23,17 @@ from tltreal.rl.grpo_run import (  # noqa: E402
     GRPORunConfig,
     band_problems,
     choose_band,
+    eval_overlap,
+    evaluation_problems,
     gains,
     run_arm,
     shuffle_within_groups,
     summarise,
+    training_problems,
 )
 from tltreal.rl.pretrain import PretrainConfig, greedy_generate, pretrain, sample_batch  # noqa: E402
-from tltreal.rl.task import TaskConfig  # noqa: E402
+from tltreal.rl.pretrain import training_problems as pretraining_problems  # noqa: E402
+from tltreal.rl.task import TaskConfig, held_out  # noqa: E402
 
 
 def test_the_control_permutes_rewards_within_each_group_only():
@@ -62,6 +66,63 @@ def test_band_problems_are_drawn_from_the_band_and_repeat():
     assert a != band_problems(50, [3, 5], 8, "x", task)
 
 
+BAND = list(range(4, 13))  # the committed run's band, step counts 4-12
+
+
+def test_evaluation_problems_are_disjoint_from_training_problems_by_construction():
+    """Issue 44 item 4: the committed run drew its 64 evaluation problems and its 640 training problems
+    independently from a 900-problem-per-step-count space, and they shared 8, 5 and 9 across seeds 0-2.
+    Evaluation now comes from the held-out split and training from the rest: no overlap, at the
+    committed size and at a long run's, while the same draws from the whole space do overlap."""
+    for steps in (40, 200):
+        cfg = GRPORunConfig(steps=steps, prompts_per_step=16, eval_problems=64)
+        for seed in (0, 1, 2):
+            evaluation = evaluation_problems(cfg, BAND, seed)
+            trained = [p for step in range(steps) for p in training_problems(cfg, BAND, seed, step)]
+            assert len(evaluation) == 64 and all(held_out(p) for p in evaluation)
+            assert not any(held_out(p) for p in trained)
+            assert not {p.prompt for p in evaluation} & {p.prompt for p in trained}
+            assert eval_overlap(cfg, BAND, seed) == 0
+            assert {p.steps for p in evaluation} <= set(BAND) and {p.steps for p in trained} == set(BAND)
+    cfg = GRPORunConfig(steps=40)
+    whole = [len({p.prompt for p in band_problems(64, BAND, seed, "held-out", cfg.task)}
+                 & {p.prompt for step in range(40) for p in band_problems(16, BAND, seed, f"step-{step}", cfg.task)})
+             for seed in (0, 1, 2)]
+    assert sum(whole) > 0  # without the split the same sizes overlap: the test can see an overlap
+
+
+def test_the_held_out_split_is_a_fixed_share_of_every_step_count():
+    """The split is a property of the problem (its prompt), about HELD_OUT_SHARE of each step count's
+    problems, and the same in every process (no Python hash randomisation)."""
+    import random
+
+    from tltreal.rl.task import HELD_OUT_SHARE, make_problem
+
+    task = TaskConfig()
+    for d in (1, 6, 12):
+        problems = {make_problem(random.Random(i), d, task).prompt: make_problem(random.Random(i), d, task)
+                    for i in range(3000)}
+        share = sum(held_out(p) for p in problems.values()) / len(problems)
+        assert abs(share - HELD_OUT_SHARE) < 0.05, (d, share)
+    p = make_problem(random.Random(0), 5, task)
+    assert held_out(p) == held_out(make_problem(random.Random(0), 5, task, fmt="terse"))  # the format is not a key
+
+
+def test_pretraining_can_exclude_the_held_out_split_and_keeps_its_old_stream_otherwise():
+    import random
+
+    cfg = PretrainConfig()
+    excluded = PretrainConfig(exclude_held_out=True)
+    rng_a, rng_b = random.Random(1), random.Random(1)
+    plain = [p for _ in range(60) for p in pretraining_problems(rng_a, cfg)]
+    split = [p for _ in range(60) for p in pretraining_problems(rng_b, excluded)]
+    assert any(held_out(p) for p in plain) and not any(held_out(p) for p in split)
+    old = random.Random(1)  # the default stream is the one runs made before the split existed
+    from tltreal.rl.task import make_problem, sample_difficulty
+
+    assert plain[:16] == [make_problem(old, sample_difficulty(old, cfg.task), cfg.task) for _ in range(16)]
+
+
 def _steps(values: dict[tuple[int, str], list[float]]) -> pd.DataFrame:
     rows = []
     for (seed, arm), vals in values.items():
@@ -73,15 +134,35 @@ def _steps(values: dict[tuple[int, str], list[float]]) -> pd.DataFrame:
 
 
 def test_summary_gains_are_last_minus_first_evaluation_and_every_seed_must_beat_its_control():
-    steps = _steps({(0, "grpo"): [0.3, 0.9, 0.5], (0, "control"): [0.3, 0.2, 0.25],
-                    (1, "grpo"): [0.4, 0.1, 0.45], (1, "control"): [0.4, 0.6, 0.5]})
+    steps = _steps({(0, "grpo"): [0.3, 0.9, 0.5], (0, "control"): [0.3, 0.2, 0.25], (0, "no-update"): [0.3] * 3,
+                    (1, "grpo"): [0.4, 0.1, 0.45], (1, "control"): [0.4, 0.6, 0.5], (1, "no-update"): [0.4] * 3})
     assert gains(steps).set_index(["seed", "arm"]).at[(0, "grpo"), "gain"] == pytest.approx(0.2)
     s = summarise(steps, GRPORunConfig(seeds=(0, 1)))
     assert s["reward_gain_mean"] == pytest.approx((0.2 + 0.05) / 2)
     assert s["control_reward_gain_mean"] == pytest.approx((-0.05 + 0.1) / 2)
+    assert s["no_update_reward_gain_mean"] == 0.0
     assert s["greedy_gain_mean"] == pytest.approx((0.1 + 0.025) / 2)
+    assert s["margin_over_control_mean"] == pytest.approx((0.25 - 0.05) / 2)
+    assert s["margin_over_no_update_mean"] == pytest.approx((0.2 + 0.05) / 2)
+    assert s["margin_over_no_update_sd"] == pytest.approx(0.15 / 2**0.5)
     assert [r["above_control"] for r in s["per_seed"]] == [True, False]
+    assert [r["above_no_update"] for r in s["per_seed"]] == [True, True]
     assert not s["above_control_every_seed"] and not s["meets_bar"]
+
+
+def test_the_bar_is_the_margin_over_no_update_not_over_the_control():
+    """A control that degrades makes GRPO look good: 0.05 of gain is 0.35 over a control that lost 0.30,
+    but not the 0.10 of learning the bar asks for; a run without its no-update arm is refused."""
+    values = {(0, "grpo"): [0.5, 0.5, 0.55], (0, "control"): [0.5, 0.3, 0.2], (0, "no-update"): [0.5] * 3}
+    s = summarise(_steps(values), GRPORunConfig(seeds=(0,)))
+    assert s["margin_over_control_mean"] == pytest.approx(0.35)
+    assert s["margin_over_no_update_mean"] == pytest.approx(0.05)
+    assert s["above_control_every_seed"] and s["above_no_update_every_seed"] and not s["meets_bar"]
+    values[(0, "grpo")] = [0.5, 0.6, 0.65]
+    assert summarise(_steps(values), GRPORunConfig(seeds=(0,)))["meets_bar"]
+    del values[(0, "no-update")]
+    with pytest.raises(InputError, match="no-update"):
+        summarise(_steps(values), GRPORunConfig(seeds=(0,)))
 
 
 @pytest.fixture(scope="module")
@@ -133,11 +214,15 @@ def test_a_run_repeats_and_the_control_updates_on_other_rewards(tiny_policy, mon
     model, tok = tiny_policy
     cfg = GRPORunConfig(seeds=(0,), steps=2, prompts_per_step=3, eval_every=5, eval_draws=6, eval_problems=3,
                         pretrain=PretrainConfig(steps=5))
-    ev = Evaluation(band_problems(3, [1], 0, "held-out", cfg.task), 5, 12)
+    ev = Evaluation(evaluation_problems(cfg, [1], 0), 5, 12)
     a = pd.DataFrame(run_arm(model, tok, cfg, 0, "grpo", [1], ev, log=lambda _: None)).drop(columns="cpu_s")
     b = pd.DataFrame(run_arm(model, tok, cfg, 0, "grpo", [1], ev, log=lambda _: None)).drop(columns="cpu_s")
     c = pd.DataFrame(run_arm(model, tok, cfg, 0, "control", [1], ev, log=lambda _: None)).drop(columns="cpu_s")
+    still = pd.DataFrame(run_arm(model, tok, cfg, 0, "no-update", [1], ev, log=lambda _: None)).drop(columns="cpu_s")
     pd.testing.assert_frame_equal(a, b)
+    # the no-update arm samples the same first rollouts, takes no step, and so evaluates as it started
+    assert still.loc[0, "train_reward"] == a.loc[0, "train_reward"] and "loss" not in still
+    assert still["eval_reward_t1"].dropna().nunique() == 1 and still["greedy_accuracy"].dropna().nunique() == 1
     assert a.loc[0, "learning_responses"] > 0
     assert a.loc[0, "train_reward"] == c.loc[0, "train_reward"]
     assert a.loc[0, "loss"] != pytest.approx(c.loc[0, "loss"], abs=1e-9)
@@ -155,13 +240,15 @@ def test_tiny_cli_run_writes_its_folder_in_seconds(tmp_path):
     result = CliRunner().invoke(app, ["real", "grpo", "--tiny", "--out", str(out)])
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
-    for key in ("reward_gain_mean", "control_reward_gain_mean", "seeds", "band", "one_line_accuracy", "cpu_s",
+    for key in ("reward_gain_mean", "control_reward_gain_mean", "margin_over_no_update_mean", "seeds", "band",
+                "one_line_accuracy", "cpu_s",
                 "versions"):
         assert key in summary
     assert summary["command"].startswith("tlt real grpo --tiny")
     assert summary["cpu_s"] < 30
     steps = pd.read_csv(out / "steps.csv")
-    assert set(steps["arm"]) == {"grpo", "control"} and steps["step"].max() == 2
+    assert set(steps["arm"]) == {"grpo", "control", "no-update"} and steps["step"].max() == 2
+    assert summary["eval_overlap"] == {"0": 0} and summary["pretraining_excluded_held_out"] is True
     assert (out / "reward.png").is_file() and (out / "band.csv").is_file()
     again = CliRunner().invoke(app, ["real", "grpo", "--tiny", "--out", str(tmp_path / "user"), "--lr", "2"])
     assert isinstance(again.exception, InputError) and again.exception.field == "--lr"
@@ -181,7 +268,9 @@ def test_tiny_keeps_every_flag_given_beside_it(tmp_path, monkeypatch):
 
     def run_grpo(cfg, out, *, command, **_):
         seen.update(cfg=cfg, command=command)
-        summary = {"reward_gain_mean": 0.0, "control_reward_gain_mean": 0.0, "above_control_every_seed": True}
+        summary = {"reward_gain_mean": 0.0, "control_reward_gain_mean": 0.0, "no_update_reward_gain_mean": 0.0,
+                   "margin_over_no_update_mean": 0.0, "margin_over_control_mean": 0.0,
+                   "above_control_every_seed": True, "above_no_update_every_seed": True}
         return SimpleNamespace(summary=summary, folder=out)
 
     monkeypatch.setattr(tltreal.rl.grpo_run, "run_grpo", run_grpo)

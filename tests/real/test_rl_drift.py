@@ -120,7 +120,7 @@ def test_the_summary_reports_the_terse_share_at_the_first_and_last_evaluation():
     from tltreal.rl.grpo_run import GRPORunConfig, summarise
 
     rows = []
-    for arm, shares in (("grpo", [0.2, 0.5, 0.9]), ("control", [0.2, 0.25, 0.1])):
+    for arm, shares in (("grpo", [0.2, 0.5, 0.9]), ("control", [0.2, 0.25, 0.1]), ("no-update", [0.2] * 3)):
         for step, share in zip((0, 10, 20), shares, strict=True):
             rows.append({"seed": 0, "arm": arm, "step": step, "eval_reward_t1": 0.5, "greedy_accuracy": 0.5,
                          "eval_terse_share": share})

@@ -13,15 +13,25 @@ the signal. This run is the smallest honest setting we found on the arithmetic t
    ``[band_low, band_high]`` (0.2-0.8). Problems every sample solves (or none does) give groups with no
    reward spread, whose GRPO advantages are all 0: they teach nothing. RL and evaluation problems are
    drawn uniformly over the band.
-3. **Two arms per seed**, from the same starting weights, on the same problems and sampling seeds:
-   ``grpo`` (the rewards as scored) and ``control`` (each group's rewards shuffled among its members
-   before the update: same reward statistics, no information about which response earned them). An
-   improvement the control also shows is not learning.
+3. **Three arms per seed**, from the same starting weights, on the same problems and sampling seeds:
+   ``grpo`` (the rewards as scored), ``control`` (each group's rewards shuffled among its members
+   before the update: same reward statistics, no information about which response earned them) and
+   ``no-update`` (the same rollouts scored, no optimizer step). An improvement the control also shows
+   is not learning; and since reward-blind updates can *degrade* the policy on their own (the shuffled
+   control lost 0.27 of held-out reward in the committed 40-step run), the margin over the control
+   overstates learning: the margin over ``no-update`` is the honest one (issue 44, item 4). With the
+   evaluation's common random numbers the no-update arm's held-out reward cannot move (same weights,
+   same draws): its gain is 0 by construction, and what it adds is that the run checks so.
 4. **Evaluation** every ``eval_every`` steps, at step 0 (before any update) and after the last update:
    the mean temperature-1 reward on ``eval_draws`` fresh draws over held-out band problems (the primary
    measure: GRPO moves sampled behaviour, which greedy decoding can hide), and the greedy accuracy on the
    same problems (the second measure). Every evaluation uses the same problems and the same sampling
-   generator seed, so two evaluations differ only by the policy (common random numbers).
+   generator seed, so two evaluations differ only by the policy (common random numbers). Held out by
+   construction: evaluation problems come from the held-out split of the problem space
+   (:func:`tltreal.rl.task.held_out`, a hash of the problem's parameters), GRPO's from the rest, and a
+   pre-training run here draws none from the held-out split (``PretrainConfig.exclude_held_out``);
+   ``eval_overlap`` in the summary counts, per seed, evaluation problems also among the seed's training
+   problems (0 by construction; the committed run before the split had 8, 5 and 9 of 64).
 
 The update is :class:`tltreal.rl.grpo.GRPOTrainer` with the dual clip and an optional KL to the
 pre-trained policy. Generation here is a plain batched sampler (:func:`tltreal.rl.pretrain.sample_batch`), not the SD
@@ -63,9 +73,19 @@ from tltreal.model.tokenizer import TaskTokenizer
 from tltreal.model.transformer import Transformer
 from tltreal.rl.grpo import GRPOConfig, GRPOTrainer, Rollout
 from tltreal.rl.pretrain import PretrainConfig, load_pretrained, pretrain, sample_batch, solution_budget
-from tltreal.rl.task import Problem, TaskConfig, make_problem, paid, reward, solution_format
+from tltreal.rl.task import (
+    HELD_OUT_SHARE,
+    Problem,
+    TaskConfig,
+    make_problem,
+    make_split_problem,
+    paid,
+    reward,
+    solution_format,
+)
 
-ARMS = ("grpo", "control")
+#: The arms of a seed (module docstring, point 3); ``grpo`` must come first (the others are compared with it).
+ARMS = ("grpo", "control", "no-update")
 
 
 @dataclass(frozen=True)
@@ -86,7 +106,7 @@ class GRPORunConfig:
     band_draws: int = 64
     max_difficulty: int = 12
     min_one_line_accuracy: float = 0.9
-    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    pretrain: PretrainConfig = field(default_factory=lambda: PretrainConfig(exclude_held_out=True))
     pretrained: str | None = None
     slack: int = 8  # tokens of generation budget beyond the longest band problem's worked solution
     reward_kind: str = "answer"  # what GRPO is paid for: tltreal.rl.task.REWARDS
@@ -178,10 +198,34 @@ def choose_band(rates: pd.DataFrame, low: float, high: float) -> list[int]:
     return band
 
 
-def band_problems(n: int, band: Sequence[int], seed: int, purpose: str, task: TaskConfig) -> list[Problem]:
-    """``n`` problems with step counts drawn uniformly from ``band``; identical for identical arguments."""
+def band_problems(n: int, band: Sequence[int], seed: int, purpose: str, task: TaskConfig, *,
+                  split: str | None = None) -> list[Problem]:
+    """``n`` problems with step counts drawn uniformly from ``band``; identical for identical arguments.
+    With ``split`` (:data:`tltreal.rl.task.SPLITS`) only problems of that split of the problem space
+    (:func:`tltreal.rl.task.make_split_problem`); without it the whole space (the adaptive-drafter run's
+    stream, which claims no held-out evaluation)."""
     rng = random.Random(f"tlt-grpo:{purpose}:{seed}")
-    return [make_problem(rng, rng.choice(list(band)), task) for _ in range(n)]
+    if split is None:
+        return [make_problem(rng, rng.choice(list(band)), task) for _ in range(n)]
+    return [make_split_problem(rng, rng.choice(list(band)), split, task) for _ in range(n)]
+
+
+def training_problems(cfg: GRPORunConfig, band: Sequence[int], seed: int, step: int) -> list[Problem]:
+    """Step ``step``'s GRPO problems of seed ``seed``: the training split of the band."""
+    return band_problems(cfg.prompts_per_step, band, seed, f"step-{step}", cfg.task, split="train")
+
+
+def evaluation_problems(cfg: GRPORunConfig, band: Sequence[int], seed: int) -> list[Problem]:
+    """Seed ``seed``'s evaluation problems: the held-out split of the band, disjoint from every
+    :func:`training_problems` by construction."""
+    return band_problems(cfg.eval_problems, band, seed, "held-out", cfg.task, split="held-out")
+
+
+def eval_overlap(cfg: GRPORunConfig, band: Sequence[int], seed: int) -> int:
+    """How many of seed ``seed``'s evaluation problems are also among its training problems (by prompt,
+    which fixes a problem): recorded so the summary shows the split working, not just claims it."""
+    trained = {p.prompt for step in range(cfg.steps) for p in training_problems(cfg, band, seed, step)}
+    return sum(p.prompt in trained for p in evaluation_problems(cfg, band, seed))
 
 
 def shuffle_within_groups(rewards: Sequence[float], groups: Sequence[int], rng: random.Random) -> list[float]:
@@ -219,7 +263,8 @@ def _evaluate(model: Transformer, tokenizer: TaskTokenizer, ev: Evaluation, cfg:
 def run_arm(start: Transformer, tokenizer: TaskTokenizer, cfg: GRPORunConfig, seed: int, arm: str, band: Sequence[int],
             ev: Evaluation, log: Callable[[str], None] = print) -> list[dict[str, object]]:
     """``cfg.steps`` GRPO steps of one arm from a copy of ``start``; one row per step (and one for the
-    evaluation after the last update)."""
+    evaluation after the last update). The ``no-update`` arm samples and scores its rollouts as the others
+    do (its ``train_reward`` is the frozen policy's) and skips the update: its loss columns are empty."""
     if arm not in ARMS:
         raise InputError(f"must be one of {', '.join(ARMS)}, got {arm!r}", field="arm")
     model = copy.deepcopy(start).eval()
@@ -233,7 +278,7 @@ def run_arm(start: Transformer, tokenizer: TaskTokenizer, cfg: GRPORunConfig, se
         if step % cfg.eval_every == 0 or step == cfg.steps:
             row.update(_evaluate(model, tokenizer, ev, cfg))
         if step < cfg.steps:
-            problems = band_problems(cfg.prompts_per_step, band, seed, f"step-{step}", cfg.task)
+            problems = training_problems(cfg, band, seed, step)
             prompts = [tokenizer.encode(p.prompt, bos=True) for p in problems for _ in range(k)]
             outs = sample_batch(model, tokenizer, prompts, ev.budget, cfg.temperature,
                                 _generator(_seed(seed, "rollout", step)))
@@ -245,15 +290,16 @@ def run_arm(start: Transformer, tokenizer: TaskTokenizer, cfg: GRPORunConfig, se
             rollouts = [Rollout(g, tuple(p) + tuple(o), len(p), r,
                                 truncated=len(o) >= ev.budget and o[-1] != tokenizer.eos_id)
                         for g, p, o, r in zip(groups, prompts, outs, used, strict=True)]
-            update = trainer.update(rollouts)
             row.update(train_reward=float(np.mean(scored)), terse_share=terse_share(texts),
-                       mean_response_tokens=float(np.mean([len(o) for o in outs])),
-                       loss=update.loss, clip_fraction=update.clip_fraction, grad_norm=update.grad_norm,
-                       kl=update.kl, learning_responses=update.learning_responses)
+                       mean_response_tokens=float(np.mean([len(o) for o in outs])))
+            if arm != "no-update":
+                update = trainer.update(rollouts)
+                row.update(loss=update.loss, clip_fraction=update.clip_fraction, grad_norm=update.grad_norm,
+                           kl=update.kl, learning_responses=update.learning_responses)
         row["cpu_s"] = time.process_time() - cpu0
         rows.append(row)
         if "eval_reward_t1" in row:
-            log(f"seed {seed} {arm:7s} step {step:3d}  held-out T=1 reward {row['eval_reward_t1']:.3f}  "
+            log(f"seed {seed} {arm:9s} step {step:3d}  held-out T=1 reward {row['eval_reward_t1']:.3f}  "
                 f"greedy {row['greedy_accuracy']:.3f}  terse {row['eval_terse_share']:.2f}" +
                 (f"  train reward {row['train_reward']:.3f}" if "train_reward" in row else ""))
     return rows
@@ -282,34 +328,61 @@ def gains(steps: pd.DataFrame, column: str = "eval_reward_t1") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _spread(values: Sequence[float]) -> float:
+    """Sample standard deviation over seeds (0 for one seed: no spread measured)."""
+    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
 def summarise(steps: pd.DataFrame, cfg: GRPORunConfig) -> dict[str, object]:
-    """``summary.json``'s numbers: mean gains of both arms, per seed, and whether each seed beat its
-    control (the issue's bar: a gain >= 0.10 on the mean, above the control in every seed). "Above"
-    compares the last evaluations: both arms start from the same weights and are evaluated on the same
-    draws' seeds, so their step-0 values are equal and this is the same as comparing gains."""
+    """``summary.json``'s numbers: mean gains of the three arms (:data:`ARMS`), per seed, GRPO's margin
+    over each baseline arm (mean and standard deviation over seeds), and whether each seed beat both (the
+    bar: a margin >= 0.10 over no-update on the mean, above the control and the no-update arm in every
+    seed). "Above" compares the last evaluations: the arms start from the same weights and are evaluated
+    on the same draws' seeds, so their step-0 values are equal and this is the same as comparing gains.
+    Every arm must be in ``steps`` for every seed: a missing one is an error, not a silent zero."""
     t1, greedy = gains(steps), gains(steps, "greedy_accuracy")
+    for name in ARMS:
+        have = set(t1.loc[t1["arm"] == name, "seed"]) if not t1.empty else set()
+        if have != set(t1["seed"]):
+            raise InputError(f"arm {name!r} has evaluations for seeds {sorted(have)}, the run for "
+                             f"{sorted(set(t1['seed']))}", field="arm")
 
     def arm(table: pd.DataFrame, name: str) -> pd.DataFrame:
         return table[table["arm"] == name].set_index("seed")
 
-    real, ctrl = arm(t1, "grpo"), arm(t1, "control")
+    real, ctrl, still = arm(t1, "grpo"), arm(t1, "control"), arm(t1, "no-update")
     per_seed = [{"seed": int(s), "eval_reward_first": real.at[s, "first"], "eval_reward_last": real.at[s, "last"],
                  "reward_gain": real.at[s, "gain"], "control_reward_gain": ctrl.at[s, "gain"],
+                 "no_update_reward_gain": still.at[s, "gain"],
+                 "margin_over_control": real.at[s, "last"] - ctrl.at[s, "last"],
+                 "margin_over_no_update": real.at[s, "last"] - still.at[s, "last"],
                  "greedy_gain": arm(greedy, "grpo").at[s, "gain"],
                  "control_greedy_gain": arm(greedy, "control").at[s, "gain"],
-                 "above_control": bool(real.at[s, "last"] > ctrl.at[s, "last"])}
+                 "no_update_greedy_gain": arm(greedy, "no-update").at[s, "gain"],
+                 "above_control": bool(real.at[s, "last"] > ctrl.at[s, "last"]),
+                 "above_no_update": bool(real.at[s, "last"] > still.at[s, "last"])}
                 for s in real.index]
     gain_mean = float(real["gain"].mean())
+    over_still = [float(r["margin_over_no_update"]) for r in per_seed]
+    over_ctrl = [float(r["margin_over_control"]) for r in per_seed]
     fmt = gains(steps, "eval_terse_share") if "eval_terse_share" in steps else None
     formats = {} if fmt is None or fmt.empty else {
         f"{prefix}terse_share_{end}_mean": float(arm(fmt, name)[end].mean())
         for prefix, name in (("", "grpo"), ("control_", "control")) for end in ("first", "last")}
+    above_both = all(r["above_control"] and r["above_no_update"] for r in per_seed)
     return {"seeds": [int(s) for s in cfg.seeds], "steps": cfg.steps,
-            "reward_gain_mean": gain_mean, "control_reward_gain_mean": float(ctrl["gain"].mean()),
+            "reward_gain_mean": gain_mean, "reward_gain_sd": _spread(list(real["gain"])),
+            "control_reward_gain_mean": float(ctrl["gain"].mean()),
+            "control_reward_gain_sd": _spread(list(ctrl["gain"])),
+            "no_update_reward_gain_mean": float(still["gain"].mean()),
+            "margin_over_control_mean": float(np.mean(over_ctrl)), "margin_over_control_sd": _spread(over_ctrl),
+            "margin_over_no_update_mean": float(np.mean(over_still)), "margin_over_no_update_sd": _spread(over_still),
             "greedy_gain_mean": float(arm(greedy, "grpo")["gain"].mean()),
             "control_greedy_gain_mean": float(arm(greedy, "control")["gain"].mean()),
+            "no_update_greedy_gain_mean": float(arm(greedy, "no-update")["gain"].mean()),
             "above_control_every_seed": all(r["above_control"] for r in per_seed),
-            "meets_bar": bool(gain_mean >= 0.10 and all(r["above_control"] for r in per_seed)),
+            "above_no_update_every_seed": all(r["above_no_update"] for r in per_seed),
+            "meets_bar": bool(float(np.mean(over_still)) >= 0.10 and above_both),
             **formats, "reward_kind": cfg.reward_kind, "per_seed": per_seed}
 
 
@@ -364,16 +437,17 @@ def run_grpo(cfg: GRPORunConfig, out: str | Path, *, force: bool = False, log: C
             f"; band {band}")
         budget = max(solution_budget(tokenizer, make_problem(random.Random(0), d, cfg.task), cfg.slack) for d in band)
         rows: list[dict[str, object]] = []
+        overlap = {str(seed): eval_overlap(cfg, band, seed) for seed in cfg.seeds}
         for seed in cfg.seeds:
-            ev = Evaluation(band_problems(cfg.eval_problems, band, seed, "held-out", cfg.task),
-                            _seed(seed, "eval-sample"), budget)
+            ev = Evaluation(evaluation_problems(cfg, band, seed), _seed(seed, "eval-sample"), budget)
             for arm in ARMS:
                 rows += run_arm(start, tokenizer, cfg, seed, arm, band, ev, log)
         steps = pd.DataFrame(rows)
         summary = {**summarise(steps, cfg), "band": band, "band_pass_rates": dict(zip(
             rates["difficulty"].astype(int).astype(str), rates["pass_rate"].astype(float), strict=True)),
             "one_line_accuracy": one_line, "one_line_ok": bool(one_line >= cfg.min_one_line_accuracy),
-            "response_cap_tokens": budget, **info,
+            "response_cap_tokens": budget, **info, "eval_overlap": overlap, "held_out_share": HELD_OUT_SHARE,
+            "pretraining_excluded_held_out": None if cfg.pretrained else cfg.pretrain.exclude_held_out,
             "rl_cpu_s": float(steps["cpu_s"].sum()), "cpu_s": time.process_time() - cpu0,
             "wall_s": time.perf_counter() - wall0, "load_start": load0, "load_end": os.getloadavg()[0],
             "versions": versions(), "command": command,
@@ -396,23 +470,37 @@ def readme(summary: dict[str, object]) -> str:
     seeds = len(per_seed)
     v = s["versions"]
     assert isinstance(v, dict)
-    lines = ["# GRPO that learns, against a shuffled-reward control", "",
+    lines = ["# GRPO that learns, against a shuffled-reward control and a no-update arm", "",
              f"Reproduce: `{s['command']}`", "",
              f"Device: CPU ({v['processor']}, {v.get('cores', '?')} cores, {v['torch_threads']} torch thread), "
              f"Python {v['python']}, torch "
              f"{v['torch']}, numpy {v['numpy']}. CPU time: pre-training {s['pretrain_cpu_s']:.0f} s, RL "
-             f"{s['rl_cpu_s']:.0f} s (both arms, {seeds} seed{'s' if seeds > 1 else ''}), whole command "
+             f"{s['rl_cpu_s']:.0f} s (all three arms, {seeds} seed{'s' if seeds > 1 else ''}), whole command "
              f"{s['cpu_s']:.0f} s; wall {s['wall_s']:.0f} s at load average {s['load_start']:.1f} -> "
              f"{s['load_end']:.1f} "
              "(the machine was shared).", "",
              "## Result", "",
-             f"- Held-out temperature-1 reward, step 0 to step {s['steps']} (mean over {seeds} "
-             f"seed{'s' if seeds > 1 else ''}): GRPO **{s['reward_gain_mean']:+.3f}**, shuffled-reward control "
-             f"**{s['control_reward_gain_mean']:+.3f}**. Greedy accuracy: GRPO {s['greedy_gain_mean']:+.3f}, "
-             f"control {s['control_greedy_gain_mean']:+.3f}.",
-             f"- The issue's bar (gain >= 0.10 on the mean, above the control in every seed): "
-             f"**{'met' if s['meets_bar'] else 'not met'}**"
+             f"- Held-out temperature-1 reward, step 0 to step {s['steps']} (mean ± sd over {seeds} "
+             f"seed{'s' if seeds > 1 else ''}): GRPO **{s['reward_gain_mean']:+.3f}** ± {s['reward_gain_sd']:.3f}, "
+             f"shuffled-reward control **{s['control_reward_gain_mean']:+.3f}** ± {s['control_reward_gain_sd']:.3f}, "
+             f"no-update arm **{s['no_update_reward_gain_mean']:+.3f}**. Greedy accuracy: GRPO "
+             f"{s['greedy_gain_mean']:+.3f}, control {s['control_greedy_gain_mean']:+.3f}, no-update "
+             f"{s['no_update_greedy_gain_mean']:+.3f}.",
+             f"- GRPO's margin at step {s['steps']}: over the no-update arm **{s['margin_over_no_update_mean']:+.3f}** "
+             f"± {s['margin_over_no_update_sd']:.3f} (what learning added), over the shuffled-reward control "
+             f"{s['margin_over_control_mean']:+.3f} ± {s['margin_over_control_sd']:.3f} (larger by what the "
+             "control's reward-blind updates lost on their own: it overstates learning).",
+             f"- The bar (margin over no-update >= 0.10 on the mean, above the control and the no-update arm in "
+             f"every seed): **{'met' if s['meets_bar'] else 'not met'}**"
              + ("" if seeds >= 3 else f" on {seeds} seed{'s' if seeds > 1 else ''} (the bar asks for 3)") + ".",
+             f"- Held out by construction: evaluation problems come from the held-out "
+             f"{s['held_out_share']:.1%} of the problem space (a hash of each problem's start value, increment "
+             f"and step count: `tltreal.rl.task.held_out`), GRPO's from the rest; evaluation problems also among "
+             f"the seed's training problems: " + ", ".join(f"seed {k}: {v}" for k, v in s["eval_overlap"].items())
+             + " (checked by `tests/real/test_grpo_run.py`). Pre-training "
+             + {True: "drew none from the held-out split.", False: "drew from the whole space (held-out problems "
+                "included).", None: "was a given folder: whether it saw held-out problems is not known."}[
+                 s["pretraining_excluded_held_out"]],
              f"- Policy: one-line greedy accuracy {s['one_line_accuracy']:.3f} "
              f"({'>=' if s['one_line_ok'] else 'BELOW'} 0.9). Difficulty band (step counts with temperature-1 pass "
              f"rate in [{s['config']['band_low']}, {s['config']['band_high']}]): {s['band']}; pass rates "
@@ -422,21 +510,26 @@ def readme(summary: dict[str, object]) -> str:
         lines += [f"- Designed drift (reward pays the terse format): terse share of held-out draws "
                   f"{s['terse_share_first_mean']:.2f} -> {s['terse_share_last_mean']:.2f} (control "
                   f"{s['control_terse_share_first_mean']:.2f} -> {s['control_terse_share_last_mean']:.2f}).", ""]
-    lines += ["| seed | T=1 reward, first -> last | gain | control gain | greedy gain | control greedy gain | "
-              "above control at the end |", "|---|---|---|---|---|---|---|"]
+    lines += ["| seed | T=1 reward, first -> last | gain | control gain | no-update gain | margin over control | "
+              "margin over no-update | greedy gain | control greedy gain | above both at the end |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in per_seed:
         lines.append(f"| {r['seed']} | {r['eval_reward_first']:.3f} -> {r['eval_reward_last']:.3f} | "
-                     f"{r['reward_gain']:+.3f} | {r['control_reward_gain']:+.3f} | {r['greedy_gain']:+.3f} | "
-                     f"{r['control_greedy_gain']:+.3f} | {'yes' if r['above_control'] else 'no'} |")
+                     f"{r['reward_gain']:+.3f} | {r['control_reward_gain']:+.3f} | {r['no_update_reward_gain']:+.3f} | "
+                     f"{r['margin_over_control']:+.3f} | {r['margin_over_no_update']:+.3f} | {r['greedy_gain']:+.3f} | "
+                     f"{r['control_greedy_gain']:+.3f} | "
+                     f"{'yes' if r['above_control'] and r['above_no_update'] else 'no'} |")
     cfg = s["config"]
     assert isinstance(cfg, dict)
     g = cfg["grpo"]
     lines += ["", "![Held-out temperature-1 reward and greedy accuracy per evaluated step, GRPO beside the "
-              "shuffled-reward control](reward.png)", "",
+              "shuffled-reward control and the no-update arm](reward.png)", "",
               f"*Held-out reward at temperature 1 ({cfg['eval_draws']} draws over {cfg['eval_problems']} held-out "
               "band problems, the same draws' seeds at every evaluation) and greedy accuracy on the same problems; "
-              "GRPO and the control start from the same policy and see the same problems and sampling seeds; the "
-              "control's rewards are shuffled within each group before the update.*", "",
+              "the three arms start from the same policy and see the same problems and sampling seeds; the "
+              "control's rewards are shuffled within each group before the update; the no-update arm samples and "
+              "scores its rollouts and takes no optimizer step (its held-out reward cannot move: same weights, "
+              "same draws).*", "",
               f"Settings: {cfg['prompts_per_step']} prompts x {g['group_size']} samples per step, lr {g['lr']}, "
               f"{g['minibatches']} minibatches, clip {g['clip_eps']}, dual clip {g['dual_clip']}, KL "
               f"{g['kl_coef']}, response cap {s['response_cap_tokens']} tokens, evaluation every "

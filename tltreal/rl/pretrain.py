@@ -42,7 +42,15 @@ from tltreal.model.tokenizer import load as load_tokenizer
 from tltreal.model.train_forward import PackedBatch, pack_sequences, token_logprobs
 from tltreal.model.transformer import Transformer, causal_mask, padded_causal_mask
 from tltreal.model.weights import init_weights, load_model, save_model
-from tltreal.rl.task import Problem, TaskConfig, make_problem, reward, sample_difficulty, sample_problems
+from tltreal.rl.task import (
+    Problem,
+    TaskConfig,
+    make_problem,
+    make_split_problem,
+    reward,
+    sample_difficulty,
+    sample_problems,
+)
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,9 @@ class PretrainConfig:
     #: share of worked solutions written in the terse format (:data:`tltreal.rl.task.FORMATS`); 0 keeps
     #: every solution verbose and the problem stream identical to runs from before the formats existed
     terse_share: float = 0.0
+    #: draw only problems outside the held-out split (:func:`tltreal.rl.task.held_out`), so an evaluation on
+    #: held-out problems sees none the policy was pre-trained on; False keeps the stream of earlier runs
+    exclude_held_out: bool = False
 
     def __post_init__(self) -> None:
         for name in ("steps", "sequences", "row_len", "layers", "hidden", "heads", "kv_heads", "intermediate"):
@@ -137,11 +148,14 @@ def encode_example(tokenizer: TaskTokenizer, problem: Problem, *,
 def training_problems(rng: random.Random, cfg: PretrainConfig) -> list[Problem]:
     """``cfg.sequences`` fresh problems from :attr:`PretrainConfig.task`'s heavy-tailed law, each solution
     terse with probability ``cfg.terse_share`` (no draw at all when it is 0, so the stream is the one
-    runs made before the formats existed)."""
+    runs made before the formats existed). With ``cfg.exclude_held_out`` a problem in the held-out split is
+    drawn again at the same step count (:func:`tltreal.rl.task.make_split_problem`)."""
     out = []
     for _ in range(cfg.sequences):
         fmt = "terse" if cfg.terse_share > 0 and rng.random() < cfg.terse_share else "verbose"
-        out.append(make_problem(rng, sample_difficulty(rng, cfg.task), cfg.task, fmt=fmt))
+        steps = sample_difficulty(rng, cfg.task)
+        out.append(make_split_problem(rng, steps, "train", cfg.task, fmt=fmt) if cfg.exclude_held_out
+                   else make_problem(rng, steps, cfg.task, fmt=fmt))
     return out
 
 

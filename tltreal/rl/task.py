@@ -29,6 +29,7 @@ at chance after several CPU-minutes).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 import re
@@ -126,6 +127,43 @@ def make_problem(rng: random.Random, difficulty: int, cfg: TaskConfig | None = N
         x = y
     answer = _num(x, cfg)
     return Problem(prompt, "".join(lines) + f"{ANSWER_WORD} {answer}", answer, difficulty)
+
+
+#: Share of the problem space held out for evaluation (issue 44, item 4). Why a split of the space and not
+#: separately seeded draws: the space is small (100 start values x 9 increments per step count, 900
+#: problems), so 640 GRPO training problems and 64 evaluation problems drawn independently shared 8, 5 and
+#: 9 problems across seeds 0-2 of the committed run; a split makes the two disjoint by construction.
+HELD_OUT_SHARE = 0.125
+#: The two halves of the split: ``train`` (GRPO's problems, pre-training's when it excludes the held-out
+#: ones) and ``held-out`` (evaluation only).
+SPLITS = ("train", "held-out")
+_SPLIT_TRIES = 100_000
+
+
+def held_out(problem: Problem) -> bool:
+    """Whether ``problem`` lies in the held-out split: a hash of its parameters (the prompt, which fixes
+    the start value, the increment and the step count, and not the solution format) falls in the lowest
+    :data:`HELD_OUT_SHARE` of the hash range. A hash, not a range of start values: every step count and
+    increment keeps the same share of held-out problems, so evaluation sees the same mix as training.
+    blake2b, not :func:`hash`: Python randomises string hashes per process."""
+    digest = hashlib.blake2b(problem.prompt.encode("ascii"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") < HELD_OUT_SHARE * 2**64
+
+
+def make_split_problem(rng: random.Random, difficulty: int, split: str, cfg: TaskConfig | None = None, *,
+                       fmt: str = "verbose") -> Problem:
+    """:func:`make_problem` drawn again (same ``difficulty``) until the problem lies in ``split``
+    (:data:`SPLITS`): uniform over that split's problems of this step count. A task whose space holds no
+    problem of the split at this step count is an error, not an endless loop."""
+    if split not in SPLITS:
+        raise InputError(f"must be one of {', '.join(SPLITS)}, got {split!r}", field="split")
+    want = split == "held-out"
+    for _ in range(_SPLIT_TRIES):
+        problem = make_problem(rng, difficulty, cfg, fmt=fmt)
+        if held_out(problem) == want:
+            return problem
+    raise InputError(f"no {split} problem with {difficulty} steps in {_SPLIT_TRIES:,} draws (the task's problem "
+                     "space is too small to split)", field="split")
 
 
 def sample_difficulty(rng: random.Random, cfg: TaskConfig | None = None) -> int:
@@ -228,6 +266,6 @@ def paid(kind: str) -> Callable[[Problem, object], float]:
     return {"answer": reward, "terse": format_reward, "format": format_bonus_reward}[kind]
 
 
-__all__ = ["ANSWER_WORD", "FORMATS", "PROMPT_WORDS", "REWARDS", "Problem", "TaskConfig", "format_bonus_reward",
-           "format_reward", "make_problem", "paid", "parse_answer", "reward", "sample_difficulty", "sample_problems",
-           "solution_format"]
+__all__ = ["ANSWER_WORD", "FORMATS", "HELD_OUT_SHARE", "PROMPT_WORDS", "REWARDS", "SPLITS", "Problem", "TaskConfig",
+           "format_bonus_reward", "format_reward", "held_out", "make_problem", "make_split_problem", "paid",
+           "parse_answer", "reward", "sample_difficulty", "sample_problems", "solution_format"]
