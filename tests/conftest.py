@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import signal
 import subprocess
@@ -33,21 +31,12 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> sub
 
 
 def invoke_cli(*args: str) -> subprocess.CompletedProcess:
-    """Run ``tlt`` in this process (fast): same entry point, exit code, stdout and stderr."""
-    from tltcli import main
+    """Run ``tlt`` in this process (fast): same entry point, exit code, stdout and stderr (the way
+    ``tlt sim bench --case cmd:...`` runs a command, :func:`tltcli.bench_cmd.run_once`)."""
+    from tltcli.bench_cmd import run_once
 
-    out, err = io.StringIO(), io.StringIO()
-    old_argv = sys.argv
-    sys.argv = ["tlt", *args]
-    code = 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    finally:
-        sys.argv = old_argv
-    return subprocess.CompletedProcess(["tlt", *args], code, out.getvalue(), err.getvalue())
+    code, out, err = run_once(list(args))
+    return subprocess.CompletedProcess(["tlt", *args], code, out, err)
 
 
 #: A wall-clock bound that only guards against hangs is this many times the CPU-time bound, and more
