@@ -65,21 +65,61 @@ def sha256_of(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def json_lines(text: str, *, path: str | Path, what: str = "") -> list[dict[str, object]]:
-    """JSON lines as dicts (blank lines skipped); a line that is not a JSON object is one
-    :class:`InputError` naming the file and its row. ``what`` prefixes the messages (``upstream``)."""
+def quoted_name(name: object) -> str:
+    """A column or key name for a one-line message: quoted, control characters escaped, long names cut."""
+    text = repr(str(name))
+    return text if len(text) <= 60 else text[:57] + "...'"
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_object(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return obj
+
+
+def json_lines(data: bytes | str, *, path: str | Path) -> list[dict[str, object]]:
+    """The JSON objects of JSON-lines ``data`` read from ``path``, one per non-blank line (none for an
+    empty file). Every problem is one :class:`InputError` naming the file and the line: bytes that are
+    not UTF-8, invalid JSON, a line that is not an object, a key given twice in one object (``json``
+    would keep the last silently). A byte-order mark opening the file, or each file concatenated into
+    it, is ignored."""
     import json
 
-    prefix = f"{what} " if what else ""
-    rows: list[dict[str, object]] = []
-    for i, line in enumerate(text.splitlines(), start=1):
+    if isinstance(data, bytes):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            row = data.count(b"\n", 0, exc.start) + 1
+            raise InputError(f"not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start})", path=path,
+                             row=row) from None
+    else:
+        text = data
+    records: list[dict[str, object]] = []
+    for lineno, line in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), start=1):
+        line = line.lstrip("\ufeff")
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, object_pairs_hook=_unique_object)
+        except _DuplicateKey as exc:
+            key = quoted_name(exc.args[0])
+            raise InputError(f"key {key} appears more than once in one object; keep one", path=path, row=lineno,
+                             field=key[1:-1]) from None
         except json.JSONDecodeError as exc:
-            raise InputError(f"{prefix}file is not JSON lines ({exc.msg})", path=path, row=i) from None
+            raise InputError(f"invalid JSON ({exc.msg})", path=path, row=lineno) from None
+        except (ValueError, RecursionError) as exc:  # >4300-digit integers, absurd nesting
+            msg = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
+            raise InputError(f"invalid JSON ({msg})", path=path, row=lineno) from None
         if not isinstance(obj, dict):
-            raise InputError(f"{prefix}line is not a JSON object", path=path, row=i)
-        rows.append(obj)
-    return rows
+            raise InputError("line is not a JSON object", path=path, row=lineno)
+        records.append(obj)
+    return records

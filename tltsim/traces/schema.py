@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tltcore.errors import InputError
+from tltcore.input_files import quoted_name
 
 #: canonical column -> pandas dtype
 TRACE_COLUMNS: dict[str, str] = {
@@ -43,8 +44,7 @@ def _show(value: object) -> str:
 
 def column_name(column: object) -> str:
     """A column name for a one-line message: quoted, control characters escaped, long names cut."""
-    text = repr(str(column))
-    return text if len(text) <= 60 else text[:57] + "...'"
+    return quoted_name(column)
 
 
 def column_names(columns: object, limit: int = 20) -> str:

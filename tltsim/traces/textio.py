@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import gzip
 import io
-import json
 import zlib
 from pathlib import Path
 
 from tltcore.errors import InputError, reason
-from tltsim.traces.schema import column_name
+from tltcore.input_files import json_lines
 
 #: Compressed text formats: ``.csv.gz``, ``.jsonl.zst``... (Parquet compresses inside the file).
 COMPRESSIONS = (".gz", ".zst")
@@ -23,7 +22,6 @@ COMPRESSIONS = (".gz", ".zst")
 #: filling memory.
 MAX_DECOMPRESSED = 4 * 2**30
 _CHUNK = 1 << 20
-_BOM = "\ufeff"
 
 
 def trace_format(path: Path) -> tuple[str, str | None]:
@@ -63,49 +61,10 @@ def decompress(path: Path, compression: str, limit: int | None = None) -> bytes:
     return bytes(out)
 
 
-class _DuplicateKey(Exception):
-    pass
-
-
-def _unique_object(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _DuplicateKey(key)
-            seen.add(key)
-    return obj
-
-
 def json_records(path: Path, data: bytes) -> list[dict[str, object]]:
-    """The JSON objects of JSON-lines ``data`` (read from ``path``), one per non-blank line; errors
-    name the file and the line."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        row = data.count(b"\n", 0, exc.start) + 1
-        raise InputError(f"not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start})", path=path,
-                         row=row) from None
-    records = []
-    for lineno, line in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), start=1):
-        line = line.lstrip(_BOM)  # a BOM opens the file, or each file that was concatenated into it
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line, object_pairs_hook=_unique_object)
-        except _DuplicateKey as exc:
-            key = str(exc.args[0])
-            raise InputError(f"key {column_name(key)} appears more than once in one object; keep one", path=path,
-                             row=lineno, field=column_name(key)[1:-1]) from None
-        except json.JSONDecodeError as exc:
-            raise InputError(f"invalid JSON ({exc.msg})", path=path, row=lineno) from None
-        except (ValueError, RecursionError) as exc:  # >4300-digit integers, absurd nesting
-            msg = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
-            raise InputError(f"invalid JSON ({msg})", path=path, row=lineno) from None
-        if not isinstance(obj, dict):
-            raise InputError("line is not a JSON object", path=path, row=lineno)
-        records.append(obj)
+    """The JSON objects of JSON-lines ``data`` (read from ``path``), one per non-blank line
+    (:func:`tltcore.input_files.json_lines`); a trace with none is refused."""
+    records = json_lines(data, path=path)
     if not records:
         raise InputError("trace has no rows", path=path)
     return records

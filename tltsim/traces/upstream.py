@@ -27,7 +27,11 @@ Converter = Callable[[Mapping[str, Path]], bytes]
 
 
 def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    yield from json_lines(path.read_text(encoding="utf-8"), path=path, what="upstream")
+    try:
+        yield from json_lines(path.read_bytes(), path=path)
+    except InputError as exc:  # say it is the upstream file's layout that is off, not the user's trace
+        raise InputError(f"upstream file is not JSON lines ({exc.message})", path=path, row=exc.row,
+                         field=exc.field) from None
 
 
 def _csv_bytes(columns: list[str], rows: list[dict[str, Any]]) -> bytes:
