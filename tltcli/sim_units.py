@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from rich.table import Table
 
-from tltcore.prices import StepsCost, energy_assumption, missing_price, resolve_price
+from tltcore.prices import StepsCost, busy_share, energy_assumption, missing_price, resolve_price
 
 
 def units_table(s: Any, frame: pd.DataFrame, *, name: str, seconds: str, idle: str | None, for_steps: int | None,
@@ -30,10 +30,10 @@ def units_table(s: Any, frame: pd.DataFrame, *, name: str, seconds: str, idle: s
     rows: dict[str, list[StepsCost]] = {}
     for r in ok.to_dict("records"):
         total = float(r[seconds])
-        busy = 1.0 - float(r[idle]) / (s.cluster.gpus * total) if idle and total > 0 else 1.0
+        busy = busy_share(float(r[idle]), s.cluster.gpus, total) if idle else 1.0
         rows.setdefault(str(r[name]), []).append(StepsCost(
             s.cluster.gpus, n, total / max(1, int(r["steps"])), price.usd_per_gpu_hour if price else None,
-            gpu.board_power_w, busy))
+            gpu.board_power_w, busy, kwh_price))
     what = "whole RL steps" if whole_steps else "rollout only (--preset simulates whole RL steps)"
     why = "--for-steps" if for_steps is not None else "the simulated steps"
     table = Table(title=f"{n:,} RL step{'s' if n != 1 else ''} ({why}) on {s.cluster.gpus} x {gpu.name}, {what}: "
@@ -50,7 +50,7 @@ def units_table(s: Any, frame: pd.DataFrame, *, name: str, seconds: str, idle: s
         if gpu.board_power_w:
             cells.append(_cell([c.kwh or 0.0 for c in costs], ",.1f"))
             if kwh_price is not None:
-                cells.append(_cell([(c.kwh or 0.0) * kwh_price for c in costs], ",.2f"))
+                cells.append(_cell([c.energy_usd or 0.0 for c in costs], ",.2f"))
         table.add_row(label, *cells)
     lines = ["prices: " + (price.describe() if price else missing_price(gpu.name)),
              energy_assumption(gpu.board_power_w, gpu.name)

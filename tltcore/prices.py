@@ -22,6 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from typing import Any
+
+import numpy as np
 
 from tltcore.errors import InputError
 
@@ -126,7 +129,8 @@ def missing_price(gpu: str) -> str:
 @dataclass(frozen=True)
 class StepsCost:
     """``steps`` RL steps of ``step_s`` seconds each on ``gpus`` GPUs: wall-clock hours, GPU-hours,
-    dollars (None without a price) and energy (None without the GPU's board power)."""
+    dollars (None without a price), energy (None without the GPU's board power) and its cost (None
+    without an electricity price)."""
 
     gpus: int
     steps: int
@@ -134,6 +138,7 @@ class StepsCost:
     usd_per_gpu_hour: float | None = None
     board_power_w: float | None = None
     busy_fraction: float = 1.0
+    usd_per_kwh: float | None = None
 
     @property
     def hours(self) -> float:
@@ -153,6 +158,22 @@ class StepsCost:
             return None
         return self.gpu_hours * self.board_power_w * utilisation(self.busy_fraction) / 1000.0
 
+    @property
+    def energy_usd(self) -> float | None:
+        kwh = self.kwh
+        return None if kwh is None or self.usd_per_kwh is None else kwh * self.usd_per_kwh
+
+
+def busy_share(idle_gpu_s: Any, gpus: int, total_s: Any) -> Any:
+    """The share of ``gpus`` x ``total_s`` GPU-seconds not idle: the busy fraction energy is priced at.
+    1 (every GPU busy, the upper bound) where no time passed or the idle time is unknown (NaN).
+    Scalars or arrays (element-wise)."""
+    capacity = np.multiply(gpus, total_s, dtype=float)
+    idle = np.asarray(idle_gpu_s, dtype=float)
+    known = (capacity > 0) & ~np.isnan(idle)
+    share = 1.0 - np.divide(idle, capacity, out=np.zeros(np.broadcast(idle, capacity).shape), where=known)
+    return float(share) if np.ndim(share) == 0 else share
+
 
 def utilisation(busy_fraction: float) -> float:
     """The share of board power drawn on average: busy GPUs at their board power, idle ones at
@@ -170,5 +191,5 @@ def energy_assumption(board_power_w: float | None, gpu: str) -> str:
             "rollout counted busy")
 
 
-__all__ = ["IDLE_POWER_FRACTION", "GpuPrice", "StepsCost", "check_usd_per_kwh", "energy_assumption",
+__all__ = ["IDLE_POWER_FRACTION", "GpuPrice", "StepsCost", "busy_share", "check_usd_per_kwh", "energy_assumption",
            "missing_price", "parse_prices", "price_table", "resolve_price", "utilisation"]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from tltcore.prices import GpuPrice, StepsCost, energy_assumption
+from tltcore.prices import GpuPrice, StepsCost, busy_share, energy_assumption
 from tltsim.scenario import BASELINE_POLICY, Scenario
 
 #: The variant name of the runs at the scenario's own inputs.
@@ -55,8 +55,8 @@ def paired_runs(runs: pd.DataFrame, sd_label: str, later_s: float | None, sim_st
     def side(label: str) -> pd.DataFrame:
         part = runs[runs["label"] == label].drop_duplicates(["variant", "seed"]).set_index(["variant", "seed"])
         total = part["rollout_s"].astype(float) + later
-        busy = 1.0 - part["gpu_idle_s"].astype(float) / (gpus * total).where(total > 0)
-        return pd.DataFrame({"step_s": total / sim_steps, "busy": busy.fillna(1.0),
+        busy = busy_share(part["gpu_idle_s"].to_numpy(float), gpus, total.to_numpy())
+        return pd.DataFrame({"step_s": total / sim_steps, "busy": busy,
                              "rollout_s": part["rollout_s"].astype(float)})
 
     base, sd = side(BASELINE_POLICY).add_suffix("_base"), side(sd_label).add_suffix("_sd")
@@ -84,7 +84,7 @@ class StepsAnswer:
 
     def _cost(self, step_s: float, busy: float) -> StepsCost:
         return StepsCost(self.gpus, self.steps, step_s, self.price.usd_per_gpu_hour if self.price else None,
-                         self.board_power_w, busy)
+                         self.board_power_w, busy, self.usd_per_kwh)
 
     def per_run(self) -> pd.DataFrame:
         """Per run: each metric for no SD (``_base``), SD (``_sd``) and the saving (``_saving``)."""
@@ -100,8 +100,6 @@ class StepsAnswer:
         return out
 
     def _metric(self, c: StepsCost, m: str) -> float:
-        if m == "energy_usd":
-            return c.kwh * self.usd_per_kwh if c.kwh is not None and self.usd_per_kwh is not None else float("nan")
         v = getattr(c, m)
         return float("nan") if v is None else float(v)
 

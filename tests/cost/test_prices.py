@@ -90,3 +90,14 @@ def test_board_power_comes_from_the_preset_or_the_spec_file():
     assert sheet.board_power_w == 400 and sheet.to_spec().board_power_w == 400
     assert all(get_gpu(n).board_power_w is None or get_gpu(n).board_power_w > 100 for n in GPU_NAMES)
     assert not math.isnan(get_gpu("B200").board_power_w)
+
+
+def test_busy_share_is_the_non_idle_share_and_one_where_undefined() -> None:
+    import numpy as np
+
+    from tltcore.prices import busy_share
+
+    assert busy_share(30.0, 4, 100.0) == pytest.approx(1 - 30 / 400)
+    assert busy_share(5.0, 4, 0.0) == 1.0 and busy_share(float("nan"), 4, 10.0) == 1.0
+    got = busy_share(np.array([0.0, 40.0, np.nan]), 2, np.array([10.0, 40.0, 5.0]))
+    assert got.tolist() == pytest.approx([1.0, 0.5, 1.0])
