@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from tltcore.policy.base import DecidesAhead, Decision
-from tltsim.rollout.fast.spans import _BLOCK_DRAWS, _PRICE_ROWS
+from tltsim.rollout.fast.spans import _BLOCK_DRAWS, _PRICE_ROWS, draw_block
 from tltsim.rollout.fast.state import FastWorker
 
 _sum, _min = np.add.reduce, np.minimum.reduce
@@ -40,17 +40,7 @@ def run_block(fast: FastWorker, decision: Decision, policy: DecidesAhead) -> Non
     end = rem + ctx  # prompt + response: a request is done when its context reaches it
     shortest = int(_min(rem))
     k = min(shortest, max(2, _BLOCK_DRAWS // b), int(shortest / w.mean_accept(config) * 1.25) + 2)
-    # rows[j]: the contexts before iteration j of the block, unclipped (row 0: now)
-    rows = np.empty((k + 1, b), dtype=np.int64)
-    rows[0] = ctx
-    rows[1:] = w.sampler.draw(config, k * b, fast.stream, w.drafter).reshape(k, b)
-    np.cumsum(rows, axis=0, out=rows)
-    hit = np.logical_or.reduce(rows[1:] >= end, axis=1)
-    used = int(hit.argmax()) + 1
-    finish = bool(hit[used - 1])
-    if not finish:
-        used = k
-    sums = np.add.reduce(rows[:used + 1], axis=1)
+    rows, used, finish, sums = draw_block(ctx, end, k, w.sampler.draw(config, k * b, fast.stream, w.drafter))
     drawn = (sums[1:] - sums[:-1]).tolist()  # tokens drawn per iteration (whole numbers, exact)
     emitted = list(drawn)
     if finish:  # the last iteration clipped at each request's end

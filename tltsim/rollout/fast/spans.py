@@ -64,6 +64,27 @@ def speculate_blocks(fast: FastWorker, config: SDConfig, hold: int) -> None:
     w.close_sd_span(config, b, n, t0, emitted_total, accepted)
 
 
+def draw_block(ctx: np.ndarray, end: np.ndarray, k: int, draws: np.ndarray
+               ) -> tuple[np.ndarray, int, bool, np.ndarray]:
+    """``k`` iterations of accept-length ``draws`` (``k * b`` of them, iteration-major) from contexts
+    ``ctx``, cut at the first iteration in which a request reaches its ``end``: ``(rows, used, finish,
+    sums)`` where ``rows[j]`` are the contexts after ``j`` iterations, unclipped (row 0: now), ``used``
+    the iterations kept (``k`` without a finish), ``finish`` whether the last kept one ends a request,
+    and ``sums`` the contexts' sum over ``rows[:used + 1]`` (their differences are the tokens drawn per
+    iteration, whole numbers, exact). The caller clips the last row and rewinds the stream."""
+    b = len(ctx)
+    rows = np.empty((k + 1, b), dtype=np.int64)
+    rows[0] = ctx
+    rows[1:] = draws.reshape(k, b)
+    np.cumsum(rows, axis=0, out=rows)
+    hit = np.logical_or.reduce(rows[1:] >= end, axis=1)
+    used = int(hit.argmax()) + 1
+    finish = bool(hit[used - 1])
+    if not finish:
+        used = k
+    return rows, used, finish, np.add.reduce(rows[:used + 1], axis=1)
+
+
 def stochastic_span(fast: FastWorker, config: SDConfig, hold: int, t: float, ema: float | None
                     ) -> tuple[int, float, float | None, float, np.ndarray]:
     """One stochastic SD span from the live state, in blocks of iterations: ``(iterations, clock,
@@ -96,19 +117,9 @@ def stochastic_span(fast: FastWorker, config: SDConfig, hold: int, t: float, ema
     while True:
         shortest = int(_min(rem))
         k = min(hold - n, shortest, cap, int(shortest / mean * 1.25) + 2)
-        # rows[j]: the contexts after j iterations of this block, unclipped (row 0: now)
-        rows = np.empty((k + 1, b), dtype=np.int64)
-        rows[0] = ctx
-        rows[1:] = draw(config, k * b, uniforms, drafter).reshape(k, b)
-        np.cumsum(rows, axis=0, out=rows)
-        hit = np.logical_or.reduce(rows[1:] >= end, axis=1)
-        used = int(hit.argmax()) + 1
-        finish = bool(hit[used - 1])
-        if not finish:
-            used = k
-        elif used < k:  # rewind: only the draws of the iterations that ran
+        rows, used, finish, sums = draw_block(ctx, end, k, draw(config, k * b, uniforms, drafter))
+        if used < k:  # rewind: only the draws of the iterations that ran
             uniforms.pos -= (k - used) * b
-        sums = np.add.reduce(rows[:used + 1], axis=1)  # the contexts' sum before each iteration, and after
         emitted = (sums[1:] - sums[:-1]).tolist()  # tokens of each iteration (whole numbers, exact)
         span_drawn = rows[used] - ctx
         drawn_total = span_drawn if drawn_total is None else drawn_total + span_drawn
