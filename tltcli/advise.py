@@ -188,9 +188,9 @@ def advise(
         raise InputError(f"must be >= 1, got {workers}", path="--workers")
     if address and executor != "ray":
         raise InputError("applies to --executor ray only", path="--address")
-    if steps is not None and not 1 <= steps <= MAX_STEPS_ANSWERED:
-        raise InputError(f"must be in [1, {MAX_STEPS_ANSWERED:,}], got {steps}", path="--steps")
-    from tltcore.prices import check_usd_per_kwh, parse_prices
+    from tltcore.prices import check_steps, check_usd_per_kwh, parse_prices
+
+    check_steps(steps, "--steps")
 
     prices = parse_prices(price or [])
     check_usd_per_kwh(usd_per_kwh)
@@ -359,9 +359,6 @@ def advise(
                   f"sglang_flags.txt; {wall:.1f} s wall, {_cpu_text(cpu, workers, executor)})", markup=False)
     log_to_wandb(wandb, dest, "advise", console)
 
-
-#: Most RL steps --steps answers for (a unit slip, not a run, beyond it).
-MAX_STEPS_ANSWERED = 10**7
 
 
 def _units(s: Any, inputs: Any, rec: Any, rows: pd.DataFrame, robust: Any, later: float | None,

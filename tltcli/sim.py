@@ -354,10 +354,9 @@ def _units_printer(for_steps: int | None, price: list[str] | None,
                    usd_per_kwh: float | None) -> Callable[[Scenario, Console, pd.DataFrame, bool], None]:
     """``print(s, console, frame, presets)``: the run in hours, GPU-hours, dollars and kWh
     (:mod:`tltcli.sim_units`); the options are checked here, before anything runs."""
-    from tltcore.prices import check_usd_per_kwh, parse_prices
+    from tltcore.prices import check_steps, check_usd_per_kwh, parse_prices
 
-    if for_steps is not None and not 1 <= for_steps <= 10**7:
-        raise InputError(f"must be in [1, 10,000,000], got {for_steps}", path="--for-steps")
+    check_steps(for_steps, "--for-steps")
     prices = parse_prices(price or [])
     check_usd_per_kwh(usd_per_kwh)
 

@@ -33,7 +33,7 @@ def capacity(
     from tltcli.sim import _parse_sets
     from tltcore.atomic import atomic_dir, check_output_dir
     from tltcore.errors import InputError
-    from tltcore.prices import parse_prices
+    from tltcore.prices import check_steps, parse_prices
     from tltcore.summary import run_totals
     from tltsim.scenario import compare_policies, prepare, resolve, scenario_gpu, with_values
 
@@ -45,8 +45,7 @@ def capacity(
     if not counts or len(counts) > 16 or counts[0] < 1:
         raise InputError(f"needs 1 to 16 GPU counts >= 1, got '{gpus_list}'", path="--gpus-list")
     prices = parse_prices(price or [])
-    if for_steps is not None and not 1 <= for_steps <= 10**7:
-        raise InputError(f"must be in [1, 10,000,000], got {for_steps}", path="--for-steps")
+    check_steps(for_steps, "--for-steps")
     if out is not None:
         check_output_dir(Path(out), False, kind="sim-capacity", inputs=[str(scenario)] if scenario else [])
     settings = _parse_sets(set_ or []) + ([("policies", tuple(policy), "--policy")] if policy else [])

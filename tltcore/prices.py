@@ -35,6 +35,8 @@ IDLE_POWER_FRACTION = 0.1
 #: Bounds that catch a unit slip in --price (cents for dollars, a node's price for a GPU's).
 MAX_USD_PER_GPU_HOUR = 1000.0
 MAX_USD_PER_KWH = 10.0
+#: Most RL steps an answer is priced for (a unit slip, not a run, beyond it).
+MAX_STEPS_PRICED = 10**7
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,14 @@ def parse_prices(items: Sequence[str], option: str = "--price") -> dict[str, flo
                              "GPU-hour (one GPU's price, not a node's)", path=option)
         out[_canonical(name).lower()] = price
     return out
+
+
+def check_steps(value: int | None, option: str) -> int | None:
+    """``value`` when it is a number of RL steps to price (1 to :data:`MAX_STEPS_PRICED`), else one
+    :class:`InputError` naming ``option``."""
+    if value is not None and not 1 <= value <= MAX_STEPS_PRICED:
+        raise InputError(f"must be in [1, {MAX_STEPS_PRICED:,}], got {value}", path=option)
+    return value
 
 
 def check_usd_per_kwh(value: float | None, option: str = "--usd-per-kwh") -> float | None:
@@ -191,5 +201,6 @@ def energy_assumption(board_power_w: float | None, gpu: str) -> str:
             "rollout counted busy")
 
 
-__all__ = ["IDLE_POWER_FRACTION", "GpuPrice", "StepsCost", "busy_share", "check_usd_per_kwh", "energy_assumption",
-           "missing_price", "parse_prices", "price_table", "resolve_price", "utilisation"]
+__all__ = ["IDLE_POWER_FRACTION", "MAX_STEPS_PRICED", "GpuPrice", "StepsCost", "busy_share", "check_steps",
+           "check_usd_per_kwh", "energy_assumption", "missing_price", "parse_prices", "price_table", "resolve_price",
+           "utilisation"]

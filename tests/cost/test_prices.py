@@ -101,3 +101,14 @@ def test_busy_share_is_the_non_idle_share_and_one_where_undefined() -> None:
     assert busy_share(5.0, 4, 0.0) == 1.0 and busy_share(float("nan"), 4, 10.0) == 1.0
     got = busy_share(np.array([0.0, 40.0, np.nan]), 2, np.array([10.0, 40.0, 5.0]))
     assert got.tolist() == pytest.approx([1.0, 0.5, 1.0])
+
+
+@pytest.mark.parametrize("command", [("sim", "run", "--for-steps", "0"),
+                                     ("sim", "capacity", "--gpus-list", "8", "--for-steps", "20000000")])
+def test_every_steps_option_has_the_same_bound(command) -> None:
+    from conftest import invoke_cli
+    from tltcore.prices import MAX_STEPS_PRICED, check_steps
+
+    assert check_steps(MAX_STEPS_PRICED, "--steps") == MAX_STEPS_PRICED and check_steps(None, "--steps") is None
+    res = invoke_cli(*command)
+    assert res.returncode == 2 and "--for-steps: must be in [1, 10,000,000]" in res.stderr
