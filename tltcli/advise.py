@@ -33,7 +33,9 @@ from tltcli.sim import (
     GpuOption,
     GpuSpecOption,
     MapOption,
+    PriceOption,
     TokenizerOption,
+    UsdPerKwhOption,
     log_to_wandb,
 )
 from tltcore.atomic import atomic_dir, check_output_dir
@@ -155,11 +157,8 @@ def advise(
     steps: Annotated[int | None, typer.Option(
         help="RL steps to answer in hours, GPU-hours, dollars and kWh, with and without SD (default: the "
              "trace's steps when it has several, else trace.num_steps, else 1).")] = None,
-    price: Annotated[list[str] | None, typer.Option(
-        help="GPU=USD_PER_GPU_HOUR, repeatable: replaces the bundled on-demand list price (cluster.usd_per_gpu_hour "
-             "in a scenario).")] = None,
-    usd_per_kwh: Annotated[float | None, typer.Option(
-        help="Electricity price: adds the energy's cost (cluster.usd_per_kwh).")] = None,
+    price: PriceOption = None,
+    usd_per_kwh: UsdPerKwhOption = None,
     wandb: Annotated[str | None, typer.Option(metavar="PROJECT", help=WANDB_HELP.replace("results", "report"))
     ] = None,
     out: Annotated[Path | None, typer.Option(

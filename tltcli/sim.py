@@ -76,6 +76,11 @@ MapOption = Annotated[list[str] | None, typer.Option(
 TokenizerOption = Annotated[Path | None, typer.Option(
     "--tokenizer", help="tokenizer.json (or its folder) counting the tokens of a rollout dump holding text only, "
     "verl's (trace.tokenizer).")]
+PriceOption = Annotated[list[str] | None, typer.Option(
+    help="GPU=USD_PER_GPU_HOUR, repeatable: replaces the bundled on-demand list price (cluster.usd_per_gpu_hour "
+         "in a scenario).")]
+UsdPerKwhOption = Annotated[float | None, typer.Option(
+    help="Electricity price: adds the energy's cost (cluster.usd_per_kwh).")]
 
 
 def trace_settings(mapping: list[str] | None, tokenizer: Path | None) -> list[tuple[str, object, str]]:
@@ -256,11 +261,8 @@ def run(
     for_steps: Annotated[int | None, typer.Option(
         help="RL steps to price in hours, GPU-hours, dollars and kWh per policy (default: the simulated steps).")
     ] = None,
-    price: Annotated[list[str] | None, typer.Option(
-        help="GPU=USD_PER_GPU_HOUR, repeatable: replaces the bundled on-demand list price "
-             "(cluster.usd_per_gpu_hour).")] = None,
-    usd_per_kwh: Annotated[float | None, typer.Option(
-        help="Electricity price: adds the energy's cost (cluster.usd_per_kwh).")] = None,
+    price: PriceOption = None,
+    usd_per_kwh: UsdPerKwhOption = None,
     wandb: Annotated[str | None, typer.Option(metavar="PROJECT", help=WANDB_HELP)] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="dotted.field=value, repeatable.")] = None,
     out: Annotated[Path | None, typer.Option(help="Results folder (default results/sim/<hash>).")] = None,

@@ -10,6 +10,7 @@ import pandas as pd
 import typer
 from rich.table import Table
 
+from tltcli.sim import PriceOption
 from tltcore.prices import missing_price
 
 
@@ -19,7 +20,7 @@ def capacity(
     policy: Annotated[list[str] | None, typer.Option(
         help="SD policy spec, repeatable (replaces the scenario's; no-sd is always added).")] = None,
     for_steps: Annotated[int | None, typer.Option(help="RL steps to price (default: the simulated steps).")] = None,
-    price: Annotated[list[str] | None, typer.Option(help="GPU=USD_PER_GPU_HOUR, repeatable.")] = None,
+    price: PriceOption = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="dotted.field=value, repeatable.")] = None,
     out: Annotated[Path | None, typer.Option(help="Folder for capacity.csv and capacity.png.")] = None,
 ) -> None:
