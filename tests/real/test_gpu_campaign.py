@@ -117,3 +117,23 @@ def test_bundle_brings_what_the_image_lacks_and_their_requirements():
     assert normalize("Typing_Extensions") == "typing-extensions"
     assert {"torch", "triton", "pandas", "pyarrow", "typer", "rich"} <= IMAGE_PACKAGES
     assert not {"simpy", "pydantic", "tomli-w"} & IMAGE_PACKAGES
+
+
+def test_the_gpu_build_path_builds_in_dtype_seeded_and_restores_the_default_dtype() -> None:
+    """What build_model and build_drafter do on a GPU (construct on the device, fill seeded), run on the
+    CPU: the device-agnostic half of a path no CI machine has a GPU for."""
+    import torch
+
+    from tltreal.model.transformer import Transformer
+    from tltreal.spec_decode.proposers.eagle import EagleDrafter
+    from tltreal.validation.campaign import _built_on_gpu
+    from tltreal.validation.validate import DEFAULT_MODEL
+
+    before = torch.get_default_dtype()
+    a = _built_on_gpu(lambda: Transformer(DEFAULT_MODEL), "cpu", torch.bfloat16, 0)
+    b = _built_on_gpu(lambda: Transformer(DEFAULT_MODEL), "cpu", torch.bfloat16, 0)
+    assert torch.get_default_dtype() == before and not a.training
+    assert all(p.dtype == torch.bfloat16 for p in a.parameters())
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+    drafter = _built_on_gpu(lambda: EagleDrafter(a), "cpu", a.dtype, 1)
+    assert all(p.dtype == torch.bfloat16 for p in drafter.parameters())

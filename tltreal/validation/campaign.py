@@ -395,15 +395,21 @@ def build_model(cfg: ModelConfig, device: str, dtype: torch.dtype, seed: int = 0
 
     if not device.startswith("cuda"):
         return random_model(cfg, seed=seed, dtype=dtype).to(device)
+    return _built_on_gpu(lambda: Transformer(cfg), device, dtype, seed)
+
+
+def _built_on_gpu(make: Callable[[], torch.nn.Module], device: str, dtype: torch.dtype, seed: int):
+    """``make()`` constructed directly on ``device`` in ``dtype`` (no CPU copy of the weights), then
+    filled with seeded random weights (:func:`_fill`), in eval mode."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
-            model = Transformer(cfg)
+            module = make()
     finally:
         torch.set_default_dtype(previous)
-    _fill(model, device, seed)
-    return model.eval()
+    _fill(module, device, seed)
+    return module.eval()
 
 
 def _fill(module: torch.nn.Module, device: str, seed: int) -> None:
@@ -422,15 +428,7 @@ def build_drafter(target, device: str, seed: int = 1):
 
     if not device.startswith("cuda"):
         return random_drafter(target, seed=seed).to(device)
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(target.dtype)
-    try:
-        with torch.device(device):
-            drafter = EagleDrafter(target)
-    finally:
-        torch.set_default_dtype(previous)
-    _fill(drafter, device, seed)
-    return drafter.eval()
+    return _built_on_gpu(lambda: EagleDrafter(target), device, target.dtype, seed)
 
 
 def forward_point(target, b: int, ctx: int, tokens: int, device: str) -> Callable[[], object]:
