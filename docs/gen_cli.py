@@ -19,7 +19,7 @@ def root_command():
 
     from tltcli.cli import app
 
-    return typer.main.get_command(app)
+    return typer.main.get_command(app).load_all()  # the root imports its commands when they run
 
 
 def walk(command, path: tuple[str, ...] = ("tlt",)):

@@ -1,10 +1,11 @@
 """The one command-line tool, ``tlt``: the entry point, light enough to answer Ctrl-C at once.
 
-The app and its commands are built in :mod:`tltcli.cli`; importing them (typer, pandas, rich, every
-sub-command) takes a second or more, and an interrupt in that time raised ``KeyboardInterrupt`` out of
-the console script's ``from tltcli import main``: a traceback. So this module imports nothing heavy:
-:func:`main` imports the app itself and answers an interrupt there as one mid-command is answered
-(exit 130, one line). ``from tltcli import app`` (and every other name of :mod:`tltcli.cli`) still works.
+The app and its commands are built in :mod:`tltcli.cli`; importing them (typer, and a command's
+module with pandas and the simulator when it runs) takes up to a second, and an interrupt in that
+time raised ``KeyboardInterrupt`` out of the console script's ``from tltcli import main``: a
+traceback. So this module imports nothing heavy: :func:`main` imports the app itself and answers an
+interrupt there as one mid-command is answered (exit 130, one line). ``from tltcli import app`` (and
+every other name of :mod:`tltcli.cli`) still works.
 """
 
 from __future__ import annotations

@@ -66,9 +66,10 @@ def test_signal_mid_command_leaves_nothing_half_written(case: Case, tmp_path: Pa
     assert snapshot(tmp_path) == before, sorted(set(snapshot(tmp_path)) ^ set(before))
 
 
-#: Where a Ctrl-C can land before any command runs: importing typer, pandas and the sub-commands
-#: takes a second or more, and an interrupt there printed a traceback out of `from tltcli import main`.
-IMPORTS = ["typer", "pandas", "tltcore.errors", "tltcli.cli", "tltcli.sim", "tltcli.advise"]
+#: Where a Ctrl-C can land before any command runs: importing typer, then (when the command is looked
+#: up) its module with pandas and the simulator takes up to a second, and an interrupt there printed a
+#: traceback out of `from tltcli import main`.
+IMPORTS = ["typer", "pandas", "tltcore.errors", "tltcli.cli", "tltcli.sweep", "tltsim.scenario"]
 _INTERRUPT_AT = """
 import os, signal, sys
 
