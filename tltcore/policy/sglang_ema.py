@@ -189,7 +189,18 @@ class SglangEma:
             ctx = np.asarray(view.context_lens, dtype=np.int64)
             if len(ctx) == 0:  # the engine gave no context lengths: assume empty contexts, as the oracle does
                 ctx = np.zeros(max(view.batch_size, 1), dtype=np.int64)
-        scores = {d: self.score(self._rate[r], view.batch_size, d, ctx) for d in self.depths}
+        model, rate = self.cost_model, self._rate[r]
+        if ctx is not None and isinstance(model, CostModelBase):
+            # score's prices, the speculating depths in one sd_times call (each sd_time's float; the
+            # contexts checked and reduced once, not once per depth)
+            chains = [self._chain(d) for d in self.depths if d > 0]
+            priced = iter(model.sd_times(ctx, chains) if chains else [])
+            scores = {}
+            for d in self.depths:
+                cost = float(next(priced) if d > 0 else model.decode_time(ctx))
+                scores[d] = chain_tokens(rate, d) / cost if cost > 0 else 0.0
+        else:
+            scores = {d: self.score(rate, view.batch_size, d, ctx) for d in self.depths}
         best = max(self.depths, key=scores.__getitem__)
         current = self._current[r]
         if current is None or scores[best] > scores[current] * (1.0 + self.hysteresis):
