@@ -905,3 +905,22 @@ def test_the_longest_context_prices_are_the_per_request_ones() -> None:
         assert fast._full_batch_pays(c_fast, acc) == slow._full_batch_pays(c_slow, acc)
     with pytest.raises(InputError, match="non-negative"):
         CostAware(table, paper_qwen32b_tp4()).decide(BatchView(2, (5, -1)))
+
+
+def test_learnt_accept_lengths_are_each_candidates_own_float() -> None:
+    """After every SD outcome the estimate re-derives all candidates' accept lengths in one stacked
+    product (``AcceptanceEstimate.accept_lengths``): each must be the very float ``accept_length`` of that
+    candidate gives (its own ``reach @ scales``), through outcomes of every shape and decays."""
+    from tltcore.policy.cost_aware import DEFAULT_CANDIDATES
+    from tltcore.policy.cost_aware_prior import AcceptanceEstimate
+
+    rng = np.random.default_rng(7)
+    for model in (paper_qwen32b_tp4(), ChainAcceptance((0.8, 0.6)), None):
+        est = AcceptanceEstimate(model, (*DEFAULT_CANDIDATES, NO_SD), 0.7, 256.0)
+        for i in range(300):
+            c = DEFAULT_CANDIDATES[int(rng.integers(len(DEFAULT_CANDIDATES)))]
+            n = int(rng.integers(1, 400))
+            est.observe(c, n, float(rng.uniform(0.0, c.depth)) * n)
+            if i % 70 == 69:
+                est.decay(0.5)
+            assert est.accept_lengths() == tuple(est.accept_length(x) for x in (*DEFAULT_CANDIDATES, NO_SD)), i

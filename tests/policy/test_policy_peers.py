@@ -106,3 +106,26 @@ def test_reward_window_median_and_eviction() -> None:
     for r in (4.0, 1.0, 3.0, 2.0):
         w2.add(r)
     assert w2.median() == 2.5
+
+
+def test_implied_rate_is_the_bisection_on_chain_tokens_float_for_float() -> None:
+    """``implied_rate`` inlines ``chain_tokens`` in its bisection: the same floats as bisecting on it."""
+
+    def bisect(accept_length: float, depth: int) -> float:
+        if depth <= 0 or accept_length <= 1.0:
+            return 0.0
+        if accept_length >= depth + 1:
+            return 0.999
+        lo, hi = 0.0, 0.999
+        for _ in range(40):
+            mid = 0.5 * (lo + hi)
+            if chain_tokens(mid, depth) < accept_length:
+                lo = mid
+            else:
+                hi = mid
+        return 0.5 * (lo + hi)
+
+    for depth in range(0, 10):
+        for b in (1, 3, 37, 300):
+            for tokens in range(b, b * (depth + 2) + 1, max(1, b // 7)):
+                assert implied_rate.__wrapped__(tokens / b, depth) == bisect(tokens / b, depth), (tokens, b, depth)

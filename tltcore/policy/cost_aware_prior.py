@@ -47,7 +47,10 @@ class AcceptanceEstimate:
         # a protocol check is ~20 us (typing walks the protocol's attributes): made once, not per shape
         self._positional = isinstance(accept_model, ReachAcceptance)
         self._reach: dict[SDConfig, np.ndarray] = {}
+        self._outer: dict[SDConfig, np.ndarray] = {}  # np.outer of each shape's prior reach with itself
         self._info: np.ndarray | None = None  # _prior_info, once computed
+        self._ridge: tuple[np.ndarray, np.ndarray] | None = None  # (diag(prior), prior) of scales(), once computed
+        self._stacked: tuple[np.ndarray, list[float | None]] | None = None  # _stacked_reach, once built
         self._gram = np.zeros((self.depth, self.depth))
         self._moment = np.zeros(self.depth)
         self._scales: np.ndarray | None = None
@@ -85,8 +88,11 @@ class AcceptanceEstimate:
     def scales(self) -> np.ndarray:
         """The learned per-position scales ``s`` (ridge towards 1, see module docstring)."""
         if self._scales is None:
-            prior = self.prior_weight * self._prior_info()
-            self._scales = np.linalg.solve(self._gram + np.diag(prior), self._moment + prior)
+            if self._ridge is None:  # fixed by the candidates and the prior: built once, not per solve
+                prior = self.prior_weight * self._prior_info()
+                self._ridge = (np.diag(prior), prior)
+            diag, prior = self._ridge
+            self._scales = np.linalg.solve(self._gram + diag, self._moment + prior)
         return self._scales
 
     def accept_length(self, config: SDConfig) -> float:
@@ -103,16 +109,37 @@ class AcceptanceEstimate:
         Before any SD outcome they are the prior's, shared by the process (:func:`prior_accept_lengths`)."""
         if self._accepts is None:
             if self._observed or not self._shared:
-                self._accepts = tuple(self.accept_length(c) for c in self.candidates)
+                # accept_length of every candidate in one call (after every SD outcome, and cost-aware
+                # observes one per span, a dozen method calls and dot products cost ~100 us per evaluation)
+                reach, depths = self._stacked_reach()
+                extras = np.matmul(reach, self.scales()[:, None]).ravel().tolist() if len(reach) else []
+                it = iter(extras)
+                self._accepts = tuple(1.0 if d is None else 1.0 + min(max(next(it), 0.0), d) for d in depths)
             else:
                 self._accepts = prior_accept_lengths(self.accept_model, self.candidates, self.prior,
                                                      self.prior_weight)
         return self._accepts
 
+    def _stacked_reach(self) -> tuple[np.ndarray, list[float | None]]:
+        """(the speculating candidates' prior reaches as a stack of ``(1, D)`` rows, every candidate's depth
+        as a float, None for one that drafts nothing). ``numpy.matmul`` of the stack with the scales as a
+        ``(D, 1)`` column computes each candidate's ``reach @ scales`` by the very dot-product loop a
+        single ``reach @ scales`` runs (a ``(1, D) @ (D, 1)`` product per stack entry), so every float is
+        :meth:`accept_length`'s (``tests/policy/test_cost_aware.py`` pins it); a plain ``(m, D) @ (D,)``
+        product would take BLAS's matrix-vector kernel, whose sums may round differently."""
+        if self._stacked is None:
+            live = [self.prior_reach(c) for c in self.candidates if c.enabled]
+            stack = np.array(live)[:, None, :] if live else np.zeros((0, 1, self.depth))
+            self._stacked = (stack, [float(c.depth) if c.enabled else None for c in self.candidates])
+        return self._stacked
+
     def observe(self, config: SDConfig, request_iterations: int, accepted: float) -> None:
         """One SD outcome: ``accepted`` draft tokens over ``request_iterations`` at shape ``config``."""
         x = self.prior_reach(config)
-        self._gram += request_iterations * np.outer(x, x)
+        outer = self._outer.get(config)
+        if outer is None:  # np.outer of a shape's reach with itself, the same array at every outcome
+            outer = self._outer[config] = np.outer(x, x)
+        self._gram += request_iterations * outer
         self._moment += accepted * x
         self._scales = self._accepts = None
         self._observed = True

@@ -85,9 +85,13 @@ def implied_rate(accept_length: float, depth: int) -> float:
     if accept_length >= depth + 1:
         return _MAX_RATE
     lo, hi = 0.0, _MAX_RATE
+    power, full = depth + 1, float(depth + 1)
     for _ in range(40):
         mid = 0.5 * (lo + hi)
-        if chain_tokens(mid, depth) < accept_length:
+        # chain_tokens(mid, depth), inline: a bisection is 40 of them, and an accept length the cache has
+        # not seen comes every few iterations
+        tokens = full if mid >= 1.0 else (1.0 - mid ** power) / (1.0 - mid)
+        if tokens < accept_length:
             lo = mid
         else:
             hi = mid
@@ -146,6 +150,9 @@ class SglangEma:
         self.cost: CostFn = cost if cost is not None else chain_cost_proxy
         self.cost_model = cost_model  # not touched here: scenario validation builds policies with placeholders
         self.name = name
+        # the chain each depth is priced as, built once: a decision prices every depth, and the block hint
+        # prices them per block (a decision's own answer is still a fresh SDConfig: see DecidesAhead)
+        self._chains = {d: SDConfig.chain(d) for d in self.depths if d > 0}
         self.clear()
 
     def clear(self) -> None:
@@ -171,7 +178,7 @@ class SglangEma:
             cost = float(self.cost(max(batch_size, 1), depth))
         else:
             ctx = context_lens if context_lens is not None else np.zeros(max(batch_size, 1), dtype=np.int64)
-            cost = float(self.cost_model.sd_time(ctx, SDConfig.chain(depth)) if depth > 0
+            cost = float(self.cost_model.sd_time(ctx, self._chain(depth)) if depth > 0
                          else self.cost_model.decode_time(ctx))
         return chain_tokens(rate, depth) / cost if cost > 0 else 0.0
 
@@ -182,7 +189,18 @@ class SglangEma:
             ctx = np.asarray(view.context_lens, dtype=np.int64)
             if len(ctx) == 0:  # the engine gave no context lengths: assume empty contexts, as the oracle does
                 ctx = np.zeros(max(view.batch_size, 1), dtype=np.int64)
-        scores = {d: self.score(self._rate[r], view.batch_size, d, ctx) for d in self.depths}
+        model, rate = self.cost_model, self._rate[r]
+        if ctx is not None and isinstance(model, CostModelBase):
+            # score's prices, the speculating depths in one sd_times call (each sd_time's float; the
+            # contexts checked and reduced once, not once per depth)
+            chains = [self._chain(d) for d in self.depths if d > 0]
+            priced = iter(model.sd_times(ctx, chains) if chains else [])
+            scores = {}
+            for d in self.depths:
+                cost = float(next(priced) if d > 0 else model.decode_time(ctx))
+                scores[d] = chain_tokens(rate, d) / cost if cost > 0 else 0.0
+        else:
+            scores = {d: self.score(rate, view.batch_size, d, ctx) for d in self.depths}
         best = max(self.depths, key=scores.__getitem__)
         current = self._current[r]
         if current is None or scores[best] > scores[current] * (1.0 + self.hysteresis):
@@ -199,27 +217,37 @@ class SglangEma:
         b = batch_size
         r = self.range_of(b)
         depth = config.depth
+        depths = self.depths
         costs = self._row_costs(ctx_rows[1:k], b) if k > 1 else {}
+        # per iteration j, each depth's cost at row j + 1, in depths order (a tuple per iteration)
+        per_row = list(zip(*(costs[d] for d in depths), strict=True)) if k > 1 else []
+        powers = [d + 1 for d in depths]
+        spans = [float(d + 1) for d in depths]  # chain_tokens at rate >= 1
+        index = {d: i for i, d in enumerate(depths)}
         rate = self._rate[r]
         current = self._current[r]
+        at = None if current is None else index[current]
         smoothing, gain = self.smoothing, 1.0 + self.hysteresis
-        depths = self.depths
         for j in range(k):
             # observe: Outcome(emitted_tokens=round(e), batch_size=b, iterations=1).accept_length
             rate += smoothing * (implied_rate(round(emitted[j]) / b, depth) - rate)
             if j + 1 == k:
                 break
-            scores = {}
-            for d in depths:
-                cost = costs[d][j]
-                scores[d] = chain_tokens(rate, d) / cost if cost > 0 else 0.0
-            best = max(depths, key=scores.__getitem__)
-            if current is None or scores[best] > scores[current] * gain:
-                current = best
-            if current != depth:
-                self._rate[r], self._current[r] = rate, current
-                return j + 1, Decision(SDConfig.chain(current))
-        self._rate[r], self._current[r] = rate, current
+            # decide: score's chain_tokens(rate, d) / cost for every depth, the same float operations
+            if rate >= 1.0:
+                tokens = spans
+            else:
+                left = 1.0 - rate
+                tokens = [(1.0 - rate ** p) / left for p in powers]
+            scores = [x / c if c > 0 else 0.0 for x, c in zip(tokens, per_row[j], strict=True)]
+            top = max(scores)
+            best = scores.index(top)  # the first best depth, as max(depths, key=...) picks it
+            if at is None or top > scores[at] * gain:
+                at = best
+            if depths[at] != depth:
+                self._rate[r], self._current[r] = rate, depths[at]
+                return j + 1, Decision(SDConfig.chain(depths[at]))
+        self._rate[r], self._current[r] = rate, current if at is None else depths[at]
         return k, None
 
     def _row_costs(self, rows: np.ndarray, batch_size: int) -> dict[int, list[float]]:
@@ -234,10 +262,15 @@ class SglangEma:
             if d == 0:
                 out[d] = [float(model.decode_time(row)) for row in rows]
             elif isinstance(model, CostModelBase):
-                out[d] = model.sd_rows_times(rows, SDConfig.chain(d))
+                out[d] = model.sd_rows_times(rows, self._chain(d))
             else:
-                out[d] = [float(model.sd_time(row, SDConfig.chain(d))) for row in rows]
+                out[d] = [float(model.sd_time(row, self._chain(d))) for row in rows]
         return out
+
+    def _chain(self, depth: int) -> SDConfig:
+        """The chain of ``depth`` draft tokens (``depth`` >= 1) as this policy prices it."""
+        chain = self._chains.get(depth)
+        return SDConfig.chain(depth) if chain is None else chain
 
     def observe(self, outcome: Outcome) -> None:
         """Fold the acceptance rate implied by this iteration into its range's EMA (SD iterations only)."""
