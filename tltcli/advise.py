@@ -150,7 +150,10 @@ def advise(
     quick: Annotated[bool, typer.Option(
         help="A small grid for a first look: one seed, the scenario's switch mode, thresholds 32, one shape (8_4_32 "
              "for eagle; the drafter kind's own), no drafter-upkeep runs.")] = False,
-    workers: Annotated[int, typer.Option(help="Parallel simulations (1: in this process).")] = 1,
+    workers: Annotated[int | None, typer.Option(
+        help="Parallel simulations: local worker processes, or CPUs of a local Ray (default: min(cores, 4); 1: "
+             "all in this process, which also reuses the grid's runs for the derived table and the exports).")]
+    = None,
     executor: Annotated[str, typer.Option(help="local (processes on this machine) or ray.")] = "local",
     address: Annotated[str | None, typer.Option(help="Ray cluster address (with --executor ray).")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="dotted.field=value, repeatable.")] = None,
@@ -183,6 +186,10 @@ def advise(
         raise InputError(f"must be >= 0, got {rl_steps}", path="--rl-steps")
     if executor not in ("local", "ray"):
         raise InputError(f"must be local or ray, got '{executor}'", path="--executor")
+    if workers is None:
+        from tltsim.sweep.runner import default_workers
+
+        workers = default_workers()
     if workers < 1:
         raise InputError(f"must be >= 1, got {workers}", path="--workers")
     if address and executor != "ray":
@@ -253,6 +260,8 @@ def advise(
     except InputError as exc:
         raise InputError(exc.message, path="--policy" if policy else "--shape") from None
     seed_list = seed_values(s.seed, seeds)
+    assert seed_list[0] == s.seed  # the runs kept for reuse are the first seed's
+    ctx.with_resource(adv.sharing_runs(s))  # until the command ends
     grid_key = hashlib.sha256(json.dumps([[c.policy, c.switch] for c in candidates] + [rl_steps]).encode())
     dest = out if out is not None else DEFAULT_RESULTS / f"{scenario_hash(s)}-{grid_key.hexdigest()[:6]}-seeds{seeds}"
     console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
@@ -267,6 +276,7 @@ def advise(
                       f"is for its simulated reading ({s.model.name} on {s.cluster.gpus} x {s.cluster.gpu})",
                       markup=False)
     tasks = adv.plan_tasks(s, candidates, seed_list, switches)
+    workers = min(workers, len(tasks))  # one task (--quick) runs in this process
     console.print(f"grid: {len(candidates)} settings x {seeds} seed(s), {len(tasks)} simulations of "
                   f"{len(set(switches))} switch mode(s) on {workers} worker(s) ({executor})", markup=False)
     say = _progress(wall0)
@@ -448,13 +458,13 @@ def _derive_table(s: Any, spec: str, switch: str, max_batch: int, decision_table
     """The per-batch-size chain table that the recommended policy's decisions amount to (its run at
     the first seed): the closest setting an engine with a batch-size schedule can run."""
     from tltcore.policy.registry import check_spec
+    from tltsim.advise import run_policy
     from tltsim.advise_export import best_chain_depth
     from tltsim.run_warnings import typical_context
-    from tltsim.scenario import run_policy
 
     sk = with_values(s, {"engine.switch": switch})
     inputs = adv_inputs(sk)
-    events = run_policy(sk, spec, inputs)
+    events = run_policy(sk, spec, inputs)  # the grid's run at the first seed, when it ran in this process
     decode = events[events["kind"] == "decode"]
     if decode.empty:
         return None

@@ -29,10 +29,11 @@ is kept fresh over RL steps is a separate comparison of the whole-RL-run presets
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -196,6 +197,68 @@ def inputs_for(s: Scenario) -> SimInputs:
     return inputs if inputs.scenario == s else replace(inputs, scenario=s)
 
 
+class SharedRuns:
+    """The event logs of one scenario's runs at its own seed, kept while one ``tlt advise`` runs, so that
+    its later parts reuse the grid's runs instead of simulating them again: the per-batch-size table
+    is derived from the recommendation's run, and on a one-step workload the exports "re-simulated on
+    every step" are the grid's own runs (issue 43: these repeats were a fifth of ``--quick``).
+
+    Only runs of ``s`` itself are kept (any seed, policies, presets and switch mode; any other field
+    changed, such as an unmeasured-input variant, is simulated as before and not kept): at most one
+    log per (switch mode, policy) of the grid. A run is a pure function of the scenario's inputs,
+    its switch mode, the policy and the seed, so a kept log is the log a new run would write; its
+    ``run_id`` is relabelled to the asking run's. Runs in other processes (``--workers``) are not shared."""
+
+    def __init__(self, s: Scenario) -> None:
+        self.key, self.seed = _base_key(s), s.seed
+        self.logs: dict[tuple[str, str], pd.DataFrame] = {}
+
+    def run_policy(self, s: Scenario, spec: Any, inputs: SimInputs | None = None, *, run_id: str = "",
+                   progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+        """:func:`tltsim.scenario.run_policy`, answered from the kept log when this run was simulated."""
+        from tltcore.policy.spec import as_spec
+        from tltsim.scenario import run_policy
+
+        if s.seed != self.seed or _base_key(s) != self.key:
+            return run_policy(s, spec, inputs, run_id=run_id, progress=progress)
+        key = (s.engine.switch, as_spec(spec).name)
+        kept = self.logs.get(key)
+        if kept is None:
+            kept = self.logs[key] = run_policy(s, spec, inputs, run_id=run_id, progress=progress)
+        events = kept.copy()
+        events["run_id"] = pd.array([run_id] * len(events), dtype="string")
+        return events
+
+
+_shared: list[SharedRuns] = []  # the advise under way in this process, if any
+
+
+@contextlib.contextmanager
+def sharing_runs(s: Scenario) -> Iterator[SharedRuns]:
+    """Keep ``s``'s runs (:class:`SharedRuns`) for :func:`evaluate_task`, :func:`check_on_every_step`
+    and :func:`run_policy` while the block runs; dropped after it."""
+    _shared.append(SharedRuns(s))
+    try:
+        yield _shared[-1]
+    finally:
+        _shared.pop()
+
+
+def run_policy(s: Scenario, spec: Any, inputs: SimInputs | None = None, *, run_id: str = "",
+               progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+    """One policy's run, reused from the advise under way when it simulated it (:class:`SharedRuns`)."""
+    from tltsim.scenario import run_policy as simulate
+
+    if _shared:
+        return _shared[-1].run_policy(s, spec, inputs, run_id=run_id, progress=progress)
+    return simulate(s, spec, inputs, run_id=run_id, progress=progress)
+
+
+def _base_key(s: Scenario) -> str:
+    """What a run reads of ``s`` besides its seed, policies and switch mode (:func:`_inputs_key`)."""
+    return _inputs_key(with_values(s, {"engine.switch": "reprefill"}))
+
+
 def _switch_seconds(events: pd.DataFrame, n_workers: int) -> dict[str, float]:
     """Per policy, the mean seconds per worker spent bringing drafters up to date (re-prefill and
     catch-up): what switching SD on cost."""
@@ -223,7 +286,7 @@ def evaluate_task(scenario: Scenario) -> pd.DataFrame:
     from tltsim.run_warnings import scenario_warnings
 
     inputs = inputs_for(scenario)
-    events, summary = compare_policies(scenario, inputs)
+    events, summary = compare_policies(scenario, inputs, run_one=run_policy)
     totals = run_totals(summary, gpus=scenario.cluster.gpus)
     sd_share = sd_shares(summary)
     switch_s = _switch_seconds(events, scenario.n_workers)
@@ -244,10 +307,10 @@ def evaluate_task(scenario: Scenario) -> pd.DataFrame:
 def run_tasks(tasks: Sequence[Task], evaluate: Callable[[Scenario], pd.DataFrame] | None = None, *,
               workers: int = 1, backend: str = "local", address: str | None = None,
               on_done: Callable[[Task], None] | None = None) -> pd.DataFrame:
-    """Every task's rows, stacked in task order. ``workers == 1`` on the local backend runs them in
-    this process (no pool to start, the prepared trace shared); otherwise the sweep machinery's
-    executors (:class:`tltsim.sweep.runner.LocalExecutor`: forkserver processes;
-    :class:`~tltsim.sweep.runner.RayExecutor`: a local or existing Ray cluster) run them. A task that
+    """Every task's rows, stacked in task order. One worker (or one task) on the local backend runs
+    them in this process (no pool to start, the prepared trace and :class:`SharedRuns` shared);
+    otherwise the sweep machinery's executors (:class:`tltsim.sweep.runner.LocalExecutor`: forkserver
+    processes; :class:`~tltsim.sweep.runner.RayExecutor`: a local or existing Ray cluster) run them. A task that
     fails stops the run with its one-line error (a recommendation over a partial grid would mislead)."""
     from tltsim.sweep.runner import BACKENDS, LocalExecutor, RayExecutor, import_ray, run_task
     from tltsim.sweep.spec import Point
@@ -270,7 +333,7 @@ def run_tasks(tasks: Sequence[Task], evaluate: Callable[[Scenario], pd.DataFrame
         if on_done is not None:
             on_done(task)
 
-    if backend == "local" and workers == 1:
+    if backend == "local" and min(workers, len(tasks)) == 1:
         for t in tasks:
             keep(t, run_task(evaluate, t.key, t.scenario))
     else:
@@ -501,8 +564,8 @@ def workload_steps(s: Scenario) -> tuple[Scenario, str]:
         n = min(len(later), MAX_CHECK_STEPS)
         return with_values(s, {"trace.step": first, "trace.num_steps": n}), (
             f"trace steps {later[0]}-{later[n - 1]}" if n > 1 else f"trace step {later[0]}")
-    if t.prompts_per_step is None:
-        return with_values(s, {"trace.num_steps": 1}), "the trace's one step"
+    if t.prompts_per_step is None:  # the trace's one step, which s already simulates unless told otherwise
+        return (s if t.num_steps is None else with_values(s, {"trace.num_steps": 1})), "the trace's one step"
     groups = int(df.groupby("step")["group_id"].nunique().max())
     n = max(1, min(groups // t.prompts_per_step, MAX_CHECK_STEPS))
     first = t.step or 0
@@ -530,7 +593,7 @@ def check_on_every_step(s: Scenario, runs: Sequence[tuple[str, str, str | None]]
     for mode, items in by_mode.items():
         specs = tuple(dict.fromkeys(spec for _, spec in items if spec != BASELINE_POLICY)) or (BASELINE_POLICY,)
         run = with_values(sk, {"engine.switch": mode, "seed": int(seed), "policies": specs, "presets": ()})
-        _, summary = compare_policies(run, inputs_for(run))
+        _, summary = compare_policies(run, inputs_for(run), run_one=run_policy)
         for label, spec in items:
             part = summary[summary["policy"] == spec]
             frames.append(pd.DataFrame({"label": label, "policy": spec, "switch": mode,

@@ -52,15 +52,16 @@ def run_each(s: Scenario, names: Sequence[Any], run_one: Callable[..., _Run], in
 
 
 def compare_policies(s: Scenario, inputs: SimInputs | None = None, *, progress=None,
-                     on_policy=None) -> tuple[Any, Any]:
+                     on_policy=None, run_one: Callable[..., Any] = run_policy) -> tuple[Any, Any]:
     """Run every policy of the scenario (``no-sd`` first) on the same workloads and return (one event
     log, the per-(policy, step) summary with speedups over ``no-sd`` and the capped-response count):
-    what ``tlt sim run`` and ``tlt demo`` both report. ``on_policy(spec)`` is called before each."""
+    what ``tlt sim run`` and ``tlt demo`` both report. ``on_policy(spec)`` is called before each;
+    ``run_one`` runs one policy as :func:`run_policy` does (advise passes one that reuses its runs)."""
     import pandas as pd
 
     from tltcore.summary import summary_table
 
-    inputs, logs = run_each(s, policies_with_baseline(s.policies), run_policy, inputs, progress=progress,
+    inputs, logs = run_each(s, policies_with_baseline(s.policies), run_one, inputs, progress=progress,
                             on_each=on_policy)
     events = pd.concat(logs, ignore_index=True)
     summary = summary_table(events, gpus=s.cluster.gpus, tp=s.cluster.tp, baseline=BASELINE_POLICY)
