@@ -648,10 +648,10 @@ def seeds_warnings(events: pd.DataFrame, summary: pd.DataFrame, cost: Any, accep
     return merge_warnings(runs, [f"seed {k}" for k in seeds], "seeds")
 
 
-def scenario_warnings(inputs: Any, events: pd.DataFrame, summary: pd.DataFrame) -> list[RunWarning]:
-    """The warnings of a run of ``inputs`` (:class:`~tltsim.scenario.SimInputs`): its cost and
-    acceptance models (each preset's, for whole RL runs), GPU and the workloads' typical context
-    (what ``tlt sim run`` prints)."""
+def scenario_models(inputs: Any, summary: pd.DataFrame) -> dict[str, Any]:
+    """:func:`run_warnings`' models for a run of ``inputs`` (:class:`~tltsim.scenario.SimInputs`) as
+    its keywords and positional models: ``cost``, ``accept``, the workloads' typical context, the GPU
+    and, for whole RL runs (``preset`` rows in ``summary``), each preset's SD policy and models."""
     specs: dict[str, str] = {}
     costs: dict[str, tuple[Any, Any]] = {}
     if "preset" in summary.columns:
@@ -663,8 +663,16 @@ def scenario_warnings(inputs: Any, events: pd.DataFrame, summary: pd.DataFrame) 
             specs[name] = rollout_policy(preset, inputs.scenario.presets_policy)
             mine = preset_inputs(inputs.scenario, preset, inputs)
             costs[name] = (mine.cost, mine.accept)
-    return seeds_warnings(events, summary, inputs.cost, inputs.accept, context_tokens=typical_context(inputs.workloads),
-                          gpu=inputs.scenario.cluster.gpu, costs=costs, specs=specs)
+    return {"cost": inputs.cost, "accept": inputs.accept, "context_tokens": typical_context(inputs.workloads),
+            "gpu": inputs.scenario.cluster.gpu, "costs": costs, "specs": specs}
+
+
+def scenario_warnings(inputs: Any, events: pd.DataFrame, summary: pd.DataFrame) -> list[RunWarning]:
+    """The warnings of a run of ``inputs`` (:class:`~tltsim.scenario.SimInputs`): its cost and
+    acceptance models (each preset's, for whole RL runs), GPU and the workloads' typical context
+    (what ``tlt sim run`` prints; :func:`scenario_models`)."""
+    kw = scenario_models(inputs, summary)
+    return seeds_warnings(events, summary, kw.pop("cost"), kw.pop("accept"), **kw)
 
 
 def print_warnings(console: Any, warnings: Sequence[RunWarning]) -> None:
