@@ -60,7 +60,70 @@ def upper_bound_line(bound: pd.DataFrame, mode: str) -> str:
     return line + bound_caveat(mode)
 
 
-def write_results(dest: Path, events: pd.DataFrame, summary: pd.DataFrame, s: Scenario,
+#: Rows per row group of ``events.parquet``: pyarrow's default (``write_table``'s ``row_group_size``),
+#: which :class:`EventsParquet` keeps so that a file written seed by seed is the one written whole.
+PARQUET_ROW_GROUP = 1024 * 1024
+
+
+class EventsParquet:
+    """``events.parquet`` written table by table (a ``--seeds`` run's seeds in turn), byte for byte the
+    file ``pandas.concat(tables).to_parquet(path, index=False)`` writes: the same schema and row groups
+    of :data:`PARQUET_ROW_GROUP` rows (a group may span two tables), so no run holds every seed's events
+    at once. Rows wait here only until a row group is full. Use as a context manager (:meth:`close`)."""
+
+    def __init__(self, path: Path, row_group: int = PARQUET_ROW_GROUP) -> None:
+        self.path, self.row_group = path, row_group
+        self._writer: Any = None
+        self._parts: list[Any] = []
+        self._rows = 0
+        self._closed = False
+
+    def __enter__(self) -> EventsParquet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.close()
+        elif self._writer is not None:
+            self._writer.close()
+
+    def add(self, frame: pd.DataFrame) -> None:
+        """Append ``frame``'s rows (an empty one adds nothing, as ``concat`` of stacked seeds skips it)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if frame.empty:
+            return
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self.path, table.schema)
+        elif not table.schema.equals(self._writer.schema, check_metadata=True):
+            raise ValueError(f"{self.path.name}: a table's columns differ from the first's")
+        self._parts.append(table)
+        self._rows += len(table)
+        while self._rows >= self.row_group:
+            whole = pa.concat_tables(self._parts)
+            self._writer.write_table(whole.slice(0, self.row_group), row_group_size=self.row_group)
+            rest = whole.slice(self.row_group).combine_chunks()  # a copy: the written rows' buffers are freed
+            self._parts, self._rows = [rest], len(rest)
+
+    def close(self) -> None:
+        """Write the last rows (a file with no rows: what ``to_parquet`` writes of an empty table); once."""
+        import pyarrow as pa
+
+        if self._closed:
+            return
+        self._closed = True
+        if self._writer is None:
+            pd.DataFrame().to_parquet(self.path, index=False)
+            return
+        if self._rows:
+            self._writer.write_table(pa.concat_tables(self._parts), row_group_size=self.row_group)
+        self._parts, self._rows = [], 0
+        self._writer.close()
+
+
+def write_results(dest: Path, events: pd.DataFrame | None, summary: pd.DataFrame, s: Scenario,
                   perfetto: Perfetto = Perfetto.auto, *, force: bool = False,
                   steps: pd.DataFrame | None = None, trace_events: pd.DataFrame | None = None,
                   extra_csv: Mapping[str, pd.DataFrame] | None = None,
@@ -70,21 +133,40 @@ def write_results(dest: Path, events: pd.DataFrame, summary: pd.DataFrame, s: Sc
     hundreds of MB on big runs, and most of a multi-step run's fixed cost; ``on`` always writes it).
     ``trace_events``: the events trace.json shows (default ``events``; ``--seeds`` shows its first
     seed); ``extra_csv``: more tables by file name; ``also(folder)`` writes anything else (figures)."""
-    from tltsim.perfetto import chrome_trace_json, estimated_bytes
+    with atomic_dir(dest, kind="sim-run", force=force) as tmp:
+        return fill_results(tmp, events, summary, s, perfetto, steps=steps, trace_events=trace_events,
+                            extra_csv=extra_csv, also=also)
+
+
+def wants_trace(shown: pd.DataFrame, perfetto: Perfetto) -> bool:
+    """Whether trace.json is written of the events ``shown`` (:func:`write_results`)."""
+    from tltsim.perfetto import estimated_bytes
+
+    return perfetto is Perfetto.on or (perfetto is Perfetto.auto and shown["step"].nunique() <= 1
+                                       and estimated_bytes(shown) <= PERFETTO_AUTO_MAX_BYTES)
+
+
+def fill_results(tmp: Path, events: pd.DataFrame | None, summary: pd.DataFrame, s: Scenario,
+                 perfetto: Perfetto = Perfetto.auto, *, steps: pd.DataFrame | None = None,
+                 trace_events: pd.DataFrame | None = None, extra_csv: Mapping[str, pd.DataFrame] | None = None,
+                 also: Callable[[Path], None] | None = None) -> bool:
+    """:func:`write_results` into the folder ``tmp`` being built (an :func:`~tltcore.atomic.atomic_dir`);
+    ``events`` None: ``events.parquet`` is already there (:class:`EventsParquet`), and ``trace_events``
+    are the events trace.json would show (None: it is not written)."""
+    from tltsim.perfetto import chrome_trace_json
 
     shown = events if trace_events is None else trace_events
-    trace = perfetto is Perfetto.on or (perfetto is Perfetto.auto and shown["step"].nunique() <= 1
-                                        and estimated_bytes(shown) <= PERFETTO_AUTO_MAX_BYTES)
-    with atomic_dir(dest, kind="sim-run", force=force) as tmp:
+    trace = shown is not None and wants_trace(shown, perfetto)
+    if events is not None:
         events.to_parquet(tmp / "events.parquet", index=False)
-        summary.to_csv(tmp / "summary.csv", index=False)
-        for name, frame in (extra_csv or {}).items():
-            frame.to_csv(tmp / name, index=False)
-        if steps is not None:
-            steps.to_csv(tmp / "steps.csv", index=False)
-        if trace:
-            (tmp / "trace.json").write_text(chrome_trace_json(shown), encoding="utf-8")
-        (tmp / "scenario.resolved.toml").write_text(scenario_toml(s), encoding="utf-8")
-        if also is not None:
-            also(tmp)
+    summary.to_csv(tmp / "summary.csv", index=False)
+    for name, frame in (extra_csv or {}).items():
+        frame.to_csv(tmp / name, index=False)
+    if steps is not None:
+        steps.to_csv(tmp / "steps.csv", index=False)
+    if trace:
+        (tmp / "trace.json").write_text(chrome_trace_json(shown), encoding="utf-8")
+    (tmp / "scenario.resolved.toml").write_text(scenario_toml(s), encoding="utf-8")
+    if also is not None:
+        also(tmp)
     return trace

@@ -33,7 +33,7 @@ from rich.table import Table
 
 from tltcore.atomic import atomic_dir
 from tltsim.robustness import Robustness
-from tltsim.run_warnings import WARNINGS_CSV, RunWarning, print_warnings, scenario_warnings, warnings_frame
+from tltsim.run_warnings import WARNINGS_CSV, RunWarning, merge_warnings, print_warnings, warnings_frame
 from tltsim.scenario import Scenario, SimInputs, scenario_toml
 from tltsim.seeds import (
     SeedRuns,
@@ -100,7 +100,9 @@ def run_seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, dest: Pa
               units: Callable[[SeedRuns], None] | None = None) -> None:
     """``tlt sim run --seeds N`` with N > 1: run, write the folder, print the tables and the flip line
     (``units(runs)`` prints the runs in hours and dollars, :mod:`tltcli.sim_units`)."""
+    import tltsim.run_warnings as checks  # by module: tests put the per-filter reference in its place
     from tltcli.progress import policy_progress
+    from tltcli.sim_results import EventsParquet, wants_trace
     from tltsim.rl.presets import presets_with_baseline
     from tltsim.scenario import policies_with_baseline
     from tltsim.seeds import seed_values
@@ -109,19 +111,34 @@ def run_seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, dest: Pa
     names = presets_with_baseline(s.presets) if s.presets else policies_with_baseline(s.policies)
     labels = _labels(names, seeds)
     responses = sum(w.n_requests for w in inputs.workloads)
-    with policy_progress(console, labels, responses) as (on_each, on_finish):
-        hook = lambda k, name: on_each(f"{name} (seed {k})")  # noqa: E731
-        if s.presets:
-            runs = run_preset_seeds(s, n, inputs, progress=on_finish, on_preset=hook)
-        else:
-            runs = run_policy_seeds(s, n, inputs, progress=on_finish, on_policy=hook)
-    agg = seeds_summary(runs)
-    totals = None if runs.presets or len(inputs.workloads) == 1 else seeds_totals(runs)
-    bound = None if runs.presets else seed_bounds(s, inputs, names, runs)
-    warnings = scenario_warnings(inputs, runs.events, runs.summary)
-    robust = None if runs.presets else how_sure(s, inputs, runs, console)
-    wrote_trace = write_seed_results(dest, runs, agg, totals, s, perfetto, force=force, warnings=warnings,
-                                     bound=bound, robust=robust)
+    # each seed's events are checked for warnings and written as the seed ends, then dropped: every
+    # seed's table at once was most of a long run's memory
+    per_seed: list[list[RunWarning]] = []
+    shown: list[pd.DataFrame] = []  # the first seed's events, kept only when trace.json shows them
+    with atomic_dir(dest, kind="sim-run", force=force) as tmp, EventsParquet(tmp / "events.parquet") as sink:
+        def on_seed(k: int, events: pd.DataFrame, summary: pd.DataFrame) -> None:
+            models = checks.scenario_models(inputs, summary)
+            per_seed.append(checks.run_warnings(events, summary, models.pop("cost"), models.pop("accept"), **models))
+            if k == seeds[0] and wants_trace(events, perfetto):
+                shown.append(events)
+            sink.add(events.assign(seed=k)[["seed", *events.columns]])
+
+        with policy_progress(console, labels, responses) as (on_each, on_finish):
+            hook = lambda k, name: on_each(f"{name} (seed {k})")  # noqa: E731
+            if s.presets:
+                runs = run_preset_seeds(s, n, inputs, progress=on_finish, on_preset=hook, on_seed=on_seed,
+                                        keep_events=False)
+            else:
+                runs = run_policy_seeds(s, n, inputs, progress=on_finish, on_policy=hook, on_seed=on_seed,
+                                        keep_events=False)
+        sink.close()
+        agg = seeds_summary(runs)
+        totals = None if runs.presets or len(inputs.workloads) == 1 else seeds_totals(runs)
+        bound = None if runs.presets else seed_bounds(s, inputs, names, runs)
+        warnings = merge_warnings(per_seed, [f"seed {k}" for k in seeds], "seeds")
+        robust = None if runs.presets else how_sure(s, inputs, runs, console)
+        wrote_trace = write_seed_results(tmp, runs, agg, totals, s, perfetto, warnings=warnings, bound=bound,
+                                         robust=robust, first=shown[0] if shown else None)
     span = f"seeds {seeds[0]}-{seeds[-1]}"
     if runs.presets:
         console.print(seed_preset_table(agg, f"Whole run over {n} {span}: median (min–max) over the seeds"))
@@ -208,16 +225,17 @@ def seed_bound_line(bound: pd.DataFrame, mode: str) -> str:
             + bound_caveat(mode))
 
 
-def write_seed_results(dest: Path, runs: SeedRuns, agg: pd.DataFrame, totals: pd.DataFrame | None, s: Scenario,
-                       perfetto, *, force: bool = False, warnings: Sequence[RunWarning] | None = None,
-                       bound: pd.DataFrame | None = None, robust: Robustness | None = None) -> bool:
-    """The ``--seeds`` results folder (module docstring), built aside and swapped in atomically;
+def write_seed_results(tmp: Path, runs: SeedRuns, agg: pd.DataFrame, totals: pd.DataFrame | None, s: Scenario,
+                       perfetto, *, warnings: Sequence[RunWarning] | None = None,
+                       bound: pd.DataFrame | None = None, robust: Robustness | None = None,
+                       first: pd.DataFrame | None = None) -> bool:
+    """The ``--seeds`` results folder (module docstring) but ``events.parquet``, which the seeds wrote
+    as they ended (:class:`~tltcli.sim_results.EventsParquet`), into the folder ``tmp`` being built;
     ``warnings`` (merged over the seeds) go to ``warnings.csv``, ``bound`` (:func:`seed_bounds`) to
-    ``bound.csv``."""
+    ``bound.csv``, ``first`` (the first seed's events, None when trace.json is not written) to trace.json."""
     from analysis.uncertainty_plots import seed_spread_figure
-    from tltcli.sim_results import BOUND_CSV, write_results
+    from tltcli.sim_results import BOUND_CSV, fill_results
 
-    first = runs.events[runs.events["seed"] == runs.seeds[0]].drop(columns="seed").reset_index(drop=True)
     frame, name, _ = headline(runs)
     if runs.presets:
         panels = [("speedup", "end-to-end speedup over verl (x)"), ("total_s", "whole-run time (s)")]
@@ -228,8 +246,8 @@ def write_seed_results(dest: Path, runs: SeedRuns, agg: pd.DataFrame, totals: pd
              **({BOUND_CSV: bound} if bound is not None else {}),
              **({"robustness.csv": robust.table()} if robust is not None else {})}
     steps = runs.steps if runs.steps is not None and not runs.steps.empty else None
-    return write_results(dest, runs.events, runs.summary, s, perfetto, force=force, steps=steps, trace_events=first,
-                         extra_csv=extra, also=lambda tmp: seed_spread_figure(frame, name, panels, tmp / "seeds"))
+    return fill_results(tmp, None, runs.summary, s, perfetto, steps=steps, trace_events=first, extra_csv=extra,
+                        also=lambda folder: seed_spread_figure(frame, name, panels, folder / "seeds"))
 
 
 def _answer_cell(r: dict, side: str, notes: bool = False) -> str:

@@ -24,6 +24,7 @@ the same workload, preset summaries) and builds policies from specs with the sce
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -102,10 +103,12 @@ class RunWarning:
 
 
 # ---- models ---------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=256)
 def policy_shapes(spec: str) -> tuple[SDConfig, ...]:
     """The draft shapes the policy ``spec`` can choose (its inner policy's, under ``elastic``), by the
     policies' own declarations (:func:`tltcore.policy.shapes.policy_shapes`). Empty for ``no-sd``;
-    TLT's four trees for a policy type that declares none."""
+    TLT's four trees for a policy type that declares none. Memoised: a pure function of the text, and
+    the warnings of a long run ask it per step."""
     from tltcore.policy.beg_mab import DEFAULT_ARMS
     from tltcore.policy.registry import spec_shapes
 
@@ -113,9 +116,10 @@ def policy_shapes(spec: str) -> tuple[SDConfig, ...]:
     return tuple(DEFAULT_ARMS) if shapes is None else shapes
 
 
+@functools.lru_cache(maxsize=256)
 def elastic_switch(spec: str) -> tuple[int, int] | None:
     """The elastic switch of ``spec``: (batch threshold, consecutive iterations at or below it before
-    it fires); None when the policy is not elastic."""
+    it fires); None when the policy is not elastic (memoised, as :func:`policy_shapes`)."""
     from tltcore.policy.spec import ElasticSpec, as_spec
 
     parsed = as_spec(spec)
@@ -206,16 +210,45 @@ def _is_sd(rows: pd.DataFrame) -> np.ndarray:
     return (rows["sd_config"].astype(str) != "off").to_numpy()
 
 
+class _PlainIteration:
+    """Seconds of one plain decode iteration at batch ``b``: the baseline's plain decode rows' mean at
+    that batch (interpolated over batch), or the cost model at ``context_tokens`` without rows."""
+
+    def __init__(self, batch: np.ndarray, dur: np.ndarray, iterations: np.ndarray, cost: Any,
+                 context_tokens: int) -> None:
+        self.cost, self.context_tokens = cost, int(context_tokens)
+        self.xs = self.ys = None
+        if len(batch):
+            per = pd.DataFrame({"b": batch, "d": dur, "i": iterations})
+            agg = per.groupby("b").sum()
+            self.xs, self.ys = agg.index.to_numpy(dtype=float), (agg["d"] / agg["i"]).to_numpy(dtype=float)
+
+    def __call__(self, b: int) -> float:
+        if self.xs is not None:
+            return float(np.interp(b, self.xs, self.ys))
+        return float(self.cost.decode_time(np.full(int(b), self.context_tokens)))
+
+    def table(self, batches: Sequence[int]) -> np.ndarray:
+        """``[self(b) for b in batches]`` as an array (``numpy.interp`` prices each element as its scalar call)."""
+        if self.xs is not None:
+            return np.interp(np.asarray(batches, dtype=float), self.xs, self.ys)
+        return np.array([self(b) for b in batches], dtype=np.float64)
+
+
+def _plain_iteration_s(batch: np.ndarray, dur: np.ndarray, iterations: np.ndarray, cost: Any,
+                       context_tokens: int) -> _PlainIteration:
+    """:class:`_PlainIteration` from the baseline's plain decode rows (batch sizes, seconds, iterations)."""
+    return _PlainIteration(batch, dur, iterations, cost, context_tokens)
+
+
 def _nosd_iteration_s(base: pd.DataFrame, cost: Any, context_tokens: int) -> Any:
-    """Seconds of one plain decode iteration at batch ``b``: the baseline run's mean at that batch
-    (interpolated over batch), or the cost model at ``context_tokens`` without a baseline."""
+    """:func:`_plain_iteration_s` of the baseline run's rows ``base`` (a table)."""
     dec = base[(base["kind"] == "decode") & ~_is_sd(base)] if len(base) else base
     if len(dec):
-        per = pd.DataFrame({"b": dec["batch_size"].to_numpy(), "d": _dur(dec), "i": dec["iterations"].to_numpy()})
-        agg = per.groupby("b").sum()
-        xs, ys = agg.index.to_numpy(dtype=float), (agg["d"] / agg["i"]).to_numpy(dtype=float)
-        return lambda b: float(np.interp(b, xs, ys))
-    return lambda b: float(cost.decode_time(np.full(int(b), int(context_tokens))))
+        return _plain_iteration_s(dec["batch_size"].to_numpy(), _dur(dec), dec["iterations"].to_numpy(), cost,
+                                  context_tokens)
+    return _plain_iteration_s(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64), cost,
+                              context_tokens)
 
 
 def _fmt_workers(workers: Sequence[int], total: int) -> str:
@@ -237,32 +270,118 @@ def _per_worker(worker: np.ndarray) -> dict[int, np.ndarray]:
     return {int(k): part for k, part in zip(keys, np.split(order, starts[1:]), strict=True)}
 
 
-def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.DataFrame, cost: Any, accept: Any,
-                         context_tokens: int, gpu: str = "", subject: str | None = None, *,
-                         speed_cache: dict[tuple[str, int], float] | None = None) -> list[RunWarning]:
-    """The per-policy warnings of one RL step: ``rows`` the rollout events of policy ``spec`` in that
-    step, ``base`` the baseline run's (empty when there is none). ``subject``: what the warnings are
-    about and their messages start with (a preset running ``spec``; default ``spec``).
-    ``speed_cache``: :func:`speedup_lookup` entries already computed for the same policy, models and
-    context (filled with the missing batch sizes; each entry depends on its shape and batch alone, so
-    the steps of a run share one table instead of rebuilding it per step).
+def _in_order_sum(terms: np.ndarray) -> float:
+    """``0.0 + terms[0] + terms[1] + ...`` added one by one in order, as a Python loop (or ``sum``) adds
+    them: ``add.accumulate`` is that sequential sum (``ndarray.sum`` is pairwise, another float)."""
+    seq = np.empty(len(terms) + 1)
+    seq[0] = 0.0
+    seq[1:] = terms
+    return float(np.add.accumulate(seq)[-1])
 
-    Each column is read once into an array and split by worker in one pass; per-row sums run in
-    table order exactly as a filter per worker would (same floats, bit for bit), and the speedup
-    and plain-iteration lookups are memoised per batch size (pure functions of it)."""
-    rows = rows[rows["phase"] == "rollout"]
-    kind = rows["kind"].to_numpy(dtype=object)
-    is_dec = kind == "decode"
-    if not is_dec.any():
+
+def _lookup(used: Sequence[int], table: Any) -> Any:
+    """``values -> [f(v) for v in values]`` as a float array, for values among ``used`` (sorted batch
+    sizes), ``table(used)`` giving ``f`` of every used batch size (a pure function of it) when first needed."""
+    keys = np.asarray(used, dtype=np.int64)
+    known: list[np.ndarray] = []
+
+    def of(values: np.ndarray) -> np.ndarray:
+        if not known:
+            known.append(np.asarray(table(used), dtype=np.float64))
+        return known[0][np.searchsorted(keys, values)]
+
+    return of
+
+
+@dataclass(frozen=True)
+class EventColumns:
+    """The columns of an event table the checks read, each read once into an array (strings as codes
+    into their distinct values), and every (policy, step)'s row positions in table order: what one
+    grouped pass over the table gives, instead of a filter of the whole table per policy, step and
+    worker (which made the warnings most of a 100-step run's CPU time)."""
+
+    policies: tuple[str, ...]  # in first-seen order
+    policy: np.ndarray  # codes into policies
+    step: np.ndarray
+    rollout: np.ndarray  # phase == "rollout"
+    decode: np.ndarray  # kind == "decode"
+    busy: np.ndarray  # kind in BUSY_KINDS
+    paid: np.ndarray  # kind in SWITCH_KINDS
+    configs: tuple[str, ...]  # sd_config values as text
+    config: np.ndarray  # codes into configs
+    sd: np.ndarray  # sd_config (as text) != "off"
+    t_start: np.ndarray
+    t_end: np.ndarray
+    dur: np.ndarray
+    batch: np.ndarray
+    iterations: np.ndarray
+    tokens: np.ndarray
+    prefill: np.ndarray
+    worker: np.ndarray
+
+    @classmethod
+    def of(cls, events: pd.DataFrame) -> EventColumns:
+        def codes(name: str) -> tuple[np.ndarray, list[str]]:
+            c, uniques = pd.factorize(events[name], use_na_sentinel=False)
+            return c, pd.Series(uniques, dtype=events[name].dtype).astype(str).tolist()
+
+        policy, policies = codes("policy")
+        phase, phases = codes("phase")
+        kind, kinds = codes("kind")
+        config, configs = codes("sd_config")
+
+        def kind_in(names: Sequence[str]) -> np.ndarray:
+            return np.isin(kind, [i for i, k in enumerate(kinds) if k in names])
+
+        t_start, t_end = events["t_start"].to_numpy(dtype=float), events["t_end"].to_numpy(dtype=float)
+        rollout = phase == phases.index("rollout") if "rollout" in phases else np.zeros(len(phase), dtype=bool)
+        return cls(tuple(policies), policy, events["step"].to_numpy(), rollout,
+                   kind_in(("decode",)), kind_in(BUSY_KINDS), kind_in(SWITCH_KINDS), tuple(configs), config,
+                   np.array([c != "off" for c in configs], dtype=bool)[config] if configs else np.zeros(0, dtype=bool),
+                   t_start, t_end, (events["t_end"] - events["t_start"]).to_numpy(dtype=float),
+                   events["batch_size"].to_numpy(), events["iterations"].to_numpy(), events["tokens"].to_numpy(),
+                   events["prefill_tokens"].to_numpy(), events["worker"].to_numpy())
+
+    def groups(self) -> dict[tuple[str, int], np.ndarray]:
+        """Each (policy, step)'s row positions, in table order (one stable sort)."""
+        if len(self.step) == 0:
+            return {}
+        low = int(self.step.min())
+        span = int(self.step.max()) - low + 1
+        key = self.policy.astype(np.int64) * span + (self.step - low)
+        order = np.argsort(key, kind="stable")
+        ordered = key[order]
+        starts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
+        keys = ordered[np.concatenate(([0], starts))]
+        return {(self.policies[int(k) // span], int(k) % span + low): part
+                for k, part in zip(keys.tolist(), np.split(order, starts), strict=True)}
+
+
+def policy_step_warnings(spec: str, step: int, cols: EventColumns, rows_at: np.ndarray, base_at: np.ndarray,
+                         cost: Any, accept: Any, context_tokens: int, gpu: str = "", subject: str | None = None, *,
+                         speed_cache: dict[tuple[str, int], float] | None = None,
+                         best_cache: dict[int, tuple[float, str]] | None = None) -> list[RunWarning]:
+    """The per-policy warnings of one RL step: ``rows_at`` the positions in ``cols`` of the events of
+    policy ``spec`` in that step, ``base_at`` the baseline run's (empty when there is none), each in
+    table order. ``subject``: what the warnings are about and their messages start with (a preset
+    running ``spec``; default ``spec``). ``speed_cache``: :func:`speedup_lookup` entries already
+    computed for the same policy, models and context (filled with the missing batch sizes; each entry
+    depends on its shape and batch alone, so the steps of a run share one table instead of
+    rebuilding it per step); ``best_cache``: the best shape per batch size from that table, likewise.
+
+    The rows are split by worker in one pass; per-row sums run in table order exactly as a loop over
+    the rows would add them (:func:`_in_order_sum`: same floats, bit for bit), and the speedup and
+    plain-iteration lookups are memoised per batch size (pure functions of it)."""
+    rows_at = rows_at[cols.rollout[rows_at]]
+    dec_at = rows_at[cols.decode[rows_at]]
+    if len(dec_at) == 0:
         return []
     shapes = policy_shapes(spec)
     if not shapes:
         return []
-    dec = rows[is_dec]
-    base_dec = base[base["kind"] == "decode"] if len(base) else base
-    d_batch = dec["batch_size"].to_numpy()
-    base_batches = base_dec["batch_size"].unique() if "batch_size" in base_dec else ()
-    used = sorted({int(b) for b in np.unique(d_batch)} | {int(b) for b in base_batches})
+    base_dec = base_at[cols.decode[base_at]]
+    d_batch = cols.batch[dec_at]
+    used = sorted({int(b) for b in np.unique(d_batch)} | {int(b) for b in np.unique(cols.batch[base_dec])})
     names = [c.name for c in shapes]
     if speed_cache is None:
         speed = speedup_lookup(cost, accept, shapes, used, context_tokens)
@@ -270,7 +389,7 @@ def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.Data
         speed_cache.update(speedup_lookup(cost, accept, shapes, [b for b in used if (names[0], b) not in speed_cache],
                                           context_tokens))
         speed = speed_cache
-    best_at: dict[int, tuple[float, str]] = {}
+    best_at: dict[int, tuple[float, str]] = {} if best_cache is None else best_cache
 
     def best(b: int) -> tuple[float, str]:
         if b not in best_at:
@@ -280,26 +399,20 @@ def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.Data
     out: list[RunWarning] = []
     who = spec if subject is None else subject
     label = spec if subject is None else f"{subject} ({spec})"
-    # every column a check reads, once: the rollout rows (r_*) and their decode rows (d_*)
-    r_start, r_end = rows["t_start"].to_numpy(dtype=float), rows["t_end"].to_numpy(dtype=float)
-    r_dur = _dur(rows)
-    r_busy = np.isin(kind, BUSY_KINDS)
-    r_paid = np.isin(kind, SWITCH_KINDS)
-    r_prefill = rows["prefill_tokens"].to_numpy()
-    d_sd = _is_sd(dec)
-    d_start, d_end = dec["t_start"].to_numpy(dtype=float), dec["t_end"].to_numpy(dtype=float)
-    d_dur = _dur(dec)
-    d_iters, d_tokens = dec["iterations"].to_numpy(), dec["tokens"].to_numpy()
-    r_of = _per_worker(rows["worker"].to_numpy())
-    d_of = _per_worker(dec["worker"].to_numpy())
+    # every column a check reads: the rollout rows (r_*) and their decode rows (d_*)
+    r_start, r_end = cols.t_start[rows_at], cols.t_end[rows_at]
+    r_dur, r_busy, r_paid, r_prefill = cols.dur[rows_at], cols.busy[rows_at], cols.paid[rows_at], cols.prefill[rows_at]
+    d_sd = cols.sd[dec_at]
+    d_start, d_end, d_dur = cols.t_start[dec_at], cols.t_end[dec_at], cols.dur[dec_at]
+    d_iters, d_tokens = cols.iterations[dec_at], cols.tokens[dec_at]
+    r_of = _per_worker(cols.worker[rows_at])
+    d_of = _per_worker(cols.worker[dec_at])
     workers = sorted(d_of)
-    nosd_s = _nosd_iteration_s(base, cost, context_tokens)
-    plain_at: dict[int, float] = {}
-
-    def plain_s(b: int) -> float:
-        if b not in plain_at:
-            plain_at[b] = nosd_s(b)
-        return plain_at[b]
+    plain_dec = base_dec[~cols.sd[base_dec]]
+    nosd_s = _plain_iteration_s(cols.batch[plain_dec], cols.dur[plain_dec], cols.iterations[plain_dec], cost,
+                                context_tokens)
+    best_of = _lookup(used, lambda bs: [best(b)[0] for b in bs])
+    plain_of = _lookup(used, nosd_s.table)
 
     def span_of(w: int) -> float:
         busy = r_of[w][r_busy[r_of[w]]]
@@ -325,11 +438,9 @@ def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.Data
                 continue
             t_on = float(d_start[ix][sd].min())
             before = ix[(~sd) & (d_end[ix] <= t_on)]
-            lost = 0.0
-            for b, d in zip(d_batch[before].tolist(), d_dur[before].tolist(), strict=True):
-                g = best(b)[0]
-                if g >= PAYS_SPEEDUP:
-                    lost += d * (1 - 1 / g)
+            g = best_of(d_batch[before])
+            pays = g >= PAYS_SPEEDUP
+            lost = _in_order_sum(d_dur[before][pays] * (1 - 1 / g[pays]))  # the seconds SD would have saved
             span = span_of(w)
             if span > 0 and lost >= LATE_LOSS_SHARE * span:
                 late.append((lost / span, w, lost, t_on - float(r_start[r_of[w]].min())))
@@ -361,8 +472,9 @@ def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.Data
         if paid <= 0 or span <= 0 or paid < MIN_SWITCH_SHARE * span:
             continue
         sdr = d_of[w][d_sd[d_of[w]]]
-        gain = float(sum(t / max(b, 1) * plain_s(b) - d for t, b, d in
-                         zip(d_tokens[sdr].tolist(), d_batch[sdr].tolist(), d_dur[sdr].tolist(), strict=True)))
+        b = d_batch[sdr]
+        # the plain seconds SD's tokens would have taken, less the SD seconds: t / max(b, 1) * plain - d
+        gain = _in_order_sum(d_tokens[sdr] / np.maximum(b, 1) * plain_of(b) - d_dur[sdr])
         if paid > gain:
             costly.append((paid - gain, w, paid, gain, int(r_prefill[pw].sum())))
     if costly:
@@ -378,14 +490,19 @@ def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.Data
     # -- SD ran where it is slower than no-SD on this GPU
     if d_sd.any():
         durs = d_dur[d_sd]
-        configs = [str(c) for c in dec["sd_config"].to_numpy(dtype=object)[d_sd]]
-        batches = d_batch[d_sd].tolist()
-        slow = np.array([speed.get((c, b), np.inf) < SLOWER_BELOW for c, b in zip(configs, batches, strict=True)])
+        codes = cols.config[dec_at][d_sd]
+        batches = d_batch[d_sd]
+        pairs, inv = np.unique(np.stack([codes.astype(np.int64), batches.astype(np.int64)]), axis=1,
+                               return_inverse=True)
+        slow = np.array([speed.get((cols.configs[c], b), np.inf) < SLOWER_BELOW
+                         for c, b in zip(pairs[0].tolist(), pairs[1].tolist(), strict=True)], dtype=bool)[inv.ravel()]
         total = float(durs.sum())
         if total > 0 and slow.any() and float(durs[slow].sum()) >= MIN_SLOW_SD_SHARE * total:
-            per_shape: dict[str, float] = {}
-            for c, d in zip(np.asarray(configs, dtype=object)[slow], durs[slow], strict=True):
-                per_shape[c] = per_shape.get(c, 0.0) + float(d)
+            # seconds per shape, each added in table order; shapes in the order they first ran slow
+            slow_codes = codes[slow]
+            first_seen = np.unique(slow_codes, return_index=True)
+            per_shape = {cols.configs[int(c)]: _in_order_sum(durs[slow][slow_codes == c])
+                         for c in first_seen[0][np.argsort(first_seen[1])].tolist()}
             top = max(per_shape, key=per_shape.__getitem__)
             slow_b = [b for b in used if speed.get((top, b), np.inf) < SLOWER_BELOW]
             lo, hi = slow_b[0], slow_b[-1]
@@ -395,9 +512,8 @@ def policy_step_warnings(spec: str, step: int, rows: pd.DataFrame, base: pd.Data
             more = f" (and {len(per_shape) - 1} more of its shapes)" if len(per_shape) > 1 else ""
             # what those iterations achieved at the contexts they ran at: the seconds no SD's plain
             # iterations at the same batch sizes would need for the same tokens, over the seconds taken
-            plain_need = sum(k * plain_s(b) / max(b, 1)
-                             for k, b in zip(d_tokens[d_sd][slow].tolist(), d_batch[d_sd][slow].tolist(),
-                                             strict=True))
+            k, b = d_tokens[d_sd][slow], batches[slow]
+            plain_need = _in_order_sum(k * plain_of(b) / np.maximum(b, 1))
             realized = plain_need / float(durs[slow].sum())
             out.append(RunWarning(
                 "sd_slower", who, step, None, (),
@@ -454,23 +570,26 @@ def run_warnings(events: pd.DataFrame, summary: pd.DataFrame, cost: Any, accept:
     goes stale or improves is judged at its starting quality."""
     presets = "preset" in summary.columns
     head = rl_warnings(summary) if presets else []
+    if not len(events):
+        return head
     baseline = BASELINE_PRESET if presets else BASELINE_POLICY
     found: list[list[RunWarning]] = []
-    steps = sorted(int(s) for s in events["step"].unique()) if len(events) else []
-    # one grouping pass: each (policy, step)'s rows by position, in table order
-    at = events.groupby(["policy", "step"], sort=False).indices if len(events) else {}
+    cols = EventColumns.of(events)
+    steps = sorted(int(s) for s in np.unique(cols.step))
+    at = cols.groups()  # one grouping pass: each (policy, step)'s rows by position, in table order
     none = np.zeros(0, dtype=np.int64)
-    for subject in dict.fromkeys(str(p) for p in events["policy"].unique()):
+    for subject in cols.policies:
         spec = (specs or {}).get(subject, subject)
         if subject == baseline or spec == BASELINE_POLICY:
             continue
         c, a = (costs or {}).get(subject, (cost, accept))
         speed: dict[tuple[str, int], float] = {}  # one speedup table per subject, grown over its steps
+        best: dict[int, tuple[float, str]] = {}
         for step in steps:
-            rows = events.iloc[at.get((subject, step), none)]
-            base = events.iloc[at.get((baseline, step), none)]
-            found.append(policy_step_warnings(spec, step, rows, base, c, a, context_tokens, gpu,
-                                              subject=subject if subject != spec else None, speed_cache=speed))
+            found.append(policy_step_warnings(spec, step, cols, at.get((subject, step), none),
+                                              at.get((baseline, step), none), c, a, context_tokens, gpu,
+                                              subject=subject if subject != spec else None, speed_cache=speed,
+                                              best_cache=best))
     if len(steps) <= 1:
         return head + [w for ws in found for w in ws]
     return head + merge_warnings(_by_step(found, steps), [f"step {s}" for s in steps], "steps")
@@ -529,10 +648,10 @@ def seeds_warnings(events: pd.DataFrame, summary: pd.DataFrame, cost: Any, accep
     return merge_warnings(runs, [f"seed {k}" for k in seeds], "seeds")
 
 
-def scenario_warnings(inputs: Any, events: pd.DataFrame, summary: pd.DataFrame) -> list[RunWarning]:
-    """The warnings of a run of ``inputs`` (:class:`~tltsim.scenario.SimInputs`): its cost and
-    acceptance models (each preset's, for whole RL runs), GPU and the workloads' typical context
-    (what ``tlt sim run`` prints)."""
+def scenario_models(inputs: Any, summary: pd.DataFrame) -> dict[str, Any]:
+    """:func:`run_warnings`' models for a run of ``inputs`` (:class:`~tltsim.scenario.SimInputs`) as
+    its keywords and positional models: ``cost``, ``accept``, the workloads' typical context, the GPU
+    and, for whole RL runs (``preset`` rows in ``summary``), each preset's SD policy and models."""
     specs: dict[str, str] = {}
     costs: dict[str, tuple[Any, Any]] = {}
     if "preset" in summary.columns:
@@ -544,8 +663,16 @@ def scenario_warnings(inputs: Any, events: pd.DataFrame, summary: pd.DataFrame) 
             specs[name] = rollout_policy(preset, inputs.scenario.presets_policy)
             mine = preset_inputs(inputs.scenario, preset, inputs)
             costs[name] = (mine.cost, mine.accept)
-    return seeds_warnings(events, summary, inputs.cost, inputs.accept, context_tokens=typical_context(inputs.workloads),
-                          gpu=inputs.scenario.cluster.gpu, costs=costs, specs=specs)
+    return {"cost": inputs.cost, "accept": inputs.accept, "context_tokens": typical_context(inputs.workloads),
+            "gpu": inputs.scenario.cluster.gpu, "costs": costs, "specs": specs}
+
+
+def scenario_warnings(inputs: Any, events: pd.DataFrame, summary: pd.DataFrame) -> list[RunWarning]:
+    """The warnings of a run of ``inputs`` (:class:`~tltsim.scenario.SimInputs`): its cost and
+    acceptance models (each preset's, for whole RL runs), GPU and the workloads' typical context
+    (what ``tlt sim run`` prints; :func:`scenario_models`)."""
+    kw = scenario_models(inputs, summary)
+    return seeds_warnings(events, summary, kw.pop("cost"), kw.pop("accept"), **kw)
 
 
 def print_warnings(console: Any, warnings: Sequence[RunWarning]) -> None:

@@ -93,11 +93,18 @@ def _stack(frames: Sequence[pd.DataFrame], seeds: Sequence[int]) -> pd.DataFrame
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
+#: ``on_seed(seed, events, summary)``: one seed's tables as its runner returned them, before the next seed runs.
+SeedHook = Callable[[int, pd.DataFrame, pd.DataFrame], None]
+
+
 def run_policy_seeds(s: Scenario, n: int, inputs: SimInputs | None = None, *,
                      progress: Callable[[int], None] | None = None,
-                     on_policy: Callable[[int, str], None] | None = None) -> SeedRuns:
+                     on_policy: Callable[[int, str], None] | None = None,
+                     on_seed: SeedHook | None = None, keep_events: bool = True) -> SeedRuns:
     """:func:`~tltsim.scenario.compare_policies` at each of the ``n`` seeds from ``s.seed``;
-    ``on_policy(seed, spec)`` is called before each policy of each seed."""
+    ``on_policy(seed, spec)`` is called before each policy of each seed, ``on_seed`` after each seed.
+    ``keep_events=False``: ``events`` is left empty (a caller that writes and checks each seed's events
+    in ``on_seed`` need not hold every seed's table at once: most of a long run's memory)."""
     seeds = seed_values(s.seed, n)
     inputs = inputs or prepare(s)
     events, summaries, totals = [], [], []
@@ -105,16 +112,23 @@ def run_policy_seeds(s: Scenario, n: int, inputs: SimInputs | None = None, *,
         sk, ik = with_seed(s, inputs, k)
         hook = (lambda spec, k=k: on_policy(k, spec)) if on_policy is not None else None
         ev, summ = compare_policies(sk, ik, progress=progress, on_policy=hook)
-        events.append(ev)
+        if on_seed is not None:
+            on_seed(k, ev, summ)
+        if keep_events:
+            events.append(ev)
+        del ev
         summaries.append(summ)
         totals.append(run_totals(summ, gpus=s.cluster.gpus))
-    return SeedRuns(tuple(seeds), _stack(events, seeds), _stack(summaries, seeds), _stack(totals, seeds))
+    return SeedRuns(tuple(seeds), _stack(events, seeds) if keep_events else pd.DataFrame(), _stack(summaries, seeds),
+                    _stack(totals, seeds))
 
 
 def run_preset_seeds(s: Scenario, n: int, inputs: SimInputs | None = None, *,
                      progress: Callable[[int], None] | None = None,
-                     on_preset: Callable[[int, str], None] | None = None) -> SeedRuns:
-    """:func:`tltsim.rl.run.compare_presets` at each of the ``n`` seeds from ``s.seed``."""
+                     on_preset: Callable[[int, str], None] | None = None,
+                     on_seed: SeedHook | None = None, keep_events: bool = True) -> SeedRuns:
+    """:func:`tltsim.rl.run.compare_presets` at each of the ``n`` seeds from ``s.seed``
+    (``on_seed``, ``keep_events``: as :func:`run_policy_seeds`)."""
     from tltsim.rl.run import compare_presets
 
     seeds = seed_values(s.seed, n)
@@ -124,10 +138,15 @@ def run_preset_seeds(s: Scenario, n: int, inputs: SimInputs | None = None, *,
         sk, ik = with_seed(s, inputs, k)
         hook = (lambda name, k=k: on_preset(k, name)) if on_preset is not None else None
         ev, st, summ = compare_presets(sk, ik, progress=progress, on_preset=hook)
-        events.append(ev)
+        if on_seed is not None:
+            on_seed(k, ev, summ)
+        if keep_events:
+            events.append(ev)
+        del ev
         steps.append(st)
         summaries.append(summ)
-    return SeedRuns(tuple(seeds), _stack(events, seeds), _stack(summaries, seeds), None, _stack(steps, seeds))
+    return SeedRuns(tuple(seeds), _stack(events, seeds) if keep_events else pd.DataFrame(), _stack(summaries, seeds),
+                    None, _stack(steps, seeds))
 
 
 def aggregate(per_seed: pd.DataFrame, keys: Sequence[str], metrics: Sequence[str]) -> pd.DataFrame:
