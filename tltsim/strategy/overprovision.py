@@ -50,7 +50,7 @@ class LaunchedStep:
 
 
 def launched_groups(n: int, eta: float) -> int:
-    """``ceil(n (1 + eta))``, rounded first so that 10 x 1.1 is 11 groups, not 12."""
+    """``ceil(n (1 + eta))``, rounded first so that 100 x 1.1 is 110 groups, not 111."""
     return math.ceil(round(n * (1.0 + eta), 9))
 
 
