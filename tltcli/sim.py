@@ -241,7 +241,8 @@ def run(
              "trains on a separate pool of N GPUs, default cluster.gpus); overprovision:eta=E (launch ceil(N(1+E)) "
              "prompt groups, train the first N to finish, drop the rest). Adds strategy.csv (per policy and step: "
              "step time, tokens/s, GPU idle, lag) and lag.csv (samples and tokens per lag, in policy versions) "
-             "and a strategy column to summary.csv; with --seeds 1, not with --preset.")] = None,
+             "and a strategy column to summary.csv; with --seeds 1, not with --preset, --for-steps, --price or "
+             "--usd-per-kwh.")] = None,
     seed: Annotated[int | None, typer.Option(
         help="Simulation seed (seed): which worker serves which prompt group, stochastic accept lengths, the "
              "policies' exploration. Which responses are simulated is trace.seed (--set trace.seed=N): it "
@@ -300,7 +301,7 @@ def run(
     from tltsim.seeds import check_seeds
 
     check_seeds(seeds)
-    chosen = _strategy(strategy, seeds, preset)
+    chosen = _strategy(strategy, seeds, preset, costed=for_steps is not None or bool(price) or usd_per_kwh is not None)
     units = _units_printer(for_steps, price, usd_per_kwh)
     if wandb is not None:
         from analysis.wandb_export import require_wandb
@@ -354,8 +355,10 @@ def run(
     log_to_wandb(wandb, dest, "sim run", console)
 
 
-def _strategy(text: str | None, seeds: int, preset: list[str] | None) -> StrategySpec | None:
-    """``--strategy`` parsed and checked before anything runs (None: not given, today's run)."""
+def _strategy(text: str | None, seeds: int, preset: list[str] | None, *, costed: bool) -> StrategySpec | None:
+    """``--strategy`` parsed and checked before anything runs (None: not given, today's run); ``costed``:
+    an option pricing the run in hours and dollars was given (not for strategies yet: one-step-off holds
+    more GPUs than the cluster the price table assumes)."""
     if text is None:
         return None
     from tltsim.strategy import parse_strategy
@@ -367,6 +370,9 @@ def _strategy(text: str | None, seeds: int, preset: list[str] | None) -> Strateg
     if preset:
         raise InputError("strategies compose with SD policies (--policy), not with --preset, this round",
                          path="--strategy")
+    if costed:
+        raise InputError("--for-steps, --price and --usd-per-kwh do not price strategy runs yet; strategy.csv has "
+                         "each step's seconds and GPUs", path="--strategy")
     return chosen
 
 

@@ -243,7 +243,8 @@ def test_strategy_specs_parse() -> None:
 def test_cli_strategy_errors_stop_before_running(tmp_path) -> None:
     out = tmp_path / "never"
     for args, message in ((["--strategy", "tail"], "unknown strategy"), (["--strategy", "sync"], "add --seeds 1"),
-                          (["--strategy", "sync", "--seeds", "1", "--preset", "tlt"], "not with --preset")):
+                          (["--strategy", "sync", "--seeds", "1", "--preset", "tlt"], "not with --preset"),
+                          (["--strategy", "sync", "--seeds", "1", "--for-steps", "100"], "do not price")):
         res = CliRunner().invoke(app_(), ["sim", "run", *args, "--out", str(out)])
         assert isinstance(res.exception, InputError) and message in str(res.exception), res.output
         assert not out.exists()
