@@ -17,7 +17,7 @@ and dealing from ``(seed, s)``, so every policy sees the same workload split and
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -50,6 +50,9 @@ class StepResult:
     finish_times: np.ndarray
     response_finish: np.ndarray = field(default_factory=lambda: np.zeros(0))
     response_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: each finished response's index in the step's workload, aligned with ``response_finish``: only
+    #: with ``RolloutRun(track_requests=True)``, else empty
+    response_index: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def makespan(self) -> float:
@@ -71,14 +74,21 @@ class RolloutRun:
     """One policy's rollouts over consecutive steps (see module docstring).
 
     ``policies[w]`` is worker ``w``'s own policy object; ``drafter`` is the drafter every worker
-    holds (whole-run simulations change it between steps).
+    holds (whole-run simulations change it between steps). ``track_requests`` reports which response
+    finished when (:attr:`StepResult.response_index`), for strategies that keep the first prompt
+    groups to finish (:mod:`tltsim.strategy`): it runs the reference path (``engine.fast`` off), whose
+    numbers are the fast paths' bit for bit.
     """
 
     def __init__(self, policies: Sequence[SDPolicy], *, cost: CostModel, accept: AcceptanceModel | None,
                  engine: EngineConfig = DEFAULT_ENGINE, seed: int = 0, deal_mode: str = "shuffle",
-                 run_id: str = "", policy_name: str | None = None, drafter: DrafterState = INITIAL_DRAFTER) -> None:
+                 run_id: str = "", policy_name: str | None = None, drafter: DrafterState = INITIAL_DRAFTER,
+                 track_requests: bool = False) -> None:
         if len(policies) < 1:
             raise ValueError("a rollout needs at least one worker")
+        if track_requests and engine.fast:
+            engine = replace(engine, fast=False)  # the fast paths retire in bulk, without request ids
+        self.track_requests = track_requests
         self.policies = list(policies)
         self.cost, self.accept, self.engine = cost, accept, engine
         self.sampler = AcceptSampler(accept) if accept is not None else None
@@ -109,7 +119,8 @@ class RolloutRun:
             worker = RolloutWorker(w, prompts[idx], responses[idx], policy=self.policies[w], cost=self.cost,
                                    accept=self.accept, sampler=self.sampler, engine=self.engine,
                                    rng=np.random.default_rng([self.seed, step, w]), log=self.log,
-                                   drafter=self.drafter, recent=self.recent[w], step=step, t0=t0, on_finish=progress)
+                                   drafter=self.drafter, recent=self.recent[w], step=step, t0=t0, on_finish=progress,
+                                   ids=idx.astype(np.int64) if self.track_requests else None)
             workers.append(worker)
             if self._fast is not None:
                 doors.append(accelerate(worker, self._fast))
@@ -130,9 +141,11 @@ class RolloutRun:
         self.clock = t_end
         done_at = [a for w in workers for a in w.done_at]
         done_tokens = [a for w in workers for a in w.done_tokens]
+        done_ids = [a for w in workers for a in w.done_ids]
         return StepResult(step, t0, t_end, finish,
                           np.concatenate(done_at) if done_at else np.zeros(0),
-                          np.concatenate(done_tokens) if done_tokens else np.zeros(0, dtype=np.int64))
+                          np.concatenate(done_tokens) if done_tokens else np.zeros(0, dtype=np.int64),
+                          np.concatenate(done_ids) if done_ids else np.zeros(0, dtype=np.int64))
 
     def events(self) -> pd.DataFrame:
         return self.log.frame()

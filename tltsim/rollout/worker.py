@@ -92,7 +92,8 @@ class RolloutWorker:
     def __init__(self, idx: int, prompts: np.ndarray, responses: np.ndarray, *, policy: SDPolicy,
                  cost: CostModel, accept: AcceptanceModel | None, sampler: AcceptSampler | None,
                  engine: EngineConfig, rng: np.random.Generator, log: EventLog, drafter: DrafterState,
-                 recent: RecentAccept, step: int, t0: float, on_finish: Callable[[int], None] | None = None) -> None:
+                 recent: RecentAccept, step: int, t0: float, on_finish: Callable[[int], None] | None = None,
+                 ids: np.ndarray | None = None) -> None:
         self.idx, self.step_no = idx, step
         self.q_prompt = prompts.astype(np.int64)
         self.q_resp = np.maximum(responses.astype(np.int64), 1)
@@ -120,6 +121,12 @@ class RolloutWorker:
         self.done_t: list[float] = []  # when responses finished, and how many each time (DataCoverage's input)
         self.done_n: list[int] = []
         self.done_tokens: list[np.ndarray] = []
+        # which request finished when (``ids``: each queued request's index in the step's workload), for
+        # strategies that keep the first groups to finish; kept by admit/retire, i.e. on the reference
+        # path only (RolloutRun(track_requests=True) runs it), None when not asked
+        self.ids = ids
+        self.live_ids = np.zeros(0, dtype=np.int64)
+        self.done_ids: list[np.ndarray] = []
 
     # ---- the reference loop ------------------------------------------------------------------------
     def advance(self) -> bool:
@@ -221,6 +228,8 @@ class RolloutWorker:
         self.t += t
         resp = self.q_resp[lo:hi]
         live.add(prompts, resp)
+        if self.ids is not None:
+            self.live_ids = np.concatenate([self.live_ids, self.ids[lo:hi]])
         self.lag_dirty = True
         # one-token responses are done at prefill (every other live request still has tokens to emit:
         # finished ones were retired after the span that finished them)
@@ -344,6 +353,9 @@ class RolloutWorker:
         self.done_tokens.append(target)
         self.done_t.append(self.t)
         self.done_n.append(len(target))
+        if self.ids is not None:
+            self.done_ids.append(self.live_ids[done])
+            self.live_ids = self.live_ids[~done]
         live.drop(~done)
         self.need_admit = True
         if self.on_finish is not None:

@@ -1,0 +1,280 @@
+"""Long-tail rollout strategies (issue 45): each pinned on a small case computed by hand, ``sync``
+equal to today's run bit for bit, and ``--strategy``'s bad-input path."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from conftest import hang_seconds, needs_shared_traces, require_real_traces
+from tltcore.cost.protocol import PerConfigSDTimes
+from tltcore.errors import InputError
+from tltcore.policy.base import SDConfig
+from tltcore.policy.registry import make_policy
+from tltsim.rl.phases import PhaseTimes
+from tltsim.rl.run import run_preset
+from tltsim.rollout import EngineConfig, RolloutRun
+from tltsim.scenario import Scenario, apply_override, compare_policies, prepare
+from tltsim.strategy import OneStepOff, Overprovision, Sync, one_step_off, overprovision, parse_strategy, sync
+from tltsim.strategy.run import batch_rollout, compare_strategy, run_strategy, steps_frame
+from tltsim.strategy.timeline import BatchRollout, lag_rows
+
+
+class UnitCost(PerConfigSDTimes):
+    """Every prefill pass and every decode iteration takes 1 s, whatever the batch: a response of L
+    tokens admitted at t=0 gets its first token at the prefill (t=1) and its last at t=L."""
+
+    def prefill_time(self, new_tokens, cached_tokens) -> float:
+        return 1.0
+
+    def drafter_prefill_time(self, new_tokens, cached_tokens) -> float:
+        return 1.0
+
+    def decode_time(self, context_lens) -> float:
+        return 1.0
+
+    def decode_span_time(self, context_lens, n_iters: int) -> float:
+        return float(n_iters)
+
+    def sd_time(self, context_lens, config: SDConfig) -> float:
+        return 1.0
+
+
+def trainer(reward=1.0, olp=1.0, ref=0.0, actor=2.0, sync_s=1.0):
+    """A trainer whose phases cost the same for any batch (T = 4 s of training, W = 1 s of sync)."""
+    return lambda prompts, responses: PhaseTimes(reward, olp, ref, actor, sync_s)
+
+
+def batch(step: int, makespan: float, finish=(), tp: int = 1, responses=(10, 20)) -> BatchRollout:
+    n = len(responses)
+    return BatchRollout(step, makespan, np.asarray(finish or [makespan], dtype=float), tp, np.arange(n),
+                        np.ones(n, dtype=np.int64), np.asarray(responses, dtype=np.int64))
+
+
+# ---- the rules, on batches written by hand ---------------------------------------------------------
+def test_sync_steps_are_rollout_plus_training_plus_sync_with_lag_0() -> None:
+    rows = sync.schedule([batch(0, 10.0, (6.0, 10.0)), batch(1, 3.0, (3.0, 3.0))], trainer())
+    assert [(r.t_start, r.t_end) for r in rows] == [(0.0, 15.0), (15.0, 23.0)]  # 10+4+1, then 3+4+1
+    assert [r.train_s for r in rows] == [4.0, 4.0] and rows[0].weight_sync_s == 1.0
+    assert rows[0].gpu_idle_s == 4.0 and rows[1].gpu_idle_s == 0.0  # worker 0 waits 10 - 6 s
+    assert rows[0].row()["tokens_per_s"] == 30 / 15 and rows[0].row()["idle_fraction"] == 4.0 / (2 * 15)
+    assert all(r.lag.tolist() == [0, 0] for r in rows)
+
+
+def test_one_step_off_overlaps_the_next_rollout_with_training_and_lags_one_version() -> None:
+    # R = 10, 10, 10; T = 4, W = 1: D0=10 S0=10 U0=15; batch 1 generates 11..21: S1=21 U1=26;
+    # batch 2 generates 22..32: S2=32 U2=37 (sync would take 3 x 15 = 45)
+    rows = one_step_off.schedule([batch(k, 10.0) for k in range(3)], trainer(), trainer_gpus=2)
+    assert [(r.t_start, r.t_end) for r in rows] == [(0.0, 15.0), (15.0, 26.0), (26.0, 37.0)]
+    assert [r.lag.tolist() for r in rows] == [[0, 0], [1, 1], [1, 1]]
+    assert rows[0].gpus == 1 + 2
+    # idle, GPU-seconds: the trainer waits for batch 0 (10 x 2); for batch 1 it waits 21 - 15 = 6 (x 2);
+    # after the last batch the rollout pool idles through the last training (4 x 1)
+    assert [r.gpu_idle_s for r in rows] == [20.0, 12.0, 6 * 2 + 4.0]
+
+
+def test_one_step_off_is_trainer_bound_when_rollouts_are_short() -> None:
+    # R = 10, 2, 2: batch 1 is done at 13 but the trainer is busy until 15: S1=15 U1=20; batch 2
+    # generates 16..18, waits for the trainer: S2=20 U2=25; the rollout pool waits 2 s each time
+    rows = one_step_off.schedule([batch(0, 10.0), batch(1, 2.0), batch(2, 2.0)], trainer(), trainer_gpus=1)
+    assert [r.t_end for r in rows] == [15.0, 20.0, 25.0]
+    assert [r.gpu_idle_s for r in rows] == [10.0, 2.0, 2.0 + 4.0]
+
+
+def test_overprovision_trains_the_first_groups_to_finish_and_cuts_the_rollout_there() -> None:
+    # groups 0, 1, 2 finish at 3, 9, 5 (their slowest response); keep N=2: groups 0 and 2, tau = 5
+    b = BatchRollout(0, 9.0, np.array([9.0, 5.0]), 2, np.array([0, 0, 1, 1, 2, 2]), np.ones(6, dtype=np.int64),
+                     np.array([2, 3, 8, 9, 4, 5]), np.array([2.0, 3.0, 8.0, 9.0, 4.0, 5.0]))
+    (row,) = overprovision.schedule([b], [2], trainer(), "overprovision:eta=0.5")
+    assert row.rollout_s == 5.0 and row.t_end == 5.0 + 4.0 + 1.0
+    assert row.trained_samples == 4 and row.trained_tokens == 2 + 3 + 4 + 5 and row.dropped_samples == 2
+    assert row.gpu_idle_s == 0.0  # worker 1 finished at tau, worker 0 was cut off at tau
+    assert row.lag.tolist() == [0, 0, 0, 0]
+
+
+def test_overprovision_breaks_ties_by_launch_order() -> None:
+    b = BatchRollout(0, 4.0, np.array([4.0]), 1, np.array([5, 5, 3, 3]), np.ones(4, dtype=np.int64),
+                     np.array([4, 4, 4, 4]), np.array([4.0, 4.0, 4.0, 4.0]))
+    keep, tau = overprovision.first_groups(b, 1)
+    assert keep.tolist() == [True, True, False, False] and tau == 4.0  # group 5 was launched first
+
+
+def test_launch_adds_ceil_n_eta_copies_of_the_steps_groups() -> None:
+    class W:
+        step, group_ids = 0, np.array([0, 0, 1, 1, 2, 2])
+        prompt_tokens, response_tokens = np.array([5, 5, 6, 6, 7, 7]), np.array([1, 2, 3, 4, 5, 6])
+
+    # 100 x 1.1 is 110.00000000000001 in floating point: still 110 groups
+    assert overprovision.launched_groups(100, 0.1) == 110 and overprovision.launched_groups(3, 0.0) == 3
+    assert overprovision.launched_groups(3, 0.1) == 4
+    one = overprovision.launch(W, 0.1, seed=0)
+    assert one.batch_groups == 3 and len(one.group_ids) == 8
+    src = one.group_ids[6]
+    assert src == 3 and one.group_ids[7] == 3  # a fresh id, both samples of the copied group
+    copied = {(5, 1): 0, (6, 3): 1, (7, 5): 2}[(int(one.prompt_tokens[6]), int(one.response_tokens[6]))]
+    assert one.response_tokens[7] == W.response_tokens[2 * copied + 1]
+    all_ = overprovision.launch(W, 1.0, seed=0)  # eta 1: a copy of every group
+    assert sorted(all_.response_tokens[6:].tolist()) == [1, 2, 3, 4, 5, 6]
+
+
+def test_lag_rows_count_samples_and_tokens_per_lag() -> None:
+    rows = one_step_off.schedule([batch(0, 1.0), batch(1, 1.0, responses=(10, 30))], trainer(), 1)
+    assert lag_rows(rows[1]) == [{"strategy": "one-step-off", "step": 1, "lag": 1, "samples": 2, "tokens": 40,
+                                  "sample_share": 1.0, "token_share": 1.0}]
+
+
+# ---- the rules on the simulator, with a cost model of 1 s per pass --------------------------------
+class Work:
+    def __init__(self, step, groups, prompts, responses):
+        self.step, self.group_ids = step, np.asarray(groups)
+        self.prompt_tokens, self.response_tokens = np.asarray(prompts), np.asarray(responses)
+
+
+def _simulate(work, track: bool):
+    run = RolloutRun([make_policy("no-sd")], cost=UnitCost(), accept=None, engine=EngineConfig(), seed=0,
+                     track_requests=track)
+    return batch_rollout(work, run.step(work), tp=1)
+
+
+def test_overprovision_on_the_simulator_keeps_the_first_groups_by_hand() -> None:
+    # one worker, every request admitted at t=0: a response of L tokens finishes at t=L
+    # groups A [2, 3] -> 3, B [5, 4] -> 5, C [10, 1] -> 10; eta 1 launches a copy of each (A', B', C')
+    work = Work(0, [0, 0, 1, 1, 2, 2], [10] * 6, [2, 3, 5, 4, 10, 1])
+    whole = _simulate(work, track=False)
+    assert whole.makespan == 10.0 and whole.finish is None
+    (s_row,) = sync.schedule([whole], trainer())
+    assert s_row.t_end == 10.0 + 5.0 and s_row.trained_tokens == 25
+    launched = overprovision.launch(work, 1.0, seed=0)
+    b = _simulate(launched, track=True)
+    assert b.makespan == 10.0
+    assert b.finish[:6].tolist() == [2.0, 3.0, 5.0, 4.0, 10.0, 1.0]  # prefill emits the first token (t=1)
+    (row,) = overprovision.schedule([b], [launched.batch_groups], trainer(), "overprovision:eta=1")
+    # first three groups: A and A' at 3, then B (launched before B') at 5
+    assert row.rollout_s == 5.0 and row.t_end == 5.0 + 5.0
+    assert row.trained_samples == 6 and row.trained_tokens == 2 + 3 + 2 + 3 + 5 + 4 and row.dropped_samples == 6
+
+
+def test_tracking_requests_changes_no_number() -> None:
+    work = Work(3, [0, 0, 1, 1, 2, 2, 3, 3], [7, 7, 9, 9, 4, 4, 8, 8], [30, 5, 12, 12, 1, 40, 9, 3])
+    plain = RolloutRun([make_policy("no-sd")] * 2, cost=UnitCost(), accept=None, seed=1)
+    tracked = RolloutRun([make_policy("no-sd")] * 2, cost=UnitCost(), accept=None, seed=1, track_requests=True)
+    a, b = plain.step(work), tracked.step(work)
+    assert a.t_end == b.t_end and np.array_equal(a.finish_times, b.finish_times)
+    assert np.array_equal(a.response_finish, b.response_finish) and len(a.response_index) == 0
+    assert sorted(b.response_index.tolist()) == list(range(8))
+    assert np.array_equal(np.asarray(work.response_tokens)[b.response_index], b.response_tokens)
+    assert plain.events().equals(tracked.events())
+
+
+# ---- sync is today's run ---------------------------------------------------------------------------
+def _scenario(**sets: str) -> Scenario:
+    base = {"trace.prompts_per_step": "8", "trace.num_steps": "2", "trace.cap": "4096", "cluster.gpus": "8",
+            "cluster.tp": "2", "policies": '["elastic:16+beg-mab"]'}
+    s = Scenario()
+    for k, v in {**base, **sets}.items():
+        s = apply_override(s, k, v)
+    return s
+
+
+@pytest.fixture(scope="module")
+def small() -> tuple[Scenario, object]:
+    require_real_traces()
+    s = _scenario()
+    return s, prepare(s)
+
+
+def test_sync_is_todays_run_bit_for_bit(small) -> None:
+    s, inputs = small
+    events, summary = compare_policies(s, inputs)
+    s_events, s_summary, steps, lags = compare_strategy(s, Sync(), inputs)
+    assert s_events.equals(events)
+    assert s_summary.drop(columns="strategy").equals(summary) and set(s_summary["strategy"]) == {"sync"}
+    merged = steps.merge(summary, on=["policy", "step"])
+    assert (merged["rollout_s"] == merged["makespan_s"]).all()
+    assert (merged["gpu_idle_s_x"] == merged["gpu_idle_s_y"]).all()
+    assert set(lags["lag"]) == {0} and (lags["sample_share"] == 1.0).all()
+
+
+def test_sync_step_time_is_the_verl_presets(small) -> None:
+    s, inputs = small
+    verl = run_preset(s, "verl", inputs).steps
+    mine = steps_frame([run_strategy(s, "no-sd", inputs, strategy=Sync())])
+    # the preset's rollouts run on a clock that includes training: equal up to float rounding
+    assert mine["step_s"].to_numpy() == pytest.approx(verl["step_s"].to_numpy(), rel=1e-12)
+    assert mine["rollout_s"].to_numpy() == pytest.approx(verl["rollout_s"].to_numpy(), rel=1e-12)
+
+
+def test_overprovision_eta_0_is_sync_and_one_step_off_is_faster(small) -> None:
+    s, inputs = small
+    base = steps_frame([run_strategy(s, "elastic:16+beg-mab", inputs, strategy=Sync())])
+    zero = steps_frame([run_strategy(s, "elastic:16+beg-mab", inputs, strategy=Overprovision(0.0))])
+    assert zero.drop(columns="strategy").equals(base.drop(columns="strategy"))
+    off = steps_frame([run_strategy(s, "elastic:16+beg-mab", inputs, strategy=OneStepOff())])
+    assert off["t_end"].iloc[-1] < base["t_end"].iloc[-1] and off["max_lag"].tolist() == [0, 1]
+    over = steps_frame([run_strategy(s, "elastic:16+beg-mab", inputs, strategy=Overprovision(0.5))])
+    assert (over["trained_samples"] == base["trained_samples"]).all() and (over["dropped_samples"] > 0).all()
+
+
+# ---- --strategy ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("text", "message"), [
+    ("one-step-of", "did you mean one-step-off"), ("overprovision", "needs eta"), ("overprovision:eta=x", "number"),
+    ("overprovision:eta=-1", "0 to 4"), ("sync:k=1", "no parameter 'k'"), ("one-step-off:trainer_gpus=0", "1 to"),
+    ("async:staleness=2", "not built yet"), ("overprovision:eta=1,mode=resume", "not built yet"),
+    ("overprovision:", "key=value"), ("overprovision:eta", "key=value"), ("overprovision:eta=1,eta=2", "twice"),
+])
+def test_bad_strategy_is_one_input_error(text, message) -> None:
+    with pytest.raises(InputError, match=message) as err:
+        parse_strategy(text)
+    assert err.value.path == "--strategy" and "\n" not in str(err.value)
+
+
+def test_strategy_specs_parse() -> None:
+    assert parse_strategy("sync") == Sync()
+    assert parse_strategy("one-step-off:trainer_gpus=32") == OneStepOff(32)
+    assert parse_strategy(" overprovision:eta=0.25 ").label == "overprovision:eta=0.25"
+
+
+def test_cli_strategy_errors_stop_before_running(tmp_path) -> None:
+    out = tmp_path / "never"
+    for args, message in ((["--strategy", "tail"], "unknown strategy"), (["--strategy", "sync"], "add --seeds 1"),
+                          (["--strategy", "sync", "--seeds", "1", "--preset", "tlt"], "not with --preset"),
+                          (["--strategy", "sync", "--seeds", "1", "--for-steps", "100"], "do not price")):
+        res = CliRunner().invoke(app_(), ["sim", "run", *args, "--out", str(out)])
+        assert isinstance(res.exception, InputError) and message in str(res.exception), res.output
+        assert not out.exists()
+
+
+def test_cli_bad_strategy_is_one_line_exit_2(tmp_path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", "from tltcli import main; main()", "sim", "run", "--strategy",
+                           "overprovision:eta=9", "--seeds", "1"], capture_output=True, text=True, cwd=tmp_path,
+                          env=env, timeout=hang_seconds(24))
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
+    assert "--strategy" in proc.stderr and "eta must be 0 to 4" in proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def app_():
+    from tltcli import app
+
+    return app
+
+
+@needs_shared_traces()
+def test_cli_one_step_off_writes_the_lag_table(tmp_path) -> None:
+    out = tmp_path / "res"
+    res = CliRunner().invoke(app_(), ["sim", "run", "--strategy", "one-step-off", "--seeds", "1", "--steps", "2",
+                                      "--set", "trace.prompts_per_step=8", "--gpus", "8", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "Whole run under one-step-off" in res.output
+    lags = pd.read_csv(out / "lag.csv")
+    assert lags.groupby("step")["lag"].max().tolist() == [0, 1]
+    steps = pd.read_csv(out / "strategy.csv")
+    assert set(steps["policy"]) == {"no-sd", "elastic+beg-mab"} and (steps["gpus"] == 16).all()
+    assert set(pd.read_csv(out / "summary.csv")["strategy"]) == {"one-step-off"}

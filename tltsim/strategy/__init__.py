@@ -1,0 +1,51 @@
+"""Long-tail rollout strategies: how an RL run turns rollouts into trained batches (issue 45).
+
+The rollout simulator (:mod:`tltsim.rollout`) answers "how long does this batch take to generate under
+this SD policy"; a strategy answers "when does each batch generate and train, which weights generated
+it, and what is trained". Each strategy is a schedule over simulated rollouts and priced training
+phases, so every strategy composes with every SD policy: the rollout of each batch runs as is, with
+its policy, and the strategy places it on the run clock (:mod:`tltsim.strategy.timeline`).
+
+Vocabulary, shared by every strategy:
+
+* **policy version**: the actor's weights after k updates are version k; version 0 is the initial
+  model. Batch k's training produces version k+1, which a weight sync brings to the rollout engine.
+* **trained batch**: what one actor update trains on. ``sync`` and ``one-step-off`` train the whole
+  batch the step generated (N prompt groups x their samples); ``overprovision`` the N groups that
+  finished first out of the ``ceil(N(1+eta))`` it launched.
+* **lag** of a trained sample: the version that trains on it minus the version that generated it
+  (0: on-policy). Per token it is the sample's lag for every strategy built so far, since no response
+  spans two versions; partial rollout (a response continued under newer weights) will give one
+  response's tokens different lags, which is why ``lag.csv`` counts tokens as well as samples.
+* **overlap**: ``sync`` and ``overprovision`` are colocated: every GPU generates, then every GPU
+  trains. ``one-step-off`` generates batch k+1 on a rollout pool while a separate trainer pool trains
+  batch k.
+* **GPU idle**: GPU-seconds a strategy's GPUs wait, attributed to the batch they wait in: a
+  rollout worker between its last response and the rollout's end, and the pools waiting for each
+  other. The training phases count as busy on the GPUs that run them.
+
+The strategies (one module each, rules and sources in its docstring):
+
+* :mod:`~tltsim.strategy.sync` — today's synchronous step, lag 0 (veRL, TLT);
+* :mod:`~tltsim.strategy.one_step_off` — verl's one-step-off-policy trainer, lag 1 after the first
+  step;
+* :mod:`~tltsim.strategy.overprovision` — APRIL-style over-provisioning (slime), the drop variant:
+  train the first N groups to finish, drop the rest, lag 0.
+
+Approximated everywhere: training phases are priced by :func:`tltsim.rl.phases.phase_times` (MFU
+assumptions of the ``[rl]`` section), drafter training and the drafter's staleness are not modelled
+(the SD policy keeps the scenario's drafter: whole-run presets do that, not strategies yet), and a
+weight sync costs what the colocated one costs. Not built yet (issue 45): fully asynchronous rollout
+with partial rollout and a staleness bound (verl ``fully_async_policy``, AReaL's
+``max_head_offpolicyness``), over-provisioning that resumes the unfinished responses next step
+(APRIL's recycling), and tail batching (RollPacker). Sources: verl's documentation (recipes
+"One Step Off Policy Async Trainer" and "Fully Async Policy Trainer",
+https://verl.readthedocs.io/en/latest/advance/fully_async.html), AReaL's "Asynchronous RL" guide
+(https://inclusionai.github.io/AReaL/algorithms/async.html), APRIL (arXiv 2509.18521) and RollPacker
+(tail batching: short rounds launch more prompts than needed and keep the first to finish, long
+prompts are deferred to long rounds).
+"""
+
+from tltsim.strategy.spec import STRATEGIES, OneStepOff, Overprovision, StrategySpec, Sync, parse_strategy
+
+__all__ = ["STRATEGIES", "OneStepOff", "Overprovision", "StrategySpec", "Sync", "parse_strategy"]

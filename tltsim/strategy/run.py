@@ -1,0 +1,136 @@
+"""Running a scenario's SD policies under one strategy: each policy's rollouts, then the strategy's
+schedule of them (:mod:`tltsim.strategy`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tltcore.model_shape import get_model
+from tltcore.policy.spec import PolicyBase, as_spec
+from tltsim.rl.phases import phase_times
+from tltsim.rollout import RolloutRun, StepResult
+from tltsim.rollout.entities import StepRequests
+from tltsim.scenario import (
+    BASELINE_POLICY,
+    Scenario,
+    SimInputs,
+    make_policies,
+    policies_with_baseline,
+    prepare,
+    run_each,
+    scenario_gpu,
+)
+from tltsim.strategy import one_step_off, overprovision, sync
+from tltsim.strategy.spec import OneStepOff, Overprovision, StrategySpec, Sync
+from tltsim.strategy.timeline import BatchRollout, StepRow, Trainer, lag_rows
+
+SYNC = Sync()
+
+
+@dataclass(frozen=True)
+class StrategyRun:
+    """One policy's run under a strategy: the rollouts' event log and the strategy's steps."""
+
+    policy: str
+    events: pd.DataFrame
+    steps: list[StepRow]
+
+
+def trainer_for(s: Scenario, gpus: int) -> Trainer:
+    """The training phases of a batch on ``gpus`` GPUs of the scenario's kind (``[rl]`` section)."""
+    model, gpu = get_model(s.model.name), scenario_gpu(s)
+    return lambda prompts, responses: phase_times(model, gpu, gpus, prompts, responses, s.rl)
+
+
+def batch_rollout(work: StepRequests, res: StepResult, tp: int) -> BatchRollout:
+    """A simulated step as the strategies read it (times since the step's start)."""
+    finish = None
+    if len(res.response_index):
+        finish = np.full(len(work.response_tokens), np.nan)
+        finish[res.response_index] = res.response_finish - res.t_start
+    return BatchRollout(int(work.step), res.makespan, res.finish_times - res.t_start, tp,
+                        np.asarray(work.group_ids), np.asarray(work.prompt_tokens, dtype=np.int64),
+                        np.asarray(work.response_tokens, dtype=np.int64), finish)
+
+
+def launched(s: Scenario, strategy: StrategySpec, inputs: SimInputs) -> list[Any]:
+    """The requests each step launches under ``strategy``: the workloads, with the extra groups of
+    ``overprovision``."""
+    if isinstance(strategy, Overprovision):
+        return [overprovision.launch(w, strategy.eta, s.seed) for w in inputs.workloads]
+    return list(inputs.workloads)
+
+
+def run_strategy(s: Scenario, spec: PolicyBase | str, inputs: SimInputs | None = None, *,
+                 strategy: StrategySpec = SYNC, run_id: str = "",
+                 progress: Callable[[int], None] | None = None) -> StrategyRun:
+    """Every step of the scenario under one SD policy and ``strategy``. The rollouts run exactly as
+    :func:`tltsim.scenario.run_policy` runs them (the same event log under ``sync``); ``overprovision``
+    launches its extra groups and tracks which response finished when."""
+    inputs = inputs or prepare(s)
+    typed = as_spec(spec)
+    track = isinstance(strategy, Overprovision)
+    run = RolloutRun(make_policies(typed, inputs), cost=inputs.cost, accept=inputs.accept, engine=inputs.engine,
+                     seed=s.seed, deal_mode=s.trace.deal, run_id=run_id, policy_name=typed.name,
+                     drafter=inputs.drafter, track_requests=track)
+    works = launched(s, strategy, inputs)
+    batches = [batch_rollout(w, run.step(w, progress), s.cluster.tp) for w in works]
+    if isinstance(strategy, Sync):
+        rows = sync.schedule(batches, trainer_for(s, s.cluster.gpus))
+    elif isinstance(strategy, OneStepOff):
+        gpus = strategy.trainer_gpus or s.cluster.gpus
+        rows = one_step_off.schedule(batches, trainer_for(s, gpus), gpus, strategy.label)
+    else:
+        rows = overprovision.schedule(batches, [w.batch_groups for w in works], trainer_for(s, s.cluster.gpus),
+                                      strategy.label)
+    return StrategyRun(typed.name, run.events(), rows)
+
+
+def steps_frame(runs: list[StrategyRun]) -> pd.DataFrame:
+    """``strategy.csv``: one row per (policy, step)."""
+    return pd.DataFrame([{"policy": r.policy, **row.row()} for r in runs for row in r.steps])
+
+
+def lag_frame(runs: list[StrategyRun]) -> pd.DataFrame:
+    """``lag.csv``: one row per (policy, step, lag) with its samples and tokens."""
+    return pd.DataFrame([{"policy": r.policy, **x} for r in runs for row in r.steps for x in lag_rows(row)])
+
+
+def totals_frame(steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per policy: the whole run's seconds, trained tokens per second, GPU idle share and lag
+    (the trained-sample mean and max, the share of samples at lag 0)."""
+    rows = []
+    for (policy, strategy), part in steps.groupby(["policy", "strategy"], sort=False):
+        total = float(part["t_end"].iloc[-1] - part["t_start"].iloc[0])
+        samples = part["trained_samples"].sum()
+        gpu_s = float((part["gpus"] * part["step_s"]).sum())
+        rows.append({"policy": policy, "strategy": strategy, "steps": len(part), "total_s": total,
+                     "tokens_per_s": float(part["trained_tokens"].sum()) / total if total > 0 else float("nan"),
+                     "idle_fraction": float(part["gpu_idle_s"].sum()) / gpu_s if gpu_s > 0 else 0.0,
+                     "mean_lag": float((part["mean_lag"] * part["trained_samples"]).sum() / samples)
+                     if samples else float("nan"),
+                     "max_lag": int(part["max_lag"].max()), "dropped_samples": int(part["dropped_samples"].sum())})
+    return pd.DataFrame(rows)
+
+
+def compare_strategy(s: Scenario, strategy: StrategySpec, inputs: SimInputs | None = None, *, progress=None,
+                     on_policy=None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Every policy of the scenario (``no-sd`` first) under ``strategy`` on the same workloads: (one
+    event log, the per-(policy, step) rollout summary as :func:`tltsim.scenario.compare_policies` gives
+    it, with a ``strategy`` column, ``strategy.csv``'s steps, ``lag.csv``'s distribution)."""
+    from tltcore.summary import summary_table
+
+    inputs, runs = run_each(s, policies_with_baseline(s.policies), partial(run_strategy, strategy=strategy), inputs,
+                            progress=progress, on_each=on_policy)
+    events = pd.concat([r.events for r in runs], ignore_index=True)
+    summary = summary_table(events, gpus=s.cluster.gpus, tp=s.cluster.tp, baseline=BASELINE_POLICY)
+    capped = {w.step: w.capped for w in inputs.workloads}
+    summary["capped_responses"] = [capped.get(step, 0) for step in summary["step"]]
+    summary.insert(0, "strategy", strategy.label)
+    return events, summary, steps_frame(runs), lag_frame(runs)

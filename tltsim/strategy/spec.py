@@ -1,0 +1,124 @@
+"""``--strategy NAME[:key=value,...]``: the strategy a run uses, parsed into a typed spec.
+
+One line per mistake (an unknown name, an unknown or malformed parameter, a value out of range), as an
+:class:`~tltcore.errors.InputError` naming ``--strategy``, so the CLI exits 2 before anything runs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tltcore.config import suggest
+from tltcore.errors import InputError
+
+#: The largest over-provisioning factor: launching more than 4x the batch is no longer a tail cure
+#: but a different batch size (APRIL's experiments launch well under 2x; an input bound, not a figure).
+MAX_ETA = 4.0
+
+
+@dataclass(frozen=True)
+class Sync:
+    """Today's synchronous step: rollout, then training, then weight sync (:mod:`tltsim.strategy.sync`)."""
+
+    @property
+    def label(self) -> str:
+        return "sync"
+
+
+@dataclass(frozen=True)
+class OneStepOff:
+    """verl's one-step-off-policy trainer (:mod:`tltsim.strategy.one_step_off`); ``trainer_gpus``: the
+    trainer pool's GPUs (None: as many as the rollout pool, ``cluster.gpus``)."""
+
+    trainer_gpus: int | None = None
+
+    @property
+    def label(self) -> str:
+        return "one-step-off" + (f":trainer_gpus={self.trainer_gpus}" if self.trainer_gpus is not None else "")
+
+
+@dataclass(frozen=True)
+class Overprovision:
+    """Launch ``ceil(N(1+eta))`` prompt groups, train the first N to finish, drop the rest
+    (:mod:`tltsim.strategy.overprovision`)."""
+
+    eta: float
+
+    @property
+    def label(self) -> str:
+        return f"overprovision:eta={self.eta:g}"
+
+
+StrategySpec = Sync | OneStepOff | Overprovision
+
+#: Each strategy's name and the parameters it takes (``key: help``).
+STRATEGIES: dict[str, dict[str, str]] = {
+    "sync": {},
+    "one-step-off": {"trainer_gpus": "GPUs of the trainer pool (default: cluster.gpus)"},
+    "overprovision": {"eta": "extra share of prompt groups launched (0 to 4), required",
+                      "mode": "drop (resume is not built yet)"},
+}
+
+#: Strategies of issue 45 not built yet, named so that asking for one says so plainly.
+LATER = ("async", "tail-batching")
+
+
+def strategy_names() -> str:
+    return ", ".join(STRATEGIES)
+
+
+def parse_strategy(text: str, *, where: str = "--strategy") -> StrategySpec:
+    """``NAME`` or ``NAME:key=value[,key=value]`` (module docstring)."""
+    name, colon, rest = text.strip().partition(":")
+    name = name.strip()
+    if name in LATER:
+        raise InputError(f"strategy '{name}' is not built yet; built: {strategy_names()}", path=where)
+    if name not in STRATEGIES:
+        raise InputError(f"unknown strategy '{name}'{suggest(name, list(STRATEGIES))}; one of {strategy_names()}",
+                         path=where)
+    params: dict[str, str] = {}
+    if colon and not rest.strip():
+        raise InputError(f"expected key=value after '{name}:'", path=where)
+    for item in rest.split(",") if colon else ():
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not value.strip():
+            raise InputError(f"expected key=value in '{text}', got '{item.strip()}'", path=where)
+        if key not in STRATEGIES[name]:
+            known = ", ".join(STRATEGIES[name]) or "none"
+            raise InputError(f"strategy '{name}' has no parameter '{key}' (parameters: {known})", path=where)
+        if key in params:
+            raise InputError(f"parameter '{key}' given twice in '{text}'", path=where)
+        params[key] = value.strip()
+    if name == "sync":
+        return Sync()
+    if name == "one-step-off":
+        gpus = params.get("trainer_gpus")
+        return OneStepOff(None if gpus is None else _positive_int(gpus, "trainer_gpus", where))
+    if params.get("mode", "drop") != "drop":
+        raise InputError(f"overprovision mode '{params['mode']}' is not built yet: this round drops the groups "
+                         "that did not finish (mode=drop)", path=where)
+    if "eta" not in params:
+        raise InputError("overprovision needs eta, e.g. overprovision:eta=0.25", path=where)
+    return Overprovision(_eta(params["eta"], where))
+
+
+def _positive_int(value: str, key: str, where: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise InputError(f"{key} must be a whole number of GPUs, got '{value}'", path=where) from None
+    if n < 1 or n > 10**6:
+        raise InputError(f"{key} must be 1 to 1,000,000, got {n}", path=where)
+    return n
+
+
+def _eta(value: str, where: str) -> float:
+    try:
+        eta = float(value)
+    except ValueError:
+        raise InputError(f"eta must be a number, got '{value}'", path=where) from None
+    if not math.isfinite(eta) or eta < 0 or eta > MAX_ETA:
+        raise InputError(f"eta must be 0 to {MAX_ETA:g}, got {value}", path=where)
+    return eta

@@ -1,0 +1,112 @@
+"""What every strategy schedules and reports: one batch's rollout as the simulator ran it, the trainer's
+price of a batch, and one row per RL step with its lag distribution.
+
+A strategy never re-simulates decoding: it takes each batch's rollout (:class:`BatchRollout`, from
+:class:`~tltsim.rollout.RolloutRun` with the run's SD policy) and the training phases of the batch it
+trains (:func:`tltsim.rl.phases.phase_times`, the one home of their formulas), and places them on a
+run clock by its own rules. That is why every strategy composes with every SD policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from tltsim.rl.phases import PhaseTimes
+
+
+@dataclass(frozen=True)
+class BatchRollout:
+    """One batch's rollout on the rollout pool, times in seconds since the rollout started.
+
+    ``worker_finish``: when each worker finished its last response (``tp`` GPUs each); per response
+    (workload order): ``group_ids``, ``prompt_tokens``, ``response_tokens`` and ``finish`` (None when
+    the rollout did not track which response finished when: strategies that train whole batches
+    never need it)."""
+
+    step: int
+    makespan: float
+    worker_finish: np.ndarray
+    tp: int
+    group_ids: np.ndarray
+    prompt_tokens: np.ndarray
+    response_tokens: np.ndarray
+    finish: np.ndarray | None = None
+
+    @property
+    def gpus(self) -> int:
+        return len(self.worker_finish) * self.tp
+
+    def tail_idle(self, until: float) -> float:
+        """GPU-seconds the rollout pool's workers sit idle between their last response and ``until``
+        (the rollout's end), as :func:`tltcore.summary.summarize_step` counts ``gpu_idle_s``."""
+        return float(np.maximum(until - self.worker_finish, 0.0).sum() * self.tp)
+
+
+#: The trainer's price of a batch: ``(prompt_tokens, response_tokens) -> PhaseTimes`` on its pool.
+Trainer = Callable[[np.ndarray, np.ndarray], PhaseTimes]
+
+
+def train_seconds(p: PhaseTimes) -> float:
+    """Reward, old log-probs, reference and actor update, one after the other (weight sync apart:
+    strategies place it differently)."""
+    return p.reward + p.old_log_prob + p.reference + p.actor_update
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One RL step as a strategy ran it: its window ``[t_start, t_end]`` on the run clock (the end of
+    the previous step's actor update and weight sync to the end of this one's), the rollout and
+    training inside it, what was trained, the GPUs held and how long they sat idle (GPU-seconds
+    attributed to this batch), and per trained sample its lag (``lag``: policy versions between the
+    weights that generated it and the actor that trains it) and its response tokens (``tokens``)."""
+
+    strategy: str
+    step: int
+    t_start: float
+    t_end: float
+    rollout_s: float
+    train_s: float
+    weight_sync_s: float
+    trained_samples: int
+    trained_tokens: int
+    dropped_samples: int
+    gpus: int
+    gpu_idle_s: float
+    lag: np.ndarray
+    tokens: np.ndarray
+
+    @property
+    def step_s(self) -> float:
+        return self.t_end - self.t_start
+
+    def row(self) -> dict[str, object]:
+        """The table row (``strategy.csv``): the fields, step seconds, throughput, idle share and lag."""
+        out = {k: v for k, v in asdict(self).items() if k not in ("lag", "tokens")}
+        lag = np.asarray(self.lag, dtype=np.float64)
+        out.update(step_s=self.step_s,
+                   tokens_per_s=self.trained_tokens / self.step_s if self.step_s > 0 else float("nan"),
+                   idle_fraction=self.gpu_idle_s / (self.gpus * self.step_s) if self.step_s > 0 else 0.0,
+                   mean_lag=float(lag.mean()) if len(lag) else float("nan"),
+                   max_lag=int(lag.max()) if len(lag) else 0)
+        return out
+
+
+def lag_rows(row: StepRow) -> list[dict[str, object]]:
+    """The step's lag distribution (``lag.csv``): per lag, the trained samples and their tokens. A
+    sample generated under one policy version has every token at the sample's lag, so the token shares
+    weight the same lags by length; a strategy that continues a response under newer weights (partial
+    rollout, not built yet) would give its tokens different lags."""
+    lag = np.asarray(row.lag, dtype=np.int64)
+    tok = np.asarray(row.tokens, dtype=np.int64)
+    if len(lag) != len(tok):
+        raise ValueError(f"{len(lag)} lags for {len(tok)} trained samples")
+    out = []
+    for value in np.unique(lag):
+        mine = lag == value
+        out.append({"strategy": row.strategy, "step": row.step, "lag": int(value), "samples": int(mine.sum()),
+                    "tokens": int(tok[mine].sum()), "sample_share": float(mine.sum() / len(lag)),
+                    "token_share": float(tok[mine].sum() / tok.sum()) if tok.sum() > 0 else float("nan")})
+    return out
