@@ -10,6 +10,8 @@ Files (all written into the results folder ``tlt advise`` builds atomically):
   recommendation and the exports re-simulated on every step of the workload), ``robustness.csv`` (the
   recommendation under each unmeasured input's range, :mod:`tltsim.robustness`);
 * ``ranking.png``/``.pdf`` — rollout speedup per setting with its min–max whiskers and each seed;
+* with ``--strategies``: ``strategies.csv`` (strategy x SD setting, ranked, with staleness),
+  ``strategies_runs.csv`` (per seed) and ``strategies.png``/``.pdf`` (step time vs staleness);
 * ``scenario.resolved.toml`` (the scenario advised on), ``recommended.toml`` (that scenario running only
   the recommendation: ``tlt sim run --scenario recommended.toml`` reruns it),
   ``vllm_speculative_config.json``, ``sglang_flags.txt`` and, for SGLang's adaptive mode,
@@ -131,6 +133,47 @@ def ranking_figure(rows: pd.DataFrame, ranking: pd.DataFrame, stem: Path, bound_
     return paths
 
 
+def strategies_figure(table: pd.DataFrame, runs: pd.DataFrame, stem: Path) -> list[Path]:
+    """Whole-run time per RL step against staleness (the mean policy-version lag of the trained samples),
+    one colour per strategy and one marker per SD setting: the median with min–max whiskers over the
+    seeds, and the Pareto front (no other combination is both faster and fresher) as a line."""
+    from analysis.style import colors_for
+
+    strategies = list(dict.fromkeys(runs["strategy"]))  # as asked: sync first
+    policies = list(dict.fromkeys(runs["policy"]))
+    colors = colors_for(strategies)
+    markers = dict(zip(policies, "osD^vP*X", strict=False))
+    with plt.rc_context(paper_rc()):
+        fig, ax = plt.subplots(figsize=(6.5, 3.8))
+        for r in table.to_dict("records"):
+            part = runs[(runs["strategy"] == r["strategy"]) & (runs["policy"] == r["policy"])]
+            per_step = (part["total_s"] / part["steps"]).to_numpy(dtype=float)
+            med = r["step_s_median"]
+            ax.errorbar(r["mean_lag"], med, yerr=[[med - per_step.min()], [per_step.max() - med]],
+                        color=colors[r["strategy"]], marker=markers.get(r["policy"], "o"), ms=6, capsize=3, lw=1,
+                        ls="none")
+        front = table.sort_values(["mean_lag", "step_s_median"], kind="stable")
+        best, xs, ys = math.inf, [], []
+        for r in front.to_dict("records"):
+            if r["step_s_median"] < best:
+                best = r["step_s_median"]
+                xs.append(r["mean_lag"])
+                ys.append(best)
+        ax.step(xs, ys, where="post", color="grey", lw=1, ls="--", label="Pareto front (faster and fresher)")
+        for name in strategies:
+            ax.plot([], [], color=colors[name], lw=6, label=name)
+        for name in policies:
+            ax.plot([], [], color="black", marker=markers.get(name, "o"), ls="none", label=name)
+        ax.set_xlabel("staleness: mean lag of the trained samples (policy versions)")
+        ax.set_ylabel("whole-run time per RL step (s)")
+        ax.set_title("Long-tail strategies x SD: step time vs staleness (median, min–max over seeds)")
+        ax.legend(fontsize=6.5, loc="upper right")
+        fig.tight_layout()
+        paths = save_figure(fig, stem)
+        plt.close(fig)
+    return paths
+
+
 def _ranking_table(ranking: pd.DataFrame) -> str:
     t = pd.DataFrame({
         "rank": ranking["rank"], "setting": ranking["label"],
@@ -144,6 +187,35 @@ def _ranking_table(ranking: pd.DataFrame) -> str:
         "switch s/worker": [f"{v:.2f}" for v in ranking["switch_s_median"]],
     })
     return markdown_table(t)
+
+
+def _strategy_lines(folder: Path, answer: Any) -> list[str]:
+    """``--strategies``: the ranking of strategies x SD settings with staleness, the verdicts and the
+    figure (``strategies.csv``, ``strategies_runs.csv``, ``strategies.png``); nothing without the option."""
+    if answer is None:
+        return []
+    lines = ["## Long-tail strategies composed with SD", ""]
+    if answer.skipped:
+        return [*lines, f"Strategies: {answer.skipped}.", ""]
+    answer.table.to_csv(folder / "strategies.csv", index=False)
+    answer.runs.to_csv(folder / "strategies_runs.csv", index=False)
+    strategies_figure(answer.table, answer.runs, folder / "strategies")
+    t = answer.table
+    lines += [f"Each strategy (`tltsim/strategy/`, docs: Long-tail strategies) with no SD, the recommendation and "
+              f"TLT's setting over {answer.steps}, ranked by median whole-run time (rollout and training as the "
+              "strategy schedules them); speedup over the synchronous step without SD at the same seed (per GPU: "
+              "divided by the GPUs held relative to it, as a one-step-off trainer pool adds GPUs); lag in policy "
+              "versions behind, of the trained samples.", "",
+              markdown_table(pd.DataFrame({
+                  "rank": t["rank"], "strategy": t["strategy"], "SD setting": t["policy"],
+                  "speedup": [_x(a, b, c) for a, b, c in zip(t["speedup_median"], t["speedup_min"],
+                                                              t["speedup_max"], strict=True)],
+                  "s per step": [f"{x:.1f}" for x in t["step_s_median"]],
+                  "mean lag": [f"{x:.2f}" for x in t["mean_lag"]], "max lag": t["max_lag"], "GPUs": t["gpus"],
+                  "speedup per GPU": [f"{x:.3f}x" for x in t["speedup_per_gpu"]],
+                  "idle": [f"{100 * x:.0f}%" for x in t["idle_fraction"]]})), "",
+              *(f"- {c.line()}" for c in answer.compositions), "", "![strategies](strategies.png)", ""]
+    return lines
 
 
 def write_report(folder: Path, s: Any, rec: Any, ranking: pd.DataFrame, rows: pd.DataFrame, fresh: Any,
@@ -247,6 +319,7 @@ def write_report(folder: Path, s: Any, rec: Any, ranking: pd.DataFrame, rows: pd
     if facts.get("derived"):
         lines += [f"`{facts['derived']}` is the per-batch-size chain table the best per-iteration policy's decisions "
                   "amount to (its run at the first seed): the closest setting vLLM or SGLang can run to it.", ""]
+    lines += _strategy_lines(folder, facts.get("strategies"))
     lines += ["## How the drafter is kept fresh over RL steps", ""]
     if fresh.table.empty:
         lines += [f"Drafter upkeep: {fresh.skipped}.", ""]

@@ -162,6 +162,11 @@ def advise(
              "trace's steps when it has several, else trace.num_steps, else 1).")] = None,
     price: PriceOption = None,
     usd_per_kwh: UsdPerKwhOption = None,
+    strategies: Annotated[list[str] | None, typer.Option(
+        help="Also rank long-tail strategies composed with SD: 'all', or strategy specs (one-step-off, "
+             "overprovision:eta=0.25; repeatable), each with no SD, the recommendation and TLT's setting: whole-run "
+             "time, speedup, staleness (lag) and whether SD and the strategy add or compete (docs: Long-tail "
+             "strategies).")] = None,
     wandb: Annotated[str | None, typer.Option(metavar="PROJECT", help=WANDB_HELP.replace("results", "report"))
     ] = None,
     out: Annotated[Path | None, typer.Option(
@@ -198,6 +203,9 @@ def advise(
 
     check_steps(steps, "--steps")
 
+    from tltsim.advise_strategies import check_strategies_option
+
+    strategy_specs = check_strategies_option(strategies)
     prices = parse_prices(price or [])
     check_usd_per_kwh(usd_per_kwh)
     if wandb is not None:
@@ -350,13 +358,18 @@ def advise(
     exports = _exports(s, rec, ranking, max_batch)
     say("re-simulating the exports on every step of the workload")
     check = _check_exports(s, rec, exports, ranking, seed_list[0])
+    strategy_answer = None
+    if strategy_specs:
+        say("long-tail strategies composed with SD")
+        strategy_answer = _strategies(s, rec, seed_list, strategy_specs,
+                                      lambda tasks, specs: _run_strategies(tasks, specs, workers, executor, address))
     command = command_line(ctx)
     wall, cpu = time.perf_counter() - wall0, _cpu_s() - cpu0
     facts = {"command": command, "wall_s": wall, "cpu_s": cpu, "cpu_text": _cpu_text(cpu, workers, executor),
              "seeds": seed_list, "switches": switches,
              "later_s": later, "later_note": later_note, "bound": bound, "validation": validation,
              "scenario_name": name, "quick": quick, "derived": derived, "tasks": len(tasks), "check": check,
-             "robust": robust, "units": units,
+             "robust": robust, "units": units, "strategies": strategy_answer,
              "cost": describe_cost(inputs.cost).removeprefix("cost model: "), "assumes": _assumptions(s, inputs.cost),
              "gpu": describe_gpu(s, inputs.cost)}
     _print(console, s, rec, ranking, fresh, findings, warnings, exports, facts)
@@ -368,6 +381,27 @@ def advise(
                   f"sglang_flags.txt; {wall:.1f} s wall, {_cpu_text(cpu, workers, executor)})", markup=False)
     log_to_wandb(wandb, dest, "advise", console)
 
+
+
+def _run_strategies(tasks: list[Any], specs: tuple[Any, ...], workers: int, executor: str, address: str | None
+                    ) -> pd.DataFrame:
+    from tltsim.advise_strategies import run_strategies
+
+    return run_strategies(tasks, specs, workers=workers, backend=executor, address=address)
+
+
+def _strategies(s: Any, rec: Any, seeds: list[int], specs: tuple[Any, ...], run: Any) -> Any:
+    """``--strategies``: each strategy with no SD, the recommendation and TLT's setting at the grid's seeds
+    (:mod:`tltsim.advise_strategies`), or why not (one step)."""
+    from tltsim import advise_strategies as st
+
+    policies = st.strategy_policies(rec.policy if rec.is_sd else None)
+    tasks, words = st.strategy_tasks(s, seeds, policies, rec.switch)
+    if not tasks:
+        return st.StrategyAnswer(skipped=words)
+    rows = run(tasks, specs)
+    table = st.rank_strategies(rows)
+    return st.StrategyAnswer(table, rows, tuple(st.composition(table)), steps=words)
 
 
 def _units(s: Any, inputs: Any, rec: Any, rows: pd.DataFrame, robust: Any, later: float | None,
@@ -595,6 +629,10 @@ def _check_exports(s: Any, rec: Any, exports: dict[str, Any], ranking: pd.DataFr
     return check
 
 
+#: Strategy x SD combinations printed (the report has them all).
+MAX_STRATEGY_LINES = 6
+
+
 def _print(console: Console, s: Any, rec: Any, ranking: pd.DataFrame, fresh: Any, findings: list, warnings: list,
            exports: dict[str, Any], facts: dict[str, Any]) -> None:
     """The answer in under a screen."""
@@ -661,6 +699,17 @@ def _print(console: Console, s: Any, rec: Any, ranking: pd.DataFrame, fresh: Any
             p(f"  {fresh.note}")
     else:
         p(f"Drafter upkeep: {fresh.skipped}")
+    answer = facts.get("strategies")
+    if answer is not None and answer.skipped:
+        p(f"Strategies: {answer.skipped}")
+    elif answer is not None:
+        p(f"Long-tail strategies x SD over {answer.steps} (whole-run time vs sync without SD; lag in policy versions):")
+        for q in answer.table.to_dict("records")[:MAX_STRATEGY_LINES]:
+            p(f"  {q['rank']}. {q['strategy']} + {q['policy']}: {_x(_t(q, 'speedup'))}, {q['step_s_median']:.1f} s "
+              f"per step, mean lag {q['mean_lag']:.2f} (max {q['max_lag']}), {q['gpus']} GPUs "
+              f"({q['speedup_per_gpu']:.3f}x per GPU)")
+        for c in answer.compositions:
+            p(f"  - {_short(c.line())}")
     if findings:
         p("Where SD does not pay:")
         for f in findings[:MAX_FINDINGS]:
