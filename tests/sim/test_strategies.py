@@ -242,7 +242,7 @@ def test_strategy_specs_parse() -> None:
 
 def test_cli_strategy_errors_stop_before_running(tmp_path) -> None:
     out = tmp_path / "never"
-    for args, message in ((["--strategy", "tail"], "unknown strategy"), (["--strategy", "sync"], "add --seeds 1"),
+    for args, message in ((["--strategy", "tail"], "unknown strategy"),
                           (["--strategy", "sync", "--seeds", "1", "--preset", "tlt"], "not with --preset"),
                           (["--strategy", "sync", "--seeds", "1", "--for-steps", "100"], "do not price")):
         res = CliRunner().invoke(app_(), ["sim", "run", *args, "--out", str(out)])
@@ -278,3 +278,28 @@ def test_cli_one_step_off_writes_the_lag_table(tmp_path) -> None:
     steps = pd.read_csv(out / "strategy.csv")
     assert set(steps["policy"]) == {"no-sd", "elastic+beg-mab"} and (steps["gpus"] == 16).all()
     assert set(pd.read_csv(out / "summary.csv")["strategy"]) == {"one-step-off"}
+
+
+@needs_shared_traces()
+def test_cli_strategy_runs_at_the_default_three_seeds(tmp_path) -> None:
+    out, one = tmp_path / "res", tmp_path / "one"
+    args = ["sim", "run", "--strategy", "one-step-off", "--steps", "2", "--set", "trace.prompts_per_step=8",
+            "--gpus", "8"]
+    res = CliRunner().invoke(app_(), [*args, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "median (min–max) over the seeds" in res.output
+    steps, lags = pd.read_csv(out / "strategy.csv"), pd.read_csv(out / "lag.csv")
+    assert sorted(set(steps["seed"])) == [0, 1, 2] and sorted(set(lags["seed"])) == [0, 1, 2]
+    assert sorted(set(pd.read_csv(out / "summary.csv")["seed"])) == [0, 1, 2]
+    whole = pd.read_csv(out / "seeds_strategy.csv").set_index("policy")
+    per_seed = steps.groupby(["policy", "seed"])["t_end"].last().unstack()
+    for policy in ("no-sd", "elastic+beg-mab"):
+        assert whole.at[policy, "total_s_median"] == pytest.approx(per_seed.loc[policy].median(), rel=1e-12)
+        assert whole.at[policy, "total_s_min"] == pytest.approx(per_seed.loc[policy].min(), rel=1e-12)
+        assert whole.at[policy, "seeds"] == 3
+    # seed 1 of the three is `--seed 1 --seeds 1`, row for row
+    res = CliRunner().invoke(app_(), [*args, "--seed", "1", "--seeds", "1", "--out", str(one)])
+    assert res.exit_code == 0, res.output
+    single = pd.read_csv(one / "strategy.csv")
+    mine = steps[steps["seed"] == 1].drop(columns="seed").reset_index(drop=True)
+    pd.testing.assert_frame_equal(mine, single)

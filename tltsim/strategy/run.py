@@ -134,3 +134,60 @@ def compare_strategy(s: Scenario, strategy: StrategySpec, inputs: SimInputs | No
     summary["capped_responses"] = [capped.get(step, 0) for step in summary["step"]]
     summary.insert(0, "strategy", strategy.label)
     return events, summary, steps_frame(runs), lag_frame(runs)
+
+
+#: The whole-run strategy metrics summarised over seeds (``seeds_strategy.csv``), as :func:`totals_frame` names them.
+STRATEGY_METRICS = ("total_s", "tokens_per_s", "idle_fraction", "mean_lag", "max_lag", "dropped_samples")
+
+
+@dataclass(frozen=True)
+class StrategySeeds:
+    """``compare_strategy`` at several simulation seeds, each table stacked with a leading ``seed``
+    column: ``summary`` (rollouts per policy and step), ``steps`` (``strategy.csv``), ``lags``
+    (``lag.csv``) and ``totals`` (:func:`totals_frame` per seed)."""
+
+    seeds: tuple[int, ...]
+    summary: pd.DataFrame
+    steps: pd.DataFrame
+    lags: pd.DataFrame
+    totals: pd.DataFrame
+
+
+def _with_seed(frame: pd.DataFrame, seed: int) -> pd.DataFrame:
+    return frame.assign(seed=seed)[["seed", *frame.columns]]
+
+
+def compare_strategy_seeds(s: Scenario, strategy: StrategySpec, n: int, inputs: SimInputs | None = None, *,
+                           progress=None, on_policy: Callable[[int, Any], None] | None = None,
+                           on_seed: Callable[[int, pd.DataFrame, pd.DataFrame], None] | None = None
+                           ) -> StrategySeeds:
+    """:func:`compare_strategy` at the seeds ``s.seed, ..., s.seed + n - 1`` (the same workloads:
+    ``trace.seed`` stays, as :mod:`tltsim.seeds` runs policies), so seed ``k`` here is ``--seed k
+    --seeds 1``; ``on_policy(seed, spec)`` before each policy of each seed, ``on_seed(seed, events,
+    summary)`` after each seed (its events are not kept)."""
+    from tltsim.seeds import seed_values, with_seed
+
+    inputs = inputs or prepare(s)
+    seeds = seed_values(s.seed, n)
+    summaries, steps, lags, totals = [], [], [], []
+    for k in seeds:
+        sk, ik = with_seed(s, inputs, k)
+        hook = (lambda spec, k=k: on_policy(k, spec)) if on_policy is not None else None
+        events, summary, st, lg = compare_strategy(sk, strategy, ik, progress=progress, on_policy=hook)
+        if on_seed is not None:
+            on_seed(k, events, summary)
+        del events
+        summaries.append(_with_seed(summary, k))
+        steps.append(_with_seed(st, k))
+        lags.append(_with_seed(lg, k))
+        totals.append(_with_seed(totals_frame(st), k))
+    cat = partial(pd.concat, ignore_index=True)
+    return StrategySeeds(tuple(seeds), cat(summaries), cat(steps), cat(lags), cat(totals))
+
+
+def seeds_strategy_frame(totals: pd.DataFrame) -> pd.DataFrame:
+    """``seeds_strategy.csv``: per (policy, strategy) the whole run's metrics (:data:`STRATEGY_METRICS`)
+    as ``<metric>_median``, ``_min`` and ``_max`` over the seeds (:func:`tltsim.seeds.aggregate`)."""
+    from tltsim.seeds import aggregate
+
+    return aggregate(totals, ["policy", "strategy"], STRATEGY_METRICS)
