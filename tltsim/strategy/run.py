@@ -26,8 +26,8 @@ from tltsim.scenario import (
     run_each,
     scenario_gpu,
 )
-from tltsim.strategy import one_step_off, overprovision, sync
-from tltsim.strategy.spec import OneStepOff, Overprovision, StrategySpec, Sync
+from tltsim.strategy import fully_async, one_step_off, overprovision, sync
+from tltsim.strategy.spec import Async, OneStepOff, Overprovision, StrategySpec, Sync
 from tltsim.strategy.timeline import BatchRollout, StepRow, Trainer, lag_rows
 
 SYNC = Sync()
@@ -50,19 +50,23 @@ def trainer_for(s: Scenario, gpus: int) -> Trainer:
 
 def batch_rollout(work: StepRequests, res: StepResult, tp: int) -> BatchRollout:
     """A simulated step as the strategies read it (times since the step's start)."""
-    finish = None
-    if len(res.response_index):
-        finish = np.full(len(work.response_tokens), np.nan)
+    finish = generated = None
+    responses = np.asarray(work.response_tokens, dtype=np.int64)
+    if len(res.response_index) or res.stopped_at is not None:
+        finish = np.full(len(responses), np.nan)
         finish[res.response_index] = res.response_finish - res.t_start
+    if res.stopped_at is not None:
+        generated = responses.copy()
+        generated[res.unfinished_index] = res.unfinished_generated
     return BatchRollout(int(work.step), res.makespan, res.finish_times - res.t_start, tp,
                         np.asarray(work.group_ids), np.asarray(work.prompt_tokens, dtype=np.int64),
-                        np.asarray(work.response_tokens, dtype=np.int64), finish)
+                        responses, finish, generated)
 
 
 def launched(s: Scenario, strategy: StrategySpec, inputs: SimInputs) -> list[Any]:
     """The requests each step launches under ``strategy``: the workloads, with the extra groups of
     ``overprovision``."""
-    if isinstance(strategy, Overprovision):
+    if isinstance(strategy, Overprovision) and strategy.mode == "drop":
         return [overprovision.launch(w, strategy.eta, s.seed) for w in inputs.workloads]
     return list(inputs.workloads)
 
@@ -75,10 +79,24 @@ def run_strategy(s: Scenario, spec: PolicyBase | str, inputs: SimInputs | None =
     launches its extra groups and tracks which response finished when."""
     inputs = inputs or prepare(s)
     typed = as_spec(spec)
-    track = isinstance(strategy, Overprovision)
+    track = isinstance(strategy, Overprovision | Async)
     run = RolloutRun(make_policies(typed, inputs), cost=inputs.cost, accept=inputs.accept, engine=inputs.engine,
                      seed=s.seed, deal_mode=s.trace.deal, run_id=run_id, policy_name=typed.name,
                      drafter=inputs.drafter, track_requests=track)
+    tp = s.cluster.tp
+
+    def roll(work: Any, stop: Any) -> BatchRollout:
+        return batch_rollout(work, run.step(work, progress, stop=stop), tp)
+
+    if isinstance(strategy, Overprovision) and strategy.mode == "resume":
+        rows = overprovision.schedule_resume(inputs.workloads, strategy.eta, s.seed, roll,
+                                             trainer_for(s, s.cluster.gpus), strategy.label)
+        return StrategyRun(typed.name, run.events(), rows)
+    if isinstance(strategy, Async):
+        gpus = strategy.trainer_gpus or s.cluster.gpus
+        rows = fully_async.schedule(inputs.workloads, strategy.staleness, roll, trainer_for(s, gpus), gpus,
+                                    strategy.label)
+        return StrategyRun(typed.name, run.events(), rows)
     works = launched(s, strategy, inputs)
     batches = [batch_rollout(w, run.step(w, progress), s.cluster.tp) for w in works]
     if isinstance(strategy, Sync):
