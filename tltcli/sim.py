@@ -14,7 +14,6 @@ With ``--preset`` (or ``presets`` in the scenario) it simulates whole RL steps o
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable
 from enum import StrEnum
@@ -30,7 +29,11 @@ from rich.table import Table
 from tltcli.progress import policy_progress
 from tltcli.sim_results import (
     BOUND_CSV,
+    ONE_SEED,
     Perfetto,
+    _fmt,
+    _why_no_trace,
+    comparison_table,
     upper_bound_line,
     upper_bound_table,
     write_results,
@@ -181,25 +184,6 @@ def _prepared(scenario: Path | None, settings: list, *,
     return s, inputs, console
 
 
-def _fmt(v: float, spec: str) -> str:
-    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
-
-
-def comparison_table(summary: pd.DataFrame, title: str) -> Table:
-    """Rich table comparing policies step by step (a step column when there are several)."""
-    multi = summary["step"].nunique() > 1
-    table = Table(title=title)
-    table.add_column("policy", no_wrap=True)
-    if multi:
-        table.add_column("step", justify="right")
-    for col in ("makespan s", "speedup", "GPU idle", "accept", "SD share", "tok/s"):
-        table.add_column(col, justify="right", no_wrap=True)
-    for r in summary.itertuples(index=False):
-        cells = [str(r.policy), *([str(r.step)] if multi else [])]
-        table.add_row(*cells, _fmt(r.makespan_s, ".2f"), _fmt(r.speedup, ".3f") + "x",
-                      _fmt(100 * r.idle_fraction, ".1f") + "%", _fmt(r.mean_accept_length, ".2f"),
-                      _fmt(100 * r.sd_share, ".1f") + "%", _fmt(r.tokens_per_s, ",.0f"))
-    return table
 
 
 def run_table(totals: pd.DataFrame, title: str) -> Table:
@@ -237,13 +221,16 @@ def run(
     strategy: Annotated[str | None, typer.Option(
         metavar="NAME[:KEY=VALUE,...]",
         help="Long-tail rollout strategy every policy runs under (default: sync, today's step): sync; "
-             "one-step-off[:trainer_gpus=N] (verl's one-step-off-policy trainer: batch k+1 generates while batch k "
-             "trains on a separate pool of N GPUs, default cluster.gpus); overprovision:eta=E (launch ceil(N(1+E)) "
-             "prompt groups, train the first N to finish, drop the rest). Adds strategy.csv (per policy and step: "
-             "step time, tokens/s, GPU idle, lag) and lag.csv (samples and tokens per lag, in policy versions) "
-             "and a strategy column to summary.csv; with --seeds N > 1 every seed's rows and seeds_strategy.csv "
-             "(the whole run as median, min and max over the seeds). Not with --preset, --for-steps, --price or "
-             "--usd-per-kwh.")] = None,
+             "one-step-off[:trainer_gpus=N] (verl's one-step-off-policy trainer: batch k+1 generates while "
+             "batch k trains on a separate pool of N GPUs, default cluster.gpus); overprovision:eta=E[,mode=resume] "
+             "(launch ceil(N(1+E)) prompt groups, train the first N to finish, drop the rest, or with mode=resume "
+             "stop the rollout there and continue the unfinished responses next step, re-prefilled); "
+             "async:staleness=K[,trainer_gpus=N] (fully asynchronous with partial rollout: a rollout pool streams "
+             "groups to a trainer pool, weights sync mid-rollout, at most (K+v+1)N groups launched by version v, "
+             "AReaL's rule). Adds strategy.csv (per policy and step: step time, tokens/s, GPU idle, lag) and "
+             "lag.csv (samples and tokens per lag, in policy versions) and a strategy column to summary.csv; with "
+             "--seeds N > 1 every seed's rows and seeds_strategy.csv (the whole run as median, min and max over "
+             "the seeds). Not with --preset, --for-steps, --price or ""--usd-per-kwh.")] = None,
     seed: Annotated[int | None, typer.Option(
         help="Simulation seed (seed): which worker serves which prompt group, stochastic accept lengths, the "
              "policies' exploration. Which responses are simulated is trace.seed (--set trace.seed=N): it "
@@ -417,16 +404,6 @@ def _units_printer(for_steps: int | None, price: list[str] | None,
     return show
 
 
-#: What a one-seed run prints under its tables: it has no spread, and how to get one.
-ONE_SEED = ("one simulation seed (--seeds 1): no spread; the default --seeds 3 gives each speedup and makespan "
-            "as the median (min–max) over seeds")
-
-
-def _why_no_trace(events: pd.DataFrame, perfetto: Perfetto) -> str:
-    if perfetto is Perfetto.off:
-        return "--perfetto off"
-    steps = events["step"].nunique()
-    return f"{steps} steps" if steps > 1 else f"{len(events):,} event rows"
 
 
 def _run_presets(s: Scenario, inputs: SimInputs, console: Console, out: Path | None, perfetto: Perfetto,

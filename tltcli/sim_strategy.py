@@ -19,11 +19,11 @@ from rich.console import Console
 from rich.table import Table
 
 from tltcli.progress import policy_progress
-from tltcli.sim_results import Perfetto, write_results
+from tltcli.sim_results import ONE_SEED, Perfetto, _why_no_trace, comparison_table, write_results
 from tltsim.run_warnings import WARNINGS_CSV, RunWarning, merge_warnings, print_warnings, warnings_frame
 from tltsim.scenario import Scenario, SimInputs, policies_with_baseline, scenario_hash
 from tltsim.seeds import fmt_range
-from tltsim.strategy import StrategySpec
+from tltsim.strategy import Overprovision, StrategySpec
 
 STRATEGY_CSV, LAG_CSV = "strategy.csv", "lag.csv"
 SEEDS_STRATEGY_CSV = "seeds_strategy.csv"
@@ -73,7 +73,6 @@ def run_strategy_cli(s: Scenario, inputs: SimInputs, seeds: int, console: Consol
 
 def _one_seed(s: Scenario, inputs: SimInputs, console: Console, out: Path | None, perfetto: Perfetto,
               force: bool, strategy: StrategySpec, results: Path) -> Path:
-    from tltcli.sim import ONE_SEED, _why_no_trace, comparison_table
     from tltsim.run_warnings import scenario_warnings
     from tltsim.strategy.run import compare_strategy, launched, totals_frame
 
@@ -155,6 +154,6 @@ def _slug(strategy: StrategySpec) -> str:
 
 
 def _rollout_note(console: Console, strategy: StrategySpec) -> None:
-    if strategy.label.startswith("overprovision"):
+    if isinstance(strategy, Overprovision) and strategy.mode == "drop":
         console.print("rollout rows: every launched group run to completion; the strategy stops the rollout at the "
                       "N-th finished group (strategy.csv rollout_s)", highlight=False)

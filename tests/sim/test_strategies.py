@@ -20,8 +20,8 @@ from tltcore.policy.registry import make_policy
 from tltsim.rl.phases import PhaseTimes
 from tltsim.rl.run import run_preset
 from tltsim.rollout import EngineConfig, RolloutRun
-from tltsim.scenario import Scenario, apply_override, compare_policies, prepare
 from tltsim.rollout.simulation import stop_after_groups
+from tltsim.scenario import Scenario, apply_override, compare_policies, prepare
 from tltsim.strategy import (
     Async,
     OneStepOff,

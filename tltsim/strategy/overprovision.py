@@ -19,10 +19,18 @@ to complete. This round builds the drop variant, kept synchronous and colocated 
 * GPU idle = each worker's wait from its last response to tau (a worker still busy at tau is cut off,
   not idle).
 
-With E = 0 it is ``sync`` bit for bit. Not modelled this round: ``resume`` (APRIL's recycling of the
-unfinished responses into the next step, which needs the rollout to stop at tau and report each
-unfinished response's generated tokens) and the bias toward short responses that dropping brings
-(the trained batch is shorter than the trace's: compare ``trained_tokens``).
+With E = 0 it is ``sync`` bit for bit. Not modelled: the bias toward short responses that dropping
+brings (the trained batch is shorter than the trace's: compare ``trained_tokens``).
+
+``mode=resume`` (APRIL's recycling; :func:`schedule_resume`, :mod:`tltsim.strategy.partial`): the
+rollout is stopped at tau (:meth:`tltsim.rollout.RolloutRun.step` with ``stop=``) and the groups not
+trained are carried, their unfinished responses continued next step under the new weights, re-prefilled.
+Step k (version k) launches the carried groups first, then fresh ones (the step's N groups and copies
+as above) up to ``ceil(N (1 + E))`` in all; it stops when N groups are complete (those completed but
+not trained last step count at once), trains those N (by completion, ties by launch order) and carries
+the rest (``carried_samples``). Lags: each token is the step's version minus the version that generated
+it; a response continued over steps has tokens of several lags. With E = 0 nothing is carried and it
+is ``sync``'s clock exactly. At the run's end the carried responses are left untrained.
 """
 
 from __future__ import annotations
