@@ -14,7 +14,6 @@ With ``--preset`` (or ``presets`` in the scenario) it simulates whole RL steps o
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable
 from enum import StrEnum
@@ -30,7 +29,11 @@ from rich.table import Table
 from tltcli.progress import policy_progress
 from tltcli.sim_results import (
     BOUND_CSV,
+    ONE_SEED,
     Perfetto,
+    _fmt,
+    _why_no_trace,
+    comparison_table,
     upper_bound_line,
     upper_bound_table,
     write_results,
@@ -181,25 +184,6 @@ def _prepared(scenario: Path | None, settings: list, *,
     return s, inputs, console
 
 
-def _fmt(v: float, spec: str) -> str:
-    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
-
-
-def comparison_table(summary: pd.DataFrame, title: str) -> Table:
-    """Rich table comparing policies step by step (a step column when there are several)."""
-    multi = summary["step"].nunique() > 1
-    table = Table(title=title)
-    table.add_column("policy", no_wrap=True)
-    if multi:
-        table.add_column("step", justify="right")
-    for col in ("makespan s", "speedup", "GPU idle", "accept", "SD share", "tok/s"):
-        table.add_column(col, justify="right", no_wrap=True)
-    for r in summary.itertuples(index=False):
-        cells = [str(r.policy), *([str(r.step)] if multi else [])]
-        table.add_row(*cells, _fmt(r.makespan_s, ".2f"), _fmt(r.speedup, ".3f") + "x",
-                      _fmt(100 * r.idle_fraction, ".1f") + "%", _fmt(r.mean_accept_length, ".2f"),
-                      _fmt(100 * r.sd_share, ".1f") + "%", _fmt(r.tokens_per_s, ",.0f"))
-    return table
 
 
 def run_table(totals: pd.DataFrame, title: str) -> Table:
@@ -237,12 +221,16 @@ def run(
     strategy: Annotated[str | None, typer.Option(
         metavar="NAME[:KEY=VALUE,...]",
         help="Long-tail rollout strategy every policy runs under (default: sync, today's step): sync; "
-             "one-step-off[:trainer_gpus=N] (verl's one-step-off-policy trainer: batch k+1 generates while batch k "
-             "trains on a separate pool of N GPUs, default cluster.gpus); overprovision:eta=E (launch ceil(N(1+E)) "
-             "prompt groups, train the first N to finish, drop the rest). Adds strategy.csv (per policy and step: "
-             "step time, tokens/s, GPU idle, lag) and lag.csv (samples and tokens per lag, in policy versions) "
-             "and a strategy column to summary.csv; with --seeds 1, not with --preset, --for-steps, --price or "
-             "--usd-per-kwh.")] = None,
+             "one-step-off[:trainer_gpus=N] (verl's one-step-off-policy trainer: batch k+1 generates while "
+             "batch k trains on a separate pool of N GPUs, default cluster.gpus); overprovision:eta=E[,mode=resume] "
+             "(launch ceil(N(1+E)) prompt groups, train the first N to finish, drop the rest, or with mode=resume "
+             "stop the rollout there and continue the unfinished responses next step, re-prefilled); "
+             "async:staleness=K[,trainer_gpus=N] (fully asynchronous with partial rollout: a rollout pool streams "
+             "groups to a trainer pool, weights sync mid-rollout, at most (K+v+1)N groups launched by version v, "
+             "AReaL's rule). Adds strategy.csv (per policy and step: step time, tokens/s, GPU idle, lag) and "
+             "lag.csv (samples and tokens per lag, in policy versions) and a strategy column to summary.csv; with "
+             "--seeds N > 1 every seed's rows and seeds_strategy.csv (the whole run as median, min and max over "
+             "the seeds). Not with --preset, --for-steps, --price or ""--usd-per-kwh.")] = None,
     seed: Annotated[int | None, typer.Option(
         help="Simulation seed (seed): which worker serves which prompt group, stochastic accept lengths, the "
              "policies' exploration. Which responses are simulated is trace.seed (--set trace.seed=N): it "
@@ -301,7 +289,7 @@ def run(
     from tltsim.seeds import check_seeds
 
     check_seeds(seeds)
-    chosen = _strategy(strategy, seeds, preset, costed=for_steps is not None or bool(price) or usd_per_kwh is not None)
+    chosen = _strategy(strategy, preset, costed=for_steps is not None or bool(price) or usd_per_kwh is not None)
     units = _units_printer(for_steps, price, usd_per_kwh)
     if wandb is not None:
         from analysis.wandb_export import require_wandb
@@ -313,6 +301,15 @@ def run(
     s, inputs, console = _prepared(scenario, overrides + _parse_sets(set_ or []), seeds=seeds)
     console.print(describe_cost(inputs.cost), markup=False, highlight=False)
     console.print(describe_gpu(s, inputs.cost), markup=False, highlight=False)
+    if chosen is not None:
+        from tltcli.sim_strategy import run_strategy_cli
+
+        if s.presets:
+            raise InputError("strategies compose with SD policies, not with the scenario's presets; remove them "
+                             "(--set presets=[])", path="--strategy")
+        dest = run_strategy_cli(s, inputs, seeds, console, out, perfetto, force, chosen, DEFAULT_RESULTS)
+        log_to_wandb(wandb, dest, "sim run", console)
+        return
     if seeds > 1:
         from tltcli.sim_uncertainty import run_seeds
 
@@ -324,10 +321,6 @@ def run(
         return
     if s.presets:
         log_to_wandb(wandb, _run_presets(s, inputs, console, out, perfetto, force, units), "sim run", console)
-        return
-    if chosen is not None:
-        dest = _run_strategy(s, inputs, console, out, perfetto, force, chosen)
-        log_to_wandb(wandb, dest, "sim run", console)
         return
     specs = policies_with_baseline(s.policies)
     responses = sum(w.n_requests for w in inputs.workloads)
@@ -355,7 +348,7 @@ def run(
     log_to_wandb(wandb, dest, "sim run", console)
 
 
-def _strategy(text: str | None, seeds: int, preset: list[str] | None, *, costed: bool) -> StrategySpec | None:
+def _strategy(text: str | None, preset: list[str] | None, *, costed: bool) -> StrategySpec | None:
     """``--strategy`` parsed and checked before anything runs (None: not given, today's run); ``costed``:
     an option pricing the run in hours and dollars was given (not for strategies yet: one-step-off holds
     more GPUs than the cluster the price table assumes)."""
@@ -364,9 +357,6 @@ def _strategy(text: str | None, seeds: int, preset: list[str] | None, *, costed:
     from tltsim.strategy import parse_strategy
 
     chosen = parse_strategy(text)
-    if seeds > 1:
-        raise InputError(f"strategies run one simulation seed this round, not {seeds}: add --seeds 1",
-                         path="--strategy")
     if preset:
         raise InputError("strategies compose with SD policies (--policy), not with --preset, this round",
                          path="--strategy")
@@ -374,51 +364,6 @@ def _strategy(text: str | None, seeds: int, preset: list[str] | None, *, costed:
         raise InputError("--for-steps, --price and --usd-per-kwh do not price strategy runs yet; strategy.csv has "
                          "each step's seconds and GPUs", path="--strategy")
     return chosen
-
-
-def _run_strategy(s: Scenario, inputs: SimInputs, console: Console, out: Path | None, perfetto: Perfetto,
-                  force: bool, strategy: StrategySpec) -> Path:
-    """Every policy under ``strategy`` (:mod:`tltsim.strategy`): the rollout table as a plain run prints
-    it, the strategy's table, and the results folder with strategy.csv and lag.csv (returned)."""
-    from tltsim.strategy.run import compare_strategy, launched, totals_frame
-
-    specs = policies_with_baseline(s.policies)
-    responses = sum(len(w.response_tokens) for w in launched(s, strategy, inputs))
-    with policy_progress(console, specs, responses) as (on_policy, on_finish):
-        events, summary, steps, lags = compare_strategy(s, strategy, inputs, progress=on_finish, on_policy=on_policy)
-    dest = out if out is not None else DEFAULT_RESULTS / f"{scenario_hash(s)}-{strategy.label.replace(':', '-')}"
-    warnings = scenario_warnings(inputs, events, summary.drop(columns="strategy"))
-    wrote_trace = write_results(dest, events, summary, s, perfetto, force=force,
-                                extra_csv={WARNINGS_CSV: warnings_frame(warnings), STRATEGY_CSV: steps, LAG_CSV: lags})
-    n_steps = len(inputs.workloads)
-    console.print(comparison_table(summary, f"Rollouts under {strategy.label}, {s.trace.name}, per step"))
-    if strategy.label.startswith("overprovision"):
-        console.print("rollout rows: every launched group run to completion; the strategy stops the rollout at the "
-                      "N-th finished group (strategy.csv rollout_s)", highlight=False)
-    console.print(strategy_table(totals_frame(steps), f"Whole run under {strategy.label} ({n_steps} RL steps, "
-                                 "rollout + training + weight sync)"))
-    print_warnings(console, warnings)
-    console.print(ONE_SEED, highlight=False)
-    if not wrote_trace:
-        console.print(f"trace.json not written ({_why_no_trace(events, perfetto)}; use --perfetto on to force)")
-    console.print(f"results: {dest}")
-    return dest
-
-
-STRATEGY_CSV, LAG_CSV = "strategy.csv", "lag.csv"
-
-
-def strategy_table(totals: pd.DataFrame, title: str) -> Table:
-    """Rich table: one row per policy with the strategy's whole-run seconds, trained tokens per second,
-    GPU idle share (of every GPU the strategy holds), mean and max lag and dropped samples."""
-    table = Table(title=title)
-    for col in ("policy", "strategy", "total s", "tok/s", "GPU idle", "mean lag", "max lag", "dropped"):
-        table.add_column(col, justify="left" if col in ("policy", "strategy") else "right", no_wrap=True)
-    for r in totals.itertuples(index=False):
-        table.add_row(str(r.policy), str(r.strategy), _fmt(r.total_s, ".1f"), _fmt(r.tokens_per_s, ",.0f"),
-                      _fmt(100 * r.idle_fraction, ".1f") + "%", _fmt(r.mean_lag, ".2f"), str(r.max_lag),
-                      str(r.dropped_samples))
-    return table
 
 
 WANDB_HELP = ("Log the results folder (summary, resolved scenario, figures, README) to this W&B project; needs the "
@@ -459,16 +404,6 @@ def _units_printer(for_steps: int | None, price: list[str] | None,
     return show
 
 
-#: What a one-seed run prints under its tables: it has no spread, and how to get one.
-ONE_SEED = ("one simulation seed (--seeds 1): no spread; the default --seeds 3 gives each speedup and makespan "
-            "as the median (min–max) over seeds")
-
-
-def _why_no_trace(events: pd.DataFrame, perfetto: Perfetto) -> str:
-    if perfetto is Perfetto.off:
-        return "--perfetto off"
-    steps = events["step"].nunique()
-    return f"{steps} steps" if steps > 1 else f"{len(events):,} event rows"
 
 
 def _run_presets(s: Scenario, inputs: SimInputs, console: Console, out: Path | None, perfetto: Perfetto,

@@ -6,12 +6,14 @@ so neither imports the other for them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from rich.table import Table
 
 from tltcore.atomic import atomic_dir
 from tltsim.scenario import BASELINE_POLICY, Scenario, SimInputs, scenario_toml
@@ -170,3 +172,36 @@ def fill_results(tmp: Path, events: pd.DataFrame | None, summary: pd.DataFrame, 
     if also is not None:
         also(tmp)
     return trace
+
+
+def _fmt(v: float, spec: str) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def comparison_table(summary: pd.DataFrame, title: str) -> Table:
+    """Rich table comparing policies step by step (a step column when there are several)."""
+    multi = summary["step"].nunique() > 1
+    table = Table(title=title)
+    table.add_column("policy", no_wrap=True)
+    if multi:
+        table.add_column("step", justify="right")
+    for col in ("makespan s", "speedup", "GPU idle", "accept", "SD share", "tok/s"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for r in summary.itertuples(index=False):
+        cells = [str(r.policy), *([str(r.step)] if multi else [])]
+        table.add_row(*cells, _fmt(r.makespan_s, ".2f"), _fmt(r.speedup, ".3f") + "x",
+                      _fmt(100 * r.idle_fraction, ".1f") + "%", _fmt(r.mean_accept_length, ".2f"),
+                      _fmt(100 * r.sd_share, ".1f") + "%", _fmt(r.tokens_per_s, ",.0f"))
+    return table
+
+
+#: What a one-seed run prints under its tables: it has no spread, and how to get one.
+ONE_SEED = ("one simulation seed (--seeds 1): no spread; the default --seeds 3 gives each speedup and makespan "
+            "as the median (min–max) over seeds")
+
+
+def _why_no_trace(events: pd.DataFrame, perfetto: Perfetto) -> str:
+    if perfetto is Perfetto.off:
+        return "--perfetto off"
+    steps = events["step"].nunique()
+    return f"{steps} steps" if steps > 1 else f"{len(events):,} event rows"

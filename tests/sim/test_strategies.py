@@ -20,8 +20,19 @@ from tltcore.policy.registry import make_policy
 from tltsim.rl.phases import PhaseTimes
 from tltsim.rl.run import run_preset
 from tltsim.rollout import EngineConfig, RolloutRun
+from tltsim.rollout.simulation import stop_after_groups
 from tltsim.scenario import Scenario, apply_override, compare_policies, prepare
-from tltsim.strategy import OneStepOff, Overprovision, Sync, one_step_off, overprovision, parse_strategy, sync
+from tltsim.strategy import (
+    Async,
+    OneStepOff,
+    Overprovision,
+    Sync,
+    fully_async,
+    one_step_off,
+    overprovision,
+    parse_strategy,
+    sync,
+)
 from tltsim.strategy.run import batch_rollout, compare_strategy, run_strategy, steps_frame
 from tltsim.strategy.timeline import BatchRollout, lag_rows
 
@@ -172,6 +183,81 @@ def test_tracking_requests_changes_no_number() -> None:
     assert plain.events().equals(tracked.events())
 
 
+# ---- partial rollout: the rollout's stop, resume and fully async, by hand --------------------------
+def _tracked() -> RolloutRun:
+    return RolloutRun([make_policy("no-sd")], cost=UnitCost(), accept=None, engine=EngineConfig(), seed=0,
+                      track_requests=True)
+
+
+def test_a_stopped_rollout_reports_each_unfinished_responses_tokens() -> None:
+    # one worker, everything admitted at t=0: groups A [2, 3] finish at 3, B [5, 4] at 5, C [10, 1] at 10
+    work = Work(0, [0, 0, 1, 1, 2, 2], [10] * 6, [2, 3, 5, 4, 10, 1])
+    run = _tracked()
+    res = run.step(work, stop=stop_after_groups(work.group_ids, 2))
+    assert res.t_end == 5.0 and res.stopped_at == 5.0  # at B's finish; C's 10-token response has 5 tokens
+    assert sorted(res.response_index.tolist()) == [0, 1, 2, 3, 5]
+    assert res.unfinished_index.tolist() == [4] and res.unfinished_generated.tolist() == [5]
+    stage = run.events().query("kind == 'stage'")
+    assert stage["tokens"].tolist() == [2 + 3 + 5 + 4 + 1 + 5]  # what was generated, not the workload
+    # a stop inside a plain span: the span 5 -> 10 is cut to the 2 iterations that end by 7
+    res = _tracked().step(work, stop=lambda whole: 7.0)
+    assert res.t_end == 7.0 and res.unfinished_generated.tolist() == [7]
+    # a stop before the prefill ends: nothing admitted, nothing generated
+    res = _tracked().step(work, stop=lambda whole: 0.5)
+    assert res.t_end == 0.5 and len(res.response_index) == 0
+    assert sorted(res.unfinished_index.tolist()) == list(range(6)) and not res.unfinished_generated.any()
+    # no stop (or one past the end) is the plain rollout, event for event
+    plain, stopped = _tracked(), _tracked()
+    a, b = plain.step(work), stopped.step(work, stop=lambda whole: None)
+    assert a.t_end == b.t_end == 10.0 and b.stopped_at is None and plain.events().equals(stopped.events())
+
+
+def _roll(run: RolloutRun):
+    return lambda work, stop: batch_rollout(work, run.step(work, stop=stop), tp=1)
+
+
+def test_resume_continues_unfinished_responses_under_newer_versions() -> None:
+    # eta 1, N = 2 groups: step 0 launches A [2, 3], B [10, 1] and a copy of each; A and A' finish at 3:
+    # tau = 3, B and B' carried, their 10-token responses 3 tokens in (prefill at 1, decode at 2, 3).
+    # Step 1 (version 1): B, B' re-prefilled (7 tokens left) first, then C [4, 2] and D [3, 6]: C at 4,
+    # D at 6 -> tau 6, B's responses 6 tokens more. Step 2 (version 2): B, B' have 1 token left, emitted
+    # at their re-prefill (t = 1): tau 1, and they are trained: 3 tokens at lag 2, 6 at lag 1, 1 at lag 0
+    # each, the 1-token responses at lag 2 (generated in step 0)
+    works = [Work(0, [0, 0, 1, 1], [10] * 4, [2, 3, 10, 1]), Work(1, [0, 0, 1, 1], [10] * 4, [4, 2, 3, 6]),
+             Work(2, [0, 0, 1, 1], [10] * 4, [4, 2, 3, 6])]
+    rows = overprovision.schedule_resume(works, 1.0, 0, _roll(_tracked()), trainer(), "resume")
+    assert [r.rollout_s for r in rows] == [3.0, 6.0, 1.0]
+    assert [r.t_end for r in rows] == [3.0 + 5, 3.0 + 5 + 6 + 5, 3.0 + 5 + 6 + 5 + 1 + 5]
+    assert [r.trained_tokens for r in rows] == [2 * 5, 4 + 2 + 3 + 6, 2 * 11]
+    assert [r.carried_samples for r in rows] == [4, 4, 4] and [r.dropped_samples for r in rows] == [0, 0, 0]
+    assert rows[0].lag.tolist() == [0] * 4 and rows[2].lag.tolist() == [2] * 4
+    dist = {x["lag"]: (x["samples"], x["tokens"]) for x in lag_rows(rows[2])}
+    assert dist == {0: (0, 2), 1: (0, 12), 2: (4, 8)}
+
+
+def test_async_trains_the_first_groups_and_syncs_mid_rollout() -> None:
+    # K = 1, N = 2, T = 4, W = 1, one rollout worker, trainer pool of 1 GPU. Segment 0 (version 0)
+    # launches (1 + 0 + 1) x 2 = 4 groups: G0 [2, 3] done at 3, G1 [10, 1] at 10, G2 [4, 2] at 4,
+    # G3 [3, 6] at 6. The batch G0 + G2 is ready at 4, the update ends at 8: the rollout stops there
+    # (G3 done, G1's 10-token response 8 tokens in), sync to 9. Segment 1 (version 1) launches the last
+    # 2 groups (G4, G5); G1 re-prefills its last 2 tokens and is done at 2: batch G3 + G1 ready at 2,
+    # update ends at 6 (G4, G5 done by then), sync to 16. Segment 2 has nothing left to generate: batch
+    # G4 + G5 (version 1) is ready at once; the update ends at 4, sync to 21.
+    works = [Work(0, [0, 0, 1, 1], [10] * 4, [2, 3, 10, 1]), Work(1, [0, 0, 1, 1], [10] * 4, [4, 2, 3, 6]),
+             Work(2, [0, 0, 1, 1], [10] * 4, [4, 2, 3, 6])]
+    rows = fully_async.schedule(works, 1, _roll(_tracked()), trainer(), 1, "async:staleness=1")
+    assert [(r.t_start, r.t_end) for r in rows] == [(0.0, 9.0), (9.0, 16.0), (16.0, 21.0)]
+    assert [r.trained_tokens for r in rows] == [2 + 3 + 4 + 2, 10 + 1 + 3 + 6, 4 + 2 + 3 + 6]
+    assert [r.lag.tolist() for r in rows] == [[0] * 4, [1] * 4, [1] * 4]
+    dist = {x["lag"]: (x["samples"], x["tokens"]) for x in lag_rows(rows[1])}
+    assert dist == {0: (0, 2), 1: (4, 18)}  # G1's long response: 8 tokens under version 0, 2 under 1
+    # idle: the trainer waits 4, then 2 s for its batch; the rollout pool has nothing to do in segment 2
+    assert [r.gpu_idle_s for r in rows] == [4.0, 2.0, 4.0] and rows[0].gpus == 2
+    # K = 0: N groups per version, the trainer waits for all: the synchronous step, 10 + 4 + 1 s
+    rows = fully_async.schedule(works[:1], 0, _roll(_tracked()), trainer(), 1, "async:staleness=0")
+    assert rows[0].t_end == 15.0 and rows[0].gpu_idle_s == 10.0 + 4.0
+
+
 # ---- sync is today's run ---------------------------------------------------------------------------
 def _scenario(**sets: str) -> Scenario:
     base = {"trace.prompts_per_step": "8", "trace.num_steps": "2", "trace.cap": "4096", "cluster.gpus": "8",
@@ -221,11 +307,28 @@ def test_overprovision_eta_0_is_sync_and_one_step_off_is_faster(small) -> None:
     assert (over["trained_samples"] == base["trained_samples"]).all() and (over["dropped_samples"] > 0).all()
 
 
+def test_resume_at_eta_0_and_async_at_staleness_0_keep_syncs_clock(small) -> None:
+    s, inputs = small
+    base = steps_frame([run_strategy(s, "elastic:16+beg-mab", inputs, strategy=Sync())])
+    cols = ["t_start", "t_end", "rollout_s", "train_s", "trained_tokens", "gpu_idle_s"]
+    zero = steps_frame([run_strategy(s, "elastic:16+beg-mab", inputs, strategy=Overprovision(0.0, "resume"))])
+    assert (zero[cols].to_numpy() == base[cols].to_numpy()).all()
+    off = steps_frame([run_strategy(s, "elastic:16+beg-mab", inputs, strategy=Async(0))])
+    # the same phases on two pools, added in another order: equal up to rounding
+    assert off["t_end"].to_numpy() == pytest.approx(base["t_end"].to_numpy(), rel=1e-12)
+    assert off["max_lag"].tolist() == [0, 0]
+    resume = steps_frame([run_strategy(s, "elastic:16+beg-mab", inputs, strategy=Overprovision(0.5, "resume"))])
+    drop = steps_frame([run_strategy(s, "elastic:16+beg-mab", inputs, strategy=Overprovision(0.5))])
+    assert resume["rollout_s"].iloc[0] == drop["rollout_s"].iloc[0]  # step 0: the same launch, the same stop
+    assert (resume["carried_samples"] > 0).all() and resume["max_lag"].tolist() == [0, 1]
+
+
 # ---- --strategy ------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("text", "message"), [
     ("one-step-of", "did you mean one-step-off"), ("overprovision", "needs eta"), ("overprovision:eta=x", "number"),
     ("overprovision:eta=-1", "0 to 4"), ("sync:k=1", "no parameter 'k'"), ("one-step-off:trainer_gpus=0", "1 to"),
-    ("async:staleness=2", "not built yet"), ("overprovision:eta=1,mode=resume", "not built yet"),
+    ("tail-batching", "not built yet"), ("overprovision:eta=1,mode=keep", "drop or resume"),
+    ("async", "needs staleness"), ("async:staleness=-1", "0 to 64"), ("async:staleness=1.5", "whole number"),
     ("overprovision:", "key=value"), ("overprovision:eta", "key=value"), ("overprovision:eta=1,eta=2", "twice"),
 ])
 def test_bad_strategy_is_one_input_error(text, message) -> None:
@@ -238,11 +341,14 @@ def test_strategy_specs_parse() -> None:
     assert parse_strategy("sync") == Sync()
     assert parse_strategy("one-step-off:trainer_gpus=32") == OneStepOff(32)
     assert parse_strategy(" overprovision:eta=0.25 ").label == "overprovision:eta=0.25"
+    assert parse_strategy("overprovision:eta=0.5,mode=resume") == Overprovision(0.5, "resume")
+    assert parse_strategy("overprovision:eta=0.5,mode=resume").label == "overprovision:eta=0.5,mode=resume"
+    assert parse_strategy("async:staleness=2,trainer_gpus=8") == Async(2, 8)
 
 
 def test_cli_strategy_errors_stop_before_running(tmp_path) -> None:
     out = tmp_path / "never"
-    for args, message in ((["--strategy", "tail"], "unknown strategy"), (["--strategy", "sync"], "add --seeds 1"),
+    for args, message in ((["--strategy", "tail"], "unknown strategy"),
                           (["--strategy", "sync", "--seeds", "1", "--preset", "tlt"], "not with --preset"),
                           (["--strategy", "sync", "--seeds", "1", "--for-steps", "100"], "do not price")):
         res = CliRunner().invoke(app_(), ["sim", "run", *args, "--out", str(out)])
@@ -278,3 +384,42 @@ def test_cli_one_step_off_writes_the_lag_table(tmp_path) -> None:
     steps = pd.read_csv(out / "strategy.csv")
     assert set(steps["policy"]) == {"no-sd", "elastic+beg-mab"} and (steps["gpus"] == 16).all()
     assert set(pd.read_csv(out / "summary.csv")["strategy"]) == {"one-step-off"}
+
+
+@needs_shared_traces()
+def test_cli_strategy_runs_at_the_default_three_seeds(tmp_path) -> None:
+    out, one = tmp_path / "res", tmp_path / "one"
+    args = ["sim", "run", "--strategy", "one-step-off", "--steps", "2", "--set", "trace.prompts_per_step=8",
+            "--gpus", "8"]
+    res = CliRunner().invoke(app_(), [*args, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "median (min–max) over the seeds" in res.output
+    steps, lags = pd.read_csv(out / "strategy.csv"), pd.read_csv(out / "lag.csv")
+    assert sorted(set(steps["seed"])) == [0, 1, 2] and sorted(set(lags["seed"])) == [0, 1, 2]
+    assert sorted(set(pd.read_csv(out / "summary.csv")["seed"])) == [0, 1, 2]
+    whole = pd.read_csv(out / "seeds_strategy.csv").set_index("policy")
+    per_seed = steps.groupby(["policy", "seed"])["t_end"].last().unstack()
+    for policy in ("no-sd", "elastic+beg-mab"):
+        assert whole.at[policy, "total_s_median"] == pytest.approx(per_seed.loc[policy].median(), rel=1e-12)
+        assert whole.at[policy, "total_s_min"] == pytest.approx(per_seed.loc[policy].min(), rel=1e-12)
+        assert whole.at[policy, "seeds"] == 3
+    # seed 1 of the three is `--seed 1 --seeds 1`, row for row
+    res = CliRunner().invoke(app_(), [*args, "--seed", "1", "--seeds", "1", "--out", str(one)])
+    assert res.exit_code == 0, res.output
+    single = pd.read_csv(one / "strategy.csv")
+    mine = steps[steps["seed"] == 1].drop(columns="seed").reset_index(drop=True)
+    pd.testing.assert_frame_equal(mine, single)
+
+
+@needs_shared_traces()
+def test_cli_async_writes_token_lags(tmp_path) -> None:
+    out = tmp_path / "res"
+    res = CliRunner().invoke(app_(), ["sim", "run", "--strategy", "async:staleness=2", "--seeds", "1", "--steps", "3",
+                                      "--set", "trace.prompts_per_step=8", "--gpus", "8", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    lags = pd.read_csv(out / "lag.csv")
+    assert lags["lag"].max() >= 1 and set(lags["policy"]) == {"no-sd", "elastic+beg-mab"}
+    steps = pd.read_csv(out / "strategy.csv")
+    assert (steps["gpus"] == 16).all() and "carried_samples" in steps
+    per_step = lags.groupby(["policy", "step"])["tokens"].sum()
+    assert (per_step.to_numpy() == steps.set_index(["policy", "step"])["trained_tokens"].loc[per_step.index]).all()

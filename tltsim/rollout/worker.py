@@ -93,7 +93,7 @@ class RolloutWorker:
                  cost: CostModel, accept: AcceptanceModel | None, sampler: AcceptSampler | None,
                  engine: EngineConfig, rng: np.random.Generator, log: EventLog, drafter: DrafterState,
                  recent: RecentAccept, step: int, t0: float, on_finish: Callable[[int], None] | None = None,
-                 ids: np.ndarray | None = None) -> None:
+                 ids: np.ndarray | None = None, deadline: float | None = None) -> None:
         self.idx, self.step_no = idx, step
         self.q_prompt = prompts.astype(np.int64)
         self.q_resp = np.maximum(responses.astype(np.int64), 1)
@@ -127,12 +127,20 @@ class RolloutWorker:
         self.ids = ids
         self.live_ids = np.zeros(0, dtype=np.int64)
         self.done_ids: list[np.ndarray] = []
+        # the rollout stops at ``deadline`` (a strategy's stop condition, RolloutRun.step(stop=)): work
+        # that would end after it is not done (the iteration in flight is lost), and ``cut`` says the
+        # worker stopped with requests left; None (the default): run to the end, as ever
+        self.deadline = deadline
+        self.cut = False
 
     # ---- the reference loop ------------------------------------------------------------------------
     def advance(self) -> bool:
         """One unit of work (admission, the switch, a decode span). False when the worker is done."""
         while self.need_admit:  # prefill priority; again if some responses ended at prefill
             self.admit()
+        if self.deadline is not None and (self.cut or (len(self.live) and self.t >= self.deadline)):
+            self.stop()
+            return False
         if len(self.live) == 0:
             self.log.flush(self.idx)
             self.finish_time = self.t
@@ -142,6 +150,22 @@ class RolloutWorker:
         else:
             self.run(self.decide())
         return True
+
+    def stop(self) -> None:
+        """Stop at the deadline with requests left: the GPUs were busy until it (the unit in flight is
+        lost), so the worker finishes there."""
+        self.cut = True
+        self.log.flush(self.idx)
+        self.finish_time = float(self.deadline)
+
+    def unfinished(self) -> tuple[np.ndarray, np.ndarray]:
+        """(index in the step's workload, whole tokens emitted) of every request not finished: the live
+        ones and those still waiting (none emitted); needs ``ids``."""
+        if self.ids is None:
+            raise ValueError("unfinished requests need request ids (RolloutRun(track_requests=True))")
+        waiting = self.ids[self.next_waiting:]
+        return (np.concatenate([self.live_ids, waiting]),
+                np.concatenate([self.live.ctx - self.live.prompt, np.zeros(len(waiting), dtype=np.int64)]))
 
     def decide(self) -> Decision:
         """The policy's decision for the live batch as it stands."""
@@ -183,6 +207,9 @@ class RolloutWorker:
         n = 0
         while True:
             dt = self.cost.sd_time(live.ctx, config)
+            if self.deadline is not None and self.t + dt > self.deadline:
+                self.cut = True  # this iteration would end after the stop: not done
+                break
             drawn = self.draw(config, b)
             step = np.minimum(live.rem, drawn)
             emitted = float(_sum(step))
@@ -194,6 +221,8 @@ class RolloutWorker:
             live.advance(step, _EPS)
             if n >= hold or _min(live.rem) <= _EPS:
                 break
+        if n == 0:
+            return
         live.lag[:] = 0
         self.lag_dirty = False
         self.iteration += n
@@ -219,9 +248,12 @@ class RolloutWorker:
                     "engine.kv_mem_fraction, or cap the responses (trace.cap)", field="cluster.tp")
             return
         hi = lo + fits
-        self.next_waiting = hi
         prompts = self.q_prompt[lo:hi]
         t, passes = self.admission_prefill(prompts, len(live))
+        if self.deadline is not None and self.t + t > self.deadline:
+            self.cut = True  # the prefill would end after the stop: they stay waiting
+            return
+        self.next_waiting = hi
         self.log.span(self.idx, "prefill", self.t, self.t + t, iterations=passes, batch=fits, tokens=fits,
                       prefill_tokens=int(_sum(prompts)))
         self.row_closed = True
@@ -303,6 +335,11 @@ class RolloutWorker:
         else:
             n = 1
             dt = self.cost.decode_time(live.ctx)
+        if self.deadline is not None and t0 + dt > self.deadline:
+            n, dt = self.within_deadline(n)
+            if n == 0:
+                self.cut = True
+                return
         if not self.expected:
             # whole tokens: every live request has >= ceil(min rem) >= n left, so each emits exactly n
             step = n
@@ -318,6 +355,20 @@ class RolloutWorker:
         self.policy.observe(Outcome(NO_SD, b, round(emitted), dt, time=self.t, worker=self.idx, iterations=n))
         if self.log.decode(self.idx, t0, self.t, n, b, NO_SD, emitted):
             self.row_closed = True
+
+    def within_deadline(self, n: int) -> tuple[int, float]:
+        """The most plain iterations of the ``n`` planned that end by the deadline, and their time (the
+        closed form is increasing in iterations: a bisection over it)."""
+        ctx, room = self.live.ctx, float(self.deadline) - self.t
+        lo, hi, best = 1, n - 1, (0, 0.0)
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            dt = self.cost.decode_span_time(ctx, mid)
+            if dt <= room:
+                best, lo = (mid, dt), mid + 1
+            else:
+                hi = mid - 1
+        return best
 
     def mean_accept(self, config: SDConfig) -> float:
         """The expected accept length of ``config`` with the worker's drafter (computed once)."""

@@ -14,9 +14,10 @@ Vocabulary, shared by every strategy:
   batch the step generated (N prompt groups x their samples); ``overprovision`` the N groups that
   finished first out of the ``ceil(N(1+eta))`` it launched.
 * **lag** of a trained sample: the version that trains on it minus the version that generated it
-  (0: on-policy). Per token it is the sample's lag for every strategy built so far, since no response
-  spans two versions; partial rollout (a response continued under newer weights) will give one
-  response's tokens different lags, which is why ``lag.csv`` counts tokens as well as samples.
+  (0: on-policy). A response continued under newer weights (partial rollout: ``overprovision``'s
+  ``mode=resume``, ``async``) has tokens of several versions: each token has its own lag and the
+  sample the lag of its oldest token (AReaL's head off-policyness), which is why ``lag.csv`` counts
+  tokens as well as samples.
 * **overlap**: ``sync`` and ``overprovision`` are colocated: every GPU generates, then every GPU
   trains. ``one-step-off`` generates batch k+1 on a rollout pool while a separate trainer pool trains
   batch k.
@@ -29,16 +30,21 @@ The strategies (one module each, rules and sources in its docstring):
 * :mod:`~tltsim.strategy.sync` — today's synchronous step, lag 0 (veRL, TLT);
 * :mod:`~tltsim.strategy.one_step_off` — verl's one-step-off-policy trainer, lag 1 after the first
   step;
-* :mod:`~tltsim.strategy.overprovision` — APRIL-style over-provisioning (slime), the drop variant:
-  train the first N groups to finish, drop the rest, lag 0.
+* :mod:`~tltsim.strategy.overprovision` — APRIL-style over-provisioning (slime): train the first N
+  groups to finish; drop the rest (lag 0) or, ``mode=resume``, stop the rollout there and continue them
+  next step (APRIL's recycling);
+* :mod:`~tltsim.strategy.fully_async` — fully asynchronous RL with partial rollout and AReaL's
+  staleness bound (verl ``fully_async_policy``, AReaL).
+
+Partial rollout (:mod:`~tltsim.strategy.partial`) rests on the rollout's stop condition
+(:meth:`tltsim.rollout.RolloutRun.step` with ``stop=``): those strategies drive the rollouts
+themselves, since what one rollout holds depends on where the last one stopped.
 
 Approximated everywhere: training phases are priced by :func:`tltsim.rl.phases.phase_times` (MFU
 assumptions of the ``[rl]`` section), drafter training and the drafter's staleness are not modelled
 (the SD policy keeps the scenario's drafter: whole-run presets do that, not strategies yet), and a
-weight sync costs what the colocated one costs. Not built yet (issue 45): fully asynchronous rollout
-with partial rollout and a staleness bound (verl ``fully_async_policy``, AReaL's
-``max_head_offpolicyness``), over-provisioning that resumes the unfinished responses next step
-(APRIL's recycling), and tail batching (RollPacker). Sources: verl's documentation (recipes
+weight sync costs what the colocated one costs. Not built yet (issue 45): tail batching (RollPacker).
+Sources: verl's documentation (recipes
 "One Step Off Policy Async Trainer" and "Fully Async Policy Trainer",
 https://verl.readthedocs.io/en/latest/advance/fully_async.html), AReaL's "Asynchronous RL" guide
 (https://inclusionai.github.io/AReaL/algorithms/async.html), APRIL (arXiv 2509.18521) and RollPacker
@@ -46,6 +52,6 @@ https://verl.readthedocs.io/en/latest/advance/fully_async.html), AReaL's "Asynch
 prompts are deferred to long rounds).
 """
 
-from tltsim.strategy.spec import STRATEGIES, OneStepOff, Overprovision, StrategySpec, Sync, parse_strategy
+from tltsim.strategy.spec import STRATEGIES, Async, OneStepOff, Overprovision, StrategySpec, Sync, parse_strategy
 
-__all__ = ["STRATEGIES", "OneStepOff", "Overprovision", "StrategySpec", "Sync", "parse_strategy"]
+__all__ = ["STRATEGIES", "Async", "OneStepOff", "Overprovision", "StrategySpec", "Sync", "parse_strategy"]

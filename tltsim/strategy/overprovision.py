@@ -19,10 +19,18 @@ to complete. This round builds the drop variant, kept synchronous and colocated 
 * GPU idle = each worker's wait from its last response to tau (a worker still busy at tau is cut off,
   not idle).
 
-With E = 0 it is ``sync`` bit for bit. Not modelled this round: ``resume`` (APRIL's recycling of the
-unfinished responses into the next step, which needs the rollout to stop at tau and report each
-unfinished response's generated tokens) and the bias toward short responses that dropping brings
-(the trained batch is shorter than the trace's: compare ``trained_tokens``).
+With E = 0 it is ``sync`` bit for bit. Not modelled: the bias toward short responses that dropping
+brings (the trained batch is shorter than the trace's: compare ``trained_tokens``).
+
+``mode=resume`` (APRIL's recycling; :func:`schedule_resume`, :mod:`tltsim.strategy.partial`): the
+rollout is stopped at tau (:meth:`tltsim.rollout.RolloutRun.step` with ``stop=``) and the groups not
+trained are carried, their unfinished responses continued next step under the new weights, re-prefilled.
+Step k (version k) launches the carried groups first, then fresh ones (the step's N groups and copies
+as above) up to ``ceil(N (1 + E))`` in all; it stops when N groups are complete (those completed but
+not trained last step count at once), trains those N (by completion, ties by launch order) and carries
+the rest (``carried_samples``). Lags: each token is the step's version minus the version that generated
+it; a response continued over steps has tokens of several lags. With E = 0 nothing is carried and it
+is ``sync``'s clock exactly. At the run's end the carried responses are left untrained.
 """
 
 from __future__ import annotations
@@ -34,7 +42,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from tltsim.rollout.entities import StepRequests
-from tltsim.strategy.timeline import BatchRollout, StepRow, Trainer, train_seconds
+from tltsim.rollout.simulation import StepResult, stop_after_groups
+from tltsim.strategy.partial import Pool, batch_of, completion_order
+from tltsim.strategy.timeline import BatchRollout, Roll, StepRow, Trainer, train_seconds
 
 
 @dataclass(frozen=True)
@@ -56,10 +66,15 @@ def launched_groups(n: int, eta: float) -> int:
 
 def launch(work: StepRequests, eta: float, seed: int) -> LaunchedStep:
     """The step's requests and its extra groups (module docstring)."""
+    n = len(dict.fromkeys(np.asarray(work.group_ids).tolist()))
+    return launch_extra(work, launched_groups(n, eta) - n, seed)
+
+
+def launch_extra(work: StepRequests, extra: int, seed: int) -> LaunchedStep:
+    """The step's requests and ``extra`` copies of its groups (module docstring)."""
     gids = np.asarray(work.group_ids)
     groups = list(dict.fromkeys(gids.tolist()))  # launch order: first appearance
     n = len(groups)
-    extra = launched_groups(n, eta) - n
     prompts = np.asarray(work.prompt_tokens, dtype=np.int64)
     responses = np.asarray(work.response_tokens, dtype=np.int64)
     if extra == 0:
@@ -111,3 +126,34 @@ def schedule(batches: Sequence[BatchRollout], batch_groups: Sequence[int], train
                             int(np.sum(responses)), len(keep) - k, b.gpus, b.tail_idle(tau),
                             np.zeros(k, dtype=np.int64), np.asarray(responses, dtype=np.int64)))
     return rows
+
+
+def schedule_resume(works: Sequence[StepRequests], eta: float, seed: int, roll: Roll, trainer: Trainer,
+                    label: str) -> list[StepRow]:
+    """``mode=resume``: each step launches its carried groups and fresh ones up to ``ceil(N(1+eta))``,
+    stops the rollout when N groups have completed, trains them and carries the rest
+    (:mod:`tltsim.strategy.partial`; module docstring)."""
+    pool, rows, t = Pool(), [], 0.0
+    for k, work in enumerate(works):
+        n = len(dict.fromkeys(np.asarray(work.group_ids).tolist()))
+        fresh = launch_extra(work, max(launched_groups(n, eta) - len(pool.groups) - n, 0), seed)
+        pool.launch(fresh.group_ids, fresh.prompt_tokens, fresh.response_tokens)
+        reqs = pool.requests(int(work.step))
+        need = n - sum(g.complete for g in pool.groups)
+        b = roll(reqs, stop_after_groups(reqs.group_ids, need) if need > 0 else _at_once)
+        order = completion_order(pool, pool.record(reqs, b, version=k))[:n]
+        batch = batch_of(pool.take(sorted(key for _, key in order)), k)
+        p = trainer(batch.prompt_tokens, batch.response_tokens)
+        start = t
+        t = start + b.makespan
+        for dt in (p.reward, p.old_log_prob, p.reference, p.actor_update, p.weight_sync):
+            t += dt
+        rows.append(StepRow(label, b.step, start, t, b.makespan, train_seconds(p), p.weight_sync,
+                            len(batch.lag), int(batch.response_tokens.sum()), 0, b.gpus, b.tail_idle(b.makespan),
+                            batch.lag, batch.response_tokens, pool.carried(), batch.piece_lag, batch.piece_tokens))
+    return rows
+
+
+def _at_once(whole: StepResult) -> float:
+    """Stop at the start: the batch is already complete."""
+    return whole.t_start

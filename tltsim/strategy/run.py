@@ -26,8 +26,8 @@ from tltsim.scenario import (
     run_each,
     scenario_gpu,
 )
-from tltsim.strategy import one_step_off, overprovision, sync
-from tltsim.strategy.spec import OneStepOff, Overprovision, StrategySpec, Sync
+from tltsim.strategy import fully_async, one_step_off, overprovision, sync
+from tltsim.strategy.spec import Async, OneStepOff, Overprovision, StrategySpec, Sync
 from tltsim.strategy.timeline import BatchRollout, StepRow, Trainer, lag_rows
 
 SYNC = Sync()
@@ -50,19 +50,23 @@ def trainer_for(s: Scenario, gpus: int) -> Trainer:
 
 def batch_rollout(work: StepRequests, res: StepResult, tp: int) -> BatchRollout:
     """A simulated step as the strategies read it (times since the step's start)."""
-    finish = None
-    if len(res.response_index):
-        finish = np.full(len(work.response_tokens), np.nan)
+    finish = generated = None
+    responses = np.asarray(work.response_tokens, dtype=np.int64)
+    if len(res.response_index) or res.stopped_at is not None:
+        finish = np.full(len(responses), np.nan)
         finish[res.response_index] = res.response_finish - res.t_start
+    if res.stopped_at is not None:
+        generated = responses.copy()
+        generated[res.unfinished_index] = res.unfinished_generated
     return BatchRollout(int(work.step), res.makespan, res.finish_times - res.t_start, tp,
                         np.asarray(work.group_ids), np.asarray(work.prompt_tokens, dtype=np.int64),
-                        np.asarray(work.response_tokens, dtype=np.int64), finish)
+                        responses, finish, generated)
 
 
 def launched(s: Scenario, strategy: StrategySpec, inputs: SimInputs) -> list[Any]:
     """The requests each step launches under ``strategy``: the workloads, with the extra groups of
     ``overprovision``."""
-    if isinstance(strategy, Overprovision):
+    if isinstance(strategy, Overprovision) and strategy.mode == "drop":
         return [overprovision.launch(w, strategy.eta, s.seed) for w in inputs.workloads]
     return list(inputs.workloads)
 
@@ -75,10 +79,24 @@ def run_strategy(s: Scenario, spec: PolicyBase | str, inputs: SimInputs | None =
     launches its extra groups and tracks which response finished when."""
     inputs = inputs or prepare(s)
     typed = as_spec(spec)
-    track = isinstance(strategy, Overprovision)
+    track = isinstance(strategy, Overprovision | Async)
     run = RolloutRun(make_policies(typed, inputs), cost=inputs.cost, accept=inputs.accept, engine=inputs.engine,
                      seed=s.seed, deal_mode=s.trace.deal, run_id=run_id, policy_name=typed.name,
                      drafter=inputs.drafter, track_requests=track)
+    tp = s.cluster.tp
+
+    def roll(work: Any, stop: Any) -> BatchRollout:
+        return batch_rollout(work, run.step(work, progress, stop=stop), tp)
+
+    if isinstance(strategy, Overprovision) and strategy.mode == "resume":
+        rows = overprovision.schedule_resume(inputs.workloads, strategy.eta, s.seed, roll,
+                                             trainer_for(s, s.cluster.gpus), strategy.label)
+        return StrategyRun(typed.name, run.events(), rows)
+    if isinstance(strategy, Async):
+        gpus = strategy.trainer_gpus or s.cluster.gpus
+        rows = fully_async.schedule(inputs.workloads, strategy.staleness, roll, trainer_for(s, gpus), gpus,
+                                    strategy.label)
+        return StrategyRun(typed.name, run.events(), rows)
     works = launched(s, strategy, inputs)
     batches = [batch_rollout(w, run.step(w, progress), s.cluster.tp) for w in works]
     if isinstance(strategy, Sync):
@@ -134,3 +152,60 @@ def compare_strategy(s: Scenario, strategy: StrategySpec, inputs: SimInputs | No
     summary["capped_responses"] = [capped.get(step, 0) for step in summary["step"]]
     summary.insert(0, "strategy", strategy.label)
     return events, summary, steps_frame(runs), lag_frame(runs)
+
+
+#: The whole-run strategy metrics summarised over seeds (``seeds_strategy.csv``), as :func:`totals_frame` names them.
+STRATEGY_METRICS = ("total_s", "tokens_per_s", "idle_fraction", "mean_lag", "max_lag", "dropped_samples")
+
+
+@dataclass(frozen=True)
+class StrategySeeds:
+    """``compare_strategy`` at several simulation seeds, each table stacked with a leading ``seed``
+    column: ``summary`` (rollouts per policy and step), ``steps`` (``strategy.csv``), ``lags``
+    (``lag.csv``) and ``totals`` (:func:`totals_frame` per seed)."""
+
+    seeds: tuple[int, ...]
+    summary: pd.DataFrame
+    steps: pd.DataFrame
+    lags: pd.DataFrame
+    totals: pd.DataFrame
+
+
+def _with_seed(frame: pd.DataFrame, seed: int) -> pd.DataFrame:
+    return frame.assign(seed=seed)[["seed", *frame.columns]]
+
+
+def compare_strategy_seeds(s: Scenario, strategy: StrategySpec, n: int, inputs: SimInputs | None = None, *,
+                           progress=None, on_policy: Callable[[int, Any], None] | None = None,
+                           on_seed: Callable[[int, pd.DataFrame, pd.DataFrame], None] | None = None
+                           ) -> StrategySeeds:
+    """:func:`compare_strategy` at the seeds ``s.seed, ..., s.seed + n - 1`` (the same workloads:
+    ``trace.seed`` stays, as :mod:`tltsim.seeds` runs policies), so seed ``k`` here is ``--seed k
+    --seeds 1``; ``on_policy(seed, spec)`` before each policy of each seed, ``on_seed(seed, events,
+    summary)`` after each seed (its events are not kept)."""
+    from tltsim.seeds import seed_values, with_seed
+
+    inputs = inputs or prepare(s)
+    seeds = seed_values(s.seed, n)
+    summaries, steps, lags, totals = [], [], [], []
+    for k in seeds:
+        sk, ik = with_seed(s, inputs, k)
+        hook = (lambda spec, k=k: on_policy(k, spec)) if on_policy is not None else None
+        events, summary, st, lg = compare_strategy(sk, strategy, ik, progress=progress, on_policy=hook)
+        if on_seed is not None:
+            on_seed(k, events, summary)
+        del events
+        summaries.append(_with_seed(summary, k))
+        steps.append(_with_seed(st, k))
+        lags.append(_with_seed(lg, k))
+        totals.append(_with_seed(totals_frame(st), k))
+    cat = partial(pd.concat, ignore_index=True)
+    return StrategySeeds(tuple(seeds), cat(summaries), cat(steps), cat(lags), cat(totals))
+
+
+def seeds_strategy_frame(totals: pd.DataFrame) -> pd.DataFrame:
+    """``seeds_strategy.csv``: per (policy, strategy) the whole run's metrics (:data:`STRATEGY_METRICS`)
+    as ``<metric>_median``, ``_min`` and ``_max`` over the seeds (:func:`tltsim.seeds.aggregate`)."""
+    from tltsim.seeds import aggregate
+
+    return aggregate(totals, ["policy", "strategy"], STRATEGY_METRICS)

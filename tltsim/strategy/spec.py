@@ -44,24 +44,45 @@ class Overprovision:
     (:mod:`tltsim.strategy.overprovision`)."""
 
     eta: float
+    mode: str = "drop"
 
     @property
     def label(self) -> str:
-        return f"overprovision:eta={self.eta:g}"
+        return f"overprovision:eta={self.eta:g}" + (",mode=resume" if self.mode == "resume" else "")
 
 
-StrategySpec = Sync | OneStepOff | Overprovision
+@dataclass(frozen=True)
+class Async:
+    """Fully asynchronous RL with partial rollout and AReaL's staleness bound K
+    (:mod:`tltsim.strategy.fully_async`); ``trainer_gpus`` as :class:`OneStepOff`."""
+
+    staleness: int
+    trainer_gpus: int | None = None
+
+    @property
+    def label(self) -> str:
+        return f"async:staleness={self.staleness}" + (f",trainer_gpus={self.trainer_gpus}"
+                                                       if self.trainer_gpus is not None else "")
+
+
+StrategySpec = Sync | OneStepOff | Overprovision | Async
+
+#: The largest staleness bound: past it a run is off-policy by design (AReaL's examples use 2 to 8;
+#: an input bound, not a figure).
+MAX_STALENESS = 64
 
 #: Each strategy's name and the parameters it takes (``key: help``).
 STRATEGIES: dict[str, dict[str, str]] = {
     "sync": {},
     "one-step-off": {"trainer_gpus": "GPUs of the trainer pool (default: cluster.gpus)"},
     "overprovision": {"eta": "extra share of prompt groups launched (0 to 4), required",
-                      "mode": "drop (resume is not built yet)"},
+                      "mode": "drop (default: the unfinished groups are dropped) or resume (they continue next step)"},
+    "async": {"staleness": f"AReaL's max_head_offpolicyness K (0 to {MAX_STALENESS}), required",
+              "trainer_gpus": "GPUs of the trainer pool (default: cluster.gpus)"},
 }
 
 #: Strategies of issue 45 not built yet, named so that asking for one says so plainly.
-LATER = ("async", "tail-batching")
+LATER = ("tail-batching",)
 
 
 def strategy_names() -> str:
@@ -96,12 +117,28 @@ def parse_strategy(text: str, *, where: str = "--strategy") -> StrategySpec:
     if name == "one-step-off":
         gpus = params.get("trainer_gpus")
         return OneStepOff(None if gpus is None else _positive_int(gpus, "trainer_gpus", where))
-    if params.get("mode", "drop") != "drop":
-        raise InputError(f"overprovision mode '{params['mode']}' is not built yet: this round drops the groups "
-                         "that did not finish (mode=drop)", path=where)
+    if name == "async":
+        if "staleness" not in params:
+            raise InputError("async needs staleness, e.g. async:staleness=2", path=where)
+        gpus = params.get("trainer_gpus")
+        return Async(_staleness(params["staleness"], where),
+                     None if gpus is None else _positive_int(gpus, "trainer_gpus", where))
+    mode = params.get("mode", "drop")
+    if mode not in ("drop", "resume"):
+        raise InputError(f"overprovision mode must be drop or resume, got '{mode}'", path=where)
     if "eta" not in params:
         raise InputError("overprovision needs eta, e.g. overprovision:eta=0.25", path=where)
-    return Overprovision(_eta(params["eta"], where))
+    return Overprovision(_eta(params["eta"], where), mode)
+
+
+def _staleness(value: str, where: str) -> int:
+    try:
+        k = int(value)
+    except ValueError:
+        raise InputError(f"staleness must be a whole number of policy versions, got '{value}'", path=where) from None
+    if k < 0 or k > MAX_STALENESS:
+        raise InputError(f"staleness must be 0 to {MAX_STALENESS}, got {k}", path=where)
+    return k
 
 
 def _positive_int(value: str, key: str, where: str) -> int:

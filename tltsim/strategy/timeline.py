@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +35,9 @@ class BatchRollout:
     prompt_tokens: np.ndarray
     response_tokens: np.ndarray
     finish: np.ndarray | None = None
+    #: a stopped rollout: per response the whole tokens it generated in this rollout (its response
+    #: tokens when it finished); None when the rollout ran to its end
+    generated: np.ndarray | None = None
 
     @property
     def gpus(self) -> int:
@@ -44,6 +48,11 @@ class BatchRollout:
         (the rollout's end), as :func:`tltcore.summary.summarize_step` counts ``gpu_idle_s``."""
         return float(np.maximum(until - self.worker_finish, 0.0).sum() * self.tp)
 
+
+#: Runs one rollout of the given requests on the rollout pool with the run's SD policy, stopped by
+#: the stop condition when one is given (:meth:`tltsim.rollout.RolloutRun.step`): the strategies with
+#: partial rollout drive the rollouts themselves, since what a rollout holds depends on the last one.
+Roll = Callable[[Any, Any], "BatchRollout"]
 
 #: The trainer's price of a batch: ``(prompt_tokens, response_tokens) -> PhaseTimes`` on its pool.
 Trainer = Callable[[np.ndarray, np.ndarray], PhaseTimes]
@@ -77,6 +86,13 @@ class StepRow:
     gpu_idle_s: float
     lag: np.ndarray
     tokens: np.ndarray
+    #: responses left unfinished (or finished but not yet trained) after the step, to continue later
+    #: (partial rollout); 0 for the strategies that train whole rollouts
+    carried_samples: int = 0
+    #: per-token lag, for responses generated under several versions: ``piece_lag[i]`` versions
+    #: behind for ``piece_tokens[i]`` tokens (None: every token at its sample's lag)
+    piece_lag: np.ndarray | None = None
+    piece_tokens: np.ndarray | None = None
 
     @property
     def step_s(self) -> float:
@@ -84,7 +100,7 @@ class StepRow:
 
     def row(self) -> dict[str, object]:
         """The table row (``strategy.csv``): the fields, step seconds, throughput, idle share and lag."""
-        out = {k: v for k, v in asdict(self).items() if k not in ("lag", "tokens")}
+        out = {k: v for k, v in asdict(self).items() if k not in ("lag", "tokens", "piece_lag", "piece_tokens")}
         lag = np.asarray(self.lag, dtype=np.float64)
         out.update(step_s=self.step_s,
                    tokens_per_s=self.trained_tokens / self.step_s if self.step_s > 0 else float("nan"),
@@ -97,16 +113,22 @@ class StepRow:
 def lag_rows(row: StepRow) -> list[dict[str, object]]:
     """The step's lag distribution (``lag.csv``): per lag, the trained samples and their tokens. A
     sample generated under one policy version has every token at the sample's lag, so the token shares
-    weight the same lags by length; a strategy that continues a response under newer weights (partial
-    rollout, not built yet) would give its tokens different lags."""
+    weight the same lags by length. A response continued under newer weights (partial rollout) has its
+    tokens at several lags: ``samples`` counts each sample at its oldest token's lag (its head
+    off-policyness, AReaL's measure), ``tokens`` each token at the lag of the version that generated it."""
     lag = np.asarray(row.lag, dtype=np.int64)
     tok = np.asarray(row.tokens, dtype=np.int64)
     if len(lag) != len(tok):
         raise ValueError(f"{len(lag)} lags for {len(tok)} trained samples")
+    piece_lag = lag if row.piece_lag is None else np.asarray(row.piece_lag, dtype=np.int64)
+    piece_tok = tok if row.piece_tokens is None else np.asarray(row.piece_tokens, dtype=np.int64)
+    if int(piece_tok.sum()) != int(tok.sum()):
+        raise ValueError(f"{int(piece_tok.sum())} tokens by version for {int(tok.sum())} trained tokens")
+    total = piece_tok.sum()
     out = []
-    for value in np.unique(lag):
-        mine = lag == value
+    for value in np.unique(np.concatenate([lag, piece_lag])):
+        mine, pieces = lag == value, piece_lag == value
         out.append({"strategy": row.strategy, "step": row.step, "lag": int(value), "samples": int(mine.sum()),
-                    "tokens": int(tok[mine].sum()), "sample_share": float(mine.sum() / len(lag)),
-                    "token_share": float(tok[mine].sum() / tok.sum()) if tok.sum() > 0 else float("nan")})
+                    "tokens": int(piece_tok[pieces].sum()), "sample_share": float(mine.sum() / len(lag)),
+                    "token_share": float(piece_tok[pieces].sum() / total) if total > 0 else float("nan")})
     return out
