@@ -709,7 +709,7 @@ def _print(console: Console, s: Any, rec: Any, ranking: pd.DataFrame, fresh: Any
               f"per step, mean lag {q['mean_lag']:.2f} (max {q['max_lag']}), {q['gpus']} GPUs "
               f"({q['speedup_per_gpu']:.3f}x per GPU)")
         for c in answer.compositions:
-            p(f"  - {_short(c.line())}")
+            p(f"  - {c.short()}")
     if findings:
         p("Where SD does not pay:")
         for f in findings[:MAX_FINDINGS]:

@@ -33,9 +33,10 @@ from tltcore.errors import InputError
 from tltsim.scenario import BASELINE_POLICY, Scenario, with_values
 
 #: ``--strategies all``: every built strategy at its default parameters; over-provisioning by a quarter
-#: is an illustrative middle of the range the strategy takes (0-4), not a published setting: give
-#: ``overprovision:eta=E`` for yours.
-ALL_STRATEGIES: tuple[str, ...] = ("sync", "one-step-off", "overprovision:eta=0.25")
+#: (dropping or resuming the unfinished groups) and a staleness bound of one version are illustrative
+#: settings, not published ones: give ``overprovision:eta=E`` or ``async:staleness=K`` for yours.
+ALL_STRATEGIES: tuple[str, ...] = ("sync", "one-step-off", "overprovision:eta=0.25",
+                                   "overprovision:eta=0.25,mode=resume", "async:staleness=1")
 #: TLT's setting, always composed with each strategy beside the recommendation.
 TLT_POLICY = "elastic:32+beg-mab"
 #: SD and a strategy "add" when their combination's speedup is at least this share of the product of
@@ -180,6 +181,12 @@ class Composition:
                  "unknown": "cannot tell (a run is missing)"}[self.verdict]
         return (f"{self.strategy} + {self.policy}: {self.together:.3f}x together vs {self.strategy_alone:.3f}x "
                 f"(strategy alone) x {self.sd_alone:.3f}x (SD alone) = {self.product:.3f}x: {words}")
+
+    def short(self) -> str:
+        """One printed line: the verdict and the two numbers it rests on."""
+        sign = {"reinforce": ">", "add": "~", "partly compete": "<", "compete": "<="}.get(self.verdict, "?")
+        return (f"{self.strategy} + {self.policy}: {self.verdict} ({self.together:.3f}x together {sign} "
+                f"{self.product:.3f}x, the product of each alone)")
 
 
 def composition(table: pd.DataFrame) -> list[Composition]:

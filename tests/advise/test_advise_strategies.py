@@ -15,6 +15,7 @@ from tltsim.strategy.spec import OneStepOff, Overprovision, Sync
 def test_all_is_every_built_strategy_with_sync_first_and_once():
     specs = st.parse_strategies(["all", "sync", "one-step-off"])
     assert specs[0] == Sync() and OneStepOff() in specs and Overprovision(0.25) in specs
+    assert {type(x).__name__ for x in specs} >= {"Sync", "OneStepOff", "Overprovision", "Async"}
     assert len(specs) == len(set(specs)) == len(st.ALL_STRATEGIES)
     assert st.parse_strategies(["overprovision:eta=0.5"]) == (Sync(), Overprovision(0.5))
     with pytest.raises(InputError, match="--strategies"):
@@ -56,7 +57,7 @@ def test_the_ranking_is_by_median_time_with_speedups_against_sync_without_sd_at_
 def test_the_verdict_compares_the_combination_with_the_product_of_each_alone(sd, strategy, together, verdict):
     c = st.Composition("one-step-off", "cost-aware", sd, strategy, together)
     assert c.verdict == verdict
-    assert verdict.split()[-1] in c.line()
+    assert verdict.split()[-1] in c.line() and c.short().startswith(f"one-step-off + cost-aware: {verdict} (")
 
 
 def test_compositions_read_the_medians_of_the_ranking():
