@@ -55,6 +55,7 @@ KINDS = {
     "validation": "tlt validate",
     "paper-fidelity": "the paper-fidelity report",
     "cost-aware-matrix": "the cost-aware matrix report (python -m analysis.cost_aware_matrix)",
+    "long-tail-strategies": "the long-tail strategies report (python -m analysis.long_tail_strategies)",
     "trace-plot": "tlt trace plot",
     "real-rl": "tlt real rl",
     "real-grpo": "tlt real grpo",
