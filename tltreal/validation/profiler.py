@@ -168,10 +168,58 @@ def _expected_accept(probs: np.ndarray, config: SDConfig) -> float:
     return 1.0 + float(eagle_tree_reach(rows, config.depth, config.topk, config.verify_tokens).sum())
 
 
+@dataclass(frozen=True)
+class ProfilePoint:
+    """One unit of a profile: the prefill (and drafter catch-up) of ``batch_size`` prompts of ``size``
+    tokens (``kind`` ``prefill``), or decode and every SD shape at ``batch_size`` requests of context
+    ~``size`` (``kind`` ``decode``). A validation interleaves these with its real runs
+    (:mod:`tltreal.validation.rounds`), so each is a few seconds of work."""
+
+    kind: str  # "prefill" or "decode"
+    batch_size: int
+    size: int  # prompt tokens per request (prefill) or context (decode)
+
+
+def profile_points(grid: ProfileGrid) -> list[ProfilePoint]:
+    """The grid's points in the table's row order: per batch size, every prefill length, then every
+    context."""
+    return [p for b in grid.batch_sizes
+            for p in [*(ProfilePoint("prefill", b, n) for n in grid.prefill_lengths),
+                      *(ProfilePoint("decode", b, c) for c in grid.contexts)]]
+
+
 def grid_points(grid: ProfileGrid) -> int:
     """How many points :func:`profile_native` measures (each calls its ``on_point`` once): per batch
     size, every prefill length and every context."""
-    return len(grid.batch_sizes) * (len(grid.prefill_lengths) + len(grid.contexts))
+    return len(profile_points(grid))
+
+
+def profile_warmup(target: Transformer, grid: ProfileGrid, probs: dict[SDConfig, np.ndarray], seed: int = 0) -> None:
+    """One untimed decode point and one SD point: a process's first runs are slower."""
+    _decode_point(target, grid.batch_sizes[0], grid.contexts[0], grid, seed)
+    if probs:
+        _sd_points(target, grid.batch_sizes[0], grid.contexts[0], grid, probs, seed)
+
+
+def measure_point(target: Transformer, grid: ProfileGrid, point: ProfilePoint, probs: dict[SDConfig, np.ndarray],
+                  seed: int = 0) -> list[dict]:
+    """The cost-table rows of one :class:`ProfilePoint`, each quantity the median over
+    ``grid.repeats`` fresh engines (different prompts)."""
+    b = point.batch_size
+    if point.kind == "prefill":
+        runs = [_prefill_points(target, b, point.size, seed + r, grid.clock) for r in range(grid.repeats)]
+        return [{"kind": kind, "batch_size": b, "context": point.size,
+                 "seconds": statistics.median(x[i] for x in runs)}
+                for i, kind in enumerate(("prefill", "drafter_prefill"))]
+    c = point.size
+    rows = [{"kind": "decode", "batch_size": b, "context": c,
+             "seconds": statistics.median(_decode_point(target, b, c, grid, seed + r) for r in range(grid.repeats))}]
+    if probs:
+        sd = [_sd_points(target, b, c, grid, probs, seed + r) for r in range(grid.repeats)]
+        rows += [{"kind": "sd", "batch_size": b, "context": c, "depth": config.depth, "topk": config.topk,
+                  "verify_tokens": config.verify_tokens, "seconds": statistics.median(x[config] for x in sd)}
+                 for config in probs]
+    return rows
 
 
 def profile_native(target: Transformer, grid: ProfileGrid, *, position_probs: dict[SDConfig, np.ndarray],
@@ -181,30 +229,12 @@ def profile_native(target: Transformer, grid: ProfileGrid, *, position_probs: di
     engines (different prompts). ``on_point(1)`` is called after each of the :func:`grid_points`
     points (a profile takes minutes: progress)."""
     probs = {cfg: position_probs[cfg] for cfg in grid.sd_configs}
-    _decode_point(target, grid.batch_sizes[0], grid.contexts[0], grid, seed)  # first runs are slower: not timed
-    if probs:
-        _sd_points(target, grid.batch_sizes[0], grid.contexts[0], grid, probs, seed)
+    profile_warmup(target, grid, probs, seed)
     rows: list[dict] = []
-    for b in grid.batch_sizes:
-        for length in grid.prefill_lengths:
-            runs = [_prefill_points(target, b, length, seed + r, grid.clock) for r in range(grid.repeats)]
-            for i, kind in enumerate(("prefill", "drafter_prefill")):
-                rows.append({"kind": kind, "batch_size": b, "context": length,
-                             "seconds": statistics.median(x[i] for x in runs)})
-            if on_point is not None:
-                on_point(1)
-        for c in grid.contexts:
-            rows.append({"kind": "decode", "batch_size": b, "context": c,
-                         "seconds": statistics.median(_decode_point(target, b, c, grid, seed + r)
-                                                      for r in range(grid.repeats))})
-            if probs:
-                sd = [_sd_points(target, b, c, grid, probs, seed + r) for r in range(grid.repeats)]
-                for config in probs:
-                    rows.append({"kind": "sd", "batch_size": b, "context": c, "depth": config.depth,
-                                 "topk": config.topk, "verify_tokens": config.verify_tokens,
-                                 "seconds": statistics.median(x[config] for x in sd)})
-            if on_point is not None:
-                on_point(1)
+    for point in profile_points(grid):
+        rows += measure_point(target, grid, point, probs, seed)
+        if on_point is not None:
+            on_point(1)
     return table_frame(rows)
 
 
