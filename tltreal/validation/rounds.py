@@ -67,10 +67,11 @@ def spread_among(few: Sequence[T], many: Sequence[T]) -> list[T]:
 def round_schedule(runs: Sequence[T], points: Sequence[T], priced: Sequence[T], repeat: int, *,
                    priced_table_ready: bool) -> list[T]:
     """One round's order: the real ``runs``, the profile ``points`` and the ``priced`` runs (a policy
-    that prices its decisions with a cost table) in one balanced order (:func:`williams_order` over all
-    of them, the runs first spread among the points by :func:`spread_among`). ``priced_table_ready``: a table for the priced runs exists (given, or the previous
-    round's). When it does not (the first round of a profiling validation), the priced runs wait for
-    this round's points and come last, in their own balanced order."""
+    that prices its decisions with a cost table) in one balanced order (:func:`williams_order` over
+    all of them, the runs first spread among the points by :func:`spread_among`).
+    ``priced_table_ready``: a table for the priced runs exists (given, or the previous round's). When
+    it does not (the first round of a profiling validation), the priced runs wait for this round's
+    points and come last, in their own balanced order."""
     if priced_table_ready:
         return williams_order(spread_among([*runs, *priced], points), repeat)
     return [*williams_order(spread_among(runs, points), repeat), *williams_order(list(priced), repeat)]
