@@ -107,6 +107,20 @@ def headline_interval(makespans: pd.DataFrame, column: str, *, level: float = 0.
     return float(np.quantile(stats, tail)), float(np.quantile(stats, 1 - tail))
 
 
+def median_interval(values: Sequence[float], *, level: float = 0.95, draws: int = 2000, seed: int = 0
+                    ) -> tuple[float, float, float]:
+    """The median of ``values`` (one per round, e.g. a paired ratio) and its bootstrap interval: rounds
+    resampled with replacement, the central ``level`` of the medians. Fewer than two values: no
+    interval (nan). Seeded."""
+    v = np.asarray(values, dtype=np.float64)
+    mid = float(np.median(v)) if len(v) else float("nan")
+    if len(v) < 2:
+        return mid, float("nan"), float("nan")
+    meds = np.median(v[np.random.default_rng(seed).integers(0, len(v), size=(draws, len(v)))], axis=1)
+    tail = (1 - level) / 2
+    return mid, float(np.quantile(meds, tail)), float(np.quantile(meds, 1 - tail))
+
+
 @dataclass(frozen=True)
 class StoppingRule:
     """Rounds go on until the headline interval (:func:`headline_interval`) of every headline is at most
@@ -151,5 +165,5 @@ def claim(error: float, noise: float) -> str | None:
     return None
 
 
-__all__ = ["StoppingRule", "claim", "headline_interval", "headline_of", "round_schedule", "run_noise", "spread_among",
+__all__ = ["StoppingRule", "claim", "headline_interval", "headline_of", "median_interval", "round_schedule", "run_noise", "spread_among",
            "williams_order"]
