@@ -9,6 +9,7 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -29,7 +30,7 @@ class _FakeWorker:
     """A worker whose CPU seconds per token are its engine's speed times the load of the moment (the same
     for every engine: the slow spell the interleaving must spread). Records the order it was asked in."""
 
-    asked: list[tuple[str, int, str]] = []
+    asked: ClassVar[list[tuple[str, int, str]]] = []
     load = iter(())
 
     def __init__(self, name, args, argv, model_dir) -> None:
