@@ -165,5 +165,14 @@ def claim(error: float, noise: float) -> str | None:
     return None
 
 
-__all__ = ["StoppingRule", "claim", "headline_interval", "headline_of", "median_interval", "round_schedule", "run_noise", "spread_among",
-           "williams_order"]
+__all__ = [
+    "StoppingRule",
+    "claim",
+    "headline_interval",
+    "headline_of",
+    "median_interval",
+    "round_schedule",
+    "run_noise",
+    "spread_among",
+    "williams_order",
+]
