@@ -61,6 +61,12 @@ class ProfileGrid:
     decode_warmup: int = 10  # a fresh engine's first plain iterations run slow (allocator warm-up); cheap to skip
     repeats: int = 3  # engines per point; each quantity is the median over them
     clock: str = "wall"  # "wall" or "thread" (tltreal.validation.clock)
+    # The engine every point runs on: None sizes it to the point (b slots, just the tokens it needs).
+    # tlt validate sizes it as the replay's engine (its max batch and longest sequence): a KV slab of
+    # 32 slots x ~1,400 positions made decode iterations 2-4% slower than a point-sized one on this
+    # CPU (batch 8-32; tltreal.validation.validate.profile_grid), a bias the table then carried.
+    engine_max_batch: int | None = None
+    engine_max_len: int | None = None
 
 
 def _median_decode(engine: Engine, n: int) -> float:
@@ -81,11 +87,14 @@ def _prompts(target: Transformer, b: int, length: int, seed: int) -> list[list[i
     return [torch.randint(0, target.cfg.vocab_size, (length,), generator=g).tolist() for _ in range(b)]
 
 
-def _engine(target: Transformer, policy, drafter, prompts: list[list[int]], new_tokens: int, clock: str = "wall"
-            ) -> Engine:
-    """An engine holding ``prompts``, each to generate ``new_tokens``, timed on ``clock``."""
+def _engine(target: Transformer, policy, drafter, prompts: list[list[int]], new_tokens: int, clock: str = "wall",
+            size: tuple[int | None, int | None] = (None, None)) -> Engine:
+    """An engine holding ``prompts``, each to generate ``new_tokens``, timed on ``clock``; ``size``:
+    its (max batch, max length) at least (:attr:`ProfileGrid.engine_max_batch`), None: the point's."""
     # catch_up: the switch cost profiled is the drafter's catch-up (the validation replays switch so)
-    cfg = EngineConfig(max_batch=len(prompts), max_len=len(prompts[0]) + new_tokens + 2, switch="catch_up")
+    slots, length = size
+    cfg = EngineConfig(max_batch=max(len(prompts), slots or 0),
+                       max_len=max(len(prompts[0]) + new_tokens + 2, length or 0), switch="catch_up")
     engine = engine_class(clock)(target, policy, drafter, cfg)
     for p in prompts:
         engine.add_request(p, new_tokens)
@@ -101,8 +110,12 @@ def _step(engine: Engine, iterations: int) -> Engine:
 
 
 def _run(target: Transformer, policy, drafter, prompts: list[list[int]], new_tokens: int, iterations: int,
-         clock: str = "wall") -> Engine:
-    return _step(_engine(target, policy, drafter, prompts, new_tokens, clock), iterations)
+         clock: str = "wall", size: tuple[int | None, int | None] = (None, None)) -> Engine:
+    return _step(_engine(target, policy, drafter, prompts, new_tokens, clock, size), iterations)
+
+
+def _size(grid: ProfileGrid) -> tuple[int | None, int | None]:
+    return grid.engine_max_batch, grid.engine_max_len
 
 
 class _ReferenceLookup:
@@ -122,11 +135,13 @@ def _decode_point(target: Transformer, b: int, c: int, grid: ProfileGrid, seed: 
     """Decode seconds with the timed iterations at context ~c."""
     steps = grid.decode_warmup + grid.iterations
     prompt_len = max(1, round(c - 1 - (grid.decode_warmup + grid.iterations / 2)))
-    engine = _run(target, NoSD(), None, _prompts(target, b, prompt_len, seed), steps + 2, steps, grid.clock)
+    engine = _run(target, NoSD(), None, _prompts(target, b, prompt_len, seed), steps + 2, steps, grid.clock,
+                  _size(grid))
     return _median_decode(engine, grid.iterations)
 
 
-def _prefill_points(target: Transformer, b: int, length: int, seed: int, clock: str = "wall") -> tuple[float, float]:
+def _prefill_points(target: Transformer, b: int, length: int, seed: int, clock: str = "wall",
+                    size: tuple[int | None, int | None] = (None, None)) -> tuple[float, float]:
     """(target prefill seconds, drafter catch-up seconds) of ``b`` prompts of ``length`` tokens: the
     catch-up is the elastic switch's, over every prompt token and the first emitted one."""
     prompts = _prompts(target, b, length, seed)
@@ -134,7 +149,7 @@ def _prefill_points(target: Transformer, b: int, length: int, seed: int, clock: 
     inner = random_drafter(target, seed=seed + 1).to(device_of(target))
     drafter = PinnedDrafter(inner, np.full((1, 1), 0.5), lookup, seed=seed)
     switch_at_once = Elastic(Static(SDConfig(1, 1, 1)), threshold=b, consecutive=1)
-    engine = lookup.engine = _engine(target, switch_at_once, drafter, prompts, 3, clock)
+    engine = lookup.engine = _engine(target, switch_at_once, drafter, prompts, 3, clock, size)
     _step(engine, 1)
     ev = engine.log.frame()
     cu = ev[ev["kind"] == "catch_up"]
@@ -156,7 +171,7 @@ def _sd_points(target: Transformer, b: int, c: int, grid: ProfileGrid, probs: di
     for config, table in probs.items():
         lookup = _ReferenceLookup(sequences)
         drafter = PinnedDrafter(random_drafter(target, seed=seed + 1).to(device_of(target)), table, lookup, seed=seed)
-        engine = lookup.engine = _engine(target, Static(config), drafter, prompts, new_tokens, grid.clock)
+        engine = lookup.engine = _engine(target, Static(config), drafter, prompts, new_tokens, grid.clock, _size(grid))
         _step(engine, steps)
         seconds[config] = _median_decode(engine, grid.iterations)
     return seconds
@@ -207,7 +222,8 @@ def measure_point(target: Transformer, grid: ProfileGrid, point: ProfilePoint, p
     ``grid.repeats`` fresh engines (different prompts)."""
     b = point.batch_size
     if point.kind == "prefill":
-        runs = [_prefill_points(target, b, point.size, seed + r, grid.clock) for r in range(grid.repeats)]
+        runs = [_prefill_points(target, b, point.size, seed + r, grid.clock, _size(grid))
+                for r in range(grid.repeats)]
         return [{"kind": kind, "batch_size": b, "context": point.size,
                  "seconds": statistics.median(x[i] for x in runs)}
                 for i, kind in enumerate(("prefill", "drafter_prefill"))]

@@ -274,10 +274,11 @@ def cpu_roofline(cfg: ModelConfig, seconds: float = 0.5, device: str = "cpu") ->
 
 
 def profile_grid(runs: Sequence[RealRun], settings: NativeSettings,
-                 extra_configs: Sequence[SDConfig] = ()) -> ProfileGrid:
+                 extra_configs: Sequence[SDConfig] = (), engine_size: tuple[int, int] | None = None) -> ProfileGrid:
     """The grid over the batch sizes, contexts and draft shapes ``runs`` reached, plus
     ``extra_configs`` (the shapes a policy that prices its decisions may choose: it needs every one
-    priced before it runs)."""
+    priced before it runs). ``engine_size``: the (max batch, max length) of the engine the table
+    prices (:attr:`~tltreal.validation.profiler.ProfileGrid.engine_max_batch`); None: point-sized."""
     contexts = [max(c) for r in runs for c in r.iterations["contexts"] if len(c)]
     hi = int(max(contexts)) if contexts else 64
     grid_contexts = tuple(sorted({int(x) for x in np.geomspace(32, max(64, hi), 4).round()}))
@@ -286,7 +287,9 @@ def profile_grid(runs: Sequence[RealRun], settings: NativeSettings,
     configs = tuple(sorted({c for c in [*reached, *extra_configs] if c.enabled}))
     return ProfileGrid(batch_sizes=tuple(b for b in settings.grid_batches if b <= settings.max_batch),
                        contexts=grid_contexts, prefill_lengths=lengths, sd_configs=configs,
-                       iterations=settings.grid_iterations, repeats=settings.grid_repeats, clock=settings.clock)
+                       iterations=settings.grid_iterations, repeats=settings.grid_repeats, clock=settings.clock,
+                       engine_max_batch=engine_size[0] if engine_size else None,
+                       engine_max_len=engine_size[1] if engine_size else None)
 
 
 def profile_table(target: Transformer, grid: ProfileGrid, settings: NativeSettings, accept: Positional,
@@ -600,7 +603,8 @@ def validate_native(workloads: Sequence, specs: Sequence[str], accept: Positiona
     warm = [run for step, r in all_requests.items()
             for run in real_round(target, r, free, accept, references[step], max_batch=settings.max_batch,
                                   seed=settings.seed, clock=settings.clock, on_run=shown.advance, drafter=drafter)]
-    grid = profile_grid(warm, settings, priced_shapes) if table is None else None
+    replay_size = (settings.max_batch, max(r.max_len for r in all_requests.values()) + 1)  # as replay's _engine
+    grid = profile_grid(warm, settings, priced_shapes, replay_size) if table is None else None
     points = profile_points(grid) if grid is not None else []
     probs = accept.position_probs(PINNED_DEPTH, PINNED_TOPK)
     point_probs = dict.fromkeys(grid.sd_configs, probs) if grid is not None else {}
