@@ -264,3 +264,30 @@ def test_cost_aware_runs_on_the_real_engine_priced_by_the_given_table(sd_scale, 
     assert bool(used) is speculates
     with pytest.raises(InputError, match="cost table"):
         real_round(target, requests, [spec], paper_qwen32b_tp4(), reference, max_batch=8, seed=0)
+
+
+def test_the_profile_runs_on_an_engine_sized_as_the_replays(monkeypatch):
+    """tlt validate's profile points run on engines with the replay's slots and length (a bigger KV slab
+    made decode 2-4% slower on this CPU); a grid without a size keeps point-sized engines."""
+    from tltreal.validation import profiler
+
+    made = []
+
+    class Recording(profiler.EngineConfig):
+        def __init__(self, **kw) -> None:
+            made.append((kw["max_batch"], kw["max_len"]))
+            super().__init__(**kw)
+
+    monkeypatch.setattr(profiler, "EngineConfig", Recording)
+    target = random_model(TINY, seed=3, dtype=torch.float32, std=0.1)
+    sized = profiler.ProfileGrid(batch_sizes=(2,), contexts=(16,), prefill_lengths=(4,), iterations=2, warmup=1,
+                                 decode_warmup=1, repeats=1, engine_max_batch=8, engine_max_len=300)
+    for point in profiler.profile_points(sized):
+        profiler.measure_point(target, sized, point, {})
+    assert made and all(b == 8 and n == 300 for b, n in made)
+    made.clear()
+    plain = profiler.ProfileGrid(batch_sizes=(2,), contexts=(16,), prefill_lengths=(4,), iterations=2, warmup=1,
+                                 decode_warmup=1, repeats=1)
+    for point in profiler.profile_points(plain):
+        profiler.measure_point(target, plain, point, {})
+    assert made and all(b == 2 and n < 40 for b, n in made)
