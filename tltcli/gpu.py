@@ -51,7 +51,8 @@ def validate_stage(c) -> dict:
         dest = work / "validation"
         validate(scenario=str(scenario), backend=RealBackend.native, model=None,
                  length_scale=1 / 256 if c.tiny else 1 / 64, max_batch=4 if c.tiny else 32, table=table, repeats=3,
-                 out=dest, force=False, drafter="draft", device=c.device, clock=Clock.wall, late_scale=0.05)
+                 max_rounds=3, ci_width=0.02, out=dest, force=False, drafter="draft", device=c.device, clock=Clock.wall,
+                 late_scale=0.05)
         final = c.out / "validation"
         if final.exists():
             shutil.rmtree(final)

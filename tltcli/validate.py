@@ -29,10 +29,24 @@ class Clock(StrEnum):
     thread = "thread"
 
 
-def check_clock(clock: Clock, device: str) -> str:
-    """The thread clock counts CPU time of the engine's thread: meaningless on an accelerator."""
+def check_clock(clock: Clock | None, device: str) -> str:
+    """The clock to time on. Default: the engine thread's CPU time on a CPU (other processes' hold on
+    the core does not count; the native engine does all its work on that one thread) and the wall
+    clock on an accelerator (its kernels run off the thread), said on stderr. The thread clock is
+    refused on an accelerator, and where torch runs more than one thread (the others' work would be
+    missed)."""
+    if clock is None:
+        clock = Clock.thread if device.startswith("cpu") else Clock.wall
+        what = "the engine thread's CPU time" if clock is Clock.thread else "the wall clock"
+        warn(f"--clock not given: timing on {what} (the default on {device})")
     if clock is Clock.thread and not device.startswith("cpu"):
         raise InputError(f"the thread clock times CPU work only; use --clock wall on {device}", field="--clock")
+    if clock is Clock.thread:
+        import torch
+
+        if torch.get_num_threads() > 1:
+            raise InputError(f"the thread clock counts one thread's CPU time and torch runs {torch.get_num_threads()} "
+                             "threads here: set OMP_NUM_THREADS=1 or use --clock wall", field="--clock")
     return clock.value
 
 
@@ -113,14 +127,14 @@ def validation_scenario(scenario: str, backend: RealBackend):
     return s
 
 
-def _phase_plan(n_steps: int, backend: RealBackend, profiled: bool, rounds: int, priced: bool = False) -> int:
-    """How many phases ``tlt validate`` shows: native: warm-up, then per round the real runs per step,
-    the profile (unless --table) and, when a policy prices its decisions with that table (``priced``),
-    its runs per step, then simulation per step; vLLM: per round the real runs and the profile, then
+def _phase_plan(n_steps: int, backend: RealBackend, rounds: int) -> int:
+    """How many phases ``tlt validate`` shows with ``rounds`` rounds (native: the most it may run):
+    native: building the model and the warm-up runs, then per round its interleaved runs and profile
+    points and the simulation of each step; vLLM: per round the real runs and the profile, then
     simulation per step; then the report."""
     if backend is RealBackend.vllm:
         return 2 * rounds + n_steps + 1
-    return 1 + rounds * (n_steps * (1 + int(priced)) + int(profiled)) + n_steps + 1
+    return 2 + rounds * (1 + n_steps) + 1
 
 
 def phase_console():
@@ -140,18 +154,26 @@ def validate(
     = 1 / 32,
     max_batch: Annotated[int, typer.Option(help="Running requests of the native engine.")] = 32,
     table: Annotated[Path | None, typer.Option(help="Use this cost table instead of profiling now.")] = None,
-    repeats: Annotated[int, typer.Option(help="Rounds: each runs every (step, policy) once, then profiles the cost "
-                                         "table once; each run is simulated with its round's table and the "
-                                         "report gives the spread over rounds (3 or more).")] = 3,
+    repeats: Annotated[int, typer.Option(help="Rounds at least: each runs every (step, policy) once and measures "
+                                         "every profile point once, interleaved; each run is simulated with its "
+                                         "round's table (3 or more).")] = 3,
+    max_rounds: Annotated[int | None, typer.Option(help="Rounds at most: rounds go on until the headline error's 95% "
+                                                   "interval is narrower than --ci-width (native backend; default "
+                                                   "6, and --repeats for vLLM).")] = None,
+    ci_width: Annotated[float, typer.Option(help="Stop once every headline median error's 95% bootstrap interval "
+                                            "over rounds is at most this wide (0.02: 2 percentage points).")]
+    = 0.02,
     out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/validation/cpu"),
     force: Annotated[bool, typer.Option(help="Write into an existing folder tlt did not create.")] = False,
     drafter: Annotated[str, typer.Option(help="vLLM backend: 'draft' (early-exit draft model) or 'ngram'.")]
     = "draft",
     device: Annotated[str, typer.Option(help="Torch device of the native engine (cpu, cuda, cuda:1); vLLM runs on "
                                         "its build's device and takes only that one.")] = "cpu",
-    clock: Annotated[Clock, typer.Option(help="Time runs and profile on the wall clock, or on the engine thread's "
-                                         "CPU time (thread: CPU only; other processes' load does not count).")]
-    = Clock.wall,
+    clock: Annotated[Clock | None, typer.Option(help="Time runs and profile on the wall clock, or on the engine "
+                                                "thread's CPU time (thread: CPU only, one torch thread; other "
+                                                "processes' hold on the core does not count). Default: thread on "
+                                                "a CPU, wall on an accelerator.")]
+    = None,
     late_scale: Annotated[float, typer.Option(help="vLLM backend: the target's layers after the first have their "
                                               "output projections scaled by this (the draft model's agreement).")]
     = 0.05,
@@ -160,7 +182,7 @@ def validate(
 
     Example: tlt validate --scenario validation_dapo_cpu --out reports/validation/cpu
     Example: tlt validate --backend vllm --scenario validation_vllm_cpu --out reports/validation/cpu-vllm
-    Example: tlt validate --scenario validation_dapo_cpu --clock thread --out reports/validation/cpu
+    Example: tlt validate --scenario validation_dapo_cpu --ci-width 0.02 --max-rounds 6 --out reports/validation/cpu
     """
     from tltcore.atomic import check_output_dir
 
@@ -174,6 +196,13 @@ def validate(
         raise InputError(f"must be in [1, 256], got {max_batch}", field="--max-batch")
     if not 1 <= repeats <= 20:
         raise InputError(f"must be in [1, 20], got {repeats}", field="--repeats")
+    if backend is RealBackend.vllm and max_rounds is not None:
+        raise InputError("the vLLM backend runs exactly --repeats rounds", field="--max-rounds")
+    rounds_cap = repeats if backend is RealBackend.vllm else max(repeats, 6) if max_rounds is None else max_rounds
+    if not repeats <= rounds_cap <= 20:
+        raise InputError(f"must be in [--repeats ({repeats}), 20], got {rounds_cap}", field="--max-rounds")
+    if not 0 < ci_width < 1:
+        raise InputError(f"must be in (0, 1), got {ci_width}", field="--ci-width")
     if backend is RealBackend.vllm and table is not None:
         raise InputError("the vLLM backend profiles vLLM itself; --table is for the native backend",
                          field="--table")
@@ -189,17 +218,18 @@ def validate(
     from analysis.validation_report import write_validation_report
     from tltcli.progress import PhaseProgress
     from tltcore.cost import TableCostModel
-    from tltreal.validation.validate import NativeSettings, noise_check, validate_native
+    from tltreal.validation.validate import NativeSettings, validate_native
     from tltsim.rollout import simulate_policy_step
     from tltsim.scenario import acceptance_model, load_steps, policies_with_baseline
 
     settings = NativeSettings(model=target_config(model), length_scale=length_scale, max_batch=max_batch,
-                              seed=s.seed, grid_repeats=1, real_repeats=repeats, device=device, clock=clock_name)
+                              seed=s.seed, grid_repeats=1, real_repeats=repeats, max_rounds=rounds_cap,
+                              ci_width=ci_width,
+                              device=device, clock=clock_name)
     workloads = load_steps(s.trace)
     typed = policies_with_baseline(s.policies)
     specs = tuple(spec.name for spec in typed)  # the engines label their rows with the policy's name
-    priced = any(spec.priced for spec in typed)
-    bar = PhaseProgress(phase_console(), planned=_phase_plan(len(workloads), backend, table is None, repeats, priced))
+    bar = PhaseProgress(phase_console(), planned=_phase_plan(len(workloads), backend, rounds_cap))
     if backend is RealBackend.vllm:
         import tempfile
 
@@ -226,7 +256,32 @@ def validate(
                                                  progress=bar)
             bar.phase("writing the report")
             write_validation_report(out, result, s, settings, command=command_line(), profile=(rows, meta), force=force)
+    typer.echo(f"wrote {out}/README.md")
+    typer.echo(headline_message(result))
+
+
+def headline_message(result) -> str:
+    """The exit message: each calibrated headline with its interval beside the machine's noise, or, where
+    the noise exceeds it, plainly no number."""
+    import numpy as np
+
+    from tltreal.validation.rounds import headline_interval
+    from tltreal.validation.validate import noise_check
+
     noise = noise_check(result.makespans, result.acceptance_sources)
+    lines = [f"machine noise (identical runs, median |run / median - 1| over {noise.rounds} rounds): "
+             f"{noise.median:.1%}"]
+    for a, shown in noise.claims.items():
+        lo, hi = headline_interval(result.makespans, f"calibrated_{a}_err")
+        interval = f" (95% interval {lo:.1%} to {hi:.1%})" if np.isfinite(lo) else ""
+        if shown is None:
+            lines.append(f"median makespan error, {a} acceptance: NOT CLAIMED: {noise.errors[a]:.1%}{interval} is "
+                         f"below this machine's noise of {noise.median:.1%}")
+        else:
+            lines.append(f"median makespan error, {a} acceptance: {shown}{interval}")
+    if len(result.stopping):
+        last = result.stopping.iloc[-1]
+        lines.append(f"stopped after {int(last['rounds'])} rounds: {last['stop']}")
     if noise.warning:
         warn(noise.warning)
-    typer.echo(f"wrote {out}/README.md")
+    return "\n".join(lines)

@@ -104,15 +104,20 @@ def test_headline_is_the_median_over_pairs_of_each_pairs_median_error_with_the_r
     assert (mid, lo, hi) == pytest.approx((0.055, 0.035, 0.155))
 
 
-def test_noise_check_warns_only_when_the_noise_exceeds_the_error():
+def test_noise_check_refuses_the_error_only_when_the_noise_exceeds_it():
     m = _makespans()
     check = noise_check(m, ["measured"])
-    assert check.median == pytest.approx(np.median([0.6 / 1.1, 0.1]))  # 0.32 > the 0.055 error
+    # p: median |run / 1.1 - 1| over [1.0, 1.1, 1.6] = 0.1 / 1.1; q: over [2.0, 2.0, 2.2] = 0
+    assert check.median == pytest.approx(np.median([0.1 / 1.1, 0.0]))  # 0.045 < the 0.055 error: claimed
+    assert check.range_median == pytest.approx(np.median([0.6 / 1.1, 0.1]))  # (max - min) / median, kept beside
     assert check.error == pytest.approx(0.055) and check.rounds == 3
-    assert check.warning is not None and "larger than the error" in check.warning
-    quiet = m.assign(real_s=[1.0, 1.0, 1.01, 2.0, 2.0, 2.01])
-    assert noise_check(quiet, ["measured"]).warning is None
-    assert noise_check(m[m["repeat"] == 0], ["measured"]).warning is None  # one round: no spread to judge
+    assert check.claims == {"measured": "5.5%"} and check.warning is None
+    noisy = m.assign(real_s=[1.0, 1.2, 1.6, 2.0, 2.4, 2.2])  # p: 0.2 / 1.2 = 0.17, q: 0.2 / 2.2 = 0.09
+    refused = noise_check(noisy, ["measured"])
+    assert refused.claims == {"measured": None}
+    assert refused.warning is not None and "no error claimed" in refused.warning
+    one = noise_check(m[m["repeat"] == 0], ["measured"])  # one round: no noise measured, nothing claimed
+    assert one.claims == {"measured": None} and "one round" in one.warning
 
 
 def test_median_table_is_the_point_by_point_median_of_the_rounds():
@@ -259,3 +264,30 @@ def test_cost_aware_runs_on_the_real_engine_priced_by_the_given_table(sd_scale, 
     assert bool(used) is speculates
     with pytest.raises(InputError, match="cost table"):
         real_round(target, requests, [spec], paper_qwen32b_tp4(), reference, max_batch=8, seed=0)
+
+
+def test_the_profile_runs_on_an_engine_sized_as_the_replays(monkeypatch):
+    """tlt validate's profile points run on engines with the replay's slots and length (a bigger KV slab
+    made decode 2-4% slower on this CPU); a grid without a size keeps point-sized engines."""
+    from tltreal.validation import profiler
+
+    made = []
+
+    class Recording(profiler.EngineConfig):
+        def __init__(self, **kw) -> None:
+            made.append((kw["max_batch"], kw["max_len"]))
+            super().__init__(**kw)
+
+    monkeypatch.setattr(profiler, "EngineConfig", Recording)
+    target = random_model(TINY, seed=3, dtype=torch.float32, std=0.1)
+    sized = profiler.ProfileGrid(batch_sizes=(2,), contexts=(16,), prefill_lengths=(4,), iterations=2, warmup=1,
+                                 decode_warmup=1, repeats=1, engine_max_batch=8, engine_max_len=300)
+    for point in profiler.profile_points(sized):
+        profiler.measure_point(target, sized, point, {})
+    assert made and all(b == 8 and n == 300 for b, n in made)
+    made.clear()
+    plain = profiler.ProfileGrid(batch_sizes=(2,), contexts=(16,), prefill_lengths=(4,), iterations=2, warmup=1,
+                                 decode_warmup=1, repeats=1)
+    for point in profiler.profile_points(plain):
+        profiler.measure_point(target, plain, point, {})
+    assert made and all(b == 2 and n < 40 for b, n in made)

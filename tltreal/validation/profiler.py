@@ -61,6 +61,12 @@ class ProfileGrid:
     decode_warmup: int = 10  # a fresh engine's first plain iterations run slow (allocator warm-up); cheap to skip
     repeats: int = 3  # engines per point; each quantity is the median over them
     clock: str = "wall"  # "wall" or "thread" (tltreal.validation.clock)
+    # The engine every point runs on: None sizes it to the point (b slots, just the tokens it needs).
+    # tlt validate sizes it as the replay's engine (its max batch and longest sequence): a KV slab of
+    # 32 slots x ~1,400 positions made decode iterations 2-4% slower than a point-sized one on this
+    # CPU (batch 8-32; tltreal.validation.validate.profile_grid), a bias the table then carried.
+    engine_max_batch: int | None = None
+    engine_max_len: int | None = None
 
 
 def _median_decode(engine: Engine, n: int) -> float:
@@ -81,11 +87,14 @@ def _prompts(target: Transformer, b: int, length: int, seed: int) -> list[list[i
     return [torch.randint(0, target.cfg.vocab_size, (length,), generator=g).tolist() for _ in range(b)]
 
 
-def _engine(target: Transformer, policy, drafter, prompts: list[list[int]], new_tokens: int, clock: str = "wall"
-            ) -> Engine:
-    """An engine holding ``prompts``, each to generate ``new_tokens``, timed on ``clock``."""
+def _engine(target: Transformer, policy, drafter, prompts: list[list[int]], new_tokens: int, clock: str = "wall",
+            size: tuple[int | None, int | None] = (None, None)) -> Engine:
+    """An engine holding ``prompts``, each to generate ``new_tokens``, timed on ``clock``; ``size``:
+    its (max batch, max length) at least (:attr:`ProfileGrid.engine_max_batch`), None: the point's."""
     # catch_up: the switch cost profiled is the drafter's catch-up (the validation replays switch so)
-    cfg = EngineConfig(max_batch=len(prompts), max_len=len(prompts[0]) + new_tokens + 2, switch="catch_up")
+    slots, length = size
+    cfg = EngineConfig(max_batch=max(len(prompts), slots or 0),
+                       max_len=max(len(prompts[0]) + new_tokens + 2, length or 0), switch="catch_up")
     engine = engine_class(clock)(target, policy, drafter, cfg)
     for p in prompts:
         engine.add_request(p, new_tokens)
@@ -101,8 +110,12 @@ def _step(engine: Engine, iterations: int) -> Engine:
 
 
 def _run(target: Transformer, policy, drafter, prompts: list[list[int]], new_tokens: int, iterations: int,
-         clock: str = "wall") -> Engine:
-    return _step(_engine(target, policy, drafter, prompts, new_tokens, clock), iterations)
+         clock: str = "wall", size: tuple[int | None, int | None] = (None, None)) -> Engine:
+    return _step(_engine(target, policy, drafter, prompts, new_tokens, clock, size), iterations)
+
+
+def _size(grid: ProfileGrid) -> tuple[int | None, int | None]:
+    return grid.engine_max_batch, grid.engine_max_len
 
 
 class _ReferenceLookup:
@@ -122,11 +135,13 @@ def _decode_point(target: Transformer, b: int, c: int, grid: ProfileGrid, seed: 
     """Decode seconds with the timed iterations at context ~c."""
     steps = grid.decode_warmup + grid.iterations
     prompt_len = max(1, round(c - 1 - (grid.decode_warmup + grid.iterations / 2)))
-    engine = _run(target, NoSD(), None, _prompts(target, b, prompt_len, seed), steps + 2, steps, grid.clock)
+    engine = _run(target, NoSD(), None, _prompts(target, b, prompt_len, seed), steps + 2, steps, grid.clock,
+                  _size(grid))
     return _median_decode(engine, grid.iterations)
 
 
-def _prefill_points(target: Transformer, b: int, length: int, seed: int, clock: str = "wall") -> tuple[float, float]:
+def _prefill_points(target: Transformer, b: int, length: int, seed: int, clock: str = "wall",
+                    size: tuple[int | None, int | None] = (None, None)) -> tuple[float, float]:
     """(target prefill seconds, drafter catch-up seconds) of ``b`` prompts of ``length`` tokens: the
     catch-up is the elastic switch's, over every prompt token and the first emitted one."""
     prompts = _prompts(target, b, length, seed)
@@ -134,7 +149,7 @@ def _prefill_points(target: Transformer, b: int, length: int, seed: int, clock: 
     inner = random_drafter(target, seed=seed + 1).to(device_of(target))
     drafter = PinnedDrafter(inner, np.full((1, 1), 0.5), lookup, seed=seed)
     switch_at_once = Elastic(Static(SDConfig(1, 1, 1)), threshold=b, consecutive=1)
-    engine = lookup.engine = _engine(target, switch_at_once, drafter, prompts, 3, clock)
+    engine = lookup.engine = _engine(target, switch_at_once, drafter, prompts, 3, clock, size)
     _step(engine, 1)
     ev = engine.log.frame()
     cu = ev[ev["kind"] == "catch_up"]
@@ -156,7 +171,7 @@ def _sd_points(target: Transformer, b: int, c: int, grid: ProfileGrid, probs: di
     for config, table in probs.items():
         lookup = _ReferenceLookup(sequences)
         drafter = PinnedDrafter(random_drafter(target, seed=seed + 1).to(device_of(target)), table, lookup, seed=seed)
-        engine = lookup.engine = _engine(target, Static(config), drafter, prompts, new_tokens, grid.clock)
+        engine = lookup.engine = _engine(target, Static(config), drafter, prompts, new_tokens, grid.clock, _size(grid))
         _step(engine, steps)
         seconds[config] = _median_decode(engine, grid.iterations)
     return seconds
@@ -168,10 +183,59 @@ def _expected_accept(probs: np.ndarray, config: SDConfig) -> float:
     return 1.0 + float(eagle_tree_reach(rows, config.depth, config.topk, config.verify_tokens).sum())
 
 
+@dataclass(frozen=True)
+class ProfilePoint:
+    """One unit of a profile: the prefill (and drafter catch-up) of ``batch_size`` prompts of ``size``
+    tokens (``kind`` ``prefill``), or decode and every SD shape at ``batch_size`` requests of context
+    ~``size`` (``kind`` ``decode``). A validation interleaves these with its real runs
+    (:mod:`tltreal.validation.rounds`), so each is a few seconds of work."""
+
+    kind: str  # "prefill" or "decode"
+    batch_size: int
+    size: int  # prompt tokens per request (prefill) or context (decode)
+
+
+def profile_points(grid: ProfileGrid) -> list[ProfilePoint]:
+    """The grid's points in the table's row order: per batch size, every prefill length, then every
+    context."""
+    return [p for b in grid.batch_sizes
+            for p in [*(ProfilePoint("prefill", b, n) for n in grid.prefill_lengths),
+                      *(ProfilePoint("decode", b, c) for c in grid.contexts)]]
+
+
 def grid_points(grid: ProfileGrid) -> int:
     """How many points :func:`profile_native` measures (each calls its ``on_point`` once): per batch
     size, every prefill length and every context."""
-    return len(grid.batch_sizes) * (len(grid.prefill_lengths) + len(grid.contexts))
+    return len(profile_points(grid))
+
+
+def profile_warmup(target: Transformer, grid: ProfileGrid, probs: dict[SDConfig, np.ndarray], seed: int = 0) -> None:
+    """One untimed decode point and one SD point: a process's first runs are slower."""
+    _decode_point(target, grid.batch_sizes[0], grid.contexts[0], grid, seed)
+    if probs:
+        _sd_points(target, grid.batch_sizes[0], grid.contexts[0], grid, probs, seed)
+
+
+def measure_point(target: Transformer, grid: ProfileGrid, point: ProfilePoint, probs: dict[SDConfig, np.ndarray],
+                  seed: int = 0) -> list[dict]:
+    """The cost-table rows of one :class:`ProfilePoint`, each quantity the median over
+    ``grid.repeats`` fresh engines (different prompts)."""
+    b = point.batch_size
+    if point.kind == "prefill":
+        runs = [_prefill_points(target, b, point.size, seed + r, grid.clock, _size(grid))
+                for r in range(grid.repeats)]
+        return [{"kind": kind, "batch_size": b, "context": point.size,
+                 "seconds": statistics.median(x[i] for x in runs)}
+                for i, kind in enumerate(("prefill", "drafter_prefill"))]
+    c = point.size
+    rows = [{"kind": "decode", "batch_size": b, "context": c,
+             "seconds": statistics.median(_decode_point(target, b, c, grid, seed + r) for r in range(grid.repeats))}]
+    if probs:
+        sd = [_sd_points(target, b, c, grid, probs, seed + r) for r in range(grid.repeats)]
+        rows += [{"kind": "sd", "batch_size": b, "context": c, "depth": config.depth, "topk": config.topk,
+                  "verify_tokens": config.verify_tokens, "seconds": statistics.median(x[config] for x in sd)}
+                 for config in probs]
+    return rows
 
 
 def profile_native(target: Transformer, grid: ProfileGrid, *, position_probs: dict[SDConfig, np.ndarray],
@@ -181,30 +245,12 @@ def profile_native(target: Transformer, grid: ProfileGrid, *, position_probs: di
     engines (different prompts). ``on_point(1)`` is called after each of the :func:`grid_points`
     points (a profile takes minutes: progress)."""
     probs = {cfg: position_probs[cfg] for cfg in grid.sd_configs}
-    _decode_point(target, grid.batch_sizes[0], grid.contexts[0], grid, seed)  # first runs are slower: not timed
-    if probs:
-        _sd_points(target, grid.batch_sizes[0], grid.contexts[0], grid, probs, seed)
+    profile_warmup(target, grid, probs, seed)
     rows: list[dict] = []
-    for b in grid.batch_sizes:
-        for length in grid.prefill_lengths:
-            runs = [_prefill_points(target, b, length, seed + r, grid.clock) for r in range(grid.repeats)]
-            for i, kind in enumerate(("prefill", "drafter_prefill")):
-                rows.append({"kind": kind, "batch_size": b, "context": length,
-                             "seconds": statistics.median(x[i] for x in runs)})
-            if on_point is not None:
-                on_point(1)
-        for c in grid.contexts:
-            rows.append({"kind": "decode", "batch_size": b, "context": c,
-                         "seconds": statistics.median(_decode_point(target, b, c, grid, seed + r)
-                                                      for r in range(grid.repeats))})
-            if probs:
-                sd = [_sd_points(target, b, c, grid, probs, seed + r) for r in range(grid.repeats)]
-                for config in probs:
-                    rows.append({"kind": "sd", "batch_size": b, "context": c, "depth": config.depth,
-                                 "topk": config.topk, "verify_tokens": config.verify_tokens,
-                                 "seconds": statistics.median(x[config] for x in sd)})
-            if on_point is not None:
-                on_point(1)
+    for point in profile_points(grid):
+        rows += measure_point(target, grid, point, probs, seed)
+        if on_point is not None:
+            on_point(1)
     return table_frame(rows)
 
 

@@ -30,6 +30,7 @@ from tltreal.model.transformer import Transformer
 from tltreal.spec_decode.proposers import EagleDrafter, PinnedDrafter, random_drafter
 from tltreal.validation.clock import engine_class
 from tltreal.validation.profiler import device_of
+from tltreal.validation.rounds import williams_order
 
 T = TypeVar("T")
 
@@ -95,20 +96,7 @@ def balanced_order(items: Sequence[T], repeat: int) -> list[T]:
     ``n``), so what ran just before is confounded with the item: on this CPU two runs of the same plain
     engine back to back read the second 0.5% faster (the A/A control of a rotated 200-repeat A/B), as
     large as the effects such an A/B is after."""
-    n = len(items)
-    base: list[int] = [0]  # 0, 1, n-1, 2, n-2, ...: consecutive differences take every value once
-    lo, hi = 1, n - 1
-    while len(base) < n:
-        base.append(lo)
-        lo += 1
-        if len(base) < n:
-            base.append(hi)
-            hi -= 1
-    k = repeat % (n if n % 2 == 0 else 2 * n) if n else 0
-    row = [(b + k % n) % n for b in base] if n else []
-    if k >= n:  # odd n: the square's rows mirrored, which balances what one square alone cannot
-        row.reverse()
-    return [items[i] for i in row]
+    return williams_order(items, repeat)
 
 
 class RecordingPolicy:

@@ -1,31 +1,35 @@
 """``tlt validate --backend native``: the same trace steps run for real and simulated, and the error.
 
-The work runs in rounds (``--repeats``, at least 3 for a report), so that the cost table and the
-real runs see the same conditions on a machine that is busy now and quiet later. In each round:
+The work runs in rounds (at least ``--repeats``, at most ``--max-rounds``; :mod:`tltreal.validation.rounds`
+says why each rule), so that the cost table and the real runs see the same conditions on a machine
+that is busy now and quiet later. Before the rounds, every free policy runs once per step, untimed
+(warm-up; the contexts and draft shapes they reach set the profile grid). In each round:
 
-1. **Real**: the native engine replays every step once per policy (:mod:`tltreal.validation.replay`), the
-   policies in an order rotated from round to round, speculative ones with the pinned drafter
-   (acceptance from the scenario's acceptance model, verification real and lossless against a plain
-   reference run made once per step before the rounds). A recording wrapper keeps every decision's
-   batch view and every outcome: each iteration's conditions (batch, per-request contexts, draft
-   shape) and time.
-2. **Calibration**: right after the round's runs the engine is profiled on this machine
-   (:mod:`tltreal.validation.profiler`) over the batch sizes, contexts and draft shapes the first round's
-   runs used, unless a table is given.
-3. **Simulated**: the same requests on one rollout worker, with the round's measured table
+1. **Real** and **calibration**, interleaved: the native engine replays every step once per policy
+   (:mod:`tltreal.validation.replay`; speculative ones with the pinned drafter, acceptance from the
+   scenario's acceptance model, verification real and lossless against a plain reference run made
+   once per step before the rounds) and measures every point of the profile grid once
+   (:mod:`tltreal.validation.profiler`), unless a table is given, all in one balanced order that
+   shifts from round to round (:func:`~tltreal.validation.rounds.round_schedule`). A recording
+   wrapper keeps every decision's batch view and every outcome: each iteration's conditions (batch,
+   per-request contexts, draft shape) and time.
+2. **Simulated**: the same requests on one rollout worker, with the round's measured table
    (``calibrated``) or an analytic roofline of this device built from measured peak FLOP/s and copy
    bandwidth (``analytic``), and with acceptance either ``predicted`` (the acceptance model) or
    ``measured`` (each draft shape's accept-length distribution in that real run), which separates
    cost error from acceptance error.
+3. **Stop or go on**: the headline median error's bootstrap interval over the rounds so far against
+   ``--ci-width`` (:func:`stopping_row`).
 
 Every time (runs, rows, profile) is on one clock, the wall clock or the engine thread's CPU time
 (:mod:`tltreal.validation.clock`); on the thread clock each run's wall-clock time is kept beside it.
 
 Reported: makespan error per (step, policy, round) for each (cost model, acceptance) pair and its
-spread over the rounds (:func:`makespan_spread`, :func:`headline`); the noise of the real makespans
-over the rounds and the load average around each phase (:func:`noise_check`, :func:`load_row`); the
-per-iteration latency error of each cost model on the real iterations' own conditions (median and
-p90 of |predicted / measured - 1|, pooled over rounds); accept-length error.
+spread over the rounds (:func:`makespan_spread`, :func:`headline`) with its interval; the machine's
+noise (identical runs over the rounds) beside it, and no error claimed below that noise
+(:func:`noise_check`); the load average around each round (:func:`load_row`); the per-iteration
+latency error of each cost model on the real iterations' own conditions (median and p90 of
+|predicted / measured - 1|, pooled over rounds); accept-length error.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ import pandas as pd
 import torch
 
 from tltcore.acceptance import ChainAcceptance, TreeAcceptance
-from tltcore.cost import CostModel, RooflineCostModel, TableCostModel, shape_fingerprint
+from tltcore.cost import CostModel, RooflineCostModel, TableCostModel, shape_fingerprint, table_frame
 from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
 from tltcore.engine_limits import EngineLimits
 from tltcore.errors import InputError
@@ -56,7 +60,17 @@ from tltcore.summary import summarize_step
 from tltreal.model.transformer import Transformer
 from tltreal.model.weights import random_model
 from tltreal.spec_decode.proposers import EagleDrafter
-from tltreal.validation.profiler import PROFILE_DEVICE, ProfileGrid, grid_points, profile_metadata, profile_native
+from tltreal.validation.profiler import (
+    PROFILE_DEVICE,
+    ProfileGrid,
+    ProfilePoint,
+    grid_points,
+    measure_point,
+    profile_metadata,
+    profile_native,
+    profile_points,
+    profile_warmup,
+)
 from tltreal.validation.replay import (
     RealRun,
     RecordingPolicy,
@@ -68,6 +82,7 @@ from tltreal.validation.replay import (
     speculative_run,
     with_extra_tokens,
 )
+from tltreal.validation.rounds import StoppingRule, claim, headline_interval, round_schedule, run_noise
 
 #: A small Llama-shaped target the CPU replays in seconds (hidden 256, 4 layers, vocab 2,048).
 DEFAULT_MODEL = ModelConfig(vocab_size=2048, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
@@ -88,9 +103,16 @@ class NativeSettings:
     grid_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
     grid_iterations: int = 5
     grid_repeats: int = 1  # fresh engines per profile point within one round (the rounds repeat the profile)
-    real_repeats: int = 3  # rounds: each runs every (step, policy) once and profiles the table once
+    real_repeats: int = 3  # rounds at least: each runs every (step, policy) once and profiles the table once
+    max_rounds: int | None = None  # rounds at most (None: exactly real_repeats), see tltreal.validation.rounds
+    ci_width: float = 0.02  # stop once every headline's 95% interval over rounds is at most this wide
     device: str = "cpu"  # torch device of the native engine (checked by the CLI: tltcli.validate.torch_device)
     clock: str = "wall"  # what the runs and the profile are timed on: "wall" or "thread" (tltreal.validation.clock)
+
+    @property
+    def rule(self) -> StoppingRule:
+        """When the rounds stop (:class:`~tltreal.validation.rounds.StoppingRule`)."""
+        return StoppingRule(self.ci_width, self.real_repeats, max(self.real_repeats, self.max_rounds or 0))
 
 
 def shape_of(cfg: ModelConfig, name: str = "native") -> ModelShape:
@@ -252,10 +274,11 @@ def cpu_roofline(cfg: ModelConfig, seconds: float = 0.5, device: str = "cpu") ->
 
 
 def profile_grid(runs: Sequence[RealRun], settings: NativeSettings,
-                 extra_configs: Sequence[SDConfig] = ()) -> ProfileGrid:
+                 extra_configs: Sequence[SDConfig] = (), engine_size: tuple[int, int] | None = None) -> ProfileGrid:
     """The grid over the batch sizes, contexts and draft shapes ``runs`` reached, plus
     ``extra_configs`` (the shapes a policy that prices its decisions may choose: it needs every one
-    priced before it runs)."""
+    priced before it runs). ``engine_size``: the (max batch, max length) of the engine the table
+    prices (:attr:`~tltreal.validation.profiler.ProfileGrid.engine_max_batch`); None: point-sized."""
     contexts = [max(c) for r in runs for c in r.iterations["contexts"] if len(c)]
     hi = int(max(contexts)) if contexts else 64
     grid_contexts = tuple(sorted({int(x) for x in np.geomspace(32, max(64, hi), 4).round()}))
@@ -264,7 +287,9 @@ def profile_grid(runs: Sequence[RealRun], settings: NativeSettings,
     configs = tuple(sorted({c for c in [*reached, *extra_configs] if c.enabled}))
     return ProfileGrid(batch_sizes=tuple(b for b in settings.grid_batches if b <= settings.max_batch),
                        contexts=grid_contexts, prefill_lengths=lengths, sd_configs=configs,
-                       iterations=settings.grid_iterations, repeats=settings.grid_repeats, clock=settings.clock)
+                       iterations=settings.grid_iterations, repeats=settings.grid_repeats, clock=settings.clock,
+                       engine_max_batch=engine_size[0] if engine_size else None,
+                       engine_max_len=engine_size[1] if engine_size else None)
 
 
 def profile_table(target: Transformer, grid: ProfileGrid, settings: NativeSettings, accept: Positional,
@@ -325,6 +350,8 @@ class ValidationResult:
     plain_tables: list[TableCostModel] | None = None
     load: pd.DataFrame = field(default_factory=pd.DataFrame)
     profiles: pd.DataFrame | None = None
+    stopping: pd.DataFrame = field(default_factory=pd.DataFrame)  # per round: headlines, intervals, verdict
+    order: pd.DataFrame = field(default_factory=pd.DataFrame)  # round, position, item: what ran when
 
     def cost(self, name: str, policy: str, repeat: int = 0) -> CostModel:
         """The cost model ``name`` (calibrated / analytic) used for ``policy``'s run of round ``repeat``."""
@@ -342,16 +369,41 @@ class ValidationResult:
         return int(self.makespans["repeat"].nunique()) if len(self.makespans) else 0
 
 
+def _simulate_run(w, spec: str, real: RealRun, result: ValidationResult, *,
+                  accept_sources: Callable[[RealRun], dict[str, Positional | MeasuredAcceptance]],
+                  engine: SimulatedEngine, simulate: StepSimulator, seed: int, deal_mode: str
+                  ) -> tuple[dict, dict[str, float], list[pd.DataFrame]]:
+    """One real run simulated with both cost models (the calibrated one of its own round) and every
+    acceptance source: its makespan row, the simulated mean accept length per source (calibrated) and
+    the simulated event logs."""
+    row = {"step": w.step, "policy": spec, "repeat": real.repeat, "real_s": real.makespan, "real_wall_s": real.wall_s}
+    accepts, logs = {}, []
+    for cost_name in ("calibrated", "analytic"):
+        cost = result.cost(cost_name, spec, real.repeat)
+        for acc_name, acc in accept_sources(real).items():
+            ev = simulate(w, spec, cost, acc, engine=engine, seed=seed, deal_mode=deal_mode)
+            s = summarize_step(ev, gpus=1, tp=1)
+            row[f"{cost_name}_{acc_name}_s"] = s.makespan_s
+            row[f"{cost_name}_{acc_name}_err"] = s.makespan_s / real.makespan - 1
+            if cost_name == "calibrated":
+                accepts[acc_name] = s.mean_accept_length
+                logs.append(ev.assign(policy=f"{spec} [sim {acc_name}]", repeat=real.repeat))
+    return row, accepts, logs
+
+
 def compare(steps: Sequence, specs: Sequence[str], runs: Sequence[RealRun], result: ValidationResult, *,
             accept_sources: Callable[[RealRun], dict[str, Positional | MeasuredAcceptance]],
             engine: SimulatedEngine, simulate: StepSimulator, seed: int, deal_mode: str,
-            progress=None) -> ValidationResult:
+            progress=None, cache: dict | None = None) -> ValidationResult:
     """Simulate every real run (every (step, policy, round)) with both cost models (the calibrated one
     of the run's own round) and every acceptance source (the run's own measured acceptance), and fill
-    in ``result``'s makespan, per-iteration and accept-length tables."""
+    in ``result``'s makespan, per-iteration and accept-length tables. ``cache``: a dict kept between
+    calls (the rounds of :func:`validate_native` compare after each round): a run already simulated
+    is not simulated again."""
     by_key: dict[tuple[int, str], list[RealRun]] = {}
     for r in sorted(runs, key=lambda r: r.repeat):
         by_key.setdefault((r.step, r.policy), []).append(r)
+    cache = {} if cache is None else cache
     make_rows, acc_rows, sim_logs = [], [], []
     shown = phases(progress)
     for w in steps:
@@ -360,19 +412,15 @@ def compare(steps: Sequence, specs: Sequence[str], runs: Sequence[RealRun], resu
             tries = by_key[(w.step, spec)]
             sim_accept: dict[str, list[float]] = {}
             for real in tries:
-                row = {"step": w.step, "policy": spec, "repeat": real.repeat, "real_s": real.makespan,
-                       "real_wall_s": real.wall_s}
-                for cost_name in ("calibrated", "analytic"):
-                    cost = result.cost(cost_name, spec, real.repeat)
-                    for acc_name, acc in accept_sources(real).items():
-                        ev = simulate(w, spec, cost, acc, engine=engine, seed=seed, deal_mode=deal_mode)
-                        s = summarize_step(ev, gpus=1, tp=1)
-                        row[f"{cost_name}_{acc_name}_s"] = s.makespan_s
-                        row[f"{cost_name}_{acc_name}_err"] = s.makespan_s / real.makespan - 1
-                        if cost_name == "calibrated":
-                            sim_accept.setdefault(acc_name, []).append(s.mean_accept_length)
-                            sim_logs.append(ev.assign(policy=f"{spec} [sim {acc_name}]", repeat=real.repeat))
+                key = (w.step, spec, real.repeat)
+                if key not in cache:
+                    cache[key] = _simulate_run(w, spec, real, result, accept_sources=accept_sources, engine=engine,
+                                               simulate=simulate, seed=seed, deal_mode=deal_mode)
+                row, accepts, logs = cache[key]
                 make_rows.append(row)
+                for acc_name, v in accepts.items():
+                    sim_accept.setdefault(acc_name, []).append(v)
+                sim_logs += logs
             # Accept length over every round's SD iterations (each round's run counts, none is chosen by
             # its timing).
             its = pd.concat([t.iterations for t in tries], ignore_index=True)
@@ -434,101 +482,192 @@ def headline(makespans: pd.DataFrame, column: str) -> tuple[float, float, float]
 
 @dataclass(frozen=True)
 class NoiseCheck:
-    """How much the real makespans of identical runs moved over the rounds, against the error the
-    report measures: an error smaller than the noise cannot be told from the machine's jitter."""
+    """The machine's own noise (how much identical real runs moved over the rounds) beside the errors
+    the report measures: an error smaller than the noise cannot be told from the machine's jitter, so
+    it is not claimed (:func:`~tltreal.validation.rounds.claim`)."""
 
-    median: float  # median over (step, policy) of (max - min) / median of the real makespan
+    median: float  # median over (step, policy) of the median over rounds of |run / median run - 1|
     worst: float  # the largest of them
-    error: float  # the smallest headline calibrated error it is compared with
+    errors: dict[str, float]  # the headline calibrated error per acceptance source
     rounds: int
+    range_median: float = float("nan")  # median over (step, policy) of (max - min) / median run (grows with rounds)
+
+    @property
+    def error(self) -> float:
+        """The smallest headline calibrated error."""
+        return min(self.errors.values())
+
+    @property
+    def claims(self) -> dict[str, str | None]:
+        """Per acceptance source, the error as it may be stated, or None: below the noise, not claimed."""
+        if self.rounds < 2:
+            return {a: None for a in self.errors}
+        return {a: claim(e, self.median) for a, e in self.errors.items()}
 
     @property
     def warning(self) -> str | None:
-        if self.rounds < 2 or self.median <= self.error:
+        refused = [a for a, c in self.claims.items() if c is None]
+        if self.rounds < 2:
+            return "one round only: no noise measured, so no error is claimed"
+        if not refused:
             return None
-        return (f"the real makespans of identical runs vary by {self.median:.1%} (median over step and policy of "
-                f"(max - min) / median over {self.rounds} rounds), more than the {self.error:.1%} makespan error "
-                "reported: the machine's noise is larger than the error being measured; rerun on a quieter machine")
+        shown = ", ".join(f"{self.errors[a]:.1%} ({a} acceptance)" for a in refused)
+        return (f"no error claimed for {shown}: identical runs vary by {self.median:.1%} (median over step and "
+                f"policy of the median |run / median run - 1| over {self.rounds} rounds), more than the error, so "
+                "this machine cannot tell that error from its own noise; rerun on a quieter machine")
 
 
 def noise_check(makespans: pd.DataFrame, sources: Sequence[str]) -> NoiseCheck:
-    """The noise of the real makespans over the rounds, compared with the smallest headline
-    calibrated error over the acceptance ``sources``."""
+    """The noise of the real makespans over the rounds (:func:`~tltreal.validation.rounds.run_noise`),
+    beside the headline calibrated error of each acceptance ``source``."""
     spread = makespan_spread(makespans)
-    error = min(headline(makespans, f"calibrated_{a}_err")[0] for a in sources)
-    noise = spread["noise"].to_numpy(dtype=np.float64)
-    return NoiseCheck(float(np.nanmedian(noise)), float(np.nanmax(noise)), error, int(makespans["repeat"].nunique()))
+    noise = run_noise(makespans).to_numpy(dtype=np.float64)
+    return NoiseCheck(float(np.nanmedian(noise)) if np.isfinite(noise).any() else float("nan"),
+                      float(np.nanmax(noise)) if np.isfinite(noise).any() else float("nan"),
+                      {a: headline(makespans, f"calibrated_{a}_err")[0] for a in sources},
+                      int(makespans["repeat"].nunique()),
+                      float(np.nanmedian(spread["noise"].to_numpy(dtype=np.float64))))
+
+
+def stopping_row(makespans: pd.DataFrame, sources: Sequence[str], rule: StoppingRule) -> dict[str, object]:
+    """After a round: the rounds so far, each calibrated headline with its interval
+    (:func:`~tltreal.validation.rounds.headline_interval`), and the stopping rule's verdict
+    (``stop``: why, empty to go on)."""
+    rounds = int(makespans["repeat"].nunique())
+    row: dict[str, object] = {"rounds": rounds}
+    intervals = []
+    for a in sources:
+        col = f"calibrated_{a}_err"
+        lo, hi = headline_interval(makespans, col)
+        row.update({f"{a}_err": headline(makespans, col)[0], f"{a}_lo": lo, f"{a}_hi": hi})
+        intervals.append((lo, hi))
+    row["stop"] = rule.reason(rounds, intervals) or ""
+    return row
 
 
 def _empty_result(tables: list[TableCostModel], analytic: CostModel, **kw) -> ValidationResult:
     return ValidationResult(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), [], pd.DataFrame(), tables, analytic, **kw)
 
 
+@dataclass(frozen=True)
+class RunItem:
+    """One real run of a round's schedule: ``policy`` on ``step``'s requests; ``priced``: the policy
+    prices its decisions with a cost table."""
+
+    step: int
+    policy: str
+    priced: bool = False
+
+    def __str__(self) -> str:
+        return f"run step {self.step} {self.policy}"
+
+
+def _item_name(item: RunItem | ProfilePoint) -> str:
+    if isinstance(item, RunItem):
+        return str(item)
+    size = "prompt" if item.kind == "prefill" else "context"
+    return f"profile {item.kind} batch {item.batch_size} {size} {item.size}"
+
+
 def validate_native(workloads: Sequence, specs: Sequence[str], accept: Positional, settings: NativeSettings, *,
                     simulate: StepSimulator, table: TableCostModel | None = None, deal_mode: str = "shuffle",
                     command: str = "", progress=None
                     ) -> tuple[ValidationResult, pd.DataFrame | None, dict[str, str] | None]:
-    """Run, profile (unless ``table``), simulate and compare, in rounds (module docstring). Returns the
-    result and, when it profiled, the point-by-point median of the rounds' tables and its metadata
-    (for the caller to write; every round's rows are in ``result.profiles``)."""
+    """Run, profile (unless ``table``), simulate and compare, in rounds (module docstring and
+    :mod:`tltreal.validation.rounds`): each round runs every (step, policy) once and measures every
+    profile point once, all in one balanced order, then simulates its runs with its own table; rounds
+    go on until :attr:`NativeSettings.rule` says stop. Returns the result and, when it profiled, the
+    point-by-point median of the rounds' tables and its metadata (for the caller to write; every
+    round's rows are in ``result.profiles``)."""
     shown = phases(progress)
     shown.phase("building the model, reference runs")
     torch.manual_seed(settings.seed)
     target = random_model(settings.model, seed=settings.seed, dtype=torch.float32).to(settings.device)
     steps = [scaled(w, settings.length_scale) for w in workloads]
-    all_requests = [replay_requests(w, vocab_size=settings.model.vocab_size, seed=settings.seed, deal_mode=deal_mode)
-                    for w in steps]
-    reference_run(target, all_requests[0], max_batch=settings.max_batch)  # warm-up: first runs are slower, untimed
+    all_requests = {w.step: replay_requests(w, vocab_size=settings.model.vocab_size, seed=settings.seed,
+                                            deal_mode=deal_mode) for w in steps}
     # The truth for the pinned drafter runs PINNED_DEPTH tokens past every response's end: a drafter
     # blind past the end would censor the measured acceptance of every request's last iterations.
-    references = {r.step: reference_run(target, with_extra_tokens(r, PINNED_DEPTH), max_batch=settings.max_batch)
-                  for r in all_requests}
-    runs: list[RealRun] = []
-    rounds: list[pd.DataFrame] = []
-    loads: list[dict[str, object]] = []
-    grid, meta = None, None
-    n = settings.real_repeats
-    # A policy that prices its decisions (cost-aware) runs after the round's profile, with that table:
-    # the engine's own costs measured minutes before, as a user would profile before deploying it.
+    references = {step: reference_run(target, with_extra_tokens(r, PINNED_DEPTH), max_batch=settings.max_batch)
+                  for step, r in all_requests.items()}
+    # A policy that prices its decisions (cost-aware) needs a table before it runs: the previous
+    # round's (the engine's own costs measured minutes before, as a user would profile before
+    # deploying it), in the first round this round's, so it runs after the round's profile points.
     priced = [s for s in specs if needs_cost_model(s)]
     free = [s for s in specs if s not in priced]
     priced_shapes = sorted({c for s in priced for c in spec_shapes(s) or ()})
     drafter = replay_drafter(target, settings.seed)  # one for every speculative run, as a deployment loads one
-    for repeat in range(n):
-        loads.append(load_row(repeat, "real runs"))
-        for requests in all_requests:
-            shown.phase(f"round {repeat + 1}/{n}: real runs, step {requests.step}", len(free), "runs")
-            runs += real_round(target, requests, free, accept, references[requests.step],
-                               max_batch=settings.max_batch, seed=settings.seed, repeat=repeat, clock=settings.clock,
-                               on_run=shown.advance, drafter=drafter)
-        round_table = table
-        if table is None:
-            loads.append(load_row(repeat, "profile"))
-            grid = grid or profile_grid(runs, settings, priced_shapes)
-            rows, meta = profile_table(target, grid, settings, accept, command,
-                                       seed=settings.seed + repeat * settings.grid_repeats, progress=shown)
-            rounds.append(rows)
-            round_table = TableCostModel.from_frame(rows, meta, source=f"profile, round {repeat + 1}")
-        if priced:
-            loads.append(load_row(repeat, "priced runs"))
-            for requests in all_requests:
-                shown.phase(f"round {repeat + 1}/{n}: runs priced by the round's table, step {requests.step}",
-                            len(priced), "runs")
-                runs += real_round(target, requests, priced, accept, references[requests.step],
+    # Warm-up, untimed: every free policy once on every step (a process's first runs are slower); the
+    # contexts and draft shapes they reach set the profile grid.
+    shown.phase("warm-up runs (untimed; they set the profile grid)", len(free) * len(all_requests), "runs")
+    warm = [run for step, r in all_requests.items()
+            for run in real_round(target, r, free, accept, references[step], max_batch=settings.max_batch,
+                                  seed=settings.seed, clock=settings.clock, on_run=shown.advance, drafter=drafter)]
+    replay_size = (settings.max_batch, max(r.max_len for r in all_requests.values()) + 1)  # as replay's _engine
+    grid = profile_grid(warm, settings, priced_shapes, replay_size) if table is None else None
+    points = profile_points(grid) if grid is not None else []
+    probs = accept.position_probs(PINNED_DEPTH, PINNED_TOPK)
+    point_probs = dict.fromkeys(grid.sd_configs, probs) if grid is not None else {}
+    meta = None
+    if grid is not None:
+        profile_warmup(target, grid, point_probs, settings.seed)
+        meta = profile_metadata(target, command=command, model_fingerprint=shape_fingerprint(shape_of(settings.model)),
+                                clock=settings.clock)
+    analytic = cpu_roofline(settings.model, device=settings.device)
+    runs_items = [RunItem(step, s) for step in all_requests for s in free]
+    priced_items = [RunItem(step, s, priced=True) for step in all_requests for s in priced]
+    runs: list[RealRun] = []
+    rounds: list[pd.DataFrame] = []
+    tables: list[TableCostModel] = [] if table is None else [table]
+    loads: list[dict[str, object]] = []
+    order_rows: list[dict[str, object]] = []
+    stop_rows: list[dict[str, object]] = []
+    cache: dict = {}
+    rule = settings.rule
+    result = _empty_result(tables, analytic)
+
+    def sources(real: RealRun) -> dict[str, Positional | MeasuredAcceptance]:
+        return {"predicted": accept, "measured": MeasuredAcceptance(real.accepted, accept)}
+
+    repeat = 0
+    while True:
+        previous = tables[-1] if tables else None
+        items = round_schedule(runs_items, points, priced_items, repeat, priced_table_ready=previous is not None)
+        shown.phase(f"round {repeat + 1} (at least {rule.min_rounds}, at most {rule.max_rounds}): "
+                    f"{len(runs_items) + len(priced_items)} real runs and {len(points)} profile points interleaved",
+                    len(items), "runs and points")
+        loads.append(load_row(repeat, "round start"))
+        measured: dict[ProfilePoint, list[dict]] = {}
+        for position, item in enumerate(items):
+            order_rows.append({"round": repeat, "position": position, "item": _item_name(item)})
+            if isinstance(item, ProfilePoint):
+                measured[item] = measure_point(target, grid, item, point_probs,
+                                               seed=settings.seed + repeat * settings.grid_repeats)
+            else:
+                cost_model = None
+                if item.priced:  # the previous round's table, or (first round) this round's, complete by now
+                    cost_model = previous if previous is not None else TableCostModel.from_frame(
+                        table_frame([r for p in points for r in measured[p]]), meta, source="profile, round 1")
+                runs += real_round(target, all_requests[item.step], [item.policy], accept, references[item.step],
                                    max_batch=settings.max_batch, seed=settings.seed, repeat=repeat,
-                                   clock=settings.clock, on_run=shown.advance, cost_model=round_table,
-                                   drafter=drafter)
+                                   clock=settings.clock, cost_model=cost_model, drafter=drafter)
+            shown.advance()
+        loads.append(load_row(repeat, "round end"))
+        if grid is not None:
+            rows = table_frame([r for p in points for r in measured[p]])  # the table's row order, not the run order
+            rounds.append(rows)
+            tables.append(TableCostModel.from_frame(rows, meta, source=f"profile, round {repeat + 1}"))
+        result.tables = tables
+        compare(steps, specs, runs, result, engine=native_engine(settings.max_batch), simulate=simulate,
+                seed=settings.seed, deal_mode=deal_mode, progress=shown, accept_sources=sources, cache=cache)
+        stop_rows.append(stopping_row(result.makespans, result.acceptance_sources, rule))
+        repeat += 1
+        if stop_rows[-1]["stop"]:
+            break
     loads.append(load_row(None, "end"))
-    if table is None:
-        tables = [TableCostModel.from_frame(r, meta, source=f"profile, round {i + 1}") for i, r in enumerate(rounds)]
-        profiles = pd.concat([r.assign(round=i) for i, r in enumerate(rounds)], ignore_index=True)
-    else:
-        tables, profiles = [table], None
-    result = _empty_result(tables, cpu_roofline(settings.model, device=settings.device), load=pd.DataFrame(loads),
-                           profiles=profiles)
-    compare(steps, specs, runs, result, engine=native_engine(settings.max_batch), simulate=simulate,
-            seed=settings.seed, deal_mode=deal_mode, progress=shown,
-            accept_sources=lambda real: {"predicted": accept, "measured": MeasuredAcceptance(real.accepted, accept)})
+    result.load, result.stopping, result.order = pd.DataFrame(loads), pd.DataFrame(stop_rows), pd.DataFrame(order_rows)
+    if grid is not None:
+        result.profiles = pd.concat([r.assign(round=i) for i, r in enumerate(rounds)], ignore_index=True)
     return result, (median_table(rounds) if rounds else None), meta
 
 
