@@ -52,4 +52,4 @@ def test_a_command_runs_and_a_mistyped_one_is_one_line():
     runner = CliRunner()
     assert runner.invoke(app, ["model", "list"]).exit_code == 0
     bad = runner.invoke(app, ["simm"])
-    assert bad.exit_code == 2 and "No such command" in bad.output
+    assert bad.exit_code == 2 and "No such command" in bad.output and "Did you mean 'sim'?" in bad.output

@@ -15,6 +15,7 @@ import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from difflib import get_close_matches
 
 import typer
 import typer.main
@@ -117,6 +118,17 @@ class LazyGroup(TyperGroup):
         return self.commands.get(cmd_name)
 
     _listing = False
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple:
+        """Typer's own, with its "Did you mean" drawn from every command (typer draws it from the ones
+        already imported, none here)."""
+        try:
+            return self._click_resolve_command(ctx, args)
+        except click_errors.UsageError as exc:
+            matches = get_close_matches(args[0], self.list_commands(ctx)) if args else []
+            if matches:
+                exc.message = f"{exc.message.rstrip('.')}. Did you mean {', '.join(repr(m) for m in matches)}?"
+            raise
 
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         self._listing = True
