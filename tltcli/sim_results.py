@@ -10,13 +10,16 @@ import math
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from rich.table import Table
 
 from tltcore.atomic import atomic_dir
 from tltsim.scenario import BASELINE_POLICY, Scenario, SimInputs, scenario_toml
+
+if TYPE_CHECKING:
+    from tltsim.run_warnings import RunWarning
 
 
 class Perfetto(StrEnum):
@@ -146,6 +149,34 @@ def wants_trace(shown: pd.DataFrame, perfetto: Perfetto) -> bool:
 
     return perfetto is Perfetto.on or (perfetto is Perfetto.auto and shown["step"].nunique() <= 1
                                        and estimated_bytes(shown) <= PERFETTO_AUTO_MAX_BYTES)
+
+
+class SeedSink:
+    """What ``tlt sim run --seeds N`` does with each seed's run as it ends (``on_seed``), so that no
+    seed's event table outlives it: its warnings are checked (``per_seed``), its events appended to
+    ``events.parquet`` (``sink``), and the first seed's events kept when trace.json will show them
+    (``shown``). The warnings are looked up through :mod:`tltsim.run_warnings` at each call: the tests
+    put the per-filter reference in its place."""
+
+    def __init__(self, inputs: SimInputs, first_seed: int, perfetto: Perfetto, sink: EventsParquet) -> None:
+        self.inputs, self.first_seed, self.perfetto, self.sink = inputs, first_seed, perfetto, sink
+        self.per_seed: list[list[RunWarning]] = []
+        self.shown: list[pd.DataFrame] = []
+
+    def __call__(self, k: int, events: pd.DataFrame, summary: pd.DataFrame) -> None:
+        import tltsim.run_warnings as checks
+
+        models = checks.scenario_models(self.inputs, summary)
+        self.per_seed.append(checks.run_warnings(events, summary, models.pop("cost"), models.pop("accept"),
+                                                 **models))
+        if k == self.first_seed and wants_trace(events, self.perfetto):
+            self.shown.append(events)
+        self.sink.add(events.assign(seed=k)[["seed", *events.columns]])
+
+    @property
+    def first(self) -> pd.DataFrame | None:
+        """The first seed's events when trace.json shows them, else None."""
+        return self.shown[0] if self.shown else None
 
 
 def fill_results(tmp: Path, events: pd.DataFrame | None, summary: pd.DataFrame, s: Scenario,

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from tltcli.progress import policy_progress
 from tltcli.sim_results import ONE_SEED, Perfetto, _why_no_trace, comparison_table, write_results
-from tltsim.run_warnings import WARNINGS_CSV, RunWarning, merge_warnings, print_warnings, warnings_frame
+from tltsim.run_warnings import WARNINGS_CSV, merge_warnings, print_warnings, warnings_frame
 from tltsim.scenario import Scenario, SimInputs, policies_with_baseline, scenario_hash
 from tltsim.seeds import fmt_range
 from tltsim.strategy import Overprovision, StrategySpec
@@ -99,8 +99,7 @@ def _one_seed(s: Scenario, inputs: SimInputs, console: Console, out: Path | None
 
 def _seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, out: Path | None, perfetto: Perfetto,
            force: bool, strategy: StrategySpec, results: Path) -> Path:
-    import tltsim.run_warnings as checks
-    from tltcli.sim_results import EventsParquet, fill_results, wants_trace
+    from tltcli.sim_results import EventsParquet, SeedSink, fill_results
     from tltcli.sim_uncertainty import seed_policy_table
     from tltcore.atomic import atomic_dir
     from tltsim.seeds import POLICY_METRICS, aggregate, seed_values
@@ -111,16 +110,11 @@ def _seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, out: Path |
     labels = [f"{spec} (seed {k})" for k in seeds for spec in specs]
     responses = sum(len(w.response_tokens) for w in launched(s, strategy, inputs))
     dest = out if out is not None else results / f"{scenario_hash(s)}-{_slug(strategy)}-seeds{n}"
-    per_seed: list[list[RunWarning]] = []
-    shown: list[pd.DataFrame] = []
     with atomic_dir(dest, kind="sim-run", force=force) as tmp, EventsParquet(tmp / "events.parquet") as sink:
+        seed_sink = SeedSink(inputs, seeds[0], perfetto, sink)
+
         def on_seed(k: int, events: pd.DataFrame, summary: pd.DataFrame) -> None:
-            plain = summary.drop(columns="strategy")
-            models = checks.scenario_models(inputs, plain)
-            per_seed.append(checks.run_warnings(events, plain, models.pop("cost"), models.pop("accept"), **models))
-            if k == seeds[0] and wants_trace(events, perfetto):
-                shown.append(events)
-            sink.add(events.assign(seed=k)[["seed", *events.columns]])
+            seed_sink(k, events, summary.drop(columns="strategy"))  # the rollouts' summary, as sim run's
 
         with policy_progress(console, labels, responses) as (on_each, on_finish):
             runs = compare_strategy_seeds(s, strategy, n, inputs, progress=on_finish,
@@ -128,8 +122,8 @@ def _seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, out: Path |
         sink.close()
         agg = aggregate(runs.summary, ["policy", "step"], POLICY_METRICS)
         whole = seeds_strategy_frame(runs.totals)
-        warnings = merge_warnings(per_seed, [f"seed {k}" for k in seeds], "seeds")
-        wrote_trace = fill_results(tmp, None, runs.summary, s, perfetto, trace_events=shown[0] if shown else None,
+        warnings = merge_warnings(seed_sink.per_seed, [f"seed {k}" for k in seeds], "seeds")
+        wrote_trace = fill_results(tmp, None, runs.summary, s, perfetto, trace_events=seed_sink.first,
                                    extra_csv={WARNINGS_CSV: warnings_frame(warnings), STRATEGY_CSV: runs.steps,
                                               LAG_CSV: runs.lags, "seeds_summary.csv": agg,
                                               SEEDS_STRATEGY_CSV: whole})

@@ -100,9 +100,8 @@ def run_seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, dest: Pa
               units: Callable[[SeedRuns], None] | None = None) -> None:
     """``tlt sim run --seeds N`` with N > 1: run, write the folder, print the tables and the flip line
     (``units(runs)`` prints the runs in hours and dollars, :mod:`tltcli.sim_units`)."""
-    import tltsim.run_warnings as checks  # by module: tests put the per-filter reference in its place
     from tltcli.progress import policy_progress
-    from tltcli.sim_results import EventsParquet, wants_trace
+    from tltcli.sim_results import EventsParquet, SeedSink
     from tltsim.rl.presets import presets_with_baseline
     from tltsim.scenario import policies_with_baseline
     from tltsim.seeds import seed_values
@@ -113,16 +112,8 @@ def run_seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, dest: Pa
     responses = sum(w.n_requests for w in inputs.workloads)
     # each seed's events are checked for warnings and written as the seed ends, then dropped: every
     # seed's table at once was most of a long run's memory
-    per_seed: list[list[RunWarning]] = []
-    shown: list[pd.DataFrame] = []  # the first seed's events, kept only when trace.json shows them
     with atomic_dir(dest, kind="sim-run", force=force) as tmp, EventsParquet(tmp / "events.parquet") as sink:
-        def on_seed(k: int, events: pd.DataFrame, summary: pd.DataFrame) -> None:
-            models = checks.scenario_models(inputs, summary)
-            per_seed.append(checks.run_warnings(events, summary, models.pop("cost"), models.pop("accept"), **models))
-            if k == seeds[0] and wants_trace(events, perfetto):
-                shown.append(events)
-            sink.add(events.assign(seed=k)[["seed", *events.columns]])
-
+        on_seed = SeedSink(inputs, seeds[0], perfetto, sink)
         with policy_progress(console, labels, responses) as (on_each, on_finish):
             hook = lambda k, name: on_each(f"{name} (seed {k})")  # noqa: E731
             if s.presets:
@@ -135,10 +126,10 @@ def run_seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, dest: Pa
         agg = seeds_summary(runs)
         totals = None if runs.presets or len(inputs.workloads) == 1 else seeds_totals(runs)
         bound = None if runs.presets else seed_bounds(s, inputs, names, runs)
-        warnings = merge_warnings(per_seed, [f"seed {k}" for k in seeds], "seeds")
+        warnings = merge_warnings(on_seed.per_seed, [f"seed {k}" for k in seeds], "seeds")
         robust = None if runs.presets else how_sure(s, inputs, runs, console)
         wrote_trace = write_seed_results(tmp, runs, agg, totals, s, perfetto, warnings=warnings, bound=bound,
-                                         robust=robust, first=shown[0] if shown else None)
+                                         robust=robust, first=on_seed.first)
     span = f"seeds {seeds[0]}-{seeds[-1]}"
     if runs.presets:
         console.print(seed_preset_table(agg, f"Whole run over {n} {span}: median (min–max) over the seeds"))
