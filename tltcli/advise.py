@@ -361,8 +361,7 @@ def advise(
     strategy_answer = None
     if strategy_specs:
         say("long-tail strategies composed with SD")
-        strategy_answer = _strategies(s, rec, seed_list, strategy_specs,
-                                      lambda tasks, specs: _run_strategies(tasks, specs, workers, executor, address))
+        strategy_answer = _strategies(s, rec, seed_list, strategy_specs, workers, executor, address)
     command = command_line(ctx)
     wall, cpu = time.perf_counter() - wall0, _cpu_s() - cpu0
     facts = {"command": command, "wall_s": wall, "cpu_s": cpu, "cpu_text": _cpu_text(cpu, workers, executor),
@@ -383,14 +382,8 @@ def advise(
 
 
 
-def _run_strategies(tasks: list[Any], specs: tuple[Any, ...], workers: int, executor: str, address: str | None
-                    ) -> pd.DataFrame:
-    from tltsim.advise_strategies import run_strategies
-
-    return run_strategies(tasks, specs, workers=workers, backend=executor, address=address)
-
-
-def _strategies(s: Any, rec: Any, seeds: list[int], specs: tuple[Any, ...], run: Any) -> Any:
+def _strategies(s: Any, rec: Any, seeds: list[int], specs: tuple[Any, ...], workers: int, executor: str,
+                address: str | None) -> Any:
     """``--strategies``: each strategy with no SD, the recommendation and TLT's setting at the grid's seeds
     (:mod:`tltsim.advise_strategies`), or why not (one step)."""
     from tltsim import advise_strategies as st
@@ -399,7 +392,7 @@ def _strategies(s: Any, rec: Any, seeds: list[int], specs: tuple[Any, ...], run:
     tasks, words = st.strategy_tasks(s, seeds, policies, rec.switch)
     if not tasks:
         return st.StrategyAnswer(skipped=words)
-    rows = run(tasks, specs)
+    rows = st.run_strategies(tasks, specs, workers=workers, backend=executor, address=address)
     table = st.rank_strategies(rows)
     return st.StrategyAnswer(table, rows, tuple(st.composition(table)), steps=words)
 

@@ -63,20 +63,11 @@ def strategy_policies(rec_policy: str | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys([BASELINE_POLICY, *([rec_policy] if rec_policy else []), TLT_POLICY]))
 
 
-@dataclass(frozen=True)
-class StrategyTask:
-    """One seed of the comparison: the scenario (its policies set) and the strategies it runs."""
-
-    key: str
-    seed: int
-    scenario: Scenario
-
-
 def strategy_tasks(s: Scenario, seeds: Sequence[int], policies: Sequence[str], switch: str | None
-                   ) -> tuple[list[StrategyTask], str]:
+                   ) -> tuple[list[Any], str]:
     """One task per seed over the workload's steps (:func:`tltsim.advise.workload_steps`), or no tasks
     and why: one step cannot show a strategy that overlaps steps."""
-    from tltsim.advise import inputs_for, workload_steps
+    from tltsim.advise import Task, inputs_for, workload_steps
 
     sk, words = workload_steps(s)
     values: dict[str, Any] = {"policies": tuple(p for p in policies if p != BASELINE_POLICY) or (BASELINE_POLICY,),
@@ -88,7 +79,7 @@ def strategy_tasks(s: Scenario, seeds: Sequence[int], policies: Sequence[str], s
     if n < MIN_STEPS:
         return [], (f"not run: the workload gives {n} RL step ({words}); strategies that overlap or cut steps need "
                     f"{MIN_STEPS} or more (set trace.prompts_per_step, e.g. --set trace.prompts_per_step=64)")
-    return [StrategyTask(f"strategies-seed{k}", int(k), with_values(sk, {"seed": int(k)})) for k in seeds], words
+    return [Task("strategies", int(k), with_values(sk, {"seed": int(k)})) for k in seeds], words
 
 
 def evaluate_strategies(scenario: Scenario, strategies: Sequence[Any] = ()) -> pd.DataFrame:
@@ -110,13 +101,13 @@ def evaluate_strategies(scenario: Scenario, strategies: Sequence[Any] = ()) -> p
     return out
 
 
-def run_strategies(tasks: Sequence[StrategyTask], strategies: Sequence[Any], *, workers: int = 1,
+def run_strategies(tasks: Sequence[Any], strategies: Sequence[Any], *, workers: int = 1,
                    backend: str = "local", address: str | None = None, on_done=None) -> pd.DataFrame:
-    """Every task's rows, through advise's task runner (:func:`tltsim.advise.run_tasks`)."""
-    from tltsim.advise import Task, run_tasks
+    """Every task's rows (:func:`strategy_tasks`), through advise's task runner
+    (:func:`tltsim.advise.run_tasks`)."""
+    from tltsim.advise import run_tasks
 
-    as_tasks = [Task("strategies", t.seed, t.scenario) for t in tasks]
-    return run_tasks(as_tasks, partial(evaluate_strategies, strategies=tuple(strategies)), workers=workers,
+    return run_tasks(tasks, partial(evaluate_strategies, strategies=tuple(strategies)), workers=workers,
                      backend=backend, address=address, on_done=on_done)
 
 
