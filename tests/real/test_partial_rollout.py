@@ -3,7 +3,8 @@ back, resume next step.
 
 - the rules on a hand-computed case (when it stops, what is trained and carried, per-token versions);
 - lossless within a policy version: stopped and resumed under unchanged weights, every response is
-  what an uninterrupted run gives, bit for bit in float64, greedy and sampled, SD off and on.
+  what an uninterrupted run gives, bit for bit in float64: ``exact`` resumes greedy and sampled, SD off
+  and on; ``resubmit`` greedy, and sampled without SD (with SD its draws shift: shown, not hidden).
 """
 
 from __future__ import annotations
@@ -55,6 +56,21 @@ def test_stops_at_n_groups_and_carries_the_rest(tiny_target):
     assert len(s1.result.decode_events) == 5
 
 
+def test_resubmit_emits_from_the_reprefill(tiny_target):
+    """The same case resumed as a re-submitted prompt: step 1's prefill (prompt + all 5 tokens) emits
+    token 6, and 4 iterations finish group 1, as the simulator models a re-prefill."""
+    prompts = random_prompts(3, 12, tiny_target.cfg.vocab_size, seed=5)
+    pool = PartialRollout()
+    for p, n in zip(prompts, (5, 10, 20), strict=True):
+        pool.launch([Member(p, n)])
+    pool.step(engine(tiny_target), version=0, batch_groups=1, resume="resubmit")
+    s1 = pool.step(engine(tiny_target), version=1, batch_groups=1, resume="resubmit")
+    assert s1.lag_tokens() == {0: 5, 1: 5}
+    assert s1.prefill_tokens == len(prompts[1]) + 5 + len(prompts[2]) + 5
+    assert len(s1.result.decode_events) == 4
+    assert [len(r.output) for _, r in pool.pending()] == [10]
+
+
 def test_groups_complete_before_the_step_count_at_once(tiny_target):
     """Two groups complete in the same iteration with batch 1: the other is carried complete and
     trained next step without running the engine."""
@@ -91,7 +107,7 @@ def uninterrupted(target, groups, policy, drafter) -> list[list[int]]:
     return [out[i] for i in range(len(out))]
 
 
-def stopped_and_resumed(target, groups, make_policy_, drafter) -> tuple[list[list[int]], int]:
+def stopped_and_resumed(target, groups, make_policy_, drafter, resume: str = "exact") -> tuple[list[list[int]], int]:
     """Step 0 stops at 2 complete groups; steps 1 and 2 (same weights) at 3 more each: every response
     ends. Returns the outputs in launch order and how many responses were carried part-way."""
     pool = PartialRollout()
@@ -99,7 +115,7 @@ def stopped_and_resumed(target, groups, make_policy_, drafter) -> tuple[list[lis
     part_way = 0
     for n in (2, 3, 3):
         part_way += sum(bool(r.output) for _, r in pool.pending())
-        pool.step(engine(target, make_policy_(), drafter, max_batch=6), version=0, batch_groups=n)
+        pool.step(engine(target, make_policy_(), drafter, max_batch=6), version=0, batch_groups=n, resume=resume)
     assert all(r.done for r in responses)
     return [r.output for r in responses], part_way
 
@@ -120,6 +136,28 @@ def test_stop_and_resume_is_lossless(tiny_target, case, policy, drafter, sampled
     outputs, part_way = stopped_and_resumed(tiny_target, groups, policy, d)
     assert part_way >= 4  # the test stops responses mid-way, or it proves nothing
     assert outputs == reference
+
+
+@pytest.mark.parametrize(("case", "policy", "drafter", "sampled"),
+                         [(*c, False) for c in CASES] + [(*CASES[0], True)],
+                         ids=[f"{c[0]}-greedy" for c in CASES] + ["no-sd-sampled"])
+def test_resubmit_is_lossless_where_its_draws_line_up(tiny_target, case, policy, drafter, sampled):
+    groups = workload(tiny_target.cfg.vocab_size, sampled)
+    d = drafter(tiny_target)
+    reference = uninterrupted(tiny_target, groups, policy(), d)
+    outputs, _ = stopped_and_resumed(tiny_target, groups, policy, d, resume="resubmit")
+    assert outputs == reference
+
+
+def test_resubmit_with_sd_and_sampling_draws_other_tokens(tiny_target):
+    """Why ``exact`` is the default: a re-submitted request's next token is drawn by the prefill where
+    the uninterrupted run's SD iteration draws a whole tree's uniforms, so sampled SD outputs differ
+    from the stop on (the same distribution, other draws)."""
+    groups = workload(tiny_target.cfg.vocab_size, sampled=True)
+    d = random_drafter(tiny_target, seed=3)
+    reference = uninterrupted(tiny_target, groups, Static(SDConfig(4, 2, 6)), d)
+    outputs, _ = stopped_and_resumed(tiny_target, groups, lambda: Static(SDConfig(4, 2, 6)), d, resume="resubmit")
+    assert outputs != reference
 
 
 def test_lossless_under_a_policy_that_decides_by_batch(tiny_target):

@@ -28,12 +28,16 @@ switch has no drafter state to rebuild.
 Partial rollout: :meth:`Engine.hand_back` stops a step early and hands back every unfinished request
 (:class:`~tltreal.engine.requests.Unfinished`: prompt, tokens so far, budget, sampling state), and
 :meth:`Engine.resume` queues one in a later step's engine, possibly under new weights. A resumed
-request is **re-prefilled**: its prompt and every generated token but the last go through the target
-in its admission's prefill pass (KV and hidden states recomputed, under the weights of now), the last
-one stays pending as in the engine that stopped, and its next token comes from its next decode
-iteration, drawing from its own carried generator. So under unchanged weights a stopped and resumed
-request runs exactly the iterations, and draws exactly the uniforms, that an uninterrupted run does
-from that point: the same tokens, greedy or sampled, SD off or on (:mod:`tltreal.engine.partial`).
+request is **re-prefilled** (KV and hidden states recomputed under the weights of now), its own
+generator carried, in one of two ways (:data:`RESUME_MODES`, :mod:`tltreal.engine.partial` says
+which is lossless when):
+
+- ``exact`` (default): the prompt and every generated token but the last go through the target, the
+  last stays pending as in the engine that stopped, and the next token comes from the request's next
+  decode iteration: it runs the iterations and draws the uniforms an uninterrupted run does;
+- ``resubmit``: prompt + every generated token are prefilled and the prefill emits the next token, as
+  a framework that re-submits ``prompt + generated`` as a new prompt to its engine does (and as the
+  simulator models it).
 
 Groups: ``add_request(..., group=...)`` (default: requests with the same prompt form one group, as
 GRPO's responses to one prompt do). A token proposer sees each request's group, finished members
@@ -78,6 +82,9 @@ from tltreal.model.kv_cache import SlotPool
 from tltreal.model.sampling import SamplingParams, draw_uniforms, sample_inverse_cdf, target_probs
 from tltreal.model.transformer import Transformer, padded_causal_mask
 from tltreal.spec_decode.proposers.base import DraftModel, TokenProposer
+
+#: How :meth:`Engine.resume` re-prefills a handed-back request (module docstring).
+RESUME_MODES = ("exact", "resubmit")
 
 
 @dataclass
@@ -157,10 +164,13 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
         self.waiting.append(Request(rid, list(prompt), max_new_tokens, sampling, key, generator=gen))
         return rid
 
-    def resume(self, request: Unfinished) -> int:
+    def resume(self, request: Unfinished, mode: str = "exact") -> int:
         """Queue a request another engine (or this one, in an earlier step) handed back
         (:meth:`hand_back`); returns its id here. It continues where it stopped: re-prefilled on
-        admission, its budget, sampling state and records carried (module docstring)."""
+        admission as ``mode`` says (:data:`RESUME_MODES`), its budget, sampling state and records
+        carried (module docstring)."""
+        if mode not in RESUME_MODES:
+            raise ValueError(f"resume mode must be one of {RESUME_MODES}, got {mode!r}")
         n = len(request.prompt) + request.max_new_tokens
         if request.remaining < 1 or n > self.cfg.max_len:
             raise ValueError(f"resumed request: prompt {len(request.prompt)} + max_new_tokens "
@@ -170,7 +180,7 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
         self.waiting.append(Request(rid, list(request.prompt), request.max_new_tokens, request.sampling, request.group,
                                     output=list(request.output), generator=request.generator,
                                     logprobs=list(request.logprobs), raw_logprobs=list(request.raw_logprobs),
-                                    resumed=len(request.output)))
+                                    resumed=len(request.output), resubmit=mode == "resubmit"))
         return rid
 
     def hand_back(self) -> list[Unfinished]:
@@ -319,8 +329,8 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
     @staticmethod
     def _prefill_len(r: Request) -> int:
         """Tokens a request's prefill puts through the target: its prompt, and for a resumed request
-        every generated token but the last, which stays pending (module docstring)."""
-        return len(r.prompt) + max(len(r.output) - 1, 0)
+        every generated token (``resubmit``) or all but the last, which stays pending (``exact``)."""
+        return len(r.prompt) + (len(r.output) if r.resubmit else max(len(r.output) - 1, 0))
 
     def _prefill(self, reqs: list[Request]) -> None:
         t_start = self._now()
@@ -329,7 +339,7 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
         lens = self._tensor(n.tolist())
         t = int(lens.max())
         known = [r.prompt + r.output for r in reqs]  # a fresh request's output is empty
-        fresh = [b for b, r in enumerate(reqs) if not r.output]
+        fresh = [b for b, r in enumerate(reqs) if not r.output or r.resubmit]
         tokens = self._tensor([k[:m] + [0] * (t - m) for k, m in zip(known, n.tolist(), strict=True)])
         positions = torch.arange(t, device=lens.device).expand(len(reqs), t)
         slots = self._tensor([r.slot for r in reqs])
@@ -345,7 +355,7 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
             members = self.groups.setdefault(r.group, [])
             r.member = len(members)
             members.append(r.tokens)
-        # each fresh request's first token; a resumed one's next token comes from its next iteration
+        # each fresh (or resubmitted) request's next token; an exact resume's comes from its next iteration
         emitting = reqs if len(fresh) == len(reqs) else [reqs[b] for b in fresh]
         last_logits = logits[:, 0] if len(fresh) == len(reqs) else logits[fresh, 0]
         if emitting:

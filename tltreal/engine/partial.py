@@ -25,20 +25,30 @@ the stale KV instead (Piché et al., arXiv 2509.19128, Figure 7; slime has an op
 it, THUDM/slime#1694), which saves the re-prefill but continues from keys and values the new weights
 would not have computed: not built here. The simulator's default is the same re-prefill.
 
-One difference from the simulator, by design: the engine re-prefills every generated token but the
-last and emits the next token from the request's next decode iteration (as an uninterrupted run
-does), while the simulator's re-prefilled request emits its first token from the prefill pass. That is
-what makes a resume exact (below), and it costs the resumed request one more decode iteration than
-the simulator charges it: part of the error ``tlt validate --strategy`` measures.
+Two ways to re-prefill (``resume=``, :data:`~tltreal.engine.engine.RESUME_MODES`):
+
+* ``exact`` (default): every generated token but the last is re-prefilled; the last stays pending and
+  the next token comes from the request's next decode iteration, as in an uninterrupted run;
+* ``resubmit``: prompt + generated are prefilled and the prefill emits the next token, which is what a
+  framework re-submitting ``prompt + generated`` to vLLM or SGLang gets, and what the simulator
+  models (its resumed request's first token comes from the re-prefill). ``tlt validate --strategy``
+  runs this one, so the real and simulated runs do the same work; ``exact`` costs a resumed request
+  one more decode iteration and one token less of prefill.
 
 **Lossless within a policy version.** Under unchanged weights, stopping and resuming gives exactly
-what an uninterrupted run gives: the resumed request is in the state the stopped one was in (tokens,
-the pending last token, its generator's state), so it runs the same iterations and draws the same
-uniforms from that point, greedy or sampled, SD off or on (``tests/real/test_partial_rollout.py``;
-bit-identical in float64, as the engine's batch independence is). Sampled tokens stay the same where
-each request sees the same sequence of SD configurations as in the uninterrupted run (a static policy,
-or any policy deciding the same): an SD iteration draws one uniform per tree node, so a different
-configuration draws a different number, exactly as a different batch composition does without a stop.
+what an uninterrupted run gives (``tests/real/test_partial_rollout.py``; bit-identical in float64, as
+the engine's batch independence is):
+
+* ``exact``: greedy or sampled, SD off or on. The resumed request is in the state the stopped one was
+  in (tokens, the pending last token, its generator's state), so it runs the same iterations and draws
+  the same uniforms from that point. Sampled tokens stay the same where each request sees the same
+  sequence of SD configurations as uninterrupted (a static policy, or any policy deciding the same):
+  an SD iteration draws one uniform per tree node plus one, so a different configuration draws a
+  different number, exactly as a different batch composition does without a stop;
+* ``resubmit``: greedy, SD off or on, and sampled without SD (the re-prefill draws one uniform for the
+  next token, as the plain iteration it replaces does). Sampled with SD the tokens differ from then on
+  (the same distribution, other draws): the SD iteration the uninterrupted run makes there draws its
+  uniforms for a whole tree, the re-prefill one.
 
 **Per-token versions.** Each token keeps the policy version that generated it (:attr:`Response.versions`),
 so a trained sample's tokens carry their own lags (the trainer's version minus each token's), as the
@@ -139,11 +149,12 @@ class PartialRollout:
         (carried groups first, since they were launched earlier), each group's responses in order."""
         return [(g.key, r) for g in self.groups for r in g.responses if not r.done]
 
-    def step(self, engine: Engine, *, version: int, batch_groups: int, order: Sequence[int] | None = None
-             ) -> PartialStep:
+    def step(self, engine: Engine, *, version: int, batch_groups: int, order: Sequence[int] | None = None,
+             resume: str = "exact") -> PartialStep:
         """Run one step on ``engine`` (empty, its weights at ``version``): queue the pending responses
-        (``order``: indices into :meth:`pending`, default as listed), stop once ``batch_groups`` groups
-        are complete, hand back the rest, take the trained groups out of the pool."""
+        (``order``: indices into :meth:`pending`, default as listed; carried ones resumed as ``resume``
+        says), stop once ``batch_groups`` groups are complete, hand back the rest, take the trained
+        groups out of the pool."""
         pending = self.pending()
         order = list(range(len(pending))) if order is None else list(order)
         if sorted(order) != list(range(len(pending))):
@@ -151,9 +162,10 @@ class PartialRollout:
         need = batch_groups - sum(g.complete for g in self.groups)
         done_at: dict[int, int] = {g.key: -1 for g in self.groups if g.complete}  # complete before: first
         result = None
-        prefill = sum(len(r.member.prompt) + max(len(r.output) - 1, 0) for _, r in pending)  # before it runs
+        pending_last = 0 if resume == "resubmit" else 1  # an exact resume's last token is not re-prefilled
+        prefill = sum(len(r.member.prompt) + max(len(r.output) - pending_last, 0) for _, r in pending)  # before
         if need > 0 and pending:
-            result = self._run(engine, [pending[i] for i in order], need, version, done_at)
+            result = self._run(engine, [pending[i] for i in order], need, version, done_at, resume)
         by_key = {g.key: g for g in self.groups}
         ranked = sorted((when, key) for key, when in done_at.items() if by_key[key].complete)[:batch_groups]
         take = {key for _, key in ranked}
@@ -163,12 +175,12 @@ class PartialRollout:
                            sum(len(g.responses) for g in self.groups), len(self.groups))
 
     def _run(self, engine: Engine, queue: list[tuple[int, Response]], need: int, version: int,
-             done_at: dict[int, int]) -> RunResult:
+             done_at: dict[int, int], resume: str) -> RunResult:
         """The engine's part of :meth:`step`: queue, iterate until ``need`` groups completed, hand back."""
         rids: dict[int, tuple[int, Response]] = {}
         for key, r in queue:
             if r.carried is not None:
-                rid = engine.resume(r.carried)
+                rid = engine.resume(r.carried, resume)
             else:
                 rid = engine.add_request(list(r.member.prompt), r.member.max_new_tokens, r.member.sampling, group=key)
             rids[rid] = (key, r)

@@ -27,6 +27,7 @@ class Request:
     generator: torch.Generator | None = None
     finished: bool = False
     resumed: int = 0  # output tokens it arrived with (Engine.resume): generated in an earlier step
+    resubmit: bool = False  # resumed as a new prompt: the prefill emits its next token (Engine.resume)
     logprobs: list[float] = field(default_factory=list)  # record_logprobs: see FinishedRequest
     raw_logprobs: list[float] = field(default_factory=list)
     hidden: torch.Tensor | None = None  # record_hidden: copied out of the slab when it finishes
