@@ -117,6 +117,13 @@ def write_partial_report(out: Path, result, scenario, settings, *, command: str,
                            "trained tokens real / sim": pair("trained_tokens"),
                            "carried samples real / sim": pair("carried_samples"),
                            "trained tokens by lag real / sim": pair("lag_tokens")})
+    parts = pd.DataFrame({"step": spread["step"],
+                          "prefill real / sim (s)": [f"{a:.3f} / {b:.3f} ({_pct(b / a - 1) if a > 0 else '–'})"
+                                                     for a, b in zip(spread["real_prefill_s"],
+                                                                     spread["calibrated_prefill_s"], strict=True)],
+                          "decode real / sim (s)": [f"{a:.3f} / {b:.3f} ({_pct(b / a - 1) if a > 0 else '–'})"
+                                                    for a, b in zip(spread["real_decode_s"],
+                                                                    spread["calibrated_decode_s"], strict=True)]})
     load = result.load
     load_text = _table(load.assign(round=[("–" if pd.isna(r) else int(r) + 1) for r in load["round"]],
                                    **{c: [f"{v:.2f}" for v in load[c]] for c in ("load1", "load5", "load15")}))
@@ -167,6 +174,18 @@ balanced order shifting from round to round; {rounds} rounds
 ## Rollout makespan per step (seconds; error = simulated / real - 1; median over rounds, min to max)
 
 {_table(per_step)}
+
+## Where the time goes (seconds of prefill passes and decode iterations; medians over rounds; calibrated)
+
+{_table(parts)}
+
+How to read it: the native cost table prices a prefill pass by its longest request (`context_rule =
+max`, measured at uniform lengths: right for decode, whose attention pads every request to the
+longest), while the engine runs a prefill's projections and MLP on its real tokens only once padding
+is large (`skip_padding`; attention stays padded). Partial rollout makes exactly the passes that
+differ: a long re-prefill (prompt + generated tokens) admitted with short fresh prompts, priced as if
+every request in the pass were that long. Where the simulated prefill exceeds the real one above, that
+is the cause; the decode column is the cost table's own error.
 
 ## What each step ran and trained, real / simulated (round 1)
 

@@ -97,6 +97,8 @@ class SimulatedStepRow(Protocol):
     trained_tokens: int
     carried_samples: int
     lag_tokens: dict[int, int]
+    prefill_s: float
+    decode_s: float
 
 
 class StrategySimulator(Protocol):
@@ -162,13 +164,17 @@ def real_trajectory(target: Transformer, steps: Sequence[Any], eta: float, launc
             engine = engine_class(clock)(target, recorder, None, cfg)
             st = pool.step(engine, version=k, batch_groups=int(fresh.batch_groups), order=order.tolist(),
                            resume="resubmit")
-            real_s = wall_s = 0.0
+            real_s = wall_s = prefill_s = decode_s = 0.0
             if st.result is not None:
                 run = _real_run(int(work.step), "no-sd", st.result, recorder, repeat)
                 runs.append(run)
                 real_s, wall_s = run.makespan, run.wall_s
+                ev = st.result.events
+                span = ev["t_end"] - ev["t_start"]
+                prefill_s = float(span[ev["kind"] == "prefill"].sum())
+                decode_s = float(span[ev["kind"] == "decode"].sum())
             rows.append({"repeat": repeat, "step": int(work.step), "version": k, "real_s": real_s,
-                         "real_wall_s": wall_s,
+                         "real_wall_s": wall_s, "real_prefill_s": prefill_s, "real_decode_s": decode_s,
                          "real_requests": st.requests, "real_prefill_tokens": st.prefill_tokens,
                          "real_trained_samples": sum(len(g.responses) for g in st.trained),
                          "real_trained_tokens": sum(len(r.output) for g in st.trained for r in g.responses),
@@ -195,6 +201,7 @@ class PartialValidation:
     def spread(self) -> pd.DataFrame:
         """Per step over the rounds: the real makespan (median, min, max), its noise (median |run /
         median run - 1|), each simulated makespan's median and each error's median, min and max, and
+        where the time went (prefill passes and decode iterations, real and calibrated, medians), and
         whether every round's counts matched."""
         out = []
         noise = run_noise(self.rows.assign(policy="no-sd"))
@@ -207,6 +214,8 @@ class PartialValidation:
                 err = g[f"{cost}_err"].to_numpy(dtype=np.float64)
                 row.update({f"{cost}_s": float(g[f"{cost}_s"].median()), f"{cost}_err": float(np.median(err)),
                             f"{cost}_err_min": float(err.min()), f"{cost}_err_max": float(err.max())})
+            for part in ("real_prefill_s", "calibrated_prefill_s", "real_decode_s", "calibrated_decode_s"):
+                row[part] = float(g[part].median())
             row["counts_match"] = bool(g["counts_match"].all())
             out.append(row)
         return pd.DataFrame(out)
@@ -247,7 +256,8 @@ def _compare(trajectory: Trajectory, sims: dict[str, Sequence[SimulatedStepRow]]
             r[f"{cost}_s"] = s.makespan_s
             real = float(row["real_s"])  # type: ignore[arg-type]
             r[f"{cost}_err"] = s.makespan_s / real - 1 if real > 0 else (0.0 if s.makespan_s == 0 else np.inf)
-        r.update({"sim_requests": cal.requests, "sim_prefill_tokens": cal.prefill_tokens,
+        r.update({"calibrated_prefill_s": cal.prefill_s, "calibrated_decode_s": cal.decode_s,
+                  "sim_requests": cal.requests, "sim_prefill_tokens": cal.prefill_tokens,
                   "sim_trained_samples": cal.trained_samples, "sim_trained_tokens": cal.trained_tokens,
                   "sim_carried_samples": cal.carried_samples, "sim_lag_tokens": lag_text(cal.lag_tokens)})
         r["counts_match"] = all(r[f"real_{c}"] == r[f"sim_{c}"] for c in MATCHED)

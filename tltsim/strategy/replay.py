@@ -41,7 +41,8 @@ def fresh_groups(work: StepRequests, carried_groups: int, eta: float, seed: int)
 class SimulatedStep:
     """One simulated step: its rollout's makespan (stopped at the N-th complete group), the requests it
     ran and their prompt tokens (re-prefilled tokens included), the samples trained and carried, and
-    the trained tokens (all, and per lag)."""
+    the trained tokens (all, and per lag); ``prefill_s`` and ``decode_s``: the seconds of its prefill
+    passes and decode iterations (where the makespan goes)."""
 
     step: int
     makespan_s: float
@@ -51,6 +52,8 @@ class SimulatedStep:
     trained_tokens: int
     carried_samples: int
     lag_tokens: dict[int, int]
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
 
 
 def simulate_resume(works: Sequence[StepRequests], eta: float, cost: CostModel, *, engine: SimulatedEngine,
@@ -67,6 +70,8 @@ def simulate_resume(works: Sequence[StepRequests], eta: float, cost: CostModel, 
         return batch_rollout(reqs, run.step(reqs, stop=stop), 1)
 
     rows = schedule_resume(works, eta, seed, roll, lambda prompts, responses: NO_TRAINING, "replay")
+    events = run.events()
+    seconds = (events["t_end"] - events["t_start"]).groupby([events["step"], events["kind"]]).sum()
     out = []
     for row, (requests, prefill) in zip(rows, ran, strict=True):
         lag = np.asarray(row.piece_lag if row.piece_lag is not None else row.lag, dtype=np.int64)
@@ -75,5 +80,7 @@ def simulate_resume(works: Sequence[StepRequests], eta: float, cost: CostModel, 
         ran_now = row.rollout_s > 0  # a step whose batch was complete before it stops at its start
         out.append(SimulatedStep(int(row.step), float(row.rollout_s), requests if ran_now else 0,
                                  prefill if ran_now else 0, int(row.trained_samples), int(row.trained_tokens),
-                                 int(row.carried_samples), lags))
+                                 int(row.carried_samples), lags,
+                                 float(seconds.get((row.step, "prefill"), 0.0)),
+                                 float(seconds.get((row.step, "decode"), 0.0))))
     return out
