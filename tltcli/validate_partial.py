@@ -127,6 +127,7 @@ def write_partial_report(out: Path, result, scenario, settings, *, command: str,
     load = result.load
     load_text = _table(load.assign(round=[("–" if pd.isna(r) else int(r) + 1) for r in load["round"]],
                                    **{c: [f"{v:.2f}" for v in load[c]] for c in ("load1", "load5", "load15")}))
+    prefill_rule = result.meta.get("prefill_rule") or result.meta.get("context_rule", "sum")
     clock = ("the engine thread's CPU time (`--clock thread`; each trajectory's wall time is in `real_wall_s`)"
              if settings.clock == "thread" else "the wall clock")
     headline = (f"**{shown}**" if shown is not None else
@@ -179,13 +180,16 @@ balanced order shifting from round to round; {rounds} rounds
 
 {_table(parts)}
 
-How to read it: the native cost table prices a prefill pass by its longest request (`context_rule =
-max`, measured at uniform lengths: right for decode, whose attention pads every request to the
-longest), while the engine runs a prefill's projections and MLP on its real tokens only once padding
-is large (`skip_padding`; attention stays padded). Partial rollout makes exactly the passes that
-differ: a long re-prefill (prompt + generated tokens) admitted with short fresh prompts, priced as if
-every request in the pass were that long. Where the simulated prefill exceeds the real one above, that
-is the cause; the decode column is the cost table's own error.
+How to read it: the cost table is measured at uniform lengths. Partial rollout admits a long
+re-prefill (prompt + generated tokens) in the same pass as short fresh prompts; the table prices such
+a pass by its prefill rule, here `{prefill_rule}` (under `padded_attention` the engine pads attention
+to the longest request but runs the projections and MLP on the real tokens only, so a pass costs the
+longest request's row less the per-token work of the padding it skips). Decode is priced at each iteration's
+batch size and longest context, which the simulator replays as the engine ran them; but the profile
+times decode on requests in consecutive KV slots, whose keys each layer reads in place, while once a
+rollout's first requests finish, its running requests sit in scattered slots whose keys each layer
+gathers (a copy growing with batch and context): where the simulated decode falls short of the real
+one above, that is the likely cause.
 
 ## What each step ran and trained, real / simulated (round 1)
 
