@@ -177,12 +177,16 @@ def validate(
     late_scale: Annotated[float, typer.Option(help="vLLM backend: the target's layers after the first have their "
                                               "output projections scaled by this (the draft model's agreement).")]
     = 0.05,
+    strategy: Annotated[str | None, typer.Option(help="Validate a rollout strategy instead of the SD policies: "
+                                                 "overprovision:eta=E,mode=resume (partial rollout on the native "
+                                                 "engine, no SD, over the scenario's trace steps).")] = None,
 ) -> None:
     """Run a scenario's steps for real and in simulation; report the simulator's error.
 
     Example: tlt validate --scenario validation_dapo_cpu --out reports/validation/cpu
     Example: tlt validate --backend vllm --scenario validation_vllm_cpu --out reports/validation/cpu-vllm
     Example: tlt validate --scenario validation_dapo_cpu --ci-width 0.02 --max-rounds 6 --out reports/validation/cpu
+    Example: tlt validate --scenario validation_partial_cpu --strategy overprovision:eta=0.25,mode=resume
     """
     from tltcore.atomic import check_output_dir
 
@@ -206,6 +210,15 @@ def validate(
     if backend is RealBackend.vllm and table is not None:
         raise InputError("the vLLM backend profiles vLLM itself; --table is for the native backend",
                          field="--table")
+    if strategy is not None:
+        from tltcli.validate_partial import strategy_eta
+
+        strategy_eta(strategy)  # refused before anything runs
+        if backend is not RealBackend.native:
+            raise InputError("--strategy runs on the native engine only", field="--backend")
+        if table is not None:
+            raise InputError("--strategy profiles its cost table in each round; --table is not used with it",
+                             field="--table")
     s = validation_scenario(scenario, backend)
     check_output_dir(out, force, kind="validation", inputs=[scenario, *(p for p in (model, table) if p)])
     need_torch()
@@ -229,6 +242,14 @@ def validate(
     workloads = load_steps(s.trace)
     typed = policies_with_baseline(s.policies)
     specs = tuple(spec.name for spec in typed)  # the engines label their rows with the policy's name
+    if strategy is not None:
+        from tltcli.validate_partial import run_partial
+
+        with PhaseProgress(phase_console(), planned=2 + rounds_cap) as bar:
+            message = run_partial(s, strategy, settings, out=out, force=force, command=command_line(), progress=bar)
+        typer.echo(f"wrote {out}/README.md")
+        typer.echo(message)
+        return
     bar = PhaseProgress(phase_console(), planned=_phase_plan(len(workloads), backend, rounds_cap))
     if backend is RealBackend.vllm:
         import tempfile

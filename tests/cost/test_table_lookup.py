@@ -23,7 +23,7 @@ def test_scalar_lookup_is_the_vectorised_one_bit_for_bit(nb: int, nc: int) -> No
             assert grid.at_one(float(b), float(c)) == float(grid.at(float(b), float(c))[()])
 
 
-def _table(rule: str, rng: np.random.Generator):
+def _table(rule: str, rng: np.random.Generator, prefill_rule: str | None = None):
     """A table with every kind a shape can be priced from: whole ``sd`` rows for two shapes, draft-step
     and verify rows (and a per-iteration SD overhead) for the rest; and both prefills."""
     from tltcore.cost.table import TableCostModel, table_frame
@@ -39,7 +39,8 @@ def _table(rule: str, rng: np.random.Generator):
             rows += [{"kind": kind, "batch_size": b, "context": c, "seconds": float(rng.uniform(1e-3, 9e-2)), **shape}
                      for kind, shape in kinds]
         rows.append({"kind": "sd_overhead", "batch_size": b, "context": 0, "seconds": float(rng.uniform(0, 1e-3))})
-    return TableCostModel.from_frame(table_frame(rows), {"context_rule": rule})
+    meta = {"context_rule": rule} | ({} if prefill_rule is None else {"prefill_rule": prefill_rule})
+    return TableCostModel.from_frame(table_frame(rows), meta)
 
 
 @pytest.mark.parametrize("rule", ["sum", "max"])
@@ -80,13 +81,21 @@ def test_shapes_with_whole_rows_are_priced_in_one_stacked_pass_bit_for_bit() -> 
 def test_a_max_rule_table_reads_a_batch_by_its_size_and_longest_context_bit_for_bit() -> None:
     """Under the ``max`` rule every time is a function of the batch size and the longest context, and the
     ``*_at`` readings are those times to the bit: plain and SD iterations (whole rows, composed shapes),
-    prefills (requests with nothing to prefill are not in the pass), an empty batch. Under ``sum`` a
+    prefills (requests with nothing to prefill are not in the pass; by the ``padded_attention`` prefill
+    rule also through their tokens in all), an empty batch. Under ``sum`` (context or prefill rule) a
     table offers no such readings."""
+    rng = np.random.default_rng(5)
+    assert _table("sum", rng).longest_context_times() is None
+    assert _table("max", rng, "sum").longest_context_times() is None
+    for prefill_rule in (None, "padded_attention"):
+        table = _table("max", rng, prefill_rule)
+        assert table.longest_context_times() is table
+        _read_at(table, rng)
+
+
+def _read_at(table, rng: np.random.Generator) -> None:
     from tltcore.policy.base import NO_SD, SDConfig
 
-    rng = np.random.default_rng(5)
-    table = _table("max", rng)
-    assert table.longest_context_times() is table and _table("sum", rng).longest_context_times() is None
     shapes = [SDConfig(8, 4, 48), SDConfig(3, 1, 3), SDConfig.chain(5), SDConfig(6, 4, 16), NO_SD]
     for b in (1, 2, 5, 16, 40, 64, 100):
         for top in (0, 1, 300, 4096, 9000):
@@ -96,7 +105,8 @@ def test_a_max_rule_table_reads_a_batch_by_its_size_and_longest_context_bit_for_
             assert table.sd_times(ctx, shapes) == table.sd_times_at(b, top, shapes)
             new = ctx[ctx > 0]
             zero = np.zeros(b, dtype=np.int64)
-            assert table.prefill_time(ctx, zero) == table.prefill_time_at(new.size, int(new.max()) if new.size else 0)
+            assert table.prefill_time(ctx, zero) == table.prefill_time_at(new.size, int(new.max()) if new.size else 0,
+                                                                          int(new.sum()))
             assert table.drafter_prefill_time(ctx, ctx) == table.drafter_prefill_time_at(
                 new.size, int(new.max()) if new.size else 0)
     assert table.decode_time_at(0, 5) == 0.0 and table.sd_times_at(0, 5, shapes) == [0.0] * len(shapes)

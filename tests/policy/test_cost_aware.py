@@ -791,9 +791,10 @@ def test_the_plans_phase_edges_are_numpys_quantiles_bit_for_bit(phases: int) -> 
         assert len(got) == len(want) and all(a == b for a, b in zip(got, want.tolist(), strict=True)), x
 
 
-def _longest_table(composed: bool):
+def _longest_table(composed: bool, prefill_rule: str | None = None):
     """A ``max``-rule table on which SD pays at small batches and loses at large ones, whole SD rows for
-    every default candidate (one stacked lookup) or, ``composed``, draft-step and verify rows instead."""
+    every default candidate (one stacked lookup) or, ``composed``, draft-step and verify rows instead;
+    with a ``prefill_rule``, prefill rows convex in the prompt (attention), so that the rule matters."""
     from tltcore.cost.table import TableCostModel, table_frame
     from tltcore.policy.cost_aware import DEFAULT_CANDIDATES
 
@@ -802,7 +803,8 @@ def _longest_table(composed: bool):
         for c in (0, 64, 256, 1024, 4096):
             plain = 2e-3 + 2e-5 * b + 1e-7 * b * c
             rows.append({"kind": "decode", "batch_size": b, "context": c, "seconds": plain})
-            rows.append({"kind": "prefill", "batch_size": b, "context": c, "seconds": 1e-3 + 2e-7 * b * c})
+            attention = 0.0 if prefill_rule is None else 1e-10 * b * c * c
+            rows.append({"kind": "prefill", "batch_size": b, "context": c, "seconds": 1e-3 + 2e-7 * b * c + attention})
             rows.append({"kind": "drafter_prefill", "batch_size": b, "context": c, "seconds": 2e-4 + 4e-8 * b * c})
             if composed:
                 rows += [{"kind": "draft_step", "batch_size": b, "context": c, "seconds": 0.1 * plain * k, "topk": k}
@@ -816,7 +818,8 @@ def _longest_table(composed: bool):
                          for s in DEFAULT_CANDIDATES]
         if composed:
             rows.append({"kind": "sd_overhead", "batch_size": b, "context": 0, "seconds": 1e-4})
-    return TableCostModel.from_frame(table_frame(rows), {"context_rule": "max"})
+    meta = {"context_rule": "max"} | ({} if prefill_rule is None else {"prefill_rule": prefill_rule})
+    return TableCostModel.from_frame(table_frame(rows), meta)
 
 
 class _PerRequest(CostModelBase):
@@ -841,15 +844,16 @@ class _PerRequest(CostModelBase):
         return self.table.drafter_prefill_time(new, cached)
 
 
-@pytest.mark.parametrize("composed", [False, True])
+@pytest.mark.parametrize(("composed", "prefill_rule"), [(False, None), (True, None), (False, "padded_attention")])
 @pytest.mark.parametrize("switch", ["reprefill", "catch_up", "in_step"])
 def test_a_batch_priced_from_its_size_and_longest_context_decides_as_per_request_arrays(
-        composed: bool, switch: str) -> None:
+        composed: bool, prefill_rule: str | None, switch: str) -> None:
     """On a ``max``-rule table cost-aware prices a batch from its size and longest context, on Python
     ints; with the same table read from per-request numpy arrays (the path every other cost model takes)
     whole simulated steps run event for event alike -- switching on and off, with predicted and known
-    lengths, a response cap, and a second step whose mean length floors the prediction."""
-    table = _longest_table(composed)
+    lengths, a response cap, and a second step whose mean length floors the prediction; so too with
+    the ``padded_attention`` prefill rule, which also reads a prefill pass's tokens in all."""
+    table = _longest_table(composed, prefill_rule)
     assert table.longest_context_times() is table
     rng = np.random.default_rng(17)
     mixed = Work(0, np.arange(48), rng.integers(20, 900, 48), rng.lognormal(5.5, 1.3, 48).astype(np.int64) + 1)
@@ -924,3 +928,22 @@ def test_learnt_accept_lengths_are_each_candidates_own_float() -> None:
             if i % 70 == 69:
                 est.decay(0.5)
             assert est.accept_lengths() == tuple(est.accept_length(x) for x in (*DEFAULT_CANDIDATES, NO_SD)), i
+
+
+def test_both_pricings_read_a_prefill_pass_as_the_same_float() -> None:
+    """A target prefill pass of mixed prompts (some with nothing to prefill) priced from Python ints
+    through the batch's size, longest and tokens in all is the per-request array reading to the bit,
+    under either prefill rule a ``max`` table can read so."""
+    from tltcore.policy.cost_aware import DEFAULT_CANDIDATES
+    from tltcore.policy.cost_aware_pricing import LongestContextPricing, PerRequestPricing
+
+    rng = np.random.default_rng(3)
+    for rule in (None, "padded_attention"):
+        table = _longest_table(False, rule)
+        fast = LongestContextPricing(table, tuple(DEFAULT_CANDIDATES))
+        slow = PerRequestPricing(table, tuple(DEFAULT_CANDIDATES))
+        for b in (1, 3, 17, 40):
+            new = [int(x) for x in rng.integers(0, 5000, b)]
+            arr = np.asarray(new, dtype=np.int64)
+            assert fast.prefill(new, None) == slow.prefill(arr, None) == table.prefill_time(arr, np.zeros_like(arr))
+            assert fast.drafter_prefill(new, None) == slow.drafter_prefill(arr, None)

@@ -29,13 +29,14 @@ if TYPE_CHECKING:  # annotations only: importing tltcore.policy runs its package
 class LongestContextTimes(Protocol):
     """Times that read a batch's contexts only through its size and its longest context (a measured
     table under the ``max`` rule: the native slab engine pads attention to the longest). A prefill
-    pass holds only the requests with tokens to prefill; ``longest`` is the most any of them has."""
+    pass holds only the requests with tokens to prefill; ``longest`` is the most any of them has and
+    ``tokens`` their sum (the native engine's prefill runs all but attention on the real tokens)."""
 
     def decode_time_at(self, batch: int, longest: int) -> float: ...
 
     def sd_times_at(self, batch: int, longest: int, configs: Sequence[SDConfig]) -> list[float]: ...
 
-    def prefill_time_at(self, batch: int, longest: int) -> float: ...
+    def prefill_time_at(self, batch: int, longest: int, tokens: int) -> float: ...
 
     def drafter_prefill_time_at(self, batch: int, longest: int) -> float: ...
 

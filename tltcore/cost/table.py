@@ -23,8 +23,19 @@ request's own KV: ``T = T(b, 0) + sum_i [T(b, c_i) - T(b, 0)] / b``) or ``max`` 
 attention pads every request to the longest, such as the native slab engine: ``T = T(b, max_i c_i)``).
 Within the grid values are multilinear, beyond it linear (KV traffic keeps growing with context).
 
+A target prefill pass (``prefill`` rows) follows the table's ``prefill_rule`` where it has one, else
+its ``context_rule``: ``sum``, ``max``, or ``padded_attention`` (an engine whose prefill pads only its
+attention to the longest request and runs the projections and MLP on the real tokens, such as the
+native engine: ``T = T(b, m) - s(b) (m - sum_i n_i / b)`` with ``m = max_i n_i``: the ``max`` reading
+less the per-token work of the padding it skips). ``s(b)`` is the per-token rate of the rows: a row's
+flattest secant along the context axis (its rise is the per-token work plus attention, which grows
+faster than linearly with the prompt, and fixed per-pass costs bend its shortest end up), linear in
+the batch between rows, 0 for a single context column. A uniform batch reads its row exactly under
+all three rules. ``drafter_prefill`` rows always follow ``context_rule`` (the native drafter's
+catch-up pads every request).
+
 Metadata keys (all optional, strings): ``device`` (GPU preset the times belong to), ``model``
-(:func:`shape_fingerprint`), ``tp``, ``dtype``, ``context_rule``,
+(:func:`shape_fingerprint`), ``tp``, ``dtype``, ``context_rule``, ``prefill_rule``,
 ``engine``, ``versions``, ``date``, ``command``. :meth:`TableCostModel.check_matches` refuses a table
 measured for another model or device than the scenario's.
 """
@@ -62,6 +73,7 @@ TABLE_KINDS: dict[str, tuple[str, ...]] = {
     "drafter_prefill": (),
 }
 CONTEXT_RULES = ("sum", "max")
+PREFILL_RULES = (*CONTEXT_RULES, "padded_attention")
 META_KEY = b"tlt.cost_table"
 
 
@@ -136,6 +148,24 @@ class _Grid:
             lo = rows[i][j] * (1 - wb) + rows[i + 1][j] * wb
             hi = rows[i][j + 1] * (1 - wb) + rows[i + 1][j + 1] * wb
         return max(lo * (1 - wc) + hi * wc, 0.0)
+
+    def token_slope(self, b: float) -> float:
+        """Seconds per token per request at batch ``b`` of the work that grows linearly with the
+        context: each batch row's flattest secant, linear in the batch between rows (as :meth:`_row`),
+        never below 0; 0 for a single context column (the ``padded_attention`` rule, module docstring)."""
+        slopes = self._token_slopes
+        if len(self.batches) == 1:
+            return slopes[0]
+        i = min(max(bisect_right(self._batch_list, b) - 1, 0), len(self.batches) - 2)
+        wb = (b - self._batch_list[i]) / (self._batch_list[i + 1] - self._batch_list[i])
+        return max(slopes[i] * (1 - wb) + slopes[i + 1] * wb, 0.0)
+
+    @cached_property
+    def _token_slopes(self) -> list[float]:
+        if len(self.contexts) == 1:
+            return [0.0] * len(self.batches)
+        secants = np.diff(self.values, axis=1) / np.diff(self.contexts)
+        return [max(float(x), 0.0) for x in secants.min(axis=1)]
 
     @cached_property
     def _batch_list(self) -> list[float]:
@@ -261,6 +291,7 @@ class TableCostModel(CostModelBase):
 
     grids: dict[tuple, _Grid]
     context_rule: str = "sum"
+    prefill_rule: str = ""  # the target prefill's rule (module docstring); "": the context rule
     metadata: dict[str, str] = field(default_factory=dict)
     source: str = ""
     # per tuple of configs: (the stack of the grids they read, each config's row in it), or None
@@ -271,6 +302,9 @@ class TableCostModel(CostModelBase):
         if self.context_rule not in CONTEXT_RULES:
             raise InputError(f"context_rule must be one of {CONTEXT_RULES}, got '{self.context_rule}'",
                              path=self.source or None, field="context_rule")
+        if self.prefill_rule and self.prefill_rule not in PREFILL_RULES:
+            raise InputError(f"prefill_rule must be one of {PREFILL_RULES}, got '{self.prefill_rule}'",
+                             path=self.source or None, field="prefill_rule")
 
     # ---- reading and writing ------------------------------------------------------------------
     @classmethod
@@ -294,7 +328,8 @@ class TableCostModel(CostModelBase):
                 grids[(kind, *key)] = _grid_from(sel, label, path)
         if ("decode",) not in grids:
             raise InputError("no decode rows", path=path, field="kind")
-        return cls(grids, context_rule=meta.get("context_rule", "sum"), metadata=meta, source=source)
+        return cls(grids, context_rule=meta.get("context_rule", "sum"), prefill_rule=meta.get("prefill_rule", ""),
+                   metadata=meta, source=source)
 
     @classmethod
     def from_file(cls, path: str | Path) -> TableCostModel:
@@ -367,21 +402,37 @@ class TableCostModel(CostModelBase):
             raise InputError(f"the cost table has no {what} rows", path=self.source or None, field="kind")
         return grid
 
-    def _lookup(self, grid: _Grid, ctx: np.ndarray) -> float:
-        """One iteration at per-request contexts ``ctx`` by the table's context rule."""
+    @property
+    def target_prefill_rule(self) -> str:
+        """The rule a target prefill pass is looked up by: ``prefill_rule``, else ``context_rule``."""
+        return self.prefill_rule or self.context_rule
+
+    def _lookup(self, grid: _Grid, ctx: np.ndarray, rule: str | None = None) -> float:
+        """One iteration at per-request contexts ``ctx`` by ``rule`` (the table's context rule if None)."""
         b = ctx.size
-        if self.context_rule == "max":
+        rule = rule or self.context_rule
+        if rule == "max":
             return grid.at_one(float(b), float(ctx.max()))
+        if rule == "padded_attention":
+            return self._padded_attention(grid, b, float(ctx.max()), float(ctx.sum()))
         base = grid.at_one(float(b), 0.0)
         return base + float((grid.at(b, ctx) - base).sum()) / b
+
+    @staticmethod
+    def _padded_attention(grid: _Grid, batch: int, longest: float, tokens: float) -> float:
+        """A pass of ``batch`` requests, ``tokens`` new tokens in all, the longest ``longest``, by the
+        ``padded_attention`` rule (module docstring): the one formula of that rule."""
+        b = float(batch)
+        return max(grid.at_one(b, longest) - grid.token_slope(b) * (longest - tokens / b), 0.0)
 
     # ---- by batch size and longest context (the ``max`` rule) -----------------------------------
     def longest_context_times(self) -> TableCostModel | None:
         """This table, whose times read a batch's contexts only through its size and its longest
-        context (the ``max`` rule: the native slab engine pads attention to the longest), so that a
-        policy may price a batch from those two numbers (the ``*_at`` methods) without per-request
-        arrays; None under the ``sum`` rule, which reads every context."""
-        return self if self.context_rule == "max" else None
+        context (the ``max`` rule: the native slab engine pads attention to the longest) and a
+        prefill pass's also through its tokens in all (``padded_attention``), so that a policy may
+        price a batch from those numbers (the ``*_at`` methods) without per-request arrays; None
+        when a rule is ``sum``, which reads every context."""
+        return self if self.context_rule == "max" and self.target_prefill_rule != "sum" else None
 
     def decode_time_at(self, batch: int, longest: int) -> float:
         """:meth:`decode_time` of ``batch`` requests whose longest context is ``longest`` (``max`` rule)."""
@@ -398,10 +449,16 @@ class TableCostModel(CostModelBase):
             return [values[k] for k in stacked[1]]
         return self._sd_each(batch, configs, lambda grid: grid.at_one(b, top))
 
-    def prefill_time_at(self, batch: int, longest: int) -> float:
+    def prefill_time_at(self, batch: int, longest: int, tokens: int) -> float:
         """:meth:`prefill_time` of a pass of ``batch`` requests with new tokens, at most ``longest``
-        of them per request (``max`` rule; requests with none are not in the pass)."""
-        return self._grid("prefill").at_one(float(batch), float(longest)) if batch > 0 else 0.0
+        of them per request and ``tokens`` in all (``max`` or ``padded_attention`` rule; requests with
+        none are not in the pass)."""
+        if batch <= 0:
+            return 0.0
+        grid = self._grid("prefill")
+        if self.target_prefill_rule == "padded_attention":
+            return self._padded_attention(grid, batch, float(longest), float(tokens))
+        return grid.at_one(float(batch), float(longest))
 
     def drafter_prefill_time_at(self, batch: int, longest: int) -> float:
         """:meth:`drafter_prefill_time` as :meth:`prefill_time_at` reads a pass (``max`` rule)."""
@@ -502,10 +559,12 @@ class TableCostModel(CostModelBase):
     def _prefill(self, kind: str, new_tokens: np.ndarray) -> float:
         new = as_lengths(new_tokens, "new_tokens")
         new = new[new > 0]
-        return self._lookup(self._grid(kind), new) if new.size else 0.0
+        rule = self.target_prefill_rule if kind == "prefill" else self.context_rule
+        return self._lookup(self._grid(kind), new, rule) if new.size else 0.0
 
     def prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:
-        """One target prefill pass, looked up at the pass's requests and their new tokens."""
+        """One target prefill pass, looked up at the pass's requests and their new tokens by the
+        table's :attr:`target_prefill_rule`."""
         return self._prefill("prefill", new_tokens)
 
     def drafter_prefill_time(self, new_tokens: np.ndarray, cached_tokens: np.ndarray) -> float:

@@ -1,7 +1,8 @@
 """How cost-aware prices a batch: from per-request numpy arrays through any
-:class:`~tltcore.cost.protocol.CostModel`, or from the batch's size and longest context alone where the
-cost model reads no more (:class:`~tltcore.cost.protocol.LongestContextTimes`, a measured table under the
-``max`` rule), on Python ints.
+:class:`~tltcore.cost.protocol.CostModel`, or from the batch's size and longest context alone (and a
+prefill pass's tokens in all) where the cost model reads no more
+(:class:`~tltcore.cost.protocol.LongestContextTimes`, a measured table under the ``max`` rule), on
+Python ints.
 
 Why two: on the CPU engine, whose forward passes leave the caches cold, each numpy call on a few dozen
 contexts cost ~15-20 us, and an evaluation that made ~30 of them took ~0.3 ms of a ~3 ms iteration.
@@ -179,7 +180,7 @@ class LongestContextPricing:
 
     def prefill(self, new: Contexts, cached: Contexts | None) -> float:
         todo = [c for c in new if c > 0]
-        return self.at.prefill_time_at(len(todo), max(todo)) if todo else 0.0
+        return self.at.prefill_time_at(len(todo), max(todo), sum(todo)) if todo else 0.0
 
     def drafter_prefill(self, new: Contexts, cached: Contexts | None) -> float:
         todo = [c for c in new if c > 0]

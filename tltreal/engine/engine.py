@@ -25,6 +25,20 @@ hidden states and emits the accepted tokens plus the bonus token. When the decis
 instead of a drafter the drafts are chains of retrieved tokens, verified the same way; the elastic
 switch has no drafter state to rebuild.
 
+Partial rollout: :meth:`Engine.hand_back` stops a step early and hands back every unfinished request
+(:class:`~tltreal.engine.requests.Unfinished`: prompt, tokens so far, budget, sampling state), and
+:meth:`Engine.resume` queues one in a later step's engine, possibly under new weights. A resumed
+request is **re-prefilled** (KV and hidden states recomputed under the weights of now), its own
+generator carried, in one of two ways (:data:`RESUME_MODES`, :mod:`tltreal.engine.partial` says
+which is lossless when):
+
+- ``exact`` (default): the prompt and every generated token but the last go through the target, the
+  last stays pending as in the engine that stopped, and the next token comes from the request's next
+  decode iteration: it runs the iterations and draws the uniforms an uninterrupted run does;
+- ``resubmit``: prompt + every generated token are prefilled and the prefill emits the next token, as
+  a framework that re-submits ``prompt + generated`` as a new prompt to its engine does (and as the
+  simulator models it).
+
 Groups: ``add_request(..., group=...)`` (default: requests with the same prompt form one group, as
 GRPO's responses to one prompt do). A token proposer sees each request's group, finished members
 included (siblings), within one ``run``.
@@ -61,13 +75,16 @@ from tltcore.policy.base import NO_SD, BatchView, Decision, Outcome, SDConfig, S
 from tltcore.policy.recent_accept import RecentAccept
 from tltreal.engine.engine_config import EngineConfig, skip_padding
 from tltreal.engine.records import Records
-from tltreal.engine.requests import Request, RunResult
+from tltreal.engine.requests import Request, RunResult, Unfinished
 from tltreal.engine.sd_step import SpeculativeStep
 from tltreal.engine.switch import ElasticSwitch
 from tltreal.model.kv_cache import SlotPool
 from tltreal.model.sampling import SamplingParams, draw_uniforms, sample_inverse_cdf, target_probs
 from tltreal.model.transformer import Transformer, padded_causal_mask
 from tltreal.spec_decode.proposers.base import DraftModel, TokenProposer
+
+#: How :meth:`Engine.resume` re-prefills a handed-back request (module docstring).
+RESUME_MODES = ("exact", "resubmit")
 
 
 @dataclass
@@ -125,6 +142,7 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
         self._model_t = 0.0
         self._step_requests = 0
         self._step_prompt_tokens = 0
+        self._handed_back_tokens = 0  # tokens the requests handed back generated in this step
 
     # ----------------------------------------------------------------------------------- requests
     def add_request(self, prompt: list[int], max_new_tokens: int, sampling: SamplingParams | None = None, *,
@@ -146,6 +164,40 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
         self.waiting.append(Request(rid, list(prompt), max_new_tokens, sampling, key, generator=gen))
         return rid
 
+    def resume(self, request: Unfinished, mode: str = "exact") -> int:
+        """Queue a request another engine (or this one, in an earlier step) handed back
+        (:meth:`hand_back`); returns its id here. It continues where it stopped: re-prefilled on
+        admission as ``mode`` says (:data:`RESUME_MODES`), its budget, sampling state and records
+        carried (module docstring)."""
+        if mode not in RESUME_MODES:
+            raise ValueError(f"resume mode must be one of {RESUME_MODES}, got {mode!r}")
+        n = len(request.prompt) + request.max_new_tokens
+        if request.remaining < 1 or n > self.cfg.max_len:
+            raise ValueError(f"resumed request: prompt {len(request.prompt)} + max_new_tokens "
+                             f"{request.max_new_tokens} exceeds max_len {self.cfg.max_len}, or nothing is left")
+        rid = self._next_rid
+        self._next_rid += 1
+        self.waiting.append(Request(rid, list(request.prompt), request.max_new_tokens, request.sampling, request.group,
+                                    output=list(request.output), generator=request.generator,
+                                    logprobs=list(request.logprobs), raw_logprobs=list(request.raw_logprobs),
+                                    resumed=len(request.output), resubmit=mode == "resubmit"))
+        return rid
+
+    def hand_back(self) -> list[Unfinished]:
+        """Stop the step here: every request not finished leaves the engine (its slot freed) with what
+        it needs to continue (:class:`~tltreal.engine.requests.Unfinished`), the running ones in
+        admission order, then the waiting ones. Call between :meth:`iterate` and :meth:`finish`;
+        :meth:`finish` then reports the requests that did finish."""
+        out = []
+        for r in [*self.running, *self.waiting]:
+            if r.slot >= 0:
+                self.slots.give(r.slot)
+            self._handed_back_tokens += len(r.output) - r.resumed
+            out.append(Unfinished(r.rid, r.prompt, list(r.output), r.max_new_tokens, r.sampling, r.group, r.generator,
+                                  list(r.logprobs), list(r.raw_logprobs)))
+        self.running, self.waiting = [], deque()
+        return out
+
     @torch.inference_mode()
     def run(self) -> RunResult:
         """One rollout step: reset the policy for ``config.step``, run until every queued request has
@@ -162,7 +214,8 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
         self._t0 = time.perf_counter()
         self._model_t = 0.0
         self._step_requests = len(self.waiting)
-        self._step_prompt_tokens = sum(len(r.prompt) for r in self.waiting)
+        self._step_prompt_tokens = sum(self._prefill_len(r) for r in self.waiting)
+        self._handed_back_tokens = 0
         self.groups = {}
 
     @torch.inference_mode()
@@ -181,8 +234,9 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
         end = self._now()
         done = sorted(self.done.items())
         outputs = {rid: r.output for rid, r in done}
+        tokens = sum(len(r.output) - r.resumed for _, r in done) + self._handed_back_tokens  # this step's
         self.log.span(CLUSTER, "stage", 0.0, end, batch=self._step_requests, prefill_tokens=self._step_prompt_tokens,
-                      tokens=sum(len(v) for v in outputs.values()))
+                      tokens=tokens)
         prompts = {rid: r.prompt for rid, r in done}
         finished = {rid: self._finished(r) for rid, r in done}
         return RunResult(outputs, self.log.frame(), end, prompts, finished)
@@ -272,34 +326,46 @@ class Engine(SpeculativeStep, ElasticSwitch, Records):
         if new:
             self._prefill(new)
 
+    @staticmethod
+    def _prefill_len(r: Request) -> int:
+        """Tokens a request's prefill puts through the target: its prompt, and for a resumed request
+        every generated token (``resubmit``) or all but the last, which stays pending (``exact``)."""
+        return len(r.prompt) + (len(r.output) if r.resubmit else max(len(r.output) - 1, 0))
+
     def _prefill(self, reqs: list[Request]) -> None:
         t_start = self._now()
-        n = np.array([len(r.prompt) for r in reqs], dtype=np.int64)
+        n = np.array([self._prefill_len(r) for r in reqs], dtype=np.int64)
         self._charge(lambda c: c.prefill_time(n, np.zeros_like(n)))
-        lens = self._tensor([len(r.prompt) for r in reqs])
+        lens = self._tensor(n.tolist())
         t = int(lens.max())
-        tokens = self._tensor([r.prompt + [0] * (t - len(r.prompt)) for r in reqs])
+        known = [r.prompt + r.output for r in reqs]  # a fresh request's output is empty
+        fresh = [b for b, r in enumerate(reqs) if not r.output or r.resubmit]
+        tokens = self._tensor([k[:m] + [0] * (t - m) for k, m in zip(known, n.tolist(), strict=True)])
         positions = torch.arange(t, device=lens.device).expand(len(reqs), t)
         slots = self._tensor([r.slot for r in reqs])
         real = positions < lens[:, None]
         logits, hidden = self.target(tokens, positions, self.cache, slots, torch.zeros_like(lens),
                                      padded_causal_mask(lens, t), logits_at=lens - 1,
                                      keep=real if skip_padding(int(lens.sum()), real.numel()) else None)
-        for b, r in enumerate(reqs):
-            self.hidden[r.slot, : len(r.prompt)] = hidden[b, : len(r.prompt)]
-            r.tokens = list(r.prompt)
-            r.cache_len = len(r.prompt)
+        for b, (r, m) in enumerate(zip(reqs, n.tolist(), strict=True)):
+            self.hidden[r.slot, :m] = hidden[b, :m]
+            r.tokens = known[b]
+            r.cache_len = m
             r.draft_len = 0
             members = self.groups.setdefault(r.group, [])
             r.member = len(members)
             members.append(r.tokens)
-        last_logits = logits[:, 0]
-        first, probs = self._sample(reqs, last_logits)
-        counts = [self._emit(r, [tok]) for r, tok in zip(reqs, first, strict=True)]
-        if self.cfg.record_logprobs:
-            self._record_logprobs(reqs, last_logits[:, None], probs[:, None], self._tensor(first)[:, None], counts)
+        # each fresh (or resubmitted) request's next token; an exact resume's comes from its next iteration
+        emitting = reqs if len(fresh) == len(reqs) else [reqs[b] for b in fresh]
+        last_logits = logits[:, 0] if len(fresh) == len(reqs) else logits[fresh, 0]
+        if emitting:
+            first, probs = self._sample(emitting, last_logits)
+            counts = [self._emit(r, [tok]) for r, tok in zip(emitting, first, strict=True)]
+            if self.cfg.record_logprobs:
+                self._record_logprobs(emitting, last_logits[:, None], probs[:, None], self._tensor(first)[:, None],
+                                      counts)
         self.running.extend(reqs)
-        self.log.span(self.cfg.worker, "prefill", t_start, self._now(), batch=len(reqs), tokens=len(reqs),
+        self.log.span(self.cfg.worker, "prefill", t_start, self._now(), batch=len(reqs), tokens=len(emitting),
                       prefill_tokens=int(lens.sum()))
         self._retire()
 

@@ -26,9 +26,39 @@ class Request:
     member: int = -1  # index in its group's list of token sequences
     generator: torch.Generator | None = None
     finished: bool = False
+    resumed: int = 0  # output tokens it arrived with (Engine.resume): generated in an earlier step
+    resubmit: bool = False  # resumed as a new prompt: the prefill emits its next token (Engine.resume)
     logprobs: list[float] = field(default_factory=list)  # record_logprobs: see FinishedRequest
     raw_logprobs: list[float] = field(default_factory=list)
     hidden: torch.Tensor | None = None  # record_hidden: copied out of the slab when it finishes
+
+
+@dataclass(frozen=True)
+class Unfinished:
+    """A request an engine handed back before it finished (:meth:`~tltreal.engine.engine.Engine.hand_back`):
+    everything another engine needs to continue it (:meth:`~tltreal.engine.engine.Engine.resume`),
+    exactly where it stopped.
+
+    ``rid``: its id in the engine that handed it back; ``output``: the tokens generated so far (the
+    last one not yet through the target); ``max_new_tokens``: its whole budget, ``output`` included;
+    ``group``: the engine's sibling key; ``generator``: its own random stream, in the state the next
+    draw continues from (None: greedy), so the draws after a resume are the ones an uninterrupted run
+    makes; ``logprobs`` / ``raw_logprobs``: the records of ``output`` so far (``record_logprobs``)."""
+
+    rid: int
+    prompt: list[int]
+    output: list[int]
+    max_new_tokens: int
+    sampling: SamplingParams
+    group: Hashable
+    generator: torch.Generator | None
+    logprobs: list[float] = field(default_factory=list)
+    raw_logprobs: list[float] = field(default_factory=list)
+
+    @property
+    def remaining(self) -> int:
+        """Tokens still to generate."""
+        return self.max_new_tokens - len(self.output)
 
 
 @dataclass(frozen=True)
