@@ -52,6 +52,16 @@ https://verl.readthedocs.io/en/latest/advance/fully_async.html), AReaL's "Asynch
 prompts are deferred to long rounds).
 """
 
-from tltsim.strategy.spec import STRATEGIES, Async, OneStepOff, Overprovision, StrategySpec, Sync, parse_strategy
+from tltsim.strategy.spec import (
+    STRATEGIES,
+    Async,
+    OneStepOff,
+    Overprovision,
+    StrategySpec,
+    Sync,
+    TailBatching,
+    parse_strategy,
+)
 
-__all__ = ["STRATEGIES", "Async", "OneStepOff", "Overprovision", "StrategySpec", "Sync", "parse_strategy"]
+__all__ = ["STRATEGIES", "Async", "OneStepOff", "Overprovision", "StrategySpec", "Sync", "TailBatching",
+           "parse_strategy"]
