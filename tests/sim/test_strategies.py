@@ -459,6 +459,20 @@ def test_cli_one_step_off_writes_the_lag_table(tmp_path) -> None:
 
 
 @needs_shared_traces()
+def test_cli_tail_batching_reports_its_rounds_at_the_default_seeds(tmp_path) -> None:
+    out = tmp_path / "res"
+    res = CliRunner().invoke(app_(), ["sim", "run", "--strategy", "tail-batching", "--steps", "2", "--set",
+                                      "trace.prompts_per_step=8", "--gpus", "8", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "Whole run under tail-batching" in res.output
+    steps = pd.read_csv(out / "strategy.csv")
+    assert sorted(set(steps["seed"])) == [0, 1, 2] and set(steps["round"]) == {"short", "long"}
+    whole = pd.read_csv(out / "seeds_strategy.csv")
+    assert (whole["long_rounds_median"] == 1).all() and (whole["deferred_groups_median"] == 2).all()
+    assert set(pd.read_csv(out / "lag.csv")["lag"]) == {0}
+
+
+@needs_shared_traces()
 def test_cli_strategy_runs_at_the_default_three_seeds(tmp_path) -> None:
     out, one = tmp_path / "res", tmp_path / "one"
     args = ["sim", "run", "--strategy", "one-step-off", "--steps", "2", "--set", "trace.prompts_per_step=8",
