@@ -2,7 +2,8 @@
 report, ``reports/long-tail-strategies/``).
 
 Why. The long tail has more than one cure: SD shortens it, asynchrony (one-step-off, fully async with a
-staleness bound) hides it behind training, over-provisioning cuts it off (:mod:`tltsim.strategy`).
+staleness bound) hides it behind training, over-provisioning cuts it off, tail batching (RollPacker)
+gathers it into a few long rounds (:mod:`tltsim.strategy`).
 Which pays most, at what staleness, and whether they compose depends on the workload: this runs each
 strategy with no SD, TLT's ``elastic+beg-mab`` and our ``cost-aware`` on every cell of the grid and
 reports, per cell, the ranking (median, min-max over seeds), the lag of the trained samples and whether
@@ -16,7 +17,7 @@ TP 8 (TLT's released scripts) on :data:`CLUSTER` GPUs of H100 or H20. Strategies
 (:data:`tltsim.advise_strategies.ALL_STRATEGIES`). Everything else: the scenario defaults (measured cost
 model where a GPU has profiles, the roofline otherwise; the paper's acceptance; veRL's engine limits).
 
-Reproduce: ``python -m analysis.long_tail_strategies --out reports/long-tail-strategies --workers 2``.
+Reproduce: ``python -m analysis.long_tail_strategies --out reports/long-tail-strategies --seeds 3 --workers 2``.
 """
 
 from __future__ import annotations
@@ -166,6 +167,27 @@ def headline(ranking: pd.DataFrame, verdicts: pd.DataFrame) -> list[str]:
     return lines
 
 
+def tail_lines(per_seed: pd.DataFrame) -> list[str]:
+    """Tail batching per cell: the long rounds it ran, the prompt groups it deferred and the tokens it
+    generated and threw away (a share of those it trained), median over seeds, with no SD."""
+    if "long_rounds" not in per_seed:
+        return []
+    part = per_seed[per_seed["long_rounds"].notna() & (per_seed["policy"] == "no-sd")]
+    part = part.assign(discarded_share=part["discarded_tokens"] / (part["tokens_per_s"] * part["total_s"]))
+    med = part.groupby(KEYS, sort=False)[["long_rounds", "deferred_groups", "discarded_share"]].median()
+    if med.empty:
+        return []
+    return ["Tail batching's rounds (no SD, median over seeds): "
+            f"{med['long_rounds'].median():.0f} long round(s) of {STEPS} in every cell"
+            + ("" if med["long_rounds"].nunique() == 1 else
+               f" ({med['long_rounds'].min():.0f}-{med['long_rounds'].max():.0f})")
+            + f", {med['deferred_groups'].median():.0f} prompt groups deferred, and the short rounds throw away "
+            f"{med['discarded_share'].median():.0%} as many tokens as the run trains "
+            f"({med['discarded_share'].min():.0%}-{med['discarded_share'].max():.0%} over the cells): aborted "
+            "responses, regenerated in the long round or surplus. Every trained sample is on-policy (lag 0). SD "
+            "runs in every round; the long round, all tail, is where it pays most (`docs/guide/strategies.md`)."]
+
+
 def write_report(out: Path, seeds: int, workers: int, command: str, log=print) -> Path:
     cells = [Cell(t, m, g) for t in TRACES for m in MODELS for g in GPUS]
     t0 = time.time()
@@ -192,11 +214,14 @@ def write_report(out: Path, seeds: int, workers: int, command: str, log=print) -
                 "## Headline", "", *headline(ranking, verdicts), "",
                 "What the speedups leave out: over-provisioning trains the first groups to finish, so its batches "
                 "under-represent long responses (the dropped or carried groups are the slowest to finish), a bias "
-                "the trained model pays for and the simulator does not price; "
+                "the trained model pays for and the simulator does not price; tail batching trains every prompt "
+                "eventually but each on its shortest responses of the 1.25x it launched, and regenerates its "
+                "deferred prompts from scratch; "
                 "one-step-off and async train on samples up to one version stale (the lag column) and hold a "
                 "trainer pool of their own (the per-GPU column). The verdicts compare speedups only.", "",
                 "Few steps make asynchrony's first and last steps edge effects (the first rollout has nothing to "
                 "overlap, the last training nothing to hide); a longer run gives it more.", "",
+                *(line for t in tail_lines(per_seed) for line in (t, "")),
                 "![speedups](speedups.png)", "",
                 "## Every cell", ""]
         for key, part in ranking.groupby(KEYS, sort=False):

@@ -227,7 +227,10 @@ def run(
              "stop the rollout there and continue the unfinished responses next step, re-prefilled); "
              "async:staleness=K[,trainer_gpus=N] (fully asynchronous with partial rollout: a rollout pool streams "
              "groups to a trainer pool, weights sync mid-rollout, at most (K+v+1)N groups launched by version v, "
-             "AReaL's rule). Adds strategy.csv (per policy and step: step time, tokens/s, GPU idle, lag) and "
+             "AReaL's rule); tail-batching[:prompt_ratio=P,response_ratio=R] (RollPacker: short rounds launch "
+             "ceil(NP) groups of ceil(nR) responses and train the first N groups' first n, the aborted groups are "
+             "regenerated together in a long round once N are queued; default 1.25 each). Adds strategy.csv (per "
+             "policy and step: step time, tokens/s, GPU idle, lag) and "
              "lag.csv (samples and tokens per lag, in policy versions) and a strategy column to summary.csv; with "
              "--seeds N > 1 every seed's rows and seeds_strategy.csv (the whole run as median, min and max over "
              "the seeds). Not with --preset, --for-steps, --price or ""--usd-per-kwh.")] = None,

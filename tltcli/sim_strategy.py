@@ -23,7 +23,7 @@ from tltcli.sim_results import ONE_SEED, Perfetto, _why_no_trace, comparison_tab
 from tltsim.run_warnings import WARNINGS_CSV, merge_warnings, print_warnings, warnings_frame
 from tltsim.scenario import Scenario, SimInputs, policies_with_baseline, scenario_hash
 from tltsim.seeds import fmt_range
-from tltsim.strategy import Overprovision, StrategySpec
+from tltsim.strategy import Overprovision, StrategySpec, TailBatching
 
 STRATEGY_CSV, LAG_CSV = "strategy.csv", "lag.csv"
 SEEDS_STRATEGY_CSV = "seeds_strategy.csv"
@@ -32,6 +32,9 @@ SEEDS_STRATEGY_CSV = "seeds_strategy.csv"
 _COLUMNS = (("total_s", "total s", ".1f", ""), ("tokens_per_s", "tok/s", ",.0f", ""),
             ("idle_fraction", "GPU idle", ".1%", ""), ("mean_lag", "mean lag", ".2f", ""),
             ("max_lag", "max lag", ".0f", ""), ("dropped_samples", "dropped", ".0f", ""))
+#: Tail batching's extra columns, shown when the run has them (:data:`tltsim.strategy.run.TAIL_METRICS`).
+_TAIL_COLUMNS = (("deferred_groups", "deferred", ".0f", ""), ("long_rounds", "long rounds", ".0f", ""),
+                 ("discarded_tokens", "discarded", ",.0f", ""))
 
 
 def _fmt(value: float, spec: str) -> str:
@@ -40,17 +43,19 @@ def _fmt(value: float, spec: str) -> str:
 
 def strategy_table(totals: pd.DataFrame, title: str) -> Table:
     """Rich table: one row per policy with the strategy's whole-run seconds, trained tokens per second,
-    GPU idle share (of every GPU the strategy holds), mean and max lag and dropped samples; with
-    ``<metric>_median`` columns (``seeds_strategy.csv``), each as median (min–max) over the seeds."""
+    GPU idle share (of every GPU the strategy holds), mean and max lag and dropped samples (tail batching:
+    the prompt groups deferred, long rounds and tokens discarded too); with ``<metric>_median`` columns
+    (``seeds_strategy.csv``), each as median (min–max) over the seeds."""
     table = Table(title=title)
-    for col in ("policy", "strategy", *(label for _, label, _, _ in _COLUMNS)):
+    columns = _COLUMNS + tuple(c for c in _TAIL_COLUMNS if c[0] in totals or f"{c[0]}_median" in totals)
+    for col in ("policy", "strategy", *(label for _, label, _, _ in columns)):
         table.add_column(col, justify="left" if col in ("policy", "strategy") else "right",
                          no_wrap=col in ("policy", "strategy"))
     for r in totals.to_dict("records"):
         if "total_s_median" in r:
-            cells = [_range(r, m, spec) for m, _, spec, _ in _COLUMNS]
+            cells = [_range(r, m, spec) for m, _, spec, _ in columns]
         else:
-            cells = [_fmt(r[m], spec) for m, _, spec, _ in _COLUMNS]
+            cells = [_fmt(r[m], spec) for m, _, spec, _ in columns]
         table.add_row(str(r["policy"]), str(r["strategy"]), *cells)
     return table
 
@@ -151,3 +156,7 @@ def _rollout_note(console: Console, strategy: StrategySpec) -> None:
     if isinstance(strategy, Overprovision) and strategy.mode == "drop":
         console.print("rollout rows: every launched group run to completion; the strategy stops the rollout at the "
                       "N-th finished group (strategy.csv rollout_s)", highlight=False)
+    if isinstance(strategy, TailBatching):
+        console.print("rollout rows: each round as run (a short round stopped at its N-th complete group, a long "
+                      "round whole); strategy.csv: round, deferred_groups, queued_groups, discarded_tokens per step",
+                      highlight=False)

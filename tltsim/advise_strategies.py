@@ -1,7 +1,8 @@
 """``tlt advise --strategies``: long-tail strategies x SD settings, ranked by whole-run time, with staleness.
 
 The long tail has more than one cure (:mod:`tltsim.strategy`): SD shortens it, one-step-off
-asynchrony hides it behind training, over-provisioning cuts it off. A user asks which to run and
+asynchrony hides it behind training, over-provisioning cuts it off, tail batching gathers it into a
+few long rounds. A user asks which to run and
 whether they compose. advise answers on the user's own workload: each strategy with no SD, the
 recommended SD setting and TLT's ``elastic:32+beg-mab``, at the grid's seeds, ranked by the median
 whole-run time (rollout and training, as the strategy schedules them), with
@@ -34,9 +35,10 @@ from tltsim.scenario import BASELINE_POLICY, Scenario, with_values
 
 #: ``--strategies all``: every built strategy at its default parameters; over-provisioning by a quarter
 #: (dropping or resuming the unfinished groups) and a staleness bound of one version are illustrative
-#: settings, not published ones: give ``overprovision:eta=E`` or ``async:staleness=K`` for yours.
+#: settings, not published ones: give ``overprovision:eta=E`` or ``async:staleness=K`` for yours. Tail
+#: batching runs at RollPacker's released ratios (1.25 prompts and responses per kept one).
 ALL_STRATEGIES: tuple[str, ...] = ("sync", "one-step-off", "overprovision:eta=0.25",
-                                   "overprovision:eta=0.25,mode=resume", "async:staleness=1")
+                                   "overprovision:eta=0.25,mode=resume", "async:staleness=1", "tail-batching")
 #: TLT's setting, always composed with each strategy beside the recommendation.
 TLT_POLICY = "elastic:32+beg-mab"
 #: SD and a strategy "add" when their combination's speedup is at least this share of the product of

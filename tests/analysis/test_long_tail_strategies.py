@@ -34,3 +34,17 @@ def test_each_cell_is_ranked_and_judged_and_the_headline_counts_cells():
     # SD (2x) pays more than one-step-off alone (1.25x) in a; less (1.1x vs 1.6x) in b
     assert "**more** than it in 1 cells" in line and "**less** in 1 of 2 (per GPU held, more in 2)" in line
     assert "1 add" in line and "1 compete" in line
+
+
+def test_tail_lines_count_long_rounds_deferred_groups_and_discarded_tokens():
+    from analysis.long_tail_strategies import STEPS, tail_lines
+
+    rows = pd.DataFrame(_rows("a", {("sync", "no-sd"): 100.0, ("tail-batching", "no-sd"): 50.0,
+                                    ("tail-batching", "cost-aware"): 40.0}))
+    tail = rows["strategy"] == "tail-batching"
+    rows.loc[tail, ["long_rounds", "deferred_groups", "discarded_tokens"]] = [1, 32, 25.0]
+    (line,) = tail_lines(rows)
+    # no SD: 25 tokens discarded for 1 tok/s x 50 s trained
+    assert f"1 long round(s) of {STEPS} in every cell" in line and "32 prompt groups deferred" in line
+    assert "throw away 50% as many tokens" in line
+    assert tail_lines(rows.drop(columns=["long_rounds"])) == []

@@ -12,13 +12,14 @@ Vocabulary, shared by every strategy:
   model. Batch k's training produces version k+1, which a weight sync brings to the rollout engine.
 * **trained batch**: what one actor update trains on. ``sync`` and ``one-step-off`` train the whole
   batch the step generated (N prompt groups x their samples); ``overprovision`` the N groups that
-  finished first out of the ``ceil(N(1+eta))`` it launched.
+  finished first out of the ``ceil(N(1+eta))`` it launched; ``tail-batching`` the N groups of a short
+  round complete first (each on its first n responses), or a long round's N deferred groups.
 * **lag** of a trained sample: the version that trains on it minus the version that generated it
   (0: on-policy). A response continued under newer weights (partial rollout: ``overprovision``'s
   ``mode=resume``, ``async``) has tokens of several versions: each token has its own lag and the
   sample the lag of its oldest token (AReaL's head off-policyness), which is why ``lag.csv`` counts
   tokens as well as samples.
-* **overlap**: ``sync`` and ``overprovision`` are colocated: every GPU generates, then every GPU
+* **overlap**: ``sync``, ``overprovision`` and ``tail-batching`` are colocated: every GPU generates, then every GPU
   trains. ``one-step-off`` generates batch k+1 on a rollout pool while a separate trainer pool trains
   batch k.
 * **GPU idle**: GPU-seconds a strategy's GPUs wait, attributed to the batch they wait in: a
@@ -34,24 +35,37 @@ The strategies (one module each, rules and sources in its docstring):
   groups to finish; drop the rest (lag 0) or, ``mode=resume``, stop the rollout there and continue them
   next step (APRIL's recycling);
 * :mod:`~tltsim.strategy.fully_async` — fully asynchronous RL with partial rollout and AReaL's
-  staleness bound (verl ``fully_async_policy``, AReaL).
+  staleness bound (verl ``fully_async_policy``, AReaL);
+* :mod:`~tltsim.strategy.tail_batching` — RollPacker's tail batching: short rounds over-provision
+  prompts and responses and keep the first to complete, the prompts they abort are queued and
+  regenerated together, on-policy, in long rounds (lag 0).
 
 Partial rollout (:mod:`~tltsim.strategy.partial`) rests on the rollout's stop condition
 (:meth:`tltsim.rollout.RolloutRun.step` with ``stop=``): those strategies drive the rollouts
-themselves, since what one rollout holds depends on where the last one stopped.
+themselves, since what one rollout holds depends on where the last one stopped. Tail batching stops
+its short rounds the same way and keeps its books in the same :class:`~tltsim.strategy.partial.Pool`,
+but restarts what it stops instead of continuing it.
 
 Approximated everywhere: training phases are priced by :func:`tltsim.rl.phases.phase_times` (MFU
 assumptions of the ``[rl]`` section), drafter training and the drafter's staleness are not modelled
 (the SD policy keeps the scenario's drafter: whole-run presets do that, not strategies yet), and a
-weight sync costs what the colocated one costs. Not built yet (issue 45): tail batching (RollPacker).
-Sources: verl's documentation (recipes
+weight sync costs what the colocated one costs; stopping a rollout costs nothing. Sources: verl's documentation (recipes
 "One Step Off Policy Async Trainer" and "Fully Async Policy Trainer",
 https://verl.readthedocs.io/en/latest/advance/fully_async.html), AReaL's "Asynchronous RL" guide
 (https://inclusionai.github.io/AReaL/algorithms/async.html), APRIL (arXiv 2509.18521) and RollPacker
-(tail batching: short rounds launch more prompts than needed and keep the first to finish, long
-prompts are deferred to long rounds).
+(Gao et al., NSDI'26, arXiv 2509.21009, and its code, github.com/Farrrrland/RollPacker).
 """
 
-from tltsim.strategy.spec import STRATEGIES, Async, OneStepOff, Overprovision, StrategySpec, Sync, parse_strategy
+from tltsim.strategy.spec import (
+    STRATEGIES,
+    Async,
+    OneStepOff,
+    Overprovision,
+    StrategySpec,
+    Sync,
+    TailBatching,
+    parse_strategy,
+)
 
-__all__ = ["STRATEGIES", "Async", "OneStepOff", "Overprovision", "StrategySpec", "Sync", "parse_strategy"]
+__all__ = ["STRATEGIES", "Async", "OneStepOff", "Overprovision", "StrategySpec", "Sync", "TailBatching",
+           "parse_strategy"]

@@ -26,9 +26,9 @@ from tltsim.scenario import (
     run_each,
     scenario_gpu,
 )
-from tltsim.strategy import fully_async, one_step_off, overprovision, sync
-from tltsim.strategy.spec import Async, OneStepOff, Overprovision, StrategySpec, Sync
-from tltsim.strategy.timeline import BatchRollout, StepRow, Trainer, lag_rows
+from tltsim.strategy import fully_async, one_step_off, overprovision, sync, tail_batching
+from tltsim.strategy.spec import Async, OneStepOff, Overprovision, StrategySpec, Sync, TailBatching
+from tltsim.strategy.timeline import TAIL_FIELDS, BatchRollout, StepRow, Trainer, lag_rows
 
 SYNC = Sync()
 
@@ -76,10 +76,11 @@ def run_strategy(s: Scenario, spec: PolicyBase | str, inputs: SimInputs | None =
                  progress: Callable[[int], None] | None = None) -> StrategyRun:
     """Every step of the scenario under one SD policy and ``strategy``. The rollouts run exactly as
     :func:`tltsim.scenario.run_policy` runs them (the same event log under ``sync``); ``overprovision``
-    launches its extra groups and tracks which response finished when."""
+    launches its extra groups and tracks which response finished when; the strategies that stop rollouts
+    (``overprovision:mode=resume``, ``async``, ``tail-batching``) drive them through ``roll``."""
     inputs = inputs or prepare(s)
     typed = as_spec(spec)
-    track = isinstance(strategy, Overprovision | Async)
+    track = isinstance(strategy, Overprovision | Async | TailBatching)
     run = RolloutRun(make_policies(typed, inputs), cost=inputs.cost, accept=inputs.accept, engine=inputs.engine,
                      seed=s.seed, deal_mode=s.trace.deal, run_id=run_id, policy_name=typed.name,
                      drafter=inputs.drafter, track_requests=track)
@@ -91,6 +92,10 @@ def run_strategy(s: Scenario, spec: PolicyBase | str, inputs: SimInputs | None =
     if isinstance(strategy, Overprovision) and strategy.mode == "resume":
         rows = overprovision.schedule_resume(inputs.workloads, strategy.eta, s.seed, roll,
                                              trainer_for(s, s.cluster.gpus), strategy.label)
+        return StrategyRun(typed.name, run.events(), rows)
+    if isinstance(strategy, TailBatching):
+        rows = tail_batching.schedule(inputs.workloads, strategy.prompt_ratio, strategy.response_ratio, s.seed, roll,
+                                      trainer_for(s, s.cluster.gpus), strategy.label)
         return StrategyRun(typed.name, run.events(), rows)
     if isinstance(strategy, Async):
         gpus = strategy.trainer_gpus or s.cluster.gpus
@@ -122,7 +127,8 @@ def lag_frame(runs: list[StrategyRun]) -> pd.DataFrame:
 
 def totals_frame(steps: pd.DataFrame) -> pd.DataFrame:
     """One row per policy: the whole run's seconds, trained tokens per second, GPU idle share and lag
-    (the trained-sample mean and max, the share of samples at lag 0)."""
+    (the trained-sample mean and max), dropped samples and, under tail batching only
+    (:data:`TAIL_METRICS`), the prompt groups deferred, the long rounds and the tokens discarded."""
     rows = []
     for (policy, strategy), part in steps.groupby(["policy", "strategy"], sort=False):
         total = float(part["t_end"].iloc[-1] - part["t_start"].iloc[0])
@@ -133,8 +139,21 @@ def totals_frame(steps: pd.DataFrame) -> pd.DataFrame:
                      "idle_fraction": float(part["gpu_idle_s"].sum()) / gpu_s if gpu_s > 0 else 0.0,
                      "mean_lag": float((part["mean_lag"] * part["trained_samples"]).sum() / samples)
                      if samples else float("nan"),
-                     "max_lag": int(part["max_lag"].max()), "dropped_samples": int(part["dropped_samples"].sum())})
+                     "max_lag": int(part["max_lag"].max()), "dropped_samples": int(part["dropped_samples"].sum()),
+                     **_tail_totals(part)})
     return pd.DataFrame(rows)
+
+
+#: Whole-run metrics of tail batching alone (:func:`totals_frame`; absent for the other strategies).
+TAIL_METRICS = ("deferred_groups", "long_rounds", "discarded_tokens")
+
+
+def _tail_totals(part: pd.DataFrame) -> dict[str, int]:
+    """Tail batching's whole-run counts, or nothing for the strategies without its columns."""
+    if not set(TAIL_FIELDS) <= set(part.columns) or part["round"].isna().all():
+        return {}
+    return {"deferred_groups": int(part["deferred_groups"].sum()), "long_rounds": int((part["round"] == "long").sum()),
+            "discarded_tokens": int(part["discarded_tokens"].sum())}
 
 
 def compare_strategy(s: Scenario, strategy: StrategySpec, inputs: SimInputs | None = None, *, progress=None,
@@ -205,7 +224,8 @@ def compare_strategy_seeds(s: Scenario, strategy: StrategySpec, n: int, inputs: 
 
 def seeds_strategy_frame(totals: pd.DataFrame) -> pd.DataFrame:
     """``seeds_strategy.csv``: per (policy, strategy) the whole run's metrics (:data:`STRATEGY_METRICS`)
-    as ``<metric>_median``, ``_min`` and ``_max`` over the seeds (:func:`tltsim.seeds.aggregate`)."""
+    as ``<metric>_median``, ``_min`` and ``_max`` over the seeds (:func:`tltsim.seeds.aggregate`), and
+    :data:`TAIL_METRICS` where the run has them."""
     from tltsim.seeds import aggregate
 
-    return aggregate(totals, ["policy", "strategy"], STRATEGY_METRICS)
+    return aggregate(totals, ["policy", "strategy"], (*STRATEGY_METRICS, *(m for m in TAIL_METRICS if m in totals)))

@@ -15,6 +15,12 @@ from tltcore.errors import InputError
 #: The largest over-provisioning factor: launching more than 4x the batch is no longer a tail cure
 #: but a different batch size (APRIL's experiments launch well under 2x; an input bound, not a figure).
 MAX_ETA = 4.0
+#: Tail batching's default ratios: RollPacker's released configuration launches 1.25x the prompts
+#: (``max_prompts_ratio: 1.25``) and 5 responses for 4 (``max_num_return_sequences: 5``,
+#: ``num_return_sequences_in_group: 4``), github.com/Farrrrland/RollPacker
+#: ``examples/e2e_performance/rlvr_config_rollpacker_full_7B.yaml``; the paper (arXiv 2509.21009)
+#: writes both as one eta.
+TAIL_DEFAULT = 1.25
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,23 @@ class Async:
                                                        if self.trainer_gpus is not None else "")
 
 
-StrategySpec = Sync | OneStepOff | Overprovision | Async
+@dataclass(frozen=True)
+class TailBatching:
+    """RollPacker's tail batching (:mod:`tltsim.strategy.tail_batching`): short rounds launch
+    ``ceil(N prompt_ratio)`` prompt groups of ``ceil(n response_ratio)`` responses and keep the first N
+    groups' first n; the groups they abort are regenerated together in long rounds."""
+
+    prompt_ratio: float = 1.25
+    response_ratio: float = 1.25
+
+    @property
+    def label(self) -> str:
+        given = [f"{k}={v:g}" for k, v in (("prompt_ratio", self.prompt_ratio), ("response_ratio", self.response_ratio))
+                 if v != TAIL_DEFAULT]
+        return "tail-batching" + (":" + ",".join(given) if given else "")
+
+
+StrategySpec = Sync | OneStepOff | Overprovision | Async | TailBatching
 
 #: The largest staleness bound: past it a run is off-policy by design (AReaL's examples use 2 to 8;
 #: an input bound, not a figure).
@@ -79,10 +101,11 @@ STRATEGIES: dict[str, dict[str, str]] = {
                       "mode": "drop (default: the unfinished groups are dropped) or resume (they continue next step)"},
     "async": {"staleness": f"AReaL's max_head_offpolicyness K (0 to {MAX_STALENESS}), required",
               "trainer_gpus": "GPUs of the trainer pool (default: cluster.gpus)"},
+    "tail-batching": {"prompt_ratio": f"prompt groups a short round launches per group trained (1 to {1 + MAX_ETA:g}; "
+                                      f"default {TAIL_DEFAULT:g}, RollPacker's)",
+                      "response_ratio": f"responses a short round launches per response kept (1 to {1 + MAX_ETA:g}; "
+                                        f"default {TAIL_DEFAULT:g}, RollPacker's)"},
 }
-
-#: Strategies of issue 45 not built yet, named so that asking for one says so plainly.
-LATER = ("tail-batching",)
 
 
 def strategy_names() -> str:
@@ -93,8 +116,6 @@ def parse_strategy(text: str, *, where: str = "--strategy") -> StrategySpec:
     """``NAME`` or ``NAME:key=value[,key=value]`` (module docstring)."""
     name, colon, rest = text.strip().partition(":")
     name = name.strip()
-    if name in LATER:
-        raise InputError(f"strategy '{name}' is not built yet; built: {strategy_names()}", path=where)
     if name not in STRATEGIES:
         raise InputError(f"unknown strategy '{name}'{suggest(name, list(STRATEGIES))}; one of {strategy_names()}",
                          path=where)
@@ -123,6 +144,9 @@ def parse_strategy(text: str, *, where: str = "--strategy") -> StrategySpec:
         gpus = params.get("trainer_gpus")
         return Async(_staleness(params["staleness"], where),
                      None if gpus is None else _positive_int(gpus, "trainer_gpus", where))
+    if name == "tail-batching":
+        return TailBatching(*(_ratio(params.get(k, str(TAIL_DEFAULT)), k, where)
+                              for k in ("prompt_ratio", "response_ratio")))
     mode = params.get("mode", "drop")
     if mode not in ("drop", "resume"):
         raise InputError(f"overprovision mode must be drop or resume, got '{mode}'", path=where)
@@ -159,3 +183,13 @@ def _eta(value: str, where: str) -> float:
     if not math.isfinite(eta) or eta < 0 or eta > MAX_ETA:
         raise InputError(f"eta must be 0 to {MAX_ETA:g}, got {value}", path=where)
     return eta
+
+
+def _ratio(value: str, key: str, where: str) -> float:
+    try:
+        ratio = float(value)
+    except ValueError:
+        raise InputError(f"{key} must be a number, got '{value}'", path=where) from None
+    if not math.isfinite(ratio) or ratio < 1 or ratio > 1 + MAX_ETA:
+        raise InputError(f"{key} must be 1 to {1 + MAX_ETA:g} (launched per kept), got {value}", path=where)
+    return ratio

@@ -64,6 +64,10 @@ def train_seconds(p: PhaseTimes) -> float:
     return p.reward + p.old_log_prob + p.reference + p.actor_update
 
 
+#: :class:`StepRow`'s fields only tail batching sets (``strategy.csv`` columns only when set).
+TAIL_FIELDS = ("round", "deferred_groups", "queued_groups", "discarded_tokens")
+
+
 @dataclass(frozen=True)
 class StepRow:
     """One RL step as a strategy ran it: its window ``[t_start, t_end]`` on the run clock (the end of
@@ -93,6 +97,14 @@ class StepRow:
     #: behind for ``piece_tokens[i]`` tokens (None: every token at its sample's lag)
     piece_lag: np.ndarray | None = None
     piece_tokens: np.ndarray | None = None
+    #: tail batching (:mod:`tltsim.strategy.tail_batching`): the round's kind (``short`` or ``long``), the
+    #: prompt groups it deferred to the long-prompt queue, the queue's length after it, and the tokens
+    #: generated and not trained (aborted responses, regenerated later or never); None for the other
+    #: strategies, whose ``strategy.csv`` has no such columns
+    round: str | None = None
+    deferred_groups: int | None = None
+    queued_groups: int | None = None
+    discarded_tokens: int | None = None
 
     @property
     def step_s(self) -> float:
@@ -100,7 +112,8 @@ class StepRow:
 
     def row(self) -> dict[str, object]:
         """The table row (``strategy.csv``): the fields, step seconds, throughput, idle share and lag."""
-        out = {k: v for k, v in asdict(self).items() if k not in ("lag", "tokens", "piece_lag", "piece_tokens")}
+        out = {k: v for k, v in asdict(self).items() if k not in ("lag", "tokens", "piece_lag", "piece_tokens")
+               and not (k in TAIL_FIELDS and v is None)}
         lag = np.asarray(self.lag, dtype=np.float64)
         out.update(step_s=self.step_s,
                    tokens_per_s=self.trained_tokens / self.step_s if self.step_s > 0 else float("nan"),
