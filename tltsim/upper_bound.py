@@ -132,8 +132,12 @@ def _rates(shapes: Sequence[SDConfig], accept: AcceptanceModel | None,
 
 
 def _per_progress(cost: CostModel, ctx: np.ndarray, rates: list[tuple[SDConfig, float]]) -> float:
-    """``g``: the least time per unit of progress over the shapes at these contexts."""
-    return min((cost.sd_time(ctx, c) if c.enabled else cost.decode_time(ctx)) / a for c, a in rates)
+    """``g``: the least time per unit of progress over the shapes at these contexts. The speculating
+    shapes are priced in one :meth:`~tltcore.cost.protocol.CostModel.sd_times` call (each float the one
+    its own ``sd_time`` gives), since the bound evaluates this at every grid cell of every worker."""
+    shapes = [c for c, _ in rates if c.enabled]
+    times = dict(zip(shapes, cost.sd_times(ctx, shapes), strict=True)) if shapes else {}
+    return min((times[c] if c.enabled else cost.decode_time(ctx)) / a for c, a in rates)
 
 
 def admission_progress(prompts: np.ndarray, responses: np.ndarray, engine: EngineConfig, delay: float) -> np.ndarray:
