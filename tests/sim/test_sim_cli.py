@@ -118,15 +118,16 @@ def test_validation_scenarios_are_described_as_what_tlt_validate_runs():
     from tltcli.sim import scenario_row
     from tltsim.scenario import bundled_scenarios, load_scenario
 
-    for name in ("validation_dapo_cpu", "validation_vllm_cpu"):
+    for name, steps in (("validation_dapo_cpu", "steps 0-1"), ("validation_vllm_cpu", "steps 0-1"),
+                        ("validation_partial_cpu", "steps 0-3")):
         row = scenario_row(name, load_scenario(bundled_scenarios()[name]))
         assert row[1] == "tlt validate" and "H100" not in " ".join(row) and "Qwen2.5-7B" not in " ".join(row)
-        assert "small random model" in row[3] and "CPU" in row[4] and "steps 0-1, 16 prompts" in row[2]
+        assert "small random model" in row[3] and "CPU" in row[4] and f"{steps}, 16 prompts" in row[2]
     row = scenario_row("dapo_qwen32b_polytrace", load_scenario(bundled_scenarios()["dapo_qwen32b_polytrace"]))
     assert row[1:5] == ("tlt sim run", "polytrace/verl_dapo_qwen2.5-32b (step 0)", "Qwen2.5-32B",
                         "32 x H100, TP 4 (8 rollout workers)")
     listed = invoke_cli("sim", "scenarios")
-    assert listed.returncode == 0 and listed.stdout.count("tlt validate") == 2
+    assert listed.returncode == 0 and listed.stdout.count("tlt validate") == 3
 
 
 def test_warnings_are_one_line_each_before_the_run(tmp_path):
