@@ -60,6 +60,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tltcore.prompt_group import Group
 from tltreal.engine.engine import Engine
 from tltreal.engine.requests import RunResult, Unfinished
 from tltreal.model.sampling import SamplingParams
@@ -85,18 +86,6 @@ class Response:
     versions: list[int] = field(default_factory=list)
     carried: Unfinished | None = None
     done: bool = False
-
-
-@dataclass
-class Group:
-    """A prompt group: its run-wide key (launch order) and its responses; complete when all are done."""
-
-    key: int
-    responses: list[Response]
-
-    @property
-    def complete(self) -> bool:
-        return all(r.done for r in self.responses)
 
 
 @dataclass(frozen=True)

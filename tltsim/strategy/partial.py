@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tltcore.prompt_group import Group
 from tltsim.strategy.timeline import BatchRollout
 
 
@@ -43,18 +44,6 @@ class Response:
     @property
     def generated(self) -> int:
         return sum(t for _, t in self.pieces)
-
-
-@dataclass
-class Group:
-    """A prompt group: its run-wide key (launch order) and its responses; complete when all are done."""
-
-    key: int
-    responses: list[Response]
-
-    @property
-    def complete(self) -> bool:
-        return all(r.done for r in self.responses)
 
 
 @dataclass(frozen=True)
