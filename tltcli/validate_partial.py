@@ -58,12 +58,6 @@ def _pct(v: float) -> str:
     return f"{v:.1%}"
 
 
-def _table(df: pd.DataFrame) -> str:
-    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(map(str, row)) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines)
-
-
 def summary_message(result) -> str:
     """The exit message: the headline beside the machine's noise (no claim below it), the counts."""
     from tltreal.validation.rounds import claim
@@ -84,6 +78,7 @@ def write_partial_report(out: Path, result, scenario, settings, *, command: str,
     """``out``/README.md and the CSV tables (and the median cost table), written atomically."""
     import torch
 
+    from analysis.markdown import markdown_table
     from analysis.provenance import host_cpu
     from tltcore.atomic import atomic_dir, write_text
     from tltcore.cost import write_table
@@ -125,7 +120,7 @@ def write_partial_report(out: Path, result, scenario, settings, *, command: str,
                                                     for a, b in zip(spread["real_decode_s"],
                                                                     spread["calibrated_decode_s"], strict=True)]})
     load = result.load
-    load_text = _table(load.assign(round=[("–" if pd.isna(r) else int(r) + 1) for r in load["round"]],
+    load_text = markdown_table(load.assign(round=[("–" if pd.isna(r) else int(r) + 1) for r in load["round"]],
                                    **{c: [f"{v:.2f}" for v in load[c]] for c in ("load1", "load5", "load15")}))
     prefill_rule = result.meta.get("prefill_rule") or result.meta.get("context_rule", "sum")
     clock = ("the engine thread's CPU time (`--clock thread`; each trajectory's wall time is in `real_wall_s`)"
@@ -174,11 +169,11 @@ balanced order shifting from round to round; {rounds} rounds
 
 ## Rollout makespan per step (seconds; error = simulated / real - 1; median over rounds, min to max)
 
-{_table(per_step)}
+{markdown_table(per_step)}
 
 ## Where the time goes (seconds of prefill passes and decode iterations; medians over rounds; calibrated)
 
-{_table(parts)}
+{markdown_table(parts)}
 
 How to read it: the cost table is measured at uniform lengths. Partial rollout admits a long
 re-prefill (prompt + generated tokens) in the same pass as short fresh prompts; the table prices such
@@ -193,7 +188,7 @@ one above, that is the likely cause.
 
 ## What each step ran and trained, real / simulated (round 1)
 
-{_table(counts)}
+{markdown_table(counts)}
 {mismatch}
 ## Load
 

@@ -6,12 +6,12 @@ run`` runs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from rollout_fixtures import Work  # noqa: E402
 
 from tltcore.cost import RooflineCostModel  # noqa: E402
 from tltcore.hardware import get_gpu  # noqa: E402
@@ -23,14 +23,6 @@ from tltsim.strategy.replay import NO_TRAINING, fresh_groups, simulate_resume  #
 from tltsim.strategy.run import batch_rollout  # noqa: E402
 
 from .tiny_models import TINY  # noqa: E402
-
-
-@dataclass(frozen=True)
-class Work:
-    step: int
-    group_ids: np.ndarray
-    prompt_tokens: np.ndarray
-    response_tokens: np.ndarray
 
 
 def works(n_steps: int = 3, groups: int = 4, size: int = 3, seed: int = 0) -> list[Work]:
