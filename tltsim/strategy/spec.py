@@ -145,14 +145,14 @@ def parse_strategy(text: str, *, where: str = "--strategy") -> StrategySpec:
         return Async(_staleness(params["staleness"], where),
                      None if gpus is None else _positive_int(gpus, "trainer_gpus", where))
     if name == "tail-batching":
-        return TailBatching(*(_ratio(params.get(k, str(TAIL_DEFAULT)), k, where)
-                              for k in ("prompt_ratio", "response_ratio")))
+        return TailBatching(*(_number(params.get(k, str(TAIL_DEFAULT)), k, 1.0, 1 + MAX_ETA, where,
+                                      " (launched per kept)") for k in ("prompt_ratio", "response_ratio")))
     mode = params.get("mode", "drop")
     if mode not in ("drop", "resume"):
         raise InputError(f"overprovision mode must be drop or resume, got '{mode}'", path=where)
     if "eta" not in params:
         raise InputError("overprovision needs eta, e.g. overprovision:eta=0.25", path=where)
-    return Overprovision(_eta(params["eta"], where), mode)
+    return Overprovision(_number(params["eta"], "eta", 0.0, MAX_ETA, where), mode)
 
 
 def _staleness(value: str, where: str) -> int:
@@ -175,21 +175,13 @@ def _positive_int(value: str, key: str, where: str) -> int:
     return n
 
 
-def _eta(value: str, where: str) -> float:
+def _number(value: str, key: str, lo: float, hi: float, where: str, meaning: str = "") -> float:
+    """``value`` as a finite number from ``lo`` to ``hi`` (``eta``, the tail-batching ratios), or one
+    :class:`InputError` line naming ``key``."""
     try:
-        eta = float(value)
-    except ValueError:
-        raise InputError(f"eta must be a number, got '{value}'", path=where) from None
-    if not math.isfinite(eta) or eta < 0 or eta > MAX_ETA:
-        raise InputError(f"eta must be 0 to {MAX_ETA:g}, got {value}", path=where)
-    return eta
-
-
-def _ratio(value: str, key: str, where: str) -> float:
-    try:
-        ratio = float(value)
+        x = float(value)
     except ValueError:
         raise InputError(f"{key} must be a number, got '{value}'", path=where) from None
-    if not math.isfinite(ratio) or ratio < 1 or ratio > 1 + MAX_ETA:
-        raise InputError(f"{key} must be 1 to {1 + MAX_ETA:g} (launched per kept), got {value}", path=where)
-    return ratio
+    if not math.isfinite(x) or x < lo or x > hi:
+        raise InputError(f"{key} must be {lo:g} to {hi:g}{meaning}, got {value}", path=where)
+    return x
