@@ -44,7 +44,7 @@ import numpy as np
 from tltsim.rollout.entities import StepRequests
 from tltsim.rollout.simulation import StepResult, stop_after_groups
 from tltsim.strategy.partial import Pool, batch_of, completion_order
-from tltsim.strategy.timeline import BatchRollout, Roll, StepRow, Trainer, train_seconds
+from tltsim.strategy.timeline import BatchRollout, Roll, StepRow, Trainer, colocated_end, train_seconds
 
 
 @dataclass(frozen=True)
@@ -118,9 +118,7 @@ def schedule(batches: Sequence[BatchRollout], batch_groups: Sequence[int], train
         prompts, responses = b.prompt_tokens[keep], b.response_tokens[keep]
         p = trainer(prompts, responses)
         start = t
-        t = start + tau
-        for dt in (p.reward, p.old_log_prob, p.reference, p.actor_update, p.weight_sync):
-            t += dt
+        t = colocated_end(start, tau, p)
         k = int(keep.sum())
         rows.append(StepRow(label, b.step, start, t, tau, train_seconds(p), p.weight_sync, k,
                             int(np.sum(responses)), len(keep) - k, b.gpus, b.tail_idle(tau),
@@ -145,9 +143,7 @@ def schedule_resume(works: Sequence[StepRequests], eta: float, seed: int, roll: 
         batch = batch_of(pool.take(sorted(key for _, key in order)), k)
         p = trainer(batch.prompt_tokens, batch.response_tokens)
         start = t
-        t = start + b.makespan
-        for dt in (p.reward, p.old_log_prob, p.reference, p.actor_update, p.weight_sync):
-            t += dt
+        t = colocated_end(start, b.makespan, p)
         rows.append(StepRow(label, b.step, start, t, b.makespan, train_seconds(p), p.weight_sync,
                             len(batch.lag), int(batch.response_tokens.sum()), 0, b.gpus, b.tail_idle(b.makespan),
                             batch.lag, batch.response_tokens, pool.carried(), batch.piece_lag, batch.piece_tokens))

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tltsim.strategy.timeline import BatchRollout, StepRow, Trainer, train_seconds
+from tltsim.strategy.timeline import BatchRollout, StepRow, Trainer, colocated_end, train_seconds
 
 
 def schedule(batches: Sequence[BatchRollout], trainer: Trainer, label: str = "sync") -> list[StepRow]:
@@ -26,9 +26,7 @@ def schedule(batches: Sequence[BatchRollout], trainer: Trainer, label: str = "sy
     for b in batches:
         p = trainer(b.prompt_tokens, b.response_tokens)
         start = t
-        t = start + b.makespan
-        for dt in (p.reward, p.old_log_prob, p.reference, p.actor_update, p.weight_sync):
-            t += dt
+        t = colocated_end(start, b.makespan, p)
         n = len(b.response_tokens)
         rows.append(StepRow(label, b.step, start, t, b.makespan, train_seconds(p), p.weight_sync, n,
                             int(np.sum(b.response_tokens)), 0, b.gpus, b.tail_idle(b.makespan),

@@ -60,7 +60,7 @@ from tltsim.rollout.entities import StepRequests
 from tltsim.rollout.simulation import StepResult, Stop
 from tltsim.strategy.overprovision import launched_groups
 from tltsim.strategy.partial import Batch, Group, Pool, Requests, batch_of
-from tltsim.strategy.timeline import BatchRollout, Roll, StepRow, Trainer, train_seconds
+from tltsim.strategy.timeline import BatchRollout, Roll, StepRow, Trainer, colocated_end, train_seconds
 
 
 @dataclass(frozen=True)
@@ -202,10 +202,8 @@ def _row(label: str, step: int, start: float, b: BatchRollout, batch: Batch, tra
          kind: str, deferred: int, discarded: int) -> StepRow:
     """The round's row from ``start``: rollout, training, weight sync, added in ``sync``'s order."""
     p = trainer(batch.prompt_tokens, batch.response_tokens)
-    t = start + b.makespan
-    for dt in (p.reward, p.old_log_prob, p.reference, p.actor_update, p.weight_sync):
-        t += dt
-    return StepRow(label, step, start, t, b.makespan, train_seconds(p), p.weight_sync, len(batch.lag),
-                   int(batch.response_tokens.sum()), dropped, b.gpus, b.tail_idle(b.makespan), batch.lag,
+    return StepRow(label, step, start, colocated_end(start, b.makespan, p), b.makespan, train_seconds(p),
+                   p.weight_sync, len(batch.lag), int(batch.response_tokens.sum()), dropped, b.gpus,
+                   b.tail_idle(b.makespan), batch.lag,
                    batch.response_tokens, round=kind, deferred_groups=deferred, discarded_tokens=discarded)
 

@@ -64,6 +64,17 @@ def train_seconds(p: PhaseTimes) -> float:
     return p.reward + p.old_log_prob + p.reference + p.actor_update
 
 
+def colocated_end(start: float, rollout: float, p: PhaseTimes) -> float:
+    """When a colocated step (``sync``, ``overprovision``, tail batching's rounds) that starts at
+    ``start`` ends: its rollout, then each training phase and the weight sync, added one at a time in
+    this order (the floats ``sync`` has always given; ``start + rollout + train_seconds(p)`` rounds
+    differently)."""
+    t = start + rollout
+    for dt in (p.reward, p.old_log_prob, p.reference, p.actor_update, p.weight_sync):
+        t += dt
+    return t
+
+
 #: :class:`StepRow`'s fields only tail batching sets (``strategy.csv`` columns only when set).
 TAIL_FIELDS = ("round", "deferred_groups", "queued_groups", "discarded_tokens")
 
