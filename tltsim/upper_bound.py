@@ -66,6 +66,7 @@ import numpy as np
 
 from tltcore.acceptance import AcceptanceModel
 from tltcore.cost import CostModel
+from tltcore.cost.protocol import CostModelBase
 from tltcore.dealing import deal
 from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
 from tltcore.errors import InputError
@@ -140,6 +141,29 @@ def _per_progress(cost: CostModel, ctx: np.ndarray, rates: list[tuple[SDConfig, 
     return min((times[c] if c.enabled else cost.decode_time(ctx)) / a for c, a in rates)
 
 
+def _per_progress_cells(cost: CostModel, cells: Sequence[np.ndarray], rates: list[tuple[SDConfig, float]]
+                        ) -> list[float]:
+    """:func:`_per_progress` of every context array of ``cells``, each the same float. Where the cost
+    model reads contexts only through paged-KV sums (:meth:`~tltcore.cost.protocol.CostModel.paged_kv_times`)
+    each speculating shape is priced over all cells in one ``sd_times_from_sums`` call (pinned bit for
+    bit to ``sd_time``): the bound evaluates a few hundred cells per worker, and a dozen shapes per cell
+    priced call by call was most of it. Plain decode stays one ``decode_time`` per cell."""
+    paged_kv = cost.paged_kv_times() if isinstance(cost, CostModelBase) else None
+    shapes = [(c, a) for c, a in rates if c.enabled]
+    if paged_kv is None or not shapes or not cells:
+        return [_per_progress(cost, ctx, rates) for ctx in cells]
+    block = int(paged_kv.kv_block_size)
+    paged = np.array([block * int(np.add.reduce(np.floor_divide(ctx + (block - 1), block))) for ctx in cells],
+                     dtype=np.int64)
+    ctx_sum = np.array([int(np.add.reduce(ctx)) for ctx in cells], dtype=np.int64)
+    batch = np.array([len(ctx) for ctx in cells], dtype=np.int64)
+    # one row per rate (plain decode: one decode_time per cell), each cell's least value down the rows: a
+    # minimum of floats is exact whatever the order, so each equals _per_progress's min()
+    rows = [paged_kv.sd_times_from_sums(paged, ctx_sum, batch, c) / a if c.enabled
+            else np.array([cost.decode_time(ctx) for ctx in cells]) / a for c, a in rates]
+    return np.minimum.reduce(np.vstack(rows), axis=0).tolist()
+
+
 def admission_progress(prompts: np.ndarray, responses: np.ndarray, engine: EngineConfig, delay: float) -> np.ndarray:
     """The progress at which each request starts decoding when every retirement frees its slot and
     KV reservation ``delay`` units of progress after the request's last token (its response ends
@@ -193,7 +217,7 @@ def worker_lower_bound(prompts: np.ndarray, responses: np.ndarray, *, cost: Cost
     last = (admission_progress(p, t, engine, 0.0) if fits < n else np.zeros(n)) + rem - EPS
     sure = (first < last) & np.isfinite(first)
     edges = np.unique(np.concatenate(([0.0], first[sure], last[sure])))
-    total = 0.0
+    widths, cells = [], []
     for a, b in pairwise(edges):
         live = sure & (first <= a) & (last > a)
         if not live.any():
@@ -201,9 +225,12 @@ def worker_lower_bound(prompts: np.ndarray, responses: np.ndarray, *, cost: Cost
         lo = float(a)
         while lo < b:
             hi = min(float(b), lo + grid)
-            ctx = p[live] + 1 + np.maximum(0, np.floor(lo - first[live]).astype(np.int64) - shift)
-            total += (hi - lo) * _per_progress(cost, ctx, rates)
+            cells.append(p[live] + 1 + np.maximum(0, np.floor(lo - first[live]).astype(np.int64) - shift))
+            widths.append(hi - lo)
             lo = hi
+    total = 0.0
+    for width, g in zip(widths, _per_progress_cells(cost, cells, rates), strict=True):
+        total += width * g  # in cell order, as one cell at a time adds them
     if fits < n:
         total = max(total, _queued_decode_bound(p, t, cost, engine, rates))
     return float(prefill) + total, fits < n
@@ -213,8 +240,9 @@ def _queued_decode_bound(p: np.ndarray, t: np.ndarray, cost: CostModel, engine: 
                          rates: list[tuple[SDConfig, float]]) -> float:
     """Decode tokens times the least cost per token at any batch size and shape (no schedule)."""
     shortest = int(p.min()) + 1
-    per_token = min(_per_progress(cost, np.full(b, shortest, dtype=np.int64), rates) / b
-                    for b in range(1, min(engine.max_batch, len(p)) + 1))
+    sizes = range(1, min(engine.max_batch, len(p)) + 1)
+    cells = [np.full(b, shortest, dtype=np.int64) for b in sizes]
+    per_token = min(g / b for g, b in zip(_per_progress_cells(cost, cells, rates), sizes, strict=True))
     return float((t - 1).sum()) * per_token
 
 

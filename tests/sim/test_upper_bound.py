@@ -14,6 +14,7 @@ from conftest import needs_shared_traces
 from tltcore.acceptance import ChainAcceptance, paper_qwen32b_tp4
 from tltcore.cost import RooflineCostModel
 from tltcore.cost.protocol import PerConfigSDTimes
+from tltcore.drafter.state import INITIAL_DRAFTER
 from tltcore.errors import InputError
 from tltcore.hardware import get_gpu
 from tltcore.model_shape import get_model
@@ -167,3 +168,19 @@ def test_the_bound_line_says_it_bounds_expected_lengths_under_stochastic_accepta
             assert res.returncode == 0, res.stderr
             line = next(x for x in res.stdout.splitlines() if x.startswith("upper bound:"))
             assert (caveat in " ".join(res.stdout.split())) is shown, (seeds, mode, line)
+
+
+@pytest.mark.parametrize("model", ["7b", "32b"])
+def test_cells_priced_together_equal_each_cell_priced_alone(model: str) -> None:
+    """The bound prices every grid cell's shapes over all cells at once (paged-KV sums); each cell's
+    least time per unit of progress is the float the per-cell form gives, on ragged batches, contexts
+    around the KV block size and with plain decode only."""
+    from tltsim.upper_bound import _per_progress, _per_progress_cells, _rates
+
+    rng = np.random.default_rng(7)
+    cost = COSTS[model]
+    cells = [rng.integers(1, 9000, int(b)) for b in rng.integers(1, 300, 40)]
+    cells += [np.full(3, cost.kv_block_size * k + d, dtype=np.int64) for k in (1, 7) for d in (-1, 0, 1)]
+    shapes = policy_shape_set(make_policy(s, accept_model=ACCEPT, cost_model=cost) for s in SPECS)
+    for rates in (_rates(shapes, ACCEPT, INITIAL_DRAFTER), _rates((), ACCEPT, INITIAL_DRAFTER)):
+        assert _per_progress_cells(cost, cells, rates) == [_per_progress(cost, c, rates) for c in cells]
