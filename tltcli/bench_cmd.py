@@ -42,6 +42,7 @@ from tltcore.errors import InputError
 COMMAND_CASES: dict[str, str] = {
     "advise-aime": "advise --scenario aime_qwen7b_64xh100 --out {out}",
     "advise-dapo": "advise --scenario dapo_qwen32b_polytrace --out {out}",
+    "advise-quick": "advise --scenario aime_qwen7b_64xh100 --quick --out {out}",
     # the 100-step run a user launches: 3 seeds by default, the warnings pass and the results folder included
     "rl100": "sim run --preset tlt --steps 100 --set trace.prompts_per_step=596 --out {out}",
     "sweep16": "sweep run elastic_threshold_gpu --limit 16 --out {out}",

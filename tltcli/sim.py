@@ -608,8 +608,10 @@ def bench(
                                       "nosd: the same step without SD; rl100-sim: the simulation of 100 RL steps "
                                       "of --preset tlt (+ verl), one seed; scale: 500k responses on 4,096 H100; "
                                       "scenario:NAME: a bundled scenario as tlt sim run runs it; preset:NAME: one "
-                                      "AIME step of a preset. Whole commands, as launched: cmd:\"<a tlt command>\" "
-                                      "({out}: a fresh folder per run), advise-aime, advise-dapo, rl100 (the "
+                                      "AIME step of a preset; policy:NAME: the p1 step under a policy, p1 timed "
+                                      "alongside. Whole commands, as launched: cmd:\"<a tlt command>\" "
+                                      "({out}: a fresh folder per run), advise-aime, advise-dapo, advise-quick, "
+                                      "rl100 (the "
                                       "100-step, 3-seed --preset tlt run with warnings), sweep16.")
     ] = "p1",
     profile: Annotated[bool, typer.Option(help="Also print a cProfile of one run.")] = False,
@@ -632,7 +634,7 @@ def bench(
         return
     if not is_case(case):
         raise InputError(f"unknown case {case!r}; one of {', '.join(CASES)}, {', '.join(COMMAND_CASES)}, "
-                         "scenario:NAME, preset:NAME, cmd:\"<a tlt command>\"", path="--case")
+                         "scenario:NAME, preset:NAME, policy:NAME, cmd:\"<a tlt command>\"", path="--case")
     if profile:
         print(profile_bench(case=case))
     r = run_bench(repeats, case)
@@ -640,4 +642,8 @@ def bench(
           f"makespan_s={r.makespan_s:.3f} prepare_s={r.prepare_s:.3f} peak_rss_mb={r.peak_rss_mb:.0f}")
     print("cpus_s=" + ",".join(f"{c:.3f}" for c in r.cpus) + " walls_s=" + ",".join(f"{w:.3f}" for w in r.walls))
     print(f"events_per_cpu_s={r.events_per_s:,.0f} iterations_per_cpu_s={r.iterations_per_s:,.0f}")
+    if r.reference_cpu_s is not None:
+        ratio = r.cpu_s / r.reference_cpu_s if r.reference_cpu_s > 0 else float("inf")
+        print("reference=p1 reference_cpus_s=" + ",".join(f"{c:.3f}" for c in r.reference_cpus)
+              + f" reference_cpu_s={r.reference_cpu_s:.3f} ratio={ratio:.2f}")
     print(f"cpu_s={r.cpu_s:.3f} wall_s={r.wall_s:.3f}")

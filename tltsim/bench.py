@@ -23,6 +23,10 @@ itself costs, unaffected by other processes sharing the cores), the median of ``
 * ``scenario:NAME``: ``tlt sim run --scenario NAME`` without writing results (prepare and every
   policy, ``no-sd`` included, or every preset with ``verl``), timed whole.
 * ``preset:NAME``: one AIME step of one preset alone (:func:`tltsim.rl.run.run_preset`), 64 H100, TP 4.
+* ``policy:NAME``: the ``p1`` step under the policy ``NAME`` (e.g. ``policy:cost-aware``), with ``p1``
+  itself (``elastic+beg-mab``) timed alternately in the same process: the speed target for a policy
+  is a multiple of the reference's time (at most 2x), and a ratio taken side by side holds on a
+  loaded box where two separate runs do not.
 """
 
 from __future__ import annotations
@@ -68,6 +72,13 @@ class BenchResult:
     requests: int
     makespan_s: float
     peak_rss_mb: float
+    #: ``policy:NAME`` cases: the CPU seconds of the ``p1`` reference, timed alternately with the case
+    reference_cpus: tuple[float, ...] = ()
+
+    @property
+    def reference_cpu_s(self) -> float | None:
+        """The median CPU seconds of the ``p1`` reference, where it was timed alongside."""
+        return statistics.median(self.reference_cpus) if self.reference_cpus else None
 
     @property
     def events_per_s(self) -> float:
@@ -97,8 +108,9 @@ def scale_workload(groups: int = SCALE_GROUPS, seed: int = 0):
 
 def _case(case: str) -> tuple[Callable[[], SimInputs], Callable[[SimInputs], object]]:
     """(prepare, run) of one case."""
-    if case in ("p1", "nosd"):
-        s = bench_scenario(BENCH_POLICY if case == "p1" else "no-sd")
+    if case in ("p1", "nosd") or case.startswith("policy:"):
+        policy = BENCH_POLICY if case == "p1" else "no-sd" if case == "nosd" else case.partition(":")[2]
+        s = bench_scenario(policy)
         return (lambda: prepare(s)), (lambda inputs: run_policy(s, s.policies[0], inputs))
     if case == "scale":
         from tltsim.scenario.schema import ClusterSection
@@ -140,8 +152,9 @@ def _case(case: str) -> tuple[Callable[[], SimInputs], Callable[[SimInputs], obj
 
 
 def is_case(case: str) -> bool:
-    """A fixed case or ``scenario:NAME`` / ``preset:NAME``."""
-    return case in CASES or (case.partition(":")[0] in ("scenario", "preset") and bool(case.partition(":")[2]))
+    """A fixed case or ``scenario:NAME`` / ``preset:NAME`` / ``policy:NAME``."""
+    return case in CASES or (case.partition(":")[0] in ("scenario", "preset", "policy")
+                             and bool(case.partition(":")[2]))
 
 
 def _stats(case: str, res: object, inputs: SimInputs | None) -> tuple[int, int, int, float]:
@@ -158,9 +171,17 @@ def run_bench(repeats: int = 3, case: str = "p1") -> BenchResult:
     t0 = time.process_time()
     inputs = prep()
     prepare_s = time.process_time() - t0
-    walls, cpus = [], []
+    walls, cpus, reference = [], [], []
+    alongside = None
+    if case.startswith("policy:"):
+        ref_prep, ref_run = _case("p1")
+        alongside = (ref_run, ref_prep())
     res = None
     for _ in range(max(1, repeats)):
+        if alongside is not None:  # the reference first, then the case: alternately, the same load for both
+            c0 = time.process_time()
+            alongside[0](alongside[1])
+            reference.append(time.process_time() - c0)
         w0, c0 = time.perf_counter(), time.process_time()
         res = run(inputs)
         cpus.append(time.process_time() - c0)
@@ -169,7 +190,7 @@ def run_bench(repeats: int = 3, case: str = "p1") -> BenchResult:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return BenchResult(case=case, wall_s=statistics.median(walls), walls=tuple(walls), cpu_s=statistics.median(cpus),
                        cpus=tuple(cpus), prepare_s=prepare_s, events=events, iterations=iterations,
-                       requests=requests, makespan_s=makespan, peak_rss_mb=rss)
+                       requests=requests, makespan_s=makespan, peak_rss_mb=rss, reference_cpus=tuple(reference))
 
 
 def profile_bench(top: int = 25, case: str = "p1") -> str:

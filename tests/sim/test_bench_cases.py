@@ -48,7 +48,7 @@ def test_every_case_is_known(case):
     assert callable(prep) and callable(run)
 
 
-@pytest.mark.parametrize("case", ["advise-aime", "advise-dapo", "rl100", "sweep16"])
+@pytest.mark.parametrize("case", ["advise-aime", "advise-dapo", "advise-quick", "rl100", "sweep16"])
 def test_every_command_case_parses(case):
     """The named whole-command cases are commands tlt accepts (parsed, not run: they take minutes)."""
     from tltcli.bench_cmd import check_command, command_words
@@ -71,3 +71,20 @@ def test_a_command_case_runs_whole_in_process_and_prints_cpu_and_rss(tmp_path):
 def test_a_bad_command_case_is_refused_before_anything_runs(case):
     proc = invoke_cli("sim", "bench", "--case", case)
     assert proc.returncode == 2 and "--case" in proc.stderr
+
+
+@needs_shared_traces()
+def test_a_policy_case_times_the_p1_reference_alongside_and_prints_the_ratio():
+    proc = invoke_cli("sim", "bench", "--case", "policy:no-sd", "--repeats", "2")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0].startswith("case=policy:no-sd requests=4768")
+    ref = dict(f.split("=") for f in lines[-2].split())
+    assert ref["reference"] == "p1" and len(ref["reference_cpus_s"].split(",")) == 2
+    cpu = float(lines[-1].split()[0].split("=")[1])
+    assert float(ref["ratio"]) == pytest.approx(cpu / float(ref["reference_cpu_s"]), rel=0.01, abs=0.01)
+
+
+def test_a_policy_case_with_an_unknown_policy_is_one_line():
+    proc = invoke_cli("sim", "bench", "--case", "policy:nope", "--repeats", "1")
+    assert proc.returncode == 2 and "nope" in proc.stderr and "Traceback" not in proc.stderr
