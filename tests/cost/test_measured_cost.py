@@ -7,6 +7,7 @@ import dataclasses
 import itertools
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import tltcore.cost.measured as measured
@@ -250,3 +251,19 @@ def test_measured_model_is_frozen_and_hashable(synthetic_profiles):
     with pytest.raises(dataclasses.FrozenInstanceError):
         cm.tp = 2  # type: ignore[misc]
     hash(cm)
+
+
+def test_the_default_calibration_reads_only_its_own_gpus_profiles(tmp_path):
+    """A simulation fits one GPU's laws: reading that GPU's files alone gives the calibration that
+    reading every GPU's gives (the rows it fits on are the same, in the same order), and another GPU's
+    unreadable file no longer stops it."""
+    from tltcore.cost.measured import _default_calibration
+
+    root = write_profiles(tmp_path / "p", gpus=("h100", "a100"))
+    every = load_compute(root)
+    mine = load_compute(root, "h100")
+    pd.testing.assert_frame_equal(mine, every[every["gpu"] == "h100"].reset_index(drop=True))
+    want = repr(calibrate(every, "h100", network=load_network(root)))  # every fitted float
+    broken = write_profiles(tmp_path / "q", gpus=("h100", "a100"))
+    next((broken / "vidur" / "compute" / "a100").glob("**/mlp.csv")).write_text("not,a\nprofile")
+    assert repr(_default_calibration("h100", broken.resolve())) == want

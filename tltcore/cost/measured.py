@@ -494,7 +494,8 @@ def predict_ops(calibration: GPUCalibration, rows: pd.DataFrame) -> np.ndarray:
 
 @cache
 def _default_calibration(gpu: str, root: Path) -> GPUCalibration:
-    return calibrate(load_compute(root), gpu, network=load_network(root))
+    # only the GPU's own files: calibrate reads no other GPU's rows, and their order is the same
+    return calibrate(load_compute(root, gpu), gpu, network=load_network(root))
 
 
 def default_calibration(gpu: str, root: str | Path | None = None) -> GPUCalibration:
