@@ -246,6 +246,26 @@ def test_batched_sd_times_are_sd_time_per_shape(tmp_path) -> None:
         assert cost.sd_times(np.zeros(0, dtype=np.int64), SHAPES) == [0.0] * len(SHAPES)
 
 
+def test_many_shapes_at_one_batch_are_sd_at_to_the_bit(tmp_path) -> None:
+    """``sd_times`` prices every shape at one batch in one numpy pass (``RooflineCostModel._sd_many_at``,
+    memoised per batch size and shape set): each float must be the scalar ``_sd_at``'s, for shape sets of
+    mixed depths and widths with plain configs among them, the same set asked again (the memo), batch
+    sizes on and off the CUDA-graph sizes and past the largest, every roofline class and drafter kind."""
+    from tltcore.policy.cost_aware import DEFAULT_CANDIDATES
+
+    rng = np.random.default_rng(43)
+    sets = [DEFAULT_CANDIDATES, (*SHAPES, NO_SD), (NO_SD, SDConfig(3, 2, 5), NO_SD, SDConfig(15, 1, 15)),
+            (SDConfig(1, 1, 1),), [SDConfig(6, 1, 6), SDConfig(8, 4, 32)]]
+    for cost in [*_models(tmp_path), *_drafter_kind_models(tmp_path)]:
+        for b in (1, 5, 16, 17, 300, 513, 700):
+            for configs in sets:
+                for _ in range(2):
+                    ctx = rng.integers(0, 60_000, b)
+                    paged, total = cost._sums(ctx)
+                    want = [cost._sd_at(b, paged, total, c) if c.enabled else cost.decode_time(ctx) for c in configs]
+                    assert cost.sd_times(ctx, configs) == want, (b, configs)
+
+
 def _drafter_kind_models(tmp_path):
     """Each drafter kind's roofline (EAGLE-3 head, MTP head, the parallel block drafter), sharp and smooth,
     and the measured subclass with a block drafter: the kinds of issue 41."""

@@ -242,8 +242,8 @@ class _ForwardCosts:
 #: The roofline's scalar formulas, each restated by a batched form of :class:`RooflineCostModel`. A
 #: subclass overriding one must say how its batched forms relate (:meth:`RooflineCostModel.__init_subclass__`).
 _ROOFLINE_FORMULAS = frozenset({
-    "padded", "_sums", "_sd_constants", "_sd_at", "_draft_attention", "_block_attention", "_drafting", "_verify",
-    "_prefill",
+    "padded", "_sums", "_sd_constants", "_sd_at", "_sd_many_at", "_sd_many_constants", "_decode_at",
+    "_draft_attention", "_block_attention", "_drafting", "_verify", "_prefill",
     "_paged_span_sum", "_decode_step", "decode_time", "decode_span_time", "sd_time", "verify_time",
     "draft_step_time", "prefill_time", "drafter_prefill_time"})
 
@@ -313,7 +313,7 @@ class RooflineCostModel(CostModelBase):
         object.__setattr__(self, "_target", _ForwardCosts.build(self.model, self.gpu, self.tp, *floor, **moe))
         object.__setattr__(self, "_draft", _ForwardCosts.build(drafter, self.gpu, self.tp, *floor, **moe))
         object.__setattr__(self, "_sd_cache", {})
-        object.__setattr__(self, "_memo", {"step": {}, "verify": {}, "shape": {}, "rows": {}})
+        object.__setattr__(self, "_memo", {"step": {}, "verify": {}, "shape": {}, "rows": {}, "shapes": {}, "live": {}})
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         """A subclass that overrides a scalar formula would leave the batched forms pricing the
@@ -382,9 +382,12 @@ class RooflineCostModel(CostModelBase):
         b = ctx.size
         if b == 0:
             return 0.0
+        return self._decode_at(b, *self._sums(ctx))
+
+    def _decode_at(self, b: int, paged_sum: int, ctx_sum: int) -> float:
+        """One plain iteration of ``b`` requests from their (paged, plain) context sums."""
         t = self._target
         rows = self.padded(b)
-        paged_sum, ctx_sum = self._sums(ctx)
         kv_read = paged_sum + b  # cached pages + the new token's K/V
         positions = ctx_sum + b  # each new token attends to its context and itself
         return t.fixed_time(rows, rows) + t.attention_time(kv_read, positions) + self.iteration_overhead_s
@@ -595,8 +598,75 @@ class RooflineCostModel(CostModelBase):
         b = ctx.size
         if b == 0:
             return [0.0 for _ in configs]
-        sums = self._sums(ctx) if any(c.enabled for c in configs) else (0, 0)
-        return [self._sd_at(b, *sums, c) if c.enabled else self.decode_time(ctx) for c in configs]
+        paged_sum, ctx_sum = self._sums(ctx)
+        live = self._enabled(configs)
+        if len(live) == len(configs):
+            return self._sd_many_at(b, paged_sum, ctx_sum, live)
+        priced = iter(self._sd_many_at(b, paged_sum, ctx_sum, live) if live else ())
+        plain = self._decode_at(b, paged_sum, ctx_sum)
+        return [next(priced) if c.enabled else plain for c in configs]
+
+    def _enabled(self, configs: Sequence[SDConfig]) -> tuple[SDConfig, ...]:
+        """The configs that draft, as a tuple (memoised by the configs: a policy asks with the same dozen
+        at every decision)."""
+        memo = self._memo["live"]
+        key = configs if isinstance(configs, tuple) else tuple(configs)
+        live = memo.get(key)
+        if live is None:
+            live = memo[key] = tuple(c for c in key if c.enabled)
+        return live
+
+    def _sd_many_at(self, b: int, paged_sum: int, ctx_sum: int, configs: tuple[SDConfig, ...]) -> list[float]:
+        """:meth:`_sd_at` of every (enabled) config at one batch, in one numpy pass: cost-aware prices a
+        dozen shapes per decision, and a Python loop per shape and draft step cost ~15 us a shape.
+
+        Each config is a column; its rows are :meth:`_sd_at`'s terms in its order of addition: the draft's
+        fixed time, each draft pass's attention (a sequential drafter's ``depth`` steps, a parallel one's
+        single pass), then the verify forward's attention plus its fixed time. A shallower config's rows
+        past its depth have zero coefficients, so they add ``0.0``, which leaves a (positive) sum as it
+        is; the integer KV reads and attention positions are exact int64 before the one float product,
+        and ``np.maximum`` of two non-NaN, non-negative floats is ``att if att > kv else kv``. So every
+        float is :meth:`_sd_at`'s to the last bit (``tests/sim/test_speed_span_cost.py`` pins it). The
+        per-(batch, configs) arrays are memoised: the simulator asks for a few batch sizes thousands of
+        times."""
+        memo = self._memo["shapes"]
+        key = (b, configs)
+        c = memo.get(key)
+        if c is None:
+            c = memo[key] = self._sd_many_constants(b, configs)
+        passes, draft_fixed, draft_overhead, kv_add, per_ctx, att_add, kv_s, att_s, verify_fixed = c
+        terms = np.empty((passes + 2, len(configs)))
+        terms[0] = draft_fixed
+        np.maximum((paged_sum + kv_add) * kv_s, (per_ctx * ctx_sum + att_add) * att_s, out=terms[1:])
+        terms[passes + 1] += verify_fixed  # the verify forward: fixed + attention_time
+        return self._sd_total(terms, passes, draft_overhead).tolist()
+
+    def _sd_many_constants(self, b: int, configs: tuple[SDConfig, ...]) -> tuple:
+        """:meth:`_sd_many_at`'s arrays at batch ``b``: ``passes`` (the most draft passes of any config),
+        the draft's fixed time and overhead per config, then per (row, config) the integer KV read and
+        attention position terms (``kv = paged + kv_add``, ``att = per_ctx * ctx_sum + att_add``) and the
+        seconds per unit of each, from :meth:`_sd_shape` (zero past a config's passes; the last row is the
+        verify forward's), and the verify forward's fixed time per config."""
+        shaped = [self._sd_shape(c) for c in configs]
+        passes = max(s[0] for s in shaped)
+        n = len(configs)
+        kv_add = np.zeros((passes + 1, n), dtype=np.int64)
+        per_ctx = np.zeros((passes + 1, n), dtype=np.int64)
+        att_add = np.zeros((passes + 1, n), dtype=np.int64)
+        kv_s = np.zeros((passes + 1, n))
+        att_s = np.zeros((passes + 1, n))
+        consts = []
+        for j, (config, (own, kv_per_b, ctx_per, att_per_b, kv_sec, att_sec)) in enumerate(
+                zip(configs, shaped, strict=True)):
+            rows = [*range(own), passes]  # its draft passes, then the verify row
+            kv_add[rows, j] = kv_per_b[:, 0] * b
+            per_ctx[rows, j] = ctx_per[:, 0]
+            att_add[rows, j] = att_per_b[:, 0] * b
+            kv_s[rows, j] = kv_sec[:, 0]
+            att_s[rows, j] = att_sec[:, 0]
+            consts.append(self._sd_constants(b, config.depth, config.topk, config.verify_tokens))
+        draft_fixed, draft_overhead, verify_fixed = (np.array(x, dtype=np.float64) for x in zip(*consts, strict=True))
+        return (passes, draft_fixed, draft_overhead, kv_add, per_ctx, att_add, kv_s, att_s, verify_fixed)
 
     def _sd_at(self, b: int, paged_sum: int, ctx_sum: int, config: SDConfig) -> float:
         """One SD iteration of ``b`` requests from their (paged, plain) context sums."""
