@@ -919,15 +919,30 @@ def test_learnt_accept_lengths_are_each_candidates_own_float() -> None:
     from tltcore.policy.cost_aware_prior import AcceptanceEstimate
 
     rng = np.random.default_rng(7)
+    clamped = 0
     for model in (paper_qwen32b_tp4(), ChainAcceptance((0.8, 0.6)), None):
-        est = AcceptanceEstimate(model, (*DEFAULT_CANDIDATES, NO_SD), 0.7, 256.0)
-        for i in range(300):
-            c = DEFAULT_CANDIDATES[int(rng.integers(len(DEFAULT_CANDIDATES)))]
-            n = int(rng.integers(1, 400))
-            est.observe(c, n, float(rng.uniform(0.0, c.depth)) * n)
-            if i % 70 == 69:
-                est.decay(0.5)
-            assert est.accept_lengths() == tuple(est.accept_length(x) for x in (*DEFAULT_CANDIDATES, NO_SD)), i
+        for cands in ((*DEFAULT_CANDIDATES, NO_SD), DEFAULT_CANDIDATES, (SDConfig.chain(2), NO_SD, SDConfig.chain(6))):
+            live = [c for c in cands if c.enabled]
+            est = AcceptanceEstimate(model, cands, 0.7, 256.0)
+            for i in range(300):
+                c = live[int(rng.integers(len(live)))]
+                n = int(rng.integers(1, 400))
+                # outcomes past the shape's depth or of nothing accepted drive some estimates to the clamps
+                est.observe(c, n, float(rng.uniform(0.0, 1.5 * c.depth)) * n if i % 50 < 40 else 0.0)
+                if i % 70 == 69:
+                    est.decay(0.5)
+                got = est.accept_lengths()
+                assert got == tuple(est.accept_length(x) for x in cands), i
+                clamped += sum(a in (1.0, 1.0 + x.depth) for a, x in zip(got, cands, strict=True) if x.enabled)
+    # a first position always accepted and a deep chain never: later positions' scales turn negative, and
+    # some trees' sums with them (clamped at no draft token accepted)
+    est = AcceptanceEstimate(paper_qwen32b_tp4(), DEFAULT_CANDIDATES, 0.7, 256.0)
+    for _ in range(50):
+        est.observe(SDConfig.chain(1), 1000, 1000.0)
+        est.observe(SDConfig.chain(8), 1000, 0.0)
+    assert est.accept_lengths() == tuple(est.accept_length(x) for x in DEFAULT_CANDIDATES)
+    assert min(float(est.prior_reach(c) @ est.scales()) for c in DEFAULT_CANDIDATES) < 0.0
+    assert clamped > 0  # the depth clamp was exercised
 
 
 def test_both_pricings_read_a_prefill_pass_as_the_same_float() -> None:

@@ -120,6 +120,7 @@ class _Tweaked(RooflineCostModel):
         return 2 * super().sd_time(context_lens, config)
 
     sd_times = CostModelBase.sd_times
+    iteration_times = CostModelBase.iteration_times
 
     def paged_kv_times(self) -> None:
         return None
@@ -131,6 +132,7 @@ class _PrefillTweaked(RooflineCostModel):
         return 2 * super().prefill_time(new_tokens, cached_tokens)
 
     sd_times = RooflineCostModel.sd_times
+    iteration_times = RooflineCostModel.iteration_times
 
     def paged_kv_times(self) -> None:
         return None
@@ -142,6 +144,7 @@ class _PlainTweaked(RooflineCostModel):
         return 2 * super().decode_span_time(context_lens, n_iters)
 
     sd_times = RooflineCostModel.sd_times
+    iteration_times = RooflineCostModel.iteration_times
 
     def paged_kv_times(self) -> None:
         return None
@@ -157,13 +160,17 @@ def test_stands_aside_for_models_it_does_not_mirror() -> None:
 
 
 @pytest.mark.parametrize("formula", ["sd_time", "_sd_constants", "decode_span_time", "prefill_time", "padded",
-                                     "_draft_attention", "_verify"])
+                                     "_draft_attention", "_verify", "decode_time", "_sd_many_at", "_decode_at"])
 def test_a_subclass_overriding_a_formula_must_declare_its_batched_forms(formula) -> None:
     """Overriding one scalar formula without saying what the batched forms become would leave them
     pricing the parent's formula: the class is refused at definition."""
     with pytest.raises(TypeError, match="paged_kv_times"):
         type("Silent", (RooflineCostModel,), {formula: lambda self, *a: 0.0})
+    with pytest.raises(TypeError, match="iteration_times"):
+        type("Partly", (RooflineCostModel,), {formula: lambda self, *a: 0.0, "sd_times": CostModelBase.sd_times,
+                                              "paged_kv_times": lambda self: None})
     type("Declared", (RooflineCostModel,), {formula: lambda self, *a: 0.0, "sd_times": CostModelBase.sd_times,
+                                            "iteration_times": CostModelBase.iteration_times,
                                             "paged_kv_times": lambda self: None})
     type("Untouched", (RooflineCostModel,), {"describe": lambda self: "x"})  # no formula: nothing to declare
 
@@ -243,7 +250,36 @@ def test_batched_sd_times_are_sd_time_per_shape(tmp_path) -> None:
         for b in (1, 7, 64):
             ctx = rng.integers(0, 20_000, b)
             assert cost.sd_times(ctx, [*SHAPES, NO_SD]) == [float(cost.sd_time(ctx, c)) for c in [*SHAPES, NO_SD]]
+            assert cost.iteration_times(ctx, [*SHAPES, NO_SD]) == (cost.sd_times(ctx, [*SHAPES, NO_SD]),
+                                                                   float(cost.decode_time(ctx)))
         assert cost.sd_times(np.zeros(0, dtype=np.int64), SHAPES) == [0.0] * len(SHAPES)
+        assert cost.iteration_times(np.zeros(0, dtype=np.int64), SHAPES) == ([0.0] * len(SHAPES), 0.0)
+
+
+def test_many_shapes_at_one_batch_are_sd_at_to_the_bit(tmp_path) -> None:
+    """``sd_times`` prices every shape at one batch in one numpy pass (``RooflineCostModel._sd_many_at``,
+    memoised per batch size and shape set): each float must be the scalar ``_sd_at``'s, for shape sets of
+    mixed depths and widths with plain configs among them, the same set asked again (the memo), batch
+    sizes on and off the CUDA-graph sizes and past the largest, every roofline class and drafter kind."""
+    from tltcore.policy.cost_aware import DEFAULT_CANDIDATES
+
+    rng = np.random.default_rng(43)
+    sets = [DEFAULT_CANDIDATES, (*SHAPES, NO_SD), (NO_SD, SDConfig(3, 2, 5), NO_SD, SDConfig(15, 1, 15)),
+            (SDConfig(1, 1, 1),), [SDConfig(6, 1, 6), SDConfig(8, 4, 32)]]
+    for cost in [*_models(tmp_path), *_drafter_kind_models(tmp_path)]:
+        for b in (1, 5, 16, 17, 300, 513, 700):
+            for configs in sets:
+                for _ in range(2):
+                    ctx = rng.integers(0, 60_000, b)
+                    paged, total = cost._sums(ctx)
+                    want = [cost._sd_at(b, paged, total, c) if c.enabled else cost.decode_time(ctx) for c in configs]
+                    assert cost.sd_times(ctx, configs) == want, (b, configs)
+                    assert cost.iteration_times(ctx, configs) == (want, cost.decode_time(ctx)), (b, configs)
+        grown = [SDConfig(6, 1, 6)]  # a list asked again after it changed is priced as it is now
+        ctx = rng.integers(0, 60_000, 9)
+        cost.sd_times(ctx, grown)
+        grown.append(SDConfig(8, 4, 32))
+        assert cost.sd_times(ctx, grown) == [cost.sd_time(ctx, c) for c in grown]
 
 
 def _drafter_kind_models(tmp_path):

@@ -116,6 +116,12 @@ class CostModel(Protocol):
         them)."""
         ...
 
+    def iteration_times(self, context_lens: np.ndarray, configs: Sequence[SDConfig]) -> tuple[list[float], float]:
+        """``(sd_times(context_lens, configs), decode_time(context_lens))``, each float its own call's: what
+        a policy weighing speculation against plain decoding prices at every decision (cost-aware), the
+        contexts checked and reduced once."""
+        ...
+
     def longest_context_times(self) -> LongestContextTimes | None:
         """These times read from a batch's size and longest context alone, or None where they read
         every context."""
@@ -141,6 +147,12 @@ class CostModelBase:
     def sd_rows_times(self, ctx_rows: np.ndarray, config: SDConfig, ctx_sum: np.ndarray | None = None
                       ) -> list[float]:
         return [float(self.sd_time(row, config)) for row in ctx_rows]
+
+    def decode_time(self, context_lens: np.ndarray) -> float:
+        raise NotImplementedError
+
+    def iteration_times(self, context_lens: np.ndarray, configs: Sequence[SDConfig]) -> tuple[list[float], float]:
+        return self.sd_times(context_lens, configs), float(self.decode_time(context_lens))
 
     def longest_context_times(self) -> LongestContextTimes | None:
         return None

@@ -242,8 +242,8 @@ class _ForwardCosts:
 #: The roofline's scalar formulas, each restated by a batched form of :class:`RooflineCostModel`. A
 #: subclass overriding one must say how its batched forms relate (:meth:`RooflineCostModel.__init_subclass__`).
 _ROOFLINE_FORMULAS = frozenset({
-    "padded", "_sums", "_sd_constants", "_sd_at", "_draft_attention", "_block_attention", "_drafting", "_verify",
-    "_prefill",
+    "padded", "_sums", "_sd_constants", "_sd_at", "_sd_many_at", "_sd_many_constants", "_shape_set", "_decode_at",
+    "_draft_attention", "_block_attention", "_drafting", "_verify", "_prefill",
     "_paged_span_sum", "_decode_step", "decode_time", "decode_span_time", "sd_time", "verify_time",
     "draft_step_time", "prefill_time", "drafter_prefill_time"})
 
@@ -313,19 +313,22 @@ class RooflineCostModel(CostModelBase):
         object.__setattr__(self, "_target", _ForwardCosts.build(self.model, self.gpu, self.tp, *floor, **moe))
         object.__setattr__(self, "_draft", _ForwardCosts.build(drafter, self.gpu, self.tp, *floor, **moe))
         object.__setattr__(self, "_sd_cache", {})
-        object.__setattr__(self, "_memo", {"step": {}, "verify": {}, "shape": {}, "rows": {}})
+        object.__setattr__(self, "_memo", {"step": {}, "verify": {}, "shape": {}, "rows": {}, "sets": {},
+                                           "last_set": None})
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         """A subclass that overrides a scalar formula would leave the batched forms pricing the
-        parent's: it must define ``paged_kv_times`` (None: the simulator prices it call by call) and
-        ``sd_times`` (``CostModelBase.sd_times``: its own ``sd_time`` per shape) itself, so the choice is
-        written down, not inherited by accident."""
+        parent's: it must define ``paged_kv_times`` (None: the simulator prices it call by call),
+        ``sd_times`` (``CostModelBase.sd_times``: its own ``sd_time`` per shape) and ``iteration_times``
+        (``CostModelBase.iteration_times``: its own ``sd_times`` and ``decode_time``) itself, so the choice
+        is written down, not inherited by accident."""
         super().__init_subclass__(**kwargs)
         own = vars(cls)
         changed = sorted(_ROOFLINE_FORMULAS & own.keys())
-        if changed and not {"paged_kv_times", "sd_times"} <= own.keys():
-            raise TypeError(f"{cls.__name__} overrides {', '.join(changed)}: define paged_kv_times and sd_times "
-                            "too (return None / CostModelBase.sd_times to price call by call)")
+        if changed and not {"paged_kv_times", "sd_times", "iteration_times"} <= own.keys():
+            raise TypeError(f"{cls.__name__} overrides {', '.join(changed)}: define paged_kv_times, sd_times and "
+                            "iteration_times too (return None / CostModelBase.sd_times / "
+                            "CostModelBase.iteration_times to price call by call)")
 
     # ---- helpers ------------------------------------------------------------------------------
     def padded(self, batch_size: int) -> int:
@@ -382,9 +385,12 @@ class RooflineCostModel(CostModelBase):
         b = ctx.size
         if b == 0:
             return 0.0
+        return self._decode_at(b, *self._sums(ctx))
+
+    def _decode_at(self, b: int, paged_sum: int, ctx_sum: int) -> float:
+        """One plain iteration of ``b`` requests from their (paged, plain) context sums."""
         t = self._target
         rows = self.padded(b)
-        paged_sum, ctx_sum = self._sums(ctx)
         kv_read = paged_sum + b  # cached pages + the new token's K/V
         positions = ctx_sum + b  # each new token attends to its context and itself
         return t.fixed_time(rows, rows) + t.attention_time(kv_read, positions) + self.iteration_overhead_s
@@ -595,8 +601,101 @@ class RooflineCostModel(CostModelBase):
         b = ctx.size
         if b == 0:
             return [0.0 for _ in configs]
-        sums = self._sums(ctx) if any(c.enabled for c in configs) else (0, 0)
-        return [self._sd_at(b, *sums, c) if c.enabled else self.decode_time(ctx) for c in configs]
+        paged_sum, ctx_sum = self._sums(ctx)
+        live, per_b = self._shape_set(configs)
+        if len(live) == len(configs):
+            return self._sd_many_at(b, paged_sum, ctx_sum, live, per_b)
+        priced = iter(self._sd_many_at(b, paged_sum, ctx_sum, live, per_b) if live else ())
+        plain = self._decode_at(b, paged_sum, ctx_sum)
+        return [next(priced) if c.enabled else plain for c in configs]
+
+    def iteration_times(self, context_lens: np.ndarray, configs: Sequence[SDConfig]) -> tuple[list[float], float]:
+        """(:meth:`sd_times`, :meth:`decode_time`) from one check and one reduction of the contexts (the
+        same floats: both read them only through :meth:`_sums`)."""
+        ctx = as_lengths(context_lens, "context_lens")
+        b = ctx.size
+        if b == 0:
+            return [0.0 for _ in configs], 0.0
+        paged_sum, ctx_sum = self._sums(ctx)
+        plain = self._decode_at(b, paged_sum, ctx_sum)
+        live, per_b = self._shape_set(configs)
+        if len(live) == len(configs):
+            return self._sd_many_at(b, paged_sum, ctx_sum, live, per_b), plain
+        priced = iter(self._sd_many_at(b, paged_sum, ctx_sum, live, per_b) if live else ())
+        return [next(priced) if c.enabled else plain for c in configs], plain
+
+    def _shape_set(self, configs: Sequence[SDConfig]) -> tuple[tuple[SDConfig, ...], dict[int, tuple]]:
+        """(the configs that draft, :meth:`_sd_many_at`'s constants by batch size for them), memoised by
+        the configs; the tuple asked for last is recognised by identity (a policy asks with the same
+        dozen at every decision, and hashing a dozen shapes was a tenth of the pricing)."""
+        last = self._memo["last_set"]
+        if last is not None and last[0] is configs:
+            return last[1], last[2]
+        key = configs if isinstance(configs, tuple) else tuple(configs)
+        sets = self._memo["sets"]
+        entry = sets.get(key)
+        if entry is None:
+            entry = sets[key] = (tuple(c for c in key if c.enabled), {})
+        if type(configs) is tuple:  # immutable: identity stands for contents
+            self._memo["last_set"] = (configs, *entry)
+        return entry
+
+    def _sd_many_at(self, b: int, paged_sum: int, ctx_sum: int, configs: tuple[SDConfig, ...],
+                    per_b: dict[int, tuple]) -> list[float]:
+        """:meth:`_sd_at` of every (enabled) config at one batch, in one numpy pass: cost-aware prices a
+        dozen shapes per decision, and a Python loop per shape and draft step cost ~15 us a shape.
+
+        Each config is a column; its rows are :meth:`_sd_at`'s terms in its order of addition: the draft's
+        fixed time, each draft pass's attention (a sequential drafter's ``depth`` steps, a parallel one's
+        single pass), the draft overhead, the verify forward (its fixed time plus its attention), the SD
+        and the iteration overheads; one ``numpy.add.accumulate`` down the rows is that sequential sum,
+        element-wise. Every row is a constant (memoised per batch size) plus ``max(kv, att)``, where the
+        constant rows' coefficients are zero and a shallower config's rows past its depth are zero
+        altogether: adding ``0.0`` leaves a (non-negative) float as it is, so each row is the very term
+        :meth:`_sd_at` adds. The integer KV reads and attention positions are exact int64 before the one
+        float product, and ``np.maximum`` of two non-NaN, non-negative floats is ``att if att > kv else
+        kv``. So every float is :meth:`_sd_at`'s to the last bit (``tests/sim/test_speed_span_cost.py``
+        pins it)."""
+        c = per_b.get(b)
+        if c is None:
+            c = per_b[b] = self._sd_many_constants(b, configs)
+        constant, kv_add, per_ctx, att_add, kv_s, att_s = c
+        terms = np.maximum((paged_sum + kv_add) * kv_s, (per_ctx * ctx_sum + att_add) * att_s)
+        terms += constant
+        return np.add.accumulate(terms, axis=0)[-1].tolist()
+
+    def _sd_many_constants(self, b: int, configs: tuple[SDConfig, ...]) -> tuple[np.ndarray, ...]:
+        """:meth:`_sd_many_at`'s arrays at batch ``b``, one row per term it adds (``passes`` draft rows,
+        the most of any config) and one column per config: the constant part of each term (the draft's
+        fixed time, then zeros for the draft passes, the draft overhead, the verify forward's fixed time,
+        the SD and iteration overheads) and the integer KV read and attention position terms (``kv =
+        paged + kv_add``, ``att = per_ctx * ctx_sum + att_add``) with the seconds per unit of each, from
+        :meth:`_sd_shape` (zero past a config's passes and on the constant rows)."""
+        shaped = [self._sd_shape(c) for c in configs]
+        passes = max(s[0] for s in shaped)
+        n = len(configs)
+        rows = passes + 5
+        verify = passes + 2  # rows: fixed, draft passes, draft overhead, verify, SD overhead, iteration overhead
+        constant = np.zeros((rows, n))
+        constant[verify + 1] = self.sd_overhead_s
+        constant[verify + 2] = self.iteration_overhead_s
+        kv_add = np.zeros((rows, n), dtype=np.int64)
+        per_ctx = np.zeros((rows, n), dtype=np.int64)
+        att_add = np.zeros((rows, n), dtype=np.int64)
+        kv_s = np.zeros((rows, n))
+        att_s = np.zeros((rows, n))
+        for j, (config, (own, kv_per_b, ctx_per, att_per_b, kv_sec, att_sec)) in enumerate(
+                zip(configs, shaped, strict=True)):
+            draft_fixed, draft_overhead, verify_fixed = self._sd_constants(b, config.depth, config.topk,
+                                                                           config.verify_tokens)
+            constant[0, j], constant[passes + 1, j], constant[verify, j] = draft_fixed, draft_overhead, verify_fixed
+            at = [*range(1, own + 1), verify]  # its draft passes, then the verify forward
+            kv_add[at, j] = kv_per_b[:, 0] * b
+            per_ctx[at, j] = ctx_per[:, 0]
+            att_add[at, j] = att_per_b[:, 0] * b
+            kv_s[at, j] = kv_sec[:, 0]
+            att_s[at, j] = att_sec[:, 0]
+        return constant, kv_add, per_ctx, att_add, kv_s, att_s
 
     def _sd_at(self, b: int, paged_sum: int, ctx_sum: int, config: SDConfig) -> float:
         """One SD iteration of ``b`` requests from their (paged, plain) context sums."""

@@ -17,7 +17,7 @@ from typing import Protocol, cast
 
 import numpy as np
 
-from tltcore.cost.protocol import CostModel, LongestContextTimes
+from tltcore.cost.protocol import CostModel, CostModelBase, LongestContextTimes
 from tltcore.errors import InputError
 from tltcore.policy.base import BatchView, SDConfig
 
@@ -86,6 +86,9 @@ class PerRequestPricing:
 
     def __init__(self, cost: CostModel, candidates: tuple[SDConfig, ...]) -> None:
         self.cost, self.candidates = cost, candidates
+        # both prices from one reading of the contexts where the model says how (CostModelBase's
+        # iteration_times; a stand-in that only matches the protocol is asked twice)
+        self._both = cost.iteration_times if isinstance(cost, CostModelBase) else None
 
     def contexts(self, view: BatchView) -> Contexts | None:
         ctx = view_contexts(view)
@@ -93,6 +96,8 @@ class PerRequestPricing:
 
     def times(self, ctx: Contexts) -> tuple[list[float], float]:
         arr = cast(np.ndarray, ctx)
+        if self._both is not None:
+            return self._both(arr, self.candidates)
         return self.cost.sd_times(arr, self.candidates), float(self.cost.decode_time(arr))
 
     def one(self, context: int) -> Contexts:

@@ -50,7 +50,7 @@ class AcceptanceEstimate:
         self._outer: dict[SDConfig, np.ndarray] = {}  # np.outer of each shape's prior reach with itself
         self._info: np.ndarray | None = None  # _prior_info, once computed
         self._ridge: tuple[np.ndarray, np.ndarray] | None = None  # (diag(prior), prior) of scales(), once computed
-        self._stacked: tuple[np.ndarray, list[float | None]] | None = None  # _stacked_reach, once built
+        self._stacked: tuple[np.ndarray, np.ndarray, bool] | None = None  # _stacked_reach, once built
         self._gram = np.zeros((self.depth, self.depth))
         self._moment = np.zeros(self.depth)
         self._scales: np.ndarray | None = None
@@ -111,18 +111,24 @@ class AcceptanceEstimate:
             if self._observed or not self._shared:
                 # accept_length of every candidate in one call (after every SD outcome, and cost-aware
                 # observes one per span, a dozen method calls and dot products cost ~100 us per evaluation)
-                reach, depths = self._stacked_reach()
-                extras = np.matmul(reach, self.scales()[:, None]).ravel().tolist() if len(reach) else []
-                it = iter(extras)
-                self._accepts = tuple(1.0 if d is None else 1.0 + min(max(next(it), 0.0), d) for d in depths)
+                reach, depths, every = self._stacked_reach()
+                # 1 + min(max(extra, 0), depth) per speculating candidate, element-wise (the same IEEE
+                # operations as accept_length's, NaN kept as the builtins keep it)
+                live = (np.minimum(np.maximum(np.matmul(reach, self.scales()[:, None]).ravel(), 0.0), depths)
+                        + 1.0).tolist() if len(reach) else []
+                if every:
+                    self._accepts = tuple(live)
+                else:
+                    it = iter(live)
+                    self._accepts = tuple(1.0 if not c.enabled else next(it) for c in self.candidates)
             else:
                 self._accepts = prior_accept_lengths(self.accept_model, self.candidates, self.prior,
                                                      self.prior_weight)
         return self._accepts
 
-    def _stacked_reach(self) -> tuple[np.ndarray, list[float | None]]:
-        """(the speculating candidates' prior reaches as a stack of ``(1, D)`` rows, every candidate's depth
-        as a float, None for one that drafts nothing). ``numpy.matmul`` of the stack with the scales as a
+    def _stacked_reach(self) -> tuple[np.ndarray, np.ndarray, bool]:
+        """(the speculating candidates' prior reaches as a stack of ``(1, D)`` rows, their depths as floats,
+        whether every candidate speculates). ``numpy.matmul`` of the stack with the scales as a
         ``(D, 1)`` column computes each candidate's ``reach @ scales`` by the very dot-product loop a
         single ``reach @ scales`` runs (a ``(1, D) @ (D, 1)`` product per stack entry), so every float is
         :meth:`accept_length`'s (``tests/policy/test_cost_aware.py`` pins it); a plain ``(m, D) @ (D,)``
@@ -130,7 +136,8 @@ class AcceptanceEstimate:
         if self._stacked is None:
             live = [self.prior_reach(c) for c in self.candidates if c.enabled]
             stack = np.array(live)[:, None, :] if live else np.zeros((0, 1, self.depth))
-            self._stacked = (stack, [float(c.depth) if c.enabled else None for c in self.candidates])
+            depths = np.array([float(c.depth) for c in self.candidates if c.enabled])
+            self._stacked = (stack, depths, len(live) == len(self.candidates))
         return self._stacked
 
     def observe(self, config: SDConfig, request_iterations: int, accepted: float) -> None:
