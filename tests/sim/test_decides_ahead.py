@@ -29,7 +29,8 @@ def _frames(spec: str, seed: int, mode: str) -> tuple[pd.DataFrame, pd.DataFrame
                        ("trace.num_steps", 2, "test"), ("cluster.gpus", 8, "test"),
                        ("cluster.tp", 4, "test")]).scenario
     inputs = prepare(s)
-    with mock.patch.object(ahead, "run_block", wraps=ahead.run_block) as blocks:
+    block = ahead.run_expected_block if mode == "expected" else ahead.run_block
+    with mock.patch.object(ahead, block.__name__, wraps=block) as blocks:
         fast = run_policy(s, spec, inputs)
     slow = run_policy(s, spec, replace(inputs, engine=replace(inputs.engine, fast=False)))
     return fast, slow, blocks.call_count
@@ -40,16 +41,30 @@ def test_sglang_ema_offers_the_block_hint():
 
 
 @needs_shared_traces()
+@pytest.mark.parametrize("mode", ["stochastic", "expected"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("spec", POLICIES)
-def test_blocks_of_one_iteration_spans_equal_the_reference(spec, seed):
-    fast, slow, blocks = _frames(spec, seed, "stochastic")
+def test_blocks_of_one_iteration_spans_equal_the_reference(spec, seed, mode):
+    fast, slow, blocks = _frames(spec, seed, mode)
     assert blocks > 0  # the block path ran
     pd.testing.assert_frame_equal(fast, slow, check_exact=True)
 
 
 @needs_shared_traces()
-def test_expected_mode_keeps_the_one_iteration_path():
-    fast, slow, blocks = _frames("sglang-ema", 0, "expected")
-    assert blocks == 0
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("spec", POLICIES)
+def test_blocks_of_many_workers_together_equal_the_reference(spec, seed):
+    """Eight workers' stochastic blocks a round at a time (``AheadBlocks``): different shapes and batch
+    sizes in one round, blocks cut at different iterations (a draw mapped with another worker's shape,
+    a price with another's batch, or a rewind off by one fails it)."""
+    s = resolve(None, [("policies", (spec,), "test"), ("acceptance.mode", "stochastic", "test"),
+                       ("seed", seed, "test"), ("trace.prompts_per_step", 24, "test"), ("trace.cap", 9000, "test"),
+                       ("trace.num_steps", 2, "test"), ("cluster.gpus", 32, "test"),
+                       ("cluster.tp", 4, "test")]).scenario
+    assert s.n_workers == 8
+    inputs = prepare(s)
+    with mock.patch.object(ahead.AheadBlocks, "round", autospec=True, side_effect=ahead.AheadBlocks.round) as rounds:
+        fast = run_policy(s, spec, inputs)
+    slow = run_policy(s, spec, replace(inputs, engine=replace(inputs.engine, fast=False)))
+    assert rounds.call_count > 0
     pd.testing.assert_frame_equal(fast, slow, check_exact=True)

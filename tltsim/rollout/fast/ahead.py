@@ -12,16 +12,36 @@ which the policy would have answered differently; the draws of the rest go back 
 different answer is run next. Per kept iteration everything else is what ``speculate_one`` does, in
 the same order: the time priced at that iteration's contexts (the cost model's row form, or per row),
 the clock, the recent-accept estimate and one event row each (written as one column block).
-Stochastic acceptance only; expected mode keeps the one-iteration path.
+
+In expected acceptance mode :func:`run_expected_block` does the same with the rows
+:func:`~tltsim.rollout.fast.spans.speculate_expected_blocks` computes: every request emits the expected
+accept length until the iteration in which one finishes, which alone is clipped, so the block's
+remaining and generated tokens are running sums (``numpy.cumsum`` adds in order, the per-iteration
+path's float operations) and nothing is drawn or given back.
+
+In stochastic mode the blocks of every worker of a step whose next unit is such a block advance
+together (:class:`AheadBlocks`, one block per worker per round), as the held tails of
+:mod:`~tltsim.rollout.fast.tails` do: each block costs a few dozen small numpy calls whatever its
+size, so one padded ``(workers, iterations, requests)`` array per round does the draws (each
+worker's own stream, one sampler call per shape), cumulative sums, first finishes and, once every
+worker's policy has folded its block, the prices of the kept iterations (per row with its own batch,
+:meth:`~tltcore.cost.protocol.PagedKVTimes.sd_times_from_sums`). Per worker everything else is what
+:func:`run_block` does, in the same order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-from tltcore.policy.base import DecidesAhead, Decision
+from tltcore.acceptance import AcceptSampler
+from tltcore.drafter.state import DrafterState
+from tltcore.policy.base import DecidesAhead, Decision, SDConfig
 from tltsim.rollout.fast.spans import _BLOCK_DRAWS, _PRICE_ROWS, draw_block
 from tltsim.rollout.fast.state import FastWorker
+from tltsim.rollout.fast.tails import _FAR, _Given
+from tltsim.rollout.worker import _EPS
 
 _sum, _min = np.add.reduce, np.minimum.reduce
 
@@ -32,7 +52,7 @@ def run_block(fast: FastWorker, decision: Decision, policy: DecidesAhead) -> Non
     w = fast.worker
     config = decision.config
     live = w.live
-    b, t = len(live), w.t
+    b = len(live)
     if w.lag_dirty:  # else every lag is already 0
         live.lag[:] = 0
         w.lag_dirty = False
@@ -55,6 +75,192 @@ def run_block(fast: FastWorker, decision: Decision, policy: DecidesAhead) -> Non
     price = w.pricers.sd
     dts = price(rows[:m], config, sums[:m]) if price is not None and m >= _PRICE_ROWS else \
         [w.cost.sd_time(c, config) for c in rows[:m]]
+    _close(fast, config, b, m, dts, emitted, emitted, np.array(drawn[:m], dtype=np.int64) - b, pending)
+
+
+def run_expected_block(fast: FastWorker, decision: Decision, policy: DecidesAhead) -> None:
+    """One block of ``decision``'s one-iteration SD spans in expected acceptance mode (module
+    docstring): per kept iteration what :func:`~tltsim.rollout.fast.spans.speculate_one` leaves --
+    the remaining and generated tokens, the contexts, the clock, the recent-accept estimate, the
+    iteration count and one event row (its tokens and accepted floats rounded as the frame rounds
+    them) -- with the same float operations in the same order. The caller retires the finished
+    requests, as after ``speculate_one``."""
+    w = fast.worker
+    config = decision.config
+    live = w.live
+    b = len(live)
+    a = w.draw(config, b)  # the expected accept length (raises without an acceptance model)
+    full = float(_sum(np.full(b, a)))  # an unclipped iteration's emitted tokens, summed as speculate_one sums them
+    rem, gen, prompt = live.rem, live.gen, live.prompt
+    k = min(int(float(_min(rem)) / a) + 1, max(2, _BLOCK_DRAWS // b))
+    r = np.empty((k + 1, b))
+    r[0], r[1:] = rem, -a
+    np.cumsum(r, axis=0, out=r)  # r[j]: remaining after j unclipped iterations (rem - a, iteration by iteration)
+    g = np.empty((k + 1, b))
+    g[0], g[1:] = gen, a
+    np.cumsum(g, axis=0, out=g)  # g[j]: generated after j unclipped iterations
+    hit = _min(r[1:], axis=1) <= _EPS
+    used = int(hit.argmax()) + 1
+    finish = bool(hit[used - 1])
+    if not finish:
+        used = k
+    ctx_rows = np.empty((used, b), dtype=np.int64)  # the contexts before each iteration
+    ctx_rows[0] = live.ctx
+    if used > 1:
+        np.add(np.floor(g[1:used] + _EPS).astype(np.int64), prompt, out=ctx_rows[1:])
+    emitted = [full] * used
+    if finish:  # the finishing iteration: every request clipped at what it has left
+        step = np.minimum(r[used - 1], a)
+        emitted[-1] = float(_sum(step))
+    tokens = [round(e) for e in emitted]  # as the Outcomes and the frame round them
+    m, pending = policy.ahead(config, b, tokens, ctx_rows)
+    if m == used and finish:
+        rem[:] = r[m - 1] - step
+        gen[:] = g[m - 1] + step
+    else:
+        rem[:] = r[m]
+        gen[:] = g[m]
+    np.add(prompt, np.floor(gen + _EPS).astype(np.int64), out=live.ctx)
+    if w.lag_dirty:  # else every lag is already 0
+        live.lag[:] = 0
+        w.lag_dirty = False
+    price = w.pricers.sd
+    dts = price(ctx_rows[:m], config) if price is not None and m >= _PRICE_ROWS else \
+        [w.cost.sd_time(c, config) for c in ctx_rows[:m]]
+    acc = round(float(_sum(np.full(b, a - 1.0))))  # each row's accepted tokens, as speculate_one sums them
+    _close(fast, config, b, m, dts, emitted, tokens, np.full(m, acc, dtype=np.int64), pending)
+
+
+class AheadBlocks:
+    """The workers of one step whose next unit is a stochastic block of the block hint, one block per
+    worker per round (module docstring)."""
+
+    def __init__(self, rows_price: Callable[..., np.ndarray], block: int, sampler: AcceptSampler,
+                 drafter: DrafterState) -> None:
+        self.rows_price, self.block, self.sampler, self.drafter = rows_price, block, sampler, drafter
+        self.shift = block.bit_length() - 1 if block & (block - 1) == 0 else None
+        self.members: list[tuple[FastWorker, Decision, DecidesAhead]] = []
+
+    def enter(self, fast: FastWorker, decision: Decision, policy: DecidesAhead) -> None:
+        """``fast.worker``'s next unit is a block of ``decision`` (SD, hold 1, no switch), run next round."""
+        fast.in_block = True
+        self.members.append((fast, decision, policy))
+
+    def round(self) -> list[FastWorker]:
+        """One block for every member, each then retiring its finished requests, as after
+        :func:`run_block`; returns the members (all back to their own loop)."""
+        members, self.members = self.members, []
+        if len(members) == 1:  # nothing to stack
+            fast, decision, policy = members[0]
+            fast.in_block = False
+            run_block(fast, decision, policy)
+            _after(fast)
+            return [fast]
+        w_n = len(members)
+        configs = [d.config for _, d, _ in members]
+        ws = [f.worker for f, _, _ in members]
+        lives = [w.live for w in ws]
+        b_l = [len(lv) for lv in lives]
+        width = max(b_l)
+        ctx_p = np.zeros((w_n, width), dtype=np.int64)
+        end_p = np.full((w_n, width), _FAR, dtype=np.int64)
+        ends, k_l = [], []
+        for i, (w, live, b) in enumerate(zip(ws, lives, b_l, strict=True)):
+            if w.lag_dirty:  # else every lag is already 0
+                live.lag[:] = 0
+                w.lag_dirty = False
+            end = live.rem + live.ctx  # prompt + response: a request is done when its context reaches it
+            ends.append(end)
+            ctx_p[i, :b] = live.ctx
+            end_p[i, :b] = end
+            shortest = int(_min(live.rem))
+            k_l.append(min(shortest, max(2, _BLOCK_DRAWS // b), int(shortest / w.mean_accept(configs[i]) * 1.25) + 2))
+        cut = max(16, 4 * sorted(k_l)[w_n // 2])  # a long block waits for the next rounds (any size: same result)
+        k_l = [min(x, cut) for x in k_l]
+        depth = max(k_l)
+        # each worker's next k * b uniforms, mapped to accept lengths by the sampler (one call per shape)
+        u = [f.stream.random(k * b) for (f, _, _), k, b in zip(members, k_l, b_l, strict=True)]
+        shapes: dict[SDConfig, list[int]] = {}
+        for i, c in enumerate(configs):
+            shapes.setdefault(c, []).append(i)
+        draw, drafter = self.sampler.draw, self.drafter
+        drawn: list[np.ndarray] = [u[0]] * w_n
+        for c, idx in shapes.items():
+            got = draw(c, sum(len(u[i]) for i in idx), _Given(np.concatenate([u[i] for i in idx])), drafter)
+            at = 0
+            for i in idx:
+                drawn[i] = got[at:at + len(u[i])]
+                at += len(u[i])
+        # rows[w, j]: worker w's contexts after j iterations of its block, unclipped (row 0: now)
+        rows = np.zeros((w_n, depth + 1, width), dtype=np.int64)
+        rows[:, 0, :] = ctx_p
+        for i, (k, b) in enumerate(zip(k_l, b_l, strict=True)):
+            rows[i, 1:k + 1, :b] = drawn[i].reshape(k, b)
+        np.cumsum(rows, axis=1, out=rows)
+        k = np.array(k_l, dtype=np.int64)
+        hit = np.logical_or.reduce(rows[:, 1:, :] >= end_p[:, None, :], axis=2)
+        hit &= np.arange(depth)[None, :] < k[:, None]
+        used = hit.argmax(axis=1) + 1
+        finish = hit[np.arange(w_n), used - 1]
+        used = np.where(finish, used, k)
+        sums = np.add.reduce(rows, axis=2)  # the contexts' sum before each iteration
+        sums_l, used_l, finish_l = sums.tolist(), used.tolist(), finish.tolist()
+        kept, pendings, emitted_l = [], [], []
+        for i, (fast, _, policy) in enumerate(members):
+            b, n, s, end = b_l[i], used_l[i], sums_l[i], ends[i]
+            drawn_w = [s[j + 1] - s[j] for j in range(n)]  # tokens drawn per iteration (whole numbers, exact)
+            emitted = list(drawn_w)
+            if finish_l[i]:  # the last iteration clipped at each request's end
+                emitted[-1] = int(_sum(np.minimum(rows[i, n, :b], end))) - s[n - 1]
+            m, pending = policy.ahead(configs[i], b, emitted, rows[i, :n, :b])
+            fast.stream.pos -= (k_l[i] - m) * b  # only the draws of the iterations that ran
+            live = lives[i]
+            if m == n and finish_l[i]:
+                np.minimum(rows[i, m, :b], end, out=live.ctx)
+            else:
+                live.ctx[:] = rows[i, m, :b]
+            np.subtract(end, live.ctx, out=live.rem)
+            kept.append(m)
+            pendings.append(pending)
+            emitted_l.append((emitted, drawn_w))
+        # every kept iteration's time, priced with its worker's batch and shape
+        m_a = np.array(kept, dtype=np.int64)
+        top = max(kept)
+        valid = np.arange(top)[None, :] < m_a[:, None]
+        up = rows[:, :top, :] + (self.block - 1)
+        pages = np.right_shift(up, self.shift, out=up) if self.shift is not None else up // self.block
+        paged = (np.add.reduce(pages, axis=2) * self.block)[valid]
+        ctx_sum = sums[:, :top][valid]
+        batch = np.broadcast_to(np.array(b_l, dtype=np.int64)[:, None], (w_n, top))[valid]
+        if len(shapes) == 1:
+            dts = self.rows_price(paged, ctx_sum, batch, configs[0]).tolist()
+        else:
+            row_member = np.broadcast_to(np.arange(w_n)[:, None], (w_n, top))[valid]
+            dts_a = np.empty(len(paged))
+            for c, idx in shapes.items():
+                mine = np.isin(row_member, idx)
+                dts_a[mine] = self.rows_price(paged[mine], ctx_sum[mine], batch[mine], c)
+            dts = dts_a.tolist()
+        pos = 0
+        for i, (fast, _, _) in enumerate(members):
+            m = kept[i]
+            emitted, drawn_w = emitted_l[i]
+            _close(fast, configs[i], b_l[i], m, dts[pos:pos + m], emitted, emitted,
+                   np.array(drawn_w[:m], dtype=np.int64) - b_l[i], pendings[i])
+            pos += m
+            fast.in_block = False
+            _after(fast)
+        return [f for f, _, _ in members]
+
+
+def _close(fast: FastWorker, config: SDConfig, b: int, m: int, dts: list[float], emitted: list[float] | list[int],
+           tokens: list[int], accepted: np.ndarray, pending: Decision | None) -> None:
+    """The ``m`` kept iterations of a block: clock, recent-accept estimate (from each iteration's
+    ``emitted`` tokens) and iteration count one iteration at a time, as ``speculate_one`` adds them,
+    their rows as one column block (``tokens`` and ``accepted``: each row's whole numbers), and the
+    policy's different answer to run next."""
+    w = fast.worker
+    t = w.t
     recent = w.recent
     keep = 1.0 - recent.weight
     ema = recent.value
@@ -68,10 +274,16 @@ def run_block(fast: FastWorker, decision: Decision, policy: DecidesAhead) -> Non
     recent.value = ema
     w.t = t
     w.iteration += m
-    verify = config.verify_tokens
     fast.log.block(w.idx, np.zeros(m, dtype=np.int8), ("decode",), np.array(t0s), np.array(t1s),
-                   np.ones(m, dtype=np.int64), np.full(m, b, dtype=np.int64), np.array(emitted[:m], dtype=np.int64),
-                   np.zeros(m, dtype=np.int64), config=config, drafted=np.full(m, verify * b, dtype=np.int64),
-                   accepted=np.array(drawn[:m], dtype=np.int64) - b)
+                   np.ones(m, dtype=np.int64), np.full(m, b, dtype=np.int64), np.array(tokens[:m], dtype=np.int64),
+                   np.zeros(m, dtype=np.int64), config=config,
+                   drafted=np.full(m, config.verify_tokens * b, dtype=np.int64), accepted=accepted)
     w.row_closed = True
     fast.pending = pending
+
+
+def _after(fast: FastWorker) -> None:
+    """What the worker's door does after a block: retire the finished requests."""
+    w = fast.worker
+    if _min(w.live.rem) <= _EPS:
+        w.retire()

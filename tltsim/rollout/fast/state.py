@@ -18,9 +18,10 @@ class FastWorker:
     ``b`` equal accept lengths, by value then ``b`` (shared by the run's workers); ``plain_bound``:
     the policy's plain-phase hint (:mod:`tltsim.rollout.fast`), None without one or once a phase
     declined; ``pending``: a decision an SD tail asked the policy for and did not run (the next unit
-    runs it); ``in_tail``: its stochastic SD tail runs with the other workers' tails; ``ahead``: the
-    policy's block hint (:mod:`tltsim.rollout.fast.ahead`), None without one, in expected mode or
-    without a row pricer."""
+    runs it); ``in_tail``: its stochastic SD tail runs with the other workers' tails; ``in_block``: its
+    next block of the block hint runs with the other workers' blocks; ``ahead``: the
+    policy's block hint (:mod:`tltsim.rollout.fast.ahead`), None without one or without an acceptance
+    sampler."""
 
     worker: RolloutWorker
     log: SimEventLog
@@ -30,9 +31,10 @@ class FastWorker:
     ahead: DecidesAhead | None = field(init=False)
     pending: Decision | None = None
     in_tail: bool = False
+    in_block: bool = False
 
     def __post_init__(self) -> None:
         self.stream = UniformStream(self.worker.rng)
         self.plain_bound = plain_phase_bound(self.worker.policy) if self.worker.eng.closed_form else None
         w = self.worker
-        self.ahead = decides_ahead(w.policy) if not w.expected and w.sampler is not None else None
+        self.ahead = decides_ahead(w.policy) if w.sampler is not None else None
