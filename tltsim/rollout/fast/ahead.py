@@ -65,16 +65,21 @@ def run_block(fast: FastWorker, decision: Decision, policy: DecidesAhead) -> Non
     emitted = list(drawn)
     if finish:  # the last iteration clipped at each request's end
         emitted[-1] = int(_sum(np.minimum(rows[used], end))) - int(sums[used - 1])
-    m, pending = policy.ahead(config, b, emitted, rows[:used])
+    shapes, price = fast.shapes, w.pricers.sd
+    prices = [price(rows[:used], s, sums[:used]) for s in shapes] if shapes is not None and price is not None \
+        else None
+    m, pending = policy.ahead(config, b, emitted, rows[:used], prices)
     fast.stream.pos -= (k - m) * b  # only the draws of the iterations that ran
     if m == used and finish:
         np.minimum(rows[m], end, out=ctx)
     else:
         ctx[:] = rows[m]
     np.subtract(end, ctx, out=rem)
-    price = w.pricers.sd
-    dts = price(rows[:m], config, sums[:m]) if price is not None and m >= _PRICE_ROWS else \
-        [w.cost.sd_time(c, config) for c in rows[:m]]
+    if prices is not None and config in shapes:
+        dts = prices[shapes.index(config)]
+    else:
+        dts = price(rows[:m], config, sums[:m]) if price is not None and m >= _PRICE_ROWS else \
+            [w.cost.sd_time(c, config) for c in rows[:m]]
     _close(fast, config, b, m, dts, emitted, emitted, np.array(drawn[:m], dtype=np.int64) - b, pending)
 
 
@@ -113,7 +118,9 @@ def run_expected_block(fast: FastWorker, decision: Decision, policy: DecidesAhea
         step = np.minimum(r[used - 1], a)
         emitted[-1] = float(_sum(step))
     tokens = [round(e) for e in emitted]  # as the Outcomes and the frame round them
-    m, pending = policy.ahead(config, b, tokens, ctx_rows)
+    shapes, price = fast.shapes, w.pricers.sd
+    prices = [price(ctx_rows, s) for s in shapes] if shapes is not None and price is not None else None
+    m, pending = policy.ahead(config, b, tokens, ctx_rows, prices)
     if m == used and finish:
         rem[:] = r[m - 1] - step
         gen[:] = g[m - 1] + step
@@ -124,9 +131,11 @@ def run_expected_block(fast: FastWorker, decision: Decision, policy: DecidesAhea
     if w.lag_dirty:  # else every lag is already 0
         live.lag[:] = 0
         w.lag_dirty = False
-    price = w.pricers.sd
-    dts = price(ctx_rows[:m], config) if price is not None and m >= _PRICE_ROWS else \
-        [w.cost.sd_time(c, config) for c in ctx_rows[:m]]
+    if prices is not None and config in shapes:
+        dts = prices[shapes.index(config)]
+    else:
+        dts = price(ctx_rows[:m], config) if price is not None and m >= _PRICE_ROWS else \
+            [w.cost.sd_time(c, config) for c in ctx_rows[:m]]
     acc = round(float(_sum(np.full(b, a - 1.0))))  # each row's accepted tokens, as speculate_one sums them
     _close(fast, config, b, m, dts, emitted, tokens, np.full(m, acc, dtype=np.int64), pending)
 
@@ -205,14 +214,32 @@ class AheadBlocks:
         used = np.where(finish, used, k)
         sums = np.add.reduce(rows, axis=2)  # the contexts' sum before each iteration
         sums_l, used_l, finish_l = sums.tolist(), used.tolist(), finish.tolist()
-        kept, pendings, emitted_l = [], [], []
+        # every row's paged sum and batch: what the row pricer reads
+        up = rows[:, :depth, :] + (self.block - 1)
+        pages = np.right_shift(up, self.shift, out=up) if self.shift is not None else up // self.block
+        paged = np.add.reduce(pages, axis=2) * self.block
+        ctx_sum = sums[:, :depth]
+        batch = np.broadcast_to(np.array(b_l, dtype=np.int64)[:, None], (w_n, depth))
+        # the shapes the members' policies price at every row of their blocks, priced here for all of them
+        prices: list[list[list[float]] | None] = [None] * w_n
+        asked: dict[SDConfig, list[int]] = {}
+        for i, (fast, _, _) in enumerate(members):
+            if fast.shapes is not None:
+                prices[i] = []
+                for c in fast.shapes:
+                    asked.setdefault(c, []).append(i)
+        for c, idx in asked.items():
+            for i, got in zip(idx, self._price(c, idx, used_l, paged, ctx_sum, batch), strict=True):
+                prices[i].append(got)
+        kept, pendings, emitted_l, dts = [], [], [], []
+        later: list[int] = []  # members whose kept iterations are priced after the policies answered
         for i, (fast, _, policy) in enumerate(members):
             b, n, s, end = b_l[i], used_l[i], sums_l[i], ends[i]
             drawn_w = [s[j + 1] - s[j] for j in range(n)]  # tokens drawn per iteration (whole numbers, exact)
             emitted = list(drawn_w)
             if finish_l[i]:  # the last iteration clipped at each request's end
                 emitted[-1] = int(_sum(np.minimum(rows[i, n, :b], end))) - s[n - 1]
-            m, pending = policy.ahead(configs[i], b, emitted, rows[i, :n, :b])
+            m, pending = policy.ahead(configs[i], b, emitted, rows[i, :n, :b], prices[i])
             fast.stream.pos -= (k_l[i] - m) * b  # only the draws of the iterations that ran
             live = lives[i]
             if m == n and finish_l[i]:
@@ -223,34 +250,41 @@ class AheadBlocks:
             kept.append(m)
             pendings.append(pending)
             emitted_l.append((emitted, drawn_w))
-        # every kept iteration's time, priced with its worker's batch and shape
-        m_a = np.array(kept, dtype=np.int64)
-        top = max(kept)
-        valid = np.arange(top)[None, :] < m_a[:, None]
-        up = rows[:, :top, :] + (self.block - 1)
-        pages = np.right_shift(up, self.shift, out=up) if self.shift is not None else up // self.block
-        paged = (np.add.reduce(pages, axis=2) * self.block)[valid]
-        ctx_sum = sums[:, :top][valid]
-        batch = np.broadcast_to(np.array(b_l, dtype=np.int64)[:, None], (w_n, top))[valid]
-        if len(shapes) == 1:
-            dts = self.rows_price(paged, ctx_sum, batch, configs[0]).tolist()
-        else:
-            row_member = np.broadcast_to(np.arange(w_n)[:, None], (w_n, top))[valid]
-            dts_a = np.empty(len(paged))
-            for c, idx in shapes.items():
-                mine = np.isin(row_member, idx)
-                dts_a[mine] = self.rows_price(paged[mine], ctx_sum[mine], batch[mine], c)
-            dts = dts_a.tolist()
-        pos = 0
+            shapes = fast.shapes
+            if prices[i] is not None and configs[i] in shapes:
+                dts.append(prices[i][shapes.index(configs[i])])
+            else:
+                dts.append([])
+                later.append(i)
+        # the other members' kept iterations, priced with their own batch and shape
+        by_shape: dict[SDConfig, list[int]] = {}
+        for i in later:
+            by_shape.setdefault(configs[i], []).append(i)
+        for c, idx in by_shape.items():
+            for i, got in zip(idx, self._price(c, idx, kept, paged, ctx_sum, batch), strict=True):
+                dts[i] = got
         for i, (fast, _, _) in enumerate(members):
             m = kept[i]
             emitted, drawn_w = emitted_l[i]
-            _close(fast, configs[i], b_l[i], m, dts[pos:pos + m], emitted, emitted,
+            _close(fast, configs[i], b_l[i], m, dts[i], emitted, emitted,
                    np.array(drawn_w[:m], dtype=np.int64) - b_l[i], pendings[i])
-            pos += m
             fast.in_block = False
             _after(fast)
         return [f for f, _, _ in members]
+
+    def _price(self, config: SDConfig, idx: list[int], rows_of: list[int], paged: np.ndarray, ctx_sum: np.ndarray,
+               batch: np.ndarray) -> list[list[float]]:
+        """``config``'s time at the first ``rows_of[i]`` rows of each member ``i`` in ``idx``, in one
+        call of the row pricer (each row with its own batch), as one list per member."""
+        counts = [rows_of[i] for i in idx]
+        sel = np.array(idx, dtype=np.intp)
+        valid = np.arange(paged.shape[1])[None, :] < np.array(counts, dtype=np.int64)[:, None]
+        got = self.rows_price(paged[sel][valid], ctx_sum[sel][valid], batch[sel][valid], config).tolist()
+        out, at = [], 0
+        for n in counts:
+            out.append(got[at:at + n])
+            at += n
+        return out
 
 
 def _close(fast: FastWorker, config: SDConfig, b: int, m: int, dts: list[float], emitted: list[float] | list[int],
