@@ -214,12 +214,13 @@ class AheadBlocks:
         used = np.where(finish, used, k)
         sums = np.add.reduce(rows, axis=2)  # the contexts' sum before each iteration
         sums_l, used_l, finish_l = sums.tolist(), used.tolist(), finish.tolist()
-        # every row's paged sum and batch: what the row pricer reads
-        up = rows[:, :depth, :] + (self.block - 1)
+        # every row a block used: its paged sum, context sum and batch (what the row pricer reads)
+        top = max(used_l)
+        up = rows[:, :top, :] + (self.block - 1)
         pages = np.right_shift(up, self.shift, out=up) if self.shift is not None else up // self.block
         paged = np.add.reduce(pages, axis=2) * self.block
-        ctx_sum = sums[:, :depth]
-        batch = np.broadcast_to(np.array(b_l, dtype=np.int64)[:, None], (w_n, depth))
+        ctx_sum = sums[:, :top]
+        batch = np.broadcast_to(np.array(b_l, dtype=np.int64)[:, None], (w_n, top))
         # the shapes the members' policies price at every row of their blocks, priced here for all of them
         prices: list[list[list[float]] | None] = [None] * w_n
         asked: dict[SDConfig, list[int]] = {}
