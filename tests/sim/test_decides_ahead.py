@@ -51,13 +51,15 @@ def test_blocks_of_one_iteration_spans_equal_the_reference(spec, seed, mode):
 
 
 @needs_shared_traces()
+@pytest.mark.parametrize("mode", ["stochastic", "expected"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("spec", POLICIES)
-def test_blocks_of_many_workers_together_equal_the_reference(spec, seed):
-    """Eight workers' stochastic blocks a round at a time (``AheadBlocks``): different shapes and batch
-    sizes in one round, blocks cut at different iterations (a draw mapped with another worker's shape,
-    a price with another's batch, or a rewind off by one fails it)."""
-    s = resolve(None, [("policies", (spec,), "test"), ("acceptance.mode", "stochastic", "test"),
+def test_blocks_of_many_workers_together_equal_the_reference(spec, seed, mode):
+    """Eight workers' blocks a round at a time (``AheadBlocks``), both acceptance modes: different
+    shapes and batch sizes in one round, blocks cut at different iterations (a draw mapped with
+    another worker's shape, a price with another's batch, a padded request counted, or a rewind off
+    by one fails it)."""
+    s = resolve(None, [("policies", (spec,), "test"), ("acceptance.mode", mode, "test"),
                        ("seed", seed, "test"), ("trace.prompts_per_step", 24, "test"), ("trace.cap", 9000, "test"),
                        ("trace.num_steps", 2, "test"), ("cluster.gpus", 32, "test"),
                        ("cluster.tp", 4, "test")]).scenario

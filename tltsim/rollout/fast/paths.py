@@ -90,11 +90,11 @@ class FastPaths:
         worker.prepare_sd(decision)
         if hold == 1:
             if fast.ahead is not None and not decision.switch_on:
-                if worker.expected:
-                    ahead.run_expected_block(fast, decision, fast.ahead)
-                elif self.blocks is not None:
+                if self.blocks is not None:
                     self.blocks.enter(fast, decision, fast.ahead)
                     return  # the round retires
+                if worker.expected:
+                    ahead.run_expected_block(fast, decision, fast.ahead)
                 else:
                     ahead.run_block(fast, decision, fast.ahead)
             else:
@@ -131,8 +131,9 @@ def run_step(workers: list[FastPaths], run: FastRun, sampler: AcceptSampler | No
     do the blocks of policies that offer the block hint (:class:`~tltsim.rollout.fast.ahead.AheadBlocks`),
     where the cost model has a row pricer."""
     together = blocks = None
-    if stochastic and run.pricers.rows is not None and sampler is not None and len(workers) > 1:
-        together = tails.StochasticTails(run.pricers.rows, run.pricers.block, sampler, drafter)
+    if run.pricers.rows is not None and sampler is not None and len(workers) > 1:
+        if stochastic:
+            together = tails.StochasticTails(run.pricers.rows, run.pricers.block, sampler, drafter)
         if any(door.state.ahead is not None for door in workers):
             blocks = ahead.AheadBlocks(run.pricers.rows, run.pricers.block, sampler, drafter)
         for door in workers:
