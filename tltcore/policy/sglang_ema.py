@@ -34,8 +34,10 @@ Speed. The policy decides every iteration (the contexts move its prices and ever
 its EMA), so it offers the engines the block hint :meth:`SglangEma.ahead`
 (:class:`~tltcore.policy.base.DecidesAhead`): the rounds of a block of iterations in one call, every
 candidate priced over the block's contexts by the cost model's row form (``sd_rows_times``, pinned bit
-for bit to ``sd_time``), the EMA and the choice then folded iteration by iteration with the same
-float operations as :meth:`SglangEma.observe` and :meth:`SglangEma.decide`.
+for bit to ``sd_time``; or by the engine, for many workers' blocks at once, where the policy prices
+with the engine's own cost model: :meth:`SglangEma.ahead_shapes`), the EMA and the choice then folded
+iteration by iteration with the same float operations as :meth:`SglangEma.observe` and
+:meth:`SglangEma.decide`.
 """
 
 from __future__ import annotations

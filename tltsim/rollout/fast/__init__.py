@@ -52,7 +52,9 @@ paths:
 * *deciding ahead*: ``ahead(config, b, emitted, ctx_rows) -> (m, decision)``
   (:class:`~tltcore.policy.base.DecidesAhead`, offered by ``sglang-ema``) -- a policy that answers
   ``hold`` 1 at every iteration folds the rounds of a whole block of iterations in one call and says
-  where its answer changes; the block is cut there (:mod:`~tltsim.rollout.fast.ahead`).
+  where its answer changes; the block is cut there (:mod:`~tltsim.rollout.fast.ahead`). With
+  ``ahead_shapes()`` it names the chains it prices at every row: where it prices them with the
+  worker's own cost model, the engine prices them for all workers' blocks at once and passes them in.
 """
 
 from tltsim.rollout.fast.event_blocks import SimEventLog
