@@ -29,7 +29,8 @@ def _frames(spec: str, seed: int, mode: str) -> tuple[pd.DataFrame, pd.DataFrame
                        ("trace.num_steps", 2, "test"), ("cluster.gpus", 8, "test"),
                        ("cluster.tp", 4, "test")]).scenario
     inputs = prepare(s)
-    with mock.patch.object(ahead, "run_block", wraps=ahead.run_block) as blocks:
+    block = ahead.run_expected_block if mode == "expected" else ahead.run_block
+    with mock.patch.object(ahead, block.__name__, wraps=block) as blocks:
         fast = run_policy(s, spec, inputs)
     slow = run_policy(s, spec, replace(inputs, engine=replace(inputs.engine, fast=False)))
     return fast, slow, blocks.call_count
@@ -39,17 +40,123 @@ def test_sglang_ema_offers_the_block_hint():
     assert isinstance(SglangEma(), DecidesAhead)
 
 
+def test_engine_priced_rows_fold_as_the_policy_prices_them():
+    """``ahead(..., prices=)`` (the engine priced the policy's chains, ``ahead_shapes``) answers and
+    leaves the state its own pricing does, on rows whose best depth flips (200 requests: depth 1 at
+    short contexts, depth 3 at long ones), so a price read one row off moves the cut."""
+    import numpy as np
+
+    from tltcore.cost import RooflineCostModel
+    from tltcore.hardware import get_gpu
+    from tltcore.model_shape import get_model
+    from tltcore.policy.base import BatchView, SDConfig
+
+    cost = RooflineCostModel(get_model("Qwen2.5-7B"), get_gpu("h100"))
+    b = 200
+    rows = np.repeat(np.array([200, 200, 30000, 200, 30000], dtype=np.int64)[:, None], b, axis=1)
+    emitted = [300] * len(rows)
+    out = []
+    for engine_priced in (False, True):
+        policy = SglangEma(cost_model=cost, hysteresis=0.0, prior_accept_rate=0.6)
+        model, shapes = policy.ahead_shapes()
+        assert model is cost and [c.depth for c in shapes] == list(policy.depths)
+        prices = [cost.sd_rows_times(rows, c) for c in shapes] if engine_priced else None
+        m, pending = policy.ahead(SDConfig.chain(1), b, emitted, rows, prices)
+        after = policy.decide(BatchView(b, tuple(rows[m].tolist())))
+        out.append((m, pending, policy.accept_rate(b), after))
+    assert out[0] == out[1]
+    assert out[0][0] == 2 and out[0][1].config.depth == 3  # the answer flipped at the first long row
+    assert SglangEma(depths=(0, 1, 3), cost_model=cost).ahead_shapes() is None  # depth 0: decode_time, not a chain
+    assert SglangEma().ahead_shapes() is None  # no cost model: the proxy prices by batch size
+
+
 @needs_shared_traces()
+@pytest.mark.parametrize("mode", ["stochastic", "expected"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("spec", POLICIES)
-def test_blocks_of_one_iteration_spans_equal_the_reference(spec, seed):
-    fast, slow, blocks = _frames(spec, seed, "stochastic")
+def test_blocks_of_one_iteration_spans_equal_the_reference(spec, seed, mode):
+    fast, slow, blocks = _frames(spec, seed, mode)
     assert blocks > 0  # the block path ran
     pd.testing.assert_frame_equal(fast, slow, check_exact=True)
 
 
 @needs_shared_traces()
-def test_expected_mode_keeps_the_one_iteration_path():
-    fast, slow, blocks = _frames("sglang-ema", 0, "expected")
-    assert blocks == 0
+@pytest.mark.parametrize("mode", ["stochastic", "expected"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("spec", POLICIES)
+def test_blocks_of_many_workers_together_equal_the_reference(spec, seed, mode):
+    """Eight workers' blocks a round at a time (``AheadBlocks``), both acceptance modes: different
+    shapes and batch sizes in one round, blocks cut at different iterations (a draw mapped with
+    another worker's shape, a price with another's batch, a padded request counted, or a rewind off
+    by one fails it)."""
+    s = resolve(None, [("policies", (spec,), "test"), ("acceptance.mode", mode, "test"),
+                       ("seed", seed, "test"), ("trace.prompts_per_step", 24, "test"), ("trace.cap", 9000, "test"),
+                       ("trace.num_steps", 2, "test"), ("cluster.gpus", 32, "test"),
+                       ("cluster.tp", 4, "test")]).scenario
+    assert s.n_workers == 8
+    inputs = prepare(s)
+    with mock.patch.object(ahead.AheadBlocks, "round", autospec=True, side_effect=ahead.AheadBlocks.round) as rounds:
+        fast = run_policy(s, spec, inputs)
+    slow = run_policy(s, spec, replace(inputs, engine=replace(inputs.engine, fast=False)))
+    assert rounds.call_count > 0
     pd.testing.assert_frame_equal(fast, slow, check_exact=True)
+
+
+class _Shown:
+    """The policy the simulator built, recording the views it is shown; its block hint kept."""
+
+    def __init__(self, inner, shown: list) -> None:
+        self.inner, self.shown, self.name = inner, shown, inner.name
+
+    def decide(self, view):
+        self.shown.append(view)
+        return self.inner.decide(view)
+
+    def observe(self, outcome) -> None:
+        self.inner.observe(outcome)
+
+    def reset(self, step: int) -> None:
+        self.inner.reset(step)
+
+    def ahead(self, *args):
+        return self.inner.ahead(*args)
+
+    def ahead_shapes(self):
+        return self.inner.ahead_shapes()
+
+
+@needs_shared_traces()
+@pytest.mark.parametrize("mode", ["stochastic", "expected"])
+@pytest.mark.parametrize("spec", POLICIES[:2])
+def test_blocks_show_the_views_the_reference_shows(spec, mode):
+    """The views a policy is asked with between blocks are the reference's views at those points,
+    field for field (the clock, the iteration count, the recent-accept estimate a block folded,
+    the contexts): each policy's views on the block path are a subsequence of the reference's, in
+    order. An estimate or a clock folded wrongly changes no event row while no policy reads it."""
+    from tltcore.policy import registry
+
+    s = resolve(None, [("policies", (spec,), "test"), ("acceptance.mode", mode, "test"), ("seed", 0, "test"),
+                       ("trace.prompts_per_step", 24, "test"), ("trace.cap", 9000, "test"),
+                       ("trace.num_steps", 2, "test"), ("cluster.gpus", 32, "test"),
+                       ("cluster.tp", 4, "test")]).scenario
+    inputs = prepare(s)
+    build = registry.make_policy
+
+    def shown_by(engine) -> list[list]:
+        shown: list[list] = []
+
+        def make(*args, **kwargs):
+            shown.append([])
+            return _Shown(build(*args, **kwargs), shown[-1])
+
+        with mock.patch.object(registry, "make_policy", make):
+            run_policy(s, spec, replace(inputs, engine=engine))
+        return shown
+
+    fast, slow = shown_by(inputs.engine), shown_by(replace(inputs.engine, fast=False))
+    assert len(fast) == len(slow) == s.n_workers
+    assert isinstance(_Shown(SglangEma(), []), DecidesAhead)
+    for got, want in zip(fast, slow, strict=True):
+        assert 0 < len(got) < len(want)  # the blocks skipped the views they folded
+        it = iter(want)
+        assert all(any(view == w for w in it) for view in got)  # in order, each one of the reference's

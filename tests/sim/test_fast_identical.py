@@ -268,3 +268,24 @@ def test_one_iteration_sd_leaves_drafters_up_to_date_as_the_reference_does(mode)
            for fast in (True, False)]
     pd.testing.assert_frame_equal(out[0], out[1], check_exact=True)
     assert "catch_up" not in out[0]["kind"].tolist()
+
+
+@needs_shared_traces()
+@pytest.mark.parametrize("mode", ["expected", "stochastic"])
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_policies_deciding_ahead_fast_equals_reference(name, seed, mode):
+    """``sglang-ema`` bare (the recorder above hides its block hint, ``DecidesAhead``): its blocks of
+    one-iteration spans, expected and stochastic, one worker's or many workers' a round at a time,
+    give the reference's event log and summary on every bundled scenario."""
+    from tltsim.rollout.fast import ahead
+
+    policies = ("sglang-ema", "sglang-ema:depths=1,2,4,8:hysteresis=0:smoothing=0.9")
+    s = resolve(name, [*SMALL, ("seed", seed, "test"), ("acceptance.mode", mode, "test"),
+                       ("trace.num_steps", 2, "test"), ("policies", policies, "test")]).scenario
+    inputs = prepare(s)
+    block = ahead.run_expected_block if mode == "expected" else ahead.run_block
+    with mock.patch.object(ahead, block.__name__, wraps=block) as blocks:
+        fast = compare_policies(s, inputs)
+    _same(fast, compare_policies(s, replace(inputs, engine=replace(inputs.engine, fast=False))))
+    assert blocks.call_count > 0

@@ -281,10 +281,18 @@ class DecidesAhead(Protocol):
     last). A policy offers it only where its ``decide`` reads nothing of a view but its batch size and
     contexts, answers ``hold`` 1 without ``switch_on``, and its ``observe`` of an SD iteration reads
     nothing but the config, batch size, iterations and emitted tokens; each decision a fresh
-    ``SDConfig`` (so the event log gives every iteration its own row, as the rounds would)."""
+    ``SDConfig`` (so the event log gives every iteration its own row, as the rounds would).
 
-    def ahead(self, config: SDConfig, batch_size: int, emitted: list[int], ctx_rows: np.ndarray
-              ) -> tuple[int, Decision | None]: ...
+    ``ahead_shapes() -> (cost, shapes) | None``: the cost model the policy prices its candidates with
+    and the SD shapes it prices at every row of a block, where that is all it prices (fixed for the
+    policy's life), else None. An engine timed by that same cost model may price the shapes itself
+    (one call for many workers' blocks, and its own iterations' times taken from them) and pass
+    ``prices``: per shape, in that order, ``cost.sd_time`` at every row of ``ctx_rows``."""
+
+    def ahead(self, config: SDConfig, batch_size: int, emitted: list[int], ctx_rows: np.ndarray,
+              prices: list[list[float]] | None = None) -> tuple[int, Decision | None]: ...
+
+    def ahead_shapes(self) -> tuple[object, tuple[SDConfig, ...]] | None: ...
 
 
 def plain_phase_bound(policy: SDPolicy) -> Callable[[], int | None] | None:

@@ -34,8 +34,10 @@ Speed. The policy decides every iteration (the contexts move its prices and ever
 its EMA), so it offers the engines the block hint :meth:`SglangEma.ahead`
 (:class:`~tltcore.policy.base.DecidesAhead`): the rounds of a block of iterations in one call, every
 candidate priced over the block's contexts by the cost model's row form (``sd_rows_times``, pinned bit
-for bit to ``sd_time``), the EMA and the choice then folded iteration by iteration with the same
-float operations as :meth:`SglangEma.observe` and :meth:`SglangEma.decide`.
+for bit to ``sd_time``; or by the engine, for many workers' blocks at once, where the policy prices
+with the engine's own cost model: :meth:`SglangEma.ahead_shapes`), the EMA and the choice then folded
+iteration by iteration with the same float operations as :meth:`SglangEma.observe` and
+:meth:`SglangEma.decide`.
 """
 
 from __future__ import annotations
@@ -207,20 +209,34 @@ class SglangEma:
             self._current[r] = current = best
         return Decision(SDConfig.chain(current))
 
-    def ahead(self, config: SDConfig, batch_size: int, emitted: list[int], ctx_rows: np.ndarray
-              ) -> tuple[int, Decision | None]:
+    def ahead_shapes(self) -> tuple[OracleCost, tuple[SDConfig, ...]] | None:
+        """The cost model and the chains :meth:`ahead` prices at every row
+        (:class:`~tltcore.policy.base.DecidesAhead`): every candidate depth's chain, where there is a
+        cost model and no candidate is depth 0 (plain decoding, priced by ``decode_time``)."""
+        if self.cost_model is None or 0 in self.depths:
+            return None
+        return self.cost_model, tuple(self._chains[d] for d in self.depths)
+
+    def ahead(self, config: SDConfig, batch_size: int, emitted: list[int], ctx_rows: np.ndarray,
+              prices: list[list[float]] | None = None) -> tuple[int, Decision | None]:
         """The rounds of ``len(emitted)`` one-iteration spans of ``config`` in one call
         (:class:`~tltcore.policy.base.DecidesAhead`): per iteration :meth:`observe`'s EMA step, then
         :meth:`decide`'s scores at the next row's contexts, stopping at the first answer that is not
-        ``config``'s depth."""
+        ``config``'s depth. ``prices``: each depth's chain (:meth:`ahead_shapes`) priced at every row
+        by the cost model, when the engine priced them."""
         k = len(emitted)
         b = batch_size
         r = self.range_of(b)
         depth = config.depth
         depths = self.depths
-        costs = self._row_costs(ctx_rows[1:k], b) if k > 1 else {}
         # per iteration j, each depth's cost at row j + 1, in depths order (a tuple per iteration)
-        per_row = list(zip(*(costs[d] for d in depths), strict=True)) if k > 1 else []
+        if k <= 1:
+            per_row = []
+        elif prices is not None:
+            per_row = list(zip(*(p[1:k] for p in prices), strict=True))
+        else:
+            costs = self._row_costs(ctx_rows[1:k], b)
+            per_row = list(zip(*(costs[d] for d in depths), strict=True))
         powers = [d + 1 for d in depths]
         spans = [float(d + 1) for d in depths]  # chain_tokens at rate >= 1
         index = {d: i for i, d in enumerate(depths)}

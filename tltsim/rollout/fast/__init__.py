@@ -14,6 +14,8 @@ hands each unit of work after admission to the worker's door, :class:`~tltsim.ro
 * :mod:`~tltsim.rollout.fast.expected_tail` and :mod:`~tltsim.rollout.fast.tails`: a held SD
   decision's spans back to back, asking the policy between them (expected mode: many spans per numpy
   pass; stochastic: span after span, or with the other workers' tails a block per round);
+* :mod:`~tltsim.rollout.fast.ahead`: a block of one-iteration SD spans of a policy that decides every
+  iteration and offers the block hint (below), cut where its answer changes (both acceptance modes);
 * :mod:`~tltsim.rollout.fast.plain_phase`: a whole phase of plain spans, admissions and prefills
   included, in closed form;
 * :mod:`~tltsim.rollout.fast.event_blocks`: rows added as numpy column blocks;
@@ -30,7 +32,7 @@ uniform stream and the pricers against what they replace), ``tests/sim/test_spee
 (with pricers and call by call), and the fast/reference pairs in ``tests/sim/test_rollout.py`` and
 ``tests/sim/test_hold_beg_mab.py``. A change here that moves one bit fails them.
 
-**Optional policy hints.** Three properties of a policy let these paths skip asking it; none is part
+**Optional policy hints.** Four properties of a policy let these paths skip asking it; none is part
 of the policy contract (:mod:`tltcore.policy.base`), and a policy without them only runs on slower
 paths:
 
@@ -46,7 +48,13 @@ paths:
 * *one observe of n iterations equals n single rounds*: a policy's state after an Outcome of ``n``
   iterations is what ``n`` one-iteration rounds would have left, every part a later decision can read
   (one documented exception, of state no decision reads: a BEG-MAB bucket with a single arm,
-  :mod:`tltcore.policy.beg_mab`), so spans of many iterations are told once.
+  :mod:`tltcore.policy.beg_mab`), so spans of many iterations are told once;
+* *deciding ahead*: ``ahead(config, b, emitted, ctx_rows) -> (m, decision)``
+  (:class:`~tltcore.policy.base.DecidesAhead`, offered by ``sglang-ema``) -- a policy that answers
+  ``hold`` 1 at every iteration folds the rounds of a whole block of iterations in one call and says
+  where its answer changes; the block is cut there (:mod:`~tltsim.rollout.fast.ahead`). With
+  ``ahead_shapes()`` it names the chains it prices at every row: where it prices them with the
+  worker's own cost model, the engine prices them for all workers' blocks at once and passes them in.
 """
 
 from tltsim.rollout.fast.event_blocks import SimEventLog

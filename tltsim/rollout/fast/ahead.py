@@ -12,16 +12,37 @@ which the policy would have answered differently; the draws of the rest go back 
 different answer is run next. Per kept iteration everything else is what ``speculate_one`` does, in
 the same order: the time priced at that iteration's contexts (the cost model's row form, or per row),
 the clock, the recent-accept estimate and one event row each (written as one column block).
-Stochastic acceptance only; expected mode keeps the one-iteration path.
+
+In expected acceptance mode :func:`run_expected_block` does the same with the rows
+:func:`~tltsim.rollout.fast.spans.speculate_expected_blocks` computes: every request emits the expected
+accept length until the iteration in which one finishes, which alone is clipped, so the block's
+remaining and generated tokens are running sums (``numpy.cumsum`` adds in order, the per-iteration
+path's float operations) and nothing is drawn or given back.
+
+In stochastic mode the blocks of every worker of a step whose next unit is such a block advance
+together (:class:`AheadBlocks`, one block per worker per round), as the held tails of
+:mod:`~tltsim.rollout.fast.tails` do: each block costs a few dozen small numpy calls whatever its
+size, so one padded ``(workers, iterations, requests)`` array per round does the draws (each
+worker's own stream, one sampler call per shape), cumulative sums, first finishes and, once every
+worker's policy has folded its block, the prices of the kept iterations (per row with its own batch,
+:meth:`~tltcore.cost.protocol.PagedKVTimes.sd_times_from_sums`). Per worker everything else is what
+:func:`run_block` does, in the same order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 
-from tltcore.policy.base import DecidesAhead, Decision
+from tltcore.acceptance import AcceptSampler
+from tltcore.drafter.state import DrafterState
+from tltcore.policy.base import DecidesAhead, Decision, SDConfig
 from tltsim.rollout.fast.spans import _BLOCK_DRAWS, _PRICE_ROWS, draw_block
 from tltsim.rollout.fast.state import FastWorker
+from tltsim.rollout.fast.tails import _FAR, _Given
+from tltsim.rollout.worker import _EPS
 
 _sum, _min = np.add.reduce, np.minimum.reduce
 
@@ -32,7 +53,7 @@ def run_block(fast: FastWorker, decision: Decision, policy: DecidesAhead) -> Non
     w = fast.worker
     config = decision.config
     live = w.live
-    b, t = len(live), w.t
+    b = len(live)
     if w.lag_dirty:  # else every lag is already 0
         live.lag[:] = 0
         w.lag_dirty = False
@@ -45,16 +66,349 @@ def run_block(fast: FastWorker, decision: Decision, policy: DecidesAhead) -> Non
     emitted = list(drawn)
     if finish:  # the last iteration clipped at each request's end
         emitted[-1] = int(_sum(np.minimum(rows[used], end))) - int(sums[used - 1])
-    m, pending = policy.ahead(config, b, emitted, rows[:used])
+    shapes, price = fast.shapes, w.pricers.sd
+    prices = [price(rows[:used], s, sums[:used]) for s in shapes] if shapes is not None and price is not None \
+        else None
+    m, pending = policy.ahead(config, b, emitted, rows[:used], prices)
     fast.stream.pos -= (k - m) * b  # only the draws of the iterations that ran
     if m == used and finish:
         np.minimum(rows[m], end, out=ctx)
     else:
         ctx[:] = rows[m]
     np.subtract(end, ctx, out=rem)
-    price = w.pricers.sd
-    dts = price(rows[:m], config, sums[:m]) if price is not None and m >= _PRICE_ROWS else \
-        [w.cost.sd_time(c, config) for c in rows[:m]]
+    if prices is not None and config in shapes:
+        dts = prices[shapes.index(config)]
+    else:
+        dts = price(rows[:m], config, sums[:m]) if price is not None and m >= _PRICE_ROWS else \
+            [w.cost.sd_time(c, config) for c in rows[:m]]
+    _close(fast, config, b, m, dts, emitted, emitted, np.array(drawn[:m], dtype=np.int64) - b, pending)
+
+
+def run_expected_block(fast: FastWorker, decision: Decision, policy: DecidesAhead) -> None:
+    """One block of ``decision``'s one-iteration SD spans in expected acceptance mode (module
+    docstring): per kept iteration what :func:`~tltsim.rollout.fast.spans.speculate_one` leaves --
+    the remaining and generated tokens, the contexts, the clock, the recent-accept estimate, the
+    iteration count and one event row (its tokens and accepted floats rounded as the frame rounds
+    them) -- with the same float operations in the same order. The caller retires the finished
+    requests, as after ``speculate_one``."""
+    w = fast.worker
+    config = decision.config
+    live = w.live
+    b = len(live)
+    a = w.draw(config, b)  # the expected accept length (raises without an acceptance model)
+    full = float(_sum(np.full(b, a)))  # an unclipped iteration's emitted tokens, summed as speculate_one sums them
+    rem, gen, prompt = live.rem, live.gen, live.prompt
+    k = min(int(float(_min(rem)) / a) + 1, max(2, _BLOCK_DRAWS // b))
+    r = np.empty((k + 1, b))
+    r[0], r[1:] = rem, -a
+    np.cumsum(r, axis=0, out=r)  # r[j]: remaining after j unclipped iterations (rem - a, iteration by iteration)
+    g = np.empty((k + 1, b))
+    g[0], g[1:] = gen, a
+    np.cumsum(g, axis=0, out=g)  # g[j]: generated after j unclipped iterations
+    hit = _min(r[1:], axis=1) <= _EPS
+    used = int(hit.argmax()) + 1
+    finish = bool(hit[used - 1])
+    if not finish:
+        used = k
+    ctx_rows = np.empty((used, b), dtype=np.int64)  # the contexts before each iteration
+    ctx_rows[0] = live.ctx
+    if used > 1:
+        np.add(np.floor(g[1:used] + _EPS).astype(np.int64), prompt, out=ctx_rows[1:])
+    emitted = [full] * used
+    if finish:  # the finishing iteration: every request clipped at what it has left
+        step = np.minimum(r[used - 1], a)
+        emitted[-1] = float(_sum(step))
+    tokens = [round(e) for e in emitted]  # as the Outcomes and the frame round them
+    shapes, price = fast.shapes, w.pricers.sd
+    prices = [price(ctx_rows, s) for s in shapes] if shapes is not None and price is not None else None
+    m, pending = policy.ahead(config, b, tokens, ctx_rows, prices)
+    if m == used and finish:
+        rem[:] = r[m - 1] - step
+        gen[:] = g[m - 1] + step
+    else:
+        rem[:] = r[m]
+        gen[:] = g[m]
+    np.add(prompt, np.floor(gen + _EPS).astype(np.int64), out=live.ctx)
+    if w.lag_dirty:  # else every lag is already 0
+        live.lag[:] = 0
+        w.lag_dirty = False
+    if prices is not None and config in shapes:
+        dts = prices[shapes.index(config)]
+    else:
+        dts = price(ctx_rows[:m], config) if price is not None and m >= _PRICE_ROWS else \
+            [w.cost.sd_time(c, config) for c in ctx_rows[:m]]
+    acc = round(float(_sum(np.full(b, a - 1.0))))  # each row's accepted tokens, as speculate_one sums them
+    _close(fast, config, b, m, dts, emitted, tokens, np.full(m, acc, dtype=np.int64), pending)
+
+
+@dataclass
+class _Drafted:
+    """One round's blocks before the policies answer: ``ctx[i, j]`` member ``i``'s contexts before
+    iteration ``j`` of its block (padded requests 0), ``sums`` their sums, ``used`` the iterations
+    each block ran (to its first finish), ``emitted`` each iteration's emitted tokens (what the
+    recent-accept estimate reads), ``tokens`` their whole numbers (what the policy and the rows
+    read), and ``commit(i, m)`` leaves member ``i``'s live state after ``m`` iterations and returns
+    their rows' accepted tokens."""
+
+    ctx: np.ndarray
+    sums: np.ndarray
+    used: list[int]
+    emitted: list[list[float]] | list[list[int]]
+    tokens: list[list[int]]
+    commit: Callable[[int, int], np.ndarray]
+
+
+class AheadBlocks:
+    """The workers of one step whose next unit is a block of the block hint, one block per worker
+    per round (module docstring): stochastic blocks, or, in expected mode, the rows
+    :func:`run_expected_block` computes."""
+
+    def __init__(self, rows_price: Callable[..., np.ndarray], block: int, sampler: AcceptSampler,
+                 drafter: DrafterState) -> None:
+        self.rows_price, self.block, self.sampler, self.drafter = rows_price, block, sampler, drafter
+        self.shift = block.bit_length() - 1 if block & (block - 1) == 0 else None
+        self.members: list[tuple[FastWorker, Decision, DecidesAhead]] = []
+
+    def enter(self, fast: FastWorker, decision: Decision, policy: DecidesAhead) -> None:
+        """``fast.worker``'s next unit is a block of ``decision`` (SD, hold 1, no switch), run next round."""
+        fast.in_block = True
+        self.members.append((fast, decision, policy))
+
+    def round(self) -> list[FastWorker]:
+        """One block for every member, each then retiring its finished requests, as after
+        :func:`run_block` (:func:`run_expected_block`); returns the members (all back to their own loop)."""
+        members, self.members = self.members, []
+        expected = members[0][0].worker.expected
+        if len(members) == 1:  # nothing to stack
+            fast, decision, policy = members[0]
+            fast.in_block = False
+            (run_expected_block if expected else run_block)(fast, decision, policy)
+            _after(fast)
+            return [fast]
+        w_n = len(members)
+        configs = [d.config for _, d, _ in members]
+        b_l = [len(f.worker.live) for f, _, _ in members]
+        for f, _, _ in members:
+            w = f.worker
+            if w.lag_dirty:  # else every lag is already 0
+                w.live.lag[:] = 0
+                w.lag_dirty = False
+        blocks = _expected(members, configs, b_l) if expected else self._stochastic(members, configs, b_l)
+        used_l, ctx = blocks.used, blocks.ctx
+        # every row a block used: its paged sum, context sum and batch (what the row pricer reads)
+        top = max(used_l)
+        up = ctx[:, :top, :] + (self.block - 1)
+        pages = np.right_shift(up, self.shift, out=up) if self.shift is not None else up // self.block
+        paged = np.add.reduce(pages, axis=2) * self.block
+        ctx_sum = blocks.sums[:, :top]
+        batch = np.broadcast_to(np.array(b_l, dtype=np.int64)[:, None], (w_n, top))
+        # the shapes the members' policies price at every row of their blocks, priced here for all of them
+        prices: list[list[list[float]] | None] = [None] * w_n
+        asked: dict[SDConfig, list[int]] = {}
+        for i, (fast, _, _) in enumerate(members):
+            if fast.shapes is not None:
+                prices[i] = []
+                for c in fast.shapes:
+                    asked.setdefault(c, []).append(i)
+        for c, idx in asked.items():
+            for i, got in zip(idx, self._price(c, idx, used_l, paged, ctx_sum, batch), strict=True):
+                prices[i].append(got)
+        kept, pendings, accepted, dts = [], [], [], []
+        later: list[int] = []  # members whose kept iterations are priced after the policies answered
+        for i, (fast, _, policy) in enumerate(members):
+            b, n = b_l[i], used_l[i]
+            m, pending = policy.ahead(configs[i], b, blocks.tokens[i], ctx[i, :n, :b], prices[i])
+            accepted.append(blocks.commit(i, m))
+            kept.append(m)
+            pendings.append(pending)
+            shapes = fast.shapes
+            if prices[i] is not None and configs[i] in shapes:
+                dts.append(prices[i][shapes.index(configs[i])])
+            else:
+                dts.append([])
+                later.append(i)
+        # the other members' kept iterations, priced with their own batch and shape
+        by_shape: dict[SDConfig, list[int]] = {}
+        for i in later:
+            by_shape.setdefault(configs[i], []).append(i)
+        for c, idx in by_shape.items():
+            for i, got in zip(idx, self._price(c, idx, kept, paged, ctx_sum, batch), strict=True):
+                dts[i] = got
+        for i, (fast, _, _) in enumerate(members):
+            _close(fast, configs[i], b_l[i], kept[i], dts[i], blocks.emitted[i], blocks.tokens[i], accepted[i],
+                   pendings[i])
+            fast.in_block = False
+            _after(fast)
+        return [f for f, _, _ in members]
+
+    def _stochastic(self, members: list[tuple[FastWorker, Decision, DecidesAhead]], configs: list[SDConfig],
+                    b_l: list[int]) -> _Drafted:
+        """The members' stochastic blocks, as :func:`run_block` draws them: each worker's next draws
+        from its own stream (one sampler call per shape), cumulative sums, cut at the first finish."""
+        w_n = len(members)
+        lives = [f.worker.live for f, _, _ in members]
+        width = max(b_l)
+        ctx_p = np.zeros((w_n, width), dtype=np.int64)
+        end_p = np.full((w_n, width), _FAR, dtype=np.int64)
+        ends, k_l = [], []
+        for i, ((f, _, _), live, b) in enumerate(zip(members, lives, b_l, strict=True)):
+            end = live.rem + live.ctx  # prompt + response: a request is done when its context reaches it
+            ends.append(end)
+            ctx_p[i, :b] = live.ctx
+            end_p[i, :b] = end
+            shortest = int(_min(live.rem))
+            k_l.append(min(shortest, max(2, _BLOCK_DRAWS // b),
+                           int(shortest / f.worker.mean_accept(configs[i]) * 1.25) + 2))
+        k_l = _cut(k_l)
+        depth = max(k_l)
+        # each worker's next k * b uniforms, mapped to accept lengths by the sampler (one call per shape)
+        u = [f.stream.random(k * b) for (f, _, _), k, b in zip(members, k_l, b_l, strict=True)]
+        shapes: dict[SDConfig, list[int]] = {}
+        for i, c in enumerate(configs):
+            shapes.setdefault(c, []).append(i)
+        draw, drafter = self.sampler.draw, self.drafter
+        drawn: list[np.ndarray] = [u[0]] * w_n
+        for c, idx in shapes.items():
+            got = draw(c, sum(len(u[i]) for i in idx), _Given(np.concatenate([u[i] for i in idx])), drafter)
+            at = 0
+            for i in idx:
+                drawn[i] = got[at:at + len(u[i])]
+                at += len(u[i])
+        # rows[w, j]: worker w's contexts after j iterations of its block, unclipped (row 0: now)
+        rows = np.zeros((w_n, depth + 1, width), dtype=np.int64)
+        rows[:, 0, :] = ctx_p
+        for i, (k, b) in enumerate(zip(k_l, b_l, strict=True)):
+            rows[i, 1:k + 1, :b] = drawn[i].reshape(k, b)
+        np.cumsum(rows, axis=1, out=rows)
+        k = np.array(k_l, dtype=np.int64)
+        hit = np.logical_or.reduce(rows[:, 1:, :] >= end_p[:, None, :], axis=2)
+        hit &= np.arange(depth)[None, :] < k[:, None]
+        used = hit.argmax(axis=1) + 1
+        finish = hit[np.arange(w_n), used - 1]
+        used = np.where(finish, used, k)
+        sums = np.add.reduce(rows, axis=2)  # the contexts' sum before each iteration
+        sums_l, used_l, finish_l = sums.tolist(), used.tolist(), finish.tolist()
+        emitted_l = []
+        for i in range(w_n):
+            b, n, s = b_l[i], used_l[i], sums_l[i]
+            emitted = [s[j + 1] - s[j] for j in range(n)]  # tokens drawn per iteration (whole numbers, exact)
+            if finish_l[i]:  # the last iteration clipped at each request's end
+                emitted[-1] = int(_sum(np.minimum(rows[i, n, :b], ends[i]))) - s[n - 1]
+            emitted_l.append(emitted)
+
+        def commit(i: int, m: int) -> np.ndarray:
+            b, s = b_l[i], sums_l[i]
+            members[i][0].stream.pos -= (k_l[i] - m) * b  # only the draws of the iterations that ran
+            live, end = lives[i], ends[i]
+            if m == used_l[i] and finish_l[i]:
+                np.minimum(rows[i, m, :b], end, out=live.ctx)
+            else:
+                live.ctx[:] = rows[i, m, :b]
+            np.subtract(end, live.ctx, out=live.rem)
+            return np.array([s[j + 1] - s[j] for j in range(m)], dtype=np.int64) - b
+
+        return _Drafted(rows, sums, used_l, emitted_l, emitted_l, commit)
+
+    def _price(self, config: SDConfig, idx: list[int], rows_of: list[int], paged: np.ndarray, ctx_sum: np.ndarray,
+               batch: np.ndarray) -> list[list[float]]:
+        """``config``'s time at the first ``rows_of[i]`` rows of each member ``i`` in ``idx``, in one
+        call of the row pricer (each row with its own batch), as one list per member."""
+        counts = [rows_of[i] for i in idx]
+        sel = np.array(idx, dtype=np.intp)
+        valid = np.arange(paged.shape[1])[None, :] < np.array(counts, dtype=np.int64)[:, None]
+        got = self.rows_price(paged[sel][valid], ctx_sum[sel][valid], batch[sel][valid], config).tolist()
+        out, at = [], 0
+        for n in counts:
+            out.append(got[at:at + n])
+            at += n
+        return out
+
+
+def _cut(k_l: list[int]) -> list[int]:
+    """Block sizes of one round: a long block waits for the next rounds (any size gives the same result;
+    the padded arrays are as deep as the longest)."""
+    cut = max(16, 4 * sorted(k_l)[len(k_l) // 2])
+    return [min(x, cut) for x in k_l]
+
+
+def _expected(members: list[tuple[FastWorker, Decision, DecidesAhead]], configs: list[SDConfig], b_l: list[int]
+              ) -> _Drafted:
+    """The members' expected-mode blocks, as :func:`run_expected_block` computes them: remaining and
+    generated tokens as running sums (padded requests: infinitely many left, none generated), cut
+    at the first iteration in which a request finishes, which alone is clipped."""
+    w_n = len(members)
+    ws = [f.worker for f, _, _ in members]
+    lives = [w.live for w in ws]
+    width = max(b_l)
+    a_l = [w.draw(c, b) for w, c, b in zip(ws, configs, b_l, strict=True)]  # the expected accept lengths
+    k_l = _cut([min(int(float(_min(live.rem)) / a) + 1, max(2, _BLOCK_DRAWS // b))
+                for live, a, b in zip(lives, a_l, b_l, strict=True)])
+    depth = max(k_l)
+    a = np.array(a_l)[:, None, None]
+    r = np.empty((w_n, depth + 1, width))
+    g = np.zeros((w_n, depth + 1, width))
+    ctx_p = np.zeros((w_n, width), dtype=np.int64)
+    prompt_p = np.zeros((w_n, width), dtype=np.int64)
+    r[:, 0, :] = np.inf
+    for i, (live, b) in enumerate(zip(lives, b_l, strict=True)):
+        r[i, 0, :b] = live.rem
+        g[i, 0, :b] = live.gen
+        ctx_p[i, :b] = live.ctx
+        prompt_p[i, :b] = live.prompt
+    r[:, 1:, :] = -a
+    g[:, 1:, :] = a
+    np.cumsum(r, axis=1, out=r)  # r[i, j]: remaining after j unclipped iterations (rem - a, iteration by iteration)
+    np.cumsum(g, axis=1, out=g)  # g[i, j]: generated after j unclipped iterations
+    k = np.array(k_l, dtype=np.int64)
+    hit = np.minimum.reduce(r[:, 1:, :], axis=2) <= _EPS
+    hit &= np.arange(depth)[None, :] < k[:, None]
+    used = hit.argmax(axis=1) + 1
+    finish = hit[np.arange(w_n), used - 1]
+    used = np.where(finish, used, k)
+    used_l, finish_l = used.tolist(), finish.tolist()
+    top = max(used_l)
+    ctx = np.empty((w_n, top, width), dtype=np.int64)  # the contexts before each iteration
+    ctx[:, 0, :] = ctx_p
+    if top > 1:
+        np.add(np.floor(g[:, 1:top, :] + _EPS).astype(np.int64), prompt_p[:, None, :], out=ctx[:, 1:, :])
+        ctx[:, 1:, :] *= (np.arange(width)[None, :] < np.array(b_l)[:, None])[:, None, :]  # padded requests: 0
+    sums = np.add.reduce(ctx, axis=2)
+    emitted_l, tokens_l, steps, accs = [], [], [], []
+    for i in range(w_n):
+        b, n = b_l[i], used_l[i]
+        full = float(_sum(np.full(b, a_l[i])))  # an unclipped iteration's emitted tokens, as speculate_one sums them
+        emitted = [full] * n
+        step = None
+        if finish_l[i]:  # the finishing iteration: every request clipped at what it has left
+            step = np.minimum(r[i, n - 1, :b], a_l[i])
+            emitted[-1] = float(_sum(step))
+        steps.append(step)
+        emitted_l.append(emitted)
+        tokens_l.append([round(e) for e in emitted])  # as the Outcomes and the frame round them
+        accs.append(round(float(_sum(np.full(b, a_l[i] - 1.0)))))  # each row's accepted, as speculate_one sums it
+
+    def commit(i: int, m: int) -> np.ndarray:
+        live, b = lives[i], b_l[i]
+        if m == used_l[i] and finish_l[i]:
+            live.rem[:] = r[i, m - 1, :b] - steps[i]
+            live.gen[:] = g[i, m - 1, :b] + steps[i]
+        else:
+            live.rem[:] = r[i, m, :b]
+            live.gen[:] = g[i, m, :b]
+        np.add(live.prompt, np.floor(live.gen + _EPS).astype(np.int64), out=live.ctx)
+        return np.full(m, accs[i], dtype=np.int64)
+
+    return _Drafted(ctx, sums, used_l, emitted_l, tokens_l, commit)
+
+
+def _close(fast: FastWorker, config: SDConfig, b: int, m: int, dts: list[float], emitted: list[float] | list[int],
+           tokens: list[int], accepted: np.ndarray, pending: Decision | None) -> None:
+    """The ``m`` kept iterations of a block: clock, recent-accept estimate (from each iteration's
+    ``emitted`` tokens) and iteration count one iteration at a time, as ``speculate_one`` adds them,
+    their rows as one column block (``tokens`` and ``accepted``: each row's whole numbers), and the
+    policy's different answer to run next."""
+    w = fast.worker
+    t = w.t
     recent = w.recent
     keep = 1.0 - recent.weight
     ema = recent.value
@@ -68,10 +422,16 @@ def run_block(fast: FastWorker, decision: Decision, policy: DecidesAhead) -> Non
     recent.value = ema
     w.t = t
     w.iteration += m
-    verify = config.verify_tokens
     fast.log.block(w.idx, np.zeros(m, dtype=np.int8), ("decode",), np.array(t0s), np.array(t1s),
-                   np.ones(m, dtype=np.int64), np.full(m, b, dtype=np.int64), np.array(emitted[:m], dtype=np.int64),
-                   np.zeros(m, dtype=np.int64), config=config, drafted=np.full(m, verify * b, dtype=np.int64),
-                   accepted=np.array(drawn[:m], dtype=np.int64) - b)
+                   np.ones(m, dtype=np.int64), np.full(m, b, dtype=np.int64), np.array(tokens[:m], dtype=np.int64),
+                   np.zeros(m, dtype=np.int64), config=config,
+                   drafted=np.full(m, config.verify_tokens * b, dtype=np.int64), accepted=accepted)
     w.row_closed = True
     fast.pending = pending
+
+
+def _after(fast: FastWorker) -> None:
+    """What the worker's door does after a block: retire the finished requests."""
+    w = fast.worker
+    if _min(w.live.rem) <= _EPS:
+        w.retire()

@@ -8,8 +8,9 @@ choosing the accelerated path by what the decision allows:
   (:mod:`tltsim.rollout.fast.plain_phase`), the policy not asked;
 * a plain decision: the worker's own plain span (the reference's);
 * an SD decision held one iteration: :func:`~tltsim.rollout.fast.spans.speculate_one`, or, where the
-  policy offers the block hint (stochastic mode), a block of such spans
-  (:func:`~tltsim.rollout.fast.ahead.run_block`);
+  policy offers the block hint, a block of such spans (:func:`~tltsim.rollout.fast.ahead.run_block`,
+  with the other workers' blocks a block per round where the cost model has a row pricer; expected
+  mode: :func:`~tltsim.rollout.fast.ahead.run_expected_block`);
 * held until the next event with nothing waiting (no admission can end a span): the spans of the
   decision back to back, asking the policy between them as the worker's loop would
   (:mod:`tltsim.rollout.fast.expected_tail`; stochastic: :mod:`tltsim.rollout.fast.tails`, with the
@@ -17,7 +18,8 @@ choosing the accelerated path by what the decision allows:
 * any other hold: one span in blocks of iterations (:mod:`tltsim.rollout.fast.spans`).
 
 :func:`run_step` replaces the SimPy clock, which only ordered the workers: each runs its own loop
-to the end, except that stochastic SD tails of several workers run together.
+to the end, except that stochastic SD tails of several workers run together, and so do their
+blocks of the block hint (:class:`~tltsim.rollout.fast.ahead.AheadBlocks`).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class FastPaths:
     def __init__(self, state: FastWorker) -> None:
         self.state = state
         self.tails: tails.StochasticTails | None = None  # the step's tails run together, if any
+        self.blocks: ahead.AheadBlocks | None = None  # the step's blocks of the block hint, together, if any
 
     def step(self, worker: RolloutWorker) -> None:
         """The worker's next unit of work after admission (module docstring)."""
@@ -87,7 +90,13 @@ class FastPaths:
         worker.prepare_sd(decision)
         if hold == 1:
             if fast.ahead is not None and not decision.switch_on:
-                ahead.run_block(fast, decision, fast.ahead)
+                if self.blocks is not None:
+                    self.blocks.enter(fast, decision, fast.ahead)
+                    return  # the round retires
+                if worker.expected:
+                    ahead.run_expected_block(fast, decision, fast.ahead)
+                else:
+                    ahead.run_block(fast, decision, fast.ahead)
             else:
                 spans.speculate_one(worker, config)
         elif hold == HOLD_UNTIL_EVENT and worker.next_waiting >= len(worker.q_resp) and worker.sampler is not None:
@@ -118,19 +127,25 @@ def run_step(workers: list[FastPaths], run: FastRun, sampler: AcceptSampler | No
              stochastic: bool) -> None:
     """One step's workers, each to its end without a SimPy clock (workers never interact within a step
     and the event log is sorted by worker and time) -- except that stochastic SD tails of several
-    workers run together, a block per worker per round (:mod:`tltsim.rollout.fast.tails`), where
-    the cost model has a row pricer."""
-    together = None
-    if stochastic and run.pricers.rows is not None and sampler is not None and len(workers) > 1:
-        together = tails.StochasticTails(run.pricers.rows, run.pricers.block, sampler, drafter)
+    workers run together, a block per worker per round (:mod:`tltsim.rollout.fast.tails`), and so
+    do the blocks of policies that offer the block hint (:class:`~tltsim.rollout.fast.ahead.AheadBlocks`),
+    where the cost model has a row pricer."""
+    together = blocks = None
+    if run.pricers.rows is not None and sampler is not None and len(workers) > 1:
+        if stochastic:
+            together = tails.StochasticTails(run.pricers.rows, run.pricers.block, sampler, drafter)
+        if any(door.state.ahead is not None for door in workers):
+            blocks = ahead.AheadBlocks(run.pricers.rows, run.pricers.block, sampler, drafter)
         for door in workers:
-            door.tails = together
+            door.tails, door.blocks = together, blocks
     queue = deque(door.state for door in workers)
-    while queue or (together is not None and together.members):
+    while queue or (together is not None and together.members) or (blocks is not None and blocks.members):
         while queue:
             fast = queue.popleft()
             while fast.worker.advance():
-                if fast.in_tail:
+                if fast.in_tail or fast.in_block:
                     break
         if together is not None and together.members:
             queue.extend(together.round())
+        if blocks is not None and blocks.members:
+            queue.extend(blocks.round())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tltcore.policy.base import DecidesAhead, Decision, decides_ahead, plain_phase_bound
+from tltcore.policy.base import DecidesAhead, Decision, SDConfig, decides_ahead, plain_phase_bound
 from tltsim.rollout.fast.event_blocks import SimEventLog
 from tltsim.rollout.fast.uniforms import UniformStream
 from tltsim.rollout.worker import RolloutWorker
@@ -18,9 +18,11 @@ class FastWorker:
     ``b`` equal accept lengths, by value then ``b`` (shared by the run's workers); ``plain_bound``:
     the policy's plain-phase hint (:mod:`tltsim.rollout.fast`), None without one or once a phase
     declined; ``pending``: a decision an SD tail asked the policy for and did not run (the next unit
-    runs it); ``in_tail``: its stochastic SD tail runs with the other workers' tails; ``ahead``: the
-    policy's block hint (:mod:`tltsim.rollout.fast.ahead`), None without one, in expected mode or
-    without a row pricer."""
+    runs it); ``in_tail``: its stochastic SD tail runs with the other workers' tails; ``in_block``: its
+    next block of the block hint runs with the other workers' blocks; ``ahead``: the
+    policy's block hint (:mod:`tltsim.rollout.fast.ahead`), None without one or without an acceptance
+    sampler; ``shapes``: the shapes the hint prices at every row of a block, where it prices them with
+    the worker's own cost model (the engine then prices them for it), else None."""
 
     worker: RolloutWorker
     log: SimEventLog
@@ -30,9 +32,13 @@ class FastWorker:
     ahead: DecidesAhead | None = field(init=False)
     pending: Decision | None = None
     in_tail: bool = False
+    in_block: bool = False
+    shapes: tuple[SDConfig, ...] | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.stream = UniformStream(self.worker.rng)
         self.plain_bound = plain_phase_bound(self.worker.policy) if self.worker.eng.closed_form else None
         w = self.worker
-        self.ahead = decides_ahead(w.policy) if not w.expected and w.sampler is not None else None
+        self.ahead = decides_ahead(w.policy) if w.sampler is not None else None
+        priced = self.ahead.ahead_shapes() if self.ahead is not None else None
+        self.shapes = priced[1] if priced is not None and priced[0] is w.cost else None
