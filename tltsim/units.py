@@ -14,6 +14,7 @@ speedup's band comes from (seeds x unmeasured variants), each saving paired at t
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -88,6 +89,12 @@ class StepsAnswer:
 
     def per_run(self) -> pd.DataFrame:
         """Per run: each metric for no SD (``_base``), SD (``_sd``) and the saving (``_saving``)."""
+        return self._per_run.copy()
+
+    @functools.cached_property
+    def _per_run(self) -> pd.DataFrame:
+        """:meth:`per_run`, computed once: :meth:`triple` reads it for every metric of every setting (a
+        table and the screen's lines asked for it ~40 times, each a StepsCost per run and metric)."""
         out = self.runs[["variant", "seed", "rollout_speedup"]].copy()
         for side in ("base", "sd"):
             costs = [self._cost(s, b) for s, b in zip(self.runs[f"step_s_{side}"], self.runs[f"busy_{side}"],
@@ -105,7 +112,7 @@ class StepsAnswer:
 
     def triple(self, column: str) -> tuple[float, float, float]:
         """Median over the seeds at the scenario's inputs, min and max over every run."""
-        t = self.per_run()
+        t = self._per_run
         allv = t[column].to_numpy(dtype=float)
         nominal = t.loc[t["variant"] == NOMINAL, column].to_numpy(dtype=float)
         if not len(allv) or not np.isfinite(allv).any():
