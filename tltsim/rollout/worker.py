@@ -44,7 +44,7 @@ from tltcore.errors import InputError
 from tltcore.events import EventLog
 from tltcore.policy.base import NO_SD, BatchView, Decision, Outcome, SDConfig, SDPolicy, wants_remaining_hint
 from tltcore.policy.recent_accept import RecentAccept
-from tltsim.rollout.entities import EngineConfig, LiveRequests
+from tltsim.rollout.entities import EngineConfig, LiveRequests, finish_many
 from tltsim.rollout.scheduling import admissible, prefill_passes
 
 _EPS = 1e-9
@@ -102,6 +102,8 @@ class RolloutWorker:
         self.policy, self.cost, self.accept, self.sampler = policy, cost, accept, sampler
         self.eng, self.rng, self.log, self.drafter, self.recent = engine, rng, log, drafter, recent
         self.on_finish = on_finish
+        # a burst of retirements, one count per span (a plain phase's): on_finish per count, in order
+        self.on_finish_many = finish_many(on_finish) if on_finish is not None else None
         # the reference's pricing, draws and loop; tltsim.rollout.fast.accelerate replaces all three
         self.pricers = REFERENCE_PRICES
         self.uniforms: Uniforms = rng  # the acceptance draws' uniform numbers

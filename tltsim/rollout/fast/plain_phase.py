@@ -223,9 +223,8 @@ def run_phase(fast: FastWorker, bound: int) -> bool:
         w.done_t.extend(clock[at_pos + 1].tolist())
         counts_l = counts.tolist()
         w.done_n.extend(counts_l)
-        if w.on_finish is not None:
-            for c in counts_l:
-                w.on_finish(c)
+        if w.on_finish_many is not None:
+            w.on_finish_many(counts_l)
     # the policy hears the last span (its hint: the same state as hearing every one)
     j = spans - 1
     n_last, b_last = int(ph.n[j]), int(ph.b[j])
