@@ -93,7 +93,7 @@ class RolloutWorker:
                  cost: CostModel, accept: AcceptanceModel | None, sampler: AcceptSampler | None,
                  engine: EngineConfig, rng: np.random.Generator, log: EventLog, drafter: DrafterState,
                  recent: RecentAccept, step: int, t0: float, on_finish: Callable[[int], None] | None = None,
-                 ids: np.ndarray | None = None, deadline: float | None = None) -> None:
+                 ids: np.ndarray | None = None, deadline: float | None = None, hint: bool | None = None) -> None:
         self.idx, self.step_no = idx, step
         self.q_prompt = prompts.astype(np.int64)
         self.q_resp = np.maximum(responses.astype(np.int64), 1)
@@ -108,8 +108,9 @@ class RolloutWorker:
         self.pricers = REFERENCE_PRICES
         self.uniforms: Uniforms = rng  # the acceptance draws' uniform numbers
         self.fast: Accelerator | None = None
-        # the trace's remaining lengths, only for a policy that asks (BatchView.remaining_hint: clairvoyant)
-        self.hint = wants_remaining_hint(policy)
+        # the trace's remaining lengths, only for a policy that asks (BatchView.remaining_hint: clairvoyant);
+        # ``hint``: the answer already known (a run asks each policy once, not every worker and step)
+        self.hint = wants_remaining_hint(policy) if hint is None else hint
         self.expected = engine.acceptance_mode == "expected"
         self.live = LiveRequests(self.expected)
         self.t = t0
