@@ -152,12 +152,7 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
             while len(acc_run) <= n:
                 acc_run.append(acc_run[-1] + less)
             acc_each = acc_run[n]
-            acc_of = fast.sums.get(acc_each)  # numpy's sum of b copies, as for the tokens above
-            if acc_of is None:
-                acc_of = fast.sums[acc_each] = {}
-            acc = acc_of.get(b)
-            if acc is None:
-                acc = acc_of[b] = float(_sum(np.full(b, acc_each)))
+            acc = float(_sum(np.full(b, acc_each)))
             t0, t1 = float(clock[s0]), float(clock[s1])
             drafted = verify * b * n
             policy.observe(Outcome(config, b, round(total), t1 - t0, drafted, round(acc), t1, idx, n,
