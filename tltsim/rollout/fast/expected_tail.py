@@ -31,7 +31,11 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
     answer is run next), the clipped last iteration's tokens summed as numpy sums them, the
     clock, recent-accept estimate and accumulators added one iteration at a time (a run of
     equal recent-accept updates stops changing the estimate once it equals the value folded in),
-    the Outcome, the retirements and the event row (one column block per chunk)."""
+    the Outcome, the retirements and the event row (one column block per chunk). What every span
+    of a chunk reads (its requests, their contexts at its start, its clipped last iteration, the
+    running sum of its unclipped iterations' tokens: ``add.accumulate`` along padded rows, the same
+    additions one by one) is gathered once per chunk, so the loop over spans is the policy's calls
+    and a few scalars."""
     config = decision.config
     w = fast.worker
     live, eps = w.live, _EPS
