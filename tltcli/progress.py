@@ -11,11 +11,15 @@ elsewhere.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import itertools
 from collections.abc import Callable, Iterator, Sequence
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from tltsim.rollout.entities import FinishCounts
 
 
 @contextlib.contextmanager
@@ -31,26 +35,57 @@ def policy_progress(console: Console, specs: Sequence[str], responses_per_policy
             def on_policy(spec: str) -> None:
                 bar.update(task, description=f"simulating {spec}")
 
-            def on_finish(n: int) -> None:
-                bar.advance(task, n)
+            class BarFinish(FinishCounts):
+                def __call__(self, n: int) -> None:
+                    bar.advance(task, n)
 
-            yield on_policy, on_finish
+                def many(self, counts: list[int]) -> None:
+                    bar.advance(task, sum(counts))
+
+            yield on_policy, BarFinish()
         return
-    state = {"spec": "", "done": 0, "shown": 0}
-    tenth = max(1, responses_per_policy // 10)
+    lines = _TenthLines(console, responses_per_policy)
 
     def plain_policy(spec: str) -> None:
-        state.update(spec=spec, done=0, shown=0)
+        lines.spec, lines.done, lines.shown = spec, 0, 0
         console.print(f"simulating {spec} ({specs.index(spec) + 1}/{len(specs)})", highlight=False)
 
-    def plain_finish(n: int) -> None:
-        state["done"] += n
-        if state["done"] - state["shown"] >= tenth and state["done"] < responses_per_policy:
-            state["shown"] = state["done"]
-            console.print(f"  {state['spec']}: {state['done'] / responses_per_policy:.0%} "
-                          f"({state['done']:,}/{responses_per_policy:,} responses)", highlight=False)
+    yield plain_policy, lines
 
-    yield plain_policy, plain_finish
+
+class _TenthLines(FinishCounts):
+    """The plain progress of :func:`policy_progress`: a line each time another tenth of the policy's
+    responses finished (the count at the first report past it), none at the end."""
+
+    def __init__(self, console: Console, total: int) -> None:
+        self.console, self.total = console, total
+        self.tenth = max(1, total // 10)
+        self.spec, self.done, self.shown = "", 0, 0
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        if self.done - self.shown >= self.tenth and self.done < self.total:
+            self._line(self.done)
+
+    def many(self, counts: list[int]) -> None:
+        """``self(n)`` for each count in order, without a call per count: the running totals, and a
+        line at each first total a tenth past the last line's (totals never decrease)."""
+        if not counts:
+            return
+        totals = list(itertools.accumulate(counts, initial=self.done))
+        i = 1
+        while True:
+            i = bisect.bisect_left(totals, self.shown + self.tenth, lo=i)
+            if i == len(totals) or totals[i] >= self.total:
+                break
+            self._line(totals[i])
+            i += 1
+        self.done = totals[-1]
+
+    def _line(self, done: int) -> None:
+        self.shown = done
+        self.console.print(f"  {self.spec}: {done / self.total:.0%} ({done:,}/{self.total:,} responses)",
+                           highlight=False)
 
 
 class PhaseProgress:

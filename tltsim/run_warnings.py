@@ -409,10 +409,10 @@ def policy_step_warnings(spec: str, step: int, cols: EventColumns, rows_at: np.n
     d_of = _per_worker(cols.worker[dec_at])
     workers = sorted(d_of)
     plain_dec = base_dec[~cols.sd[base_dec]]
-    nosd_s = _plain_iteration_s(cols.batch[plain_dec], cols.dur[plain_dec], cols.iterations[plain_dec], cost,
-                                context_tokens)
     best_of = _lookup(used, lambda bs: [best(b)[0] for b in bs])
-    plain_of = _lookup(used, nosd_s.table)
+    # the baseline's plain iteration (a pandas groupby, ~2 ms) built only when a check asks for it
+    plain_of = _lookup(used, lambda bs: _plain_iteration_s(cols.batch[plain_dec], cols.dur[plain_dec],
+                                                           cols.iterations[plain_dec], cost, context_tokens).table(bs))
 
     def span_of(w: int) -> float:
         busy = r_of[w][r_busy[r_of[w]]]

@@ -116,3 +116,52 @@ def test_validate_native_reports_every_phase_and_unit(monkeypatch, policies: str
     assert len(names) == _phase_plan(len(workloads), RealBackend.native, rounds=1) - 1
     for (_, total), done in zip(rec.phases, rec.done, strict=True):
         assert done == (total or 0)  # every unit announced arrives, no more
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_burst_of_counts_prints_what_one_call_per_count_prints(seed: int) -> None:
+    """``tlt sim run``'s progress lines: ``many(counts)`` (a plain phase's retirements at once) prints
+    the lines, with the same counts, that calling the callback once per count prints."""
+    import numpy as np
+
+    from tltcli.progress import policy_progress
+    from tltsim.rollout.entities import finish_many
+
+    rng = np.random.default_rng(seed)
+    total = int(rng.integers(1, 400))
+    counts = rng.integers(0, 6, size=int(rng.integers(1, 300))).tolist()
+    bursts = np.split(np.arange(len(counts)), np.sort(rng.integers(0, len(counts), size=12)))
+    printed = []
+    for burst in (False, True):
+        buf = io.StringIO()
+        with policy_progress(Console(file=buf, force_terminal=False), ["a", "b"], total) as (on_policy, on_finish):
+            for spec in ("a", "b"):
+                on_policy(spec)
+                for part in bursts:
+                    chunk = [counts[i] for i in part]
+                    if burst:
+                        finish_many(on_finish)(chunk)
+                    else:
+                        for n in chunk:
+                            on_finish(n)
+        printed.append(buf.getvalue())
+    assert printed[0] == printed[1] and "responses)" in printed[0]
+
+
+def test_a_plain_callable_hears_each_count_of_a_burst() -> None:
+    from tltsim.rollout.entities import finish_many
+
+    heard: list[int] = []
+    finish_many(heard.append)([3, 0, 1])
+    assert heard == [3, 0, 1]
+
+
+def test_a_burst_that_reaches_the_total_prints_no_line_for_it() -> None:
+    from tltcli.progress import policy_progress
+    from tltsim.rollout.entities import finish_many
+
+    buf = io.StringIO()
+    with policy_progress(Console(file=buf, force_terminal=False), ["a"], 10) as (on_policy, on_finish):
+        on_policy("a")
+        finish_many(on_finish)([1] * 12)
+    assert buf.getvalue().splitlines()[1:] == [f"  a: {k * 10}% ({k}/10 responses)" for k in range(1, 10)]

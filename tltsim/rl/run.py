@@ -195,8 +195,14 @@ def _step_metrics(events: pd.DataFrame, step_list: list[int], gpus: int, tp: int
     col = {c: events[c].to_numpy() for c in ("step", "worker", "t_start", "t_end", "iterations", "batch_size",
                                                "depth", "tokens")}
     rollout = (events["phase"] == "rollout").to_numpy(bool)
-    kind = events["kind"].to_numpy(object)
-    stage, busy, decode = kind == "stage", np.isin(kind, BUSY_KINDS), kind == "decode"
+    # the kinds as codes into their few distinct names (no Python string per row)
+    codes, names = pd.factorize(events["kind"])
+    names = [str(x) for x in names]
+
+    def kind_in(wanted: tuple[str, ...]) -> np.ndarray:
+        return np.isin(codes, [i for i, x in enumerate(names) if x in wanted])
+
+    stage, busy, decode = kind_in(("stage",)), kind_in(BUSY_KINDS), kind_in(("decode",))
     rows_of = pd.Series(np.arange(len(events))).groupby(col["step"], sort=False).indices if len(events) else {}
     n_workers = gpus // tp
     accept, idle, idle_frac = [], [], []

@@ -7,6 +7,7 @@ hot path Python-bound.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
@@ -24,6 +25,33 @@ class StepRequests(Protocol):
     group_ids: np.ndarray
     prompt_tokens: np.ndarray
     response_tokens: np.ndarray
+
+
+class FinishCounts:
+    """A progress callback (``progress(n)``: ``n`` more responses finished) that also takes a burst of
+    counts in one call: ``many(counts)`` has the effect of ``progress(n)`` for each ``n`` in order. A
+    plain phase retires a whole worker's responses at once, one count per span (~2.8M calls in a
+    100-step, 3-seed run); a subclass that folds a burst without a call per count (the CLI's progress
+    lines) saves that much Python. Any other callable is called once per count."""
+
+    def __call__(self, n: int) -> None:
+        raise NotImplementedError
+
+    def many(self, counts: list[int]) -> None:
+        for n in counts:
+            self(n)
+
+
+def finish_many(progress: Callable[[int], None]) -> Callable[[list[int]], None]:
+    """``progress`` called once per count of a burst, in order (:class:`FinishCounts`)."""
+    if isinstance(progress, FinishCounts):
+        return progress.many
+
+    def each(counts: list[int]) -> None:
+        for n in counts:
+            progress(n)
+
+    return each
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from tltcore.cost import CostModel
 from tltcore.dealing import deal
 from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
 from tltcore.events import CLUSTER
-from tltcore.policy.base import SDPolicy
+from tltcore.policy.base import SDPolicy, wants_remaining_hint
 from tltcore.policy.recent_accept import RecentAccept
 from tltcore.policy.registry import make_policy
 from tltcore.step_simulator import SimulatedEngine
@@ -124,6 +124,8 @@ class RolloutRun:
         self.name = policy_name or self.policies[0].name
         self.log = SimEventLog(run_id=run_id, source="sim", policy=self.name, coalesce=engine.coalesce)
         self.recent = [RecentAccept() for _ in self.policies]
+        # whether each policy asks for the remaining-length hint: a runtime Protocol check (~20 us), once
+        self.hints = [wants_remaining_hint(p) for p in self.policies]
         self._fast = FastRun(cost, self.log) if engine.fast else None  # the fast paths' run-wide state
         self.clock = 0.0
 
@@ -186,7 +188,8 @@ class RolloutRun:
                                    accept=self.accept, sampler=self.sampler, engine=self.engine,
                                    rng=np.random.default_rng([self.seed, step, w]), log=self.log,
                                    drafter=self.drafter, recent=self.recent[w], step=step, t0=t0, on_finish=progress,
-                                   ids=idx.astype(np.int64) if self.track_requests else None, deadline=deadline)
+                                   ids=idx.astype(np.int64) if self.track_requests else None, deadline=deadline,
+                                   hint=self.hints[w])
             workers.append(worker)
             if self._fast is not None:
                 doors.append(accelerate(worker, self._fast))

@@ -44,7 +44,7 @@ from tltcore.errors import InputError
 from tltcore.events import EventLog
 from tltcore.policy.base import NO_SD, BatchView, Decision, Outcome, SDConfig, SDPolicy, wants_remaining_hint
 from tltcore.policy.recent_accept import RecentAccept
-from tltsim.rollout.entities import EngineConfig, LiveRequests
+from tltsim.rollout.entities import EngineConfig, LiveRequests, finish_many
 from tltsim.rollout.scheduling import admissible, prefill_passes
 
 _EPS = 1e-9
@@ -93,7 +93,7 @@ class RolloutWorker:
                  cost: CostModel, accept: AcceptanceModel | None, sampler: AcceptSampler | None,
                  engine: EngineConfig, rng: np.random.Generator, log: EventLog, drafter: DrafterState,
                  recent: RecentAccept, step: int, t0: float, on_finish: Callable[[int], None] | None = None,
-                 ids: np.ndarray | None = None, deadline: float | None = None) -> None:
+                 ids: np.ndarray | None = None, deadline: float | None = None, hint: bool | None = None) -> None:
         self.idx, self.step_no = idx, step
         self.q_prompt = prompts.astype(np.int64)
         self.q_resp = np.maximum(responses.astype(np.int64), 1)
@@ -102,12 +102,15 @@ class RolloutWorker:
         self.policy, self.cost, self.accept, self.sampler = policy, cost, accept, sampler
         self.eng, self.rng, self.log, self.drafter, self.recent = engine, rng, log, drafter, recent
         self.on_finish = on_finish
+        # a burst of retirements, one count per span (a plain phase's): on_finish per count, in order
+        self.on_finish_many = finish_many(on_finish) if on_finish is not None else None
         # the reference's pricing, draws and loop; tltsim.rollout.fast.accelerate replaces all three
         self.pricers = REFERENCE_PRICES
         self.uniforms: Uniforms = rng  # the acceptance draws' uniform numbers
         self.fast: Accelerator | None = None
-        # the trace's remaining lengths, only for a policy that asks (BatchView.remaining_hint: clairvoyant)
-        self.hint = wants_remaining_hint(policy)
+        # the trace's remaining lengths, only for a policy that asks (BatchView.remaining_hint: clairvoyant);
+        # ``hint``: the answer already known (a run asks each policy once, not every worker and step)
+        self.hint = wants_remaining_hint(policy) if hint is None else hint
         self.expected = engine.acceptance_mode == "expected"
         self.live = LiveRequests(self.expected)
         self.t = t0

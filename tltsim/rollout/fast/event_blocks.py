@@ -123,27 +123,54 @@ class SimEventLog(EventLog):
             cols["step"].append(ints(step))
             cols["version"].append(ints(version))
             seq.append(2 * np.arange(n_rows, dtype=np.int64) + 1)
-        for pos, blk in self._blocks:
-            m = blk["n"]
-            names = blk["kind"][1]
-            for v in names:
-                kind_values.setdefault(v, len(kind_values))
-            remap = np.array([kind_values[v] for v in names], dtype=np.intp)
-            config_values.setdefault(blk["config"], len(config_values))
+        # the blocks: their arrays as they are, their per-block values once each, repeated below
+        sizes, b_worker, b_config, b_step, b_version, b_pos = [], [], [], [], [], []
+        remaps: dict[tuple[str, ...], np.ndarray] = {}
+        if self._blocks:
             phase_values.setdefault("rollout", len(phase_values))
-            cols["worker"].append(np.full(m, blk["worker"], dtype=np.int64))
+        for pos, blk in self._blocks:
+            names = blk["kind"][1]
+            remap = remaps.get(names)
+            if remap is None:
+                for v in names:
+                    kind_values.setdefault(v, len(kind_values))
+                remap = remaps[names] = np.array([kind_values[v] for v in names], dtype=np.intp)
+            config_values.setdefault(blk["config"], len(config_values))
+            sizes.append(blk["n"])
+            b_worker.append(blk["worker"])
+            b_config.append(config_values[blk["config"]])
+            b_step.append(blk["step"])
+            b_version.append(blk["version"])
+            b_pos.append(2 * pos)  # after tuple row pos - 1, before tuple row pos
             cols["kind"].append(remap[blk["kind"][0]])
             for f in ("t0", "t1", "iterations", "batch", "tokens", "prefill", "drafted", "accepted"):
                 cols[f].append(blk[f])
-            cols["config"].append(np.full(m, config_values[blk["config"]], dtype=np.intp))
-            cols["phase"].append(np.full(m, phase_values["rollout"], dtype=np.intp))
-            cols["step"].append(np.full(m, blk["step"], dtype=np.int64))
-            cols["version"].append(np.full(m, blk["version"], dtype=np.int64))
-            seq.append(np.full(m, 2 * pos, dtype=np.int64))  # after tuple row pos - 1, before tuple row pos
-        c = {f: (v[0] if len(v) == 1 else np.concatenate(v)) for f, v in cols.items()}
-        order = np.lexsort((np.concatenate(seq) if len(seq) > 1 else seq[0], c["t1"], c["t0"], c["worker"],
-                            c["step"]))
-        c = {f: v[order] for f, v in c.items()}
+        if sizes:
+            def repeated(values: list[int], dtype: type) -> np.ndarray:
+                return np.repeat(np.array(values, dtype=dtype), sizes)
+
+            cols["worker"].append(repeated(b_worker, np.int64))
+            cols["config"].append(repeated(b_config, np.intp))
+            cols["phase"].append(np.full(self._block_rows, phase_values["rollout"], dtype=np.intp))
+            cols["step"].append(repeated(b_step, np.int64))
+            cols["version"].append(repeated(b_version, np.int64))
+            seq.append(repeated(b_pos, np.int64))
+
+        def joined(f: str) -> np.ndarray:
+            v = cols.pop(f)
+            return v[0] if len(v) == 1 else np.concatenate(v)
+
+        # sorted by step, worker, start, end, then closing order; one column at a time, so that no
+        # second copy of the whole table is alive at once
+        keys = {f: joined(f) for f in ("step", "worker", "t0", "t1")}
+        order = np.lexsort((np.concatenate(seq) if len(seq) > 1 else seq[0], keys["t1"], keys["t0"], keys["worker"],
+                            keys["step"]))
+        del seq
+        c: dict[str, np.ndarray] = {}
+        for f in _BLOCK_FIELDS:
+            v = keys.pop(f) if f in keys else joined(f)
+            c[f] = v[order]
+            del v
         configs = list(config_values)
         ci = c["config"]
         frame = {
@@ -160,4 +187,5 @@ class SimEventLog(EventLog):
             "tokens": c["tokens"], "prefill_tokens": c["prefill"], "drafted": c["drafted"],
             "accepted": c["accepted"], "drafter_version": c["version"],
         }
+        # the columns as they are (no copy into consolidated blocks: the same cells and dtypes)
         return pd.DataFrame(frame, columns=list(EVENT_COLUMNS))

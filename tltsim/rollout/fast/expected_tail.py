@@ -31,7 +31,11 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
     answer is run next), the clipped last iteration's tokens summed as numpy sums them, the
     clock, recent-accept estimate and accumulators added one iteration at a time (a run of
     equal recent-accept updates stops changing the estimate once it equals the value folded in),
-    the Outcome, the retirements and the event row (one column block per chunk)."""
+    the Outcome, the retirements and the event row (one column block per chunk). What every span
+    of a chunk reads (its requests, their contexts at its start, its clipped last iteration, the
+    running sum of its unclipped iterations' tokens: ``add.accumulate`` along padded rows, the same
+    additions one by one) is gathered once per chunk, so the loop over spans is the policy's calls
+    and a few scalars."""
     config = decision.config
     w = fast.worker
     live, eps = w.live, _EPS
@@ -51,9 +55,9 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
         prompt, rem, gen = live.prompt, live.rem, live.gen
         b0 = len(live)
         need = int(float(_min(rem)) / a) + 2  # rows that surely hold a finish
-        # about the iterations of the next 8, 16, 32, ... finishes (a tail may stop at any span: a
+        # about the iterations of the next 16, 32, 64, ... finishes (a tail may stop at any span: a
         # decision that changes with the batch), within a bounded chunk
-        m = min(b0, 8 << chunk)
+        m = min(b0, 16 << chunk)
         reach = int(float(np.partition(rem, m - 1)[m - 1]) / a) + 2
         rows = max(need, min(reach, _TAIL_CELLS // b0))
         chunk += 1
@@ -87,23 +91,43 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
         clock[0] = t
         clock[1:] = dts
         np.add.accumulate(clock, out=clock)  # the clock after each iteration, added in order
-        starts = np.concatenate(([0], ends[:-1])).tolist()
-        ends_l = ends.tolist()
-        batch_l = batch[starts].tolist()
+        starts_a = np.concatenate(([0], ends[:-1]))
+        starts, ends_l = starts_a.tolist(), ends.tolist()
+        batch_l = batch[starts_a].tolist()
+        spans_n = len(ends_l)
+        # what every span of the chunk needs, gathered once (a span that is not run wastes its rows):
+        # its requests (in live order), their contexts at its start, its clipped last iteration
+        members = fin[None, :] > starts_a[:, None]  # (spans, requests)
+        ctx_at = ctx[starts_a]
+        last_rows = np.minimum(r[ends - 1], a)
+        # the n - 1 unclipped iterations' tokens of every span, added one by one (a running sum down
+        # each row; the zeros past a row's iterations come after the entry read)
+        fulls = []
+        for b in batch_l:
+            full = full_of.get(b)
+            if full is None:
+                full = full_of[b] = float(_sum(np.full(b, a)))
+            fulls.append(full)
+        widths = (ends - starts_a - 1).tolist()
+        run_sums = np.zeros((spans_n, max(1, max(widths))))
+        for k, (full, width) in enumerate(zip(fulls, widths, strict=True)):
+            run_sums[k, :width] = full
+        np.add.accumulate(run_sums, axis=1, out=run_sums)
+        totals = run_sums[np.arange(spans_n), np.maximum(np.array(widths) - 1, 0)].tolist()
+        counts_l = np.bincount(np.searchsorted(ends, fin[fin <= last_end]), minlength=spans_n).tolist()
         rows_out: list[tuple] = []  # (t0, t1, n, b, tokens, drafted, accepted) per span
         stop = None  # the boundary (iteration) the chunk's spans end at
         pending = None
         span = 0
-        counts = np.bincount(np.searchsorted(ends, fin[fin <= last_end]), minlength=len(ends))  # finishes per span
         for s0, s1, b in zip(starts, ends_l, batch_l, strict=True):
-            in_span = fin > s0  # the span's requests, in live order
+            in_span = members[span]  # the span's requests, in live order
             if not first:
                 if fast.plain_bound is not None:
                     bound = fast.plain_bound()
                     if bound is not None and b > bound:
                         stop = s0
                         break
-                view = BatchView(b, tuple(ctx[s0][in_span].tolist()), float(clock[s0]), iteration, ema, idx,
+                view = BatchView(b, tuple(ctx_at[span][in_span].tolist()), float(clock[s0]), iteration, ema, idx,
                                  step_no, drafter, tuple(r[s0][in_span].tolist()) if hint else ())
                 d = policy.decide(view)
                 if not (d.config == config and d.hold == HOLD_UNTIL_EVENT and not d.switch_on):
@@ -111,18 +135,11 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
                     break
             first = False
             n = s1 - s0
-            full = full_of.get(b)
-            if full is None:
-                full = full_of[b] = float(_sum(np.full(b, a)))
-            last = float(_sum(np.minimum(r[s1 - 1][in_span], a)))  # the finishing iteration, clipped
+            full = fulls[span]
+            last = float(_sum(last_rows[span][in_span]))  # the finishing iteration, clipped
             # n - 1 unclipped iterations, then the clipped one: tokens, recent accept, accepted
             x = full / b
-            if n <= 16:
-                total = 0.0
-                for _ in range(n - 1):
-                    total += full
-            else:  # the same additions in order
-                total = float(np.add.accumulate(np.full(n - 1, full))[-1])
+            total = totals[span] if n > 1 else 0.0
             if ema is None:
                 ema = x if n > 1 else None
                 start = 1
@@ -149,11 +166,11 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
             # retirements at the span's end (in live order: below, for the whole chunk)
             w.done_t.append(t1)
             if w.on_finish is not None:
-                w.on_finish(int(counts[span]))
+                w.on_finish(counts_l[span])
             span += 1
             stop = s1
         if span:  # the responses retired, span by span, each span's in live order
-            w.done_n.extend(counts[:span].tolist())
+            w.done_n.extend(counts_l[:span])
             done = np.flatnonzero(fin <= stop)
             w.done_tokens.append(live.target[done[np.argsort(fin[done], kind="stable")]])
         if rows_out:

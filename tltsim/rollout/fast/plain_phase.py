@@ -103,7 +103,9 @@ def phase_spans(admit: np.ndarray, finish: np.ndarray, c0: np.ndarray, bound: in
     ``admit``/``finish``: each request's admission and finish iterations (0 for the live ones);
     ``c0``: its context minus its iteration (constant while it decodes plainly); ``block``: the KV
     block size whose residue histogram the roofline's pricer needs (None: no histogram)."""
-    events = np.unique(finish)  # every span ends at a finish; admissions happen at finishes only
+    events = np.sort(finish)  # every span ends at a finish; admissions happen at finishes only
+    if len(events):
+        events = events[np.concatenate(([True], events[1:] != events[:-1]))]  # each once (numpy.unique)
     k = len(events)
     ev = np.empty(k + 1, dtype=np.int64)
     ev[0], ev[1:] = 0, events
@@ -219,13 +221,15 @@ def run_phase(fast: FastWorker, bound: int) -> bool:
     if len(order):
         targets = np.concatenate([live.target, a_resp[:n_in]])
         w.done_tokens.append(targets[order])
-        at_pos, counts = np.unique(when[order], return_counts=True)
+        at = when[order]  # sorted: each retirement position's first entry, and how many share it
+        cut = np.flatnonzero(at[1:] != at[:-1]) + 1
+        at_pos = at[np.concatenate(([0], cut))]
+        counts = np.diff(np.concatenate(([0], cut, [len(at)])))
         w.done_t.extend(clock[at_pos + 1].tolist())
         counts_l = counts.tolist()
         w.done_n.extend(counts_l)
-        if w.on_finish is not None:
-            for c in counts_l:
-                w.on_finish(c)
+        if w.on_finish_many is not None:
+            w.on_finish_many(counts_l)
     # the policy hears the last span (its hint: the same state as hearing every one)
     j = spans - 1
     n_last, b_last = int(ph.n[j]), int(ph.b[j])
