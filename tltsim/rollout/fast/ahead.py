@@ -41,7 +41,7 @@ from tltcore.drafter.state import DrafterState
 from tltcore.policy.base import DecidesAhead, Decision, SDConfig
 from tltsim.rollout.fast.spans import _BLOCK_DRAWS, _PRICE_ROWS, draw_block
 from tltsim.rollout.fast.state import FastWorker
-from tltsim.rollout.fast.tails import _FAR, _Given
+from tltsim.rollout.fast.tails import _FAR, _Given, first_finishes
 from tltsim.rollout.worker import _EPS
 
 _sum, _min = np.add.reduce, np.minimum.reduce
@@ -280,13 +280,7 @@ class AheadBlocks:
         for i, (k, b) in enumerate(zip(k_l, b_l, strict=True)):
             rows[i, 1:k + 1, :b] = drawn[i].reshape(k, b)
         np.cumsum(rows, axis=1, out=rows)
-        k = np.array(k_l, dtype=np.int64)
-        hit = np.logical_or.reduce(rows[:, 1:, :] >= end_p[:, None, :], axis=2)
-        hit &= np.arange(depth)[None, :] < k[:, None]
-        used = hit.argmax(axis=1) + 1
-        finish = hit[np.arange(w_n), used - 1]
-        used = np.where(finish, used, k)
-        sums = np.add.reduce(rows, axis=2)  # the contexts' sum before each iteration
+        used, finish, sums = first_finishes(rows, end_p, np.array(k_l, dtype=np.int64))
         sums_l, used_l, finish_l = sums.tolist(), used.tolist(), finish.tolist()
         emitted_l = []
         for i in range(w_n):

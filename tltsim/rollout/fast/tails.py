@@ -94,6 +94,21 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
     fast.pending = pending
 
 
+def first_finishes(rows: np.ndarray, end: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per worker of a padded round of blocks -- ``rows[w, j]``: worker ``w``'s contexts after ``j``
+    iterations, unclipped (row 0: now); ``end``: each request's end (padding: never reached); ``k``:
+    each worker's block length -- ``(used, finish, sums)``: the iterations kept (up to and including
+    the first in which a request reaches its end, else ``k``), whether that last one finishes a
+    request, and the contexts' sum before each iteration (:func:`~tltsim.rollout.fast.spans.draw_block`
+    for many workers at once; the held tails and the block hint's rounds both cut their blocks so)."""
+    depth = rows.shape[1] - 1
+    hit = np.logical_or.reduce(rows[:, 1:, :] >= end[:, None, :], axis=2)
+    hit &= np.arange(depth)[None, :] < k[:, None]
+    used = hit.argmax(axis=1) + 1
+    finish = hit[np.arange(len(k)), used - 1]
+    return np.where(finish, used, k), finish, np.add.reduce(rows, axis=2)
+
+
 class _Given:
     """An RNG stand-in whose ``random(n)`` returns numbers already taken from a worker's stream."""
 
@@ -194,12 +209,7 @@ class StochasticTails:
         it = q // bb
         rows[cell_w, 1 + it, q - it * bb] = drawn
         np.cumsum(rows, axis=1, out=rows)
-        hit = np.logical_or.reduce(rows[:, 1:, :] >= end_p[:, None, :], axis=2)
-        hit &= np.arange(depth)[None, :] < k[:, None]
-        used = hit.argmax(axis=1) + 1
-        finish = hit[np.arange(w_n), used - 1]
-        used = np.where(finish, used, k)
-        sums = np.add.reduce(rows, axis=2)  # the contexts' sum before each iteration
+        used, finish, sums = first_finishes(rows, end_p, k)
         last = rows[np.arange(w_n), used]  # after the block's last iteration, unclipped
         new_ctx = np.where(finish[:, None], np.minimum(last, end_p), last)
         emitted = sums[:, 1:] - sums[:, :-1]
