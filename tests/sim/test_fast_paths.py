@@ -200,3 +200,27 @@ def test_trace_json_text_equals_the_encoders_bytes():
     bad = ev.copy()
     bad.loc[2, "t_end"] = float("inf")
     assert chrome_trace_json(bad) == json.dumps(chrome_trace(bad), separators=(",", ":"))
+
+
+@pytest.mark.parametrize("last", ["prefill", "switch_reprefill", "catch_up", "decode"])
+def test_rl_step_metrics_count_every_busy_kind_as_work(last):
+    """A worker whose last busy row is not a decode (a prefill of one-token responses, a switch's
+    re-prefill, a catch-up) finishes at that row's end in both the summary and the RL step metrics."""
+    from tltcore.events import CLUSTER, EventLog
+    from tltcore.policy.base import NO_SD
+    from tltsim.rl.run import _step_metrics
+
+    log = EventLog(run_id="r", source="sim", policy="p")
+    log.span(CLUSTER, "stage", 0.0, 10.0, batch=4)
+    for w in range(2):
+        log.span(w, "prefill", 0.0, 1.0, batch=2, tokens=2, prefill_tokens=100)
+        log.decode(w, 1.0, 4.0 + w, 3, 2, NO_SD, 6.0)
+    if last == "decode":
+        log.decode(1, 5.0, 7.5, 2, 1, NO_SD, 2.0)
+    else:
+        log.span(1, last, 5.0, 7.5, batch=1, prefill_tokens=50)
+    events = log.frame()
+    _, idle, frac = _step_metrics(events, [0], gpus=4, tp=2)
+    want = summarize_step(events, gpus=4, tp=2)
+    assert (idle[0], frac[0]) == (want.gpu_idle_s, want.idle_fraction)
+    assert want.gpu_idle_s == pytest.approx(2 * (10.0 - 4.0) + 2 * (10.0 - 7.5))
