@@ -39,7 +39,7 @@ import numpy as np
 from tltcore.acceptance import AcceptSampler
 from tltcore.drafter.state import DrafterState
 from tltcore.policy.base import DecidesAhead, Decision, SDConfig
-from tltsim.rollout.fast.spans import _BLOCK_DRAWS, _PRICE_ROWS, draw_block
+from tltsim.rollout.fast.spans import _BLOCK_DRAWS, _PRICE_ROWS, draw_block, expected_advance, expected_rows
 from tltsim.rollout.fast.state import FastWorker
 from tltsim.rollout.fast.tails import _FAR, _Given, first_finishes
 from tltsim.rollout.worker import _EPS
@@ -97,38 +97,16 @@ def run_expected_block(fast: FastWorker, decision: Decision, policy: DecidesAhea
     b = len(live)
     a = w.draw(config, b)  # the expected accept length (raises without an acceptance model)
     full = float(_sum(np.full(b, a)))  # an unclipped iteration's emitted tokens, summed as speculate_one sums them
-    rem, gen, prompt = live.rem, live.gen, live.prompt
-    k = min(int(float(_min(rem)) / a) + 1, max(2, _BLOCK_DRAWS // b))
-    r = np.empty((k + 1, b))
-    r[0], r[1:] = rem, -a
-    np.cumsum(r, axis=0, out=r)  # r[j]: remaining after j unclipped iterations (rem - a, iteration by iteration)
-    g = np.empty((k + 1, b))
-    g[0], g[1:] = gen, a
-    np.cumsum(g, axis=0, out=g)  # g[j]: generated after j unclipped iterations
-    hit = _min(r[1:], axis=1) <= _EPS
-    used = int(hit.argmax()) + 1
-    finish = bool(hit[used - 1])
-    if not finish:
-        used = k
-    ctx_rows = np.empty((used, b), dtype=np.int64)  # the contexts before each iteration
-    ctx_rows[0] = live.ctx
-    if used > 1:
-        np.add(np.floor(g[1:used] + _EPS).astype(np.int64), prompt, out=ctx_rows[1:])
+    k = min(int(float(_min(live.rem)) / a) + 1, max(2, _BLOCK_DRAWS // b))
+    r, g, used, step, ctx_rows = expected_rows(live, a, k)
     emitted = [full] * used
-    if finish:  # the finishing iteration: every request clipped at what it has left
-        step = np.minimum(r[used - 1], a)
+    if step is not None:  # the finishing iteration: every request clipped at what it has left
         emitted[-1] = float(_sum(step))
     tokens = [round(e) for e in emitted]  # as the Outcomes and the frame round them
     shapes, price = fast.shapes, w.pricers.sd
     prices = [price(ctx_rows, s) for s in shapes] if shapes is not None and price is not None else None
     m, pending = policy.ahead(config, b, tokens, ctx_rows, prices)
-    if m == used and finish:
-        rem[:] = r[m - 1] - step
-        gen[:] = g[m - 1] + step
-    else:
-        rem[:] = r[m]
-        gen[:] = g[m]
-    np.add(prompt, np.floor(gen + _EPS).astype(np.int64), out=live.ctx)
+    expected_advance(live, r, g, m, step if m == used else None)
     if w.lag_dirty:  # else every lag is already 0
         live.lag[:] = 0
         w.lag_dirty = False

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tltcore.policy.base import Outcome, SDConfig
+from tltsim.rollout.entities import LiveRequests
 from tltsim.rollout.fast.state import FastWorker
 from tltsim.rollout.worker import _EPS, RolloutWorker, _min, _sum
 
@@ -142,6 +143,46 @@ def stochastic_span(fast: FastWorker, config: SDConfig, hold: int, t: float, ema
             return n, t, ema, emitted_total, drawn_total
 
 
+def expected_rows(live: LiveRequests, a: float, k: int
+                  ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None, np.ndarray]:
+    """Up to ``k`` expected-mode iterations of accept length ``a`` from the live state, cut at the first
+    in which a request finishes: ``(r, g, used, step, ctx_rows)`` where ``r[j]``/``g[j]`` are every
+    request's remaining/generated tokens after ``j`` unclipped iterations (running sums: ``numpy.cumsum``
+    adds in order, the per-iteration path's operations), ``used`` the iterations kept, ``step`` the
+    finishing iteration's clipped tokens per request (None without a finish) and ``ctx_rows[j]`` the
+    contexts before iteration ``j``. The SD spans and the block hint's blocks both cut their blocks so;
+    :func:`expected_advance` leaves the live state after them."""
+    b = len(live)
+    r = np.empty((k + 1, b))
+    r[0], r[1:] = live.rem, -a
+    np.cumsum(r, axis=0, out=r)  # r[j]: remaining after j unclipped iterations
+    g = np.empty((k + 1, b))
+    g[0], g[1:] = live.gen, a
+    np.cumsum(g, axis=0, out=g)  # g[j]: generated after j unclipped iterations
+    hit = np.minimum.reduce(r[1:], axis=1) <= _EPS
+    used = int(hit.argmax()) + 1
+    step = np.minimum(r[used - 1], a) if hit[used - 1] else None  # the finishing iteration, clipped
+    if step is None:
+        used = k
+    ctx_rows = np.empty((used, b), dtype=np.int64)
+    ctx_rows[0] = live.ctx
+    if used > 1:
+        np.add(np.floor(g[1:used] + _EPS).astype(np.int64), live.prompt, out=ctx_rows[1:])
+    return r, g, used, step, ctx_rows
+
+
+def expected_advance(live: LiveRequests, r: np.ndarray, g: np.ndarray, m: int, step: np.ndarray | None) -> None:
+    """The live state after ``m`` of :func:`expected_rows`' iterations: the ``m``-th clipped by ``step``
+    (its finishing iteration), else unclipped; contexts from the generated tokens."""
+    if step is not None:
+        live.rem[:] = r[m - 1] - step
+        live.gen[:] = g[m - 1] + step
+    else:
+        live.rem[:] = r[m]
+        live.gen[:] = g[m]
+    np.add(live.prompt, np.floor(live.gen + _EPS).astype(np.int64), out=live.ctx)
+
+
 def speculate_expected_blocks(fast: FastWorker, config: SDConfig, hold: int) -> None:
     """An expected-mode SD span over blocks of iterations.
 
@@ -166,31 +207,14 @@ def speculate_expected_blocks(fast: FastWorker, config: SDConfig, hold: int) -> 
     t = t0
     n = 0
     cap = max(2, _BLOCK_DRAWS // b)
-    prompt = live.prompt
     while True:
-        rem, gen = live.rem, live.gen
-        k = min(hold - n, int(float(_min(rem)) / a) + 1, cap)
-        r = np.empty((k + 1, b))
-        r[0], r[1:] = rem, -a
-        np.cumsum(r, axis=0, out=r)  # r[j]: remaining after j unclipped iterations
-        g = np.empty((k + 1, b))
-        g[0], g[1:] = gen, a
-        np.cumsum(g, axis=0, out=g)
-        hit = np.minimum.reduce(r[1:], axis=1) <= _EPS
-        used = int(hit.argmax()) + 1
-        finish = bool(hit[used - 1])
-        if not finish:
-            used = k
-        ctx_rows = np.empty((used, b), dtype=np.int64)
-        ctx_rows[0] = live.ctx
-        if used > 1:
-            np.add(np.floor(g[1:used] + _EPS).astype(np.int64), prompt, out=ctx_rows[1:])
+        k = min(hold - n, int(float(_min(live.rem)) / a) + 1, cap)
+        r, g, used, step, ctx_rows = expected_rows(live, a, k)
         dts = price(ctx_rows, config) if price is not None and used >= _PRICE_ROWS else \
             [cost.sd_time(c, config) for c in ctx_rows]
-        last = used - 1 if finish else -1
+        last = used - 1 if step is not None else -1
         for j, dt in enumerate(dts):
             if j == last:
-                step = np.minimum(r[j], a)
                 emitted = float(_sum(step))
                 x = emitted / b
             else:
@@ -200,14 +224,8 @@ def speculate_expected_blocks(fast: FastWorker, config: SDConfig, hold: int) -> 
             ema = x if ema is None else x + keep * (ema - x)
             t += dt
         n += used
-        if finish:
-            rem[:] = r[used - 1] - step
-            gen[:] = g[used - 1] + step
-        else:
-            rem[:] = r[used]
-            gen[:] = g[used]
-        np.add(prompt, np.floor(gen + _EPS).astype(np.int64), out=live.ctx)
-        if finish or n >= hold:
+        expected_advance(live, r, g, used, step)
+        if step is not None or n >= hold:
             break
     recent.value = ema
     w.t = t
