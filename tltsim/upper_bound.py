@@ -147,20 +147,23 @@ def _per_progress_cells(cost: CostModel, cells: Sequence[np.ndarray], rates: lis
     model reads contexts only through paged-KV sums (:meth:`~tltcore.cost.protocol.CostModel.paged_kv_times`)
     each speculating shape is priced over all cells in one ``sd_times_from_sums`` call (pinned bit for
     bit to ``sd_time``): the bound evaluates a few hundred cells per worker, and a dozen shapes per cell
-    priced call by call was most of it. Plain decode stays one ``decode_time`` per cell."""
+    priced call by call was most of it. Plain decode is priced from the same sums
+    (``decode_times_from_sums``, each float ``decode_time``'s)."""
     paged_kv = cost.paged_kv_times() if isinstance(cost, CostModelBase) else None
     shapes = [(c, a) for c, a in rates if c.enabled]
-    if paged_kv is None or not shapes or not cells:
+    if paged_kv is None or not shapes or not cells or min(len(ctx) for ctx in cells) == 0:
         return [_per_progress(cost, ctx, rates) for ctx in cells]
     block = int(paged_kv.kv_block_size)
-    paged = np.array([block * int(np.add.reduce(np.floor_divide(ctx + (block - 1), block))) for ctx in cells],
-                     dtype=np.int64)
-    ctx_sum = np.array([int(np.add.reduce(ctx)) for ctx in cells], dtype=np.int64)
+    # every cell's paged-KV and context sums, exact integers, in one pass over the cells laid end to end
     batch = np.array([len(ctx) for ctx in cells], dtype=np.int64)
-    # one row per rate (plain decode: one decode_time per cell), each cell's least value down the rows: a
+    flat = np.concatenate(cells).astype(np.int64, copy=False)
+    starts = np.concatenate(([0], np.cumsum(batch)[:-1]))
+    paged = block * np.add.reduceat(np.floor_divide(flat + (block - 1), block), starts)
+    ctx_sum = np.add.reduceat(flat, starts)
+    # one row per rate (plain decode from the same sums), each cell's least value down the rows: a
     # minimum of floats is exact whatever the order, so each equals _per_progress's min()
     rows = [paged_kv.sd_times_from_sums(paged, ctx_sum, batch, c) / a if c.enabled
-            else np.array([cost.decode_time(ctx) for ctx in cells]) / a for c, a in rates]
+            else np.array(paged_kv.decode_times_from_sums(paged, ctx_sum, batch)) / a for c, a in rates]
     return np.minimum.reduce(np.vstack(rows), axis=0).tolist()
 
 

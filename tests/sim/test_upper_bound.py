@@ -182,5 +182,8 @@ def test_cells_priced_together_equal_each_cell_priced_alone(model: str) -> None:
     cells = [rng.integers(1, 9000, int(b)) for b in rng.integers(1, 300, 40)]
     cells += [np.full(3, cost.kv_block_size * k + d, dtype=np.int64) for k in (1, 7) for d in (-1, 0, 1)]
     shapes = policy_shape_set(make_policy(s, accept_model=ACCEPT, cost_model=cost) for s in SPECS)
-    for rates in (_rates(shapes, ACCEPT, INITIAL_DRAFTER), _rates((), ACCEPT, INITIAL_DRAFTER)):
+    # a shape accepting nothing: plain decode (priced from the cells' sums) is every cell's least
+    useless = [*_rates((), ACCEPT, INITIAL_DRAFTER), (SDConfig.chain(4), 1.0)]
+    for rates in (_rates(shapes, ACCEPT, INITIAL_DRAFTER), _rates((), ACCEPT, INITIAL_DRAFTER), useless):
         assert _per_progress_cells(cost, cells, rates) == [_per_progress(cost, c, rates) for c in cells]
+    assert _per_progress_cells(cost, cells, useless) == [cost.decode_time(c) for c in cells]

@@ -783,6 +783,14 @@ class RooflineCostModel(CostModelBase):
         terms[passes + 1] += verify_fixed  # the verify forward: fixed + attention_time
         return self._sd_total(terms, passes, draft_overhead).tolist()
 
+    def decode_times_from_sums(self, paged: np.ndarray, ctx_sum: np.ndarray, batch: np.ndarray) -> list[float]:
+        """:meth:`decode_time` of iterations given by their paged KV sum, context sum and batch size (int64
+        arrays, one entry per iteration, batch >= 1): the plain counterpart of :meth:`sd_times_from_sums`
+        for callers that already hold the sums (the upper bound prices a few hundred grid cells per
+        worker, and summing each cell's contexts again per call was a third of its time)."""
+        return [self._decode_at(b, p, c) for b, p, c in zip(batch.tolist(), paged.tolist(), ctx_sum.tolist(),
+                                                             strict=True)]
+
     def sd_times_from_sums(self, paged: np.ndarray, ctx_sum: np.ndarray, batch: np.ndarray,
                            config: SDConfig) -> np.ndarray:
         """:meth:`_sd_at` of iterations whose batches differ, each given by its paged KV sum
