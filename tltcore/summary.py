@@ -49,59 +49,97 @@ class StepSummary:
         return d
 
 
-def rollout_window(events: pd.DataFrame) -> tuple[float, float]:
-    """(start, end) of one step's rollout: its cluster ``stage`` row, else the span of its rows."""
-    stage = events[(events["worker"] == CLUSTER) & (events["kind"] == "stage")]
-    if len(stage):
-        return float(stage["t_start"].min()), float(stage["t_end"].max())
-    if len(events) == 0:
-        return 0.0, 0.0
-    return float(events["t_start"].min()), float(events["t_end"].max())
-
-
-def worker_finish_times(events: pd.DataFrame, n_workers: int, start: float) -> np.ndarray:
-    """Each worker's finish time after ``start``: end of its last busy span (0 with no work)."""
-    busy = events[events["kind"].isin(BUSY_KINDS) & (events["worker"] >= 0)]
-    finish = np.zeros(n_workers, dtype=np.float64)
-    if len(busy):
-        last = busy.groupby("worker")["t_end"].max()
-        idx = last.index.to_numpy(np.int64)
-        if idx.max() >= n_workers:
-            raise ValueError(f"event log has worker {idx.max()} but the layout has {n_workers}")
-        finish[idx] = last.to_numpy() - start
-    return finish
-
-
 def summarize_step(events: pd.DataFrame, *, gpus: int, tp: int) -> StepSummary:
     """Summarise one policy's single step. ``events`` must hold exactly one (policy, step)."""
+    out = step_summaries(events, gpus=gpus, tp=tp)
+    if len(out) != 1:
+        raise ValueError(f"summarize_step needs one (policy, step), got {len(out)}")
+    return out[0]
+
+
+def step_summaries(events: pd.DataFrame, *, gpus: int, tp: int) -> list[StepSummary]:
+    """One :class:`StepSummary` per (policy, step) of ``events``, in the order the pairs first appear.
+
+    Why one pass: the summaries of ``tlt advise`` and ``tlt sim run`` filtered a pandas frame a dozen
+    times per (policy, step), which cost more than simulating a short step. Here the log's columns are
+    read once as numpy arrays and each pair's rows are index arrays into them; every number is the
+    one the per-pair filters gave: integer sums are exact, the per-worker finish times are maxima, the
+    idle sum is ``(makespan - finish).sum()`` over the same per-worker array, and the per-kind seconds
+    are one pandas group sum over (pair, kind), which adds each group's rows in the log's order as
+    the per-pair ``groupby(kind).sum()`` did (pandas' compensated group sum)."""
     check_event_log(events)
-    keys = events[["policy", "step"]].drop_duplicates()
-    if len(keys) != 1:
-        raise ValueError(f"summarize_step needs one (policy, step), got {len(keys)}")
-    events = events[events["phase"] == "rollout"]
-    start, end = rollout_window(events)
-    makespan = end - start
-    finish = worker_finish_times(events, gpus // tp, start)
-    gpu_idle = float((makespan - finish).sum() * tp)
-    work = events[events["worker"] >= 0]
-    dec = work[work["kind"] == "decode"]
-    sd = dec[dec["depth"] > 0]
-    iters = int(dec["iterations"].sum())
-    req_iters = float((sd["iterations"] * sd["batch_size"]).sum())
-    tokens = int(work["tokens"].sum())
-    kind_time = (work["t_end"] - work["t_start"]).groupby(work["kind"]).sum()
-    return StepSummary(
-        policy=str(keys["policy"].iloc[0]), step=int(keys["step"].iloc[0]), makespan_s=makespan,
-        worker_finish_s=tuple(float(t) for t in finish), gpu_idle_s=gpu_idle,
-        idle_fraction=gpu_idle / (makespan * gpus) if makespan > 0 else 0.0,
-        mean_accept_length=float(sd["tokens"].sum()) / req_iters if req_iters else float("nan"),
-        sd_share=int(sd["iterations"].sum()) / iters if iters else 0.0, decode_iterations=iters, tokens=tokens,
-        tokens_per_s=tokens / makespan if makespan > 0 else 0.0,
-        prefill_s=float(kind_time.get("prefill", 0.0)),
-        switch_reprefill_s=float(kind_time.get("switch_reprefill", 0.0)),
-        catch_up_s=float(kind_time.get("catch_up", 0.0)),
-        switches=int((work["kind"] == "switch").sum()),
-    )
+    if len(events) == 0:
+        return []
+    pair = events.groupby(["policy", "step"], sort=False).ngroup().to_numpy()  # -1: a missing key
+    n_pairs = int(pair.max()) + 1
+    col = {c: events[c].to_numpy() for c in ("step", "worker", "t_start", "t_end", "iterations", "batch_size",
+                                               "depth", "tokens")}
+    policies = events["policy"].to_numpy()
+    kind_code, kind_names = pd.factorize(events["kind"])
+    code_of = {str(name): i for i, name in enumerate(kind_names)}
+
+    def kind_is(*wanted: str) -> np.ndarray:
+        return np.isin(kind_code, [code_of[k] for k in wanted if k in code_of])
+
+    rollout = (events["phase"] == "rollout").to_numpy(dtype=bool, na_value=False)
+    worker = col["worker"]
+    work = rollout & (worker >= 0)
+    stage = rollout & kind_is("stage") & (worker == CLUSTER)
+    busy = work & kind_is(*BUSY_KINDS)
+    decode = work & kind_is("decode")
+    sd = decode & (col["depth"] > 0)
+    switch = work & kind_is("switch")
+    # seconds per (pair, kind) of the workers' rollout rows, summed as groupby(kind).sum() sums them
+    kind_s: dict[tuple[int, str], float] = {}
+    if work.any():
+        span = pd.Series(col["t_end"][work] - col["t_start"][work])
+        sums = span.groupby([pair[work], events["kind"].to_numpy()[work]], sort=False).sum()
+        kind_s = {(int(k), str(kind)): float(v) for (k, kind), v in sums.items()}
+    order = np.argsort(pair, kind="stable")
+    bounds = np.searchsorted(pair[order], np.arange(n_pairs + 1))
+    n_workers = gpus // tp
+    out = []
+    for k in range(n_pairs):
+        rows = order[bounds[k]:bounds[k + 1]]  # the pair's rows, in the log's order
+        mine = rows[rollout[rows]]
+        t0, t1 = col["t_start"][mine], col["t_end"][mine]
+        win = stage[mine]
+        if win.any():
+            start, end = float(t0[win].min()), float(t1[win].max())
+        elif len(mine):
+            start, end = float(t0.min()), float(t1.max())
+        else:
+            start, end = 0.0, 0.0
+        makespan = end - start
+        finish = np.zeros(n_workers, dtype=np.float64)
+        b = rows[busy[rows]]
+        if len(b):
+            w = worker[b]
+            if w.max() >= n_workers:
+                raise ValueError(f"event log has worker {w.max()} but the layout has {n_workers}")
+            last = np.full(n_workers, -np.inf)
+            np.maximum.at(last, w, col["t_end"][b])  # each worker's last busy end (as groupby max)
+            seen = np.zeros(n_workers, dtype=bool)
+            seen[w] = True
+            finish = np.where(seen, last - start, 0.0)
+        gpu_idle = float((makespan - finish).sum() * tp)
+        d, x = rows[decode[rows]], rows[sd[rows]]
+        iters = int(np.add.reduce(col["iterations"][d]))
+        req_iters = float(np.add.reduce(col["iterations"][x] * col["batch_size"][x]))
+        tokens = int(np.add.reduce(col["tokens"][rows[work[rows]]]))
+        out.append(StepSummary(
+            policy=str(policies[rows[0]]), step=int(col["step"][rows[0]]), makespan_s=makespan,
+            worker_finish_s=tuple(float(t) for t in finish), gpu_idle_s=gpu_idle,
+            idle_fraction=gpu_idle / (makespan * gpus) if makespan > 0 else 0.0,
+            mean_accept_length=float(np.add.reduce(col["tokens"][x])) / req_iters if req_iters else float("nan"),
+            sd_share=int(np.add.reduce(col["iterations"][x])) / iters if iters else 0.0, decode_iterations=iters,
+            tokens=tokens, tokens_per_s=tokens / makespan if makespan > 0 else 0.0,
+            prefill_s=kind_s.get((k, "prefill"), 0.0),
+            switch_reprefill_s=kind_s.get((k, "switch_reprefill"), 0.0),
+            catch_up_s=kind_s.get((k, "catch_up"), 0.0),
+            switches=int(np.count_nonzero(switch[rows])),
+        ))
+    return out
 
 
 def summary_table(events: pd.DataFrame, *, gpus: int, tp: int, baseline: str = "no-sd") -> pd.DataFrame:
@@ -109,10 +147,7 @@ def summary_table(events: pd.DataFrame, *, gpus: int, tp: int, baseline: str = "
 
     Policies keep the order in which they first appear in ``events``.
     """
-    rows = []
-    for (_policy, _step), part in events.groupby(["policy", "step"], sort=False):
-        rows.append(summarize_step(part.reset_index(drop=True), gpus=gpus, tp=tp).row())
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame([x.row() for x in step_summaries(events, gpus=gpus, tp=tp)])
     if df.empty:
         return df
     base = df[df["policy"] == baseline].set_index("step")["makespan_s"]

@@ -170,20 +170,21 @@ def test_the_bound_line_says_it_bounds_expected_lengths_under_stochastic_accepta
             assert (caveat in " ".join(res.stdout.split())) is shown, (seeds, mode, line)
 
 
-@pytest.mark.parametrize("model", ["7b", "32b"])
+@pytest.mark.parametrize("model", ["7b", "32b", "ngram"])
 def test_cells_priced_together_equal_each_cell_priced_alone(model: str) -> None:
     """The bound prices every grid cell's shapes over all cells at once (paged-KV sums); each cell's
     least time per unit of progress is the float the per-cell form gives, on ragged batches, contexts
     around the KV block size and with plain decode only."""
+    from tltcore.drafter.kinds import ModelFreeDraftCost
     from tltsim.upper_bound import _per_progress, _per_progress_cells, _rates
 
     rng = np.random.default_rng(7)
-    cost = COSTS[model]
+    cost = ModelFreeDraftCost(COSTS["7b"]) if model == "ngram" else COSTS[model]
     cells = [rng.integers(1, 9000, int(b)) for b in rng.integers(1, 300, 40)]
     cells += [np.full(3, cost.kv_block_size * k + d, dtype=np.int64) for k in (1, 7) for d in (-1, 0, 1)]
     shapes = policy_shape_set(make_policy(s, accept_model=ACCEPT, cost_model=cost) for s in SPECS)
     # a shape accepting nothing: plain decode (priced from the cells' sums) is every cell's least
-    useless = [*_rates((), ACCEPT, INITIAL_DRAFTER), (SDConfig.chain(4), 1.0)]
+    useless = [*_rates((), ACCEPT, INITIAL_DRAFTER), (SDConfig.chain(4), 1.0 if model != "ngram" else 0.5)]
     for rates in (_rates(shapes, ACCEPT, INITIAL_DRAFTER), _rates((), ACCEPT, INITIAL_DRAFTER), useless):
         assert _per_progress_cells(cost, cells, rates) == [_per_progress(cost, c, rates) for c in cells]
     assert _per_progress_cells(cost, cells, useless) == [cost.decode_time(c) for c in cells]

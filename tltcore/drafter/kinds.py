@@ -342,6 +342,10 @@ class ModelFreeDraftCost(CostModelBase):
     def memory_bound_decode(self) -> bool:
         return self.base.memory_bound_decode
 
+    def decode_times_from_sums(self, paged: np.ndarray, ctx_sum: np.ndarray, batch: np.ndarray) -> list[float]:
+        """Plain decode is the base's."""
+        return self.base.decode_times_from_sums(paged, ctx_sum, batch)
+
     def sd_times_from_sums(self, paged: np.ndarray, ctx_sum: np.ndarray, batch: np.ndarray,
                            config: SDConfig) -> np.ndarray:
         """:meth:`sd_time` of iterations given by their paged KV sums, context sums and batch sizes: the
