@@ -158,8 +158,8 @@ def _load_compute(root: Path, gpu: str | None = None) -> pd.DataFrame:
 
 
 @cache
-def _load_network(root: Path) -> pd.DataFrame:
-    paths = sorted((root / "vidur" / "network").glob("*/*.csv"))
+def _load_network(root: Path, topology: str | None = None) -> pd.DataFrame:
+    paths = sorted((root / "vidur" / "network").glob(f"{topology or '*'}/*.csv"))
     frames = [read_network_file(p, p.parent.name) for p in paths if p.stem in COLLECTIVES]
     if not frames:
         return pd.DataFrame({c: [] for c in NETWORK_COLUMNS})
@@ -173,6 +173,7 @@ def load_compute(root: str | Path | None = None, gpu: str | None = None) -> pd.D
     return _load_compute(profiles_root(root).resolve(), gpu).copy()
 
 
-def load_network(root: str | Path | None = None) -> pd.DataFrame:
-    """Every collective table as one tidy frame (read once per folder; a copy is returned)."""
-    return _load_network(profiles_root(root).resolve()).copy()
+def load_network(root: str | Path | None = None, topology: str | None = None) -> pd.DataFrame:
+    """Every collective table as one tidy frame (read once per folder; a copy is returned); with
+    ``topology`` only that node's tables (a calibration reads one topology's)."""
+    return _load_network(profiles_root(root).resolve(), topology).copy()

@@ -476,11 +476,12 @@ def profile_shape(row: pd.Series) -> OpShape:
 
 
 def _dims_of(rows: pd.DataFrame, shapes: dict[str, OpShape]) -> tuple[np.ndarray, np.ndarray]:
-    dims = {key: matmul_dims(key[2], shapes[key[0]], key[1]) for key in
-            rows[["model", "tp", "op"]].drop_duplicates().itertuples(index=False, name=None)}
-    keys = list(zip(rows["model"], rows["tp"], rows["op"], strict=True))
-    return (np.array([dims[k][0] for k in keys], dtype=np.float64),
-            np.array([dims[k][1] for k in keys], dtype=np.float64))
+    """Each matmul row's (k, n), set per (model, TP, op) group (a Python tuple per row of Arrow-backed
+    strings was half of a calibration)."""
+    k, n = np.empty(len(rows)), np.empty(len(rows))
+    for (model, tp, op), idx in rows.groupby(["model", "tp", "op"], sort=False).indices.items():
+        k[idx], n[idx] = matmul_dims(op, shapes[model], tp)
+    return k, n
 
 
 def predict_ops(calibration: GPUCalibration, rows: pd.DataFrame) -> np.ndarray:
@@ -494,8 +495,11 @@ def predict_ops(calibration: GPUCalibration, rows: pd.DataFrame) -> np.ndarray:
 
 @cache
 def _default_calibration(gpu: str, root: Path) -> GPUCalibration:
-    # only the GPU's own files: calibrate reads no other GPU's rows, and their order is the same
-    return calibrate(load_compute(root, gpu), gpu, network=load_network(root))
+    # only the GPU's own files: calibrate reads no other GPU's rows (nor another topology's collectives),
+    # and their order is the same
+    topology = NETWORK_TOPOLOGIES.get(gpu)
+    network = load_network(root, topology) if topology is not None else None
+    return calibrate(load_compute(root, gpu), gpu, network=network)
 
 
 def default_calibration(gpu: str, root: str | Path | None = None) -> GPUCalibration:
