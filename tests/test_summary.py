@@ -101,3 +101,27 @@ def test_a_log_of_several_pairs_is_not_one_step() -> None:
     with pytest.raises(ValueError, match="one \\(policy, step\\), got 6"):
         summarize_step(random_log(0), gpus=8, tp=2)
     assert step_summaries(random_log(0).iloc[:0], gpus=8, tp=2) == []
+
+
+def test_a_pair_whose_kinds_come_in_name_order_is_summed_as_pandas_sums_it() -> None:
+    """pandas adds a group with ``ufunc.reduceat`` when the rows' kinds come sorted (decode rows, then
+    prefill rows) and with Kahan compensation otherwise; eight equal prefill passes add up to different
+    last bits under the two, and each pair must get the one its per-pair form gets."""
+    d = 0.4976849254291695
+    frames = []
+    for policy in ("sorted", "mixed"):
+        log = EventLog(run_id="r", source="sim", policy=policy)
+        if policy == "sorted":  # the log's order is by worker, then time: decode rows, then prefill rows
+            log.span(0, "decode", 0.0, d, tokens=1, batch=1)
+            for w in range(1, 9):
+                log.span(w, "prefill", 0.0, d, tokens=1, batch=1)
+        else:  # prefill, decode, prefill, decode, ...
+            for w in range(8):
+                log.span(w, "prefill", 0.0, d, tokens=1, batch=1)
+                log.span(w, "decode", d, 2 * d, tokens=1, batch=1)
+        frames.append(log.frame())
+    events = pd.concat(frames, ignore_index=True)
+    got = step_summaries(events, gpus=9, tp=1)
+    want = [reference_summary(events[events["policy"] == p], gpus=9, tp=1) for p in ("sorted", "mixed")]
+    assert [x.prefill_s for x in got] == [x.prefill_s for x in want]
+    assert got[0].prefill_s != got[1].prefill_s  # the two sums differ here (3.9814794034333554 vs ...56)

@@ -49,6 +49,10 @@ class StepSummary:
         return d
 
 
+#: the kinds whose seconds a summary reports (``prefill_s``, ``switch_reprefill_s``, ``catch_up_s``)
+TIMED_KINDS = ("prefill", "switch_reprefill", "catch_up")
+
+
 def summarize_step(events: pd.DataFrame, *, gpus: int, tp: int) -> StepSummary:
     """Summarise one policy's single step. ``events`` must hold exactly one (policy, step)."""
     out = step_summaries(events, gpus=gpus, tp=tp)
@@ -74,7 +78,6 @@ def step_summaries(events: pd.DataFrame, *, gpus: int, tp: int) -> list[StepSumm
     n_pairs = int(pair.max()) + 1
     col = {c: events[c].to_numpy() for c in ("step", "worker", "t_start", "t_end", "iterations", "batch_size",
                                                "depth", "tokens")}
-    policies = events["policy"].to_numpy()
     kind_code, kind_names = pd.factorize(events["kind"])
     code_of = {str(name): i for i, name in enumerate(kind_names)}
 
@@ -89,56 +92,107 @@ def step_summaries(events: pd.DataFrame, *, gpus: int, tp: int) -> list[StepSumm
     decode = work & kind_is("decode")
     sd = decode & (col["depth"] > 0)
     switch = work & kind_is("switch")
-    # seconds per (pair, kind) of the workers' rollout rows, summed as groupby(kind).sum() sums them
-    kind_s: dict[tuple[int, str], float] = {}
-    if work.any():
-        span = pd.Series(col["t_end"][work] - col["t_start"][work])
-        sums = span.groupby([pair[work], events["kind"].to_numpy()[work]], sort=False).sum()
-        kind_s = {(int(k), str(kind)): float(v) for (k, kind), v in sums.items()}
-    order = np.argsort(pair, kind="stable")
-    bounds = np.searchsorted(pair[order], np.arange(n_pairs + 1))
+    kind_s = _kind_seconds(events, pair, work, kind_code, [str(x) for x in kind_names])
+    # every pair's rows together (in the log's order within a pair), then per-pair reductions at once:
+    # minima/maxima and integer sums are exact whatever the grouping
+    order = np.argsort(pair, kind="stable")[int(np.count_nonzero(pair < 0)):]
+    starts = np.searchsorted(pair[order], np.arange(n_pairs))
+    first = order[starts]
+
+    def per_pair(ufunc: np.ufunc, values: np.ndarray) -> np.ndarray:
+        return ufunc.reduceat(values[order], starts)
+
+    t_start, t_end, worker = col["t_start"], col["t_end"], col["worker"]
+    win_start = per_pair(np.minimum, np.where(stage, t_start, np.inf))
+    win_end = per_pair(np.maximum, np.where(stage, t_end, -np.inf))
+    any_start = per_pair(np.minimum, np.where(rollout, t_start, np.inf))
+    any_end = per_pair(np.maximum, np.where(rollout, t_end, -np.inf))
+    has_stage = per_pair(np.add, stage.astype(np.int64)) > 0
+    has_rollout = per_pair(np.add, rollout.astype(np.int64)) > 0
+    start = np.where(has_stage, win_start, np.where(has_rollout, any_start, 0.0))
+    end = np.where(has_stage, win_end, np.where(has_rollout, any_end, 0.0))
+    makespan = end - start
     n_workers = gpus // tp
+    last = np.full((n_pairs, n_workers), -np.inf)
+    if busy.any():
+        w = worker[busy]
+        if w.max() >= n_workers:
+            raise ValueError(f"event log has worker {w.max()} but the layout has {n_workers}")
+        np.maximum.at(last, (pair[busy], w), t_end[busy])  # each worker's last busy end (as groupby max)
+    finish = np.where(np.isfinite(last), last - start[:, None], 0.0)
+
+    def int_sum(mask: np.ndarray, values: np.ndarray) -> list[int]:
+        return per_pair(np.add, np.where(mask, values, 0)).tolist()
+
+    iters = int_sum(decode, col["iterations"])
+    sd_iters = int_sum(sd, col["iterations"])
+    req_iters = int_sum(sd, col["iterations"] * col["batch_size"])
+    sd_tokens = int_sum(sd, col["tokens"])
+    tokens = int_sum(work, col["tokens"])
+    switches = int_sum(switch, np.ones(len(events), dtype=np.int64))
+    policy = events["policy"].array
     out = []
     for k in range(n_pairs):
-        rows = order[bounds[k]:bounds[k + 1]]  # the pair's rows, in the log's order
-        mine = rows[rollout[rows]]
-        t0, t1 = col["t_start"][mine], col["t_end"][mine]
-        win = stage[mine]
-        if win.any():
-            start, end = float(t0[win].min()), float(t1[win].max())
-        elif len(mine):
-            start, end = float(t0.min()), float(t1.max())
-        else:
-            start, end = 0.0, 0.0
-        makespan = end - start
-        finish = np.zeros(n_workers, dtype=np.float64)
-        b = rows[busy[rows]]
-        if len(b):
-            w = worker[b]
-            if w.max() >= n_workers:
-                raise ValueError(f"event log has worker {w.max()} but the layout has {n_workers}")
-            last = np.full(n_workers, -np.inf)
-            np.maximum.at(last, w, col["t_end"][b])  # each worker's last busy end (as groupby max)
-            seen = np.zeros(n_workers, dtype=bool)
-            seen[w] = True
-            finish = np.where(seen, last - start, 0.0)
-        gpu_idle = float((makespan - finish).sum() * tp)
-        d, x = rows[decode[rows]], rows[sd[rows]]
-        iters = int(np.add.reduce(col["iterations"][d]))
-        req_iters = float(np.add.reduce(col["iterations"][x] * col["batch_size"][x]))
-        tokens = int(np.add.reduce(col["tokens"][rows[work[rows]]]))
+        span = float(makespan[k])
+        # (makespan - finish).sum() over the pair's own per-worker array, as the per-pair form adds it
+        gpu_idle = float((span - finish[k]).sum() * tp)
+        req = float(req_iters[k])
         out.append(StepSummary(
-            policy=str(policies[rows[0]]), step=int(col["step"][rows[0]]), makespan_s=makespan,
-            worker_finish_s=tuple(float(t) for t in finish), gpu_idle_s=gpu_idle,
-            idle_fraction=gpu_idle / (makespan * gpus) if makespan > 0 else 0.0,
-            mean_accept_length=float(np.add.reduce(col["tokens"][x])) / req_iters if req_iters else float("nan"),
-            sd_share=int(np.add.reduce(col["iterations"][x])) / iters if iters else 0.0, decode_iterations=iters,
-            tokens=tokens, tokens_per_s=tokens / makespan if makespan > 0 else 0.0,
+            policy=str(policy[first[k]]), step=int(col["step"][first[k]]), makespan_s=span,
+            worker_finish_s=tuple(finish[k].tolist()), gpu_idle_s=gpu_idle,
+            idle_fraction=gpu_idle / (span * gpus) if span > 0 else 0.0,
+            mean_accept_length=float(sd_tokens[k]) / req if req else float("nan"),
+            sd_share=sd_iters[k] / iters[k] if iters[k] else 0.0, decode_iterations=iters[k],
+            tokens=tokens[k], tokens_per_s=tokens[k] / span if span > 0 else 0.0,
             prefill_s=kind_s.get((k, "prefill"), 0.0),
             switch_reprefill_s=kind_s.get((k, "switch_reprefill"), 0.0),
             catch_up_s=kind_s.get((k, "catch_up"), 0.0),
-            switches=int(np.count_nonzero(switch[rows])),
+            switches=switches[k],
         ))
+    return out
+
+
+def _kind_seconds(events: pd.DataFrame, pair: np.ndarray, work: np.ndarray, kind_code: np.ndarray,
+                  kind_names: list[str]) -> dict[tuple[int, str], float]:
+    """Seconds per (pair, kind of :data:`TIMED_KINDS`) of the workers' rollout rows, each the float the
+    per-pair ``(t_end - t_start).groupby(kind).sum()`` gives. pandas sums a group with ``ufunc.reduceat``
+    when the group ids come sorted (a pair whose rows' kinds appear in name order, e.g. prefill rows
+    only) and with Kahan compensation otherwise: a pair of the first kind is summed by that very pandas
+    call, every other pair by the compensated sum done for all pairs in lockstep (the same float
+    operations per group, in row order)."""
+    out: dict[tuple[int, str], float] = {}
+    if not work.any():
+        return out
+    rows = np.flatnonzero(work)[np.argsort(pair[work], kind="stable")]  # work rows by pair, log order within
+    p = pair[rows]
+    keep = p >= 0
+    rows, p = rows[keep], p[keep]
+    rank = np.argsort(np.argsort(np.array(kind_names, dtype=object)))  # a kind's position in name order
+    ids = np.where(kind_code[rows] >= 0, rank[np.maximum(kind_code[rows], 0)], -1)  # -1: a missing kind
+    falls = (ids[1:] < ids[:-1]) & (p[1:] == p[:-1])
+    n_pairs = int(pair.max()) + 1
+    sorted_ids = np.bincount(p[1:][falls], minlength=n_pairs) == 0
+    dur = events["t_end"].to_numpy()[rows] - events["t_start"].to_numpy()[rows]
+    present = np.unique(p)
+    for k in present[sorted_ids[present]].tolist():
+        part = pd.Series(dur[p == k]).groupby(events["kind"].array[rows[p == k]]).sum()
+        out.update({(k, str(kind)): float(v) for kind, v in part.items() if kind in TIMED_KINDS})
+    timed = np.isin(kind_code[rows], [kind_names.index(x) for x in TIMED_KINDS if x in kind_names])
+    timed &= ~sorted_ids[p]
+    if timed.any():
+        group = p[timed] * len(kind_names) + kind_code[rows][timed]  # rows already in group order within a pair
+        order = np.argsort(group, kind="stable")
+        g, v = group[order], dur[timed][order]
+        keys, starts, counts = np.unique(g, return_index=True, return_counts=True)
+        total, comp = np.zeros(len(keys)), np.zeros(len(keys))
+        for i in range(int(counts.max())):  # the i-th row of every group that has one, as pandas adds it
+            live = np.flatnonzero(counts > i)
+            y = v[starts[live] + i] - comp[live]
+            t = total[live] + y
+            comp[live] = (t - total[live]) - y
+            total[live] = t
+        for key, value in zip(keys.tolist(), total.tolist(), strict=True):
+            out[(key // len(kind_names), kind_names[key % len(kind_names)])] = value
     return out
 
 
