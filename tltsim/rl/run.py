@@ -32,10 +32,11 @@ import pandas as pd
 
 from tltcore.drafter.kinds import drafter_kind
 from tltcore.drafter.state import DrafterState
-from tltcore.events import BUSY_KINDS, CLUSTER, EventLog, empty_event_log
+from tltcore.events import CLUSTER, EventLog, empty_event_log
 from tltcore.model_shape import get_model
 from tltcore.policy.base import NO_SD
 from tltcore.spot_coordinator import Checkpoint, InlineTraining, SpotTraining, TrainingSession
+from tltcore.summary import StepSummary, step_summaries
 from tltsim.rl.gpu_memory import TrainingMemoryConfig, training_memory
 from tltsim.rl.phases import PhaseTimes, phase_times
 from tltsim.rl.presets import (
@@ -187,55 +188,19 @@ def _add_rollout_metrics(steps: pd.DataFrame, events: pd.DataFrame, s: Scenario)
 
 def _step_metrics(events: pd.DataFrame, step_list: list[int], gpus: int, tp: int
                   ) -> tuple[list[float], list[float], list[float]]:
-    """``summarize_step``'s ``mean_accept_length``, ``gpu_idle_s`` and ``idle_fraction`` of every step
-    in ``step_list``, from numpy columns of the whole log (one pandas filter per step cost more than
-    the step's simulation): the same rows (rollout phase; the cluster ``stage`` row as the window,
-    else the rows' span; busy kinds for finish times), the same integer sums and the same float
-    operations, ``(makespan - finish).sum()`` on the same per-worker array."""
-    col = {c: events[c].to_numpy() for c in ("step", "worker", "t_start", "t_end", "iterations", "batch_size",
-                                               "depth", "tokens")}
-    rollout = (events["phase"] == "rollout").to_numpy(bool)
-    # the kinds as codes into their few distinct names (no Python string per row)
-    codes, names = pd.factorize(events["kind"])
-    names = [str(x) for x in names]
-
-    def kind_in(wanted: tuple[str, ...]) -> np.ndarray:
-        return np.isin(codes, [i for i, x in enumerate(names) if x in wanted])
-
-    stage, busy, decode = kind_in(("stage",)), kind_in(BUSY_KINDS), kind_in(("decode",))
-    rows_of = pd.Series(np.arange(len(events))).groupby(col["step"], sort=False).indices if len(events) else {}
-    n_workers = gpus // tp
-    accept, idle, idle_frac = [], [], []
-    for step in step_list:
-        rows = rows_of.get(step, np.zeros(0, dtype=np.intp))
-        rows = rows[rollout[rows]]
-        worker, t0, t1 = col["worker"][rows], col["t_start"][rows], col["t_end"][rows]
-        win = stage[rows] & (worker == CLUSTER)
-        if win.any():
-            start, end = float(t0[win].min()), float(t1[win].max())
-        elif len(rows):
-            start, end = float(t0.min()), float(t1.max())
-        else:
-            start, end = 0.0, 0.0
-        makespan = end - start
-        finish = np.zeros(n_workers, dtype=np.float64)
-        mine = busy[rows] & (worker >= 0)
-        if mine.any():
-            w, last = worker[mine], t1[mine]
-            if w.max() >= n_workers:
-                raise ValueError(f"event log has worker {w.max()} but the layout has {n_workers}")
-            seen = np.zeros(n_workers, dtype=bool)
-            seen[w] = True
-            ends = np.full(n_workers, -np.inf)
-            np.maximum.at(ends, w, last)  # each worker's last busy end, then minus start (as groupby max)
-            finish = np.where(seen, ends - start, 0.0)
-        gpu_idle = float((makespan - finish).sum() * tp)
-        sd = decode[rows] & (worker >= 0) & (col["depth"][rows] > 0)
-        req_iters = float(np.add.reduce(col["iterations"][rows][sd] * col["batch_size"][rows][sd]))
-        tokens = float(np.add.reduce(col["tokens"][rows][sd]))
-        accept.append(tokens / req_iters if req_iters else float("nan"))
-        idle.append(gpu_idle)
-        idle_frac.append(gpu_idle / (makespan * gpus) if makespan > 0 else 0.0)
+    """``mean_accept_length``, ``gpu_idle_s`` and ``idle_fraction`` of every step in ``step_list`` from
+    one run's log (:func:`~tltcore.summary.step_summaries`, one pass over the whole log); a step without
+    rows reads NaN, 0 and 0, as a step summarised from no rows does."""
+    by_step: dict[int, StepSummary] = {}
+    for x in step_summaries(events, gpus=gpus, tp=tp):
+        if x.step in by_step:
+            raise ValueError(f"one run's log holds step {x.step} of two policies "
+                             f"({by_step[x.step].policy}, {x.policy})")
+        by_step[x.step] = x
+    none = (float("nan"), 0.0, 0.0)
+    rows = [(x.mean_accept_length, x.gpu_idle_s, x.idle_fraction) if (x := by_step.get(step)) else none
+            for step in step_list]
+    accept, idle, idle_frac = (list(col) for col in zip(*rows, strict=True)) if rows else ([], [], [])
     return accept, idle, idle_frac
 
 
