@@ -53,3 +53,14 @@ def test_a_command_runs_and_a_mistyped_one_is_one_line():
     assert runner.invoke(app, ["model", "list"]).exit_code == 0
     bad = runner.invoke(app, ["simm"])
     assert bad.exit_code == 2 and "No such command" in bad.output and "Did you mean 'sim'?" in bad.output
+
+
+def test_a_trace_command_leaves_the_scenario_schema_unimported():
+    """``tlt trace`` shows the ``trace.*`` scenario fields in its help; they are written when the help
+    is shown, so ``tlt trace list`` (or ``stats``) starts without the scenario schema and the policy
+    and cost modules it pulls in (a fifth of their start)."""
+    code = ("import sys\nfrom tltcli.cli import main\nsys.argv = ['tlt', 'trace', 'list']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('HEAVY', sorted(m for m in ('tltsim.scenario', 'tltcore.policy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "HEAVY []" in out
