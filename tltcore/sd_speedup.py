@@ -24,31 +24,42 @@ def sd_speedup_table(cost, accept, configs: Iterable[SDConfig], batches: Iterabl
     """One row per (batch, config): depth, topk, verify_tokens, accept length, decode and SD
     iteration seconds, and ``speedup`` (module docstring). Below 1 SD does not pay at that batch.
 
-    Built by columns: each shape's accept length once (it does not depend on the batch) and the SD
-    times by :func:`_sd_seconds` (each float the one its own ``sd_time`` gives); the run warnings
-    look up a few hundred batch sizes per policy and step, and a dict and a dozen ``sd_time`` calls
-    per row made this ~40 ms of every call."""
+    Built by columns: each shape's accept length once (it does not depend on the batch), the plain and
+    SD times by :func:`_decode_seconds` and :func:`_sd_seconds` (each float the one its own
+    ``decode_time`` / ``sd_time`` gives), the columns as numpy arrays; the run warnings look up a few
+    hundred batch sizes per policy and step, and a dict and a dozen ``sd_time`` calls per row made
+    this ~40 ms of every call."""
     configs = list(configs)
     sizes = [int(b) for b in batches]
-    accept_lens = [accept.expected_accept_length(c, drafter) for c in configs]
-    plains = [cost.decode_time(np.full(b, int(context_tokens))) for b in sizes]
-    sds = _sd_seconds(cost, configs, sizes, int(context_tokens))
-    cols: dict[str, list] = {k: [] for k in ("batch", "config", "depth", "topk", "verify_tokens", "accept_length",
-                                             "decode_s", "sd_s", "speedup")}
-    for i, (b, plain) in enumerate(zip(sizes, plains, strict=True)):
-        for c, accept_len, sd in zip(configs, accept_lens, sds[i], strict=True):
-            cols["batch"].append(b)
-            cols["config"].append(c.name)
-            cols["depth"].append(c.depth)
-            cols["topk"].append(c.topk)
-            cols["verify_tokens"].append(c.verify_tokens)
-            cols["accept_length"].append(accept_len)
-            cols["decode_s"].append(plain)
-            cols["sd_s"].append(sd)
-            cols["speedup"].append(accept_len * plain / sd)
-    if not cols["batch"]:
+    if not configs or not sizes:
         return pd.DataFrame()
-    return pd.DataFrame(cols)
+    accept_lens = [accept.expected_accept_length(c, drafter) for c in configs]
+    plains = _decode_seconds(cost, sizes, int(context_tokens))
+    sds = _sd_seconds(cost, configs, sizes, int(context_tokens))
+    n, k = len(sizes), len(configs)
+    accept_col = np.tile(np.array(accept_lens, dtype=np.float64), n)
+    plain_col = np.repeat(np.array(plains, dtype=np.float64), k)
+    sd_col = np.array(sds, dtype=np.float64).reshape(n * k)
+    return pd.DataFrame({
+        "batch": np.repeat(np.array(sizes, dtype=np.int64), k), "config": [c.name for c in configs] * n,
+        "depth": np.tile(np.array([c.depth for c in configs], dtype=np.int64), n),
+        "topk": np.tile(np.array([c.topk for c in configs], dtype=np.int64), n),
+        "verify_tokens": np.tile(np.array([c.verify_tokens for c in configs], dtype=np.int64), n),
+        "accept_length": accept_col, "decode_s": plain_col, "sd_s": sd_col,
+        "speedup": accept_col * plain_col / sd_col,  # (accept x plain) / sd, element by element
+    })
+
+
+def _decode_seconds(cost, sizes: list[int], context_tokens: int) -> list[float]:
+    """Plain iteration seconds per batch size at ``context_tokens`` each, every float ``cost.decode_time``'s:
+    from the paged-KV sums (``decode_times_from_sums``) where the model reads contexts only through them."""
+    paged_kv = cost.paged_kv_times() if isinstance(cost, CostModelBase) else None
+    if paged_kv is None or min(sizes) < 1 or context_tokens < 0:
+        return [cost.decode_time(np.full(b, context_tokens)) for b in sizes]
+    block = int(paged_kv.kv_block_size)
+    batch = np.array(sizes, dtype=np.int64)
+    one_paged = -(-context_tokens // block) * block
+    return paged_kv.decode_times_from_sums(batch * one_paged, batch * context_tokens, batch)
 
 
 def _sd_seconds(cost, configs: list[SDConfig], sizes: list[int], context_tokens: int) -> list[list[float]]:

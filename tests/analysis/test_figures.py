@@ -352,3 +352,17 @@ def test_sim_vs_real_makespan_bars(tmp_path):
                 for seg in c.lines[2][0].get_segments()]
     assert sorted((round(a[0], 6), round(b[0], 6)) for a, b in whiskers) == [(5.5, 6.0), (9.0, 12.0)]
     rendered(fig, tmp_path, "sim_vs_real")
+
+
+@pytest.mark.parametrize("context", [0, 15, 16, 17, 2048])
+def test_sd_speedup_table_rows_are_the_scalar_times_exactly(context):
+    """The table prices by columns from paged-KV sums; every row's decode and SD seconds are the floats
+    ``decode_time`` and ``sd_time`` give for that batch, and the speedup is (accept x decode) / sd."""
+    inputs = prepare(_scenario())
+    configs = [SDConfig.parse(c) for c in ("1_1_1", "4_1_4", "8_4_32")]
+    table = sd_speedup_table(inputs.cost, inputs.accept, configs, [1, 2, 7, 64, 300], context_tokens=context)
+    for r in table.itertuples(index=False):
+        ctx = np.full(r.batch, context)
+        c = SDConfig.parse(r.config)
+        assert r.decode_s == inputs.cost.decode_time(ctx) and r.sd_s == inputs.cost.sd_time(ctx, c)
+        assert r.speedup == inputs.accept.expected_accept_length(c) * r.decode_s / r.sd_s
