@@ -1,6 +1,6 @@
-"""Expected-mode SD spans of finite holds run many per numpy pass (:mod:`tltsim.rollout.fast.held_spans`)
-and equal the reference bit for bit: the event log, the finish times, and every view the policy is
-shown and Outcome it is told, in order.
+"""SD spans of finite holds run in chunks (:mod:`tltsim.rollout.fast.held_spans`: expected mode many per
+numpy pass, stochastic mode finish to finish with the draws taken at once) and equal the reference bit for
+bit: the event log, the finish times, and every view the policy is shown and Outcome it is told, in order.
 
 The policies here keep one shape (the same object) with holds that vary answer by answer, so a chunk
 runs spans that end at their hold (rows merged as the reference merges them) and at finishes, and now
@@ -74,27 +74,48 @@ def _work(n: int, seed: int) -> Work:
                 rng.integers(30, 900, n).astype(np.int64))
 
 
-def _run(fast: bool, hint: bool, steady: bool, seed: int, max_batch: int | None):
+def _run(fast: bool, hint: bool, steady: bool, seed: int, max_batch: int | None, mode: str = "expected"):
     policies = [_Varying(hint, steady) for _ in range(2)]
-    engine = EngineConfig(fast=fast, acceptance_mode="expected")
+    engine = EngineConfig(fast=fast, acceptance_mode=mode)
     if max_batch is not None:
-        engine = EngineConfig(fast=fast, acceptance_mode="expected", max_batch=max_batch)
+        engine = EngineConfig(fast=fast, acceptance_mode=mode, max_batch=max_batch)
     res = simulate_step(_work(48, seed), policies=policies, cost=RooflineCostModel(get_model("Qwen2.5-7B"),
                         get_gpu("h100")), accept=paper_qwen32b_tp4(), engine=engine, seed=seed)
     return res, [p.seen for p in policies]
 
 
+@pytest.mark.parametrize("mode", ["expected", "stochastic"])
 @pytest.mark.parametrize("max_batch", [None, 9])
 @pytest.mark.parametrize("steady", [False, True])
 @pytest.mark.parametrize("hint", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_held_spans_equal_reference(seed, hint, steady, max_batch):
-    with mock.patch.object(held_spans, "run_held", wraps=held_spans.run_held) as chunks:
-        fast, fast_seen = _run(True, hint, steady, seed, max_batch)
-    slow, slow_seen = _run(False, hint, steady, seed, max_batch)
+def test_held_spans_equal_reference(seed, hint, steady, max_batch, mode):
+    chunked = held_spans.run_held if mode == "expected" else held_spans.run_held_draws
+    with mock.patch.object(held_spans, chunked.__name__, wraps=chunked) as chunks:
+        fast, fast_seen = _run(True, hint, steady, seed, max_batch, mode)
+    slow, slow_seen = _run(False, hint, steady, seed, max_batch, mode)
     assert chunks.call_count > 0
     pd.testing.assert_frame_equal(fast.events, slow.events, check_exact=True)
     assert np.array_equal(fast.finish_times, slow.finish_times)
     assert fast_seen == slow_seen
     sd = fast.events[(fast.events["kind"] == "decode") & (fast.events["depth"] > 0)]
     assert (sd["iterations"] > 6).any()  # rows of several spans ended at their hold, merged
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_stochastic_chunk_that_cannot_finish_a_span_runs_it_as_the_per_span_path(seed):
+    """Where a chunk's draws end before its first finish (every third chunk here), its draws go back
+    to the stream and the span runs as the per-span path runs it: still the reference's results."""
+    real, calls = held_spans._segments, []
+
+    def short(*args):
+        calls.append(args)
+        return [] if len(calls) % 3 == 0 else real(*args)
+
+    with mock.patch.object(held_spans, "_segments", short):
+        fast, fast_seen = _run(True, False, True, seed, None, "stochastic")
+    slow, slow_seen = _run(False, False, True, seed, None, "stochastic")
+    assert len(calls) >= 3
+    pd.testing.assert_frame_equal(fast.events, slow.events, check_exact=True)
+    assert np.array_equal(fast.finish_times, slow.finish_times)
+    assert fast_seen == slow_seen

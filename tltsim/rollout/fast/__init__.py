@@ -14,8 +14,9 @@ hands each unit of work after admission to the worker's door, :class:`~tltsim.ro
 * :mod:`~tltsim.rollout.fast.expected_tail` and :mod:`~tltsim.rollout.fast.tails`: a held SD
   decision's spans back to back, asking the policy between them (expected mode: many spans per numpy
   pass; stochastic: span after span, or with the other workers' tails a block per round);
-* :mod:`~tltsim.rollout.fast.held_spans`: expected mode, the spans of decisions held a few
-  iterations with one shape (a policy asked after every span), many spans per numpy pass;
+* :mod:`~tltsim.rollout.fast.held_spans`: the spans of decisions held a few iterations with one
+  shape (a policy asked after every span) in chunks: expected mode many per numpy pass, stochastic
+  finish to finish with the draws taken at once;
 * :mod:`~tltsim.rollout.fast.ahead`: a block of one-iteration SD spans of a policy that decides every
   iteration and offers the block hint (below), cut where its answer changes (both acceptance modes);
 * :mod:`~tltsim.rollout.fast.plain_phase`: a whole phase of plain spans, admissions and prefills

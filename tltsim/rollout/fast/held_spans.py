@@ -1,21 +1,31 @@
-"""Expected-mode SD spans of finite holds, many at once (nothing waiting, so no admission ends a span).
+"""SD spans of finite holds, many at once (nothing waiting, so no admission ends a span).
 
 A policy that holds a shape for a few iterations (``cost-aware``: re-evaluated at every finish, the
 batch having changed, and every ``recheck`` iterations) is asked after every span, and a span ends at
-its first finish or when its hold runs out. As for a decision held until an event
-(:mod:`~tltsim.rollout.fast.expected_tail`), every live request emits the expected accept length per
-iteration while the shape stands, whatever the spans around it, so one ``numpy.cumsum`` over a chunk
-of iterations gives every request's finishing iteration, every iteration's contexts (priced in one
-call) and the state at any span boundary: each span then costs the policy's calls and a few scalars
-instead of a span's numpy passes (~150 us).
-"""
+its first finish or when its hold runs out. A span boundary changes nothing of how the iterations
+run while the shape stands, so a chunk of them is run first and the spans walked after:
 
+* expected mode (:func:`run_held`): as for a decision held until an event
+  (:mod:`~tltsim.rollout.fast.expected_tail`), every live request emits the expected accept length per
+  iteration whatever the spans around it, so one ``numpy.cumsum`` over a chunk of iterations gives every
+  request's finishing iteration, every iteration's contexts (priced in one call) and the state at any
+  span boundary: each span then costs the policy's calls and a few scalars instead of a span's numpy
+  passes (~150 us);
+* stochastic mode (:func:`run_held_draws`): each iteration draws one accept length per live request
+  from the worker's stream whatever the spans, so a chunk runs its iterations finish to finish with the
+  draws taken in one call (the unused ones given back) and prices them in one call; the per-span
+  pricing, retirement and dispatch go.
+
+An answer with another shape ends a chunk and wastes the rest of it, so chunks start small and grow.
+"""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from tltcore.policy.base import HOLD_UNTIL_EVENT, BatchView, Decision, Outcome, SDConfig
-from tltsim.rollout.fast.spans import speculate_expected_blocks
+from tltsim.rollout.fast.spans import draw_block, speculate_blocks, speculate_expected_blocks
 from tltsim.rollout.fast.state import FastWorker
 from tltsim.rollout.worker import _EPS, _min, _sum
 
@@ -209,3 +219,207 @@ def _same_shape(d: Decision, config: SDConfig, hold: int) -> bool:
     object: the log merges a row only with its own config), no switch, a finite hold of more than one
     iteration (else another path runs it)."""
     return d.config is config and not d.switch_on and 1 < hold < HOLD_UNTIL_EVENT
+
+
+@dataclass
+class _Segment:
+    """A stochastic chunk's iterations between two finishes, the batch fixed: ``rows[j]`` every member's
+    context after ``j`` iterations, unclipped (row 0: at its start; ``rows[length]``: after the finishing
+    iteration, before clipping), ``ids`` its members (indices into the chunk's first live order, in live
+    order), ``end`` their contexts at completion, ``emitted[j]`` the tokens of iteration ``j + 1`` (the last
+    one clipped), ``clipped`` the contexts after it, ``done`` who finished, ``pos`` the draws before it."""
+
+    rows: np.ndarray
+    ids: np.ndarray
+    end: np.ndarray
+    emitted: list[int]
+    clipped: np.ndarray
+    done: np.ndarray
+    pos: int
+    sums: np.ndarray  # the contexts' sum before each iteration
+
+    @property
+    def length(self) -> int:
+        return len(self.rows) - 1
+
+
+def run_held_draws(fast: FastWorker, decision: Decision, hold: int) -> None:
+    """Stochastic-mode SD spans of ``decision`` (held ``hold`` iterations, ``1 < hold <
+    HOLD_UNTIL_EVENT``) and of every later answer of the policy with the same shape and a finite hold,
+    in chunks (fast path, nothing waiting): the counterpart of :func:`run_held`.
+
+    A span boundary changes nothing of what the iterations draw (each draws one accept length per live
+    request, from the worker's stream, whatever the spans), so a chunk first runs the iterations from
+    finish to finish (:class:`_Segment`), its draws taken from the stream in one call and the unused
+    ones given back, and prices them all in one call; then it walks the spans as
+    :func:`~tltsim.rollout.fast.spans.speculate_blocks`, the worker's retirement and its next ``decide``
+    would: the same clock, recent-accept estimate, emitted and accepted tokens (sums in the same order),
+    Outcome, row (:meth:`~tltcore.events.EventLog.decode`), retirements and views. An answer with
+    another shape ends the chunk as in :func:`run_held`."""
+    config = decision.config
+    w = fast.worker
+    live = w.live
+    stream, drafter, draw = fast.stream, w.drafter, w.sampler.draw
+    mean = w.mean_accept(config)
+    keep = 1.0 - w.recent.weight
+    verify = config.verify_tokens
+    policy, log, idx, step_no, hint = w.policy, fast.log, w.idx, w.step_no, w.hint
+    bs = w.pricers.block
+    ema, t, iteration = w.recent.value, w.t, w.iteration
+    if w.lag_dirty:  # the first span brings every drafter up to date
+        live.lag[:] = 0
+        w.lag_dirty = False
+    first = True
+    chunk = 0
+    while True:
+        b0 = len(live)
+        if not first:  # the chunk's first span: the policy asked from the live state
+            if _plain_above(fast, b0):
+                return
+            d = policy.decide(BatchView(b0, tuple(live.ctx.tolist()), t, iteration, ema, idx, step_no, drafter,
+                                        tuple(live.rem.tolist()) if hint else ()))
+            hold = w.hold(d)
+            if not _same_shape(d, config, hold):
+                fast.pending = d
+                return
+            first = True
+        rem = live.rem
+        m = min(b0, 4 + 4 * chunk)  # finishes: the work is per segment, so small chunks waste less, cost little
+        chunk += 1
+        need = int(int(_min(rem)) / mean * 1.25) + 2
+        reach = int(int(np.partition(rem, m - 1)[m - 1]) / mean * 1.25) + 2
+        total = b0 * max(need, min(reach, _CELLS // b0))
+        pool = draw(config, total, stream, drafter)  # the stream's next draws, given back below unused
+        segments = _segments(live.ctx, live.ctx + rem, pool, mean)
+        if not segments:  # the first finish lies past the pool: this span as the per-span path runs it
+            stream.pos -= total
+            speculate_blocks(fast, config, hold)
+            if _min(live.rem) <= 0:
+                w.retire()
+            return
+        # every iteration's time, priced at once, and the clock after each
+        sizes = [s.length for s in segments]
+        if w.pricers.rows is not None:
+            paged = np.concatenate([np.add.reduce((s.rows[:-1] + (bs - 1)) // bs, axis=1) for s in segments]) * bs
+            sums = np.concatenate([s.sums for s in segments])
+            dts = w.pricers.rows(paged, sums, np.repeat([len(s.ids) for s in segments], sizes), config)
+        else:
+            dts = np.array([w.cost.sd_time(r, config) for s in segments for r in s.rows[:-1]], dtype=np.float64)
+        times = [t, *_clock(t, dts)]
+        pending = stop = None  # the boundary the chunk's spans end at: (segment, iteration in it)
+        at = 0  # the segment's first iteration in the chunk
+        for si, seg in enumerate(segments):
+            b, length, emitted = len(seg.ids), seg.length, seg.emitted
+            j0 = 0
+            while j0 < length:
+                if not first:
+                    if _plain_above(fast, b):
+                        stop = (si, j0)
+                        break
+                    ctx_j = seg.rows[j0]
+                    d = policy.decide(BatchView(b, tuple(ctx_j.tolist()), times[at + j0], iteration, ema, idx,
+                                                step_no, drafter, tuple((seg.end - ctx_j).tolist()) if hint else ()))
+                    hold = w.hold(d)
+                    if not _same_shape(d, config, hold):
+                        pending, stop = d, (si, j0)
+                        break
+                first = False
+                j1 = min(length, j0 + hold)
+                n = j1 - j0
+                total_e = 0.0
+                for e in emitted[j0:j1]:
+                    e = float(e)
+                    total_e += e
+                    x = e / b
+                    ema = x if ema is None else x + keep * (ema - x)
+                accepted = (seg.rows[j1] - seg.rows[j0] - n).astype(np.float64)
+                acc = float(_sum(accepted))
+                t0, t1 = times[at + j0], times[at + j1]
+                drafted = verify * b * n
+                policy.observe(Outcome(config, b, round(total_e), t1 - t0, drafted, round(acc), t1, idx, n,
+                                       tuple(accepted.tolist())))
+                if log.decode(idx, t0, t1, n, b, config, total_e, drafted, acc):
+                    w.row_closed = True
+                iteration += n
+                if j1 == length:  # the finishing iteration: retire, as RolloutWorker.retire does
+                    targets = live.target[seg.ids[seg.done]]
+                    w.done_tokens.append(targets)
+                    w.done_t.append(t1)
+                    w.done_n.append(len(targets))
+                    if w.on_finish is not None:
+                        w.on_finish(len(targets))
+                    w.need_admit = True
+                j0 = j1
+            if stop is not None:
+                break
+            at += length
+        # the live state at the boundary, the unused draws given back
+        if stop is None:
+            last = segments[-1]
+            ids, ctx, used = last.ids[~last.done], last.clipped[~last.done], last.pos + last.length * len(last.ids)
+            end = last.end[~last.done]
+            t = times[-1]
+        else:
+            seg = segments[stop[0]]
+            ids, ctx, end = seg.ids, seg.rows[stop[1]], seg.end
+            used = seg.pos + stop[1] * len(seg.ids)
+            t = times[sum(sizes[:stop[0]]) + stop[1]]
+        stream.pos -= total - used
+        kept = np.zeros(b0, dtype=bool)
+        kept[ids] = True
+        live.drop(kept)
+        live.ctx[:] = ctx
+        np.subtract(end, ctx, out=live.rem)
+        w.t, w.iteration, w.recent.value = t, iteration, ema
+        if stop is not None or len(live) == 0:
+            fast.pending = pending
+            return
+
+
+def _segments(ctx: np.ndarray, end: np.ndarray, pool: np.ndarray, mean: float) -> list[_Segment]:
+    """The iterations from contexts ``ctx`` (requests done at ``end``) on the accept lengths ``pool``
+    (the stream's next draws, iteration-major: each iteration takes one per live request), finish to
+    finish, as long as the pool lasts: a segment's iterations are cumulative sums of its draws in blocks
+    (as :func:`~tltsim.rollout.fast.spans.draw_block` cuts them, a block sized to about the shortest
+    request's iterations at the mean accept length), cut at the first iteration in which a request
+    reaches its end, which is clipped there; a segment the pool cannot finish is dropped."""
+    out: list[_Segment] = []
+    ids = np.arange(len(ctx))
+    off = 0
+    while len(ids):
+        b = len(ids)
+        pos = off
+        parts = []
+        base = ctx
+        while True:
+            shortest = int(_min(end - base))
+            k = min(shortest, int(shortest / mean * 1.25) + 2, (len(pool) - off) // b)
+            if k <= 0:
+                return out  # the pool ends inside this segment
+            rows, used, finish, _ = draw_block(base, end, k, pool[off:off + k * b])
+            off += used * b
+            parts.append(rows[:used])
+            base = rows[used]
+            if finish:
+                break
+        parts.append(base[None, :])
+        seg_rows = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        length = len(seg_rows) - 1
+        sums = np.add.reduce(seg_rows, axis=1)
+        clipped = np.minimum(seg_rows[length], end)
+        emitted = (sums[1:] - sums[:-1]).tolist()
+        emitted[-1] = int(_sum(clipped)) - int(sums[length - 1])
+        done = clipped >= end
+        out.append(_Segment(seg_rows, ids, end, emitted, clipped, done, pos, sums[:-1]))
+        live = ~done
+        ids, ctx, end = ids[live], clipped[live], end[live]
+    return out
+
+
+def _clock(t: float, dts: np.ndarray) -> list[float]:
+    """The clock after each of ``dts`` from ``t``, added in order (one ``numpy.add.accumulate``)."""
+    clock = np.empty(len(dts) + 1)
+    clock[0] = t
+    clock[1:] = dts
+    np.add.accumulate(clock, out=clock)
+    return clock[1:].tolist()

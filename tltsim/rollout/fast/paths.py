@@ -15,8 +15,9 @@ choosing the accelerated path by what the decision allows:
   decision back to back, asking the policy between them as the worker's loop would
   (:mod:`tltsim.rollout.fast.expected_tail`; stochastic: :mod:`tltsim.rollout.fast.tails`, with the
   other workers' tails a block per round where the cost model has a row pricer);
-* any other hold, expected mode, nothing waiting: the spans of the decision and of the policy's later
-  answers with the same shape, many per numpy pass (:mod:`tltsim.rollout.fast.held_spans`);
+* any other hold, nothing waiting: the spans of the decision and of the policy's later answers with
+  the same shape in chunks (:mod:`tltsim.rollout.fast.held_spans`: expected mode many per numpy pass,
+  stochastic finish to finish with the draws taken at once);
 * any other hold: one span in blocks of iterations (:mod:`tltsim.rollout.fast.spans`).
 
 :func:`run_step` replaces the SimPy clock, which only ordered the workers: each runs its own loop
@@ -111,6 +112,9 @@ class FastPaths:
             return  # tails retire as they go
         elif worker.expected and worker.next_waiting >= len(worker.q_resp) and worker.sampler is not None:
             held_spans.run_held(fast, decision, hold)
+            return  # the spans retire as they go
+        elif worker.next_waiting >= len(worker.q_resp) and worker.sampler is not None:
+            held_spans.run_held_draws(fast, decision, hold)
             return  # the spans retire as they go
         elif worker.expected:
             spans.speculate_expected_blocks(fast, config, hold)
