@@ -15,7 +15,7 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 import pytest
-from rollout_fixtures import Work
+from rollout_fixtures import LinearCost, Work
 
 from tltcore.acceptance import paper_qwen32b_tp4
 from tltcore.cost import RooflineCostModel
@@ -74,13 +74,15 @@ def _work(n: int, seed: int) -> Work:
                 rng.integers(30, 900, n).astype(np.int64))
 
 
-def _run(fast: bool, hint: bool, steady: bool, seed: int, max_batch: int | None, mode: str = "expected"):
+def _run(fast: bool, hint: bool, steady: bool, seed: int, max_batch: int | None, mode: str = "expected",
+         cost=None):
     policies = [_Varying(hint, steady) for _ in range(2)]
     engine = EngineConfig(fast=fast, acceptance_mode=mode)
     if max_batch is not None:
         engine = EngineConfig(fast=fast, acceptance_mode=mode, max_batch=max_batch)
-    res = simulate_step(_work(48, seed), policies=policies, cost=RooflineCostModel(get_model("Qwen2.5-7B"),
-                        get_gpu("h100")), accept=paper_qwen32b_tp4(), engine=engine, seed=seed)
+    cost = RooflineCostModel(get_model("Qwen2.5-7B"), get_gpu("h100")) if cost is None else cost
+    res = simulate_step(_work(48, seed), policies=policies, cost=cost, accept=paper_qwen32b_tp4(), engine=engine,
+                        seed=seed)
     return res, [p.seen for p in policies]
 
 
@@ -116,6 +118,18 @@ def test_a_stochastic_chunk_that_cannot_finish_a_span_runs_it_as_the_per_span_pa
         fast, fast_seen = _run(True, False, True, seed, None, "stochastic")
     slow, slow_seen = _run(False, False, True, seed, None, "stochastic")
     assert len(calls) >= 3
+    pd.testing.assert_frame_equal(fast.events, slow.events, check_exact=True)
+    assert np.array_equal(fast.finish_times, slow.finish_times)
+    assert fast_seen == slow_seen
+
+
+@pytest.mark.parametrize("mode", ["expected", "stochastic"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_held_spans_without_a_row_pricer_price_call_by_call_as_the_reference(seed, mode):
+    """A cost model without batched forms (no row pricer): the chunks price each iteration with its
+    ``sd_time``, as the reference does."""
+    fast, fast_seen = _run(True, False, True, seed, None, mode, LinearCost())
+    slow, slow_seen = _run(False, False, True, seed, None, mode, LinearCost())
     pd.testing.assert_frame_equal(fast.events, slow.events, check_exact=True)
     assert np.array_equal(fast.finish_times, slow.finish_times)
     assert fast_seen == slow_seen
