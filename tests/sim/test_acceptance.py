@@ -109,6 +109,46 @@ def test_sampling_is_deterministic_given_seed():
     assert (a == b).all()
 
 
+def _searched(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """The inverse CDF as a binary search per draw (what the sampler's lookup table must give)."""
+    return np.searchsorted(np.concatenate(([-np.inf], cdf[:-1])), u * float(cdf[-1]), side="right")
+
+
+def test_the_samplers_lookup_table_gives_the_searchs_ints_at_and_beside_every_edge():
+    """``AcceptSampler``'s buckets (``tltcore.acceptance._Buckets``) are the binary search draw for draw:
+    random distributions (zero probabilities, so equal edges; a total a few ulps off 1; one length; an
+    edge at a bucket's boundary), uniform draws, and draws whose ``u * total`` lands on an edge or
+    its neighbours either side (where a bucket holds an edge and the search decides)."""
+    from tltcore.acceptance import _Buckets
+
+    rng = np.random.default_rng(5)
+    cases = [np.array([1.0]), np.array([0.25, 0.25, 0.5]), np.array([0.0, 0.5, 0.0, 0.5]),
+             np.array([2.0 ** -14 * 3, 0.5, 0.5 - 2.0 ** -14 * 3])]
+    for _ in range(60):
+        p = rng.random(int(rng.integers(2, 12))) * (rng.random(1) < 0.8)
+        p[rng.random(len(p)) < 0.2] = 0.0
+        cases.append(p / p.sum() if p.sum() > 0 else np.full(len(p), 1.0 / len(p)))
+    marked = 0
+    for probs in cases:
+        cdf = np.cumsum(probs)
+        buckets = _Buckets(cdf)
+        assert buckets.table is not None
+        u = rng.random(20_000)
+        at = [e / cdf[-1] for e in cdf[:-1]]
+        near = np.array([np.nextafter(x, d) for x in at for d in (-1.0, 1.0)] + at)
+        u = np.concatenate([u, near[(near >= 0.0) & (near < 1.0)]])
+        got, want = buckets.lengths(u), _searched(cdf, u)
+        assert got.dtype == want.dtype
+        assert np.array_equal(got, want)
+        marked += int((buckets.table < 0).sum())
+    assert marked > 0
+    # not finite: the search for every draw
+    nan = _Buckets(np.array([0.5, np.nan, 1.0]))
+    assert nan.table is None
+    u = rng.random(100)
+    assert np.array_equal(nan.lengths(u), _searched(np.array([0.5, np.nan, 1.0]), u))
+
+
 def test_presets_and_errors():
     assert get_acceptance("paper-qwen32b").params == paper_qwen32b_tp4().params
     assert get_acceptance("CHAIN-0.8").alphas == (0.8,)

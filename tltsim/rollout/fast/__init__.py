@@ -14,6 +14,9 @@ hands each unit of work after admission to the worker's door, :class:`~tltsim.ro
 * :mod:`~tltsim.rollout.fast.expected_tail` and :mod:`~tltsim.rollout.fast.tails`: a held SD
   decision's spans back to back, asking the policy between them (expected mode: many spans per numpy
   pass; stochastic: span after span, or with the other workers' tails a block per round);
+* :mod:`~tltsim.rollout.fast.held_spans`: the spans of decisions held a few iterations with one
+  shape (a policy asked after every span) in chunks: expected mode many per numpy pass, stochastic
+  finish to finish with the draws taken at once;
 * :mod:`~tltsim.rollout.fast.ahead`: a block of one-iteration SD spans of a policy that decides every
   iteration and offers the block hint (below), cut where its answer changes (both acceptance modes);
 * :mod:`~tltsim.rollout.fast.plain_phase`: a whole phase of plain spans, admissions and prefills
@@ -26,9 +29,10 @@ hands each unit of work after admission to the worker's door, :class:`~tltsim.ro
 
 The rule is pinned by tests that run both and compare exactly: ``tests/sim/test_fast_identical.py``
 (bundled scenarios, presets, queueing and KV limits, holds, wide batches, many workers' tails, with
-the views every policy was shown), ``tests/sim/test_plain_phase.py`` (closed-form plain phases,
-with and without a pricer, and the column-block log), ``tests/sim/test_fast_paths.py`` (the
-uniform stream and the pricers against what they replace), ``tests/sim/test_speed_span_cost.py``
+the views every policy was shown), ``tests/sim/test_held_spans.py`` (spans of varying holds, with
+the views and Outcomes), ``tests/sim/test_plain_phase.py`` (closed-form plain phases, with and without
+a pricer, and the column-block log), ``tests/sim/test_fast_paths.py`` (the uniform stream and the
+pricers against what they replace), ``tests/sim/test_speed_span_cost.py``
 (with pricers and call by call), and the fast/reference pairs in ``tests/sim/test_rollout.py`` and
 ``tests/sim/test_hold_beg_mab.py``. A change here that moves one bit fails them.
 

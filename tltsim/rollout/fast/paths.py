@@ -15,6 +15,9 @@ choosing the accelerated path by what the decision allows:
   decision back to back, asking the policy between them as the worker's loop would
   (:mod:`tltsim.rollout.fast.expected_tail`; stochastic: :mod:`tltsim.rollout.fast.tails`, with the
   other workers' tails a block per round where the cost model has a row pricer);
+* any other hold, nothing waiting: the spans of the decision and of the policy's later answers with
+  the same shape in chunks (:mod:`tltsim.rollout.fast.held_spans`: expected mode many per numpy pass,
+  stochastic finish to finish with the draws taken at once);
 * any other hold: one span in blocks of iterations (:mod:`tltsim.rollout.fast.spans`).
 
 :func:`run_step` replaces the SimPy clock, which only ordered the workers: each runs its own loop
@@ -31,7 +34,7 @@ from tltcore.cost import CostModel
 from tltcore.cost.protocol import CostModelBase
 from tltcore.drafter.state import DrafterState
 from tltcore.policy.base import HOLD_UNTIL_EVENT
-from tltsim.rollout.fast import ahead, expected_tail, plain_phase, spans, tails
+from tltsim.rollout.fast import ahead, expected_tail, held_spans, plain_phase, spans, tails
 from tltsim.rollout.fast.event_blocks import SimEventLog
 from tltsim.rollout.fast.state import FastWorker
 from tltsim.rollout.worker import _EPS, Pricers, RolloutWorker, _min
@@ -107,6 +110,12 @@ class FastPaths:
             else:
                 tails.run_tail(fast, decision)
             return  # tails retire as they go
+        elif worker.expected and worker.next_waiting >= len(worker.q_resp) and worker.sampler is not None:
+            held_spans.run_held(fast, decision, hold)
+            return  # the spans retire as they go
+        elif worker.next_waiting >= len(worker.q_resp) and worker.sampler is not None:
+            held_spans.run_held_draws(fast, decision, hold)
+            return  # the spans retire as they go
         elif worker.expected:
             spans.speculate_expected_blocks(fast, config, hold)
         else:
