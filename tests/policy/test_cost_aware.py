@@ -945,32 +945,6 @@ def test_learnt_accept_lengths_are_each_candidates_own_float() -> None:
     assert clamped > 0  # the depth clamp was exercised
 
 
-def test_the_scales_solve_is_numpys_to_the_bit_and_a_singular_system_still_raises() -> None:
-    """``cost_aware_prior._solve`` calls the LAPACK gufunc ``numpy.linalg.solve`` calls, without its
-    checks: the same floats for ridge systems like the estimate's (random outcomes of every shape,
-    with decays; the gram spans many magnitudes), and a singular system still raises numpy's error."""
-    import warnings
-
-    from tltcore.policy.cost_aware import DEFAULT_CANDIDATES
-    from tltcore.policy.cost_aware_prior import AcceptanceEstimate, _solve
-
-    rng = np.random.default_rng(11)
-    est = AcceptanceEstimate(paper_qwen32b_tp4(), DEFAULT_CANDIDATES, 0.7, 256.0)
-    diag, prior = np.diag(256.0 * est._prior_info()), 256.0 * est._prior_info()
-    for i in range(400):
-        c = DEFAULT_CANDIDATES[int(rng.integers(len(DEFAULT_CANDIDATES)))]
-        n = int(rng.integers(1, 10 ** int(rng.integers(1, 7))))
-        est.observe(c, n, float(rng.uniform(0.0, c.depth)) * n)
-        if i % 90 == 89:
-            est.decay(0.5)
-        a, b = est._gram + diag, est._moment + prior
-        assert _solve(a, b).tobytes() == np.linalg.solve(a, b).tobytes(), i
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        with pytest.raises(np.linalg.LinAlgError):
-            _solve(np.zeros((3, 3)), np.ones(3))
-
-
 def test_both_pricings_read_a_prefill_pass_as_the_same_float() -> None:
     """A target prefill pass of mixed prompts (some with nothing to prefill) priced from Python ints
     through the batch's size, longest and tokens in all is the per-request array reading to the bit,

@@ -19,7 +19,6 @@ from functools import lru_cache
 from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
-from numpy.linalg import _umath_linalg  # the LAPACK gufuncs numpy.linalg.solve calls (see _solve)
 
 from tltcore.drafter.state import INITIAL_DRAFTER, DrafterState
 from tltcore.policy.base import SDConfig
@@ -93,7 +92,7 @@ class AcceptanceEstimate:
                 prior = self.prior_weight * self._prior_info()
                 self._ridge = (np.diag(prior), prior)
             diag, prior = self._ridge
-            self._scales = _solve(self._gram + diag, self._moment + prior)
+            self._scales = np.linalg.solve(self._gram + diag, self._moment + prior)
         return self._scales
 
     def accept_length(self, config: SDConfig) -> float:
@@ -157,19 +156,6 @@ class AcceptanceEstimate:
         self._gram *= memory
         self._moment *= memory
         self._scales = self._accepts = None
-
-
-def _solve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``numpy.linalg.solve(a, b)`` of a float64 ``(D, D)`` system and ``(D,)`` right-hand side: the very
-    LAPACK ``gesv`` gufunc call it makes (``_umath_linalg.solve1``, signature ``dd->d``), the same floats,
-    without its argument checks, type promotion and error-state context (~5 us of a ~8-12 us solve;
-    cost-aware solves once per evaluation after every SD outcome, ~4,800 times a step). The ridge's
-    positive diagonal keeps the system regular; were it singular, the gufunc would warn and give NaNs,
-    and a result that is not finite is solved again by ``numpy.linalg.solve``, which raises as ever."""
-    x = _umath_linalg.solve1(a, b, signature="dd->d")
-    if not np.isfinite(x).all():
-        return np.linalg.solve(a, b)
-    return x
 
 
 @lru_cache(maxsize=256)
