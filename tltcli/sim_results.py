@@ -74,8 +74,10 @@ PARQUET_ROW_GROUP = 1024 * 1024
 #: How :class:`EventsParquet` spools the rows until it writes the file: one Arrow IPC stream per column
 #: in a folder beside it (``events.parquet.spool``, removed once written), compressed with LZ4 (~45 MB
 #: for a 100-step seed's ~940k rows; ~0.2 CPU s to compress and read back). One stream per column, so
-#: that a row group is read back a column at a time: only the group itself is whole in memory.
+#: that a row group is read back a column at a time: only the group itself is whole in memory; in
+#: batches of at most :data:`SPOOL_BATCH` rows, so that little more than the group is read.
 SPOOL_CODEC = "lz4"
+SPOOL_BATCH = 64 * 1024
 
 
 class EventsParquet:
@@ -158,7 +160,7 @@ class EventsParquet:
         elif not table.schema.equals(self._schema, check_metadata=True):
             raise ValueError(f"{self.path.name}: a table's columns differ from the first's")
         for spool, field, column in zip(self._spools, self._schema, table.columns, strict=True):
-            spool.write_table(pa.Table.from_arrays([column], schema=pa.schema([field])))
+            spool.write_table(pa.Table.from_arrays([column], schema=pa.schema([field])), max_chunksize=SPOOL_BATCH)
         return [[len(chunk) for chunk in column.chunks] for column in table.columns]
 
     def _group_chunks(self) -> list[list[list[int]]]:
