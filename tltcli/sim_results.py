@@ -81,17 +81,18 @@ SPOOL_BATCH = 64 * 1024
 
 
 class EventsParquet:
-    """``events.parquet`` written table by table (a ``--seeds`` run's seeds in turn), byte for byte the
-    file ``pandas.concat(tables).to_parquet(path, index=False)`` writes: the same schema and row groups
-    of :data:`PARQUET_ROW_GROUP` rows (a group may span two tables). A table comes whole (:meth:`add`)
+    """``events.parquet`` written table by table (a ``--seeds`` run's seeds in turn): the schema and row
+    groups of :data:`PARQUET_ROW_GROUP` rows (a group may span two tables) that
+    ``pandas.concat(tables).to_parquet(path, index=False)`` writes, byte for byte the file the writer
+    wrote when it held the waiting rows in memory (the tests keep that writer). A table comes whole (:meth:`add`)
     or in parts (:meth:`add_part` for each, :meth:`end_table` after the last: a seed's runs, so that
     no seed's whole table is built). The rows are spooled to compressed files beside it as they come
     (:data:`SPOOL_CODEC`) and written as parquet at :meth:`close`, one row group in memory at a time:
     a row group waiting in memory for the next seed's rows (~190 MB) was the largest thing alive while
     that seed ran. Use as a context manager (:meth:`close`; on an error the spool is removed).
 
-    The bytes of a parquet column chunk depend on how its rows were split into Arrow chunks (a
-    column's dictionary encoding falls back to plain at a chunk's mini-batch boundary), so each row
+    The bytes of a parquet column chunk can depend on how its rows were split into Arrow chunks (where
+    a column's dictionary outgrows its page and falls back to plain encoding), so each row
     group is handed to the writer in the chunks the in-memory writer had: each table as
     ``pyarrow.Table.from_pandas`` of the frame holds it (of a table in parts: each number column one
     chunk, each Arrow-backed column its parts' chunks, as ``pandas.concat`` keeps them), the rows
