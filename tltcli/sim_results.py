@@ -7,6 +7,7 @@ so neither imports the other for them.
 from __future__ import annotations
 
 import functools
+import gc
 import math
 from collections.abc import Callable, Mapping
 from enum import StrEnum
@@ -209,7 +210,7 @@ class EventsParquet:
             pd.DataFrame().to_parquet(self.path, index=False)
             return
         self._close_spools()
-        release_freed_memory()
+        release_freed_memory(collect=True)
         sources = [pa.OSFile(str(self.spool_path / f"{c}.arrows"), "rb") for c in range(len(self._schema))]
         try:
             readers = [pa.ipc.open_stream(source) for source in sources]
@@ -290,13 +291,18 @@ def wants_trace(shown: pd.DataFrame, perfetto: Perfetto) -> bool:
                                        and estimated_bytes(shown) <= PERFETTO_AUTO_MAX_BYTES)
 
 
-def release_freed_memory() -> None:
+def release_freed_memory(*, collect: bool = False) -> None:
     """Give the memory freed so far back to the OS: Arrow's pool (mimalloc) and, on glibc, the C
     heap (``malloc_trim``). Both allocators keep freed blocks resident for reuse; between the runs of
     a long ``--seeds`` run that was 100-250 MB of the peak RSS (numpy's freed tables fragment the
     heap, so the next run's tables land beside them instead of in them). Where the C library has no
-    ``malloc_trim`` (macOS, musl) only Arrow's pool is released."""
+    ``malloc_trim`` (macOS, musl) only Arrow's pool is released. ``collect``: first free what only
+    reference cycles keep (a finished run's workers and event log, ~30 MB at a seed's end; Python's
+    collector runs on object counts, not bytes, so it can leave them for a long while)."""
     import pyarrow as pa
+
+    if collect:
+        gc.collect()
 
     pa.default_memory_pool().release_unused()
     trim = _malloc_trim()
@@ -360,10 +366,8 @@ class SeedSink:
         if not self.streams:
             self._runs.append(events)
             return
-        # the simulation's freed blocks would sit under the write's peak, and the write's under the next run's
-        release_freed_memory()
         self.sink.add_part(events.assign(seed=k)[["seed", *events.columns]])
-        release_freed_memory()
+        release_freed_memory()  # the simulation's and the spool's freed blocks: under the next run's peak otherwise
         self._runs.append(EventColumns.of(events).detached())
         if k == self.first_seed and self._first is not None:
             if self.perfetto is Perfetto.off or (self.perfetto is Perfetto.auto and events["step"].nunique() > 1):
@@ -382,7 +386,7 @@ class SeedSink:
         self.sink.end_table()
         self._check(k, EventColumns.joined(runs), summary)
         del runs
-        release_freed_memory()
+        release_freed_memory(collect=True)
         if k == self.first_seed and self._first is not None:
             shown = pd.concat(self._first, ignore_index=True)
             if wants_trace(shown, self.perfetto):
