@@ -72,11 +72,12 @@ def upper_bound_line(bound: pd.DataFrame, mode: str) -> str:
 PARQUET_ROW_GROUP = 1024 * 1024
 
 
-#: How :class:`EventsParquet` spools the rows until it writes the file: one Arrow IPC stream per column
-#: in a folder beside it (``events.parquet.spool``, removed once written), compressed with LZ4 (~45 MB
-#: for a 100-step seed's ~940k rows; ~0.2 CPU s to compress and read back). One stream per column, so
-#: that a row group is read back a column at a time: only the group itself is whole in memory; in
-#: batches of at most :data:`SPOOL_BATCH` rows, so that little more than the group is read.
+#: How :class:`EventsParquet` spools a table's rows until the row groups they fall in are written: one
+#: Arrow IPC stream per column in a folder beside the file (``events.parquet.spool/<table>/``, each
+#: table's removed once its rows are written), compressed with LZ4 (~45 MB for a 100-step seed's ~940k
+#: rows; ~0.4 CPU s to compress and read back). One stream per column, so that a row group is read back
+#: a column at a time: only the group itself is whole in memory; in batches of at most
+#: :data:`SPOOL_BATCH` rows, so that little more than the group is read.
 SPOOL_CODEC = "lz4"
 SPOOL_BATCH = 64 * 1024
 
@@ -85,29 +86,41 @@ class EventsParquet:
     """``events.parquet`` written table by table (a ``--seeds`` run's seeds in turn): the schema and row
     groups of :data:`PARQUET_ROW_GROUP` rows (a group may span two tables) that
     ``pandas.concat(tables).to_parquet(path, index=False)`` writes, byte for byte the file the writer
-    wrote when it held the waiting rows in memory (the tests keep that writer). A table comes whole (:meth:`add`)
-    or in parts (:meth:`add_part` for each, :meth:`end_table` after the last: a seed's runs, so that
-    no seed's whole table is built). The rows are spooled to compressed files beside it as they come
-    (:data:`SPOOL_CODEC`) and written as parquet at :meth:`close`, one row group in memory at a time:
-    a row group waiting in memory for the next seed's rows (~190 MB) was the largest thing alive while
-    that seed ran. Use as a context manager (:meth:`close`; on an error the spool is removed).
+    wrote when it held the waiting rows in memory (the tests keep that writer). A table comes whole
+    (:meth:`add`) or in parts (:meth:`add_part` for each, :meth:`end_table` after the last: a seed's
+    runs, so that no seed's whole table is built). Each table is spooled to compressed files beside
+    the file as it comes (:data:`SPOOL_CODEC`), and once it is whole every row group it completes is
+    written, one group in memory at a time, and the spool of the tables written removed (the spool
+    holds at most the rows of one group and one table): a row group waiting in memory for the next
+    seed's rows (~190 MB) was the largest thing alive while that seed ran. Use as a context manager
+    (:meth:`close`; on an error the spool is removed).
 
     The bytes of a parquet column chunk can depend on how its rows were split into Arrow chunks (where
-    a column's dictionary outgrows its page and falls back to plain encoding), so each row
-    group is handed to the writer in the chunks the in-memory writer had: each table as
+    a column's dictionary outgrows its page and falls back to plain encoding), so each row group is
+    handed to the writer in the chunks the in-memory writer had: each table as
     ``pyarrow.Table.from_pandas`` of the frame holds it (of a table in parts: each number column one
     chunk, each Arrow-backed column its parts' chunks, as ``pandas.concat`` keeps them), the rows
-    waiting from a previous group as one chunk (:meth:`_group_chunks`)."""
+    waiting from a previous group as one chunk (:meth:`_table_done`)."""
 
     def __init__(self, path: Path, row_group: int = PARQUET_ROW_GROUP) -> None:
         self.path, self.row_group = path, row_group
         self.spool_path = path.with_name(path.name + ".spool")
         self._schema: Any = None
-        self._files: list[Any] = []
-        self._spools: list[Any] = []
-        self._tables: list[list[list[int]]] = []  # per table, per column: its chunks' lengths
-        self._open: list[list[list[int]]] | None = None  # the table in parts: per part, per column
         self._arrow_backed: list[bool] = []  # per column: pandas keeps its chunks when it concatenates
+        self._writer: Any = None
+        self._tables = 0  # tables spooled (their folders are numbered)
+        self._spools: list[tuple[Any, Any]] = []  # the table being spooled: (file, stream) per column
+        self._open: list[list[list[int]]] | None = None  # the table in parts: per part, per column
+        self._waiting: list[list[int]] = []  # per column: the chunks of the rows not yet written
+        self._rows = 0
+        # reading back: the whole tables' numbers in order, and per column the table it reads, its
+        # reader, the arrays read and not yet written and their rows
+        self._done: list[int] = []
+        self._at: list[int] = []
+        self._readers: list[tuple[Any, Any] | None] = []
+        self._read: list[list[Any]] = []
+        self._have: list[int] = []
+        self._removed = 0  # tables whose spool is removed (every column read past them)
         self._closed = False
 
     def __enter__(self) -> EventsParquet:
@@ -117,16 +130,18 @@ class EventsParquet:
         if exc[0] is None:
             self.close()
         else:
+            if self._writer is not None:
+                self._writer.close()
             self._drop_spool()
 
     def add(self, frame: pd.DataFrame) -> None:
         """Append a whole table, ``frame``'s rows (an empty one adds nothing, as ``concat`` of stacked
-        seeds skips it)."""
+        seeds skips it), and write the row groups it completes."""
         if self._open is not None:
             raise ValueError(f"{self.path.name}: a table in parts is not ended")
         layout = self._spool_frame(frame)
         if layout is not None:
-            self._tables.append(layout)
+            self._table_done(layout)
 
     def add_part(self, frame: pd.DataFrame) -> None:
         """Append ``frame``'s rows as the next part of a table that :meth:`end_table` ends."""
@@ -136,13 +151,13 @@ class EventsParquet:
             self._open.append(layout)
 
     def end_table(self) -> None:
-        """The parts since the last table are one table, as their ``pandas.concat`` would be."""
+        """The parts since the last table are one table, as their ``pandas.concat`` would be; write the
+        row groups it completes."""
         parts, self._open = self._open or [], None
-        if not parts:
-            return
-        self._tables.append([
-            [n for part in parts for n in part[c]] if arrow else [sum(n for part in parts for n in part[c])]
-            for c, arrow in enumerate(self._arrow_backed)])
+        if parts:
+            self._table_done([
+                [n for part in parts for n in part[c]] if arrow else [sum(n for part in parts for n in part[c])]
+                for c, arrow in enumerate(self._arrow_backed)])
 
     def _spool_frame(self, frame: pd.DataFrame) -> list[list[int]] | None:
         import pyarrow as pa
@@ -154,53 +169,100 @@ class EventsParquet:
         if self._schema is None:
             self._schema = table.schema
             self._arrow_backed = [isinstance(frame[c].array, ArrowExtensionArray) for c in frame.columns]
+            n = len(table.schema)
+            self._waiting, self._at, self._readers = [[] for _ in range(n)], [0] * n, [None] * n
+            self._read, self._have = [[] for _ in range(n)], [0] * n
             self.spool_path.mkdir()
-            options = pa.ipc.IpcWriteOptions(compression=SPOOL_CODEC)
-            for c, field in enumerate(table.schema):
-                self._files.append(pa.OSFile(str(self.spool_path / f"{c}.arrows"), "wb"))
-                self._spools.append(pa.ipc.new_stream(self._files[-1], pa.schema([field]), options=options))
         elif not table.schema.equals(self._schema, check_metadata=True):
             raise ValueError(f"{self.path.name}: a table's columns differ from the first's")
-        for spool, field, column in zip(self._spools, self._schema, table.columns, strict=True):
+        if not self._spools:
+            folder = self.spool_path / str(self._tables)
+            folder.mkdir()
+            options = pa.ipc.IpcWriteOptions(compression=SPOOL_CODEC)
+            for c, field in enumerate(self._schema):
+                file = pa.OSFile(str(folder / f"{c}.arrows"), "wb")
+                self._spools.append((file, pa.ipc.new_stream(file, pa.schema([field]), options=options)))
+        for (_, spool), field, column in zip(self._spools, self._schema, table.columns, strict=True):
             spool.write_table(pa.Table.from_arrays([column], schema=pa.schema([field])), max_chunksize=SPOOL_BATCH)
         return [[len(chunk) for chunk in column.chunks] for column in table.columns]
 
-    def _group_chunks(self) -> list[list[list[int]]]:
-        """Per row group, per column, the lengths of the chunks the in-memory writer handed it: the
-        tables' chunks concatenated, a group cut off at :attr:`row_group` rows, the rows after it
-        combined into one chunk (zero-length chunks left out: they write nothing)."""
-        groups: list[list[list[int]]] = []
-        waiting: list[list[int]] = [[] for _ in self._arrow_backed]
-        rows = 0
-        for table in self._tables:
-            waiting = [w + t for w, t in zip(waiting, table, strict=True)]
-            rows += sum(table[0])
-            while rows >= self.row_group:
-                groups.append([_cut(column, self.row_group) for column in waiting])
-                rows -= self.row_group
-                waiting = [[rows] for _ in waiting]
-        if rows:
-            groups.append(waiting)
-        return [[[n for n in column if n] for column in group] for group in groups]
-
     def _close_spools(self) -> None:
-        for spool, file in zip(self._spools, self._files, strict=True):
+        for file, spool in self._spools:
             spool.close()
             file.close()
-        self._spools, self._files = [], []
+        self._spools = []
+
+    def _table_done(self, layout: list[list[int]]) -> None:
+        """A whole table is spooled (``layout``: per column, its chunks' lengths): the rows wait behind
+        the earlier ones, in its chunks, and each row group they complete is written; the rows after a
+        group wait as one chunk (the in-memory writer combined them)."""
+        self._close_spools()
+        self._done.append(self._tables)
+        self._tables += 1
+        self._waiting = [w + t for w, t in zip(self._waiting, layout, strict=True)]
+        self._rows += sum(layout[0])
+        while self._rows >= self.row_group:
+            self._write_group([_cut(column, self.row_group) for column in self._waiting])
+            self._rows -= self.row_group
+            self._waiting = [[self._rows] for _ in self._waiting]
+
+    def _write_group(self, group: list[list[int]]) -> None:
+        """One row group, read back a column at a time, each column in the chunks ``group`` gives
+        (zero-length chunks left out: they write nothing)."""
+        import shutil
+
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self.path, self._schema)
+        need = sum(group[0])
+        arrays = []
+        for c, lengths in enumerate(group):
+            while self._have[c] < need:
+                batch = self._next_batch(c)
+                self._read[c].append(batch.column(0))
+                self._have[c] += batch.num_rows
+            arrays.append(pa.chunked_array(_take(self._read[c], [n for n in lengths if n]),
+                                           type=self._schema.field(c).type))
+            self._have[c] -= need
+        self._writer.write_table(pa.Table.from_arrays(arrays, schema=self._schema), row_group_size=self.row_group)
+        del arrays
+        read_past = min(self._at)
+        for k in self._done[self._removed:read_past]:
+            shutil.rmtree(self.spool_path / str(k), ignore_errors=True)
+        self._removed = max(self._removed, read_past)
+        release_freed_memory()  # the group's arrays: the allocators keep them resident otherwise
+
+    def _next_batch(self, c: int) -> Any:
+        """The next spooled batch of column ``c``, table after table."""
+        import pyarrow as pa
+
+        while True:
+            if self._readers[c] is None:
+                file = pa.OSFile(str(self.spool_path / str(self._done[self._at[c]]) / f"{c}.arrows"), "rb")
+                self._readers[c] = (file, pa.ipc.open_stream(file))
+            file, reader = self._readers[c]
+            try:
+                return reader.read_next_batch()
+            except StopIteration:
+                file.close()
+                self._readers[c] = None
+                self._at[c] += 1
 
     def _drop_spool(self) -> None:
         import shutil
 
         self._close_spools()
+        for reader in self._readers:
+            if reader is not None:
+                reader[0].close()
+        self._readers = [None] * len(self._readers)
         shutil.rmtree(self.spool_path, ignore_errors=True)
 
     def close(self) -> None:
-        """Write the file from the spool, one row group at a time and each group a column at a time (no
-        rows: what ``to_parquet`` writes of an empty table), and remove the spool; once."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
+        """Write the last rows (no rows at all: what ``to_parquet`` writes of an empty table) and remove
+        the spool; once."""
         if self._closed:
             return
         self._closed = True
@@ -209,30 +271,11 @@ class EventsParquet:
         if self._schema is None:
             pd.DataFrame().to_parquet(self.path, index=False)
             return
-        self._close_spools()
-        release_freed_memory(collect=True)
-        sources = [pa.OSFile(str(self.spool_path / f"{c}.arrows"), "rb") for c in range(len(self._schema))]
-        try:
-            readers = [pa.ipc.open_stream(source) for source in sources]
-            waiting: list[list[Any]] = [[] for _ in sources]  # per column: arrays read, not yet written
-            have = [0] * len(sources)
-            with pq.ParquetWriter(self.path, self._schema) as out:
-                for group in self._group_chunks():
-                    need = sum(group[0])
-                    arrays = []
-                    for c, lengths in enumerate(group):
-                        while have[c] < need:
-                            batch = readers[c].read_next_batch()
-                            waiting[c].append(batch.column(0))
-                            have[c] += batch.num_rows
-                        arrays.append(pa.chunked_array(_take(waiting[c], lengths), type=self._schema.field(c).type))
-                        have[c] -= need
-                    out.write_table(pa.Table.from_arrays(arrays, schema=self._schema), row_group_size=self.row_group)
-                    del arrays
-                    release_freed_memory()  # the group's arrays: the allocators keep them resident otherwise
-        finally:
-            for source in sources:
-                source.close()
+        if self._rows:
+            release_freed_memory(collect=True)
+            self._write_group(self._waiting)
+            self._rows = 0
+        self._writer.close()
         self._drop_spool()
 
 
@@ -383,10 +426,10 @@ class SeedSink:
         if not self.streams:  # the seed's table, as compare_presets concatenates its runs' tables
             self(k, pd.concat(runs, ignore_index=True), summary)
             return
-        self.sink.end_table()
         self._check(k, EventColumns.joined(runs), summary)
         del runs
         release_freed_memory(collect=True)
+        self.sink.end_table()  # writes the row groups the seed completes: best where least else is alive
         if k == self.first_seed and self._first is not None:
             shown = pd.concat(self._first, ignore_index=True)
             if wants_trace(shown, self.perfetto):
