@@ -116,9 +116,10 @@ def run_seeds(s: Scenario, inputs: SimInputs, n: int, console: Console, dest: Pa
         on_seed = SeedSink(inputs, seeds[0], perfetto, sink)
         with policy_progress(console, labels, responses) as (on_each, on_finish):
             hook = lambda k, name: on_each(f"{name} (seed {k})")  # noqa: E731
-            if s.presets:
-                runs = run_preset_seeds(s, n, inputs, progress=on_finish, on_preset=hook, on_seed=on_seed,
-                                        keep_events=False)
+            if s.presets:  # one preset's events at a time (SeedSink.add_run)
+                runs = run_preset_seeds(s, n, inputs, progress=on_finish, on_preset=hook, keep_events=False,
+                                        on_events=on_seed.add_run,
+                                        on_seed=lambda k, _events, summary: on_seed.end_seed(k, summary))
             else:
                 runs = run_policy_seeds(s, n, inputs, progress=on_finish, on_policy=hook, on_seed=on_seed,
                                         keep_events=False)

@@ -319,6 +319,10 @@ class EventColumns:
     prefill: np.ndarray
     worker: np.ndarray
 
+    #: The per-row fields (the rest are the code tables).
+    _ARRAYS = ("policy", "step", "rollout", "decode", "busy", "paid", "config", "sd", "t_start", "t_end", "dur",
+               "batch", "iterations", "tokens", "prefill", "worker")
+
     @classmethod
     def of(cls, events: pd.DataFrame) -> EventColumns:
         def codes(name: str) -> tuple[np.ndarray, list[str]]:
@@ -341,6 +345,36 @@ class EventColumns:
                    t_start, t_end, (events["t_end"] - events["t_start"]).to_numpy(dtype=float),
                    events["batch_size"].to_numpy(), events["iterations"].to_numpy(), events["tokens"].to_numpy(),
                    events["prefill_tokens"].to_numpy(), events["worker"].to_numpy())
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+    def detached(self) -> EventColumns:
+        """These columns as arrays of their own: :meth:`of` reads some as views into the table's
+        blocks, which would keep the whole table alive after it is dropped."""
+        return replace(self, **{f: np.array(getattr(self, f)) for f in self._ARRAYS})
+
+    @classmethod
+    def joined(cls, parts: Sequence[EventColumns]) -> EventColumns:
+        """The columns of the tables of ``parts`` stacked in order: equal to :meth:`of` of their
+        concatenation (the policies and configs in first-seen order, codes into them), so that a run can
+        keep each preset's columns and drop its table (a long run's tables were most of its memory)."""
+        if len(parts) == 1:
+            return parts[0]
+        policies = tuple(dict.fromkeys(p for part in parts for p in part.policies))
+        configs = tuple(dict.fromkeys(c for part in parts for c in part.configs))
+
+        def recoded(part_values: Sequence[str], codes: np.ndarray, values: tuple[str, ...]) -> np.ndarray:
+            where = {v: i for i, v in enumerate(values)}
+            return np.array([where[v] for v in part_values], dtype=np.intp)[codes] if len(codes) \
+                else np.zeros(0, dtype=np.intp)
+
+        fields = {"policy": np.concatenate([recoded(p.policies, p.policy, policies) for p in parts]),
+                  "config": np.concatenate([recoded(p.configs, p.config, configs) for p in parts])}
+        for name in cls._ARRAYS:
+            if name not in fields:
+                fields[name] = np.concatenate([getattr(p, name) for p in parts])
+        return cls(policies=policies, configs=configs, **fields)
 
     def groups(self) -> dict[tuple[str, int], np.ndarray]:
         """Each (policy, step)'s row positions, in table order (one stable sort)."""
@@ -558,12 +592,13 @@ def rl_warnings(summary: pd.DataFrame) -> list[RunWarning]:
     return [RunWarning("rl_dominated", BASELINE_PRESET, None, None, (), msg)]
 
 
-def run_warnings(events: pd.DataFrame, summary: pd.DataFrame, cost: Any, accept: Any, *,
+def run_warnings(events: pd.DataFrame | EventColumns, summary: pd.DataFrame, cost: Any, accept: Any, *,
                  context_tokens: int = 2048, gpu: str = "", costs: Mapping[str, tuple[Any, Any]] | None = None,
                  specs: Mapping[str, str] | None = None) -> list[RunWarning]:
     """Every warning of one run (one seed), per policy (or preset) and step, each against the
     baseline's run of the same step (``no-sd``; ``verl`` for whole RL runs, which also get
-    :func:`rl_warnings`). ``specs`` maps a preset to the SD policy it runs (default: the name is the
+    :func:`rl_warnings`); ``events`` the event table or the columns of it the checks read
+    (:class:`EventColumns`). ``specs`` maps a preset to the SD policy it runs (default: the name is the
     spec); ``costs`` a policy or preset to its (cost, accept) pair (a preset's drafter kind changes
     them; default ``cost``/``accept``). Several steps are merged per (kind, subject) by
     :func:`merge_warnings`. Acceptance is the models' with the initial drafter: a preset whose drafter
@@ -574,7 +609,7 @@ def run_warnings(events: pd.DataFrame, summary: pd.DataFrame, cost: Any, accept:
         return head
     baseline = BASELINE_PRESET if presets else BASELINE_POLICY
     found: list[list[RunWarning]] = []
-    cols = EventColumns.of(events)
+    cols = events if isinstance(events, EventColumns) else EventColumns.of(events)
     steps = sorted(int(s) for s in np.unique(cols.step))
     at = cols.groups()  # one grouping pass: each (policy, step)'s rows by position, in table order
     none = np.zeros(0, dtype=np.int64)

@@ -126,9 +126,13 @@ def run_policy_seeds(s: Scenario, n: int, inputs: SimInputs | None = None, *,
 def run_preset_seeds(s: Scenario, n: int, inputs: SimInputs | None = None, *,
                      progress: Callable[[int], None] | None = None,
                      on_preset: Callable[[int, str], None] | None = None,
-                     on_seed: SeedHook | None = None, keep_events: bool = True) -> SeedRuns:
+                     on_seed: SeedHook | None = None, keep_events: bool = True,
+                     on_events: Callable[[int, pd.DataFrame], None] | None = None) -> SeedRuns:
     """:func:`tltsim.rl.run.compare_presets` at each of the ``n`` seeds from ``s.seed``
-    (``on_seed``, ``keep_events``: as :func:`run_policy_seeds`)."""
+    (``on_seed``, ``keep_events``: as :func:`run_policy_seeds`). ``on_events(seed, events)``: each
+    preset's events as its run ends; with it and ``keep_events=False`` no preset's events outlive
+    that call, and ``on_seed`` gets an empty event table (a long run held two presets' tables and
+    their concatenation at once)."""
     from tltsim.rl.run import compare_presets
 
     seeds = seed_values(s.seed, n)
@@ -137,7 +141,9 @@ def run_preset_seeds(s: Scenario, n: int, inputs: SimInputs | None = None, *,
     for k in seeds:
         sk, ik = with_seed(s, inputs, k)
         hook = (lambda name, k=k: on_preset(k, name)) if on_preset is not None else None
-        ev, st, summ = compare_presets(sk, ik, progress=progress, on_preset=hook)
+        each = (lambda events, k=k: on_events(k, events)) if on_events is not None else None
+        ev, st, summ = compare_presets(sk, ik, progress=progress, on_preset=hook, on_events=each,
+                                       keep_events=keep_events or on_events is None)
         if on_seed is not None:
             on_seed(k, ev, summ)
         if keep_events:

@@ -214,3 +214,18 @@ def test_cli_runs_presets_and_writes_the_step_table(tmp_path) -> None:
     assert 'presets = ["verl", "tlt", "static-drafter"]' in (out / "scenario.resolved.toml").read_text()
     bad = CliRunner().invoke(app, ["sim", "run", "--preset", "tlt-nospot", "--out", str(tmp_path / "x")])
     assert bad.exit_code != 0 and not (tmp_path / "x").exists()
+
+
+@needs_shared_traces()
+def test_each_presets_events_can_be_taken_as_its_run_ends() -> None:
+    # a --seeds run takes each preset's events as its run ends and keeps none (SeedSink.add_run): the
+    # runs' tables are the one log in order, and nothing else changes
+    s = _scenario(presets="tlt")
+    inputs = prepare(s)
+    events, steps, summary = compare_presets(s, inputs)
+    taken: list[pd.DataFrame] = []
+    kept, steps2, summary2 = compare_presets(s, inputs, on_events=taken.append, keep_events=False)
+    assert kept.empty and len(taken) == 2
+    pd.testing.assert_frame_equal(pd.concat(taken, ignore_index=True), events, check_exact=True)
+    pd.testing.assert_frame_equal(steps2, steps, check_exact=True)
+    pd.testing.assert_frame_equal(summary2, summary, check_exact=True)

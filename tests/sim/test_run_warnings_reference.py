@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 import tltsim.run_warnings as rw
 from tltcli import app
+from tltcli.sim_results import SeedSink
 from tltsim.rl.run import compare_presets
 from tltsim.run_warnings import (
     BASELINE_POLICY,
@@ -291,8 +292,9 @@ def test_seed_columns_and_shuffled_tables_give_identical_warnings(monkeypatch: p
 
 def _cli(monkeypatch: pytest.MonkeyPatch, args: list[str], out: Any, reference: bool) -> tuple[str, list[str]]:
     with monkeypatch.context() as m:
-        if reference:
+        if reference:  # and each seed's whole table, as the reference reads it (no streamed columns)
             m.setattr(rw, "run_warnings", reference_run_warnings)
+            m.setattr(SeedSink, "streams", False)
         res = CliRunner().invoke(app, [*args, "--out", str(out)])
     assert res.exit_code == 0, res.output
     lines = [ln for ln in res.output.splitlines() if ln.startswith("warning:")]
@@ -312,6 +314,26 @@ def test_cli_warnings_csv_and_printed_lines_are_identical(monkeypatch: pytest.Mo
     assert lines_new, "no warning printed: nothing compared"
     assert csv_new == csv_ref
     assert lines_new == lines_ref
+    # the events written seed by seed (presets: run by run) are the same file either way
+    assert (tmp_path / "new" / "events.parquet").read_bytes() == (tmp_path / "ref" / "events.parquet").read_bytes()
+
+
+@pytest.mark.parametrize("name", ["presets_h20_steps", "h20_cost_and_slower"])
+def test_columns_joined_run_by_run_give_the_whole_tables_warnings(monkeypatch: pytest.MonkeyPatch, runs: dict,
+                                                                  name: str) -> None:
+    # a --seeds run of whole RL runs keeps each run's columns (EventColumns.detached) and joins them
+    inputs, events, summary = runs[name]
+    parts = [rw.EventColumns.of(part).detached() for _, part in events.groupby("policy", sort=False)]
+    assert len(parts) > 1
+    assert all(getattr(p, f).base is None for p in parts for f in rw.EventColumns._ARRAYS)  # no view keeps a table
+    joined = rw.EventColumns.joined(parts)
+    whole = rw.EventColumns.of(events)
+    for f in rw.EventColumns._ARRAYS:
+        assert np.array_equal(getattr(joined, f), getattr(whole, f)), f
+    assert (joined.policies, joined.configs) == (whole.policies, whole.configs)
+    kw = rw.scenario_models(inputs, summary)
+    cost, accept = kw.pop("cost"), kw.pop("accept")
+    assert rw.run_warnings(joined, summary, cost, accept, **kw) == rw.run_warnings(events, summary, cost, accept, **kw)
 
 
 def test_rows_per_worker_stay_in_table_order() -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -205,12 +206,22 @@ def _step_metrics(events: pd.DataFrame, step_list: list[int], gpus: int, tp: int
 
 
 def compare_presets(s: Scenario, inputs: SimInputs | None = None, *, progress=None,
-                    on_preset: Callable[[str], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+                    on_preset: Callable[[str], None] | None = None,
+                    on_events: Callable[[pd.DataFrame], None] | None = None,
+                    keep_events: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Run every preset of the scenario (``verl`` first) on the same workloads: (one event log, the
-    per-(preset, step) table, the per-preset summary with speedups over ``verl``)."""
-    _, results = run_each(s, presets_with_baseline(s.presets), run_preset, inputs, progress=progress,
-                          on_each=on_preset)
-    events = pd.concat([r.events for r in results], ignore_index=True)
+    per-(preset, step) table, the per-preset summary with speedups over ``verl``). ``on_events``
+    gets each preset's event log as its run ends (the one log is their concatenation in order);
+    ``keep_events=False`` drops each log after that and returns an empty one, so that a long run
+    holds one preset's events at a time."""
+    def one(*args: Any, **kw: Any) -> RLRunResult:
+        result = run_preset(*args, **kw)
+        if on_events is not None:
+            on_events(result.events)
+        return result if keep_events else replace(result, events=empty_event_log())
+
+    _, results = run_each(s, presets_with_baseline(s.presets), one, inputs, progress=progress, on_each=on_preset)
+    events = pd.concat([r.events for r in results], ignore_index=True) if keep_events else empty_event_log()
     steps = pd.concat([r.steps for r in results if not r.steps.empty], ignore_index=True) \
         if any(not r.steps.empty for r in results) else pd.DataFrame()
     return events, steps, run_summary(results)
