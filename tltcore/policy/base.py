@@ -295,6 +295,29 @@ class DecidesAhead(Protocol):
     def ahead_shapes(self) -> tuple[object, tuple[SDConfig, ...]] | None: ...
 
 
+@runtime_checkable
+class ResumesAhead(Protocol):
+    """An optional addition to :class:`DecidesAhead`, not part of the policy contract: blocks that
+    begin without a ``decide``.
+
+    ``ahead_resume(batch_size) -> config | None``: the shape the policy's next ``decide`` at
+    ``batch_size`` running requests answers unless that decision changes it (its standing answer
+    there), or None where it has none. An engine that would otherwise ask ``decide`` (say after a
+    request finished: a new batch size) may instead run a block of that shape and call
+    ``ahead(config, batch_size, emitted, ctx_rows, prices, asked=False)``: the policy then first
+    does what ``decide(view at ctx_rows[0])`` would have done to its state, and returns
+    ``(0, decision)`` where that answer's shape is not ``config``'s (the engine gives the block
+    back and runs ``decision``); otherwise it goes on as :class:`DecidesAhead` states."""
+
+    def ahead_resume(self, batch_size: int) -> SDConfig | None: ...
+
+
+def resumes_ahead(policy: object) -> ResumesAhead | None:
+    """``policy`` where it offers blocks that begin without a ``decide`` (:class:`ResumesAhead`)
+    beside the block hint, else None."""
+    return policy if isinstance(policy, ResumesAhead) and isinstance(policy, DecidesAhead) else None
+
+
 def plain_phase_bound(policy: SDPolicy) -> Callable[[], int | None] | None:
     """``policy.plain_above`` where the policy offers the plain-phase hint, else None."""
     return policy.plain_above if isinstance(policy, PlainPhases) else None

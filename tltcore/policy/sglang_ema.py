@@ -217,26 +217,37 @@ class SglangEma:
             return None
         return self.cost_model, tuple(self._chains[d] for d in self.depths)
 
+    def ahead_resume(self, batch_size: int) -> SDConfig | None:
+        """The chain :meth:`decide` answers at ``batch_size`` unless that decision switches: the
+        range's current depth (:class:`~tltcore.policy.base.ResumesAhead`); None before the range's
+        first decision."""
+        current = self._current[self.range_of(batch_size)]
+        return None if current is None else self._chain(current)
+
     def ahead(self, config: SDConfig, batch_size: int, emitted: list[int], ctx_rows: np.ndarray,
-              prices: list[list[float]] | None = None) -> tuple[int, Decision | None]:
+              prices: list[list[float]] | None = None, asked: bool = True) -> tuple[int, Decision | None]:
         """The rounds of ``len(emitted)`` one-iteration spans of ``config`` in one call
         (:class:`~tltcore.policy.base.DecidesAhead`): per iteration :meth:`observe`'s EMA step, then
         :meth:`decide`'s scores at the next row's contexts, stopping at the first answer that is not
         ``config``'s depth. ``prices``: each depth's chain (:meth:`ahead_shapes`) priced at every row
-        by the cost model, when the engine priced them."""
+        by the cost model, when the engine priced them. ``asked=False``: :meth:`decide` at row 0 comes
+        first (:class:`~tltcore.policy.base.ResumesAhead`), ``(0, decision)`` where it switches."""
         k = len(emitted)
         b = batch_size
         r = self.range_of(b)
         depth = config.depth
         depths = self.depths
-        # per iteration j, each depth's cost at row j + 1, in depths order (a tuple per iteration)
-        if k <= 1:
+        first = 0 if asked else -1  # the first iteration observed, after the decision at row first + 1
+        # per row i, each depth's cost at row i, in depths order (a tuple per row; row 0 only when not asked)
+        if first + 1 >= k:  # no decision to score
             per_row = []
         elif prices is not None:
-            per_row = list(zip(*(p[1:k] for p in prices), strict=True))
+            per_row = list(zip(*(p[:k] for p in prices), strict=True))
         else:
-            costs = self._row_costs(ctx_rows[1:k], b)
+            costs = self._row_costs(ctx_rows[first + 1:k], b)
             per_row = list(zip(*(costs[d] for d in depths), strict=True))
+            if asked:
+                per_row.insert(0, ())
         powers = [d + 1 for d in depths]
         spans = [float(d + 1) for d in depths]  # chain_tokens at rate >= 1
         index = {d: i for i, d in enumerate(depths)}
@@ -244,18 +255,19 @@ class SglangEma:
         current = self._current[r]
         at = None if current is None else index[current]
         smoothing, gain = self.smoothing, 1.0 + self.hysteresis
-        for j in range(k):
-            # observe: Outcome(emitted_tokens=round(e), batch_size=b, iterations=1).accept_length
-            rate += smoothing * (implied_rate(round(emitted[j]) / b, depth) - rate)
-            if j + 1 == k:
-                break
+        for j in range(first, k):
+            if j >= 0:
+                # observe: Outcome(emitted_tokens=round(e), batch_size=b, iterations=1).accept_length
+                rate += smoothing * (implied_rate(round(emitted[j]) / b, depth) - rate)
+                if j + 1 == k:
+                    break
             # decide: score's chain_tokens(rate, d) / cost for every depth, the same float operations
             if rate >= 1.0:
                 tokens = spans
             else:
                 left = 1.0 - rate
                 tokens = [(1.0 - rate ** p) / left for p in powers]
-            scores = [x / c if c > 0 else 0.0 for x, c in zip(tokens, per_row[j], strict=True)]
+            scores = [x / c if c > 0 else 0.0 for x, c in zip(tokens, per_row[j + 1], strict=True)]
             top = max(scores)
             best = scores.index(top)  # the first best depth, as max(depths, key=...) picks it
             if at is None or top > scores[at] * gain:

@@ -38,7 +38,7 @@ import numpy as np
 
 from tltcore.acceptance import AcceptSampler
 from tltcore.drafter.state import DrafterState
-from tltcore.policy.base import DecidesAhead, Decision, SDConfig
+from tltcore.policy.base import DecidesAhead, Decision, ResumesAhead, SDConfig, resumes_ahead
 from tltsim.rollout.fast.spans import _BLOCK_DRAWS, _PRICE_ROWS, draw_block, expected_advance, expected_rows
 from tltsim.rollout.fast.state import FastWorker
 from tltsim.rollout.fast.tails import _FAR, _Given, first_finishes
@@ -146,20 +146,29 @@ class AheadBlocks:
         self.rows_price, self.block, self.sampler, self.drafter = rows_price, block, sampler, drafter
         self.shift = block.bit_length() - 1 if block & (block - 1) == 0 else None
         self.members: list[tuple[FastWorker, Decision, DecidesAhead]] = []
+        self.asked: list[bool] = []  # per member: its decision is the policy's answer (else its standing one)
+        self.resumes: dict[int, ResumesAhead | None] = {}  # by id of the policy: the hint, checked once
 
-    def enter(self, fast: FastWorker, decision: Decision, policy: DecidesAhead) -> None:
-        """``fast.worker``'s next unit is a block of ``decision`` (SD, hold 1, no switch), run next round."""
+    def enter(self, fast: FastWorker, decision: Decision, policy: DecidesAhead, asked: bool = True) -> None:
+        """``fast.worker``'s next unit is a block of ``decision`` (SD, hold 1, no switch), run next round;
+        ``asked=False``: the policy was not asked, ``decision`` is its standing answer
+        (:class:`~tltcore.policy.base.ResumesAhead`)."""
         fast.in_block = True
         self.members.append((fast, decision, policy))
+        self.asked.append(asked)
 
     def round(self) -> list[FastWorker]:
         """One block for every member, each then retiring its finished requests, as after
-        :func:`run_block` (:func:`run_expected_block`); returns the members (all back to their own loop)."""
+        :func:`run_block` (:func:`run_expected_block`); returns the members back to their own loop, and
+        keeps for the next round those whose next unit is again a block (:meth:`_resume`)."""
         members, self.members = self.members, []
+        asked_l, self.asked = self.asked, []
         expected = members[0][0].worker.expected
         if len(members) == 1:  # nothing to stack
             fast, decision, policy = members[0]
             fast.in_block = False
+            if not asked_l[0]:  # the worker's own loop asks the policy
+                return [fast]
             (run_expected_block if expected else run_block)(fast, decision, policy)
             _after(fast)
             return [fast]
@@ -195,7 +204,10 @@ class AheadBlocks:
         later: list[int] = []  # members whose kept iterations are priced after the policies answered
         for i, (fast, _, policy) in enumerate(members):
             b, n = b_l[i], used_l[i]
-            m, pending = policy.ahead(configs[i], b, blocks.tokens[i], ctx[i, :n, :b], prices[i])
+            if asked_l[i]:
+                m, pending = policy.ahead(configs[i], b, blocks.tokens[i], ctx[i, :n, :b], prices[i])
+            else:
+                m, pending = policy.ahead(configs[i], b, blocks.tokens[i], ctx[i, :n, :b], prices[i], asked=False)
             accepted.append(blocks.commit(i, m))
             kept.append(m)
             pendings.append(pending)
@@ -204,7 +216,8 @@ class AheadBlocks:
                 dts.append(prices[i][shapes.index(configs[i])])
             else:
                 dts.append([])
-                later.append(i)
+                if m:
+                    later.append(i)
         # the other members' kept iterations, priced with their own batch and shape
         by_shape: dict[SDConfig, list[int]] = {}
         for i in later:
@@ -212,12 +225,50 @@ class AheadBlocks:
         for c, idx in by_shape.items():
             for i, got in zip(idx, self._price(c, idx, kept, paged, ctx_sum, batch), strict=True):
                 dts[i] = got
-        for i, (fast, _, _) in enumerate(members):
-            _close(fast, configs[i], b_l[i], kept[i], dts[i], blocks.emitted[i], blocks.tokens[i], accepted[i],
-                   pendings[i])
+        back = []
+        for i, (fast, _, policy) in enumerate(members):
+            if kept[i]:
+                _close(fast, configs[i], b_l[i], kept[i], dts[i], blocks.emitted[i], blocks.tokens[i], accepted[i],
+                       pendings[i])
+                _after(fast)
+            else:
+                fast.pending = pendings[i]
             fast.in_block = False
-            _after(fast)
-        return [f for f, _, _ in members]
+            if not self._resume(fast, policy):
+                back.append(fast)
+        return back
+
+    def _resume(self, fast: FastWorker, policy: DecidesAhead) -> bool:
+        """Enter ``fast``'s next block for the next round where the worker's own loop would: nothing
+        waits to be admitted (admission only clears its flag), no deadline, requests left, no
+        plain-phase hint, and its next decision a block's -- the policy's different answer
+        (``fast.pending``), else, where the policy offers it, its standing answer at the new batch
+        size (:class:`~tltcore.policy.base.ResumesAhead`), which the block's fold checks first.
+        False: the worker's loop takes the next unit."""
+        w = fast.worker
+        if w.deadline is not None or fast.plain_bound is not None or w.next_waiting < len(w.q_reserve):
+            return False
+        while w.need_admit:  # nothing waits: what the loop's admission does
+            w.admit()
+        if len(w.live) == 0:
+            return False
+        pending = fast.pending
+        asked = pending is not None
+        if asked:
+            decision = pending
+        else:
+            key = id(policy)
+            resume = self.resumes[key] if key in self.resumes else self.resumes.setdefault(key, resumes_ahead(policy))
+            config = resume.ahead_resume(len(w.live)) if resume is not None else None
+            if config is None:
+                return False
+            decision = Decision(config)
+        if not decision.config.enabled or w.hold(decision) != 1 or decision.switch_on:
+            return False
+        fast.pending = None
+        w.prepare_sd(decision)
+        self.enter(fast, decision, policy, asked)
+        return True
 
     def _stochastic(self, members: list[tuple[FastWorker, Decision, DecidesAhead]], configs: list[SDConfig],
                     b_l: list[int]) -> _Drafted:
@@ -361,6 +412,8 @@ def _expected(members: list[tuple[FastWorker, Decision, DecidesAhead]], configs:
 
     def commit(i: int, m: int) -> np.ndarray:
         live, b = lives[i], b_l[i]
+        if m == 0:  # the policy switched before the block's first iteration: nothing ran
+            return np.zeros(0, dtype=np.int64)
         if m == used_l[i] and finish_l[i]:
             live.rem[:] = r[i, m - 1, :b] - steps[i]
             live.gen[:] = g[i, m - 1, :b] + steps[i]
