@@ -42,6 +42,7 @@ iteration by iteration with the same float operations as :meth:`SglangEma.observ
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from itertools import pairwise
@@ -163,11 +164,9 @@ class SglangEma:
         self._current: list[int | None] = [None] * len(self.ranges)
 
     def range_of(self, batch_size: int) -> int:
-        i = 0
-        for j, lower in enumerate(self.ranges):
-            if batch_size >= lower:
-                i = j
-        return i
+        """The index of the last range whose lower bound is at most ``batch_size`` (the first range
+        below them all)."""
+        return max(bisect_right(self.ranges, batch_size) - 1, 0)
 
     def accept_rate(self, batch_size: int) -> float:
         """The current EMA acceptance rate of ``batch_size``'s range."""
@@ -255,19 +254,21 @@ class SglangEma:
         current = self._current[r]
         at = None if current is None else index[current]
         smoothing, gain = self.smoothing, 1.0 + self.hysteresis
+        # observe's implied rates, once per distinct emitted count
+        # (Outcome(emitted_tokens=round(e), batch_size=b, iterations=1).accept_length)
+        implied = {e: implied_rate(round(e) / b, depth) for e in set(emitted)}
         for j in range(first, k):
             if j >= 0:
-                # observe: Outcome(emitted_tokens=round(e), batch_size=b, iterations=1).accept_length
-                rate += smoothing * (implied_rate(round(emitted[j]) / b, depth) - rate)
+                rate += smoothing * (implied[emitted[j]] - rate)
                 if j + 1 == k:
                     break
             # decide: score's chain_tokens(rate, d) / cost for every depth, the same float operations
             if rate >= 1.0:
-                tokens = spans
+                scores = [x / c if c > 0 else 0.0 for x, c in zip(spans, per_row[j + 1], strict=True)]
             else:
                 left = 1.0 - rate
-                tokens = [(1.0 - rate ** p) / left for p in powers]
-            scores = [x / c if c > 0 else 0.0 for x, c in zip(tokens, per_row[j + 1], strict=True)]
+                scores = [(1.0 - rate ** p) / left / c if c > 0 else 0.0
+                          for p, c in zip(powers, per_row[j + 1], strict=True)]
             top = max(scores)
             best = scores.index(top)  # the first best depth, as max(depths, key=...) picks it
             if at is None or top > scores[at] * gain:

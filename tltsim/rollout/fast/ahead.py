@@ -399,7 +399,7 @@ def _expected(members: list[tuple[FastWorker, Decision, DecidesAhead]], configs:
     emitted_l, tokens_l, steps, accs = [], [], [], []
     for i in range(w_n):
         b, n = b_l[i], used_l[i]
-        full = float(_sum(np.full(b, a_l[i])))  # an unclipped iteration's emitted tokens, as speculate_one sums them
+        full = _sum_of(members[i][0], a_l[i], b)  # an unclipped iteration's emitted tokens, as speculate_one sums them
         emitted = [full] * n
         step = None
         if finish_l[i]:  # the finishing iteration: every request clipped at what it has left
@@ -408,7 +408,7 @@ def _expected(members: list[tuple[FastWorker, Decision, DecidesAhead]], configs:
         steps.append(step)
         emitted_l.append(emitted)
         tokens_l.append([round(e) for e in emitted])  # as the Outcomes and the frame round them
-        accs.append(round(float(_sum(np.full(b, a_l[i] - 1.0)))))  # each row's accepted, as speculate_one sums it
+        accs.append(round(_sum_of(members[i][0], a_l[i] - 1.0, b)))  # each row's accepted, as speculate_one sums it
 
     def commit(i: int, m: int) -> np.ndarray:
         live, b = lives[i], b_l[i]
@@ -426,6 +426,18 @@ def _expected(members: list[tuple[FastWorker, Decision, DecidesAhead]], configs:
     return _Drafted(ctx, sums, used_l, emitted_l, tokens_l, commit)
 
 
+def _sum_of(fast: FastWorker, value: float, b: int) -> float:
+    """``float(numpy.add.reduce(numpy.full(b, value)))``, kept in the run's table of such sums
+    (``FastWorker.sums``: they recur every round at the same batch sizes)."""
+    of = fast.sums.get(value)
+    if of is None:
+        of = fast.sums[value] = {}
+    got = of.get(b)
+    if got is None:
+        got = of[b] = float(_sum(np.full(b, value)))
+    return got
+
+
 def _close(fast: FastWorker, config: SDConfig, b: int, m: int, dts: list[float], emitted: list[float] | list[int],
            tokens: list[int], accepted: np.ndarray, pending: Decision | None) -> None:
     """The ``m`` kept iterations of a block: clock, recent-accept estimate (from each iteration's
@@ -433,21 +445,21 @@ def _close(fast: FastWorker, config: SDConfig, b: int, m: int, dts: list[float],
     their rows as one column block (``tokens`` and ``accepted``: each row's whole numbers), and the
     policy's different answer to run next."""
     w = fast.worker
-    t = w.t
     recent = w.recent
     keep = 1.0 - recent.weight
     ema = recent.value
-    t0s, t1s = [], []
-    for j in range(m):
-        a = float(emitted[j]) / b
+    for e in emitted[:m]:
+        a = float(e) / b
         ema = a if ema is None else a + keep * (ema - a)  # RecentAccept.update of one iteration
-        t0s.append(t)
-        t += dts[j]
-        t1s.append(t)
     recent.value = ema
-    w.t = t
+    # the clock, t += dt iteration by iteration: numpy's accumulate adds in order, the same float additions
+    ts = np.empty(m + 1)
+    ts[0] = w.t
+    ts[1:] = dts[:m]
+    np.add.accumulate(ts, out=ts)
+    w.t = float(ts[m])
     w.iteration += m
-    fast.log.block(w.idx, np.zeros(m, dtype=np.int8), ("decode",), np.array(t0s), np.array(t1s),
+    fast.log.block(w.idx, np.zeros(m, dtype=np.int8), ("decode",), ts[:m], ts[1:],
                    np.ones(m, dtype=np.int64), np.full(m, b, dtype=np.int64), np.array(tokens[:m], dtype=np.int64),
                    np.zeros(m, dtype=np.int64), config=config,
                    drafted=np.full(m, config.verify_tokens * b, dtype=np.int64), accepted=accepted)
