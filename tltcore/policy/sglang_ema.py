@@ -156,6 +156,10 @@ class SglangEma:
         # the chain each depth is priced as, built once: a decision prices every depth, and the block hint
         # prices them per block (a decision's own answer is still a fresh SDConfig: see DecidesAhead)
         self._chains = {d: SDConfig.chain(d) for d in self.depths if d > 0}
+        # what the block fold reads of the depths: chain_tokens' powers and its value at rate >= 1, the index
+        self._powers = [d + 1 for d in self.depths]
+        self._spans = [float(d + 1) for d in self.depths]
+        self._index = {d: i for i, d in enumerate(self.depths)}
         self.clear()
 
     def clear(self) -> None:
@@ -247,12 +251,10 @@ class SglangEma:
             per_row = list(zip(*(costs[d] for d in depths), strict=True))
             if asked:
                 per_row.insert(0, ())
-        powers = [d + 1 for d in depths]
-        spans = [float(d + 1) for d in depths]  # chain_tokens at rate >= 1
-        index = {d: i for i, d in enumerate(depths)}
+        powers, spans = self._powers, self._spans
         rate = self._rate[r]
         current = self._current[r]
-        at = None if current is None else index[current]
+        at = None if current is None else self._index[current]
         smoothing, gain = self.smoothing, 1.0 + self.hysteresis
         # observe's implied rates, once per distinct emitted count
         # (Outcome(emitted_tokens=round(e), batch_size=b, iterations=1).accept_length)

@@ -148,6 +148,7 @@ class AheadBlocks:
         self.members: list[tuple[FastWorker, Decision, DecidesAhead]] = []
         self.asked: list[bool] = []  # per member: its decision is the policy's answer (else its standing one)
         self.resumes: dict[int, ResumesAhead | None] = {}  # by id of the policy: the hint, checked once
+        self.standing: dict[int, Decision] = {}  # by id of the shape: a standing answer's Decision, made once
 
     def enter(self, fast: FastWorker, decision: Decision, policy: DecidesAhead, asked: bool = True) -> None:
         """``fast.worker``'s next unit is a block of ``decision`` (SD, hold 1, no switch), run next round;
@@ -262,7 +263,9 @@ class AheadBlocks:
             config = resume.ahead_resume(len(w.live)) if resume is not None else None
             if config is None:
                 return False
-            decision = Decision(config)
+            decision = self.standing.get(id(config))
+            if decision is None or decision.config is not config:
+                decision = self.standing[id(config)] = Decision(config)
         if not decision.config.enabled or w.hold(decision) != 1 or decision.switch_on:
             return False
         fast.pending = None
@@ -310,17 +313,19 @@ class AheadBlocks:
             rows[i, 1:k + 1, :b] = drawn[i].reshape(k, b)
         np.cumsum(rows, axis=1, out=rows)
         used, finish, sums = first_finishes(rows, end_p, np.array(k_l, dtype=np.int64))
-        sums_l, used_l, finish_l = sums.tolist(), used.tolist(), finish.tolist()
+        used_l, finish_l = used.tolist(), finish.tolist()
+        drawn_a = sums[:, 1:] - sums[:, :-1]  # tokens drawn per iteration (whole numbers, exact)
+        drawn_l = drawn_a.tolist()
         emitted_l = []
         for i in range(w_n):
-            b, n, s = b_l[i], used_l[i], sums_l[i]
-            emitted = [s[j + 1] - s[j] for j in range(n)]  # tokens drawn per iteration (whole numbers, exact)
+            b, n = b_l[i], used_l[i]
+            emitted = drawn_l[i][:n]
             if finish_l[i]:  # the last iteration clipped at each request's end
-                emitted[-1] = int(_sum(np.minimum(rows[i, n, :b], ends[i]))) - s[n - 1]
+                emitted[-1] = int(_sum(np.minimum(rows[i, n, :b], ends[i]))) - int(sums[i, n - 1])
             emitted_l.append(emitted)
 
         def commit(i: int, m: int) -> np.ndarray:
-            b, s = b_l[i], sums_l[i]
+            b = b_l[i]
             members[i][0].stream.pos -= (k_l[i] - m) * b  # only the draws of the iterations that ran
             live, end = lives[i], ends[i]
             if m == used_l[i] and finish_l[i]:
@@ -328,7 +333,7 @@ class AheadBlocks:
             else:
                 live.ctx[:] = rows[i, m, :b]
             np.subtract(end, live.ctx, out=live.rem)
-            return np.array([s[j + 1] - s[j] for j in range(m)], dtype=np.int64) - b
+            return drawn_a[i, :m] - b
 
         return _Drafted(rows, sums, used_l, emitted_l, emitted_l, commit)
 
