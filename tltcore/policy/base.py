@@ -29,7 +29,9 @@ decisions through churn, ``tltreal.engine.engine``):
 * ``ahead(...)`` (:class:`DecidesAhead`) lets a policy that must decide every iteration (its answer
   moves with the contexts and with what it observes) take the rounds of a block of iterations in one
   call, with the same arithmetic the rounds would do, so an engine that knows the block's contexts
-  ahead asks once per block instead of once per iteration.
+  ahead asks once per block instead of once per iteration; with ``ahead_resume(...)``
+  (:class:`ResumesAhead`) such a block may also begin without a ``decide``, the fold doing its
+  arithmetic at the block's first row.
 """
 
 from __future__ import annotations

@@ -37,7 +37,9 @@ candidate priced over the block's contexts by the cost model's row form (``sd_ro
 for bit to ``sd_time``; or by the engine, for many workers' blocks at once, where the policy prices
 with the engine's own cost model: :meth:`SglangEma.ahead_shapes`), the EMA and the choice then folded
 iteration by iteration with the same float operations as :meth:`SglangEma.observe` and
-:meth:`SglangEma.decide`.
+:meth:`SglangEma.decide`. After a request finishes (a new batch size) the engine need not ask
+:meth:`SglangEma.decide` either: :meth:`SglangEma.ahead_resume` names the range's current depth,
+and the block's fold does decide's arithmetic at its first row (``ahead(..., asked=False)``).
 """
 
 from __future__ import annotations

@@ -27,6 +27,13 @@ worker's own stream, one sampler call per shape), cumulative sums, first finishe
 worker's policy has folded its block, the prices of the kept iterations (per row with its own batch,
 :meth:`~tltcore.cost.protocol.PagedKVTimes.sd_times_from_sums`). Per worker everything else is what
 :func:`run_block` does, in the same order.
+
+A worker stays in the rounds from block to block where its own loop would only admit nothing and ask
+the policy (:meth:`AheadBlocks._resume`): the next block runs the policy's different answer, or, after
+a finish (a new batch size), its standing answer there
+(:class:`~tltcore.policy.base.ResumesAhead`), unasked: the fold first does what ``decide`` at the
+block's first row would have done, and where that answer switches the block is given back whole
+(``m == 0``: the draws rewound, nothing committed) and the new answer runs next round.
 """
 
 from __future__ import annotations
