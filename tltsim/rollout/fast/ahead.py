@@ -156,6 +156,10 @@ class AheadBlocks:
         self.asked: list[bool] = []  # per member: its decision is the policy's answer (else its standing one)
         self.resumes: dict[int, ResumesAhead | None] = {}  # by id of the policy: the hint, checked once
         self.standing: dict[int, Decision] = {}  # by id of the shape: a standing answer's Decision, made once
+        # the policies' priced shapes (ahead_shapes), equal tuples in one group: by value, the first one's
+        # id; by id, that group
+        self.groups: dict[tuple[SDConfig, ...], int] = {}
+        self.group_of: dict[int, int] = {}
 
     def enter(self, fast: FastWorker, decision: Decision, policy: DecidesAhead, asked: bool = True) -> None:
         """``fast.worker``'s next unit is a block of ``decision`` (SD, hold 1, no switch), run next round;
@@ -198,16 +202,20 @@ class AheadBlocks:
         ctx_sum = blocks.sums[:, :top]
         batch = np.broadcast_to(np.array(b_l, dtype=np.int64)[:, None], (w_n, top))
         # the shapes the members' policies price at every row of their blocks, priced here for all of them
+        # (the members asking for the same shapes together: equal tuples, one per policy, by the first's id)
         prices: list[list[list[float]] | None] = [None] * w_n
-        asked: dict[SDConfig, list[int]] = {}
+        asked: dict[int, tuple[tuple[SDConfig, ...], list[int]]] = {}
+        group_of = self.group_of
         for i, (fast, _, _) in enumerate(members):
-            if fast.shapes is not None:
-                prices[i] = []
-                for c in fast.shapes:
-                    asked.setdefault(c, []).append(i)
-        for c, idx in asked.items():
-            for i, got in zip(idx, self._price(c, idx, used_l, paged, ctx_sum, batch), strict=True):
-                prices[i].append(got)
+            shapes = fast.shapes
+            if shapes is not None:
+                key = group_of.get(id(shapes))
+                if key is None:
+                    key = group_of[id(shapes)] = self.groups.setdefault(shapes, id(shapes))
+                asked.setdefault(key, (shapes, []))[1].append(i)
+        for shapes, idx in asked.values():
+            for i, got in zip(idx, self._price(shapes, idx, used_l, paged, ctx_sum, batch), strict=True):
+                prices[i] = got
         kept, pendings, accepted, dts = [], [], [], []
         later: list[int] = []  # members whose kept iterations are priced after the policies answered
         for i, (fast, _, policy) in enumerate(members):
@@ -231,8 +239,8 @@ class AheadBlocks:
         for i in later:
             by_shape.setdefault(configs[i], []).append(i)
         for c, idx in by_shape.items():
-            for i, got in zip(idx, self._price(c, idx, kept, paged, ctx_sum, batch), strict=True):
-                dts[i] = got
+            for i, got in zip(idx, self._price((c,), idx, kept, paged, ctx_sum, batch), strict=True):
+                dts[i] = got[0]
         back = []
         for i, (fast, _, policy) in enumerate(members):
             if kept[i]:
@@ -344,18 +352,22 @@ class AheadBlocks:
 
         return _Drafted(rows, sums, used_l, emitted_l, emitted_l, commit)
 
-    def _price(self, config: SDConfig, idx: list[int], rows_of: list[int], paged: np.ndarray, ctx_sum: np.ndarray,
-               batch: np.ndarray) -> list[list[float]]:
-        """``config``'s time at the first ``rows_of[i]`` rows of each member ``i`` in ``idx``, in one
-        call of the row pricer (each row with its own batch), as one list per member."""
+    def _price(self, configs: tuple[SDConfig, ...], idx: list[int], rows_of: list[int], paged: np.ndarray,
+               ctx_sum: np.ndarray, batch: np.ndarray) -> list[list[list[float]]]:
+        """Each of ``configs``' time at the first ``rows_of[i]`` rows of each member ``i`` in ``idx``,
+        one call of the row pricer per shape (each row with its own batch): per member, one list per
+        shape."""
         counts = [rows_of[i] for i in idx]
         sel = np.array(idx, dtype=np.intp)
         valid = np.arange(paged.shape[1])[None, :] < np.array(counts, dtype=np.int64)[:, None]
-        got = self.rows_price(paged[sel][valid], ctx_sum[sel][valid], batch[sel][valid], config).tolist()
-        out, at = [], 0
-        for n in counts:
-            out.append(got[at:at + n])
-            at += n
+        rows = paged[sel][valid], ctx_sum[sel][valid], batch[sel][valid]
+        out: list[list[list[float]]] = [[] for _ in idx]
+        for config in configs:
+            got = self.rows_price(*rows, config).tolist()
+            at = 0
+            for got_i, n in zip(out, counts, strict=True):
+                got_i.append(got[at:at + n])
+                at += n
         return out
 
 
