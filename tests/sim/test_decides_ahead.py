@@ -26,8 +26,9 @@ POLICIES = ("sglang-ema", "sglang-ema:depths=1,2,4,8:hysteresis=0:smoothing=0.9"
 def _frames(spec: str, seed: int, mode: str) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     s = resolve(None, [("policies", (spec,), "test"), ("acceptance.mode", mode, "test"), ("seed", seed, "test"),
                        ("trace.prompts_per_step", 12, "test"), ("trace.cap", 6000, "test"),
-                       ("trace.num_steps", 2, "test"), ("cluster.gpus", 8, "test"),
+                       ("trace.num_steps", 2, "test"), ("cluster.gpus", 4, "test"),
                        ("cluster.tp", 4, "test")]).scenario
+    assert s.n_workers == 1  # one worker's blocks, each on its own (the rounds of many: below)
     inputs = prepare(s)
     block = ahead.run_expected_block if mode == "expected" else ahead.run_block
     with mock.patch.object(ahead, block.__name__, wraps=block) as blocks:
@@ -206,16 +207,21 @@ def test_range_of_is_the_last_range_at_or_below_the_batch():
 @needs_shared_traces()
 @pytest.mark.parametrize("mode", ["stochastic", "expected"])
 def test_resumed_blocks_and_waiting_requests_equal_the_reference(mode):
-    """Blocks resumed after a finish (no ``decide``), given back where their first row switches, and
-    workers with requests waiting (``engine.max_batch`` 3: a finish admits, so the worker's own loop
-    takes over) give the reference's event log."""
-    spec = "sglang-ema:depths=1,2,4,8:hysteresis=0:smoothing=0.9"
+    """Blocks resumed after a finish (no ``decide``), given back where their first row switches,
+    expected-mode blocks run on through finishes (the rows' batches shrinking inside a block, the
+    ranges' EMAs switched mid-block: ``ranges=1,3,6``), and workers with requests waiting
+    (``engine.max_batch`` 6: a finish admits, so the worker's own loop takes over) give the
+    reference's event log."""
+    spec = "sglang-ema:depths=1,2,4,8:hysteresis=0:smoothing=0.9:ranges=1,3,6"
     calls: list[tuple[bool, int]] = []
+    shrank: list[int] = []  # the kept iterations of blocks whose batch shrank inside them
     fold = SglangEma.ahead
 
-    def counted(self, config, batch_size, emitted, ctx_rows, prices=None, asked=True):
-        m, pending = fold(self, config, batch_size, emitted, ctx_rows, prices, asked)
+    def counted(self, config, batch_size, emitted, ctx_rows, prices=None, asked=True, batches=None):
+        m, pending = fold(self, config, batch_size, emitted, ctx_rows, prices, asked, batches)
         calls.append((asked, m))
+        if batches is not None and batches[0] != batches[m - 1]:
+            shrank.append(m)
         return m, pending
 
     # 8 workers, nothing waiting; 2 workers of at most 6 requests, the rest waiting
@@ -227,6 +233,7 @@ def test_resumed_blocks_and_waiting_requests_equal_the_reference(mode):
                            ("trace.num_steps", 2, "test"), ("cluster.tp", 4, "test"), *layout]).scenario
         inputs = prepare(s)
         calls.clear()
+        shrank.clear()
         with mock.patch.object(SglangEma, "ahead", counted):
             fast = run_policy(s, spec, inputs)
         slow = run_policy(s, spec, replace(inputs, engine=replace(inputs.engine, fast=False)))
@@ -236,3 +243,5 @@ def test_resumed_blocks_and_waiting_requests_equal_the_reference(mode):
             assert any(not asked for asked, _ in calls)  # blocks resumed without a decide
             if mode == "stochastic":
                 assert (False, 0) in calls  # a resumed block given back at its first row
+            else:
+                assert shrank  # blocks ran on through finishes

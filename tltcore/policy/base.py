@@ -309,7 +309,12 @@ class ResumesAhead(Protocol):
     ``ahead(config, batch_size, emitted, ctx_rows, prices, asked=False)``: the policy then first
     does what ``decide(view at ctx_rows[0])`` would have done to its state, and returns
     ``(0, decision)`` where that answer's shape is not ``config``'s (the engine gives the block
-    back and runs ``decision``); otherwise it goes on as :class:`DecidesAhead` states."""
+    back and runs ``decision``); otherwise it goes on as :class:`DecidesAhead` states. Such a policy
+    also takes ``ahead(..., prices, asked=, batches=)`` with the engine's ``prices``: ``batches[j]``
+    the batch size of row ``j``, where requests finish inside the block (no request waiting, the
+    engine runs a block on through finishes): iteration ``j`` is observed at ``batches[j]`` and each
+    row's decision is the one ``decide`` would give at its own batch size (the view after each
+    finish, which the engine does not build)."""
 
     def ahead_resume(self, batch_size: int) -> SDConfig | None: ...
 

@@ -39,7 +39,9 @@ with the engine's own cost model: :meth:`SglangEma.ahead_shapes`), the EMA and t
 iteration by iteration with the same float operations as :meth:`SglangEma.observe` and
 :meth:`SglangEma.decide`. After a request finishes (a new batch size) the engine need not ask
 :meth:`SglangEma.decide` either: :meth:`SglangEma.ahead_resume` names the range's current depth,
-and the block's fold does decide's arithmetic at its first row (``ahead(..., asked=False)``).
+and the block's fold does decide's arithmetic at its first row (``ahead(..., asked=False)``);
+given each row's batch (``ahead(..., batches=)``) it folds a block through finishes, each row's
+observation and decision at its own batch size and range.
 """
 
 from __future__ import annotations
@@ -230,13 +232,19 @@ class SglangEma:
         return None if current is None else self._chain(current)
 
     def ahead(self, config: SDConfig, batch_size: int, emitted: list[int], ctx_rows: np.ndarray,
-              prices: list[list[float]] | None = None, asked: bool = True) -> tuple[int, Decision | None]:
+              prices: list[list[float]] | None = None, asked: bool = True, batches: list[int] | None = None
+              ) -> tuple[int, Decision | None]:
         """The rounds of ``len(emitted)`` one-iteration spans of ``config`` in one call
         (:class:`~tltcore.policy.base.DecidesAhead`): per iteration :meth:`observe`'s EMA step, then
         :meth:`decide`'s scores at the next row's contexts, stopping at the first answer that is not
         ``config``'s depth. ``prices``: each depth's chain (:meth:`ahead_shapes`) priced at every row
         by the cost model, when the engine priced them. ``asked=False``: :meth:`decide` at row 0 comes
-        first (:class:`~tltcore.policy.base.ResumesAhead`), ``(0, decision)`` where it switches."""
+        first (:class:`~tltcore.policy.base.ResumesAhead`), ``(0, decision)`` where it switches.
+        ``batches`` (with ``prices``): each row's batch size, where requests finish inside the block
+        (:class:`~tltcore.policy.base.ResumesAhead`): iteration ``j`` observed at ``batches[j]``, each
+        decision in the range of its row's batch."""
+        if batches is not None and prices is None:
+            raise ValueError("ahead(batches=...) needs the engine's prices: the rows' own batches price them")
         k = len(emitted)
         b = batch_size
         r = self.range_of(b)
@@ -260,12 +268,23 @@ class SglangEma:
         smoothing, gain = self.smoothing, 1.0 + self.hysteresis
         # observe's implied rates, once per distinct emitted count
         # (Outcome(emitted_tokens=round(e), batch_size=b, iterations=1).accept_length)
-        implied = {e: implied_rate(round(e) / b, depth) for e in set(emitted)}
+        if batches is None:
+            implied = {e: implied_rate(round(e) / b, depth) for e in set(emitted)}
+            observed = [implied[e] for e in emitted]
+        else:
+            implied = {eb: implied_rate(round(eb[0]) / eb[1], depth) for eb in set(zip(emitted, batches, strict=True))}
+            observed = [implied[eb] for eb in zip(emitted, batches, strict=True)]
         for j in range(first, k):
             if j >= 0:
-                rate += smoothing * (implied[emitted[j]] - rate)
+                rate += smoothing * (observed[j] - rate)
                 if j + 1 == k:
                     break
+                if batches is not None and batches[j + 1] != batches[j]:  # requests finished: the next decide's range
+                    now = self.range_of(batches[j + 1])
+                    if now != r:
+                        self._rate[r], self._current[r] = rate, current if at is None else depths[at]
+                        r, rate, current = now, self._rate[now], self._current[now]
+                        at = None if current is None else self._index[current]
             # decide: score's chain_tokens(rate, d) / cost for every depth, the same float operations
             if rate >= 1.0:
                 scores = [x / c if c > 0 else 0.0 for x, c in zip(spans, per_row[j + 1], strict=True)]
