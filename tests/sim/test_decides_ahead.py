@@ -26,8 +26,9 @@ POLICIES = ("sglang-ema", "sglang-ema:depths=1,2,4,8:hysteresis=0:smoothing=0.9"
 def _frames(spec: str, seed: int, mode: str) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     s = resolve(None, [("policies", (spec,), "test"), ("acceptance.mode", mode, "test"), ("seed", seed, "test"),
                        ("trace.prompts_per_step", 12, "test"), ("trace.cap", 6000, "test"),
-                       ("trace.num_steps", 2, "test"), ("cluster.gpus", 8, "test"),
+                       ("trace.num_steps", 2, "test"), ("cluster.gpus", 4, "test"),
                        ("cluster.tp", 4, "test")]).scenario
+    assert s.n_workers == 1  # one worker's blocks, each on its own (the rounds of many: below)
     inputs = prepare(s)
     block = ahead.run_expected_block if mode == "expected" else ahead.run_block
     with mock.patch.object(ahead, block.__name__, wraps=block) as blocks:
@@ -160,3 +161,87 @@ def test_blocks_show_the_views_the_reference_shows(spec, mode):
         assert 0 < len(got) < len(want)  # the blocks skipped the views they folded
         it = iter(want)
         assert all(any(view == w for w in it) for view in got)  # in order, each one of the reference's
+
+
+def test_a_resumed_block_decides_at_its_first_row_as_decide_would():
+    """``ahead(..., asked=False)`` (``ResumesAhead``: a block run on the policy's standing answer, no
+    ``decide`` asked) leaves the state and gives the answers of ``decide`` at row 0 followed by the
+    asked fold over the same block, and gives the block back (``m == 0``) where row 0 switches."""
+    import numpy as np
+
+    from tltcore.cost import RooflineCostModel
+    from tltcore.hardware import get_gpu
+    from tltcore.model_shape import get_model
+    from tltcore.policy.base import BatchView, ResumesAhead, SDConfig, resumes_ahead
+
+    cost = RooflineCostModel(get_model("Qwen2.5-7B"), get_gpu("h100"))
+    b = 200
+    for first_ctx in (200, 30000):  # row 0 keeps depth 1 (short contexts), or switches to 3 (long)
+        rows = np.repeat(np.array([first_ctx, 200, 30000, 200], dtype=np.int64)[:, None], b, axis=1)
+        emitted = [300] * len(rows)
+        got = []
+        for resumed in (False, True):
+            policy = SglangEma(cost_model=cost, hysteresis=0.0, prior_accept_rate=0.6)
+            policy.decide(BatchView(b, (200,) * b))  # a standing answer (depth 1) in this range
+            config = policy.ahead_resume(b)
+            assert config == SDConfig.chain(1)
+            if resumed:
+                m, pending = policy.ahead(config, b, emitted, rows, asked=False)
+            else:
+                answer = policy.decide(BatchView(b, tuple(rows[0].tolist())))
+                m, pending = (0, answer) if answer.config != config else policy.ahead(config, b, emitted, rows)
+            got.append((m, pending, policy.accept_rate(b), policy.ahead_resume(b)))
+        assert got[0] == got[1]
+        assert (got[0][0] == 0) == (first_ctx == 30000)
+    assert isinstance(SglangEma(), ResumesAhead) and resumes_ahead(SglangEma()) is not None
+    assert SglangEma().ahead_resume(10) is None  # no standing answer before the range's first decision
+
+
+def test_range_of_is_the_last_range_at_or_below_the_batch():
+    policy = SglangEma(ranges=(4, 64, 128))
+    for batch in (1, 3, 4, 5, 63, 64, 65, 127, 128, 129, 10_000):
+        want = max([0] + [i for i, lower in enumerate(policy.ranges) if batch >= lower])
+        assert policy.range_of(batch) == want, batch
+
+
+@needs_shared_traces()
+@pytest.mark.parametrize("mode", ["stochastic", "expected"])
+def test_resumed_blocks_and_waiting_requests_equal_the_reference(mode):
+    """Blocks resumed after a finish (no ``decide``), given back where their first row switches,
+    expected-mode blocks run on through finishes (the rows' batches shrinking inside a block, the
+    ranges' EMAs switched mid-block: ``ranges=1,3,6``), and workers with requests waiting
+    (``engine.max_batch`` 6: a finish admits, so the worker's own loop takes over) give the
+    reference's event log."""
+    spec = "sglang-ema:depths=1,2,4,8:hysteresis=0:smoothing=0.9:ranges=1,3,6"
+    calls: list[tuple[bool, int]] = []
+    shrank: list[int] = []  # the kept iterations of blocks whose batch shrank inside them
+    fold = SglangEma.ahead
+
+    def counted(self, config, batch_size, emitted, ctx_rows, prices=None, asked=True, batches=None):
+        m, pending = fold(self, config, batch_size, emitted, ctx_rows, prices, asked, batches)
+        calls.append((asked, m))
+        if batches is not None and batches[0] != batches[m - 1]:
+            shrank.append(m)
+        return m, pending
+
+    # 8 workers, nothing waiting; 2 workers of at most 6 requests, the rest waiting
+    layouts = ([("trace.prompts_per_step", 24, "test"), ("trace.cap", 9000, "test"), ("cluster.gpus", 32, "test")],
+               [("trace.prompts_per_step", 4, "test"), ("trace.cap", 3000, "test"), ("cluster.gpus", 8, "test"),
+                ("engine.max_batch", 6, "test")])
+    for waiting, layout in enumerate(layouts):
+        s = resolve(None, [("policies", (spec,), "test"), ("acceptance.mode", mode, "test"), ("seed", 0, "test"),
+                           ("trace.num_steps", 2, "test"), ("cluster.tp", 4, "test"), *layout]).scenario
+        inputs = prepare(s)
+        calls.clear()
+        shrank.clear()
+        with mock.patch.object(SglangEma, "ahead", counted):
+            fast = run_policy(s, spec, inputs)
+        slow = run_policy(s, spec, replace(inputs, engine=replace(inputs.engine, fast=False)))
+        pd.testing.assert_frame_equal(fast, slow, check_exact=True)
+        assert calls  # the block path ran
+        if not waiting:
+            assert any(not asked for asked, _ in calls)  # blocks resumed without a decide
+            if mode == "stochastic":
+                assert (False, 0) in calls  # a resumed block given back at its first row
+            else:
+                assert shrank  # blocks ran on through finishes

@@ -29,7 +29,9 @@ decisions through churn, ``tltreal.engine.engine``):
 * ``ahead(...)`` (:class:`DecidesAhead`) lets a policy that must decide every iteration (its answer
   moves with the contexts and with what it observes) take the rounds of a block of iterations in one
   call, with the same arithmetic the rounds would do, so an engine that knows the block's contexts
-  ahead asks once per block instead of once per iteration.
+  ahead asks once per block instead of once per iteration; with ``ahead_resume(...)``
+  (:class:`ResumesAhead`) such a block may also begin without a ``decide``, the fold doing its
+  arithmetic at the block's first row.
 """
 
 from __future__ import annotations
@@ -293,6 +295,34 @@ class DecidesAhead(Protocol):
               prices: list[list[float]] | None = None) -> tuple[int, Decision | None]: ...
 
     def ahead_shapes(self) -> tuple[object, tuple[SDConfig, ...]] | None: ...
+
+
+@runtime_checkable
+class ResumesAhead(Protocol):
+    """An optional addition to :class:`DecidesAhead`, not part of the policy contract: blocks that
+    begin without a ``decide``.
+
+    ``ahead_resume(batch_size) -> config | None``: the shape the policy's next ``decide`` at
+    ``batch_size`` running requests answers unless that decision changes it (its standing answer
+    there), or None where it has none. An engine that would otherwise ask ``decide`` (say after a
+    request finished: a new batch size) may instead run a block of that shape and call
+    ``ahead(config, batch_size, emitted, ctx_rows, prices, asked=False)``: the policy then first
+    does what ``decide(view at ctx_rows[0])`` would have done to its state, and returns
+    ``(0, decision)`` where that answer's shape is not ``config``'s (the engine gives the block
+    back and runs ``decision``); otherwise it goes on as :class:`DecidesAhead` states. Such a policy
+    also takes ``ahead(..., prices, asked=, batches=)`` with the engine's ``prices``: ``batches[j]``
+    the batch size of row ``j``, where requests finish inside the block (no request waiting, the
+    engine runs a block on through finishes): iteration ``j`` is observed at ``batches[j]`` and each
+    row's decision is the one ``decide`` would give at its own batch size (the view after each
+    finish, which the engine does not build)."""
+
+    def ahead_resume(self, batch_size: int) -> SDConfig | None: ...
+
+
+def resumes_ahead(policy: object) -> ResumesAhead | None:
+    """``policy`` where it offers blocks that begin without a ``decide`` (:class:`ResumesAhead`)
+    beside the block hint, else None."""
+    return policy if isinstance(policy, ResumesAhead) and isinstance(policy, DecidesAhead) else None
 
 
 def plain_phase_bound(policy: SDPolicy) -> Callable[[], int | None] | None:

@@ -37,11 +37,16 @@ candidate priced over the block's contexts by the cost model's row form (``sd_ro
 for bit to ``sd_time``; or by the engine, for many workers' blocks at once, where the policy prices
 with the engine's own cost model: :meth:`SglangEma.ahead_shapes`), the EMA and the choice then folded
 iteration by iteration with the same float operations as :meth:`SglangEma.observe` and
-:meth:`SglangEma.decide`.
+:meth:`SglangEma.decide`. After a request finishes (a new batch size) the engine need not ask
+:meth:`SglangEma.decide` either: :meth:`SglangEma.ahead_resume` names the range's current depth,
+and the block's fold does decide's arithmetic at its first row (``ahead(..., asked=False)``);
+given each row's batch (``ahead(..., batches=)``) it folds a block through finishes, each row's
+observation and decision at its own batch size and range.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from itertools import pairwise
@@ -155,6 +160,10 @@ class SglangEma:
         # the chain each depth is priced as, built once: a decision prices every depth, and the block hint
         # prices them per block (a decision's own answer is still a fresh SDConfig: see DecidesAhead)
         self._chains = {d: SDConfig.chain(d) for d in self.depths if d > 0}
+        # what the block fold reads of the depths: chain_tokens' powers and its value at rate >= 1, the index
+        self._powers = [d + 1 for d in self.depths]
+        self._spans = [float(d + 1) for d in self.depths]
+        self._index = {d: i for i, d in enumerate(self.depths)}
         self.clear()
 
     def clear(self) -> None:
@@ -163,11 +172,9 @@ class SglangEma:
         self._current: list[int | None] = [None] * len(self.ranges)
 
     def range_of(self, batch_size: int) -> int:
-        i = 0
-        for j, lower in enumerate(self.ranges):
-            if batch_size >= lower:
-                i = j
-        return i
+        """The index of the last range whose lower bound is at most ``batch_size`` (the first range
+        below them all)."""
+        return max(bisect_right(self.ranges, batch_size) - 1, 0)
 
     def accept_rate(self, batch_size: int) -> float:
         """The current EMA acceptance rate of ``batch_size``'s range."""
@@ -217,45 +224,74 @@ class SglangEma:
             return None
         return self.cost_model, tuple(self._chains[d] for d in self.depths)
 
+    def ahead_resume(self, batch_size: int) -> SDConfig | None:
+        """The chain :meth:`decide` answers at ``batch_size`` unless that decision switches: the
+        range's current depth (:class:`~tltcore.policy.base.ResumesAhead`); None before the range's
+        first decision."""
+        current = self._current[self.range_of(batch_size)]
+        return None if current is None else self._chain(current)
+
     def ahead(self, config: SDConfig, batch_size: int, emitted: list[int], ctx_rows: np.ndarray,
-              prices: list[list[float]] | None = None) -> tuple[int, Decision | None]:
+              prices: list[list[float]] | None = None, asked: bool = True, batches: list[int] | None = None
+              ) -> tuple[int, Decision | None]:
         """The rounds of ``len(emitted)`` one-iteration spans of ``config`` in one call
         (:class:`~tltcore.policy.base.DecidesAhead`): per iteration :meth:`observe`'s EMA step, then
         :meth:`decide`'s scores at the next row's contexts, stopping at the first answer that is not
         ``config``'s depth. ``prices``: each depth's chain (:meth:`ahead_shapes`) priced at every row
-        by the cost model, when the engine priced them."""
+        by the cost model, when the engine priced them. ``asked=False``: :meth:`decide` at row 0 comes
+        first (:class:`~tltcore.policy.base.ResumesAhead`), ``(0, decision)`` where it switches.
+        ``batches`` (with ``prices``): each row's batch size, where requests finish inside the block
+        (:class:`~tltcore.policy.base.ResumesAhead`): iteration ``j`` observed at ``batches[j]``, each
+        decision in the range of its row's batch."""
+        if batches is not None and prices is None:
+            raise ValueError("ahead(batches=...) needs the engine's prices: the rows' own batches price them")
         k = len(emitted)
         b = batch_size
         r = self.range_of(b)
         depth = config.depth
         depths = self.depths
-        # per iteration j, each depth's cost at row j + 1, in depths order (a tuple per iteration)
-        if k <= 1:
+        first = 0 if asked else -1  # the first iteration observed, after the decision at row first + 1
+        # per row i, each depth's cost at row i, in depths order (a tuple per row; row 0 only when not asked)
+        if first + 1 >= k:  # no decision to score
             per_row = []
         elif prices is not None:
-            per_row = list(zip(*(p[1:k] for p in prices), strict=True))
+            per_row = list(zip(*(p[:k] for p in prices), strict=True))
         else:
-            costs = self._row_costs(ctx_rows[1:k], b)
+            costs = self._row_costs(ctx_rows[first + 1:k], b)
             per_row = list(zip(*(costs[d] for d in depths), strict=True))
-        powers = [d + 1 for d in depths]
-        spans = [float(d + 1) for d in depths]  # chain_tokens at rate >= 1
-        index = {d: i for i, d in enumerate(depths)}
+            if asked:
+                per_row.insert(0, ())
+        powers, spans = self._powers, self._spans
         rate = self._rate[r]
         current = self._current[r]
-        at = None if current is None else index[current]
+        at = None if current is None else self._index[current]
         smoothing, gain = self.smoothing, 1.0 + self.hysteresis
-        for j in range(k):
-            # observe: Outcome(emitted_tokens=round(e), batch_size=b, iterations=1).accept_length
-            rate += smoothing * (implied_rate(round(emitted[j]) / b, depth) - rate)
-            if j + 1 == k:
-                break
+        # observe's implied rates, once per distinct emitted count
+        # (Outcome(emitted_tokens=round(e), batch_size=b, iterations=1).accept_length)
+        if batches is None:
+            implied = {e: implied_rate(round(e) / b, depth) for e in set(emitted)}
+            observed = [implied[e] for e in emitted]
+        else:
+            implied = {eb: implied_rate(round(eb[0]) / eb[1], depth) for eb in set(zip(emitted, batches, strict=True))}
+            observed = [implied[eb] for eb in zip(emitted, batches, strict=True)]
+        for j in range(first, k):
+            if j >= 0:
+                rate += smoothing * (observed[j] - rate)
+                if j + 1 == k:
+                    break
+                if batches is not None and batches[j + 1] != batches[j]:  # requests finished: the next decide's range
+                    now = self.range_of(batches[j + 1])
+                    if now != r:
+                        self._rate[r], self._current[r] = rate, current if at is None else depths[at]
+                        r, rate, current = now, self._rate[now], self._current[now]
+                        at = None if current is None else self._index[current]
             # decide: score's chain_tokens(rate, d) / cost for every depth, the same float operations
             if rate >= 1.0:
-                tokens = spans
+                scores = [x / c if c > 0 else 0.0 for x, c in zip(spans, per_row[j + 1], strict=True)]
             else:
                 left = 1.0 - rate
-                tokens = [(1.0 - rate ** p) / left for p in powers]
-            scores = [x / c if c > 0 else 0.0 for x, c in zip(tokens, per_row[j], strict=True)]
+                scores = [(1.0 - rate ** p) / left / c if c > 0 else 0.0
+                          for p, c in zip(powers, per_row[j + 1], strict=True)]
             top = max(scores)
             best = scores.index(top)  # the first best depth, as max(depths, key=...) picks it
             if at is None or top > scores[at] * gain:

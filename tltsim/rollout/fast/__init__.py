@@ -59,6 +59,10 @@ paths:
   where its answer changes; the block is cut there (:mod:`~tltsim.rollout.fast.ahead`). With
   ``ahead_shapes()`` it names the chains it prices at every row: where it prices them with the
   worker's own cost model, the engine prices them for all workers' blocks at once and passes them in.
+  With ``ahead_resume(b)`` (:class:`~tltcore.policy.base.ResumesAhead`) it names its standing answer at
+  batch size ``b``, so after a finish the engine runs the next block without asking ``decide``: the
+  fold does ``decide``'s arithmetic at the block's first row and gives the block back where it switches;
+  and, given each row's batch (``ahead(..., batches=)``), an expected-mode block runs on through finishes.
 """
 
 from tltsim.rollout.fast.event_blocks import SimEventLog
