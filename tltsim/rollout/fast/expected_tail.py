@@ -10,11 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from tltcore.policy.base import HOLD_UNTIL_EVENT, BatchView, Decision, Outcome
+from tltsim.rollout.fast.expected_chunk import CELLS, expected_chunk
 from tltsim.rollout.fast.spans import speculate_expected_blocks
 from tltsim.rollout.fast.state import FastWorker
 from tltsim.rollout.worker import _EPS, _min, _sum
-
-_TAIL_CELLS = 1 << 18  # iterations x requests of one chunk of an expected-mode SD tail
 
 
 def run_tail(fast: FastWorker, decision: Decision) -> None:
@@ -44,7 +43,6 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
     verify = config.verify_tokens
     policy, log, idx, step_no = w.policy, fast.log, w.idx, w.step_no
     drafter, hint = w.drafter, w.hint
-    rows_price, cost, bs = w.pricers.rows, w.cost, w.pricers.block
     # batch -> one unclipped iteration's tokens, summed as numpy sums them (shared by the run's workers)
     full_of: dict[int, float] = fast.sums.setdefault(a, {})
     acc_run = [0.0]  # acc_run[n]: n accepted-token increments added one by one
@@ -52,45 +50,21 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
     first = True
     chunk = 0
     while True:
-        prompt, rem, gen = live.prompt, live.rem, live.gen
+        rem = live.rem
         b0 = len(live)
         need = int(float(_min(rem)) / a) + 2  # rows that surely hold a finish
         # about the iterations of the next 16, 32, 64, ... finishes (a tail may stop at any span: a
         # decision that changes with the batch), within a bounded chunk
         m = min(b0, 16 << chunk)
         reach = int(float(np.partition(rem, m - 1)[m - 1]) / a) + 2
-        rows = max(need, min(reach, _TAIL_CELLS // b0))
+        rows = max(need, min(reach, CELLS // b0))
         chunk += 1
-        r = np.empty((rows + 1, b0))
-        r[0], r[1:] = rem, -a
-        np.cumsum(r, axis=0, out=r)  # r[j]: remaining after j iterations (the per-iteration sums)
-        g = np.empty((rows + 1, b0))
-        g[0], g[1:] = gen, a
-        np.cumsum(g, axis=0, out=g)
-        hit = r[1:] <= eps
-        fin = hit.argmax(axis=0) + 1  # each request's finishing iteration (1-based) ...
-        fin[~hit[fin - 1, np.arange(b0)]] = rows + 1  # ... or beyond this chunk
-        ends = np.unique(fin[fin <= rows])
-        if len(ends) == 0:  # cannot happen (rows >= need); the per-span path then
+        made = expected_chunk(w, a, rows, t, config)
+        if made is None:  # cannot happen (rows >= need); the per-span path then
             speculate_expected_blocks(fast, config, HOLD_UNTIL_EVENT)
             return
-        last_end = int(ends[-1])
-        # every iteration's contexts and batch, priced at once
-        ctx = prompt + np.floor(g[:last_end] + eps).astype(np.int64)  # (iterations, requests)
-        alive = fin[None, :] > np.arange(last_end)[:, None]  # in the batch of iteration j + 1
-        batch = np.add.reduce(alive, axis=1)
-        masked = np.where(alive, ctx, 0)
-        ctx_sum = np.add.reduce(masked, axis=1)
-        if rows_price is not None:
-            up = masked + (bs - 1)
-            paged = np.add.reduce(up // bs, axis=1) * bs
-            dts = rows_price(paged, ctx_sum, batch, config)
-        else:
-            dts = np.array([cost.sd_time(ctx[j][alive[j]], config) for j in range(last_end)], dtype=np.float64)
-        clock = np.empty(last_end + 1)
-        clock[0] = t
-        clock[1:] = dts
-        np.add.accumulate(clock, out=clock)  # the clock after each iteration, added in order
+        r, g, fin, ends, ctx, batch, clock = made.r, made.g, made.fin, made.ends, made.ctx, made.batch, made.clock
+        last_end = made.last_end
         starts_a = np.concatenate(([0], ends[:-1]))
         starts, ends_l = starts_a.tolist(), ends.tolist()
         batch_l = batch[starts_a].tolist()

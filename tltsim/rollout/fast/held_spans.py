@@ -25,11 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from tltcore.policy.base import HOLD_UNTIL_EVENT, BatchView, Decision, Outcome, SDConfig
+from tltsim.rollout.fast.expected_chunk import CELLS, expected_chunk
 from tltsim.rollout.fast.spans import draw_block, speculate_blocks, speculate_expected_blocks
 from tltsim.rollout.fast.state import FastWorker
 from tltsim.rollout.worker import _EPS, _min, _sum
-
-_CELLS = 1 << 18  # iterations x requests of one chunk
 
 
 def run_held(fast: FastWorker, decision: Decision, hold: int) -> None:
@@ -57,7 +56,6 @@ def run_held(fast: FastWorker, decision: Decision, hold: int) -> None:
     verify = config.verify_tokens
     policy, log, idx, step_no = w.policy, fast.log, w.idx, w.step_no
     drafter, hint = w.drafter, w.hint
-    rows_price, cost, bs = w.pricers.rows, w.cost, w.pricers.block
     # batch -> one unclipped iteration's tokens, summed as numpy sums them (shared by the run's workers)
     full_of: dict[int, float] = fast.sums.setdefault(a, {})
     runs: dict[int, list[float]] = {}  # batch -> runs[b][n]: n unclipped iterations' tokens added one by one
@@ -67,7 +65,7 @@ def run_held(fast: FastWorker, decision: Decision, hold: int) -> None:
     first = True
     chunk = 0
     while True:
-        prompt, rem, gen = live.prompt, live.rem, live.gen
+        rem = live.rem
         b0 = len(live)
         if not first:  # the chunk's first span: the policy asked from the live state, before the chunk is built
             if _plain_above(fast, b0):
@@ -84,39 +82,16 @@ def run_held(fast: FastWorker, decision: Decision, hold: int) -> None:
         # another shape ends the chunk and wastes the rest of it (doubling wasted ~a third of the rows)
         m = min(b0, 16 + 8 * chunk)
         reach = int(float(np.partition(rem, m - 1)[m - 1]) / a) + 2
-        rows = max(need, min(reach, _CELLS // b0))
+        rows = max(need, min(reach, CELLS // b0))
         chunk += 1
-        r = np.empty((rows + 1, b0))
-        r[0], r[1:] = rem, -a
-        np.cumsum(r, axis=0, out=r)  # r[j]: remaining after j iterations (the per-iteration sums)
-        g = np.empty((rows + 1, b0))
-        g[0], g[1:] = gen, a
-        np.cumsum(g, axis=0, out=g)
-        hit = r[1:] <= eps
-        fin = hit.argmax(axis=0) + 1  # each request's finishing iteration (1-based) ...
-        fin[~hit[fin - 1, np.arange(b0)]] = rows + 1  # ... or beyond this chunk
-        ends = np.unique(fin[fin <= rows])
-        if len(ends) == 0:  # cannot happen (rows >= need); the per-span path then
+        made = expected_chunk(w, a, rows, t, config)
+        if made is None:  # cannot happen (rows >= need); the per-span path then
             speculate_expected_blocks(fast, config, hold)
             if _min(live.rem) <= eps:
                 w.retire()
             return
-        last_end = int(ends[-1])
-        # every iteration's contexts and batch, priced at once
-        ctx = prompt + np.floor(g[:last_end] + eps).astype(np.int64)  # (iterations, requests)
-        alive = fin[None, :] > np.arange(last_end)[:, None]  # in the batch of iteration j + 1
-        batch = np.add.reduce(alive, axis=1)
-        masked = np.where(alive, ctx, 0)
-        ctx_sum = np.add.reduce(masked, axis=1)
-        if rows_price is not None:
-            paged = np.add.reduce((masked + (bs - 1)) // bs, axis=1) * bs
-            dts = rows_price(paged, ctx_sum, batch, config)
-        else:
-            dts = np.array([cost.sd_time(ctx[j][alive[j]], config) for j in range(last_end)], dtype=np.float64)
-        clock = np.empty(last_end + 1)
-        clock[0] = t
-        clock[1:] = dts
-        np.add.accumulate(clock, out=clock)  # the clock after each iteration, added in order
+        r, g, fin, ends, ctx, batch, clock = made.r, made.g, made.fin, made.ends, made.ctx, made.batch, made.clock
+        last_end = made.last_end
         times = clock.tolist()
         ends_l, batch_l = ends.tolist(), batch.tolist()
         counts = np.bincount(np.searchsorted(ends, fin[fin <= last_end]), minlength=len(ends_l)).tolist()
@@ -288,7 +263,7 @@ def run_held_draws(fast: FastWorker, decision: Decision, hold: int) -> None:
         chunk += 1
         need = int(int(_min(rem)) / mean * 1.25) + 2
         reach = int(int(np.partition(rem, m - 1)[m - 1]) / mean * 1.25) + 2
-        total = b0 * max(need, min(reach, _CELLS // b0))
+        total = b0 * max(need, min(reach, CELLS // b0))
         pool = draw(config, total, stream, drafter)  # the stream's next draws, given back below unused
         segments = _segments(live.ctx, live.ctx + rem, pool, mean)
         if not segments:  # the first finish lies past the pool: this span as the per-span path runs it

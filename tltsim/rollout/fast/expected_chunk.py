@@ -1,0 +1,75 @@
+"""A chunk of expected-mode SD iterations of one live set at one shape, computed at once: the shared
+first half of :func:`~tltsim.rollout.fast.expected_tail.run_tail` (decisions held until an event)
+and :func:`~tltsim.rollout.fast.held_spans.run_held` (finite holds), which then walk its spans.
+
+In expected mode every live request emits the expected accept length ``a`` per iteration whatever
+the spans around it, so its remaining and emitted tokens are running sums of ``-a`` and ``a``: one
+``numpy.cumsum`` per quantity over the chunk's iterations gives every request's finishing
+iteration, every iteration's contexts and batch (priced in one call) and the clock after each
+iteration (the iteration times added in order), the same floats the per-span path computes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tltcore.policy.base import SDConfig
+from tltsim.rollout.worker import _EPS, RolloutWorker
+
+CELLS = 1 << 18  # iterations x requests of one chunk: a bound on its arrays
+
+
+@dataclass(frozen=True)
+class ExpectedChunk:
+    """Up to ``rows`` iterations from the worker's live state; only the iterations up to the chunk's
+    last finish (``last_end``) are priced."""
+
+    r: np.ndarray  # (rows + 1, b): remaining tokens after j iterations
+    g: np.ndarray  # (rows + 1, b): emitted tokens after j iterations
+    fin: np.ndarray  # (b,): each request's finishing iteration (1-based), rows + 1 past the chunk
+    ends: np.ndarray  # the distinct finishing iterations within the chunk, ascending
+    ctx: np.ndarray  # (last_end, b): every iteration's contexts
+    batch: np.ndarray  # (last_end,): every iteration's batch size
+    clock: np.ndarray  # (last_end + 1,): the worker's clock after j iterations
+
+    @property
+    def last_end(self) -> int:
+        return int(self.ends[-1])
+
+
+def expected_chunk(w: RolloutWorker, a: float, rows: int, t: float, config: SDConfig) -> ExpectedChunk | None:
+    """``rows`` iterations of ``w``'s live requests at accept length ``a`` and shape ``config`` from
+    clock ``t``; None when no request finishes within them (the caller then runs a span its own way)."""
+    live, eps = w.live, _EPS
+    b0 = len(live)
+    r = np.empty((rows + 1, b0))
+    r[0], r[1:] = live.rem, -a
+    np.cumsum(r, axis=0, out=r)  # r[j]: remaining after j iterations (the per-iteration sums)
+    g = np.empty((rows + 1, b0))
+    g[0], g[1:] = live.gen, a
+    np.cumsum(g, axis=0, out=g)
+    hit = r[1:] <= eps
+    fin = hit.argmax(axis=0) + 1  # each request's finishing iteration (1-based) ...
+    fin[~hit[fin - 1, np.arange(b0)]] = rows + 1  # ... or beyond this chunk
+    ends = np.unique(fin[fin <= rows])
+    if len(ends) == 0:
+        return None
+    last_end = int(ends[-1])
+    ctx = live.prompt + np.floor(g[:last_end] + eps).astype(np.int64)  # (iterations, requests)
+    alive = fin[None, :] > np.arange(last_end)[:, None]  # in the batch of iteration j + 1
+    batch = np.add.reduce(alive, axis=1)
+    masked = np.where(alive, ctx, 0)
+    ctx_sum = np.add.reduce(masked, axis=1)
+    rows_price, bs = w.pricers.rows, w.pricers.block
+    if rows_price is not None:
+        paged = np.add.reduce((masked + (bs - 1)) // bs, axis=1) * bs
+        dts = rows_price(paged, ctx_sum, batch, config)
+    else:
+        dts = np.array([w.cost.sd_time(ctx[j][alive[j]], config) for j in range(last_end)], dtype=np.float64)
+    clock = np.empty(last_end + 1)
+    clock[0] = t
+    clock[1:] = dts
+    np.add.accumulate(clock, out=clock)  # the clock after each iteration, added in order
+    return ExpectedChunk(r, g, fin, ends, ctx, batch, clock)
