@@ -39,6 +39,23 @@ class ExpectedChunk:
         return int(self.ends[-1])
 
 
+def fold_recent(ema: float | None, x: float, keep: float, count: int) -> float | None:
+    """The recent-accept estimate after ``count`` SD iterations that each emitted ``x`` tokens per
+    request, folded one iteration at a time as the per-span path folds them (``x + keep * (ema - x)``;
+    the first iteration of a run sets it to ``x``). A run of equal updates stops changing it once it
+    equals the value folded in, so the loop ends at that fixed point."""
+    if count < 1:
+        return ema
+    if ema is None:
+        ema, count = x, count - 1
+    for _ in range(count):
+        nxt = x + keep * (ema - x)
+        if nxt == ema:  # a fixed point: the remaining updates leave it as it is
+            break
+        ema = nxt
+    return ema
+
+
 def expected_chunk(w: RolloutWorker, a: float, rows: int, t: float, config: SDConfig) -> ExpectedChunk | None:
     """``rows`` iterations of ``w``'s live requests at accept length ``a`` and shape ``config`` from
     clock ``t``; None when no request finishes within them (the caller then runs a span its own way)."""

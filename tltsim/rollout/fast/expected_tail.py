@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tltcore.policy.base import HOLD_UNTIL_EVENT, BatchView, Decision, Outcome
-from tltsim.rollout.fast.expected_chunk import CELLS, expected_chunk
+from tltsim.rollout.fast.expected_chunk import CELLS, expected_chunk, fold_recent
 from tltsim.rollout.fast.spans import speculate_expected_blocks
 from tltsim.rollout.fast.state import FastWorker
 from tltsim.rollout.worker import _EPS, _min, _sum
@@ -114,16 +114,7 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
             # n - 1 unclipped iterations, then the clipped one: tokens, recent accept, accepted
             x = full / b
             total = totals[span] if n > 1 else 0.0
-            if ema is None:
-                ema = x if n > 1 else None
-                start = 1
-            else:
-                start = 0
-            for _ in range(start, n - 1):
-                nxt = x + keep * (ema - x)
-                if nxt == ema:  # a fixed point: the remaining updates leave it as it is
-                    break
-                ema = nxt
+            ema = fold_recent(ema, x, keep, n - 1)
             total += last
             xl = last / b
             ema = xl if ema is None else xl + keep * (ema - xl)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tltcore.policy.base import HOLD_UNTIL_EVENT, BatchView, Decision, Outcome, SDConfig
-from tltsim.rollout.fast.expected_chunk import CELLS, expected_chunk
+from tltsim.rollout.fast.expected_chunk import CELLS, expected_chunk, fold_recent
 from tltsim.rollout.fast.spans import draw_block, speculate_blocks, speculate_expected_blocks
 from tltsim.rollout.fast.state import FastWorker
 from tltsim.rollout.worker import _EPS, _min, _sum
@@ -126,17 +126,7 @@ def run_held(fast: FastWorker, decision: Decision, hold: int) -> None:
                 run.append(run[-1] + full)
             x = full / b
             whole = n - 1 if finishing else n  # the unclipped iterations
-            if whole:
-                if ema is None:
-                    ema = x
-                    start = 1
-                else:
-                    start = 0
-                for _ in range(start, whole):
-                    nxt = x + keep * (ema - x)
-                    if nxt == ema:  # a fixed point: the remaining updates leave it as it is
-                        break
-                    ema = nxt
+            ema = fold_recent(ema, x, keep, whole)
             total = run[whole]
             if finishing:  # the finishing iteration, clipped
                 if in_span is None:
