@@ -69,8 +69,7 @@ def step_summaries(events: pd.DataFrame, *, gpus: int, tp: int) -> list[StepSumm
     read once as numpy arrays and each pair's rows are index arrays into them; every number is the
     one the per-pair filters gave: integer sums are exact, the per-worker finish times are maxima, the
     idle sum is ``(makespan - finish).sum()`` over the same per-worker array, and the per-kind seconds
-    are one pandas group sum over (pair, kind), which adds each group's rows in the log's order as
-    the per-pair ``groupby(kind).sum()`` did (pandas' compensated group sum)."""
+    are added as the per-pair ``groupby(kind).sum()`` added them (:func:`_kind_seconds`)."""
     check_event_log(events)
     if len(events) == 0:
         return []
@@ -92,17 +91,17 @@ def step_summaries(events: pd.DataFrame, *, gpus: int, tp: int) -> list[StepSumm
     decode = work & kind_is("decode")
     sd = decode & (col["depth"] > 0)
     switch = work & kind_is("switch")
-    kind_s = _kind_seconds(events, pair, work, kind_code, [str(x) for x in kind_names])
     # every pair's rows together (in the log's order within a pair), then per-pair reductions at once:
     # minima/maxima and integer sums are exact whatever the grouping
     order = np.argsort(pair, kind="stable")[int(np.count_nonzero(pair < 0)):]
     starts = np.searchsorted(pair[order], np.arange(n_pairs))
     first = order[starts]
+    kind_s = _kind_seconds(events, pair, order[work[order]], n_pairs, kind_code, [str(x) for x in kind_names])
 
     def per_pair(ufunc: np.ufunc, values: np.ndarray) -> np.ndarray:
         return ufunc.reduceat(values[order], starts)
 
-    t_start, t_end, worker = col["t_start"], col["t_end"], col["worker"]
+    t_start, t_end = col["t_start"], col["t_end"]
     win_start = per_pair(np.minimum, np.where(stage, t_start, np.inf))
     win_end = per_pair(np.maximum, np.where(stage, t_end, -np.inf))
     any_start = per_pair(np.minimum, np.where(rollout, t_start, np.inf))
@@ -152,25 +151,22 @@ def step_summaries(events: pd.DataFrame, *, gpus: int, tp: int) -> list[StepSumm
     return out
 
 
-def _kind_seconds(events: pd.DataFrame, pair: np.ndarray, work: np.ndarray, kind_code: np.ndarray,
+def _kind_seconds(events: pd.DataFrame, pair: np.ndarray, rows: np.ndarray, n_pairs: int, kind_code: np.ndarray,
                   kind_names: list[str]) -> dict[tuple[int, str], float]:
-    """Seconds per (pair, kind of :data:`TIMED_KINDS`) of the workers' rollout rows, each the float the
-    per-pair ``(t_end - t_start).groupby(kind).sum()`` gives. pandas sums a group with ``ufunc.reduceat``
+    """Seconds per (pair, kind of :data:`TIMED_KINDS`) of the workers' rollout rows ``rows`` (grouped by
+    pair, in the log's order within a pair), each the float the per-pair ``(t_end - t_start)
+    .groupby(kind).sum()`` gives. pandas sums a group with ``ufunc.reduceat``
     when the group ids come sorted (a pair whose rows' kinds appear in name order, e.g. prefill rows
     only) and with Kahan compensation otherwise: a pair of the first kind is summed by that very pandas
     call, every other pair by the compensated sum done for all pairs in lockstep (the same float
     operations per group, in row order)."""
     out: dict[tuple[int, str], float] = {}
-    if not work.any():
+    if not len(rows):
         return out
-    rows = np.flatnonzero(work)[np.argsort(pair[work], kind="stable")]  # work rows by pair, log order within
     p = pair[rows]
-    keep = p >= 0
-    rows, p = rows[keep], p[keep]
     rank = np.argsort(np.argsort(np.array(kind_names, dtype=object)))  # a kind's position in name order
     ids = np.where(kind_code[rows] >= 0, rank[np.maximum(kind_code[rows], 0)], -1)  # -1: a missing kind
     falls = (ids[1:] < ids[:-1]) & (p[1:] == p[:-1])
-    n_pairs = int(pair.max()) + 1
     sorted_ids = np.bincount(p[1:][falls], minlength=n_pairs) == 0
     dur = events["t_end"].to_numpy()[rows] - events["t_start"].to_numpy()[rows]
     present = np.unique(p)
