@@ -645,5 +645,5 @@ def bench(
     if r.reference_cpu_s is not None:
         ratio = r.cpu_s / r.reference_cpu_s if r.reference_cpu_s > 0 else float("inf")
         print("reference=p1 reference_cpus_s=" + ",".join(f"{c:.3f}" for c in r.reference_cpus)
-              + f" reference_cpu_s={r.reference_cpu_s:.3f} ratio={ratio:.2f}")
+              + f" reference_cpu_s={r.reference_cpu_s:.3f} ratio={ratio:.3f}")
     print(f"cpu_s={r.cpu_s:.3f} wall_s={r.wall_s:.3f}")
