@@ -30,13 +30,18 @@ class ExpectedChunk:
     g: np.ndarray  # (rows + 1, b): emitted tokens after j iterations
     fin: np.ndarray  # (b,): each request's finishing iteration (1-based), rows + 1 past the chunk
     ends: np.ndarray  # the distinct finishing iterations within the chunk, ascending
-    ctx: np.ndarray  # (last_end, b): every iteration's contexts
     batch: np.ndarray  # (last_end,): every iteration's batch size
     clock: np.ndarray  # (last_end + 1,): the worker's clock after j iterations
+    prompt: np.ndarray  # (b,): the prompts' lengths
 
     @property
     def last_end(self) -> int:
         return int(self.ends[-1])
+
+    def contexts(self, rows: int | np.ndarray) -> np.ndarray:
+        """Every request's context (int64) before iteration ``rows + 1`` (one row, or a row per index):
+        the prompt plus the whole tokens emitted, as the worker's live state computes them."""
+        return self.prompt + np.floor(self.g[rows] + _EPS).astype(np.int64)
 
 
 def fold_recent(ema: float | None, x: float, keep: float, count: int) -> float | None:
@@ -74,19 +79,51 @@ def expected_chunk(w: RolloutWorker, a: float, rows: int, t: float, config: SDCo
     if len(ends) == 0:
         return None
     last_end = int(ends[-1])
-    ctx = live.prompt + np.floor(g[:last_end] + eps).astype(np.int64)  # (iterations, requests)
-    alive = fin[None, :] > np.arange(last_end)[:, None]  # in the batch of iteration j + 1
-    batch = np.add.reduce(alive, axis=1)
-    masked = np.where(alive, ctx, 0)
-    ctx_sum = np.add.reduce(masked, axis=1)
     rows_price, bs = w.pricers.rows, w.pricers.block
-    if rows_price is not None:
-        paged = np.add.reduce((masked + (bs - 1)) // bs, axis=1) * bs
+    if rows_price is not None and bs & (bs - 1) == 0:
+        paged, ctx_sum, batch = _row_sums(g, fin, live.prompt, last_end, bs)
         dts = rows_price(paged, ctx_sum, batch, config)
     else:
-        dts = np.array([w.cost.sd_time(ctx[j][alive[j]], config) for j in range(last_end)], dtype=np.float64)
+        ctx = live.prompt + np.floor(g[:last_end] + eps).astype(np.int64)  # (iterations, requests)
+        alive = fin[None, :] > np.arange(last_end)[:, None]  # in the batch of iteration j + 1
+        batch = np.add.reduce(alive, axis=1)
+        masked = np.where(alive, ctx, 0)
+        ctx_sum = np.add.reduce(masked, axis=1)
+        if rows_price is not None:
+            paged = np.add.reduce((masked + (bs - 1)) // bs, axis=1) * bs
+            dts = rows_price(paged, ctx_sum, batch, config)
+        else:
+            dts = np.array([w.cost.sd_time(ctx[j][alive[j]], config) for j in range(last_end)], dtype=np.float64)
     clock = np.empty(last_end + 1)
     clock[0] = t
     clock[1:] = dts
     np.add.accumulate(clock, out=clock)  # the clock after each iteration, added in order
-    return ExpectedChunk(r, g, fin, ends, ctx, batch, clock)
+    return ExpectedChunk(r, g, fin, ends, batch, clock, live.prompt)
+
+
+def _row_sums(g: np.ndarray, fin: np.ndarray, prompt: np.ndarray, last_end: int,
+              bs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(paged context sum, context sum, batch size) of the live requests at each of the first
+    ``last_end`` iterations, block size ``bs`` a power of two: the integers the masked int64 form
+    (``prompt + floor(g + eps)`` where ``fin > j``, else 0) gives, from a third of its passes.
+
+    Every row is summed over all requests and the few that finished inside the chunk are taken off
+    again: a request's context and its page count are whole numbers, held exactly as floats (``floor``
+    of a float is exact, so is adding an integer below 2**53 and scaling by a power of two), and their
+    row sums stay far below 2**53, so every sum is exact in any order and equals the int64 one."""
+    f = g[:last_end] + _EPS
+    np.floor(f, out=f)
+    f += prompt  # the contexts, exact
+    whole = np.add.reduce(f, axis=1)
+    f += bs - 1
+    f *= 1.0 / bs
+    np.floor(f, out=f)  # the pages, exact
+    pages = np.add.reduce(f, axis=1)
+    gone = np.flatnonzero(fin <= last_end)  # finished inside the chunk: off from its finishing iteration on
+    fin_gone = fin[gone]
+    ctx_gone = prompt[gone] + np.floor(g[:last_end, gone] + _EPS).astype(np.int64)
+    ctx_gone[fin_gone[None, :] > np.arange(last_end)[:, None]] = 0  # still live there: counted in whole
+    ctx_sum = whole.astype(np.int64) - np.add.reduce(ctx_gone, axis=1)
+    paged = (pages.astype(np.int64) - np.add.reduce((ctx_gone + (bs - 1)) // bs, axis=1)) * bs
+    batch = len(fin) - np.searchsorted(np.sort(fin_gone), np.arange(last_end), side="right")
+    return paged, ctx_sum, batch

@@ -63,7 +63,7 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
         if made is None:  # cannot happen (rows >= need); the per-span path then
             speculate_expected_blocks(fast, config, HOLD_UNTIL_EVENT)
             return
-        r, g, fin, ends, ctx, batch, clock = made.r, made.g, made.fin, made.ends, made.ctx, made.batch, made.clock
+        r, g, fin, ends, batch, clock = made.r, made.g, made.fin, made.ends, made.batch, made.clock
         last_end = made.last_end
         starts_a = np.concatenate(([0], ends[:-1]))
         starts, ends_l = starts_a.tolist(), ends.tolist()
@@ -72,7 +72,7 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
         # what every span of the chunk needs, gathered once (a span that is not run wastes its rows):
         # its requests (in live order), their contexts at its start, its clipped last iteration
         members = fin[None, :] > starts_a[:, None]  # (spans, requests)
-        ctx_at = ctx[starts_a]
+        ctx_at = made.contexts(starts_a)
         last_rows = np.minimum(r[ends - 1], a)
         # the n - 1 unclipped iterations' tokens of every span, added one by one (a running sum down
         # each row; the zeros past a row's iterations come after the entry read)

@@ -90,7 +90,7 @@ def run_held(fast: FastWorker, decision: Decision, hold: int) -> None:
             if _min(live.rem) <= eps:
                 w.retire()
             return
-        r, g, fin, ends, ctx, batch, clock = made.r, made.g, made.fin, made.ends, made.ctx, made.batch, made.clock
+        r, g, fin, ends, batch, clock = made.r, made.g, made.fin, made.ends, made.batch, made.clock
         last_end = made.last_end
         times = clock.tolist()
         ends_l, batch_l = ends.tolist(), batch.tolist()
@@ -105,7 +105,7 @@ def run_held(fast: FastWorker, decision: Decision, hold: int) -> None:
                 if _plain_above(fast, b):
                     break
                 in_span = fin > p  # the span's requests, in live order
-                d = policy.decide(BatchView(b, tuple(ctx[p][in_span].tolist()), times[p], iteration, ema, idx,
+                d = policy.decide(BatchView(b, tuple(made.contexts(p)[in_span].tolist()), times[p], iteration, ema, idx,
                                             step_no, drafter, tuple(r[p][in_span].tolist()) if hint else ()))
                 hold = w.hold(d)
                 if not _same_shape(d, config, hold):
