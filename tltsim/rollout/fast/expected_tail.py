@@ -46,6 +46,7 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
     # batch -> one unclipped iteration's tokens, summed as numpy sums them (shared by the run's workers)
     full_of: dict[int, float] = fast.sums.setdefault(a, {})
     acc_run = [0.0]  # acc_run[n]: n accepted-token increments added one by one
+    acc_sums = fast.accepted.setdefault(a, {})  # (batch, n) -> b copies of acc_run[n], summed as numpy does
     ema, t, iteration = w.recent.value, w.t, w.iteration
     first = True
     chunk = 0
@@ -121,7 +122,9 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
             while len(acc_run) <= n:
                 acc_run.append(acc_run[-1] + less)
             acc_each = acc_run[n]
-            acc = float(_sum(np.full(b, acc_each)))
+            acc = acc_sums.get((b, n))
+            if acc is None:
+                acc = acc_sums[(b, n)] = float(_sum(np.full(b, acc_each)))
             t0, t1 = float(clock[s0]), float(clock[s1])
             drafted = verify * b * n
             policy.observe(Outcome(config, b, round(total), t1 - t0, drafted, round(acc), t1, idx, n,

@@ -60,7 +60,7 @@ def run_held(fast: FastWorker, decision: Decision, hold: int) -> None:
     full_of: dict[int, float] = fast.sums.setdefault(a, {})
     runs: dict[int, list[float]] = {}  # batch -> runs[b][n]: n unclipped iterations' tokens added one by one
     acc_run = [0.0]  # acc_run[n]: n accepted-token increments added one by one
-    acc_sums: dict[tuple[int, int], float] = {}  # (batch, n) -> b copies of acc_run[n], summed as numpy does
+    acc_sums = fast.accepted.setdefault(a, {})  # (batch, n) -> b copies of acc_run[n], summed as numpy does
     ema, t, iteration = w.recent.value, w.t, w.iteration
     first = True
     chunk = 0

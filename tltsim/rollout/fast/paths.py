@@ -57,12 +57,13 @@ def pricers_of(cost: CostModel) -> Pricers:
 class FastRun:
     """What a run's workers share on the fast paths: the vectorised pricers, built once per run,
     the event log (which takes column blocks) and numpy's sums of
-    ``b`` equal accept lengths that expected-mode tails reuse."""
+    ``b`` equal accept lengths and of ``b`` equal accepted-token counts that expected-mode tails reuse."""
 
     def __init__(self, cost: CostModel, log: SimEventLog) -> None:
         self.pricers = pricers_of(cost)
         self.log = log
         self.sums: dict[float, dict[int, float]] = {}
+        self.accepted: dict[float, dict[tuple[int, int], float]] = {}
 
 
 class FastPaths:
@@ -126,7 +127,7 @@ class FastPaths:
 
 def accelerate(worker: RolloutWorker, run: FastRun) -> FastPaths:
     """Put ``worker`` on the fast paths: its door, the run's pricers, its draws from a rewindable stream."""
-    fast = FastWorker(worker, run.log, run.sums)
+    fast = FastWorker(worker, run.log, run.sums, run.accepted)
     door = FastPaths(fast)
     worker.fast, worker.pricers, worker.uniforms = door, run.pricers, fast.stream
     return door

@@ -15,7 +15,10 @@ from tltsim.rollout.worker import RolloutWorker
 class FastWorker:
     """A worker on the fast paths. ``stream``: its acceptance draws, rewindable (also the worker's
     ``uniforms``); ``log``: the run's event log, which takes column blocks; ``sums``: numpy's sums of
-    ``b`` equal accept lengths, by value then ``b`` (shared by the run's workers); ``plain_bound``:
+    ``b`` equal accept lengths, by value then ``b`` (shared by the run's workers); ``accepted``: the
+    accepted tokens of a span of ``n`` expected-mode iterations at ``b`` requests (``b`` copies of ``n``
+    accepted-token increments added one by one, summed as numpy sums them), by accept length then
+    ``(b, n)`` (shared too); ``plain_bound``:
     the policy's plain-phase hint (:mod:`tltsim.rollout.fast`), None without one or once a phase
     declined; ``pending``: a decision an SD tail asked the policy for and did not run (the next unit
     runs it); ``in_tail``: its stochastic SD tail runs with the other workers' tails; ``in_block``: its
@@ -27,6 +30,7 @@ class FastWorker:
     worker: RolloutWorker
     log: SimEventLog
     sums: dict[float, dict[int, float]]
+    accepted: dict[float, dict[tuple[int, int], float]]
     stream: UniformStream = field(init=False)
     plain_bound: Callable[[], int | None] | None = field(init=False)
     ahead: DecidesAhead | None = field(init=False)
