@@ -65,6 +65,11 @@ class PagedKVTimes(Protocol):
     def sd_times_from_sums(self, paged: np.ndarray, ctx_sum: np.ndarray, batch: np.ndarray,
                            config: SDConfig) -> np.ndarray: ...
 
+    def sd_many_from_sums(self, paged: np.ndarray, ctx_sum: np.ndarray, batch: np.ndarray,
+                          configs: tuple[SDConfig, ...]) -> np.ndarray:
+        """``sd_times_from_sums`` of every config (all drafting), as one ``(iterations, configs)`` array."""
+        ...
+
     def decode_times_from_sums(self, paged: np.ndarray, ctx_sum: np.ndarray, batch: np.ndarray) -> list[float]: ...
 
     def prefill_passes_time(self, new: np.ndarray, cached: np.ndarray, budget: int, target: bool,

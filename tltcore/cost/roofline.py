@@ -791,6 +791,29 @@ class RooflineCostModel(CostModelBase):
         return [self._decode_at(b, p, c) for b, p, c in zip(batch.tolist(), paged.tolist(), ctx_sum.tolist(),
                                                              strict=True)]
 
+    def sd_many_from_sums(self, paged: np.ndarray, ctx_sum: np.ndarray, batch: np.ndarray,
+                          configs: tuple[SDConfig, ...]) -> np.ndarray:
+        """:meth:`_sd_at` of every config (all drafting) at iterations given by their paged KV sum, context
+        sum and batch size (int64 arrays, one entry per iteration): ``(iterations, configs)``. Each row is
+        :meth:`_sd_many_at` of its batch (its constants, memoised per batch size, gathered per row; the
+        same element-wise operations and the same sequential sum down the terms), so every float is
+        :meth:`_sd_at`'s: a policy that prices a dozen shapes at many iterations pays one pass, not a
+        call per iteration or per shape."""
+        live, per_b = self._shape_set(configs)
+        sizes, inv = np.unique(batch, return_inverse=True)
+        consts = []
+        for b in sizes.tolist():
+            c = per_b.get(b)
+            if c is None:
+                c = per_b[b] = self._sd_many_constants(b, live)
+            consts.append(c)
+        _, _, per_ctx, _, kv_s, att_s = consts[0]  # the same at every batch size
+        constant, kv_add, att_add = (np.stack([c[k] for c in consts])[inv] for k in (0, 1, 3))
+        terms = np.maximum((paged[:, None, None] + kv_add) * kv_s,
+                           (per_ctx * ctx_sum[:, None, None] + att_add) * att_s)
+        terms += constant
+        return np.add.accumulate(terms, axis=1)[:, -1]
+
     def sd_times_from_sums(self, paged: np.ndarray, ctx_sum: np.ndarray, batch: np.ndarray,
                            config: SDConfig) -> np.ndarray:
         """:meth:`_sd_at` of iterations whose batches differ, each given by its paged KV sum

@@ -346,6 +346,11 @@ class ModelFreeDraftCost(CostModelBase):
         """Plain decode is the base's."""
         return self.base.decode_times_from_sums(paged, ctx_sum, batch)
 
+    def sd_many_from_sums(self, paged: np.ndarray, ctx_sum: np.ndarray, batch: np.ndarray,
+                          configs: tuple[SDConfig, ...]) -> np.ndarray:
+        """:meth:`sd_times_from_sums` of every config, one column each."""
+        return np.stack([self.sd_times_from_sums(paged, ctx_sum, batch, c) for c in configs], axis=1)
+
     def sd_times_from_sums(self, paged: np.ndarray, ctx_sum: np.ndarray, batch: np.ndarray,
                            config: SDConfig) -> np.ndarray:
         """:meth:`sd_time` of iterations given by their paged KV sums, context sums and batch sizes: the

@@ -31,7 +31,10 @@ decisions through churn, ``tltreal.engine.engine``):
   call, with the same arithmetic the rounds would do, so an engine that knows the block's contexts
   ahead asks once per block instead of once per iteration; with ``ahead_resume(...)``
   (:class:`ResumesAhead`) such a block may also begin without a ``decide``, the fold doing its
-  arithmetic at the block's first row.
+  arithmetic at the block's first row;
+* ``held_ahead(...)`` (:class:`HoldsAhead`) lets a policy whose held decisions are re-evaluated at
+  every finish (cost-aware) take the rounds of many held spans in one call while its answer stands,
+  priced from the paged-KV sums the engine already holds.
 """
 
 from __future__ import annotations
@@ -317,6 +320,44 @@ class ResumesAhead(Protocol):
     finish, which the engine does not build)."""
 
     def ahead_resume(self, batch_size: int) -> SDConfig | None: ...
+
+
+@runtime_checkable
+class HoldsAhead(Protocol):
+    """An optional acceleration hint, not part of the policy contract: the rounds of many held SD
+    spans in one call (the engine path that uses it is ``tltsim.rollout.fast.held_spans``).
+
+    ``held_cost() -> cost | None``: the cost model the policy prices a decision with, where at the
+    decisions this hint covers it asks that model only for ``sd_time`` and ``decode_time`` at the
+    view's contexts and the model gives them from paged-KV sums
+    (:meth:`~tltcore.cost.protocol.CostModel.paged_kv_times`); else None. ``held_hold() -> h | None``:
+    the hold (``h > 1``) every answer the hint covers comes with, where the policy's state admits
+    the hint now, else None.
+
+    ``held_ahead(config, outcomes, batch, paged, ctx_sum) -> m``: the policy's last ``decide``
+    answered ``config`` with a finite hold; the engine ran ``k = len(outcomes)`` spans of it, no
+    request waiting (span 0 to its first finish or the end of that hold, every later span to its
+    first finish or ``h`` iterations), ``outcomes[j]`` what ``observe`` would get of span ``j``;
+    ``batch[j - 1]``, ``paged[j - 1]`` and ``ctx_sum[j - 1]`` (int64 arrays) are the running
+    requests, the sum of their contexts rounded up to whole KV blocks of the cost model, and the sum
+    of their contexts at span ``j``'s start. The policy does to its state what the rounds
+    ``observe(outcomes[0]), decide(view at span 1), observe(outcomes[1]), ...`` would, as long as each
+    ``decide`` answers ``config`` (the same object) with hold ``h`` and reads nothing of the view but
+    its batch size and contexts; it stops before the first ``decide`` that would not, and returns the
+    spans observed, ``1 <= m <= k``. The engine then asks ``decide`` at span ``m``'s start as usual
+    (when ``m < k``)."""
+
+    def held_cost(self) -> object | None: ...
+
+    def held_hold(self) -> int | None: ...
+
+    def held_ahead(self, config: SDConfig, outcomes: list[Outcome], batch: np.ndarray, paged: np.ndarray,
+                   ctx_sum: np.ndarray) -> int: ...
+
+
+def holds_ahead(policy: object) -> HoldsAhead | None:
+    """``policy`` where it offers the held-spans hint (:class:`HoldsAhead`), else None."""
+    return policy if isinstance(policy, HoldsAhead) else None
 
 
 def resumes_ahead(policy: object) -> ResumesAhead | None:

@@ -94,6 +94,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import cast
 
 import numpy as np
 
@@ -283,6 +284,72 @@ class CostAware:
         accepted = float(sum(outcome.accepted_per_request)) if outcome.accepted_per_request else float(
             outcome.accepted_tokens)
         self._estimate.observe(outcome.config, reqs, accepted)
+
+    # ---- held spans in one call (tltcore.policy.base.HoldsAhead) --------------------------------
+    def held_cost(self) -> CostModel | None:
+        """The cost model, where this policy prices a batch from its per-request contexts and the model
+        gives its times from paged-KV sums (the hint's condition, :class:`~tltcore.policy.base.HoldsAhead`)."""
+        model = self.cost_model
+        if not isinstance(self._pricing, PerRequestPricing) or not isinstance(model, CostModelBase):
+            return None
+        return model if model.paged_kv_times() is not None else None
+
+    def held_hold(self) -> int | None:
+        """While on, every evaluation that stays on answers a hold of ``recheck`` iterations."""
+        return self.recheck if self._on and not self._pending_switch and self.recheck > 1 else None
+
+    def held_ahead(self, config: SDConfig, outcomes: list[Outcome], batch: np.ndarray, paged: np.ndarray,
+                   ctx_sum: np.ndarray) -> int:
+        """The rounds of ``len(outcomes)`` held spans of ``config`` (:class:`~tltcore.policy.base.HoldsAhead`):
+        :meth:`observe` of each, and between them the evaluation :meth:`decide` would make at the next
+        span's start, for as long as it stays on with ``config`` (the module docstring's "speculating
+        beats plain right now"). That evaluation reads the acceptance estimate and the prices of every
+        candidate and of plain decoding at the span's contexts: the estimates after each observation
+        come from one stacked solve (:meth:`AcceptanceEstimate.accept_lengths_ahead`) and the prices
+        from the model's paged-KV sums forms, the same floats as :meth:`_evaluate`'s; its state
+        changes are :meth:`_evaluate`'s and :meth:`decide`'s own. Stops before the first evaluation that
+        would do anything else (the usual :meth:`decide` then runs it)."""
+        self.observe(outcomes[0])
+        k = len(outcomes)
+        if k == 1:
+            return 1
+        model = cast(CostModelBase, self.cost_model).paged_kv_times()
+        assert model is not None  # held_cost's condition
+        # the estimate before each evaluation j = 1..k-1: after outcomes[0..j-1] (the first already observed)
+        reqs = np.array([o.batch_size * max(int(o.iterations), 0) for o in outcomes[1:k - 1]], dtype=np.int64)
+        accepted = np.array([float(sum(o.accepted_per_request)) if o.accepted_per_request else float(
+            o.accepted_tokens) for o in outcomes[1:k - 1]], dtype=np.float64)
+        acc = self._estimate.accept_lengths_ahead(config, reqs, accepted)  # (k - 1, candidates)
+        sd = model.sd_many_from_sums(paged, ctx_sum, batch, self.candidates)
+        plain = np.array(model.decode_times_from_sums(paged, ctx_sum, batch))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rates = np.where(sd > 0, acc / sd, 0.0)
+            plain_rate = np.where(plain > 0, 1.0 / plain, 0.0)
+        best = rates.argmax(axis=1)  # the first best, as rates.index(max(rates))
+        top = rates[np.arange(k - 1), best]
+        stays = (top > plain_rate) & (best == self.candidates.index(config))
+        batch_l = batch.tolist()
+        for j in range(1, k):
+            row = j - 1
+            b = batch_l[row]
+            # decide(view): no admission inside a chunk; an evaluation is due (the batch changed or the hold ran
+            # out), and it stays on with config
+            if not (stays[row] and b <= self._seen_b and (self._since >= self._interval or b != self._last_b)):
+                return j
+            self._seen_b = b
+            # _evaluate's "stay on" branch
+            self._interval = self.recheck
+            i = int(best[row])
+            t, p, a = float(top[row]), float(plain[row]), float(acc[row, i])
+            self._saving = max(0.0, p - 1.0 / t) if t > 0 else 0.0
+            self._deficit = max(0.0, float(sd[row, i]) - a * p)
+            self._idle = False
+            self._loss = 0.0
+            self._choice = self.candidates[i]
+            self._since = 0
+            self._last_b = b
+            self.observe(outcomes[j])
+        return k
 
     # ---- evaluation ---------------------------------------------------------------------------
     def _evaluate(self, view: BatchView) -> None:

@@ -85,15 +85,52 @@ class AcceptanceEstimate:
             self._info = np.maximum(top, 1e-3) ** 2
         return self._info
 
+    def _ridge_terms(self) -> tuple[np.ndarray, np.ndarray]:
+        """(diag(prior), prior) of :meth:`scales`: fixed by the candidates and the prior, built once."""
+        if self._ridge is None:
+            prior = self.prior_weight * self._prior_info()
+            self._ridge = (np.diag(prior), prior)
+        return self._ridge
+
     def scales(self) -> np.ndarray:
         """The learned per-position scales ``s`` (ridge towards 1, see module docstring)."""
         if self._scales is None:
-            if self._ridge is None:  # fixed by the candidates and the prior: built once, not per solve
-                prior = self.prior_weight * self._prior_info()
-                self._ridge = (np.diag(prior), prior)
-            diag, prior = self._ridge
+            diag, prior = self._ridge_terms()
             self._scales = np.linalg.solve(self._gram + diag, self._moment + prior)
         return self._scales
+
+    def accept_lengths_ahead(self, config: SDConfig, request_iterations: np.ndarray,
+                             accepted: np.ndarray) -> np.ndarray:
+        """Every candidate's :meth:`accept_length` (one row per candidate order, as
+        :meth:`accept_lengths`) now and after each of the first ``j`` observations of ``config`` (its
+        ``request_iterations`` and ``accepted`` tokens, in order), ``j = 1..len``: row ``j``, the state left
+        untouched. The statistics are the running sums :meth:`observe` adds one by one
+        (``numpy.cumsum`` adds them in that order), the ridge solved per row by one stacked
+        ``numpy.linalg.solve`` (the same LAPACK call per matrix) and each row's products as
+        :meth:`_stacked_reach` forms them, so every float is the one the rounds compute
+        (``tests/policy/test_cost_aware_held.py`` pins it). Only for candidates that all speculate."""
+        x = self.prior_reach(config)
+        outer = self._outer.get(config)
+        if outer is None:
+            outer = self._outer[config] = np.outer(x, x)
+        rows = len(request_iterations) + 1
+        grams = np.empty((rows, self.depth, self.depth))
+        grams[0] = self._gram
+        grams[1:] = request_iterations[:, None, None] * outer
+        np.cumsum(grams, axis=0, out=grams)
+        moments = np.empty((rows, self.depth))
+        moments[0] = self._moment
+        moments[1:] = accepted[:, None] * x
+        np.cumsum(moments, axis=0, out=moments)
+        diag, prior = self._ridge_terms()
+        grams += diag
+        moments += prior
+        scales = np.linalg.solve(grams, moments[:, :, None])  # (rows, D, 1): each row's column
+        reach, depths, every = self._stacked_reach()
+        if not every:
+            raise ValueError("accept_lengths_ahead needs candidates that all speculate")
+        extra = np.matmul(reach[None], scales[:, None]).reshape(rows, len(depths))
+        return np.minimum(np.maximum(extra, 0.0), depths) + 1.0
 
     def accept_length(self, config: SDConfig) -> float:
         """Predicted tokens emitted per request per iteration with ``config`` (bonus included)."""

@@ -37,6 +37,10 @@ class ExpectedChunk:
     batch: np.ndarray  # (last_end,): every iteration's batch size
     clock: np.ndarray  # (last_end + 1,): the worker's clock after j iterations
     prompt: np.ndarray  # (b,): the prompts' lengths
+    # (last_end,) each: every iteration's contexts summed, and rounded up to whole KV blocks and summed (int64;
+    # None where the cost model prices call by call)
+    ctx_sum: np.ndarray | None
+    paged: np.ndarray | None
 
     @property
     def last_end(self) -> int:
@@ -99,11 +103,12 @@ def expected_chunk(w: RolloutWorker, a: float, rows: int, t: float, config: SDCo
             dts = rows_price(paged, ctx_sum, batch, config)
         else:
             dts = np.array([w.cost.sd_time(ctx[j][alive[j]], config) for j in range(last_end)], dtype=np.float64)
+            ctx_sum = paged = None
     clock = np.empty(last_end + 1)
     clock[0] = t
     clock[1:] = dts
     np.add.accumulate(clock, out=clock)  # the clock after each iteration, added in order
-    return ExpectedChunk(r, g, fin, ends, batch, clock, live.prompt)
+    return ExpectedChunk(r, g, fin, ends, batch, clock, live.prompt, ctx_sum, paged)
 
 
 def _row_sums(g: np.ndarray, fin: np.ndarray, gone: np.ndarray, prompt: np.ndarray, last_end: int,

@@ -25,10 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from tltcore.policy.base import HOLD_UNTIL_EVENT, BatchView, Decision, Outcome, SDConfig
+from tltsim.rollout.fast.event_blocks import SimEventLog
 from tltsim.rollout.fast.expected_chunk import CELLS, expected_chunk, fold_recent
 from tltsim.rollout.fast.spans import draw_block, speculate_blocks, speculate_expected_blocks
 from tltsim.rollout.fast.state import FastWorker
-from tltsim.rollout.worker import _EPS, _min, _sum
+from tltsim.rollout.worker import _EPS, RolloutWorker, _min, _sum
 
 
 def run_held(fast: FastWorker, decision: Decision, hold: int) -> None:
@@ -52,15 +53,11 @@ def run_held(fast: FastWorker, decision: Decision, hold: int) -> None:
     w = fast.worker
     live, eps = w.live, _EPS
     a = w.draw(config, len(live))
-    less, keep = a - 1, 1.0 - w.recent.weight
-    verify = config.verify_tokens
+    keep = 1.0 - w.recent.weight
     policy, log, idx, step_no = w.policy, fast.log, w.idx, w.step_no
+    held = fast.held if fast.plain_bound is None else None  # the held-spans hint
     drafter, hint = w.drafter, w.hint
-    # batch -> one unclipped iteration's tokens, summed as numpy sums them (shared by the run's workers)
-    full_of: dict[int, float] = fast.sums.setdefault(a, {})
-    runs: dict[int, list[float]] = {}  # batch -> runs[b][n]: n unclipped iterations' tokens added one by one
-    acc_run = [0.0]  # acc_run[n]: n accepted-token increments added one by one
-    acc_sums = fast.accepted.setdefault(a, {})  # (batch, n) -> b copies of acc_run[n], summed as numpy does
+    spans = _Spans(fast, config, a, keep)
     ema, t, iteration = w.recent.value, w.t, w.iteration
     first = True
     chunk = 0
@@ -96,6 +93,8 @@ def run_held(fast: FastWorker, decision: Decision, hold: int) -> None:
         ends_l, batch_l = ends.tolist(), batch.tolist()
         counts = np.bincount(np.searchsorted(ends, fin[fin <= last_end]), minlength=len(ends_l)).tolist()
         pending = None
+
+        spans.chunk(ends_l, fin, r, times)
         p = 0  # the span's first iteration in the chunk
         e = 0  # ends_l[e]: the next finish
         while p < last_end:
@@ -112,49 +111,33 @@ def run_held(fast: FastWorker, decision: Decision, hold: int) -> None:
                     pending = d
                     break
             first = False
-            end = ends_l[e]
-            finishing = end <= p + hold
-            s1 = end if finishing else p + hold
-            n = s1 - p
-            full = full_of.get(b)
-            if full is None:
-                full = full_of[b] = float(_sum(np.full(b, a)))
-            run = runs.get(b)
-            if run is None:
-                run = runs[b] = [0.0]
-            while len(run) <= n:
-                run.append(run[-1] + full)
-            x = full / b
-            whole = n - 1 if finishing else n  # the unclipped iterations
-            ema = fold_recent(ema, x, keep, whole)
-            total = run[whole]
-            if finishing:  # the finishing iteration, clipped
-                if in_span is None:
-                    in_span = fin > p
-                last = float(_sum(np.minimum(r[s1 - 1][in_span], a)))
-                total += last
-                xl = last / b
-                ema = xl if ema is None else xl + keep * (ema - xl)
-            while len(acc_run) <= n:
-                acc_run.append(acc_run[-1] + less)
-            acc_each = acc_run[n]
-            acc = acc_sums.get((b, n))
-            if acc is None:
-                acc = acc_sums[(b, n)] = float(_sum(np.full(b, acc_each)))
-            t0, t1 = times[p], times[s1]
-            drafted = verify * b * n
-            policy.observe(Outcome(config, b, round(total), t1 - t0, drafted, round(acc), t1, idx, n,
-                                   (acc_each,) * b))
-            if log.decode(idx, t0, t1, n, b, config, total, drafted, acc):
-                w.row_closed = True
-            iteration += n
-            if finishing:  # the retirements (their targets below, for the whole chunk)
-                w.done_t.append(t1)
-                w.done_n.append(counts[e])
-                if w.on_finish is not None:
-                    w.on_finish(counts[e])
-                e += 1
-            p = s1
+            h = held.held_hold() if held is not None and made.paged is not None else None
+            if h is not None and 1 < h < HOLD_UNTIL_EVENT:
+                # the rest of the chunk laid out in spans (this one held `hold`, every later one h), their
+                # rounds taken by the policy in one call; it keeps those up to its first other answer
+                laid: list[_Span] = []
+                q, hq, eq, ema_q, in_q = p, hold, e, ema, in_span
+                while q < last_end:
+                    span = spans.measure(q, batch_l[q], hq, eq, ema_q, in_q)
+                    laid.append(span)
+                    eq += span.finishing
+                    q, hq, ema_q, in_q = span.s1, h, span.ema, None
+                starts = np.array([span.s1 for span in laid[:-1]], dtype=np.intp)
+                assert made.ctx_sum is not None
+                kept = held.held_ahead(config, [span.outcome for span in laid], made.batch[starts],
+                                       made.paged[starts], made.ctx_sum[starts])
+                for span in laid[:kept]:
+                    e = _commit(w, log, span, counts, e)
+                    iteration += span.outcome.iterations
+                    ema = span.ema
+                p = laid[kept - 1].s1
+                continue
+            span = spans.measure(p, b, hold, e, ema, in_span)
+            policy.observe(span.outcome)
+            e = _commit(w, log, span, counts, e)
+            iteration += span.outcome.iterations
+            ema = span.ema
+            p = span.s1
         stop = p  # > 0: the chunk's first span always runs
         if e:  # the responses retired, span by span, each span's in live order
             done = np.flatnonzero(fin <= stop)
@@ -168,6 +151,101 @@ def run_held(fast: FastWorker, decision: Decision, hold: int) -> None:
         if stop < last_end or len(live) == 0:
             fast.pending = pending
             return
+
+
+class _Spans:
+    """What :func:`run_held` measures spans with: the run's sums of equal values (one unclipped
+    iteration's tokens per batch, shared by the run's workers; runs of them added one by one; the
+    accepted tokens of ``n`` iterations at ``b`` requests) and the chunk at hand (:meth:`chunk`)."""
+
+    def __init__(self, fast: FastWorker, config: SDConfig, a: float, keep: float) -> None:
+        self.config, self.a, self.keep, self.less = config, a, keep, a - 1
+        self.verify, self.idx = config.verify_tokens, fast.worker.idx
+        # batch -> one unclipped iteration's tokens, summed as numpy sums them (shared by the run's workers)
+        self.full_of: dict[int, float] = fast.sums.setdefault(a, {})
+        self.runs: dict[int, list[float]] = {}  # batch -> runs[b][n]: n unclipped iterations' tokens added one by one
+        self.acc_run = [0.0]  # acc_run[n]: n accepted-token increments added one by one
+        # (batch, n) -> b copies of acc_run[n], summed as numpy does (shared by the run's workers)
+        self.acc_sums = fast.accepted.setdefault(a, {})
+
+    def chunk(self, ends: list[int], fin: np.ndarray, r: np.ndarray, times: list[float]) -> None:
+        """The chunk's finishing iterations, each request's finish, remaining tokens and the clock."""
+        self.ends, self.fin, self.r, self.times = ends, fin, r, times
+
+    def measure(self, p: int, b: int, hold: int, e: int, ema: float | None, in_span: np.ndarray | None) -> _Span:
+        """The span of ``b`` requests from iteration ``p`` held ``hold`` iterations (``ends[e]``: the next
+        finish; ``in_span``: its requests, where known), the recent-accept estimate ``ema`` before it, as
+        the per-span path runs it; nothing is changed but the sums kept. A span runs to the first
+        iteration in which a request finishes, clipped there, or to the end of its hold; its tokens are
+        the running sum of its unclipped iterations' tokens plus the clipped one's; the recent-accept
+        estimate is folded per iteration (a run of equal updates stops changing it once it equals the
+        value folded in)."""
+        a, keep = self.a, self.keep
+        end = self.ends[e]
+        finishing = end <= p + hold
+        s1 = end if finishing else p + hold
+        n = s1 - p
+        full = self.full_of.get(b)
+        if full is None:
+            full = self.full_of[b] = float(_sum(np.full(b, a)))
+        run = self.runs.get(b)
+        if run is None:
+            run = self.runs[b] = [0.0]
+        while len(run) <= n:
+            run.append(run[-1] + full)
+        x = full / b
+        whole = n - 1 if finishing else n  # the unclipped iterations
+        ema = fold_recent(ema, x, keep, whole)
+        total = run[whole]
+        if finishing:  # the finishing iteration, clipped
+            if in_span is None:
+                in_span = self.fin > p
+            last = float(_sum(np.minimum(self.r[s1 - 1][in_span], a)))
+            total += last
+            xl = last / b
+            ema = xl if ema is None else xl + keep * (ema - xl)
+        acc_run = self.acc_run
+        while len(acc_run) <= n:
+            acc_run.append(acc_run[-1] + self.less)
+        acc_each = acc_run[n]
+        acc = self.acc_sums.get((b, n))
+        if acc is None:
+            acc = self.acc_sums[(b, n)] = float(_sum(np.full(b, acc_each)))
+        t0, t1 = self.times[p], self.times[s1]
+        outcome = Outcome(self.config, b, round(total), t1 - t0, self.verify * b * n, round(acc), t1, self.idx, n,
+                          (acc_each,) * b)
+        return _Span(t0, s1, finishing, total, acc, ema, outcome)
+
+
+@dataclass(frozen=True)
+class _Span:
+    """One span of an expected chunk as :func:`run_held` measures it: where it starts (``t0``) and ends
+    (iteration ``s1``), whether at a finish, its tokens and accepted tokens (numpy's sums), the
+    recent-accept estimate after it, and the Outcome the policy hears."""
+
+    t0: float
+    s1: int
+    finishing: bool
+    total: float
+    acc: float
+    ema: float | None
+    outcome: Outcome
+
+
+def _commit(w: RolloutWorker, log: SimEventLog, span: _Span, counts: list[int], e: int) -> int:
+    """A measured span's event row and retirements (their targets are gathered after the chunk); returns
+    the index of the next finish."""
+    o = span.outcome
+    if log.decode(w.idx, span.t0, o.time, o.iterations, o.batch_size, o.config, span.total, o.drafted_tokens,
+                  span.acc):
+        w.row_closed = True
+    if span.finishing:
+        w.done_t.append(o.time)
+        w.done_n.append(counts[e])
+        if w.on_finish is not None:
+            w.on_finish(counts[e])
+        return e + 1
+    return e
 
 
 def _plain_above(fast: FastWorker, b: int) -> bool:

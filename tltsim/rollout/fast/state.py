@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tltcore.policy.base import DecidesAhead, Decision, SDConfig, decides_ahead, plain_phase_bound
+from tltcore.policy.base import (
+    DecidesAhead,
+    Decision,
+    HoldsAhead,
+    SDConfig,
+    decides_ahead,
+    holds_ahead,
+    plain_phase_bound,
+)
 from tltsim.rollout.fast.event_blocks import SimEventLog
 from tltsim.rollout.fast.uniforms import UniformStream
 from tltsim.rollout.worker import RolloutWorker
@@ -25,7 +33,9 @@ class FastWorker:
     next block of the block hint runs with the other workers' blocks; ``ahead``: the
     policy's block hint (:mod:`tltsim.rollout.fast.ahead`), None without one or without an acceptance
     sampler; ``shapes``: the shapes the hint prices at every row of a block, where it prices them with
-    the worker's own cost model (the engine then prices them for it), else None."""
+    the worker's own cost model (the engine then prices them for it), else None; ``held``: the policy's
+    held-spans hint (:mod:`tltsim.rollout.fast.held_spans`), where it prices with the worker's own cost
+    model, else None."""
 
     worker: RolloutWorker
     log: SimEventLog
@@ -38,6 +48,7 @@ class FastWorker:
     in_tail: bool = False
     in_block: bool = False
     shapes: tuple[SDConfig, ...] | None = field(init=False)
+    held: HoldsAhead | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.stream = UniformStream(self.worker.rng)
@@ -46,3 +57,5 @@ class FastWorker:
         self.ahead = decides_ahead(w.policy) if w.sampler is not None else None
         priced = self.ahead.ahead_shapes() if self.ahead is not None else None
         self.shapes = priced[1] if priced is not None and priced[0] is w.cost else None
+        held = holds_ahead(w.policy)
+        self.held = held if held is not None and held.held_cost() is w.cost else None
