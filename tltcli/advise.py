@@ -270,6 +270,7 @@ def advise(
     seed_list = seed_values(s.seed, seeds)
     assert seed_list[0] == s.seed  # the runs kept for reuse are the first seed's
     ctx.with_resource(adv.sharing_runs(s))  # until the command ends
+    ctx.with_resource(adv.keeping_workers())  # one pool of workers for all the command's simulations
     grid_key = hashlib.sha256(json.dumps([[c.policy, c.switch] for c in candidates] + [rl_steps]).encode())
     dest = out if out is not None else DEFAULT_RESULTS / f"{scenario_hash(s)}-{grid_key.hexdigest()[:6]}-seeds{seeds}"
     console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)

@@ -244,6 +244,24 @@ def sharing_runs(s: Scenario) -> Iterator[SharedRuns]:
         _shared.pop()
 
 
+_pools: list[dict[tuple[str, int, str | None], Any]] = []  # run_tasks' pools kept by the advise under way
+
+
+@contextlib.contextmanager
+def keeping_workers() -> Iterator[None]:
+    """Keep :func:`run_tasks`' worker pools from one call to the next while the block runs, and close
+    them after it. A whole ``tlt advise`` calls it six times (the grid, the derived table, the
+    unmeasured inputs, the drafter upkeep, ...): a pool per call started its worker processes anew,
+    and each paid its warm-up again (the modules past the forkserver's preload, the calibration, the
+    prepared trace): ~0.7 CPU s a worker, 12 workers. A pool whose call failed is closed at once."""
+    _pools.append({})
+    try:
+        yield
+    finally:
+        for executor in _pools.pop().values():
+            executor.close(cancel=False)
+
+
 def run_policy(s: Scenario, spec: Any, inputs: SimInputs | None = None, *, run_id: str = "",
                progress: Callable[[int], None] | None = None) -> pd.DataFrame:
     """One policy's run, reused from the advise under way when it simulated it (:class:`SharedRuns`)."""
@@ -342,8 +360,14 @@ def run_tasks(tasks: Sequence[Task], evaluate: Callable[[Scenario], pd.DataFrame
                 import_ray()
             except InputError as exc:  # the sweep runner's message names its own option, --backend
                 raise InputError(exc.message.replace("--backend", "--executor"), path="--executor") from None
-        executor = (LocalExecutor(min(workers, len(tasks))) if backend == "local"
-                    else RayExecutor(workers, address))
+        kept = _pools[-1] if _pools else None  # the pools of the advise under way (keeping_workers)
+        key = (backend, workers, address)
+        executor = kept.get(key) if kept is not None else None
+        if executor is None:
+            executor = (LocalExecutor(workers if kept is not None else min(workers, len(tasks))) if backend == "local"
+                        else RayExecutor(workers, address))
+            if kept is not None:
+                kept[key] = executor
         clean = False
         try:
             by_key = {t.key: t for t in tasks}
@@ -355,7 +379,10 @@ def run_tasks(tasks: Sequence[Task], evaluate: Callable[[Scenario], pd.DataFrame
                     keep(by_key[task.key], outcome)
             clean = True
         finally:
-            executor.close(cancel=not clean)
+            if kept is None or not clean:
+                executor.close(cancel=not clean)
+                if kept is not None:
+                    kept.pop(key, None)
     return pd.concat([results[t.key] for t in tasks], ignore_index=True)
 
 

@@ -102,6 +102,38 @@ def test_the_process_pool_gives_the_rows_of_the_in_process_run(small_rows):
     pd.testing.assert_frame_equal(pooled, raw)
 
 
+def test_calls_inside_keeping_workers_share_one_pool_and_give_the_same_rows(small_rows, monkeypatch):
+    from tltsim.sweep import runner
+
+    s, grid, raw = small_rows
+    made = []
+    real = runner.LocalExecutor.__init__
+
+    def counted(self, workers):
+        made.append(workers)
+        real(self, workers)
+
+    monkeypatch.setattr(runner.LocalExecutor, "__init__", counted)
+    tasks = adv.plan_tasks(s, grid, [0, 1], ["reprefill", "catch_up"])
+    with adv.keeping_workers():
+        first = adv.run_tasks(tasks, workers=2)
+        again = adv.run_tasks(tasks[:2], workers=2)
+        assert len(adv._pools[-1]) == 1  # kept, still open
+    assert made == [2] and not adv._pools  # one pool for both calls, closed after the block
+    pd.testing.assert_frame_equal(first, raw)
+    pd.testing.assert_frame_equal(again, adv.run_tasks(tasks[:2]))
+
+
+def test_a_kept_pool_whose_call_failed_is_closed_and_the_next_call_starts_another(small_rows):
+    s, grid, _ = small_rows
+    tasks = adv.plan_tasks(s, grid, [0], ["reprefill", "catch_up"])
+    with adv.keeping_workers():
+        with pytest.raises(InputError, match="simulating reprefill-seed0 failed"):
+            adv.run_tasks(tasks, len, workers=2)  # an evaluation that fails on every task (a scenario has no len)
+        assert adv._pools[-1] == {}  # closed and dropped
+        assert len(adv.run_tasks(tasks, workers=2)) and len(adv._pools[-1]) == 1
+
+
 def test_a_bad_executor_or_worker_count_is_refused():
     with pytest.raises(InputError, match="local, ray"):
         adv.run_tasks([], backend="slurm")
