@@ -1,8 +1,8 @@
 """cost-aware's held-spans hint (:class:`~tltcore.policy.base.HoldsAhead`): ``held_ahead`` leaves the
 policy exactly as the rounds ``observe, decide, observe, ...`` would, up to where it stops, and stops no
 later than the first answer that is not the held shape with its recheck hold; the stacked acceptance
-estimates and the prices from paged-KV sums are the rounds' floats; a whole simulation with the hint is
-the reference's, event for event."""
+estimates and the prices from paged-KV sums are the rounds' floats; a whole simulation with the hint
+(expected and stochastic acceptance) is the reference's, event for event and view for view."""
 
 from __future__ import annotations
 
@@ -149,11 +149,12 @@ def test_prices_from_sums_are_the_iteration_times(cost) -> None:
 
 
 @needs_shared_traces()
+@pytest.mark.parametrize("mode", ["expected", "stochastic"])
 @pytest.mark.parametrize(("name", "spec"), [("aime_qwen7b_64xh100", "cost-aware"),
                                             ("aime_qwen7b_64xh100", "cost-aware:recheck=5:switch=catch_up"),
                                             ("dapo_qwen32b_polytrace", "cost-aware")])
-def test_a_simulation_with_the_hint_is_the_reference(name, spec) -> None:
-    s = resolve(name, [("acceptance.mode", "expected", "test"), ("trace.prompts_per_step", 24, "test")]).scenario
+def test_a_simulation_with_the_hint_is_the_reference(name, spec, mode) -> None:
+    s = resolve(name, [("acceptance.mode", mode, "test"), ("trace.prompts_per_step", 24, "test")]).scenario
     inputs = prepare(s)
     calls = []
     real_ahead, real_decide = CostAware.held_ahead, CostAware.decide

@@ -232,6 +232,55 @@ class _Span:
     outcome: Outcome
 
 
+class _Drawn:
+    """What :func:`run_held_draws` measures and commits a stochastic chunk's spans with: its segments,
+    each one's first iteration in the chunk (``offsets``) and the clock after each iteration."""
+
+    def __init__(self, w: RolloutWorker, log: SimEventLog, config: SDConfig, keep: float, segments: list[_Segment],
+                 offsets: list[int], times: list[float]) -> None:
+        self.w, self.log, self.config, self.keep = w, log, config, keep
+        self.segments, self.offsets, self.times = segments, offsets, times
+
+    def measure(self, si: int, j0: int, hold: int, ema: float | None) -> _Span:
+        """Segment ``si``'s span from its iteration ``j0`` held ``hold`` iterations (at most to the
+        segment's end, its finish), the recent-accept estimate ``ema`` before it, as
+        :func:`~tltsim.rollout.fast.spans.speculate_blocks` runs it (the estimate folded per iteration,
+        the emitted and accepted tokens summed in its order); nothing is changed."""
+        seg, keep = self.segments[si], self.keep
+        b, length, at = len(seg.ids), seg.length, self.offsets[si]
+        j1 = min(length, j0 + hold)
+        n = j1 - j0
+        total_e = 0.0
+        for e in seg.emitted[j0:j1]:
+            e = float(e)
+            total_e += e
+            x = e / b
+            ema = x if ema is None else x + keep * (ema - x)
+        accepted = (seg.rows[j1] - seg.rows[j0] - n).astype(np.float64)
+        acc = float(_sum(accepted))
+        t0, t1 = self.times[at + j0], self.times[at + j1]
+        outcome = Outcome(self.config, b, round(total_e), t1 - t0, self.config.verify_tokens * b * n, round(acc), t1,
+                          self.w.idx, n, tuple(accepted.tolist()))
+        return _Span(t0, j1, j1 == length, total_e, acc, ema, outcome)
+
+    def commit(self, si: int, span: _Span) -> None:
+        """A measured span's event row, and the retirement at its segment's finishing iteration, as
+        RolloutWorker.retire does."""
+        w, o = self.w, span.outcome
+        if self.log.decode(w.idx, span.t0, o.time, o.iterations, o.batch_size, o.config, span.total,
+                           o.drafted_tokens, span.acc):
+            w.row_closed = True
+        if span.finishing:
+            seg = self.segments[si]
+            targets = w.live.target[seg.ids[seg.done]]
+            w.done_tokens.append(targets)
+            w.done_t.append(o.time)
+            w.done_n.append(len(targets))
+            if w.on_finish is not None:
+                w.on_finish(len(targets))
+            w.need_admit = True
+
+
 def _commit(w: RolloutWorker, log: SimEventLog, span: _Span, counts: list[int], e: int) -> int:
     """A measured span's event row and retirements (their targets are gathered after the chunk); returns
     the index of the next finish."""
@@ -305,8 +354,8 @@ def run_held_draws(fast: FastWorker, decision: Decision, hold: int) -> None:
     stream, drafter, draw = fast.stream, w.drafter, w.sampler.draw
     mean = w.mean_accept(config)
     keep = 1.0 - w.recent.weight
-    verify = config.verify_tokens
     policy, log, idx, step_no, hint = w.policy, fast.log, w.idx, w.step_no, w.hint
+    held = fast.held if fast.plain_bound is None else None  # the held-spans hint
     bs = w.pricers.block
     ema, t, iteration = w.recent.value, w.t, w.iteration
     if w.lag_dirty:  # the first span brings every drafter up to date
@@ -342,60 +391,63 @@ def run_held_draws(fast: FastWorker, decision: Decision, hold: int) -> None:
             return
         # every iteration's time, priced at once, and the clock after each
         sizes = [s.length for s in segments]
+        paged: np.ndarray | None = None
         if w.pricers.rows is not None:
             paged = np.concatenate([np.add.reduce((s.rows[:-1] + (bs - 1)) // bs, axis=1) for s in segments]) * bs
             sums = np.concatenate([s.sums for s in segments])
-            dts = w.pricers.rows(paged, sums, np.repeat([len(s.ids) for s in segments], sizes), config)
+            batches = np.repeat([len(s.ids) for s in segments], sizes)
+            dts = w.pricers.rows(paged, sums, batches, config)
         else:
             dts = np.array([w.cost.sd_time(r, config) for s in segments for r in s.rows[:-1]], dtype=np.float64)
         times = [t, *_clock(t, dts)]
         pending = stop = None  # the boundary the chunk's spans end at: (segment, iteration in it)
-        at = 0  # the segment's first iteration in the chunk
-        for si, seg in enumerate(segments):
-            b, length, emitted = len(seg.ids), seg.length, seg.emitted
-            j0 = 0
-            while j0 < length:
-                if not first:
-                    if _plain_above(fast, b):
-                        stop = (si, j0)
-                        break
-                    ctx_j = seg.rows[j0]
-                    d = policy.decide(BatchView(b, tuple(ctx_j.tolist()), times[at + j0], iteration, ema, idx,
-                                                step_no, drafter, tuple((seg.end - ctx_j).tolist()) if hint else ()))
-                    hold = w.hold(d)
-                    if not _same_shape(d, config, hold):
-                        pending, stop = d, (si, j0)
-                        break
-                first = False
-                j1 = min(length, j0 + hold)
-                n = j1 - j0
-                total_e = 0.0
-                for e in emitted[j0:j1]:
-                    e = float(e)
-                    total_e += e
-                    x = e / b
-                    ema = x if ema is None else x + keep * (ema - x)
-                accepted = (seg.rows[j1] - seg.rows[j0] - n).astype(np.float64)
-                acc = float(_sum(accepted))
-                t0, t1 = times[at + j0], times[at + j1]
-                drafted = verify * b * n
-                policy.observe(Outcome(config, b, round(total_e), t1 - t0, drafted, round(acc), t1, idx, n,
-                                       tuple(accepted.tolist())))
-                if log.decode(idx, t0, t1, n, b, config, total_e, drafted, acc):
-                    w.row_closed = True
-                iteration += n
-                if j1 == length:  # the finishing iteration: retire, as RolloutWorker.retire does
-                    targets = live.target[seg.ids[seg.done]]
-                    w.done_tokens.append(targets)
-                    w.done_t.append(t1)
-                    w.done_n.append(len(targets))
-                    if w.on_finish is not None:
-                        w.on_finish(len(targets))
-                    w.need_admit = True
-                j0 = j1
-            if stop is not None:
-                break
-            at += length
+        offsets = np.concatenate(([0], np.cumsum(sizes))).tolist()  # each segment's first iteration in the chunk
+
+        drawn = _Drawn(w, log, config, keep, segments, offsets, times)
+        si, j0 = 0, 0
+        while si < len(segments):
+            seg = segments[si]
+            b = len(seg.ids)
+            if not first:
+                if _plain_above(fast, b):
+                    stop = (si, j0)
+                    break
+                ctx_j = seg.rows[j0]
+                d = policy.decide(BatchView(b, tuple(ctx_j.tolist()), times[offsets[si] + j0], iteration, ema, idx,
+                                            step_no, drafter, tuple((seg.end - ctx_j).tolist()) if hint else ()))
+                hold = w.hold(d)
+                if not _same_shape(d, config, hold):
+                    pending, stop = d, (si, j0)
+                    break
+            first = False
+            h = held.held_hold() if held is not None and paged is not None else None
+            if h is not None and 1 < h < HOLD_UNTIL_EVENT:
+                # the rest of the chunk laid out in spans (this one held `hold`, every later one h, none past
+                # its segment's finish), their rounds taken by the policy in one call, kept up to its first
+                # other answer (as in run_held)
+                laid: list[tuple[int, _Span]] = []
+                q_si, q_j0, hq, ema_q = si, j0, hold, ema
+                while q_si < len(segments):
+                    span = drawn.measure(q_si, q_j0, hq, ema_q)
+                    laid.append((q_si, span))
+                    q_si, q_j0 = (q_si + 1, 0) if span.finishing else (q_si, span.s1)
+                    hq, ema_q = h, span.ema
+                starts = np.array([offsets[q] + sp.s1 for q, sp in laid[:-1]], dtype=np.intp)  # the next spans'
+                kept = held.held_ahead(config, [sp.outcome for _, sp in laid], batches[starts], paged[starts],
+                                       sums[starts])
+                for q, sp in laid[:kept]:
+                    drawn.commit(q, sp)
+                    iteration += sp.outcome.iterations
+                    ema = sp.ema
+                q, sp = laid[kept - 1]
+                si, j0 = (q + 1, 0) if sp.finishing else (q, sp.s1)
+                continue
+            span = drawn.measure(si, j0, hold, ema)
+            policy.observe(span.outcome)
+            drawn.commit(si, span)
+            iteration += span.outcome.iterations
+            ema = span.ema
+            si, j0 = (si + 1, 0) if span.finishing else (si, span.s1)
         # the live state at the boundary, the unused draws given back
         if stop is None:
             last = segments[-1]
