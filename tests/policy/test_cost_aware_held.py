@@ -128,12 +128,13 @@ def test_the_stacked_estimates_are_the_rounds_floats() -> None:
     rng = np.random.default_rng(4)
     reqs = rng.integers(1, 400, 30).astype(np.int64)
     accepted = rng.uniform(0, 900, 30)
-    ahead = policy._estimate.accept_lengths_ahead(config, reqs, accepted)
+    ahead, grams, moments = policy._estimate.observations_ahead(config, reqs, accepted)
     est = copy.deepcopy(policy._estimate)
     for j in range(31):
         assert ahead[j].tolist() == list(est.accept_lengths())
         if j < 30:
             est.observe(config, int(reqs[j]), float(accepted[j]))
+            assert grams[j].tolist() == est._gram.tolist() and moments[j].tolist() == est._moment.tolist()
 
 
 @pytest.mark.parametrize("cost", [COST, ModelFreeDraftCost(COST)], ids=["roofline", "model-free"])

@@ -314,7 +314,7 @@ class RooflineCostModel(CostModelBase):
         object.__setattr__(self, "_draft", _ForwardCosts.build(drafter, self.gpu, self.tp, *floor, **moe))
         object.__setattr__(self, "_sd_cache", {})
         object.__setattr__(self, "_memo", {"step": {}, "verify": {}, "shape": {}, "rows": {}, "sets": {},
-                                           "last_set": None})
+                                           "last_set": None, "fixed": {}})
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         """A subclass that overrides a scalar formula would leave the batched forms pricing the
@@ -788,8 +788,21 @@ class RooflineCostModel(CostModelBase):
         arrays, one entry per iteration, batch >= 1): the plain counterpart of :meth:`sd_times_from_sums`
         for callers that already hold the sums (the upper bound prices a few hundred grid cells per
         worker, and summing each cell's contexts again per call was a third of its time)."""
-        return [self._decode_at(b, p, c) for b, p, c in zip(batch.tolist(), paged.tolist(), ctx_sum.tolist(),
-                                                             strict=True)]
+        t = self._target
+        fixed_of = self._memo["fixed"]
+        fixed = []
+        for b in batch.tolist():
+            f = fixed_of.get(b)
+            if f is None:
+                rows = self.padded(b)
+                f = fixed_of[b] = t.fixed_time(rows, rows)
+            fixed.append(f)
+        # _decode_at's (fixed + attention) + overhead, element-wise; attention's max(kv, att) as numpy's maximum
+        # (no NaNs or signed zeros here)
+        out = np.maximum((paged + batch) * t.kv_read_s_per_token, (ctx_sum + batch) * t.attention_s_per_position)
+        out += fixed
+        out += self.iteration_overhead_s
+        return out.tolist()
 
     def sd_many_from_sums(self, paged: np.ndarray, ctx_sum: np.ndarray, batch: np.ndarray,
                           configs: tuple[SDConfig, ...]) -> np.ndarray:

@@ -305,7 +305,7 @@ class CostAware:
         span's start, for as long as it stays on with ``config`` (the module docstring's "speculating
         beats plain right now"). That evaluation reads the acceptance estimate and the prices of every
         candidate and of plain decoding at the span's contexts: the estimates after each observation
-        come from one stacked solve (:meth:`AcceptanceEstimate.accept_lengths_ahead`) and the prices
+        come from one stacked solve (:meth:`AcceptanceEstimate.observations_ahead`) and the prices
         from the model's paged-KV sums forms, the same floats as :meth:`_evaluate`'s; its state
         changes are :meth:`_evaluate`'s and :meth:`decide`'s own. Stops before the first evaluation that
         would do anything else (the usual :meth:`decide` then runs it)."""
@@ -315,27 +315,32 @@ class CostAware:
             return 1
         model = cast(CostModelBase, self.cost_model).paged_kv_times()
         assert model is not None  # held_cost's condition
-        # the estimate before each evaluation j = 1..k-1: after outcomes[0..j-1] (the first already observed)
-        reqs = np.array([o.batch_size * max(int(o.iterations), 0) for o in outcomes[1:k - 1]], dtype=np.int64)
+        # the estimate before each evaluation j = 1..k-1: after outcomes[0..j-1] (the first already observed), and
+        # the statistics after each later outcome, which observe would add one by one
+        reqs = np.array([o.batch_size * max(int(o.iterations), 0) for o in outcomes[1:]], dtype=np.int64)
+        if not reqs.all():  # observe skips an empty span's statistics: none here (spans run >= 1 iteration)
+            raise ValueError("held_ahead needs spans of at least one request-iteration")
         accepted = np.array([float(sum(o.accepted_per_request)) if o.accepted_per_request else float(
-            o.accepted_tokens) for o in outcomes[1:k - 1]], dtype=np.float64)
-        acc = self._estimate.accept_lengths_ahead(config, reqs, accepted)  # (k - 1, candidates)
+            o.accepted_tokens) for o in outcomes[1:]], dtype=np.float64)
+        acc, grams, moments = self._estimate.observations_ahead(config, reqs, accepted)  # acc: (k, candidates)
         sd = model.sd_many_from_sums(paged, ctx_sum, batch, self.candidates)
         plain = np.array(model.decode_times_from_sums(paged, ctx_sum, batch))
         with np.errstate(divide="ignore", invalid="ignore"):
-            rates = np.where(sd > 0, acc / sd, 0.0)
+            rates = np.where(sd > 0, acc[:k - 1] / sd, 0.0)
             plain_rate = np.where(plain > 0, 1.0 / plain, 0.0)
         best = rates.argmax(axis=1)  # the first best, as rates.index(max(rates))
         top = rates[np.arange(k - 1), best]
         stays = (top > plain_rate) & (best == self.candidates.index(config))
         batch_l = batch.tolist()
+        taken = k
         for j in range(1, k):
             row = j - 1
             b = batch_l[row]
             # decide(view): no admission inside a chunk; an evaluation is due (the batch changed or the hold ran
             # out), and it stays on with config
             if not (stays[row] and b <= self._seen_b and (self._since >= self._interval or b != self._last_b)):
-                return j
+                taken = j
+                break
             self._seen_b = b
             # _evaluate's "stay on" branch
             self._interval = self.recheck
@@ -348,8 +353,17 @@ class CostAware:
             self._choice = self.candidates[i]
             self._since = 0
             self._last_b = b
-            self.observe(outcomes[j])
-        return k
+            # observe(outcomes[j]) of an SD span: its counters here, its statistics below
+            o = outcomes[j]
+            n = max(int(o.iterations), 0)
+            emitted = o.emitted_tokens
+            self._since += n
+            self._step_tokens += emitted
+            self._progress += emitted / o.batch_size
+            self._loss += n * self._deficit
+        if taken > 1:
+            self._estimate.set_observed(grams[taken - 2], moments[taken - 2])
+        return taken
 
     # ---- evaluation ---------------------------------------------------------------------------
     def _evaluate(self, view: BatchView) -> None:

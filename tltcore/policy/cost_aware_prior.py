@@ -99,16 +99,17 @@ class AcceptanceEstimate:
             self._scales = np.linalg.solve(self._gram + diag, self._moment + prior)
         return self._scales
 
-    def accept_lengths_ahead(self, config: SDConfig, request_iterations: np.ndarray,
-                             accepted: np.ndarray) -> np.ndarray:
-        """Every candidate's :meth:`accept_length` (one row per candidate order, as
-        :meth:`accept_lengths`) now and after each of the first ``j`` observations of ``config`` (its
-        ``request_iterations`` and ``accepted`` tokens, in order), ``j = 1..len``: row ``j``, the state left
-        untouched. The statistics are the running sums :meth:`observe` adds one by one
-        (``numpy.cumsum`` adds them in that order), the ridge solved per row by one stacked
-        ``numpy.linalg.solve`` (the same LAPACK call per matrix) and each row's products as
-        :meth:`_stacked_reach` forms them, so every float is the one the rounds compute
-        (``tests/policy/test_cost_aware_held.py`` pins it). Only for candidates that all speculate."""
+    def observations_ahead(self, config: SDConfig, request_iterations: np.ndarray,
+                           accepted: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What :meth:`observe` of ``config``'s ``request_iterations`` and ``accepted`` tokens, one by one in
+        order, would make of the estimate, the state left untouched: (every candidate's
+        :meth:`accept_length` now and after each of the first ``j`` observations, ``j = 1..len``, one row
+        each in candidate order; the statistics after each ``j``, grams and moments, row ``j - 1``). The
+        statistics are the running sums :meth:`observe` adds one by one (``numpy.cumsum`` adds them in that
+        order), the ridge solved per row by one stacked ``numpy.linalg.solve`` (the same LAPACK call per
+        matrix) and each row's products as :meth:`_stacked_reach` forms them, so every float is the one the
+        rounds compute (``tests/policy/test_cost_aware_held.py`` pins it). Only for candidates that all
+        speculate and observations of at least one request-iteration each."""
         x = self.prior_reach(config)
         outer = self._outer.get(config)
         if outer is None:
@@ -123,14 +124,19 @@ class AcceptanceEstimate:
         moments[1:] = accepted[:, None] * x
         np.cumsum(moments, axis=0, out=moments)
         diag, prior = self._ridge_terms()
-        grams += diag
-        moments += prior
-        scales = np.linalg.solve(grams, moments[:, :, None])  # (rows, D, 1): each row's column
+        scales = np.linalg.solve(grams + diag, (moments + prior)[:, :, None])  # (rows, D, 1): each row's column
         reach, depths, every = self._stacked_reach()
         if not every:
-            raise ValueError("accept_lengths_ahead needs candidates that all speculate")
+            raise ValueError("observations_ahead needs candidates that all speculate")
         extra = np.matmul(reach[None], scales[:, None]).reshape(rows, len(depths))
-        return np.minimum(np.maximum(extra, 0.0), depths) + 1.0
+        return np.minimum(np.maximum(extra, 0.0), depths) + 1.0, grams[1:], moments[1:]
+
+    def set_observed(self, gram: np.ndarray, moment: np.ndarray) -> None:
+        """The statistics after observations made elsewhere (:meth:`observations_ahead`'s)."""
+        self._gram[:] = gram
+        self._moment[:] = moment
+        self._scales = self._accepts = None
+        self._observed = True
 
     def accept_length(self, config: SDConfig) -> float:
         """Predicted tokens emitted per request per iteration with ``config`` (bonus included)."""
