@@ -245,3 +245,46 @@ def test_resumed_blocks_and_waiting_requests_equal_the_reference(mode):
                 assert (False, 0) in calls  # a resumed block given back at its first row
             else:
                 assert shrank  # blocks ran on through finishes
+
+
+@pytest.mark.parametrize("hysteresis", [0.0, 0.02, 0.3])
+@pytest.mark.parametrize("seed", range(6))
+def test_the_numpy_fold_answers_and_leaves_the_state_the_loop_does(seed, hysteresis, monkeypatch):
+    """``ahead``'s fold scores a long block's decisions in one numpy pass and re-scores exactly only those
+    near the hysteresis bound (``SglangEma._fold``): the same cut, answer and EMAs as the loop, on blocks
+    whose prices wander around the bound (ties to the last bit included) and across the batch ranges."""
+    import copy
+
+    import numpy as np
+
+    from tltcore.policy import sglang_ema
+    from tltcore.policy.base import SDConfig
+
+    rng = np.random.default_rng(seed)
+    for case in range(40):
+        policy = SglangEma(hysteresis=hysteresis, smoothing=float(rng.uniform(0.05, 0.9)))
+        b = int(rng.integers(1, 200))
+        depth = policy.depths[int(rng.integers(0, len(policy.depths)))]
+        policy._current[policy.range_of(b)] = depth
+        policy._rate[policy.range_of(b)] = float(rng.uniform(0.1, 0.999))
+        k = int(rng.integers(1, 60))
+        emitted = rng.integers(b, b * (depth + 1) + 1, k).tolist()
+        base = rng.uniform(0.01, 0.02, len(policy.depths))
+        prices = [list(base[i] * (1 + rng.normal(0, 0.05 if case % 2 else 1e-12, k))) for i in range(len(base))]
+        if case % 5 == 0:  # every depth priced the same
+            prices = [list(prices[policy.depths.index(depth)])] * len(base)
+        if case % 7 == 0:  # rows priced at zero: every score 0.0, a tie to the last bit
+            for col in prices:
+                col[k // 2:] = [0.0] * (k - k // 2)
+        batches = None if case % 3 else rng.integers(max(1, b - 70), b + 1, k).tolist()
+        if batches is not None:
+            batches[0] = b
+        asked = bool(case % 4)
+        got = []
+        for rows in (10**9, 1):
+            monkeypatch.setattr(sglang_ema, "FOLD_ROWS", rows)
+            p = copy.deepcopy(policy)
+            answer = p.ahead(SDConfig.chain(depth), b, emitted, np.zeros((k, b), dtype=np.int64), prices,
+                             asked=asked, batches=batches)
+            got.append((answer, p._rate, p._current))
+        assert got[0] == got[1]

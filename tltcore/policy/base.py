@@ -341,11 +341,12 @@ class HoldsAhead(Protocol):
     ``batch[j - 1]``, ``paged[j - 1]`` and ``ctx_sum[j - 1]`` (int64 arrays) are the running
     requests, the sum of their contexts rounded up to whole KV blocks of the cost model, and the sum
     of their contexts at span ``j``'s start. The policy does to its state what the rounds
-    ``observe(outcomes[0]), decide(view at span 1), observe(outcomes[1]), ...`` would, as long as each
-    ``decide`` answers ``config`` (the same object) with hold ``h`` and reads nothing of the view but
-    its batch size and contexts; it stops before the first ``decide`` that would not, and returns the
-    spans observed, ``1 <= m <= k``. The engine then asks ``decide`` at span ``m``'s start as usual
-    (when ``m < k``)."""
+    ``observe(outcomes[0]), decide(view at span 1), observe(outcomes[1]), ...`` would, for the
+    ``decide`` calls it can answer from these (each answering ``config``, the same object, with hold
+    ``h``, and reading nothing of the view but its batch size and contexts); it stops before the first
+    it cannot, at the latest before the first that would answer anything else, and returns the spans
+    observed, ``1 <= m <= k``. The engine then asks ``decide`` at span ``m``'s start as usual (when
+    ``m < k``)."""
 
     def held_cost(self) -> object | None: ...
 

@@ -36,7 +36,7 @@ pricers against what they replace), ``tests/sim/test_speed_span_cost.py``
 (with pricers and call by call), and the fast/reference pairs in ``tests/sim/test_rollout.py`` and
 ``tests/sim/test_hold_beg_mab.py``. A change here that moves one bit fails them.
 
-**Optional policy hints.** Four properties of a policy let these paths skip asking it; none is part
+**Optional policy hints.** Five properties of a policy let these paths skip asking it; none is part
 of the policy contract (:mod:`tltcore.policy.base`), and a policy without them only runs on slower
 paths:
 
@@ -62,7 +62,15 @@ paths:
   With ``ahead_resume(b)`` (:class:`~tltcore.policy.base.ResumesAhead`) it names its standing answer at
   batch size ``b``, so after a finish the engine runs the next block without asking ``decide``: the
   fold does ``decide``'s arithmetic at the block's first row and gives the block back where it switches;
-  and, given each row's batch (``ahead(..., batches=)``), an expected-mode block runs on through finishes.
+  and, given each row's batch (``ahead(..., batches=)``), an expected-mode block runs on through finishes;
+* *holding ahead*: ``held_ahead(config, outcomes, batch, paged, ctx_sum) -> m``
+  (:class:`~tltcore.policy.base.HoldsAhead`, offered by ``cost-aware``) -- a policy whose held answers
+  are re-evaluated at every finish and whose evaluations, while its answer stands, come with one hold
+  (``held_hold()``) and price only its own cost model at the view's contexts (``held_cost()``): the
+  held-span paths (:mod:`~tltsim.rollout.fast.held_spans`, both modes) lay the rest of a chunk out in
+  spans, and the policy takes their rounds in one call, priced from the paged-KV sums the chunk already
+  holds, and says how many it kept; ``decide`` is asked as usual at the first span it did not take.
+  ``tests/policy/test_cost_aware_held.py`` pins it to the rounds and to the reference path.
 """
 
 from tltsim.rollout.fast.event_blocks import SimEventLog
