@@ -32,6 +32,8 @@ decisions through churn, ``tltreal.engine.engine``):
   ahead asks once per block instead of once per iteration; with ``ahead_resume(...)``
   (:class:`ResumesAhead`) such a block may also begin without a ``decide``, the fold doing its
   arithmetic at the block's first row;
+* ``decision_at(b)`` (:class:`DecidesByBatch`) says a policy answers by batch size alone and observes
+  nothing, so an engine may skip its views and Outcomes;
 * ``held_ahead(...)`` (:class:`HoldsAhead`) lets a policy whose held decisions are re-evaluated at
   every finish (cost-aware) take the rounds of many held spans in one call while its answer stands,
   priced from the paged-KV sums the engine already holds.
@@ -323,6 +325,22 @@ class ResumesAhead(Protocol):
 
 
 @runtime_checkable
+class DecidesByBatch(Protocol):
+    """An optional acceleration hint, not part of the policy contract: a policy whose ``decide`` reads
+    nothing of a view but its batch size and whose ``observe`` does nothing (a static shape, vLLM's
+    table). ``decision_at(batch_size) -> Decision``: what ``decide`` answers at that batch size. An
+    engine may then run its spans without building views or Outcomes for it (the expected-mode tails,
+    ``tltsim.rollout.fast.expected_tail``)."""
+
+    def decision_at(self, batch_size: int) -> Decision: ...
+
+
+def decides_by_batch(policy: object) -> DecidesByBatch | None:
+    """``policy`` where it offers the batch-size-only hint (:class:`DecidesByBatch`), else None."""
+    return policy if isinstance(policy, DecidesByBatch) else None
+
+
+@runtime_checkable
 class HoldsAhead(Protocol):
     """An optional acceleration hint, not part of the policy contract: the rounds of many held SD
     spans in one call (the engine path that uses it is ``tltsim.rollout.fast.held_spans``).
@@ -413,6 +431,10 @@ class Static:
     name: str = "static"
 
     def decide(self, view: BatchView) -> Decision:
+        return Decision(self.config, HOLD_UNTIL_EVENT)
+
+    def decision_at(self, batch_size: int) -> Decision:
+        """The same shape at every batch size (:class:`DecidesByBatch`)."""
         return Decision(self.config, HOLD_UNTIL_EVENT)
 
     def observe(self, outcome: Outcome) -> None:

@@ -54,8 +54,13 @@ class VllmTable:
         self._above = Decision(above, HOLD_UNTIL_EVENT)
 
     def decide(self, view: BatchView) -> Decision:
+        return self.decision_at(view.batch_size)
+
+    def decision_at(self, batch_size: int) -> Decision:
+        """The first row at or above ``batch_size``, else ``above``: all it reads of a view
+        (:class:`~tltcore.policy.base.DecidesByBatch`)."""
         for max_bs, decision in self._rows:
-            if view.batch_size <= max_bs:
+            if batch_size <= max_bs:
                 return decision
         return self._above
 

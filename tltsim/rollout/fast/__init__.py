@@ -36,7 +36,7 @@ pricers against what they replace), ``tests/sim/test_speed_span_cost.py``
 (with pricers and call by call), and the fast/reference pairs in ``tests/sim/test_rollout.py`` and
 ``tests/sim/test_hold_beg_mab.py``. A change here that moves one bit fails them.
 
-**Optional policy hints.** Five properties of a policy let these paths skip asking it; none is part
+**Optional policy hints.** Six properties of a policy let these paths skip asking it; none is part
 of the policy contract (:mod:`tltcore.policy.base`), and a policy without them only runs on slower
 paths:
 
@@ -63,6 +63,11 @@ paths:
   batch size ``b``, so after a finish the engine runs the next block without asking ``decide``: the
   fold does ``decide``'s arithmetic at the block's first row and gives the block back where it switches;
   and, given each row's batch (``ahead(..., batches=)``), an expected-mode block runs on through finishes;
+* *deciding by batch size*: ``decision_at(b)`` (:class:`~tltcore.policy.base.DecidesByBatch`, offered
+  by ``static`` and ``vllm-table``) -- ``decide`` reads nothing of a view but its batch size and
+  ``observe`` does nothing, so an expected-mode tail (:mod:`~tltsim.rollout.fast.expected_tail`) asks
+  ``decision_at`` at each finish and builds no views or Outcomes
+  (``tests/sim/test_decides_by_batch.py``);
 * *holding ahead*: ``held_ahead(config, outcomes, batch, paged, ctx_sum) -> m``
   (:class:`~tltcore.policy.base.HoldsAhead`, offered by ``cost-aware``) -- a policy whose held answers
   are re-evaluated at every finish and whose evaluations, while its answer stands, come with one hold

@@ -42,6 +42,7 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
     less, keep = a - 1, 1.0 - w.recent.weight
     verify = config.verify_tokens
     policy, log, idx, step_no = w.policy, fast.log, w.idx, w.step_no
+    by_batch = fast.by_batch  # the batch-size-only hint: no views, no Outcomes
     drafter, hint = w.drafter, w.hint
     # batch -> one unclipped iteration's tokens, summed as numpy sums them (shared by the run's workers)
     full_of: dict[int, float] = fast.sums.setdefault(a, {})
@@ -73,7 +74,7 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
         # what every span of the chunk needs, gathered once (a span that is not run wastes its rows):
         # its requests (in live order), their contexts at its start, its clipped last iteration
         members = fin[None, :] > starts_a[:, None]  # (spans, requests)
-        ctx_at = made.contexts(starts_a)
+        ctx_at = made.contexts(starts_a) if by_batch is None else None
         last_rows = np.minimum(r[ends - 1], a)
         # the n - 1 unclipped iterations' tokens of every span, added one by one (a running sum down
         # each row; the zeros past a row's iterations come after the entry read)
@@ -102,9 +103,12 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
                     if bound is not None and b > bound:
                         stop = s0
                         break
-                view = BatchView(b, tuple(ctx_at[span][in_span].tolist()), float(clock[s0]), iteration, ema, idx,
-                                 step_no, drafter, tuple(r[s0][in_span].tolist()) if hint else ())
-                d = policy.decide(view)
+                if by_batch is not None:  # it reads the batch size alone
+                    d = by_batch.decision_at(b)
+                else:
+                    view = BatchView(b, tuple(ctx_at[span][in_span].tolist()), float(clock[s0]), iteration, ema,
+                                     idx, step_no, drafter, tuple(r[s0][in_span].tolist()) if hint else ())
+                    d = policy.decide(view)
                 if not (d.config == config and d.hold == HOLD_UNTIL_EVENT and not d.switch_on):
                     pending, stop = d, s0
                     break
@@ -127,8 +131,9 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
                 acc = acc_sums[(b, n)] = float(_sum(np.full(b, acc_each)))
             t0, t1 = float(clock[s0]), float(clock[s1])
             drafted = verify * b * n
-            policy.observe(Outcome(config, b, round(total), t1 - t0, drafted, round(acc), t1, idx, n,
-                                   (acc_each,) * b))
+            if by_batch is None:  # (a policy deciding by batch size alone observes nothing)
+                policy.observe(Outcome(config, b, round(total), t1 - t0, drafted, round(acc), t1, idx, n,
+                                       (acc_each,) * b))
             rows_out.append((t0, t1, n, b, round(total), drafted, round(acc)))
             iteration += n
             # retirements at the span's end (in live order: below, for the whole chunk)

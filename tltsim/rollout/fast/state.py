@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 
 from tltcore.policy.base import (
     DecidesAhead,
+    DecidesByBatch,
     Decision,
     HoldsAhead,
     SDConfig,
     decides_ahead,
+    decides_by_batch,
     holds_ahead,
     plain_phase_bound,
 )
@@ -35,7 +37,8 @@ class FastWorker:
     sampler; ``shapes``: the shapes the hint prices at every row of a block, where it prices them with
     the worker's own cost model (the engine then prices them for it), else None; ``held``: the policy's
     held-spans hint (:mod:`tltsim.rollout.fast.held_spans`), where it prices with the worker's own cost
-    model, else None."""
+    model, else None; ``by_batch``: the policy's batch-size-only hint (its expected-mode tails then build
+    no views or Outcomes), else None."""
 
     worker: RolloutWorker
     log: SimEventLog
@@ -49,6 +52,7 @@ class FastWorker:
     in_block: bool = False
     shapes: tuple[SDConfig, ...] | None = field(init=False)
     held: HoldsAhead | None = field(init=False)
+    by_batch: DecidesByBatch | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.stream = UniformStream(self.worker.rng)
@@ -59,3 +63,4 @@ class FastWorker:
         self.shapes = priced[1] if priced is not None and priced[0] is w.cost else None
         held = holds_ahead(w.policy)
         self.held = held if held is not None and held.held_cost() is w.cost else None
+        self.by_batch = decides_by_batch(w.policy)
