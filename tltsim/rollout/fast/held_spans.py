@@ -17,6 +17,12 @@ run while the shape stands, so a chunk of them is run first and the spans walked
   pricing, retirement and dispatch go.
 
 An answer with another shape ends a chunk and wastes the rest of it, so chunks start small and grow.
+
+Where the policy offers the held-spans hint (:class:`~tltcore.policy.base.HoldsAhead`, ``cost-aware``),
+both modes lay the rest of a chunk out in spans once it has answered (the first span held as answered,
+every later one ``held_hold()`` iterations or to its finish), measure them (:class:`_Spans`,
+:class:`_Drawn`) and hand their rounds to ``held_ahead`` with the paged-KV sums at each span's start; the
+spans it keeps are committed, and ``decide`` is asked at the first it did not take.
 """
 from __future__ import annotations
 
@@ -93,7 +99,6 @@ def run_held(fast: FastWorker, decision: Decision, hold: int) -> None:
         ends_l, batch_l = ends.tolist(), batch.tolist()
         counts = np.bincount(np.searchsorted(ends, fin[fin <= last_end]), minlength=len(ends_l)).tolist()
         pending = None
-
         spans.chunk(ends_l, fin, r, times)
         p = 0  # the span's first iteration in the chunk
         e = 0  # ends_l[e]: the next finish
