@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tltcore.policy.base import SDConfig
-from tltsim.rollout.worker import _EPS, RolloutWorker
+from tltsim.rollout.worker import _EPS, RolloutWorker, _sum
 
 CELLS = 1 << 18  # iterations x requests of one chunk: a bound on its arrays
 # The fewest iterations x requests where the row sums over every request (less those finished inside the
@@ -50,6 +50,38 @@ class ExpectedChunk:
         """Every request's context (int64) before iteration ``rows + 1`` (one row, or a row per index):
         the prompt plus the whole tokens emitted, as the worker's live state computes them."""
         return self.prompt + np.floor(self.g[rows] + _EPS).astype(np.int64)
+
+
+class EqualSums:
+    """numpy's sums of equal values that an expected-mode walk reads per span, kept for the run's
+    workers (their dicts are :class:`~tltsim.rollout.fast.state.FastWorker`'s ``sums`` and ``accepted``,
+    by accept length ``a``): one unclipped iteration's tokens at ``b`` requests (``b`` copies of ``a``),
+    and the accepted tokens of ``n`` iterations at ``b`` requests (``b`` copies of ``n`` increments of
+    ``a - 1`` added one by one)."""
+
+    def __init__(self, sums: dict[float, dict[int, float]], accepted: dict[float, dict[tuple[int, int], float]],
+                 a: float) -> None:
+        self.a, self.less = a, a - 1
+        self._full = sums.setdefault(a, {})
+        self._accepted = accepted.setdefault(a, {})
+        self._each = [0.0]  # _each[n]: n accepted-token increments added one by one
+
+    def full(self, b: int) -> float:
+        """One unclipped iteration's tokens at ``b`` requests, summed as numpy sums them."""
+        full = self._full.get(b)
+        if full is None:
+            full = self._full[b] = float(_sum(np.full(b, self.a)))
+        return full
+
+    def accepted(self, b: int, n: int) -> tuple[float, float]:
+        """(each request's accepted tokens over ``n`` iterations, the ``b`` requests' sum as numpy sums it)."""
+        each = self._each
+        while len(each) <= n:
+            each.append(each[-1] + self.less)
+        total = self._accepted.get((b, n))
+        if total is None:
+            total = self._accepted[(b, n)] = float(_sum(np.full(b, each[n])))
+        return each[n], total
 
 
 def fold_recent(ema: float | None, x: float, keep: float, count: int) -> float | None:
@@ -88,8 +120,9 @@ def expected_chunk(w: RolloutWorker, a: float, rows: int, t: float, config: SDCo
         return None
     last_end = int(ends[-1])
     rows_price, bs = w.pricers.rows, w.pricers.block
-    gone = np.flatnonzero(fin <= last_end)  # finished inside the chunk
-    if rows_price is not None and bs & (bs - 1) == 0 and last_end * b0 >= WHOLE_ROWS_CELLS and 4 * len(gone) <= b0:
+    large = rows_price is not None and bs & (bs - 1) == 0 and last_end * b0 >= WHOLE_ROWS_CELLS
+    gone = np.flatnonzero(fin <= last_end) if large else None  # finished inside the chunk
+    if gone is not None and 4 * len(gone) <= b0:
         paged, ctx_sum, batch = _row_sums(g, fin, gone, live.prompt, last_end, bs)
         dts = rows_price(paged, ctx_sum, batch, config)
     else:

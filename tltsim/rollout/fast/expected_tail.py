@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tltcore.policy.base import HOLD_UNTIL_EVENT, BatchView, Decision, Outcome
-from tltsim.rollout.fast.expected_chunk import CELLS, expected_chunk, fold_recent
+from tltsim.rollout.fast.expected_chunk import CELLS, EqualSums, expected_chunk, fold_recent
 from tltsim.rollout.fast.spans import speculate_expected_blocks
 from tltsim.rollout.fast.state import FastWorker
 from tltsim.rollout.worker import _EPS, _min, _sum
@@ -39,15 +39,12 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
     w = fast.worker
     live, eps = w.live, _EPS
     a = w.draw(config, len(live))
-    less, keep = a - 1, 1.0 - w.recent.weight
+    keep = 1.0 - w.recent.weight
     verify = config.verify_tokens
     policy, log, idx, step_no = w.policy, fast.log, w.idx, w.step_no
     by_batch = fast.by_batch  # the batch-size-only hint: no views, no Outcomes
     drafter, hint = w.drafter, w.hint
-    # batch -> one unclipped iteration's tokens, summed as numpy sums them (shared by the run's workers)
-    full_of: dict[int, float] = fast.sums.setdefault(a, {})
-    acc_run = [0.0]  # acc_run[n]: n accepted-token increments added one by one
-    acc_sums = fast.accepted.setdefault(a, {})  # (batch, n) -> b copies of acc_run[n], summed as numpy does
+    equal = EqualSums(fast.sums, fast.accepted, a)
     ema, t, iteration = w.recent.value, w.t, w.iteration
     first = True
     chunk = 0
@@ -78,12 +75,7 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
         last_rows = np.minimum(r[ends - 1], a)
         # the n - 1 unclipped iterations' tokens of every span, added one by one (a running sum down
         # each row; the zeros past a row's iterations come after the entry read)
-        fulls = []
-        for b in batch_l:
-            full = full_of.get(b)
-            if full is None:
-                full = full_of[b] = float(_sum(np.full(b, a)))
-            fulls.append(full)
+        fulls = [equal.full(b) for b in batch_l]
         widths = (ends - starts_a - 1).tolist()
         run_sums = np.zeros((spans_n, max(1, max(widths))))
         for k, (full, width) in enumerate(zip(fulls, widths, strict=True)):
@@ -123,12 +115,7 @@ def run_tail(fast: FastWorker, decision: Decision) -> None:
             total += last
             xl = last / b
             ema = xl if ema is None else xl + keep * (ema - xl)
-            while len(acc_run) <= n:
-                acc_run.append(acc_run[-1] + less)
-            acc_each = acc_run[n]
-            acc = acc_sums.get((b, n))
-            if acc is None:
-                acc = acc_sums[(b, n)] = float(_sum(np.full(b, acc_each)))
+            acc_each, acc = equal.accepted(b, n)
             t0, t1 = float(clock[s0]), float(clock[s1])
             drafted = verify * b * n
             if by_batch is None:  # (a policy deciding by batch size alone observes nothing)

@@ -32,7 +32,7 @@ import numpy as np
 
 from tltcore.policy.base import HOLD_UNTIL_EVENT, BatchView, Decision, Outcome, SDConfig
 from tltsim.rollout.fast.event_blocks import SimEventLog
-from tltsim.rollout.fast.expected_chunk import CELLS, expected_chunk, fold_recent
+from tltsim.rollout.fast.expected_chunk import CELLS, EqualSums, expected_chunk, fold_recent
 from tltsim.rollout.fast.spans import draw_block, speculate_blocks, speculate_expected_blocks
 from tltsim.rollout.fast.state import FastWorker
 from tltsim.rollout.worker import _EPS, RolloutWorker, _min, _sum
@@ -159,19 +159,14 @@ def run_held(fast: FastWorker, decision: Decision, hold: int) -> None:
 
 
 class _Spans:
-    """What :func:`run_held` measures spans with: the run's sums of equal values (one unclipped
-    iteration's tokens per batch, shared by the run's workers; runs of them added one by one; the
-    accepted tokens of ``n`` iterations at ``b`` requests) and the chunk at hand (:meth:`chunk`)."""
+    """What :func:`run_held` measures spans with: the run's sums of equal values (:class:`EqualSums`),
+    runs of one unclipped iteration's tokens added one by one, and the chunk at hand (:meth:`chunk`)."""
 
     def __init__(self, fast: FastWorker, config: SDConfig, a: float, keep: float) -> None:
-        self.config, self.a, self.keep, self.less = config, a, keep, a - 1
+        self.config, self.a, self.keep = config, a, keep
         self.verify, self.idx = config.verify_tokens, fast.worker.idx
-        # batch -> one unclipped iteration's tokens, summed as numpy sums them (shared by the run's workers)
-        self.full_of: dict[int, float] = fast.sums.setdefault(a, {})
+        self.equal = EqualSums(fast.sums, fast.accepted, a)
         self.runs: dict[int, list[float]] = {}  # batch -> runs[b][n]: n unclipped iterations' tokens added one by one
-        self.acc_run = [0.0]  # acc_run[n]: n accepted-token increments added one by one
-        # (batch, n) -> b copies of acc_run[n], summed as numpy does (shared by the run's workers)
-        self.acc_sums = fast.accepted.setdefault(a, {})
 
     def chunk(self, ends: list[int], fin: np.ndarray, r: np.ndarray, times: list[float]) -> None:
         """The chunk's finishing iterations, each request's finish, remaining tokens and the clock."""
@@ -190,9 +185,7 @@ class _Spans:
         finishing = end <= p + hold
         s1 = end if finishing else p + hold
         n = s1 - p
-        full = self.full_of.get(b)
-        if full is None:
-            full = self.full_of[b] = float(_sum(np.full(b, a)))
+        full = self.equal.full(b)
         run = self.runs.get(b)
         if run is None:
             run = self.runs[b] = [0.0]
@@ -209,13 +202,7 @@ class _Spans:
             total += last
             xl = last / b
             ema = xl if ema is None else xl + keep * (ema - xl)
-        acc_run = self.acc_run
-        while len(acc_run) <= n:
-            acc_run.append(acc_run[-1] + self.less)
-        acc_each = acc_run[n]
-        acc = self.acc_sums.get((b, n))
-        if acc is None:
-            acc = self.acc_sums[(b, n)] = float(_sum(np.full(b, acc_each)))
+        acc_each, acc = self.equal.accepted(b, n)
         t0, t1 = self.times[p], self.times[s1]
         outcome = Outcome(self.config, b, round(total), t1 - t0, self.verify * b * n, round(acc), t1, self.idx, n,
                           (acc_each,) * b)
