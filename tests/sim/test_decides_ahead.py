@@ -288,3 +288,19 @@ def test_the_numpy_fold_answers_and_leaves_the_state_the_loop_does(seed, hystere
                              asked=asked, batches=batches)
             got.append((answer, p._rate, p._current))
         assert got[0] == got[1]
+
+
+def test_the_folds_scores_are_decides_to_the_last_bit():
+    """``SglangEma._scores`` (the fold's and the loop's scoring) is ``chain_tokens(rate, d) / cost`` as
+    :meth:`SglangEma.score` computes it, float for float, rates of 1 and non-positive costs included."""
+    import numpy as np
+
+    from tltcore.policy.sglang_ema import chain_tokens
+
+    rng = np.random.default_rng(7)
+    policy = SglangEma(depths=(1, 2, 3, 5, 7))
+    for _ in range(2000):
+        rate = float(rng.choice([rng.uniform(0.0, 0.999), 1.0, 1.0 + rng.uniform(0, 1)]))
+        costs = tuple(float(c) for c in rng.choice([rng.uniform(1e-3, 1e-1), 0.0, -1e-3], size=5, p=[0.9, 0.05, 0.05]))
+        want = [chain_tokens(rate, d) / c if c > 0 else 0.0 for d, c in zip(policy.depths, costs, strict=True)]
+        assert policy._scores(rate, costs) == want

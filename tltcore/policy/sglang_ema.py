@@ -269,7 +269,6 @@ class SglangEma:
             per_row = list(zip(*(costs[d] for d in depths), strict=True))
             if asked:
                 per_row.insert(0, ())
-        powers, spans = self._powers, self._spans
         rate = self._rate[r]
         current = self._current[r]
         at = None if current is None else self._index[current]
@@ -296,13 +295,7 @@ class SglangEma:
                         self._rate[r], self._current[r] = rate, current if at is None else depths[at]
                         r, rate, current = now, self._rate[now], self._current[now]
                         at = None if current is None else self._index[current]
-            # decide: score's chain_tokens(rate, d) / cost for every depth, the same float operations
-            if rate >= 1.0:
-                scores = [x / c if c > 0 else 0.0 for x, c in zip(spans, per_row[j + 1], strict=True)]
-            else:
-                left = 1.0 - rate
-                scores = [(1.0 - rate ** p) / left / c if c > 0 else 0.0
-                          for p, c in zip(powers, per_row[j + 1], strict=True)]
+            scores = self._scores(rate, per_row[j + 1])  # decide's
             top = max(scores)
             best = scores.index(top)  # the first best depth, as max(depths, key=...) picks it
             if at is None or top > scores[at] * gain:
@@ -312,6 +305,14 @@ class SglangEma:
                 return j + 1, Decision(SDConfig.chain(depths[at]))
         self._rate[r], self._current[r] = rate, current if at is None else depths[at]
         return k, None
+
+    def _scores(self, rate: float, costs: tuple[float, ...]) -> list[float]:
+        """Every depth's :meth:`score` at ``rate`` given its cost (in depths order): ``chain_tokens(rate,
+        d) / cost`` with the same float operations, the powers and the rate >= 1 values made once."""
+        if rate >= 1.0:
+            return [x / c if c > 0 else 0.0 for x, c in zip(self._spans, costs, strict=True)]
+        left = 1.0 - rate
+        return [(1.0 - rate ** p) / left / c if c > 0 else 0.0 for p, c in zip(self._powers, costs, strict=True)]
 
     def _fold(self, r: int, rate: float, at: int, first: int, k: int, observed: list[float],
               per_row: list[tuple[float, ...]], depth: int) -> tuple[int, Decision | None]:
@@ -336,12 +337,7 @@ class SglangEma:
         clear = (costs > 0).all(axis=1) & (rows < _CLEAR_RATE) & (scores.max(axis=1) < scores[:, at] * gain * _CLEAR)
         for i in np.flatnonzero(~clear).tolist():
             j, x = first + i, rates[i]
-            if x >= 1.0:
-                exact = [s / c if c > 0 else 0.0 for s, c in zip(self._spans, per_row[j + 1], strict=True)]
-            else:
-                left = 1.0 - x
-                exact = [(1.0 - x ** p) / left / c if c > 0 else 0.0
-                         for p, c in zip(self._powers, per_row[j + 1], strict=True)]
+            exact = self._scores(x, per_row[j + 1])
             top = max(exact)
             if top > exact[at] * gain:
                 best = exact.index(top)
