@@ -21,7 +21,7 @@ from cost.profile_fixtures import write_profiles
 import tltsim.rollout.fast.paths as pricing
 from tltcore.acceptance import paper_qwen32b_tp4
 from tltcore.cost import RooflineCostModel
-from tltcore.cost.measured import measured_cost_model
+from tltcore.cost.measured import FORWARDS_ONE_BY_ONE, measured_cost_model
 from tltcore.cost.protocol import CostModelBase
 from tltcore.cost.roofline import _ForwardCosts
 from tltcore.hardware import get_gpu
@@ -183,15 +183,18 @@ def test_a_forward_overriding_its_fixed_time_must_give_its_batched_form() -> Non
                                              "forward_times": _ForwardCosts._forward_times_each})
 
 
-def test_forward_times_equal_the_scalar_forms(tmp_path) -> None:
-    """The prefill's batched forward (sharp: vectorised; smooth and measured: per forward) against
+@pytest.mark.parametrize("n", [3, 50, 300])
+def test_forward_times_equal_the_scalar_forms(tmp_path, n) -> None:
+    """The prefill's batched forward (sharp: vectorised; smooth and measured: per forward, up to
+    ``FORWARDS_ONE_BY_ONE`` looked up one by one, beyond that grouped by equal pairs) against
     ``fixed_time + attention_time`` called per forward."""
+    assert 3 < FORWARDS_ONE_BY_ONE < 300  # both measured paths are exercised
     rng = np.random.default_rng(4)
     for cost in _models(tmp_path):
         for f in (cost._target, cost._draft):
-            rows = rng.integers(1, 9000, 50)
-            live = rng.integers(1, 30, 50)
-            kv, pos = rng.integers(1, 90_000, 50), rng.integers(1, 10**8, 50)
+            rows = rng.choice(np.array([1, 17, 4096, 8192]), n)  # repeated pairs, as re-prefill passes are
+            live = rng.integers(1, 4, n)
+            kv, pos = rng.integers(1, 90_000, n), rng.integers(1, 10**8, n)
             for logits in (live, None):
                 got = f.forward_times(rows, logits, kv, pos)
                 want = [f.fixed_time(int(r), 0 if logits is None else int(n)) + f.attention_time(int(k), int(q))

@@ -53,6 +53,11 @@ from tltcore.errors import InputError
 from tltcore.hardware import GPUSpec, get_gpu
 from tltcore.model_shape import BF16_BYTES, ModelShape
 
+#: Up to this many forwards, :meth:`_MeasuredForward.forward_times` looks each one's fixed part up
+#: (memoised) instead of grouping equal ones with ``numpy.unique`` (~22 us of sort and bookkeeping;
+#: a lookup is ~0.2 us): the two give the same floats, and the crossover measured ~100.
+FORWARDS_ONE_BY_ONE = 64
+
 #: profile folder -> the GPU preset whose data-sheet peaks the fitted efficiencies are fractions of.
 #: Vidur's H100 and A100 are DGX nodes (SXM, 80 GB).
 PROFILE_GPUS: dict[str, str] = {"h100": "H100-SXM", "a100": "A100-80GB-SXM", "a40": "A40"}
@@ -606,17 +611,23 @@ class _MeasuredForward(_ForwardCosts):
     def forward_times(self, rows: np.ndarray, logit_rows: np.ndarray | None, kv: np.ndarray,
                       pos: np.ndarray) -> np.ndarray:
         """``fixed_time(r, l) + attention_time(k, q)`` of many forwards, element-wise: the calibrated
-        kernels have no batched form, so :meth:`fixed_time` is called once per distinct (rows, logit
-        rows) pair (a switch's ~200 re-prefill passes are nearly all full ones); attention is the
-        roofline's, as its sharp batched form writes it (``max`` as ``numpy.where``: the same IEEE
-        operations, the integer counts exact in float64)."""
+        kernels have no batched form, so :meth:`fixed_time` (memoised per pair) is called per forward
+        when there are few, and once per distinct (rows, logit rows) pair when there are many (a switch's
+        ~200 re-prefill passes are nearly all full ones; an admission's few passes are cheaper looked up
+        one by one than grouped); attention is the roofline's, as its sharp batched form writes it
+        (``max`` as ``numpy.where``: the same IEEE operations, the integer counts exact in float64)."""
         logits = np.zeros(len(rows), dtype=np.int64) if logit_rows is None else np.asarray(logit_rows, dtype=np.int64)
         rows = np.asarray(rows, dtype=np.int64)
         if len(rows) == 0:
             return np.zeros(0)
-        span = int(logits.max()) + 1
-        keys, inv = np.unique(rows * span + logits, return_inverse=True)
-        fixed = np.array([self.fixed_time(k // span, k % span) for k in keys.tolist()], dtype=np.float64)[inv]
+        if len(rows) <= FORWARDS_ONE_BY_ONE:
+            fixed_time = self.fixed_time
+            fixed = np.array([fixed_time(r, n) for r, n in zip(rows.tolist(), logits.tolist(), strict=True)],
+                             dtype=np.float64)
+        else:
+            span = int(logits.max()) + 1
+            keys, inv = np.unique(rows * span + logits, return_inverse=True)
+            fixed = np.array([self.fixed_time(k // span, k % span) for k in keys.tolist()], dtype=np.float64)[inv]
         a, b = kv * self.kv_read_s_per_token, pos * self.attention_s_per_position
         return fixed + np.where(b > a, b, a)
 
