@@ -109,9 +109,17 @@ def expected_chunk(w: RolloutWorker, a: float, rows: int, t: float, config: SDCo
     r = np.empty((rows + 1, b0))
     r[0], r[1:] = live.rem, -a
     np.cumsum(r, axis=0, out=r)  # r[j]: remaining after j iterations (the per-iteration sums)
-    g = np.empty((rows + 1, b0))
-    g[0], g[1:] = live.gen, a
-    np.cumsum(g, axis=0, out=g)
+    gen = live.gen
+    lockstep = b0 > 0 and bool((gen == gen[0]).all())
+    if lockstep:  # every request has emitted as many: one column, the same floats in every column
+        col = np.empty(rows + 1)
+        col[0], col[1:] = gen[0], a
+        np.cumsum(col, out=col)
+        g = np.broadcast_to(col[:, None], (rows + 1, b0))
+    else:
+        g = np.empty((rows + 1, b0))
+        g[0], g[1:] = gen, a
+        np.cumsum(g, axis=0, out=g)
     hit = r[1:] <= eps
     fin = hit.argmax(axis=0) + 1  # each request's finishing iteration (1-based) ...
     fin[~hit[fin - 1, np.arange(b0)]] = rows + 1  # ... or beyond this chunk
@@ -121,8 +129,11 @@ def expected_chunk(w: RolloutWorker, a: float, rows: int, t: float, config: SDCo
     last_end = int(ends[-1])
     rows_price, bs = w.pricers.rows, w.pricers.block
     large = rows_price is not None and bs & (bs - 1) == 0 and last_end * b0 >= WHOLE_ROWS_CELLS
-    gone = np.flatnonzero(fin <= last_end) if large else None  # finished inside the chunk
-    if gone is not None and 4 * len(gone) <= b0:
+    gone = np.flatnonzero(fin <= last_end) if large and not lockstep else None  # finished inside the chunk
+    if lockstep and rows_price is not None:
+        paged, ctx_sum, batch = _lockstep_sums(col, fin, live.prompt, last_end, bs)
+        dts = rows_price(paged, ctx_sum, batch, config)
+    elif gone is not None and 4 * len(gone) <= b0:
         paged, ctx_sum, batch = _row_sums(g, fin, gone, live.prompt, last_end, bs)
         dts = rows_price(paged, ctx_sum, batch, config)
     else:
@@ -171,3 +182,37 @@ def _row_sums(g: np.ndarray, fin: np.ndarray, gone: np.ndarray, prompt: np.ndarr
     paged = (pages.astype(np.int64) - np.add.reduce((ctx_gone + (bs - 1)) // bs, axis=1)) * bs
     batch = len(fin) - np.searchsorted(np.sort(fin_gone), np.arange(last_end), side="right")
     return paged, ctx_sum, batch
+
+
+def _lockstep_sums(col: np.ndarray, fin: np.ndarray, prompt: np.ndarray, last_end: int,
+                   bs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(paged context sum, context sum, batch size) of the live requests at each of the first
+    ``last_end`` iterations when every request has emitted the same tokens (``col``: that one column
+    of emitted tokens; a step whose requests were admitted together decodes in lockstep), in exact
+    integers equal to the masked int64 form's, from work that does not grow with iterations x requests.
+
+    In order of finishing, the requests live at iteration ``j + 1`` are a suffix (those with
+    ``fin > j``), and each one's context is its prompt plus the same ``G = floor(col[j] + eps)``: the
+    context sum is the suffix's prompt sum plus ``batch * G``. Pages: with ``prompt = q * bs + p`` and
+    ``G = Q * bs + R`` (``0 <= p, R < bs``) a request holds ``q + Q + ceil((p + R) / bs)`` blocks, the last
+    term 0 when ``p + R == 0``, 2 when ``p + R > bs``, else 1; so the suffix's ``q`` sum, its count of
+    ``p == 0`` and, per remainder ``R`` the chunk reaches (at most ``bs``), its count of ``p > bs - R``:
+    suffix sums of integers, exact."""
+    n = len(fin)
+    order = np.argsort(fin, kind="stable")
+    gone = np.searchsorted(fin[order], np.arange(last_end), side="right")  # finished before iteration j + 1
+    batch = n - gone
+    whole = np.floor(col[:last_end] + _EPS).astype(np.int64)  # G per iteration
+    blocks, rest = np.divmod(whole, bs)
+    by_fin = prompt[order]
+    q, p = np.divmod(by_fin, bs)
+    rests, at = np.unique(rest, return_inverse=True)
+    # suffix sums (from each position to the end) of: prompts, q, p == 0, and p > bs - R per remainder R
+    cols = np.zeros((3 + len(rests), n + 1), dtype=np.int64)
+    cols[0, :n], cols[1, :n], cols[2, :n] = by_fin, q, p == 0
+    cols[3:, :n] = p[None, :] > (bs - rests)[:, None]
+    suffix = np.cumsum(cols[:, ::-1], axis=1)[:, ::-1]
+    ctx_sum = suffix[0, gone] + batch * whole
+    some = batch - np.where(rest == 0, suffix[2, gone], 0)  # p + R >= 1
+    pages = suffix[1, gone] + batch * blocks + some + suffix[3 + at, gone]
+    return pages * bs, ctx_sum, batch
