@@ -32,7 +32,9 @@ The rule is pinned by tests that run both and compare exactly: ``tests/sim/test_
 the views every policy was shown), ``tests/sim/test_held_spans.py`` (spans of varying holds, with
 the views and Outcomes), ``tests/sim/test_plain_phase.py`` (closed-form plain phases, with and without
 a pricer, and the column-block log), ``tests/sim/test_fast_paths.py`` (the uniform stream and the
-pricers against what they replace), ``tests/sim/test_speed_span_cost.py``
+pricers against what they replace), ``tests/sim/test_expected_chunk.py`` (an expected chunk's
+per-iteration context and paged-KV sums, over whole rows and for requests in lockstep, against the
+masked form), ``tests/sim/test_speed_span_cost.py``
 (with pricers and call by call), and the fast/reference pairs in ``tests/sim/test_rollout.py`` and
 ``tests/sim/test_hold_beg_mab.py``. A change here that moves one bit fails them.
 
