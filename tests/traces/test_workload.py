@@ -57,6 +57,21 @@ def test_the_workload_carries_the_engines_response_cap_where_every_source_shows_
     assert scaled(build_workload(uncapped)[0], 1 / 32).cap is None
 
 
+def test_a_declared_cap_read_as_text_is_parsed_in_every_step() -> None:
+    """A trace file's ``response_cap`` arrives as text: each row's parsed number is its cap, in a
+    one-step trace and in sampled steps alike, and a value that does not parse leaves the source's own."""
+    df = trace([("a", "g", 0, 300, 0), ("a", "g", 1, 16000, 1), ("b", "h", 0, 200, 0)])
+    df = df.assign(response_cap=pd.array(["512", "", "n/a"], dtype="string"))
+    (w,) = build_workload(df)
+    assert w.cap is None  # source b's row declares nothing that parses and shows no cap
+    assert w.response_tokens.tolist() == [300, 16000, 200]  # the capped row keeps its source's own cap
+    declared = df.assign(response_cap=pd.array(["512", "512", "700"], dtype="string"))
+    (w,) = build_workload(declared)
+    assert w.cap == 700 and w.response_tokens.tolist() == [300, 512, 200]  # the capped row snapped to its cap
+    steps = build_workload(declared, num_steps=3, prompts_per_step=1, seed=1)
+    assert {s.cap for s in steps} <= {512, 700} and all(s.cap is not None for s in steps)
+
+
 def test_expansion_grows_one_sample_groups_with_the_documented_dispersion() -> None:
     rng = np.random.default_rng(0)
     lengths = rng.integers(500, 5000, 400)
