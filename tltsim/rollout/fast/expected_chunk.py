@@ -12,6 +12,7 @@ iteration (the iteration times added in order), the same floats the per-span pat
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate, repeat
 
 import numpy as np
 
@@ -76,12 +77,20 @@ class EqualSums:
     def accepted(self, b: int, n: int) -> tuple[float, float]:
         """(each request's accepted tokens over ``n`` iterations, the ``b`` requests' sum as numpy sums it)."""
         each = self._each
-        while len(each) <= n:
-            each.append(each[-1] + self.less)
+        running(each, self.less, n)
         total = self._accepted.get((b, n))
         if total is None:
             total = self._accepted[(b, n)] = float(_sum(np.full(b, each[n])))
         return each[n], total
+
+
+def running(run: list[float], step: float, n: int) -> None:
+    """Extend the running sum ``run`` (``run[i + 1] = run[i] + step``, added one by one as a loop adds
+    them) until ``run[n]`` exists: ``itertools.accumulate`` does the same additions in C."""
+    if len(run) <= n:
+        more = accumulate(repeat(step, n + 1 - len(run)), initial=run[-1])
+        next(more)  # run[-1] itself
+        run.extend(more)
 
 
 def fold_recent(ema: float | None, x: float, keep: float, count: int) -> float | None:

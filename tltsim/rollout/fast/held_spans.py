@@ -27,13 +27,12 @@ spans it keeps are committed, and ``decide`` is asked at the first it did not ta
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import accumulate, repeat
 
 import numpy as np
 
 from tltcore.policy.base import HOLD_UNTIL_EVENT, BatchView, Decision, Outcome, SDConfig
 from tltsim.rollout.fast.event_blocks import SimEventLog
-from tltsim.rollout.fast.expected_chunk import CELLS, EqualSums, expected_chunk, fold_recent
+from tltsim.rollout.fast.expected_chunk import CELLS, EqualSums, expected_chunk, fold_recent, running
 from tltsim.rollout.fast.spans import draw_block, speculate_blocks, speculate_expected_blocks
 from tltsim.rollout.fast.state import FastWorker
 from tltsim.rollout.worker import _EPS, RolloutWorker, _min, _sum
@@ -190,10 +189,7 @@ class _Spans:
         run = self.runs.get(b)
         if run is None:
             run = self.runs[b] = [0.0]
-        if len(run) <= n:  # the same additions one by one, in C (itertools.accumulate)
-            more = accumulate(repeat(full, n + 1 - len(run)), initial=run[-1])
-            next(more)
-            run.extend(more)
+        running(run, full, n)
         x = full / b
         whole = n - 1 if finishing else n  # the unclipped iterations
         ema = fold_recent(ema, x, keep, whole)
