@@ -22,6 +22,7 @@ from tltcore.hardware import get_gpu
 from tltcore.model_shape import get_model
 from tltcore.policy.base import BatchView, HoldsAhead, Outcome, SDConfig, holds_ahead
 from tltcore.policy.cost_aware import DEFAULT_CANDIDATES, CostAware
+from tltcore.policy.spec import as_spec
 from tltsim.scenario import prepare, resolve, run_policy
 
 COST = RooflineCostModel(get_model("Qwen2.5-7B"), get_gpu("H100"), tp=4)
@@ -187,3 +188,27 @@ def test_a_simulation_with_the_hint_is_the_reference(name, spec, mode) -> None:
         it = iter(want)
         assert all(any(view == w for w in it) for view in got)
         assert len(got) < len(want)
+
+
+@needs_shared_traces()
+@pytest.mark.parametrize("mode", ["expected", "stochastic"])
+def test_responses_finish_when_and_as_the_reference_has_them(mode) -> None:
+    """What the event log does not show: each response's finish time and length (the spot trainer's
+    data coverage reads them), in finishing order, are the reference's with the hint."""
+    from tltsim.rollout import RolloutRun
+    from tltsim.scenario.build import make_policies
+
+    s = resolve("aime_qwen7b_64xh100", [("acceptance.mode", mode, "test"),
+                                        ("trace.prompts_per_step", 24, "test")]).scenario
+    inputs = prepare(s)
+
+    def finished(fast: bool) -> tuple[np.ndarray, np.ndarray]:
+        engine = replace(inputs.engine, fast=fast)
+        run = RolloutRun(make_policies(as_spec("cost-aware"), replace(inputs, engine=engine)), cost=inputs.cost,
+                         accept=inputs.accept, engine=engine, seed=s.seed, deal_mode=s.trace.deal)
+        res = run.step(inputs.workloads[0])
+        return res.response_finish, res.response_tokens
+
+    (t_fast, n_fast), (t_slow, n_slow) = finished(True), finished(False)
+    assert len(t_fast) == sum(len(w.response_tokens) for w in inputs.workloads[:1])
+    assert t_fast.tolist() == t_slow.tolist() and n_fast.tolist() == n_slow.tolist()
