@@ -132,14 +132,16 @@ def run_held(fast: FastWorker, decision: Decision, hold: int) -> None:
                 kept = held.held_ahead(config, [span.outcome for span in laid], made.batch[starts],
                                        made.paged[starts], made.ctx_sum[starts])
                 for span in laid[:kept]:
-                    e = _commit(w, log, span, counts, e)
+                    _commit(w, log, span, counts[e] if span.finishing else None)
+                    e += span.finishing
                     iteration += span.outcome.iterations
                     ema = span.ema
                 p = laid[kept - 1].s1
                 continue
             span = spans.measure(p, b, hold, e, ema, in_span)
             policy.observe(span.outcome)
-            e = _commit(w, log, span, counts, e)
+            _commit(w, log, span, counts[e] if span.finishing else None)
+            e += span.finishing
             iteration += span.outcome.iterations
             ema = span.ema
             p = span.s1
@@ -257,35 +259,29 @@ class _Drawn:
     def commit(self, si: int, span: _Span) -> None:
         """A measured span's event row, and the retirement at its segment's finishing iteration, as
         RolloutWorker.retire does."""
-        w, o = self.w, span.outcome
-        if self.log.decode(w.idx, span.t0, o.time, o.iterations, o.batch_size, o.config, span.total,
-                           o.drafted_tokens, span.acc):
-            w.row_closed = True
+        w = self.w
+        retired = None
         if span.finishing:
             seg = self.segments[si]
             targets = w.live.target[seg.ids[seg.done]]
             w.done_tokens.append(targets)
-            w.done_t.append(o.time)
-            w.done_n.append(len(targets))
-            if w.on_finish is not None:
-                w.on_finish(len(targets))
             w.need_admit = True
+            retired = len(targets)
+        _commit(w, self.log, span, retired)
 
 
-def _commit(w: RolloutWorker, log: SimEventLog, span: _Span, counts: list[int], e: int) -> int:
-    """A measured span's event row and retirements (their targets are gathered after the chunk); returns
-    the index of the next finish."""
+def _commit(w: RolloutWorker, log: SimEventLog, span: _Span, retired: int | None) -> None:
+    """A measured span's event row and, where it ends at a finish, the count of its ``retired`` requests
+    (their targets are the caller's: per segment, or gathered after an expected chunk)."""
     o = span.outcome
     if log.decode(w.idx, span.t0, o.time, o.iterations, o.batch_size, o.config, span.total, o.drafted_tokens,
                   span.acc):
         w.row_closed = True
-    if span.finishing:
+    if retired is not None:
         w.done_t.append(o.time)
-        w.done_n.append(counts[e])
+        w.done_n.append(retired)
         if w.on_finish is not None:
-            w.on_finish(counts[e])
-        return e + 1
-    return e
+            w.on_finish(retired)
 
 
 def _plain_above(fast: FastWorker, b: int) -> bool:
